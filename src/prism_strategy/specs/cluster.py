@@ -1,0 +1,98 @@
+"""Where the job runs: a platform (one node type, from data/platforms/*.toml) and a layout
+(how many nodes, ranks per node)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from prism_strategy.specs.errors import SpecError
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlatformSpec:
+    """One node type. Every number has an entry in `sources` saying where it came from."""
+
+    name: str
+    description: str = ""
+    device: Literal["xpu", "cuda", "cpu"]
+    backend: Literal["xccl", "nccl", "gloo"]
+    launcher: Literal["pbs", "slurm", "torchrun"] = "torchrun"
+    env_profile: str = ""
+    devices_per_node: int
+    memory_gib: float
+    """Memory per device."""
+    usable_fraction: float = 0.95
+    """Part of memory_gib the allocator can hand out."""
+    framework_reserve_gib: float = 1.0
+    """Runtime context, collective-library buffers, kernels: taken before the model."""
+    peak_tflops_bf16: float
+    peak_tflops_fp32: float
+    achievable_fraction: float = 0.5
+    """Sustained fraction of peak in a training step's matmuls."""
+    kernel_launch_us: float = 5.0
+    intra_bw_gbps: float
+    """Per-rank bandwidth of the slowest hop of a ring inside a node, one way (GB/s)."""
+    intra_latency_us: float
+    nic_bw_gbps: float
+    nics_per_node: int = 1
+    inter_latency_us: float
+    ring_channels: int = 1
+    """Rings a collective stripes over: how many NICs one node boundary crossing can use."""
+    bw_efficiency: float = 0.8
+    collective_overhead_us: float = 20.0
+    per_tensor_overhead_us: float = 5.0
+    comm_overlap: float = 0.8
+    """Fraction of communication a backward pass can hide behind compute (0 when collectives block)."""
+    compile_multinode_ok: bool = True
+    cpu_cores_per_node: int = 0
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in ("devices_per_node", "memory_gib", "peak_tflops_bf16", "peak_tflops_fp32",
+                  "intra_bw_gbps", "nic_bw_gbps", "nics_per_node", "ring_channels"):
+            if getattr(self, f) <= 0:
+                raise SpecError(f"platform {self.name!r}: {f} must be > 0, got {getattr(self, f)}")
+        for f in ("usable_fraction", "achievable_fraction", "bw_efficiency"):
+            if not 0 < getattr(self, f) <= 1:
+                raise SpecError(f"platform {self.name!r}: {f} must be in (0, 1], got {getattr(self, f)}")
+        if not 0 <= self.comm_overlap <= 1:
+            raise SpecError(f"platform {self.name!r}: comm_overlap must be in [0, 1], got {self.comm_overlap}")
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.memory_gib * self.usable_fraction * GiB
+
+    def source(self, key: str) -> str:
+        return self.sources.get(key, f"platform file {self.name}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Layout:
+    """Nodes x ranks per node; -1 ranks_per_node means "all devices of the platform"."""
+
+    nodes: int
+    ranks_per_node: int
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise SpecError(f"--nodes must be >= 1, got {self.nodes}")
+        if self.ranks_per_node < 1:
+            raise SpecError(f"ranks per node must be >= 1, got {self.ranks_per_node}")
+
+    @classmethod
+    def for_platform(cls, platform: PlatformSpec, nodes: int) -> "Layout":
+        return cls(nodes=nodes, ranks_per_node=platform.devices_per_node)
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+    def __str__(self) -> str:
+        return f"NODES({self.nodes})-RPN({self.ranks_per_node})"

@@ -1,0 +1,95 @@
+"""Load the data files: model presets, platforms, any HF config.json, a live nn.Module."""
+
+from __future__ import annotations
+
+import sys
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+
+from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.hf import load_hf_config, spec_from_hf_dict
+from prism_strategy.specs.model import TransformerSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+T = TypeVar("T")
+DATA = resources.files("prism_strategy") / "data"
+
+
+def read_toml(path: Any) -> dict:
+    try:
+        return tomllib.loads(Path(str(path)).read_text())
+    except OSError as e:
+        raise SpecError(f"cannot read {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path} is not valid TOML: {e}") from None
+
+
+def build(cls: type[T], data: dict, where: str) -> T:
+    """Validate a data-file table into a spec dataclass, one clear line on failure."""
+    try:
+        return pydantic.TypeAdapter(cls).validate_python(data, strict=False)
+    except pydantic.ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(file)"
+        raise SpecError(f"{where}: field {loc}: {err['msg']}") from None
+    except TypeError as e:
+        raise SpecError(f"{where}: {e}") from None
+
+
+def _names(folder: str) -> list[str]:
+    return sorted(p.name[:-5] for p in (DATA / folder).iterdir() if p.name.endswith(".toml"))
+
+
+def model_names() -> list[str]:
+    return _names("models")
+
+
+def platform_names() -> list[str]:
+    return _names("platforms")
+
+
+@cache
+def load_model(name_or_path: str) -> TransformerSpec:
+    """A preset name, a path to a preset .toml, or a path to an HF config.json (or its folder)."""
+    p = Path(name_or_path)
+    if name_or_path in model_names():
+        path = DATA / "models" / f"{name_or_path}.toml"
+        return build(TransformerSpec, read_toml(path), f"model preset {name_or_path}")
+    if p.suffix == ".toml" and p.exists():
+        return build(TransformerSpec, read_toml(p), str(p))
+    if p.is_dir() and (p / "config.json").exists():
+        return load_hf_config(p / "config.json")
+    if p.suffix == ".json" and p.exists():
+        return load_hf_config(p)
+    raise SpecError(f"unknown model {name_or_path!r}; use a preset ({', '.join(model_names())}) or a path to a config.json")
+
+
+@cache
+def load_platform(name_or_path: str) -> PlatformSpec:
+    p = Path(name_or_path)
+    if name_or_path in platform_names():
+        return build(PlatformSpec, read_toml(DATA / "platforms" / f"{name_or_path}.toml"), f"platform {name_or_path}")
+    if p.suffix == ".toml" and p.exists():
+        return build(PlatformSpec, read_toml(p), str(p))
+    raise SpecError(f"unknown platform {name_or_path!r}; use one of {', '.join(platform_names())} or a path to a platform .toml")
+
+
+def spec_from_module(module: Any, *, name: str = "module") -> TransformerSpec:
+    """A live nn.Module: read its HF config when it has one, else count its parameters and
+    infer the block structure from the largest repeated child ModuleList."""
+    cfg = getattr(module, "config", None)
+    if cfg is not None and hasattr(cfg, "to_dict"):
+        return spec_from_hf_dict(cfg.to_dict(), name=name, source=f"live module {type(module).__name__}")
+    raise SpecError(
+        f"module {type(module).__name__} has no Hugging Face config; pass a TransformerSpec or use --traced, "
+        "which measures the real module"
+    )

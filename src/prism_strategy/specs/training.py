@@ -1,0 +1,87 @@
+"""How the user trains: sequence, batch, precision, optimizer, checkpointing, compile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from prism_strategy.specs.errors import SpecError
+
+Dtype = Literal["fp32", "bf16"]
+Precision = Literal["bf16-mixed", "bf16-pure", "fp32"]
+PRECISIONS: tuple[str, ...] = ("bf16-mixed", "bf16-pure", "fp32")
+OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
+"""Tensors of optimizer state per parameter: AdamW's two moments; SGD's momentum buffer
+(SGD without momentum keeps none: the estimate assumes momentum is on)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingSpec:
+    seq_len: int = 1024
+    """Text tokens per sample; image tokens come on top."""
+    micro_batch: int | None = None
+    """Samples per device per forward; None = each strategy at its own max."""
+    global_batch: int | None = None
+    """Samples per optimizer step over all ranks; sets gradient accumulation."""
+    image_tokens: int | None = None
+    """Image tokens per sample added to the sequence; None = the encoder's patch count."""
+    compute_dtype: Dtype = "bf16"
+    param_dtype: Dtype = "fp32"
+    grad_dtype: Dtype = "fp32"
+    """Dtype gradients are kept and reduced in."""
+    optim_state_dtype: Dtype = "fp32"
+    master_weights: bool = False
+    """An extra fp32 copy of low-precision params (DeepSpeed-style mixed precision)."""
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    ckpt_freq: int = 0
+    """Activation checkpointing: every k-th block; 0 = none."""
+    compile: bool = False
+    precision: Precision = "bf16-mixed"
+
+    def __post_init__(self) -> None:
+        if self.seq_len <= 0:
+            raise SpecError(f"--seq-len must be > 0, got {self.seq_len}")
+        if self.micro_batch is not None and self.micro_batch <= 0:
+            raise SpecError(f"--micro-batch must be > 0, got {self.micro_batch}")
+        if self.global_batch is not None and self.global_batch <= 0:
+            raise SpecError(f"--global-batch must be > 0, got {self.global_batch}")
+        if self.image_tokens is not None and self.image_tokens < 0:
+            raise SpecError(f"--image-tokens must be >= 0, got {self.image_tokens}")
+        if self.ckpt_freq < 0:
+            raise SpecError(f"--ckpt-freq must be >= 0 (0 = no checkpointing), got {self.ckpt_freq}")
+        if self.optimizer not in OPTIMIZERS:
+            raise SpecError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+    @classmethod
+    def from_precision(cls, precision: str, **kw) -> "TrainingSpec":
+        """bf16-mixed: bf16 compute, fp32 params (master) and fp32 optimizer state, fp32 grads.
+        bf16-pure: bf16 params, grads and optimizer state, as torch's AdamW keeps state in the
+        param dtype (PRISM). fp32: everything fp32."""
+        presets = {
+            "bf16-mixed": dict(compute_dtype="bf16", param_dtype="fp32", grad_dtype="fp32", optim_state_dtype="fp32"),
+            "bf16-pure": dict(compute_dtype="bf16", param_dtype="bf16", grad_dtype="bf16", optim_state_dtype="bf16"),
+            "fp32": dict(compute_dtype="fp32", param_dtype="fp32", grad_dtype="fp32", optim_state_dtype="fp32"),
+        }
+        if precision not in presets:
+            raise SpecError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+        return cls(precision=precision, **presets[precision], **kw)  # type: ignore[arg-type]
+
+    @property
+    def compute_bytes(self) -> int:
+        return DTYPE_BYTES[self.compute_dtype]
+
+    @property
+    def param_bytes(self) -> int:
+        return DTYPE_BYTES[self.param_dtype]
+
+    @property
+    def grad_bytes(self) -> int:
+        return DTYPE_BYTES[self.grad_dtype]
+
+    @property
+    def optim_bytes(self) -> int:
+        """Optimizer-state bytes per trainable parameter (moments, plus master copy if any)."""
+        n = OPTIMIZER_STATES[self.optimizer] * DTYPE_BYTES[self.optim_state_dtype]
+        return n + (4 if self.master_weights else 0)
