@@ -147,3 +147,18 @@ def parse_strategies(text: str) -> tuple[StrategySpec, ...]:
     if text.strip() == "all":
         return STRATEGIES
     return tuple(get_strategy(n.strip()) for n in text.split(",") if n.strip())
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeepSpeedBuckets:
+    """Bucket sizes (elements) our generated ds_config uses: DeepSpeed's own defaults, so the
+    memory estimate and the emitted config agree."""
+
+    reduce_bucket_size: int = 500_000_000
+    allgather_bucket_size: int = 500_000_000
+    stage3_prefetch_bucket_size: int = 50_000_000
+    stage3_max_live_parameters: int = 1_000_000_000
+    stage3_param_persistence_threshold: int = 100_000
+
+
+DS_BUCKETS = DeepSpeedBuckets()
