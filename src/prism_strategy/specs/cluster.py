@@ -34,7 +34,14 @@ class PlatformSpec:
     """Sustained fraction of peak in a training step's matmuls."""
     kernel_launch_us: float = 5.0
     intra_bw_gbps: float
-    """Per-rank bandwidth of the slowest hop of a ring inside a node, one way (GB/s)."""
+    """Per-rank bandwidth inside a node for topology-aware collectives, one way (GB/s)."""
+    intra_ring_bw_gbps: float
+    """Slowest hop of a flat ring over the node's ranks, one way (GB/s)."""
+    hbm_bw_gbps: float
+    """Device memory bandwidth (GB/s): bounds the optimizer step and buffer copies."""
+    allreduce_algorithm: Literal["ring", "topology"] = "topology"
+    scaleout_algorithm: Literal["ring", "hierarchical"] = "hierarchical"
+    """How a collective spanning nodes runs: one flat ring, or intra-node then inter-node phases."""
     intra_latency_us: float
     nic_bw_gbps: float
     nics_per_node: int = 1
@@ -52,7 +59,7 @@ class PlatformSpec:
 
     def __post_init__(self) -> None:
         for f in ("devices_per_node", "memory_gib", "peak_tflops_bf16", "peak_tflops_fp32",
-                  "intra_bw_gbps", "nic_bw_gbps", "nics_per_node", "ring_channels"):
+                  "intra_bw_gbps", "intra_ring_bw_gbps", "hbm_bw_gbps", "nic_bw_gbps", "nics_per_node", "ring_channels"):
             if getattr(self, f) <= 0:
                 raise SpecError(f"platform {self.name!r}: {f} must be > 0, got {getattr(self, f)}")
         for f in ("usable_fraction", "achievable_fraction", "bw_efficiency"):
