@@ -42,6 +42,8 @@ class PlatformSpec:
     allreduce_algorithm: Literal["ring", "topology"] = "topology"
     scaleout_algorithm: Literal["ring", "hierarchical"] = "hierarchical"
     """How a collective spanning nodes runs: one flat ring, or intra-node then inter-node phases."""
+    scaleout_overhead_us: float = 0.0
+    """Extra fixed cost of each collective that crosses nodes (proxy / progress threads)."""
     intra_latency_us: float
     nic_bw_gbps: float
     nics_per_node: int = 1

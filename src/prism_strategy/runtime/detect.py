@@ -1,0 +1,315 @@
+"""Detectors for collapse, straggler and input skew, shared by `StepMonitor` (online, every K
+steps) and `prism-strategy analyze` (offline, the whole log), so both give the same answer.
+
+Pure numpy: no torch, no torch.distributed. Input is a `Series`: per rank and step, the time
+of each phase (data / forward / backward / optimizer), the step time and the tokens.
+
+How compute is told apart from collective wait (DOMAIN.md section 6)
+---------------------------------------------------------------------
+In a synchronous data-parallel step every rank leaves the gradient collective at about the same
+moment. The phases before it hold no collective in DDP / ZeRO-1/2 (data, forward) and the
+optimizer step is local, so ``local = data + forward + optimizer`` is each rank's own work,
+measured without a barrier. The backward phase holds the rank's backward compute *plus* its wait
+in the gradient collective; the rank that arrives last (the straggler) waits least, so its
+backward is the shortest while its local time is the longest. Hence:
+
+* collapse: after a warm-up baseline, backward of *every* rank is >= ``collapse_factor`` x its
+  own baseline for ``collapse_steps`` consecutive steps while forward stays within
+  ``flat_factor`` of its baseline on every rank (compute unchanged, the collective slowed);
+* straggler: the per-step ratio ``local[rank] / min over ranks`` has a median >= ``straggler_ratio``
+  for a minority of ranks, their excess is a visible share of the step, and their backward
+  (= collective wait) is not above the others' (they wait least). When the slow rank also gets
+  more tokens, it is input skew instead;
+* input skew: compute (forward, else step time) follows the tokens of the batch (Pearson
+  correlation >= ``skew_corr`` over (rank, step) points, with tokens and time both varying).
+
+Limits: where forward itself holds collectives (FSDP all-gathers) the local share is smaller and a
+slowness confined to backward kernels cannot be told from a collapse without a comm-level split.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, NamedTuple
+
+import numpy as np
+
+EventKind = Literal["collapse", "straggler", "input_skew", "hang"]
+FIELDS = ("step", "data", "forward", "backward", "optimizer", "step_s", "tokens")
+"""Column order of one gathered row (what each rank sends every K steps)."""
+
+
+class StepTimes(NamedTuple):
+    """One rank's timings of one step, in seconds; nan where unknown."""
+
+    step: int
+    rank: int
+    step_s: float
+    data: float = math.nan
+    forward: float = math.nan
+    backward: float = math.nan
+    optimizer: float = math.nan
+    tokens: float = math.nan
+
+    def row(self) -> list[float]:
+        return [float(getattr(self, f)) for f in FIELDS]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A finding: what, from which step, which ranks, and the numbers behind it."""
+
+    kind: EventKind
+    step: int
+    ranks: tuple[int, ...]
+    evidence: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    source: Literal["online", "offline", "hang_report"] = "offline"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.kind, "step": self.step, "ranks": list(self.ranks),
+                "evidence": self.evidence, "message": self.message, "source": self.source}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DetectConfig:
+    """Thresholds; the defaults follow the issue (3x for 5 steps after a warm-up)."""
+
+    warmup_skip: int = 3
+    """First steps ignored everywhere (allocator warm-up, first collectives, compile)."""
+    warmup_steps: int = 10
+    """Steps after the skip that form the per-rank baseline for collapse."""
+    collapse_factor: float = 3.0
+    collapse_steps: int = 5
+    flat_factor: float = 1.5
+    """Forward may grow at most this much during a collapse (compute unchanged)."""
+    straggler_ratio: float = 1.3
+    straggler_min_share: float = 0.05
+    """The straggler's extra local time must be at least this share of the median step."""
+    straggler_min_steps: int = 5
+    skew_corr: float = 0.7
+    skew_min_cv: float = 0.1
+    skew_min_points: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """Per-rank, per-step arrays of shape (ranks, steps); nan where a rank has no record."""
+
+    ranks: tuple[int, ...]
+    steps: np.ndarray
+    data: np.ndarray
+    forward: np.ndarray
+    backward: np.ndarray
+    optimizer: np.ndarray
+    step_s: np.ndarray
+    tokens: np.ndarray
+
+    @classmethod
+    def from_records(cls, records: Iterable[StepTimes]) -> Series:
+        recs = list(records)
+        ranks = tuple(sorted({r.rank for r in recs}))
+        steps = np.array(sorted({r.step for r in recs}), dtype=np.int64)
+        block = np.full((len(ranks), len(steps), len(FIELDS)), np.nan)
+        ri = {r: i for i, r in enumerate(ranks)}
+        si = {int(s): i for i, s in enumerate(steps)}
+        for r in recs:
+            block[ri[r.rank], si[r.step]] = r.row()
+        return cls._from(ranks, steps, block)
+
+    @classmethod
+    def from_block(cls, ranks: tuple[int, ...], block: np.ndarray) -> Series:
+        """From gathered rows (ranks, steps, FIELDS); rows whose step is nan on all ranks go."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            steps = np.nanmax(block[:, :, 0], axis=0)
+        keep = np.isfinite(steps)
+        return cls._from(ranks, steps[keep].astype(np.int64), block[:, keep])
+
+    @classmethod
+    def _from(cls, ranks, steps, block) -> Series:
+        cols = {f: block[:, :, i] for i, f in enumerate(FIELDS) if f != "step"}
+        return cls(ranks=tuple(ranks), steps=steps, **cols)
+
+    @property
+    def local(self) -> np.ndarray:
+        """data + forward + optimizer: the collective-free work of each rank."""
+        parts = np.stack([self.data, self.forward, self.optimizer])
+        total = np.nansum(parts, axis=0)
+        return np.where(np.isfinite(self.forward), total, np.nan)
+
+    def tail(self, skip: int) -> Series:
+        sl = slice(skip, None)
+        return Series(self.ranks, self.steps[sl], self.data[:, sl], self.forward[:, sl],
+                      self.backward[:, sl], self.optimizer[:, sl], self.step_s[:, sl],
+                      self.tokens[:, sl])
+
+
+def _nanmedian(a: np.ndarray, axis=None):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(a, axis=axis)
+
+
+def _first_run(flags: np.ndarray, length: int) -> tuple[int, int] | None:
+    """[start, end) of the first run of True at least `length` long, extended to its end."""
+    start = None
+    for i, f in enumerate(list(flags) + [False]):
+        if f and start is None:
+            start = i
+        elif not f and start is not None:
+            if i - start >= length:
+                return start, i
+            start = None
+    return None
+
+
+def _r(x: float, nd: int = 4) -> float | None:
+    return None if not np.isfinite(x) else round(float(x), nd)
+
+
+def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
+    """Backward of all ranks >= factor x baseline for N consecutive steps, forward flat."""
+    b0, b1 = cfg.warmup_skip, cfg.warmup_skip + cfg.warmup_steps
+    if s.steps.size < b1 + cfg.collapse_steps:
+        return None
+    base_b = _nanmedian(s.backward[:, b0:b1], axis=1)
+    base_f = _nanmedian(s.forward[:, b0:b1], axis=1)
+    if not np.all(base_b > 0) or not np.all(base_f > 0):
+        return None
+    ratio = s.backward[:, b1:] / base_b[:, None]
+    present = np.isfinite(ratio)
+    hot = np.all((ratio >= cfg.collapse_factor) | ~present, axis=0) & present.any(axis=0)
+    run = _first_run(hot, cfg.collapse_steps)
+    if run is None:
+        return None
+    i, j = run[0] + b1, run[1] + b1
+    bwd = _nanmedian(s.backward[:, i:j], axis=1)
+    fwd = _nanmedian(s.forward[:, i:j], axis=1)
+    fwd_ratio = fwd / base_f
+    if np.any(fwd_ratio > cfg.flat_factor):
+        return None
+    step_ratio = _nanmedian(s.step_s[:, i:j]) / _nanmedian(s.step_s[:, b0:b1])
+    per_rank = {str(r): {"backward_baseline_s": _r(base_b[k]), "backward_s": _r(bwd[k]),
+                         "backward_ratio": _r(bwd[k] / base_b[k], 2),
+                         "forward_baseline_s": _r(base_f[k]), "forward_s": _r(fwd[k]),
+                         "forward_ratio": _r(fwd_ratio[k], 2)} for k, r in enumerate(s.ranks)}
+    factor = float(np.median(bwd / base_b))
+    ev = {"from_step": int(s.steps[i]), "to_step": int(s.steps[j - 1]), "hot_steps": j - i,
+          "baseline_steps": [int(s.steps[b0]), int(s.steps[b1 - 1])],
+          "backward_factor": _r(factor, 2), "forward_factor": _r(float(np.max(fwd_ratio)), 2),
+          "step_time_factor": _r(step_ratio, 2), "threshold": cfg.collapse_factor,
+          "per_rank": per_rank}
+    msg = (f"collapse: backward of all {len(s.ranks)} ranks rose {factor:.1f}x together from step "
+           f"{ev['from_step']} to {ev['to_step']} while forward stayed within "
+           f"{ev['forward_factor']}x; the collective slowed, not one rank")
+    return Event("collapse", int(s.steps[i]), s.ranks, ev, msg)
+
+
+def _straggler_stats(s: Series) -> dict[str, np.ndarray] | None:
+    local = s.local
+    ok = np.all(np.isfinite(local), axis=0)
+    if ok.sum() == 0:
+        return None
+    local = local[:, ok]
+    best = np.min(local, axis=0)
+    ratio = local / np.where(best > 0, best, np.nan)
+    return {"ratio": _nanmedian(ratio, axis=1), "local": _nanmedian(local, axis=1),
+            "backward": _nanmedian(s.backward[:, ok], axis=1),
+            "tokens": _nanmedian(s.tokens[:, ok], axis=1),
+            "step": _nanmedian(s.step_s[:, ok]), "n": ok.sum(), "steps": s.steps[ok],
+            "slowest": np.argmax(local, axis=0)}
+
+
+def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
+    """A minority of ranks whose local compute is consistently slower and who wait least."""
+    if len(s.ranks) < 2:
+        return None
+    st = _straggler_stats(s.tail(cfg.warmup_skip))
+    if st is None or st["n"] < cfg.straggler_min_steps:
+        return None
+    excess = st["local"] - np.min(st["local"])
+    slow = [k for k in range(len(s.ranks)) if st["ratio"][k] >= cfg.straggler_ratio
+            and excess[k] >= cfg.straggler_min_share * st["step"]]
+    if not slow or len(slow) * 2 > len(s.ranks):
+        return None
+    others = [k for k in range(len(s.ranks)) if k not in slow]
+    wait_others = float(np.median(st["backward"][others]))
+    if any(st["backward"][k] > wait_others for k in slow):
+        return None
+    tok = st["tokens"]
+    if np.all(np.isfinite(tok)) and np.min(tok) > 0:
+        tok_ratio = tok / float(np.median(tok[others]))
+        if any(tok_ratio[k] >= 1 + 0.5 * (st["ratio"][k] - 1) for k in slow):
+            return None
+    ranks = tuple(s.ranks[k] for k in slow)
+    fastest = s.ranks[int(np.argmin(st["local"]))]
+    ev = {"ranks": list(ranks), "fastest_rank": fastest,
+          "compute_ratio": {str(s.ranks[k]): _r(st["ratio"][k], 2) for k in range(len(s.ranks))},
+          "local_s": {str(s.ranks[k]): _r(st["local"][k]) for k in range(len(s.ranks))},
+          "collective_wait_s": {str(s.ranks[k]): _r(st["backward"][k]) for k in range(len(s.ranks))},
+          "slowest_share": {str(s.ranks[k]): _r(float(np.mean(st["slowest"] == k)), 2) for k in slow},
+          "steps": [int(st["steps"][0]), int(st["steps"][-1])], "n_steps": int(st["n"]),
+          "threshold": cfg.straggler_ratio}
+    worst = max(slow, key=lambda k: st["ratio"][k])
+    msg = (f"straggler: rank(s) {', '.join(map(str, ranks))} compute {st['ratio'][worst]:.2f}x the "
+           f"best rank ({fastest}) over {ev['n_steps']} steps and wait least in backward "
+           f"({st['backward'][worst]:.4f}s vs {wait_others:.4f}s for the others)")
+    return Event("straggler", ev["steps"][0], ranks, ev, msg)
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float:
+    if x.size < 3 or np.std(x) == 0 or np.std(y) == 0:
+        return math.nan
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def _cv(a: np.ndarray) -> float:
+    m = float(np.mean(a))
+    return float(np.std(a) / m) if m > 0 else 0.0
+
+
+def detect_input_skew(s: Series, cfg: DetectConfig) -> Event | None:
+    """Compute time follows the batch's tokens (sequence length)."""
+    t = s.tail(cfg.warmup_skip)
+    y_all = np.where(np.isfinite(t.forward), t.forward, t.step_s)
+    ok = np.isfinite(t.tokens) & np.isfinite(y_all)
+    x, y = t.tokens[ok], y_all[ok]
+    if x.size < cfg.skew_min_points or _cv(x) < cfg.skew_min_cv or _cv(y) < cfg.skew_min_cv:
+        return None
+    corr = _pearson(x, y)
+    if not corr >= cfg.skew_corr:
+        return None
+    slope = float(np.polyfit(x, y, 1)[0]) * 1000.0
+    ranks = tuple(r for k, r in enumerate(t.ranks) if ok[k].any())
+    ev = {"corr_compute_vs_tokens": _r(corr, 3), "points": int(x.size),
+          "tokens_min": _r(float(x.min()), 1), "tokens_max": _r(float(x.max()), 1),
+          "compute_min_s": _r(float(y.min())), "compute_max_s": _r(float(y.max())),
+          "s_per_1k_tokens": _r(slope, 5), "threshold": cfg.skew_corr}
+    first = int(t.steps[np.argmax(ok.any(axis=0))])
+    msg = (f"input skew: compute follows the batch's tokens (r={corr:.2f}; "
+           f"{x.min():.0f}-{x.max():.0f} tokens -> {y.min():.4f}-{y.max():.4f}s); "
+           "bucket by length or balance tokens per rank")
+    return Event("input_skew", first, ranks, ev, msg)
+
+
+def detect_all(s: Series, cfg: DetectConfig | None = None) -> list[Event]:
+    cfg = cfg or DetectConfig()
+    found = (detect_collapse(s, cfg), detect_straggler(s, cfg), detect_input_skew(s, cfg))
+    return [e for e in found if e is not None]
+
+
+def summarize(s: Series) -> dict[str, Any]:
+    """Fastest and slowest rank by local compute over the series, and the straggler ratio."""
+    local = _nanmedian(s.local, axis=1)
+    step = _nanmedian(s.step_s, axis=1)
+    if not np.any(np.isfinite(local)):
+        return {"ranks": len(s.ranks)}
+    lo, hi = int(np.nanargmin(local)), int(np.nanargmax(local))
+    ratio = local[hi] / local[lo] if local[lo] > 0 else math.nan
+    return {"ranks": len(s.ranks), "steps": [int(s.steps[0]), int(s.steps[-1])],
+            "step_s": _r(float(np.nanmedian(step))), "fastest_rank": s.ranks[lo],
+            "fastest_local_s": _r(local[lo]), "slowest_rank": s.ranks[hi],
+            "slowest_local_s": _r(local[hi]), "straggler_ratio": _r(ratio, 3)}

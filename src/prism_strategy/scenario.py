@@ -1,0 +1,91 @@
+"""A scenario = model + training + platform + layout, built and validated from user input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prism_strategy.specs.cluster import Layout, PlatformSpec
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
+from prism_strategy.specs.presets import load_model, load_platform, spec_from_module
+from prism_strategy.specs.training import TrainingSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scenario:
+    model: MultimodalSpec
+    training: TrainingSpec
+    platform: PlatformSpec
+    layout: Layout
+
+    def with_layout(self, layout: Layout) -> "Scenario":
+        return Scenario(model=self.model, training=self.training, platform=self.platform, layout=layout)
+
+    def inputs(self) -> dict[str, Any]:
+        m, t = self.model, self.training
+        return {
+            "model": m.backbone.name, "vision": m.vision.name if m.vision else None, "mode": m.mode,
+            "platform": self.platform.name, "nodes": self.layout.nodes, "ranks_per_node": self.layout.ranks_per_node,
+            "world_size": self.layout.world, "seq_len": t.seq_len, "image_tokens": _image_tokens(m, t),
+            "micro_batch": t.micro_batch, "global_batch": t.global_batch, "ckpt_freq": t.ckpt_freq,
+            "precision": t.precision, "optimizer": t.optimizer, "compile": t.compile,
+            "params": {"total": m.total_params, "trainable": m.trainable_params, "frozen": m.frozen_params,
+                       "source": m.backbone.source},
+        }
+
+
+def _image_tokens(m: MultimodalSpec, t: TrainingSpec) -> int:
+    if m.vision is None:
+        return 0
+    return m.vision.num_patches if t.image_tokens is None else t.image_tokens
+
+
+def _int(name: str, v: Any, minimum: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SpecError(f"{name} must be an integer, got {v!r}")
+    if v < minimum:
+        raise SpecError(f"{name} must be >= {minimum}, got {v}")
+    return v
+
+
+def resolve_model(model: Any) -> TransformerSpec:
+    if isinstance(model, TransformerSpec):
+        return model
+    if isinstance(model, str):
+        return load_model(model)
+    if hasattr(model, "parameters") and hasattr(model, "named_modules"):
+        return spec_from_module(model, name=type(model).__name__)
+    raise SpecError(f"model must be a preset name, a config.json path, a TransformerSpec or an nn.Module, got {type(model).__name__}")
+
+
+def build_scenario(
+    model: Any, *, mode: str = "e2e", platform: str | PlatformSpec = "aurora", nodes: int = 1,
+    ranks_per_node: int | None = None, seq_len: int = 1024, micro_batch: int | None = None,
+    global_batch: int | None = None, ckpt_freq: int = 0, precision: str = "bf16-mixed",
+    optimizer: str = "adamw", vision: str | TransformerSpec | None = None, image_tokens: int | None = None,
+    compile: bool = False,
+) -> Scenario:
+    mm = model if isinstance(model, MultimodalSpec) else MultimodalSpec(
+        backbone=resolve_model(model), vision=resolve_model(vision) if vision is not None else None, mode=mode)  # type: ignore[arg-type]
+    plat = platform if isinstance(platform, PlatformSpec) else load_platform(platform)
+    _int("--nodes", nodes)
+    rpn = plat.devices_per_node if ranks_per_node is None else _int("ranks per node", ranks_per_node)
+    _int("--seq-len", seq_len)
+    for name, v in (("--micro-batch", micro_batch), ("--global-batch", global_batch)):
+        if v is not None:
+            _int(name, v)
+    _int("--ckpt-freq", ckpt_freq, 0)
+    if image_tokens is not None:
+        _int("--image-tokens", image_tokens, 0)
+    training = TrainingSpec.from_precision(
+        precision, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
+        optimizer=optimizer, image_tokens=image_tokens, compile=bool(compile))
+    total = seq_len + _image_tokens(mm, training)
+    if total > mm.backbone.max_positions:
+        extra = f" ({seq_len} text + {total - seq_len} image tokens)" if total != seq_len else ""
+        raise SpecError(f"sequence {total}{extra} exceeds {mm.backbone.name}'s max positions "
+                        f"{mm.backbone.max_positions}; lower --seq-len")
+    if ckpt_freq > mm.backbone.layers:
+        raise SpecError(f"--ckpt-freq {ckpt_freq} is larger than the model's {mm.backbone.layers} blocks; use 0..{mm.backbone.layers}")
+    return Scenario(model=mm, training=training, platform=plat, layout=Layout(nodes=nodes, ranks_per_node=rpn))
