@@ -223,6 +223,8 @@ def deepspeed_config(spec: StrategySpec, ctx: DistContext, *, mixed_precision: s
                         "set it to 1")
     cfg.setdefault("zero_allow_untested_optimizer", True)  # the client picks the optimizer (e.g. SGD)
     cfg["managed_gradient_accumulation"] = False
+    if spec.zero_stage != 2:  # DeepSpeed allows overlap_comm with caller-owned accumulation only in stage 2
+        cfg["zero_optimization"] = {**cfg["zero_optimization"], "overlap_comm": False}
     return cfg
 
 
