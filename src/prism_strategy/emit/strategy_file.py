@@ -3,24 +3,17 @@
 Format (top-level keys): strategy (str), mixed_precision ("bf16" | "none"), ckpt_freq (int),
 static_graph (bool, DDP only), find_unused_parameters (bool), bucket_cap_mb (int, optional),
 compile (bool), ranks_per_node (int), ds_config (zero* only: a path relative to this file).
+The runtime reads it with prism_strategy.runtime.strategy_file.read_strategy_file.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.presets import build
 from prism_strategy.strategies import get_strategy
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 STRATEGY_FILE = "strategy.toml"
 DS_CONFIG_FILE = "ds_config.json"
@@ -74,21 +67,6 @@ def render_strategy_toml(sf: StrategyFile, header: str) -> str:
     if sf.ds_config is not None:
         lines.append(f"ds_config = {json.dumps(sf.ds_config)}")
     return "\n".join(lines) + "\n"
-
-
-def load_strategy_file(path: Path) -> StrategyFile:
-    """Parse and validate a strategy.toml (SpecError naming the file on any problem)."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as e:
-        raise SpecError(f"cannot read {path}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{path} is not valid TOML: {e}") from None
-    known = set(StrategyFile.__dataclass_fields__)
-    extra = sorted(set(data) - known)
-    if extra:
-        raise SpecError(f"{path}: unknown keys {', '.join(extra)}; known: {', '.join(sorted(known))}")
-    return build(StrategyFile, data, str(path))
 
 
 def _bool(v: bool) -> str:

@@ -1,0 +1,345 @@
+"""Launchers a user submits: PBS + mpiexec (Aurora, Polaris), Slurm + srun (CUDA clusters),
+and a plain torchrun script for a local single-node run; plus the orchestration that turns an
+EmitRequest into the full set of files (env.sh, launcher, strategy.toml, ds_config.json).
+
+The per-rank command is a shell function (`prism_rank`) shipped to every rank with
+`bash -lc "$(declare -f prism_rank); ..."`: it loads the modules, then exports the profile again
+(a module load resets CCL/FI variables), then sets the rank layout and runs the script. It never
+preloads libpil4dfs. Every user value goes through `sh_quote`; directive lines refuse newlines.
+
+torchrun environment contract (what the training script reads, set by every launcher here):
+RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and PRISM_STRATEGY_FILE (strategy.toml).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prism_strategy import rules
+from prism_strategy.emit.deepspeed import build_ds_config, dumps
+from prism_strategy.emit.env import EnvProfile, check_text, comment, load_env_profile, profile_lines, render_env_sh, sh_quote
+from prism_strategy.emit.files import FileText
+from prism_strategy.emit.strategy_file import DS_CONFIG_FILE, STRATEGY_FILE, StrategyFile, precision_to_mixed, render_strategy_toml
+from prism_strategy.specs.cluster import Layout, PlatformSpec
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.presets import load_platform
+from prism_strategy.specs.training import PRECISIONS
+from prism_strategy.strategies import StrategySpec, get_strategy
+
+PBS_QUEUES: tuple[str, ...] = ("debug", "debug-scaling", "capacity", "prod", "preemptable")
+MASTER_PORT = 29500
+"""torch.distributed's default rendezvous port."""
+HEADER_PREFIX = "# prism-strategy emit:"
+_WALLTIME = re.compile(r"^\d{1,3}:[0-5]\d:[0-5]\d$")
+_FILESYSTEMS = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_]+)*$")
+_PLAIN = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EmitRequest:
+    strategy: str
+    platform: str
+    nodes: int
+    env_profile: str | None = None
+    """None: the platform's own profile."""
+    precision: str = "bf16-mixed"
+    ckpt_freq: int = 0
+    micro_batch: int = 1
+    grad_accum: int = 1
+    static_graph: bool | None = None
+    """DDP only; None means off."""
+    compile: bool = False
+    account: str | None = None
+    queue: str | None = None
+    """PBS: one of PBS_QUEUES (default debug). Slurm: the partition (default: none)."""
+    walltime: str = "01:00:00"
+    filesystems: str = "flare:home"
+    job_name: str = "prism"
+    script: str = "train.py"
+    script_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Emitted:
+    files: list[FileText]
+    platform: PlatformSpec
+    strategy: StrategySpec
+    profile: EnvProfile
+    layout: Layout
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Job:
+    """Everything a renderer needs, validated."""
+
+    req: EmitRequest
+    platform: PlatformSpec
+    strategy: StrategySpec
+    profile: EnvProfile
+    layout: Layout
+    strategy_file: str
+    """Absolute path of strategy.toml once written."""
+
+    @property
+    def header(self) -> str:
+        vals = dict(platform=self.platform.name, strategy=self.strategy.name, nodes=self.layout.nodes,
+                    **{"ranks-per-node": self.layout.ranks_per_node, "env-profile": self.profile.name})
+        return HEADER_PREFIX + "".join(f" {k}={re.sub(r'[^A-Za-z0-9_.-]', '_', str(v))}" for k, v in vals.items())
+
+
+def emit_files(req: EmitRequest, out: Path) -> Emitted:
+    """Validate the request and render every file; nothing is written here."""
+    job = _validate(req, out)
+    files = [
+        FileText(name="env.sh", text=render_env_sh(job.profile, job.platform.name, job.header),
+                 description=f"env profile {job.profile.name}: `source env.sh` on a compute node"),
+        *_launcher_files(job),
+        FileText(name="torchrun.sh", text=render_torchrun(job), executable=True,
+                 description="local single-node run: `bash torchrun.sh`"),
+        FileText(name=STRATEGY_FILE, text=render_strategy_toml(_strategy_file(job), job.header),
+                 description='wrap() arguments: wrap(model, from_file="strategy.toml")'),
+    ]
+    if job.strategy.engine == "deepspeed":
+        cfg = build_ds_config(job.strategy, micro_batch=req.micro_batch, world_size=job.layout.world,
+                              grad_accum=req.grad_accum, precision=req.precision)
+        files.append(FileText(name=DS_CONFIG_FILE, text=dumps(cfg), description="DeepSpeed config (deepspeed.initialize)"))
+    return Emitted(files=files, platform=job.platform, strategy=job.strategy, profile=job.profile,
+                   layout=job.layout, notes=_notes(job))
+
+
+def _validate(req: EmitRequest, out: Path) -> _Job:
+    strategy = get_strategy(req.strategy)
+    platform = load_platform(req.platform)
+    layout = Layout.for_platform(platform, req.nodes)
+    profile = load_env_profile(req.env_profile or platform.env_profile or "")
+    if req.precision not in PRECISIONS:
+        raise SpecError(f"--precision must be one of {', '.join(PRECISIONS)}, got {req.precision!r}")
+    if req.ckpt_freq < 0 or req.micro_batch < 1 or req.grad_accum < 1:
+        raise SpecError("--ckpt-freq must be >= 0, --micro-batch and --grad-accum >= 1")
+    if req.static_graph is not None and strategy.engine != "ddp":
+        raise SpecError(f"--static-graph applies to ddp only, not {strategy.name}")
+    if not _WALLTIME.match(req.walltime):
+        raise SpecError(f"--walltime must be HH:MM:SS, got {req.walltime!r}")
+    if not _FILESYSTEMS.match(req.filesystems):
+        raise SpecError(f"--filesystems must be names joined by ':' (e.g. flare:home), got {req.filesystems!r}")
+    if platform.launcher == "pbs" and (req.queue or "debug") not in PBS_QUEUES:
+        raise SpecError(f"--queue must be one of {', '.join(PBS_QUEUES)}, got {req.queue!r}")
+    for label, text in (("--account", req.account or ""), ("--queue", req.queue or ""), ("--job-name", req.job_name),
+                        ("--script", req.script), *(("script argument", a) for a in req.script_args)):
+        check_text(label, text)
+    if not req.script:
+        raise SpecError("--script must not be empty")
+    _refuse_not_viable(strategy, platform, req)
+    return _Job(req=req, platform=platform, strategy=strategy, profile=profile, layout=layout,
+                strategy_file=str(Path(out).absolute() / STRATEGY_FILE))
+
+
+def _refuse_not_viable(strategy: StrategySpec, platform: PlatformSpec, req: EmitRequest) -> None:
+    situation = {
+        "device": platform.device, "engine": strategy.engine, "compile": req.compile,
+        "multi_node": req.nodes > 1, "find_unused_parameters": False, "preloads_pil4dfs": False,
+        "reshard_or_sharded": strategy.param_shard != "none",
+    }
+    if strategy.engine == "ddp":
+        situation["static_graph"] = bool(req.static_graph)
+    for v in rules.check(situation):
+        if v.rule.blocks:
+            raise SpecError(f"not viable ({v.rule.id}): {v.message}")
+
+
+def _strategy_file(job: _Job) -> StrategyFile:
+    req = job.req
+    return StrategyFile(
+        strategy=job.strategy.name, mixed_precision=precision_to_mixed(req.precision), ckpt_freq=req.ckpt_freq,
+        static_graph=bool(req.static_graph) if job.strategy.engine == "ddp" else None,
+        find_unused_parameters=False, compile=req.compile, ranks_per_node=job.layout.ranks_per_node,
+        ds_config=DS_CONFIG_FILE if job.strategy.engine == "deepspeed" else None,
+    )
+
+
+def _notes(job: _Job) -> list[str]:
+    notes = []
+    if job.platform.launcher in ("pbs", "slurm") and not job.req.account:
+        notes.append("no --account given: add your project before submitting")
+    if job.strategy.engine == "deepspeed" and job.req.precision == "bf16-pure":
+        notes.append("bf16-pure under ZeRO: DeepSpeed's bf16 mode keeps fp32 master weights")
+    if job.strategy.engine == "deepspeed" and job.layout.nodes > 1:
+        notes.append(f"ds_config.json is sized for {job.layout.world} ranks; torchrun.sh runs one node")
+    return notes
+
+
+# --- launchers -------------------------------------------------------------------------------
+def _launcher_files(job: _Job) -> list[FileText]:
+    if job.platform.launcher == "pbs":
+        return [FileText(name="launch.pbs", text=render_pbs(job), executable=True,
+                         description="PBS job: `qsub launch.pbs` (mpiexec, one rank per device)")]
+    if job.platform.launcher == "slurm":
+        return [FileText(name="launch.slurm", text=render_slurm(job), executable=True,
+                         description="Slurm job: `sbatch launch.slurm` (srun, one rank per device)")]
+    return []
+
+
+def _run_line(job: _Job) -> str:
+    words = [sh_quote(job.req.script), *(sh_quote(a) for a in job.req.script_args)]
+    return "exec python3 " + " ".join(words)
+
+
+def _rank_function(job: _Job, rank: str, local_rank: str) -> list[str]:
+    """The per-rank command: modules, profile, layout, script. $1..$4 = addr, port, world, ranks per node."""
+    i = "    "
+    return [
+        "# Runs once per rank, on its node. The profile is exported again after the module loads:",
+        "# `module load` resets CCL/FI variables set before it.",
+        "prism_rank() {",
+        *profile_lines(job.profile, job.platform.name, indent=i),
+        f"{i}# rank layout, under torchrun's names",
+        f'{i}export RANK="${{{rank}}}" LOCAL_RANK="${{{local_rank}}}" WORLD_SIZE="$3" LOCAL_WORLD_SIZE="$4"',
+        f'{i}export MASTER_ADDR="$1" MASTER_PORT="$2"',
+        f"{i}export PRISM_STRATEGY_FILE={sh_quote(job.strategy_file)}",
+        f"{i}{_run_line(job)}",
+        "}",
+    ]
+
+
+RANK_LAUNCH = ('bash -lc "$(declare -f prism_rank); prism_rank \\"\\$@\\"" prism_rank '
+               '"$MASTER_ADDR" "$MASTER_PORT" "$NRANKS" "$RANKS_PER_NODE"')
+"""Ships prism_rank to each rank's login shell (which defines `module`) with addr, port, world, ranks per node."""
+
+
+def _pbs_directives(job: _Job) -> list[str]:
+    req = job.req
+    lines = [
+        f"#PBS -N {_directive_name(req.job_name)}",
+        f"#PBS -l select={job.layout.nodes}",
+        f"#PBS -l walltime={req.walltime}",
+        f"#PBS -l filesystems={req.filesystems}",
+        "#PBS -l place=scatter",
+        f"#PBS -q {req.queue or 'debug'}",
+        "#PBS -j oe",
+    ]
+    if req.account:
+        lines.insert(1, f"#PBS -A {_directive_value('--account', req.account)}")
+    else:
+        lines.insert(1, "# #PBS -A YOUR_PROJECT   (pass --account)")
+    return lines
+
+
+def render_pbs(job: _Job) -> str:
+    lay = job.layout
+    bind = cpu_bind_list(job.platform.cpu_cores_per_node, lay.ranks_per_node)
+    bind_opt = f' --cpu-bind "{bind}"' if bind else " --cpu-bind core"
+    lines = [
+        "#!/bin/bash -l",
+        job.header,
+        "# Submit: qsub launch.pbs   (from the folder your script paths are relative to)",
+        *_pbs_directives(job),
+        "set -euo pipefail",
+        'cd "${PBS_O_WORKDIR:-.}"',
+        f"export PRISM_JOB_NAME={sh_quote(job.req.job_name)}",
+        f"NNODES={lay.nodes}",
+        f"RANKS_PER_NODE={lay.ranks_per_node}",
+        "NRANKS=$((NNODES * RANKS_PER_NODE))",
+        "# rendezvous on the first host of the job (short host name)",
+        'MASTER_ADDR="$(head -n 1 "${PBS_NODEFILE:?not running under PBS}")"',
+        'MASTER_ADDR="${MASTER_ADDR%%.*}"',
+        f"MASTER_PORT={MASTER_PORT}",
+        "",
+        *_rank_function(job, "PALS_RANKID:-$PMI_RANK", "PALS_LOCAL_RANKID:-0"),
+        "",
+        f'mpiexec -n "$NRANKS" -ppn "$RANKS_PER_NODE"{bind_opt} \\',
+        "    " + RANK_LAUNCH,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_slurm(job: _Job) -> str:
+    req, lay = job.req, job.layout
+    directives = [
+        f"#SBATCH --job-name={_directive_name(req.job_name)}",
+        f"#SBATCH --nodes={lay.nodes}",
+        f"#SBATCH --ntasks-per-node={lay.ranks_per_node}",
+        f"#SBATCH --time={req.walltime}",
+    ]
+    if job.platform.device != "cpu":
+        directives.append(f"#SBATCH --gpus-per-node={lay.ranks_per_node}")
+    if req.account:
+        directives.append(f"#SBATCH --account={_directive_value('--account', req.account)}")
+    if req.queue:
+        directives.append(f"#SBATCH --partition={_directive_value('--queue', req.queue)}")
+    lines = [
+        "#!/bin/bash",
+        job.header,
+        "# Submit: sbatch launch.slurm   (from the folder your script paths are relative to)",
+        *directives,
+        "set -euo pipefail",
+        f"export PRISM_JOB_NAME={sh_quote(req.job_name)}",
+        f"NNODES={lay.nodes}",
+        f"RANKS_PER_NODE={lay.ranks_per_node}",
+        "NRANKS=$((NNODES * RANKS_PER_NODE))",
+        "# rendezvous on the first host of the job",
+        'MASTER_ADDR="$(scontrol show hostnames "${SLURM_JOB_NODELIST:?not running under Slurm}" | head -n 1)"',
+        f"MASTER_PORT={MASTER_PORT}",
+        "",
+        *_rank_function(job, "SLURM_PROCID", "SLURM_LOCALID"),
+        "",
+        'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE" \\',
+        "    " + RANK_LAUNCH,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_torchrun(job: _Job) -> str:
+    rpn = job.layout.ranks_per_node
+    words = [sh_quote(job.req.script), *(sh_quote(a) for a in job.req.script_args)]
+    lines = [
+        "#!/bin/bash",
+        job.header,
+        f"# Local run on one node ({rpn} ranks): bash torchrun.sh",
+        "set -eo pipefail",
+        'PRISM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        "# env.sh: module loads first, then the profile's variables",
+        "# shellcheck source=/dev/null",
+        'source "$PRISM_DIR/env.sh"',
+        f"export PRISM_JOB_NAME={sh_quote(job.req.job_name)}",
+        'export PRISM_STRATEGY_FILE="$PRISM_DIR/strategy.toml"',
+        f"exec torchrun --standalone --nnodes=1 --nproc-per-node={rpn} " + " ".join(words),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def cpu_bind_list(cores_per_node: int, ranks_per_node: int) -> str | None:
+    """mpiexec --cpu-bind list: dual-socket nodes (Aurora 2 x 52 cores), half the ranks on each
+    socket, core 0 of each socket left to the OS, equal contiguous blocks (ALCF's Aurora list
+    for 12 ranks is 1-8:...:41-48:53-60:...:93-100). None when the cores are unknown or too few."""
+    sockets = 2 if ranks_per_node % 2 == 0 else 1
+    per_socket, ranks_per_socket = cores_per_node // sockets, ranks_per_node // sockets
+    width = (per_socket - 1) // ranks_per_socket if ranks_per_socket else 0
+    if cores_per_node <= 0 or width < 1:
+        return None
+    blocks = []
+    for s in range(sockets):
+        for r in range(ranks_per_socket):
+            first = s * per_socket + 1 + r * width
+            blocks.append(f"{first}-{first + width - 1}" if width > 1 else str(first))
+    return "list:" + ":".join(blocks)
+
+
+def _directive_name(name: str) -> str:
+    """Scheduler job names allow no spaces or shell characters: keep [A-Za-z0-9_.-] (the full
+    name is exported, quoted, as PRISM_JOB_NAME)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:200] or "prism"
+    return safe if safe[0].isalnum() else "j" + safe
+
+
+def _directive_value(label: str, value: str) -> str:
+    """A #PBS/#SBATCH value: bare when plain, else in double quotes (the scheduler reads these
+    lines; the shell ignores them as comments). A double quote cannot be written there."""
+    check_text(label, value)
+    if _PLAIN.match(value):
+        return value
+    if '"' in value or "\\" in value:
+        raise SpecError(f"{label} {value!r}: a scheduler directive cannot hold a double quote or backslash")
+    return f'"{comment(value)}"'
