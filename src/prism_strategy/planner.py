@@ -144,7 +144,8 @@ def plan(model: Any = "qwen3-0.6b", **kw: Any) -> Plan:
     sc = build_scenario(model, **kw)
     parts = model_parts(sc.model, sc.training)
     options = [evaluate(sc, s, parts) for s in STRATEGIES]
-    if sc.training.micro_batch is not None and not any(o.feasible for o in options):
+    fits = [o for o in options if o.memory.total <= sc.platform.usable_bytes]
+    if sc.training.micro_batch is not None and not fits:
         best = min(options, key=lambda o: o.memory.total)
         raise SpecError(
             f"micro-batch {sc.training.micro_batch} fits no strategy: the smallest, {best.strategy}, needs "

@@ -1,0 +1,115 @@
+"""`prism-strategy plan` / models / platforms / strategies: JSON contract, tables, bad input."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from prism_strategy.cli import app
+from prism_strategy.strategies import STRATEGY_NAMES
+
+runner = CliRunner()
+OPTION_KEYS = {"strategy", "feasible", "why_not", "memory_gib", "max_micro_batch", "step_time_s", "samples_per_s",
+               "comm_fraction", "bound", "scaling_efficiency", "notes", "provenance"}
+MEMORY_KEYS = {"params", "grads", "optimizer", "activations", "buffers", "reserve", "total"}
+
+
+def run_json(*args):
+    r = runner.invoke(app, ["plan", *args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_plan_json_contract():
+    d = run_json("--model", "qwen3-0.6b", "--platform", "aurora", "--nodes", "2", "--seq-len", "512",
+                 "--micro-batch", "8")
+    assert set(d) >= {"inputs", "options", "recommended", "reasons", "warnings"}
+    assert [o["strategy"] for o in d["options"]] == list(STRATEGY_NAMES)
+    for o in d["options"]:
+        assert OPTION_KEYS <= set(o)
+        assert set(o["memory_gib"]) == MEMORY_KEYS
+        assert o["memory_gib"]["total"] == pytest.approx(sum(o["memory_gib"][k] for k in MEMORY_KEYS - {"total"}), abs=0.01)
+        assert o["bound"] in ("comm", "compute")
+    assert d["recommended"] in STRATEGY_NAMES and d["reasons"]
+    assert d["inputs"]["world_size"] == 24 and d["inputs"]["params"]["total"] > 5e8
+
+
+def test_plan_without_micro_batch_uses_each_max():
+    d = run_json("--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "2048")
+    for o in d["options"]:
+        if o["feasible"]:
+            assert o["micro_batch"] == o["max_micro_batch"] > 0
+
+
+def test_plan_multimodal_and_sweep():
+    d = run_json("--model", "qwen3-1.7b", "--vision", "siglip2-base-patch16-224", "--mode", "projector",
+                 "--platform", "polaris", "--nodes", "2", "--seq-len", "512", "--sweep-nodes", "1,2,4")
+    assert d["inputs"]["image_tokens"] == 196
+    assert {r["nodes"] for r in d["sweep"]} == {1, 2, 4}
+    assert all(r["nodes"] > 1 or r["scaling_efficiency"] == 1.0 for r in d["sweep"])
+
+
+def test_plan_table_names_the_recommendation():
+    r = runner.invoke(app, ["plan", "--model", "olmo-7b", "--platform", "aurora", "--nodes", "1", "--ckpt-freq", "1"])
+    assert r.exit_code == 0, r.output
+    assert "recommended: fsdp_full_shard" in r.stdout and "predicted" in r.stdout
+
+
+def test_hf_config_as_model(tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+           "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    d = run_json("--model", str(tmp_path / "config.json"), "--platform", "cpu", "--seq-len", "128")
+    assert d["inputs"]["params"]["total"] == 1000 * 256 * 2 + 4 * (4 * 256 * 256 + 3 * 256 * 512 + 2 * 256) + 256
+
+
+@pytest.mark.parametrize("cmd", ["models", "platforms", "strategies"])
+def test_lists(cmd):
+    r = runner.invoke(app, [cmd, "--json"])
+    assert r.exit_code == 0
+    names = [row["name"] for row in json.loads(r.stdout)]
+    assert names and len(names) == len(set(names))
+    assert runner.invoke(app, [cmd]).exit_code == 0
+
+
+def test_strategy_names_pinned():
+    r = runner.invoke(app, ["strategies", "--json"])
+    assert [row["name"] for row in json.loads(r.stdout)] == [
+        "ddp", "fsdp_full_shard", "fsdp_shard_grad_op", "hsdp_full_shard", "hsdp_shard_grad_op", "zero1", "zero2", "zero3"]
+
+
+BAD = [
+    (["--model", "gpt-17"], "unknown model"),
+    (["--platform", "frontier"], "unknown platform"),
+    (["--mode", "lora"], "unknown mode"),
+    (["--nodes", "0"], "--nodes"),
+    (["--micro-batch", "-2"], "--micro-batch"),
+    (["--seq-len", "0"], "--seq-len"),
+    (["--model", "olmo-1b", "--seq-len", "4096"], "max positions"),
+    (["--model", "olmo-7b", "--micro-batch", "100000"], "fits no strategy"),
+    (["--mode", "projector"], "--vision"),
+    (["--vision", "qwen3-0.6b"], "not a vision encoder"),
+    (["--precision", "fp8"], "unknown precision"),
+    (["--optimizer", "lion"], "unknown optimizer"),
+    (["--sweep-nodes", "1,x"], "--sweep-nodes"),
+    (["--ckpt-freq", "99"], "--ckpt-freq"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", BAD)
+def test_bad_input_exit_2_one_line(args, fragment):
+    r = runner.invoke(app, ["plan", *args])
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and fragment in lines[0], r.stderr
+    assert "Traceback" not in r.output and r.stdout == ""
+
+
+def test_malformed_files_exit_2(tmp_path):
+    bad_json = tmp_path / "config.json"
+    bad_json.write_text("{oops")
+    bad_toml = tmp_path / "p.toml"
+    bad_toml.write_text("devices_per_node = [")
+    for args in (["--model", str(bad_json)], ["--platform", str(bad_toml)]):
+        r = runner.invoke(app, ["plan", *args])
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output

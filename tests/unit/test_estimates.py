@@ -1,0 +1,174 @@
+"""Each formula against values computed by hand on a small config, and model states against
+DeepSpeed's own estimator."""
+
+import math
+
+import pytest
+
+from prism_strategy.estimate.comm import collective_seconds, estimate_comm
+from prism_strategy.estimate.compute import flops_per_sample, part_flops_per_sample
+from prism_strategy.estimate.memory import (
+    block_activation_bytes_per_token, estimate_memory, max_micro_batch, model_state_rows,
+)
+from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, TransformerSpec, load_model, load_platform
+from prism_strategy.strategies import get_strategy
+
+TINY = TransformerSpec(name="tiny", layers=2, hidden=8, heads=2, kv_heads=1, head_dim=4, ffn=16, vocab=10,
+                       max_positions=64)
+P = TINY.total_params
+LAY4 = Layout(nodes=1, ranks_per_node=4)
+CPU = load_platform("cpu")
+
+
+def states(strategy, precision="bf16-mixed", layout=LAY4, model=TINY):
+    t = TrainingSpec.from_precision(precision, seq_len=16)
+    parts = model_parts(MultimodalSpec(backbone=model), t)
+    rows = model_state_rows(parts, t, get_strategy(strategy), layout)
+    return {k: sum(b for key, _, b in rows if key == k) for k in ("params", "grads", "optimizer")}
+
+
+def test_model_states_by_hand():
+    assert states("ddp") == {"params": 4 * P, "grads": 4 * P, "optimizer": 8 * P}
+    assert states("ddp", "bf16-pure") == {"params": 2 * P, "grads": 2 * P, "optimizer": 4 * P}
+    assert states("fsdp_full_shard") == {"params": P, "grads": P, "optimizer": 2 * P}
+    # shard_grad_op also holds the whole model gathered in bf16 from forward to backward
+    assert states("fsdp_shard_grad_op")["params"] == P + 2 * P
+    hsdp = states("hsdp_full_shard", layout=Layout(nodes=2, ranks_per_node=2))
+    assert hsdp == {"params": 2 * P, "grads": 2 * P, "optimizer": 4 * P}
+
+
+@pytest.mark.parametrize("nodes, rpn", [(1, 8), (2, 12), (4, 4)])
+def test_zero2_matches_deepspeed_estimator(nodes, rpn):
+    ds = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
+    model = load_model("olmo-7b")
+    s = states("zero2", layout=Layout(nodes=nodes, ranks_per_node=rpn), model=model)
+    _, gpu = ds.estimate_zero2_model_states_mem_needs(model.total_params, num_gpus_per_node=rpn, num_nodes=nodes,
+                                                      cpu_offload=False)
+    assert sum(s.values()) == pytest.approx(gpu, rel=1e-6)  # 2P + 18P/N
+
+
+@pytest.mark.parametrize("nodes, rpn", [(1, 8), (2, 12)])
+def test_zero3_matches_deepspeed_estimator(nodes, rpn):
+    ds = pytest.importorskip("deepspeed.runtime.zero.stage3")
+    model = load_model("llama-2-7b")
+    lay = Layout(nodes=nodes, ranks_per_node=rpn)
+    t = TrainingSpec.from_precision("bf16-mixed", seq_len=16)
+    parts = model_parts(MultimodalSpec(backbone=model), t)
+    est = estimate_memory(parts, t, CPU, lay, get_strategy("zero3"), 0)
+    big_l = next(b for _, label, b in est.items if "largest layer" in label)
+    largest = model.vocab * model.hidden
+    _, gpu, _ = ds.estimate_zero3_model_states_mem_needs(model.total_params, largest, num_gpus_per_node=rpn,
+                                                         num_nodes=nodes, cpu_offload=False,
+                                                         cpu_offload_params=False, zero_init=True)
+    assert est.params + est.grads + est.optimizer + big_l == pytest.approx(gpu, rel=1e-6)  # L + 18P/N
+
+
+def test_activation_bytes_by_hand():
+    # h=8, q=8, kv=4, f=16, bf16: fp32 norm inputs 2*4*8, q/k/v 2*(8+8), attn out 2*8,
+    # trainable: norm outputs 2*2*8, o_proj input 2*8, SwiGLU 4*2*16
+    assert block_activation_bytes_per_token(TINY, 2, trains=True) == 64 + 32 + 16 + 32 + 16 + 128
+    # frozen: no linear inputs; SwiGLU keeps gate, up, act(gate) for the elementwise product
+    assert block_activation_bytes_per_token(TINY, 2, trains=False) == 64 + 32 + 16 + 96
+
+
+def test_activations_checkpointing_and_logits_by_hand():
+    t0 = TrainingSpec.from_precision("bf16-pure", seq_len=16)
+    t1 = TrainingSpec.from_precision("bf16-pure", seq_len=16, ckpt_freq=1)
+    a = 288
+    root = 4 * 8 + 2 * 8  # final-norm fp32 input + LM-head input
+    logits = 10 * (2 + 12)
+    for t, per_token in ((t0, 2 * a), (t1, 2 * 2 * 8 + a)):  # ckpt: 2 block inputs + one recomputed block
+        parts = model_parts(MultimodalSpec(backbone=TINY), t)
+        est = estimate_memory(parts, t, CPU, LAY4, get_strategy("fsdp_full_shard"), 3)
+        assert est.per_sample == 16 * (per_token + root + logits)
+        assert est.activations == 3 * est.per_sample
+
+
+def test_max_micro_batch_is_the_largest_that_fits():
+    t = TrainingSpec.from_precision("bf16-mixed", seq_len=2048, ckpt_freq=1)
+    parts = model_parts(MultimodalSpec(backbone=load_model("qwen3-1.7b")), t)
+    aurora = load_platform("aurora")
+    lay = Layout.for_platform(aurora, 1)
+    s = get_strategy("fsdp_full_shard")
+    mb = max_micro_batch(parts, t, aurora, lay, s)
+    assert mb > 0
+    assert estimate_memory(parts, t, aurora, lay, s, mb).total <= aurora.usable_bytes
+    assert estimate_memory(parts, t, aurora, lay, s, mb + 1).total > aurora.usable_bytes
+
+
+def test_flops_by_hand():
+    t = TrainingSpec.from_precision("bf16-mixed", seq_len=16)
+    parts = model_parts(MultimodalSpec(backbone=TINY), t)
+    mm = 8 * 8 + 2 * 8 * 4 + 8 * 8 + 3 * 8 * 16
+    fwd = 2 * (2 * mm * 16 + 4 * 16 * 16 * 8 * 0.5) + 2 * 10 * 8 * 16
+    assert flops_per_sample(parts, t) == 3 * fwd
+    t1 = TrainingSpec.from_precision("bf16-mixed", seq_len=16, ckpt_freq=2)  # 1 of 2 blocks recomputed
+    assert flops_per_sample(model_parts(MultimodalSpec(backbone=TINY), t1), t1) == 3 * fwd + (2 * mm * 16 + 4 * 16 * 16 * 8 * 0.5)
+
+
+def test_projector_only_is_about_two_thirds_of_e2e():
+    t = TrainingSpec.from_precision("bf16-mixed", seq_len=1024)
+    b, v = load_model("olmo-7b"), load_model("siglip2-so400m-patch14-384")
+    e2e = flops_per_sample(model_parts(MultimodalSpec(backbone=b, vision=v, mode="e2e"), t), t)
+    proj = flops_per_sample(model_parts(MultimodalSpec(backbone=b, vision=v, mode="projector"), t), t)
+    assert 0.6 < proj / e2e < 0.72
+    parts = model_parts(MultimodalSpec(backbone=b, vision=v, mode="projector"), t)
+    vision = part_flops_per_sample(parts[0], t)
+    assert vision.backward == 0 and vision.forward > 0  # frozen encoder below the projector: forward only
+
+
+def test_collective_cost_by_hand():
+    p = load_platform("dgx-h100")
+    size, n = 1e9, 8
+    ar = collective_seconds("all_reduce", size, n, 1, 1, p)
+    expect = 15e-6 + 2 * ((n - 1) * 4e-6 + size * (n - 1) / n / (450 * 0.8 * 1e9))
+    assert ar == pytest.approx(expect)
+    ag = collective_seconds("all_gather", size, n, 1, 1, p)
+    assert ag == pytest.approx(15e-6 + (n - 1) * 4e-6 + size * (n - 1) / n / (450 * 0.8e9))
+    assert collective_seconds("all_reduce", size, 1, 1, 1, p) == 0.0
+
+
+def test_aurora_allreduce_uses_the_flat_ring():
+    a = load_platform("aurora")
+    ar = collective_seconds("all_reduce", 1e9, 12, 1, 1, a)
+    rs = collective_seconds("reduce_scatter", 1e9, 12, 1, 1, a)
+    # all-reduce moves twice the bytes of reduce-scatter, and over the slower ring hop (15 vs 37.5 GB/s)
+    assert ar / rs == pytest.approx(2 * 37.5 / 15, rel=0.05)
+
+
+def test_hsdp_keeps_gather_inside_node_and_reduces_a_shard_across():
+    t = TrainingSpec.from_precision("bf16-mixed", seq_len=512)
+    parts = model_parts(MultimodalSpec(backbone=load_model("qwen3-0.6b")), t)
+    lay = Layout(nodes=2, ranks_per_node=12)
+    p = load_platform("aurora")
+    hsdp = estimate_comm(parts, t, p, lay, get_strategy("hsdp_shard_grad_op"))
+    links = {(c.op, c.link) for c in hsdp.collectives}
+    assert links == {("all_gather", "intra-node"), ("reduce_scatter", "intra-node"), ("all_reduce", "inter-node")}
+    ar = next(c for c in hsdp.collectives if c.op == "all_reduce")
+    rs = next(c for c in hsdp.collectives if c.op == "reduce_scatter")
+    assert ar.bytes_per_call * ar.calls_per_step == pytest.approx(rs.bytes_per_call * rs.calls_per_step / 12)
+    fs = estimate_comm(parts, t, p, lay, get_strategy("fsdp_full_shard"))
+    assert {c.link for c in fs.collectives} == {"spans nodes"}
+    assert sum(c.calls_per_step for c in fs.collectives if c.op == "all_gather") == 2 * (28 + 1)
+
+
+def test_grad_accumulation_gathers_every_micro_step_reduces_once():
+    t = TrainingSpec.from_precision("bf16-mixed", seq_len=64)
+    parts = model_parts(MultimodalSpec(backbone=TINY), t)
+    fs = estimate_comm(parts, t, CPU, LAY4, get_strategy("fsdp_full_shard"), grad_accum=4)
+    calls = lambda op: sum(c.calls_per_step for c in fs.collectives if c.op == op)  # noqa: E731
+    assert calls("all_gather") == 2 * 4 * 3 and calls("reduce_scatter") == 3  # 2 blocks + root per pass
+    z2 = estimate_comm(parts, t, CPU, LAY4, get_strategy("zero2"), grad_accum=4)
+    assert next(c for c in z2.collectives if c.op == "reduce_scatter").calls_per_step == 4
+
+
+def test_only_trainable_params_are_communicated_by_ddp():
+    t = TrainingSpec.from_precision("bf16-mixed", seq_len=64)
+    b, v = load_model("qwen3-0.6b"), load_model("siglip2-base-patch16-224")
+    parts = model_parts(MultimodalSpec(backbone=b, vision=v, mode="projector"), t)
+    ddp = estimate_comm(parts, t, CPU, LAY4, get_strategy("ddp"))
+    moved = sum(c.bytes_per_call * c.calls_per_step for c in ddp.collectives)
+    proj = 768 * 1024 + 1024 + 1024 * 1024 + 1024
+    assert moved == proj * 4
+    assert math.isclose(sum(c.calls_per_step for c in ddp.collectives), 1)

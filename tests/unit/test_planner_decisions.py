@@ -1,0 +1,78 @@
+"""The planner reproduces DOMAIN.md section 2's decisions from its model (no table of answers).
+
+Scenarios use PRISM's own settings where DOMAIN gives them: seq 1024 with checkpointing of
+every block for 7B end-to-end, seq 512 for the 0.6B runs (micro-batch 8 per tile assumed),
+seq 8192 for AuroraGPT-2B.
+"""
+
+import pytest
+
+from prism_strategy.planner import plan
+from prism_strategy.specs.cluster import GiB
+
+VISION = "siglip2-so400m-patch14-384"
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_projector_only_on_7b_backbone_is_ddp(nodes):
+    p = plan("olmo-7b", vision=VISION, mode="projector", platform="aurora", nodes=nodes, seq_len=1024)
+    assert p.recommended == "ddp"
+    ddp = p.option("ddp")
+    assert ddp.feasible and ddp.comm_fraction < 0.05
+    assert any("static_graph" in n for n in ddp.notes)
+    # sharding the frozen 7B backbone only adds all-gathers of frozen weights
+    assert p.option("fsdp_full_shard").samples_per_s < 0.9 * ddp.samples_per_s
+
+
+def test_7b_e2e_one_aurora_node_is_fsdp_full_shard_and_ddp_does_not_fit():
+    p = plan("olmo-7b", mode="e2e", platform="aurora", nodes=1, seq_len=1024, ckpt_freq=1)
+    ddp = p.option("ddp")
+    assert not ddp.feasible and "out of memory" in ddp.why_not
+    assert ddp.memory.total > 64 * GiB
+    assert p.recommended == "fsdp_full_shard"
+    fs = p.option("fsdp_full_shard")
+    assert fs.max_micro_batch == max(o.max_micro_batch for o in p.options if o.strategy.startswith(("fsdp", "hsdp")))
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_small_model_comm_bound_hsdp_shard_grad_op_beats_full_shard(nodes):
+    p = plan("qwen3-0.6b", platform="aurora", nodes=nodes, seq_len=512, micro_batch=8)
+    fs, hsgo = p.option("fsdp_full_shard"), p.option("hsdp_shard_grad_op")
+    assert fs.bound == "comm"
+    assert hsgo.samples_per_s > 1.25 * fs.samples_per_s
+
+
+def test_7b_shard_grad_op_shows_gathered_params_and_root_only_wrap_cost():
+    p = plan("olmo-7b", platform="aurora", nodes=1, seq_len=1024, ckpt_freq=1, micro_batch=1)
+    sgo, fs = p.option("fsdp_shard_grad_op"), p.option("fsdp_full_shard")
+    gathered = next(b for _, label, b in sgo.memory.items if label.startswith("gathered params"))
+    assert gathered == pytest.approx(6.888e9 * 2, rel=0.01)  # the whole model in bf16 on each of 12 ranks
+    assert sgo.memory.total - fs.memory.total > 0.8 * gathered
+    assert any("12 ranks per node" in n for n in sgo.notes)
+    root_note = next(n for n in sgo.notes if n.startswith("wrapping only the root"))
+    assert "does not fit" in root_note  # PRISM ran out of memory this way even at small batches
+
+
+def test_full_shard_scaling_compute_bound_2b_vs_comm_bound_small_model():
+    big = plan("auroragpt-2b", platform="aurora", nodes=8, seq_len=8192, ckpt_freq=1).option("fsdp_full_shard")
+    small = plan("qwen3-0.6b", platform="aurora", nodes=8, seq_len=512, micro_batch=8).option("fsdp_full_shard")
+    assert big.bound == "compute" and small.bound == "comm"
+    assert big.scaling_efficiency >= 0.85
+    assert small.scaling_efficiency <= 0.7
+
+
+def test_not_viable_options_are_never_recommended():
+    p = plan("qwen3-0.6b", platform="aurora", nodes=2, seq_len=512, micro_batch=8, compile=True)
+    for o in p.options:
+        assert not o.feasible and "not viable" in o.why_not  # multi-node compile on XPU
+    assert p.recommended is None
+    single = plan("qwen3-0.6b", platform="aurora", nodes=1, seq_len=512, micro_batch=8, compile=True)
+    assert all(not single.option(z).feasible for z in ("zero1", "zero2", "zero3"))  # DeepSpeed + compile
+    assert single.recommended not in ("zero1", "zero2", "zero3") and single.recommended is not None
+
+
+def test_each_option_says_where_numbers_come_from():
+    p = plan("qwen3-0.6b", platform="aurora", nodes=1, seq_len=512)
+    for o in p.options:
+        assert set(o.provenance) >= {"memory", "compute", "communication"}
+        assert all(v.startswith(("predicted", "none")) for v in o.provenance.values())
