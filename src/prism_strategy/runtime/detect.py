@@ -17,11 +17,13 @@ backward is the shortest while its local time is the longest. Hence:
   own baseline for ``collapse_steps`` consecutive steps while forward stays within
   ``flat_factor`` of its baseline on every rank (compute unchanged, the collective slowed);
 * straggler: the per-step ratio ``local[rank] / min over ranks`` has a median >= ``straggler_ratio``
-  for a minority of ranks, their excess is a visible share of the step, and their backward
+  and exceeds it in >= ``straggler_consistency`` of the steps, for a minority of ranks; their
+  excess is a visible share of the step, and their backward
   (= collective wait) is not above the others' (they wait least). When the slow rank also gets
   more tokens, it is input skew instead;
-* input skew: compute (forward, else step time) follows the tokens of the batch (Pearson
-  correlation >= ``skew_corr`` over (rank, step) points, with tokens and time both varying).
+* input skew: compute (forward, else step time) follows the tokens of the batch (Spearman rank
+  correlation >= ``skew_corr`` over (rank, step) points, with tokens and time both varying;
+  ranks, not values, so a few scheduler hiccups do not hide it).
 
 Limits: where forward itself holds collectives (FSDP all-gathers) the local share is smaller and a
 slowness confined to backward kernels cannot be told from a collapse without a comm-level split.
@@ -89,7 +91,10 @@ class DetectConfig:
     straggler_min_share: float = 0.05
     """The straggler's extra local time must be at least this share of the median step."""
     straggler_min_steps: int = 5
-    skew_corr: float = 0.7
+    straggler_consistency: float = 0.75
+    """Share of steps in which the straggler must be over the ratio (a rank that is only
+    descheduled now and then, as under CPU contention, is not a straggler)."""
+    skew_corr: float = 0.6
     skew_min_cv: float = 0.1
     skew_min_points: int = 8
 
@@ -216,7 +221,7 @@ def _straggler_stats(s: Series) -> dict[str, np.ndarray] | None:
     local = local[:, ok]
     best = np.min(local, axis=0)
     ratio = local / np.where(best > 0, best, np.nan)
-    return {"ratio": _nanmedian(ratio, axis=1), "local": _nanmedian(local, axis=1),
+    return {"ratio": _nanmedian(ratio, axis=1), "local": _nanmedian(local, axis=1), "all_ratios": ratio,
             "backward": _nanmedian(s.backward[:, ok], axis=1),
             "tokens": _nanmedian(s.tokens[:, ok], axis=1),
             "step": _nanmedian(s.step_s[:, ok]), "n": ok.sum(), "steps": s.steps[ok],
@@ -231,8 +236,9 @@ def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
     if st is None or st["n"] < cfg.straggler_min_steps:
         return None
     excess = st["local"] - np.min(st["local"])
+    over = np.mean(st["all_ratios"] >= cfg.straggler_ratio, axis=1)
     slow = [k for k in range(len(s.ranks)) if st["ratio"][k] >= cfg.straggler_ratio
-            and excess[k] >= cfg.straggler_min_share * st["step"]]
+            and over[k] >= cfg.straggler_consistency and excess[k] >= cfg.straggler_min_share * st["step"]]
     if not slow or len(slow) * 2 > len(s.ranks):
         return None
     others = [k for k in range(len(s.ranks)) if k not in slow]
@@ -251,6 +257,7 @@ def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
           "local_s": {str(s.ranks[k]): _r(st["local"][k]) for k in range(len(s.ranks))},
           "collective_wait_s": {str(s.ranks[k]): _r(st["backward"][k]) for k in range(len(s.ranks))},
           "slowest_share": {str(s.ranks[k]): _r(float(np.mean(st["slowest"] == k)), 2) for k in slow},
+          "over_ratio_share": {str(s.ranks[k]): _r(float(over[k]), 2) for k in slow},
           "steps": [int(st["steps"][0]), int(st["steps"][-1])], "n_steps": int(st["n"]),
           "threshold": cfg.straggler_ratio}
     worst = max(slow, key=lambda k: st["ratio"][k])
@@ -266,6 +273,16 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(x, y)[0, 1])
 
 
+def _rankdata(a: np.ndarray) -> np.ndarray:
+    """Ranks with ties averaged (for Spearman's correlation)."""
+    order = np.argsort(a, kind="mergesort")
+    ranks = np.empty(a.size)
+    ranks[order] = np.arange(a.size)
+    _, inv = np.unique(a, return_inverse=True)
+    sums = np.bincount(inv, weights=ranks)
+    return (sums / np.bincount(inv))[inv]
+
+
 def _cv(a: np.ndarray) -> float:
     m = float(np.mean(a))
     return float(np.std(a) / m) if m > 0 else 0.0
@@ -279,12 +296,12 @@ def detect_input_skew(s: Series, cfg: DetectConfig) -> Event | None:
     x, y = t.tokens[ok], y_all[ok]
     if x.size < cfg.skew_min_points or _cv(x) < cfg.skew_min_cv or _cv(y) < cfg.skew_min_cv:
         return None
-    corr = _pearson(x, y)
+    corr = _pearson(_rankdata(x), _rankdata(y))
     if not corr >= cfg.skew_corr:
         return None
     slope = float(np.polyfit(x, y, 1)[0]) * 1000.0
     ranks = tuple(r for k, r in enumerate(t.ranks) if ok[k].any())
-    ev = {"corr_compute_vs_tokens": _r(corr, 3), "points": int(x.size),
+    ev = {"spearman_compute_vs_tokens": _r(corr, 3), "pearson": _r(_pearson(x, y), 3), "points": int(x.size),
           "tokens_min": _r(float(x.min()), 1), "tokens_max": _r(float(x.max()), 1),
           "compute_min_s": _r(float(y.min())), "compute_max_s": _r(float(y.max())),
           "s_per_1k_tokens": _r(slope, 5), "threshold": cfg.skew_corr}

@@ -173,14 +173,18 @@ class Watchdog:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-        if self._backstop_file is not None:
-            faulthandler.cancel_dump_traceback_later()
-            self._backstop_file.close()
-            p = Path(self._backstop_file.name)
-            if p.exists() and p.stat().st_size == 0:
-                p.unlink()
-            self._backstop_file = None
+        self._drop_backstop()
         self._heartbeat(force=True)
+
+    def _drop_backstop(self) -> None:
+        if self._backstop_file is None:
+            return
+        faulthandler.cancel_dump_traceback_later()
+        self._backstop_file.close()
+        p = Path(self._backstop_file.name)
+        if p.exists() and p.stat().st_size == 0:
+            p.unlink()
+        self._backstop_file = None
 
     def _loop(self) -> None:
         while not self._stop.wait(self.tick_s):
@@ -191,8 +195,6 @@ class Watchdog:
             p = self.progress
             if p.active and not p.paused and time.monotonic() - p.last_mono > self.timeout_s:
                 self.fire()
-                if self._backstop_file is not None:
-                    faulthandler.cancel_dump_traceback_later()
                 return
 
     def _heartbeat(self, force: bool = False) -> None:
@@ -241,5 +243,6 @@ class Watchdog:
                      report.get("ranks_not_reached"), self.out_dir / "stacks", HANG_EXIT_CODE)
         if self.on_hang is not None:
             _run_bounded(lambda: self.on_hang(own), 5.0)
+        self._drop_backstop()
         self.exit_fn(HANG_EXIT_CODE)
         return report

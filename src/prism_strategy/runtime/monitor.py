@@ -1,0 +1,367 @@
+"""`StepMonitor`: per-rank step and phase timing, online detection, hang watchdog.
+
+```python
+mon = StepMonitor(out_dir, ctx=ctx, hang_timeout_s=300)
+for batch in loader:
+    with mon.step(samples=b, tokens=b * s):
+        with mon.phase("forward"):   loss = job.model(batch).loss
+        with mon.phase("backward"):  job.backward(loss)
+        with mon.phase("optimizer"): job.step()
+mon.close()
+```
+
+What it measures, per rank and step: the time of each named phase (repeated phases add up), the
+data wait (the gap since the previous step ended, unless the loop times a "data" phase itself),
+the iteration time ``step_s`` (data wait + the step body), samples, tokens, peak memory (device
+allocator peak on accelerators, process max RSS on CPU).
+
+How, cheaply: on CPU the clock is ``time.perf_counter``. On an accelerator each phase records two
+device events and the step is resolved one or two steps later, when its last event has completed,
+so the monitor adds no synchronisation of its own except every K steps, where it gathers the
+window (below). Measured overhead on CPU: see ``benchmarks/monitor_overhead.py``.
+
+Output, one JSONL file per rank, ``OUT/rank{R}.jsonl``; every line has a ``kind``::
+
+    {"kind":"meta","rank":0,"world_size":4,"pid":..,"host":..,"device":"cpu","t0":..,...}
+    {"kind":"step","step":7,"rank":0,"t":<unix>,"step_s":0.051,
+     "phases":{"data":0.001,"forward":0.012,"backward":0.031,"optimizer":0.004},
+     "samples":8,"tokens":1024,"peak_mem_bytes":...}
+    {"kind":"summary","step":10,"fastest_rank":1,"slowest_rank":2,"straggler_ratio":1.04,...}
+    {"kind":"event","event":"collapse","step":23,"ranks":[0,1,2,3],"evidence":{...},...}
+    {"kind":"close","steps":40}
+
+Cross-rank detection: every ``summary_every`` (K) steps, when torch.distributed is initialised,
+each rank all-gathers a (K x 7) float tensor of its phase times (`detect.FIELDS`) over the default
+group; rank 0 keeps the warm-up baseline and a bounded recent window, writes the summary (fastest
+and slowest rank, straggler ratio) and runs the detectors of `prism_strategy.runtime.detect`
+(collapse, straggler, input skew; the compute-vs-wait method is documented there). Without a
+process group it detects from the local rank only. Ranks must call `step()` the same number of
+times (as DDP requires anyway); a rank that does not join a gather is caught by the watchdog.
+
+Hang: see `prism_strategy.runtime.watchdog` (`HANG_EXIT_CODE`, ``hang_report.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import resource
+import socket
+import time
+from collections import deque
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from prism_strategy.runtime.detect import FIELDS, DetectConfig, Event, Series, StepTimes, detect_all, summarize
+from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
+
+__all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event"]
+
+log = logging.getLogger("prism_strategy.monitor")
+_PHASES = ("data", "forward", "backward", "optimizer")
+
+
+def _identity(ctx: Any) -> tuple[int, int, torch.device]:
+    """rank, world size and device from ctx, else the process group, else the launcher env."""
+    device = getattr(ctx, "device", None) if ctx is not None else None
+    if ctx is not None:
+        rank, world = int(ctx.rank), int(ctx.world_size)
+    elif torch.distributed.is_available() and torch.distributed.is_initialized():
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    else:
+        env = os.environ
+        rank = int(env.get("RANK", env.get("PMI_RANK", env.get("PALS_RANKID", "0"))))
+        world = int(env.get("WORLD_SIZE", env.get("PMI_SIZE", "1")))
+    return rank, world, torch.device(device) if device is not None else torch.device("cpu")
+
+
+class _History:
+    """Gathered rows: the first `keep_first` steps (the baseline) and the last `keep_last`."""
+
+    def __init__(self, keep_first: int, keep_last: int) -> None:
+        self.keep_first, self.keep_last = keep_first, keep_last
+        self.first: np.ndarray | None = None
+        self.recent: deque[np.ndarray] = deque()
+
+    def add(self, block: np.ndarray) -> None:
+        n_first = 0 if self.first is None else self.first.shape[1]
+        take = max(0, min(self.keep_first - n_first, block.shape[1]))
+        if take:
+            head = block[:, :take]
+            self.first = head if self.first is None else np.concatenate([self.first, head], axis=1)
+            block = block[:, take:]
+        if block.shape[1]:
+            self.recent.append(block)
+        while self.recent and sum(b.shape[1] for b in self.recent) - self.recent[0].shape[1] >= self.keep_last:
+            self.recent.popleft()
+
+    def series(self, ranks: tuple[int, ...]) -> Series:
+        parts = ([self.first] if self.first is not None else []) + list(self.recent)
+        return Series.from_block(ranks, np.concatenate(parts, axis=1))
+
+
+class _Phase:
+    __slots__ = ("mon", "name", "t0", "ev0")
+
+    def __init__(self, mon: StepMonitor, name: str) -> None:
+        self.mon, self.name = mon, name
+
+    def __enter__(self) -> _Phase:
+        self.mon.progress.mark(self.name)
+        self.ev0 = self.mon._event()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        mon = self.mon
+        dt = time.perf_counter() - self.t0
+        mon._phases[self.name] = mon._phases.get(self.name, 0.0) + dt
+        if self.ev0 is not None:
+            mon._dev.append((self.name, self.ev0, mon._event()))
+        mon.progress.mark("step")
+
+
+class _Step:
+    __slots__ = ("mon", "samples", "tokens")
+
+    def __init__(self, mon: StepMonitor, samples: Any, tokens: Any) -> None:
+        self.mon, self.samples, self.tokens = mon, samples, tokens
+
+    def __enter__(self) -> _Step:
+        self.mon._begin(self.samples, self.tokens)
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        self.mon._end(exc_type)
+
+
+class StepMonitor:
+    """Times steps and phases per rank, detects collapse/straggler/skew online, watches hangs.
+
+    `out_dir` is shared by all ranks (one file each). `ctx` is anything with ``rank``,
+    ``world_size`` and optionally ``device`` (e.g. `init_distributed()`'s result); None reads
+    the process group or RANK / WORLD_SIZE. ``hang_timeout_s=None`` disables the watchdog.
+    Nothing is opened until `start()` (called by the first `step()`).
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, *, ctx: Any = None, hang_timeout_s: float | None = 300.0,
+                 summary_every: int = 10, detect: DetectConfig | None = None, gather: bool = True,
+                 backstop: bool = True, exit_fn: Callable[[int], None] = os._exit,
+                 event_factory: Callable[[], Any] | None = None) -> None:
+        self.out_dir, self.ctx = Path(out_dir), ctx
+        self.hang_timeout_s, self.summary_every = hang_timeout_s, max(1, int(summary_every))
+        self.detect, self.gather, self.backstop, self.exit_fn = detect or DetectConfig(), gather, backstop, exit_fn
+        self.events: list[Event] = []
+        self.progress = Progress()
+        self._event_factory = event_factory
+        self._started = self._closed = False
+        self._fh = None
+        self._watchdog: Watchdog | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> StepMonitor:
+        if self._started:
+            return self
+        self.rank, self.world_size, self.device = _identity(self.ctx)
+        self._dist = (self.gather and self.world_size > 1 and torch.distributed.is_available()
+                      and torch.distributed.is_initialized())
+        if self._event_factory is None and self.device.type != "cpu":
+            dev = self.device.type
+            self._event_factory = lambda: torch.Event(device=dev, enable_timing=True)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.out_dir / f"rank{self.rank}.jsonl", "a", buffering=1 << 16)
+        self._step_i, self._t_prev_end, self._fired, self._monitor_s = 0, None, set(), 0.0
+        self._rows: list[list[float]] = []
+        self._pending: deque = deque()
+        cfg = self.detect
+        keep_last = max(4 * self.summary_every, cfg.collapse_steps + 2 * self.summary_every, 32)
+        self._history = _History(cfg.warmup_skip + cfg.warmup_steps, keep_last)
+        self._write({"kind": "meta", "rank": self.rank, "world_size": self.world_size, "pid": os.getpid(),
+                     "host": socket.gethostname(), "device": str(self.device), "t0": time.time(),
+                     "hang_timeout_s": self.hang_timeout_s, "summary_every": self.summary_every,
+                     "gather": self._dist, "torch": torch.__version__, "format": 1})
+        self._fh.flush()
+        if self.hang_timeout_s:
+            self._watchdog = Watchdog(self.out_dir, self.rank, self.world_size, self.hang_timeout_s,
+                                      self.progress, on_hang=self._on_hang, exit_fn=self.exit_fn,
+                                      backstop=self.backstop)
+            self._watchdog.start()
+        self._started = True
+        return self
+
+    def close(self) -> None:
+        if not self._started or self._closed:
+            return
+        self._closed = True
+        self._drain(block=True)
+        self.progress.active = False
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        self._write({"kind": "close", "steps": self._step_i, "t": time.time()})
+        self._fh.close()
+
+    def __enter__(self) -> StepMonitor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def path(self) -> Path:
+        rank = self.rank if self._started else _identity(self.ctx)[0]
+        return self.out_dir / f"rank{rank}.jsonl"
+
+    # -- the loop API ----------------------------------------------------------------------
+    def step(self, *, samples: int | None = None, tokens: int | None = None) -> _Step:
+        return _Step(self, samples, tokens)
+
+    def phase(self, name: str) -> _Phase:
+        return _Phase(self, name)
+
+    @contextmanager
+    def paused(self):
+        """Eval, checkpointing: the watchdog does not count this time."""
+        self.progress.paused = True
+        try:
+            yield
+        finally:
+            self.progress.paused = False
+            self.progress.mark(self.progress.phase)
+
+    # -- internals -------------------------------------------------------------------------
+    def _event(self) -> Any:
+        if self._event_factory is None:
+            return None
+        ev = self._event_factory()
+        ev.record()
+        return ev
+
+    def _begin(self, samples: Any, tokens: Any) -> None:
+        if not self._started:
+            self.start()
+        now = time.perf_counter()
+        self._gap = now - self._t_prev_end if self._t_prev_end is not None else math.nan
+        self._mon_s, self._monitor_s = self._monitor_s, 0.0
+        self._t0, self._ev_step0 = now, self._event()
+        self._samples, self._tokens = samples, tokens
+        self._phases: dict[str, float] = {}
+        self._dev: list[tuple[str, Any, Any]] = []
+        self.progress.active = True
+        self.progress.mark("step", self._step_i)
+
+    def _end(self, exc_type: Any) -> None:
+        t1 = time.perf_counter()
+        rec: dict[str, Any] = {"kind": "step", "step": self._step_i, "rank": self.rank, "t": time.time(),
+                               "step_s": t1 - self._t0, "phases": self._phases,
+                               "samples": self._samples, "tokens": self._tokens,
+                               "peak_mem_bytes": self._peak_mem()}
+        if self._mon_s:
+            rec["monitor_s"] = self._mon_s
+        if exc_type is not None:
+            rec["error"] = getattr(exc_type, "__name__", str(exc_type))
+        self._t_prev_end = t1
+        self._step_i += 1
+        self.progress.mark("data", self._step_i)
+        self._pending.append((rec, self._gap, self._ev_step0, self._event(), self._dev))
+        self._drain(block=False)
+        if exc_type is None and self._step_i % self.summary_every == 0:
+            self._sync_window()
+            self._monitor_s = time.perf_counter() - t1
+            self._t_prev_end = t1 + self._monitor_s
+
+    def _peak_mem(self) -> int:
+        if self.device.type == "cpu":
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        mod = getattr(torch, self.device.type, None)
+        fn = getattr(mod, "max_memory_allocated", None) or torch.accelerator.max_memory_allocated
+        return int(fn(self.device))
+
+    def _drain(self, block: bool) -> None:
+        """Finish step records whose device events are complete (all of them when block)."""
+        while self._pending:
+            rec, gap, ev0, ev1, dev = self._pending[0]
+            if ev1 is not None and not block and len(self._pending) <= 2 and not ev1.query():
+                return
+            self._pending.popleft()
+            if ev1 is not None:
+                ev1.synchronize()
+                rec["step_s"] = ev0.elapsed_time(ev1) / 1000.0
+                rec["phases"] = {}
+                for name, a, b in dev:
+                    rec["phases"][name] = rec["phases"].get(name, 0.0) + a.elapsed_time(b) / 1000.0
+            self._finish(rec, gap)
+
+    def _finish(self, rec: dict[str, Any], gap: float) -> None:
+        ph = rec["phases"]
+        if "data" not in ph and not math.isnan(gap):
+            ph["data"] = gap
+        rec["step_s"] += (0.0 if math.isnan(gap) else gap) + rec.get("monitor_s", 0.0)
+        self._write(rec)
+        tok = rec["tokens"]
+        self._rows.append(StepTimes(rec["step"], self.rank, rec["step_s"],
+                                    *(ph.get(p, math.nan) for p in _PHASES),
+                                    math.nan if tok is None else float(tok)).row())
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(rec, separators=(",", ":"), default=str) + "\n")
+
+    def _sync_window(self) -> None:
+        """Every K steps: gather the window, summarise and detect on rank 0, flush."""
+        self._drain(block=True)
+        k = self.summary_every
+        block = np.full((k, len(FIELDS)), np.nan)
+        rows = self._rows[-k:]
+        if rows:
+            block[-len(rows):] = rows
+        self._rows.clear()
+        if self._dist:
+            self.progress.mark("monitor_gather")
+            gathered, ranks = self._all_gather(block), tuple(range(self.world_size))
+            self.progress.mark("data")
+        else:
+            gathered, ranks = block[None], (self.rank,)
+        if self.rank == 0 or not self._dist:
+            self._analyse(gathered, ranks)
+        self._fh.flush()
+
+    def _all_gather(self, block: np.ndarray) -> np.ndarray:
+        dist = torch.distributed
+        dev = torch.device("cpu") if dist.get_backend() == "gloo" else self.device
+        t = torch.from_numpy(block).to(device=dev, dtype=torch.float32)
+        out = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(out, t)
+        return torch.stack(out).cpu().double().numpy()
+
+    def _analyse(self, gathered: np.ndarray, ranks: tuple[int, ...]) -> None:
+        self._history.add(gathered)
+        window = Series.from_block(ranks, gathered)
+        if window.steps.size:
+            summ = summarize(window)
+            self._write({"kind": "summary", "step": self._step_i, **summ})
+            if "straggler_ratio" in summ:
+                log.info("step %d: step %.4fs; fastest rank %s (%.4fs local), slowest rank %s (%.4fs), "
+                         "straggler ratio %.2f", self._step_i, summ["step_s"] or 0, summ["fastest_rank"],
+                         summ["fastest_local_s"] or 0, summ["slowest_rank"], summ["slowest_local_s"] or 0,
+                         summ["straggler_ratio"] or 0)
+        for ev in detect_all(self._history.series(ranks), self.detect):
+            if ev.kind not in self._fired:
+                self._fired.add(ev.kind)
+                self._record(Event(ev.kind, ev.step, ev.ranks, ev.evidence, ev.message, "online"))
+
+    def _record(self, ev: Event) -> None:
+        self.events.append(ev)
+        self._write({"kind": "event", **ev.to_dict(), "detected_at_step": self._step_i})
+        self._fh.flush()
+        log.warning("%s (detected at step %d)", ev.message, self._step_i)
+
+    def _on_hang(self, own: dict) -> None:
+        """Watchdog thread, just before exit: put the hang event in this rank's JSONL."""
+        self._write({"kind": "event", "event": "hang", "step": own["step"], "ranks": [self.rank],
+                     "evidence": own, "message": f"hang in phase {own['phase']!r}", "source": "online"})
+        self._fh.flush()
