@@ -213,7 +213,7 @@ def estimate_memory(
     res = residual_bytes(strategy, training)
     per_sample = 0.0
     for p in parts:
-        a = part_activation_bytes_per_sample(p, training, res)
+        a = part_activation_bytes_per_sample(p, training, res) * platform.activation_factor
         per_sample += a
         if a:
             rows.append(("activations", f"{p.name} activations x{micro_batch}", a * micro_batch))

@@ -55,6 +55,8 @@ class PlatformSpec:
     per_tensor_overhead_us: float = 5.0
     comm_overlap: float = 0.8
     """Fraction of communication a backward pass can hide behind compute (0 when collectives block)."""
+    activation_factor: float = 1.0
+    """Measured / predicted saved-activation bytes; 1.0 until `prism-strategy calibrate` fits it."""
     compile_multinode_ok: bool = True
     cpu_cores_per_node: int = 0
     sources: dict[str, str] = field(default_factory=dict)
@@ -67,6 +69,8 @@ class PlatformSpec:
         for f in ("usable_fraction", "achievable_fraction", "bw_efficiency"):
             if not 0 < getattr(self, f) <= 1:
                 raise SpecError(f"platform {self.name!r}: {f} must be in (0, 1], got {getattr(self, f)}")
+        if self.activation_factor <= 0:
+            raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
         if not 0 <= self.comm_overlap <= 1:
             raise SpecError(f"platform {self.name!r}: comm_overlap must be in [0, 1], got {self.comm_overlap}")
 

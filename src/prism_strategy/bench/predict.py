@@ -1,0 +1,38 @@
+"""The planner's prediction for one measured configuration (a stored result's `config`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prism_strategy.planner import evaluate
+from prism_strategy.scenario import build_scenario
+from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.model import TransformerSpec
+from prism_strategy.specs.presets import build
+from prism_strategy.strategies import get_strategy
+
+
+def config_model(config: dict[str, Any]) -> Any:
+    """The stored architecture when present (files move), else the preset name or path."""
+    if isinstance(config.get("model_spec"), dict):
+        return build(TransformerSpec, config["model_spec"], "stored model_spec")
+    if "model" not in config:
+        raise SpecError("stored config has neither model_spec nor model")
+    return config["model"]
+
+
+def predict(config: dict[str, Any], platform: PlatformSpec) -> dict[str, float]:
+    nproc, rpn = int(config["nproc"]), int(config.get("ranks_per_node") or config["nproc"])
+    if nproc % rpn:
+        raise SpecError(f"nproc {nproc} is not a multiple of ranks per node {rpn}")
+    sc = build_scenario(
+        config_model(config), mode=config.get("mode", "e2e"), vision=config.get("vision"), platform=platform,
+        nodes=nproc // rpn, ranks_per_node=rpn, seq_len=int(config["seq_len"]),
+        micro_batch=int(config["micro_batch"]), global_batch=int(config["micro_batch"]) * nproc * int(config.get("grad_accum", 1)),
+        ckpt_freq=int(config.get("ckpt_freq", 0)), precision=config.get("precision", "bf16-mixed"),
+        optimizer=config.get("optimizer", "adamw"))
+    o = evaluate(sc, get_strategy(config["strategy"]))
+    return {"step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "memory_bytes": o.memory.total,
+            "activation_bytes": o.memory.activations, "max_micro_batch": o.max_micro_batch,
+            "compute_s": o.compute_s, "comm_s": o.comm_s}

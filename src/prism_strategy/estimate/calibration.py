@@ -1,0 +1,71 @@
+"""Calibration files: platform values fitted to measurements (see bench/calibrate.py), applied
+to a PlatformSpec so every later estimate uses them and says so in its provenance."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.presets import read_toml
+
+FITTED = ("achievable_fraction", "peak_tflops_bf16", "peak_tflops_fp32", "intra_bw_gbps", "intra_ring_bw_gbps",
+          "nic_bw_gbps", "intra_latency_us", "inter_latency_us", "collective_overhead_us", "scaleout_overhead_us",
+          "per_tensor_overhead_us", "kernel_launch_us", "activation_factor", "framework_reserve_gib")
+
+
+def default_calibration_dir() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "prism-strategy" / "calibration"
+
+
+def write_calibration(path: Path, *, platform: str, fingerprint: dict[str, Any], values: dict[str, float],
+                      runs: int, errors: dict[str, float]) -> None:
+    """TOML written by hand (strings JSON-escaped, which TOML basic strings accept); atomic rename."""
+    lines = [f"platform = {json.dumps(platform)}", f"runs = {runs}", "", "[fingerprint]"]
+    lines += [f"{k} = {json.dumps(str(v))}" for k, v in fingerprint.items() if k in ("host", "torch", "backend", "platform", "date", "code")]
+    lines += ["", "[values]"] + [f"{k} = {float(v)!r}" for k, v in values.items()]
+    lines += ["", "[error_pct]"] + [f"{k} = {float(v)!r}" for k, v in errors.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
+def load_calibration(path: str | Path) -> dict[str, Any]:
+    data = read_toml(path)
+    if not isinstance(data.get("values"), dict) or "platform" not in data:
+        raise SpecError(f"{path} is not a calibration file (needs `platform` and a [values] table); "
+                        "write one with `prism-strategy calibrate`")
+    unknown = set(data["values"]) - set(FITTED)
+    if unknown:
+        raise SpecError(f"{path}: unknown calibrated values {sorted(unknown)}")
+    return data
+
+
+def apply_calibration(platform: PlatformSpec, data: dict[str, Any], source: str) -> PlatformSpec:
+    if data["platform"] != platform.name:
+        raise SpecError(f"calibration {source} is for platform {data['platform']!r}, not {platform.name!r}")
+    values = {k: float(v) for k, v in data["values"].items()}
+    fp = data.get("fingerprint", {})
+    note = f"calibrated: fitted to {data.get('runs', '?')} runs on {fp.get('host', '?')} (torch {fp.get('torch', '?')}), {source}"
+    sources = dict(platform.sources) | {k: note for k in values}
+    return dataclasses.replace(platform, **values, sources=sources)
+
+
+def find_calibration(platform: PlatformSpec, current: dict[str, Any]) -> Path | None:
+    """The cached calibration for this platform when its fingerprint matches `current`."""
+    from prism_strategy.bench.fingerprint import same_setup
+
+    path = default_calibration_dir() / f"{platform.name}.toml"
+    if not path.exists():
+        return None
+    try:
+        data = load_calibration(path)
+    except SpecError:
+        return None
+    return path if same_setup(data.get("fingerprint", {}) | {"platform": data["platform"]}, current) else None
