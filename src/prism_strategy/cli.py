@@ -68,6 +68,7 @@ def plan(
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile on")] = False,
     ranks_per_node: Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")] = None,
     sweep_nodes: Annotated[Optional[str], typer.Option(help="Node counts for a scaling table, e.g. 1,2,4,8")] = None,
+    calibration: Annotated[str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")] = "auto",
     traced: Annotated[bool, typer.Option("--traced", help="Also trace the real model (not available yet)")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
@@ -79,7 +80,7 @@ def plan(
     p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, micro_batch=micro_batch,
                   global_batch=global_batch, ckpt_freq=ckpt_freq, precision=precision, optimizer=optimizer,
                   vision=vision, image_tokens=image_tokens, compile=compile, ranks_per_node=ranks_per_node,
-                  sweep_nodes=_int_list(sweep_nodes, "--sweep-nodes"))
+                  calibration=calibration, sweep_nodes=_int_list(sweep_nodes, "--sweep-nodes"))
     if json_out:
         _print_json(plan_dict(p))
         return
@@ -123,6 +124,114 @@ def strategies(json_out: Annotated[bool, typer.Option("--json")] = False) -> Non
     from prism_strategy.report.catalog import strategies_rows
 
     _catalog("strategies", strategies_rows, json_out)
+
+
+# --- analyze ---
+@app.command()
+@cli_errors
+def analyze(
+    paths: Annotated[list[str], typer.Argument(help="Run directory or log files: our rank*.jsonl, "
+                                                    "PRISM perf.jsonl or [TIMING] logs", show_default=False)],
+    json_out: Annotated[bool, typer.Option("--json", help="Machine output: verdict, events, ranks, evidence")] = False,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG timeline to this file")] = None,
+) -> None:
+    """Tell collapse, straggler, hang and input skew apart from step logs; exit 1 unless healthy."""
+    from prism_strategy.diagnose.analyze import analyze as analyze_logs
+    from prism_strategy.report.verdict import render_verdict, verdict_json
+
+    verdict = analyze_logs(paths)
+    if plot:
+        from prism_strategy.report.timeline import plot_timeline
+
+        plot_timeline(verdict, plot)
+    if json_out:
+        typer.echo(verdict_json(verdict))
+    else:
+        render_verdict(verdict)
+    raise typer.Exit(0 if verdict.healthy else 1)
+
+
+# --- emit / doctor ---
+@app.command()
+@cli_errors
+def emit(
+    strategy: Annotated[str, typer.Option(help="Strategy name (see `prism-strategy strategies`)")],
+    platform: Annotated[str, typer.Option(help="Platform preset or path to a platform .toml")],
+    out: Annotated[str, typer.Option(help="Folder to write; created whole or not at all")],
+    nodes: Annotated[int, typer.Option(help="Number of nodes")] = 1,
+    env_profile: Annotated[Optional[str], typer.Option(help="Env profile name or .toml; default: the platform's")] = None,
+    precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
+    ckpt_freq: Annotated[int, typer.Option(help="Activation checkpointing every k-th block; 0 = none")] = 0,
+    micro_batch: Annotated[int, typer.Option(help="Samples per device (ds_config)")] = 1,
+    grad_accum: Annotated[int, typer.Option(help="Gradient accumulation steps (ds_config)")] = 1,
+    static_graph: Annotated[Optional[bool], typer.Option("--static-graph/--no-static-graph",
+                                                         help="DDP static_graph (ddp only)")] = None,
+    compile: Annotated[bool, typer.Option("--compile", help="torch.compile (refused where not viable)")] = False,
+    account: Annotated[Optional[str], typer.Option(help="Scheduler project / account")] = None,
+    queue: Annotated[Optional[str], typer.Option(help="PBS: debug | debug-scaling | capacity | prod | preemptable "
+                                                      "(default debug); Slurm: partition")] = None,
+    walltime: Annotated[str, typer.Option(help="HH:MM:SS")] = "01:00:00",
+    filesystems: Annotated[str, typer.Option(help="PBS -l filesystems=")] = "flare:home",
+    job_name: Annotated[str, typer.Option(help="Job name")] = "prism",
+    script: Annotated[str, typer.Option(help="Training script each rank runs")] = "train.py",
+    script_args: Annotated[Optional[list[str]], typer.Argument(help="Script arguments, after --")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an --out folder that has files")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable summary")] = False,
+) -> None:
+    """Write env.sh, the launcher (PBS or Slurm), torchrun.sh, strategy.toml and ds_config.json."""
+    from pathlib import Path
+
+    from prism_strategy.emit.files import write_files_atomically
+    from prism_strategy.emit.launch import EmitRequest, emit_files
+    from prism_strategy.report.findings import emit_json, render_emit
+
+    req = EmitRequest(strategy=strategy, platform=platform, nodes=nodes, env_profile=env_profile, precision=precision,
+                      ckpt_freq=ckpt_freq, micro_batch=micro_batch, grad_accum=grad_accum, static_graph=static_graph,
+                      compile=compile, account=account, queue=queue, walltime=walltime, filesystems=filesystems,
+                      job_name=job_name, script=script, script_args=tuple(script_args or ()))
+    emitted = emit_files(req, Path(out))
+    written = write_files_atomically(Path(out), emitted.files, force=force)
+    if json_out:
+        typer.echo(emit_json(emitted, written))
+    else:
+        render_emit(emitted, written)
+
+
+@app.command()
+@cli_errors
+def doctor(
+    launcher: Annotated[Optional[list[str]], typer.Option(help="Launcher to check (PBS/Slurm/shell, strategy.toml, "
+                                                               "ds_config.json); repeatable")] = None,
+    script: Annotated[Optional[list[str]], typer.Option(help="Training script to check (static, not run); repeatable")] = None,
+    platform: Annotated[Optional[str], typer.Option(help="Platform the job runs on")] = None,
+    strategy: Annotated[Optional[str], typer.Option(help="Strategy the job uses")] = None,
+    nodes: Annotated[Optional[int], typer.Option(help="Nodes the job spans")] = None,
+    env_profile: Annotated[Optional[str], typer.Option(help="Profile to compare the live environment with")] = None,
+    live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Check this machine (default: only when "
+                                                                         "no file is given)")] = None,
+    clean: Annotated[bool, typer.Option("--clean", help="End this user's leftover device-holding processes, by PID")] = False,
+    settle_s: Annotated[float, typer.Option(help="Seconds to wait after --clean (XCCL state settles)")] = 10.0,
+    device_glob: Annotated[Optional[list[str]], typer.Option(help="Device files a leftover process may hold; "
+                                                                  "repeatable (default /dev/dri/*, /dev/nvidia*)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine output: findings, environment, summary")] = False,
+) -> None:
+    """Find launch mistakes in the live environment, launchers and scripts; exit 1 on an error."""
+    from pathlib import Path
+
+    from prism_strategy.diagnose.doctor import DoctorRequest, diagnose
+    from prism_strategy.report.findings import doctor_json, render_doctor
+
+    if settle_s < 0:
+        raise SpecError(f"--settle-s must be >= 0, got {settle_s}")
+    report = diagnose(DoctorRequest(
+        launchers=tuple(Path(p) for p in launcher or ()), scripts=tuple(Path(p) for p in script or ()),
+        platform=platform, strategy=strategy, nodes=nodes, env_profile=env_profile,
+        live=True if clean else live, clean=clean, settle_s=settle_s, device_globs=tuple(device_glob or ())))
+    if json_out:
+        typer.echo(doctor_json(report))
+    else:
+        render_doctor(report)
+    raise typer.Exit(report.exit_code)
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from prism_strategy.estimate.parts import Part, model_parts
 from prism_strategy.rules import check
 from prism_strategy.recommend import annotate, recommend
 from prism_strategy.scenario import Scenario, build_scenario
-from prism_strategy.specs.cluster import GiB, Layout
+from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import STRATEGIES, StrategySpec
 
@@ -125,23 +125,45 @@ def _oom_reason(mem: MemoryEstimate, usable: float, mb: int, max_mb: int) -> str
     return f"out of memory: needs {mem.total / GiB:.1f} GiB at micro-batch {mb} > {usable / GiB:.1f} GiB usable ({top} GiB; {hint})"
 
 
+def calibrated_platform(platform: PlatformSpec, calibration: str | None) -> PlatformSpec:
+    """calibration: a file, "auto" (the cached one when its fingerprint matches), or None / "none"."""
+    from prism_strategy.estimate.calibration import apply_calibration, find_calibration, load_calibration
+
+    if calibration in (None, "none"):
+        return platform
+    if calibration == "auto":
+        from importlib import metadata
+
+        try:
+            torch_version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            return platform
+        found = find_calibration(platform, {"platform": platform.name, "torch": torch_version, "backend": platform.backend})
+        return platform if found is None else apply_calibration(platform, load_calibration(found), str(found))
+    return apply_calibration(platform, load_calibration(calibration), str(calibration))
+
+
 def _provenance(sc: Scenario) -> dict[str, str]:
     p = sc.platform
+    calibrated = next((v for v in p.sources.values() if v.startswith("calibrated")), None)
+    kind = "predicted (calibrated)" if calibrated else "predicted"
     return {
-        "memory": "predicted: analytic model (estimate/memory.py: ZeRO model states, saved-tensor activations, fp32 loss logits)",
-        "compute": f"predicted: FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}); "
+        "memory": f"{kind}: analytic model (estimate/memory.py: ZeRO model states, saved-tensor activations, fp32 loss logits)",
+        "compute": f"{kind}: FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}); "
                    f"peak: {p.source('peak_tflops_bf16')}; fraction: {p.source('achievable_fraction')}",
-        "communication": f"predicted: alpha-beta model (estimate/comm.py) on platform {p.name}: "
+        "communication": f"{kind}: alpha-beta model (estimate/comm.py) on platform {p.name}: "
                          f"intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}, "
                          f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})",
-        "calibration": "none",
+        "calibration": calibrated or "none",
     }
 
 
 def plan(model: Any = "qwen3-0.6b", **kw: Any) -> Plan:
     """Evaluate every strategy for this scenario; see `build_scenario` for the arguments."""
     sweep = kw.pop("sweep_nodes", None)
+    calibration = kw.pop("calibration", "auto")
     sc = build_scenario(model, **kw)
+    sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate(sc, s, parts) for s in STRATEGIES]
     fits = [o for o in options if o.memory.total <= sc.platform.usable_bytes]

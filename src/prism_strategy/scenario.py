@@ -22,6 +22,9 @@ class Scenario:
     def with_layout(self, layout: Layout) -> "Scenario":
         return Scenario(model=self.model, training=self.training, platform=self.platform, layout=layout)
 
+    def with_platform(self, platform: PlatformSpec) -> "Scenario":
+        return Scenario(model=self.model, training=self.training, platform=platform, layout=self.layout)
+
     def inputs(self) -> dict[str, Any]:
         m, t = self.model, self.training
         return {

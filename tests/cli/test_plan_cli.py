@@ -113,3 +113,20 @@ def test_malformed_files_exit_2(tmp_path):
     for args in (["--model", str(bad_json)], ["--platform", str(bad_toml)]):
         r = runner.invoke(app, ["plan", *args])
         assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
+
+
+def test_calibration_file_changes_prediction_and_provenance(tmp_path):
+    from prism_strategy.estimate.calibration import write_calibration
+
+    cal = tmp_path / "aurora.toml"
+    write_calibration(cal, platform="aurora", fingerprint={"host": "x", "torch": "2.8"},
+                      values={"achievable_fraction": 0.25}, runs=5, errors={})
+    args = ["--model", "qwen3-0.6b", "--seq-len", "512", "--micro-batch", "8"]
+    base = run_json(*args, "--calibration", "none")["options"][0]
+    cald = run_json(*args, "--calibration", str(cal))["options"][0]
+    assert cald["compute_s"] == pytest.approx(2 * base["compute_s"])
+    assert cald["provenance"]["calibration"].startswith("calibrated") and base["provenance"]["calibration"] == "none"
+    wrong = tmp_path / "polaris.toml"
+    write_calibration(wrong, platform="polaris", fingerprint={}, values={}, runs=1, errors={})
+    r = runner.invoke(app, ["plan", *args, "--calibration", str(wrong)])
+    assert r.exit_code == 2 and "not 'aurora'" in r.stderr
