@@ -1,0 +1,81 @@
+"""Human output for `doctor` (findings and the live environment) and `emit` (what was written)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from prism_strategy.diagnose.doctor import DoctorReport
+from prism_strategy.emit.launch import Emitted
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def doctor_json(report: DoctorReport) -> str:
+    return json.dumps(report.to_dict(), indent=2, default=str)
+
+
+def render_doctor(report: DoctorReport, console: Console | None = None) -> None:
+    console = console or Console()
+    if report.environment:
+        _render_environment(report.environment, console)
+    if not report.findings:
+        console.print("[green]doctor: no findings[/green]")
+        return
+    table = Table(show_lines=True, title="doctor findings")
+    for col in ("severity", "rule", "where", "what goes wrong / fix / source"):
+        table.add_column(col, overflow="fold")
+    for f in report.findings:
+        where = f"{f.file}:{f.line}" if f.line else f.file
+        body = Text(f.message)
+        body.append(f"\nfix: {f.fix}", style="green")
+        body.append(f"\nsource: {f.source}", style="dim")
+        table.add_row(Text(f.severity, style=_STYLE[f.severity]), Text(f.rule), Text(where), body)
+    console.print(table)
+    counts = report.counts()
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
+
+
+def _render_environment(env: dict[str, Any], console: Console) -> None:
+    table = Table(title="environment", show_header=False)
+    table.add_column("what")
+    table.add_column("value", overflow="fold")
+    for key in ("torch", "backends", "device", "device_count", "xpu_runtime", "nccl", "oneccl_root", "modules",
+                "stale_processes"):
+        if key in env and env[key] not in (None, [], ""):
+            value = env[key]
+            table.add_row(key, Text(", ".join(map(str, value)) if isinstance(value, list) else str(value)))
+    profile = env.get("profile") or {}
+    if profile.get("name"):
+        table.add_row("profile", Text(f"{profile['name']}: {len(profile['set'])} set, {len(profile['missing'])} missing, "
+                                 f"{len(profile['differs'])} different"))
+    for name, value in (env.get("variables") or {}).items():
+        table.add_row(Text(name), Text(value))
+    console.print(table)
+
+
+def render_emit(emitted: Emitted, out: Path, console: Console | None = None) -> None:
+    """A README-like summary of the files written and how to run them."""
+    console = console or Console(highlight=False)
+    p, lay = emitted.platform, emitted.layout
+    console.print(f"[bold]{emitted.strategy.name}[/bold] on {escape(p.name)}: {lay.nodes} node(s) x {lay.ranks_per_node} "
+                  f"ranks ({p.device}/{p.backend}), env profile {escape(emitted.profile.name)}")
+    console.print(f"wrote {escape(str(out))}/")
+    for f in emitted.files:
+        console.print(f"  {f.name:<16} {escape(f.description)}")
+    for note in emitted.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
+    console.print(f"check them: prism-strategy doctor --launcher {escape(str(out))}/<file>")
+
+
+def emit_json(emitted: Emitted, out: Path) -> str:
+    return json.dumps({"out": str(out), "strategy": emitted.strategy.name, "platform": emitted.platform.name,
+                       "nodes": emitted.layout.nodes, "ranks_per_node": emitted.layout.ranks_per_node,
+                       "env_profile": emitted.profile.name, "notes": emitted.notes,
+                       "files": [{"name": f.name, "description": f.description} for f in emitted.files]}, indent=2)
