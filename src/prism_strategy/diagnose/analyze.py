@@ -1,0 +1,132 @@
+"""Step logs -> a verdict: ``collapse``, ``straggler``, ``hang``, ``input_skew`` or ``healthy``.
+
+The detectors are the ones `StepMonitor` runs online (`prism_strategy.runtime.detect`, where the
+compute-vs-collective-wait method is documented), run here on the whole log. A hang comes from
+the watchdog's ``hang_report.json`` (or a recorded hang event). Precedence when several fire:
+hang > collapse > straggler > input_skew; all events are listed.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+import numpy as np
+
+from prism_strategy.diagnose.logs import RunLog, load_run
+from prism_strategy.runtime.detect import DetectConfig, Event, Series, detect_all, summarize
+
+__all__ = ["Verdict", "Event", "RankSummary", "analyze", "analyze_run", "load_run"]
+
+VerdictKind = Literal["collapse", "straggler", "hang", "input_skew", "healthy"]
+PRECEDENCE: tuple[str, ...] = ("hang", "collapse", "straggler", "input_skew")
+
+
+@dataclass(frozen=True, slots=True)
+class RankSummary:
+    """Medians over a rank's steps (after the warm-up skip), in seconds."""
+
+    rank: int
+    steps: int
+    step_s: float
+    data: float
+    forward: float
+    backward: float
+    optimizer: float
+    tokens: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else
+                    round(v, 6) if isinstance(v, float) else v)
+                for k, v in ((f, getattr(self, f)) for f in self.__slots__)}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    verdict: VerdictKind
+    events: tuple[Event, ...]
+    ranks: dict[int, RankSummary]
+    evidence: dict[str, Any]
+    sources: tuple[str, ...] = ()
+    series: Series | None = field(default=None, repr=False, compare=False)
+    """The per-rank arrays the verdict was computed from (for plots)."""
+
+    @property
+    def healthy(self) -> bool:
+        return self.verdict == "healthy"
+
+    @property
+    def message(self) -> str:
+        return str(self.evidence.get("message", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "events": [e.to_dict() for e in self.events],
+                "ranks": {str(r): s.to_dict() for r, s in self.ranks.items()},
+                "evidence": self.evidence, "sources": list(self.sources)}
+
+
+def _hang_event(rep: dict[str, Any]) -> Event:
+    behind = rep.get("ranks_not_reached") or {}
+    suspects = tuple(sorted(int(r) for r in behind)) or tuple(rep.get("ranks_reached") or ())
+    where = ", ".join(f"rank {r} at {v.get('phase')!r} of step {v.get('step')}" for r, v in behind.items())
+    stacks = Path(rep.get("_path", "hang_report.json")).parent / "stacks"
+    msg = (f"hang: no progress for {rep.get('timeout_s')}s; stuck in phase {rep.get('phase')!r} of step "
+           f"{rep.get('step')}, reached by ranks {rep.get('ranks_reached')}"
+           + (f"; not reached by {where}" if where else "") + f"; stacks in {stacks}/")
+    keep = ("phase", "step", "ranks_reached", "ranks_not_reached", "ranks_unknown", "timeout_s",
+            "stacks", "flight_recorder", "exit_code", "detected_by_rank")
+    return Event("hang", int(rep.get("step", -1)), suspects, {k: rep.get(k) for k in keep}, msg, "hang_report")
+
+
+def _rank_summaries(s: Series, skip: int) -> dict[int, RankSummary]:
+    t = s.tail(skip) if s.steps.size > skip else s
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = {f: np.nanmedian(getattr(t, f), axis=1)
+               for f in ("step_s", "data", "forward", "backward", "optimizer", "tokens")}
+    n = np.isfinite(t.step_s).sum(axis=1)
+    return {r: RankSummary(r, int(n[k]), *(float(med[f][k]) for f in
+                                           ("step_s", "data", "forward", "backward", "optimizer", "tokens")))
+            for k, r in enumerate(s.ranks)}
+
+
+def _recorded_extra(run: RunLog, found: list[Event]) -> list[Event]:
+    """Recorded events the offline pass cannot see (hangs), once per kind."""
+    kinds = {e.kind for e in found}
+    extra = [_hang_event(rep) for rep in run.hang_reports[:1]]
+    kinds |= {e.kind for e in extra}
+    for ev in run.events:
+        if ev.kind == "hang" and ev.kind not in kinds:
+            extra.append(ev)
+            kinds.add(ev.kind)
+    return extra
+
+
+def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
+    cfg = config or DetectConfig()
+    series = Series.from_records(run.records) if run.records else None
+    found = detect_all(series, cfg) if series is not None else []
+    events = _recorded_extra(run, found) + found
+    events.sort(key=lambda e: PRECEDENCE.index(e.kind))
+    ranks = _rank_summaries(series, cfg.warmup_skip) if series is not None else {}
+    base = summarize(series.tail(min(cfg.warmup_skip, max(0, series.steps.size - 1)))) if series is not None else {}
+    if events:
+        top = events[0]
+        evidence = {"message": top.message, "step": top.step, "ranks": list(top.ranks), **top.evidence}
+        kind: VerdictKind = top.kind
+    else:
+        kind = "healthy"
+        evidence = {"message": f"healthy: no collapse, straggler, hang or input skew in "
+                               f"{series.steps.size if series is not None else 0} steps", **base}
+    evidence["run"] = base
+    return Verdict(kind, tuple(events), ranks, evidence, tuple(run.sources), series)
+
+
+def analyze(paths: Iterable[str | Path] | str | Path, config: DetectConfig | None = None) -> Verdict:
+    """Read a run directory or log files and decide (SpecError on bad input)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    return analyze_run(load_run(paths), config)

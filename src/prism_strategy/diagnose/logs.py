@@ -1,0 +1,228 @@
+"""Read step logs into `StepTimes` records: ours and PRISM-style ones.
+
+Accepted inputs (a run directory is searched recursively; files may be given directly):
+
+* ours: ``rank{R}.jsonl`` from `StepMonitor` (lines with a ``kind``: meta / step / summary /
+  event / close), plus ``hang_report.json`` from the watchdog.
+* PRISM ``perf.jsonl`` (assumed format, one JSON object per line, one line per step per rank;
+  keys are matched by alias, seconds unless the key ends in ``_ms``)::
+
+      {"step": 12, "rank": 0, "step_time": 1.43, "data_time": 0.01, "fwd_time": 0.31,
+       "bwd_time": 1.02, "opt_time": 0.09, "tokens": 4096, "seq_len": 512}
+
+  A missing rank is taken from the path (``rank3`` / ``rank_3`` in a file or folder name), else 0.
+* PRISM ``[TIMING]`` lines in any text log (``*.log``, ``*.out``, ``*.err``, ``*.txt``), e.g.::
+
+      [rank3]: [TIMING] step 21 | Data 0.010s | Fwd 0.312s | Bwd 11.9s | Opt 0.095s | Total 12.3s | seq 512
+
+  ``Data|Fwd|Bwd|Opt|Total`` are times (``s`` or ``ms``, ``:`` or ``=`` optional, any case,
+  also Forward/Backward/Optim/Optimizer/Step time); ``step N`` / ``iter N`` is the step
+  (else lines are counted per rank); the rank comes from a ``[rankN]:`` / ``[defaultN]:``
+  prefix (torchrun) or ``rank N``; ``tokens N`` / ``seq N`` are optional.
+
+A malformed JSON line is bad input (`SpecError` naming file and line); only an unterminated last
+line (a run killed mid-write) is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from prism_strategy.runtime.detect import Event, StepTimes
+from prism_strategy.specs.errors import SpecError
+
+TEXT_SUFFIXES = (".log", ".out", ".err", ".txt")
+SKIP_DIRS = {"stacks", "heartbeat", "flight_recorder", "hang"}
+
+ALIASES: dict[str, tuple[str, ...]] = {
+    "step": ("step", "iter", "iteration", "global_step"),
+    "rank": ("rank", "global_rank"),
+    "step_s": ("step_time", "step_s", "iter_time", "total_time", "time", "dt"),
+    "data": ("data_time", "data", "data_s", "t_data", "dataload_time"),
+    "forward": ("fwd_time", "fwd", "forward", "forward_time", "t_fwd", "fwd_s"),
+    "backward": ("bwd_time", "bwd", "backward", "backward_time", "t_bwd", "bwd_s"),
+    "optimizer": ("opt_time", "opt", "optim", "optimizer", "optimizer_time", "optim_time", "t_opt", "opt_s"),
+    "tokens": ("tokens", "num_tokens", "ntokens", "n_tokens"),
+    "seq_len": ("seq_len", "seq", "seqlen", "sequence_length"),
+}
+
+
+@dataclass
+class RunLog:
+    """Everything read from a run: step records, recorded events, hang reports."""
+
+    records: list[StepTimes] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    hang_reports: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[int, dict[str, Any]] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _rank_from_path(path: Path) -> int | None:
+    m = re.search(r"rank[_-]?(\d+)", str(path), re.IGNORECASE)
+    return int(m.group(1)) if m else None
+
+
+def _json_lines(path: Path, log: RunLog) -> Iterable[tuple[int, dict[str, Any]]]:
+    text = path.read_text(errors="replace")
+    lines = text.split("\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            if i == len(lines) and not text.endswith("\n"):
+                log.skipped.append(f"{path}:{i}: unterminated last line skipped")
+                return
+            raise SpecError(f"{path}:{i}: malformed JSON line ({e.msg}); fix or remove it") from None
+        if not isinstance(obj, dict):
+            raise SpecError(f"{path}:{i}: expected a JSON object per line, got {type(obj).__name__}")
+        yield i, obj
+
+
+def _num(obj: dict[str, Any], name: str) -> float:
+    for key in ALIASES[name]:
+        for k, scale in ((key, 1.0), (key + "_ms", 1e-3)):
+            v = obj.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v) * scale
+    return math.nan
+
+
+def _ours(obj: dict[str, Any], path: Path, where: str, log: RunLog) -> None:
+    kind = obj.get("kind")
+    if kind == "meta":
+        log.meta[int(obj.get("rank", 0))] = obj
+    elif kind == "step":
+        ph = obj.get("phases") or {}
+        try:
+            log.records.append(StepTimes(int(obj["step"]), int(obj["rank"]), float(obj["step_s"]),
+                                         *(float(ph.get(p, math.nan)) for p in ("data", "forward", "backward", "optimizer")),
+                                         float(obj["tokens"]) if obj.get("tokens") is not None else math.nan))
+        except (KeyError, TypeError, ValueError) as e:
+            raise SpecError(f"{where}: step record lacks or mangles {e}") from None
+    elif kind == "event":
+        log.events.append(Event(obj["event"], int(obj.get("step", -1)), tuple(obj.get("ranks", ())),
+                                obj.get("evidence", {}), obj.get("message", ""), "online"))
+
+
+def _perf(obj: dict[str, Any], path: Path, index: int, log: RunLog) -> None:
+    rank = _num(obj, "rank")
+    rank = int(rank) if math.isfinite(rank) else (_rank_from_path(path) or 0)
+    step = _num(obj, "step")
+    phases = [_num(obj, p) for p in ("data", "forward", "backward", "optimizer")]
+    step_s = _num(obj, "step_s")
+    if math.isnan(step_s):
+        step_s = sum(p for p in phases if math.isfinite(p))
+    tokens = _num(obj, "tokens")
+    if math.isnan(tokens):
+        tokens = _num(obj, "seq_len")
+    log.records.append(StepTimes(int(step) if math.isfinite(step) else index, rank, step_s, *phases, tokens))
+
+
+def read_jsonl(path: Path, log: RunLog) -> None:
+    n0 = len(log.records) + len(log.events)
+    perf_index = 0
+    for i, obj in _json_lines(path, log):
+        if "kind" in obj:
+            _ours(obj, path, f"{path}:{i}", log)
+        else:
+            _perf(obj, path, perf_index, log)
+            perf_index += 1
+    if len(log.records) + len(log.events) > n0 or path.stem.startswith("rank"):
+        log.sources.append(str(path))
+
+
+_TIME = re.compile(r"\b(data|fwd|forward|bwd|backward|opt|optim|optimizer|total|step[ _]time|iter[ _]time)"
+                   r"\s*[:=]?\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|s)?\b", re.IGNORECASE)
+_INDEX = re.compile(r"\b(?:step|iter|iteration)\s*[:=#]?\s*(\d+)\b(?!\s*(?:ms|s)\b|\.\d)", re.IGNORECASE)
+_RANK = re.compile(r"\[(?:rank|default)(\d+)\]|\brank\s*[:=]?\s*(\d+)", re.IGNORECASE)
+_TOK = re.compile(r"\b(tokens|tok|seq_len|seq)\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
+_KEY = {"data": "data", "fwd": "forward", "forward": "forward", "bwd": "backward", "backward": "backward",
+        "opt": "optimizer", "optim": "optimizer", "optimizer": "optimizer"}
+
+
+def parse_timing_line(line: str, counters: dict[int, int], default_rank: int = 0) -> StepTimes | None:
+    """One ``[TIMING]`` line -> StepTimes (None if the line has no phase time)."""
+    tag = line.upper().find("[TIMING]")
+    if tag < 0:
+        return None
+    body = line[tag + 8:]
+    times: dict[str, float] = {}
+    for m in _TIME.finditer(body):
+        v = float(m.group(2)) * (1e-3 if (m.group(3) or "").lower() == "ms" else 1.0)
+        times[_KEY.get(m.group(1).lower(), "step_s")] = v
+    if not any(k in times for k in ("data", "forward", "backward", "optimizer")):
+        return None
+    rm = _RANK.search(line)
+    rank = int(rm.group(1) or rm.group(2)) if rm else default_rank
+    im = _INDEX.search(body)
+    step = int(im.group(1)) if im else counters.get(rank, 0)
+    counters[rank] = step + 1
+    tm = _TOK.search(body)
+    step_s = times.get("step_s", sum(times.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer")))
+    return StepTimes(step, rank, step_s, *(times.get(p, math.nan) for p in ("data", "forward", "backward", "optimizer")),
+                     float(tm.group(2)) if tm else math.nan)
+
+
+def read_text_log(path: Path, log: RunLog) -> None:
+    counters: dict[int, int] = {}
+    default_rank = _rank_from_path(path) or 0
+    found = 0
+    with open(path, errors="replace") as f:
+        for line in f:
+            rec = parse_timing_line(line, counters, default_rank)
+            if rec is not None:
+                log.records.append(rec)
+                found += 1
+    if found:
+        log.sources.append(str(path))
+
+
+def read_hang_report(path: Path, log: RunLog) -> None:
+    try:
+        rep = json.loads(path.read_text())
+    except ValueError as e:
+        raise SpecError(f"{path}: malformed hang report ({e})") from None
+    rep["_path"] = str(path)
+    log.hang_reports.append(rep)
+    log.sources.append(str(path))
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    out = []
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and not SKIP_DIRS & set(p.relative_to(path).parts[:-1]):
+            out.append(p)
+    return out
+
+
+def load_run(paths: Iterable[str | Path]) -> RunLog:
+    """Read every recognised file under the given paths; SpecError when nothing usable is found."""
+    log = RunLog()
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise SpecError("no path given: pass a run directory or log files")
+    for path in paths:
+        if not path.exists():
+            raise SpecError(f"{path}: no such file or directory")
+        for f in _files(path):
+            if f.name == "hang_report.json":
+                read_hang_report(f, log)
+            elif f.suffix == ".jsonl":
+                read_jsonl(f, log)
+            elif f.suffix in TEXT_SUFFIXES or path.is_file():
+                read_text_log(f, log)
+    if not log.records and not log.hang_reports:
+        where = ", ".join(map(str, paths))
+        raise SpecError(f"{where}: no step records found (expected rank*.jsonl, perf.jsonl or [TIMING] lines)")
+    return log
