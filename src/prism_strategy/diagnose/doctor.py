@@ -175,6 +175,8 @@ class KnownBadVar:
     severity: Severity
     rule: str | None = None
     """Take reason, fix, source and `when` from this rules.toml rule."""
+    fact: str | None = None
+    """The fact of that rule a hit establishes (e.g. preloads_pil4dfs)."""
     when: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     fix: str = ""
@@ -232,7 +234,8 @@ def check_env_values(values: dict[str, tuple[str, str, int]], ctx: Context) -> l
         if bad.var not in values or not bad.hits(values[bad.var][0]):
             continue
         value, file, line = values[bad.var]
-        assumed = evaluate(bad.when, ctx.facts(), frozenset({"device", "strategy"}))
+        facts = context_facts(ctx, **({bad.fact: True} if bad.fact else {}))
+        assumed = evaluate(bad.when, facts, frozenset({"device", "strategy"}))
         if assumed is not None:
             out.append(make_finding(bad.id, bad.severity, assumed, file=file, line=line,
                                     detail=f"{bad.var}={value}", reason=bad.reason, fix=bad.fix, source=bad.source))
