@@ -97,9 +97,15 @@ class Context:
         return {
             "device": (self.platform.device,) if self.platform else tuple(sorted(self.devices_seen)) or DOMAINS["device"],
             "engine": (s.engine,) if s else tuple(sorted(self.engines_seen)) or DOMAINS["engine"],
-            "reshard_or_sharded": (s.sharded,) if s else DOMAINS["reshard_or_sharded"],
+            "reshard_or_sharded": (s.sharded,) if s else self._sharded_seen(),
             "multi_node": (self.nodes > 1,) if self.nodes else DOMAINS["multi_node"],
         }
+
+    def _sharded_seen(self) -> tuple[bool, ...]:
+        """FSDP always shards, DDP never; DeepSpeed depends on the stage."""
+        by_engine = {"fsdp2": {True}, "ddp": {False}, "deepspeed": {True, False}}
+        seen = set().union(*(by_engine[e] for e in self.engines_seen)) if self.engines_seen else {True, False}
+        return tuple(sorted(seen, reverse=True))
 
     def refined(self, *, platform: str | None = None, strategy: str | None = None, nodes: int | None = None,
                 devices: frozenset[str] = frozenset(), engines: frozenset[str] = frozenset(),

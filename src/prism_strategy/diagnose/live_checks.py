@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.diagnose.doctor import Context, Finding, check_env_values, check_modules, check_rule
+from prism_strategy.diagnose.doctor import (Context, Finding, check_env_values, check_modules, check_rule,
+                                            load_known_bad)
 from prism_strategy.emit.env import load_env_profile
 
 DEVICE_GLOBS: tuple[str, ...] = ("/dev/dri/renderD*", "/dev/dri/card*", "/dev/nvidia[0-9]*", "/dev/accel/accel*")
@@ -76,7 +77,9 @@ def compare_profile(env: dict[str, str], ctx: Context) -> tuple[dict[str, Any], 
         return {"name": None}, []
     profile = load_env_profile(name)
     want = profile.values_for(ctx.platform.name if ctx.platform else "")
-    differs = {k: {"now": env[k], "profile": v} for k, v in want.items() if k in env and env[k] != v}
+    flagged = {b.var for b in load_known_bad().bad if b.var in env and b.hits(env[b.var])}  # reported already
+    differs = {k: {"now": env[k], "profile": v} for k, v in want.items()
+               if k in env and env[k] != v and k not in flagged}
     info = {"name": profile.name, "set": sorted(k for k in want if env.get(k) == want[k]),
             "missing": sorted(k for k in want if k not in env), "differs": differs}
     findings = [f for k, d in differs.items()

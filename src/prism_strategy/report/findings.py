@@ -28,16 +28,14 @@ def render_doctor(report: DoctorReport, console: Console | None = None) -> None:
     if not report.findings:
         console.print("[green]doctor: no findings[/green]")
         return
-    table = Table(show_lines=True, title="doctor findings")
-    for col in ("severity", "rule", "where", "what goes wrong / fix / source"):
-        table.add_column(col, overflow="fold")
     for f in report.findings:
-        where = f"{f.file}:{f.line}" if f.line else f.file
-        body = Text(f.message)
-        body.append(f"\nfix: {f.fix}", style="green")
-        body.append(f"\nsource: {f.source}", style="dim")
-        table.add_row(Text(f.severity, style=_STYLE[f.severity]), Text(f.rule), Text(where), body)
-    console.print(table)
+        head = Text(f"{f.severity.upper():<8}", style=_STYLE[f.severity])
+        head.append(f"{f.rule}  ", style="bold")
+        head.append(f"{f.file}:{f.line}" if f.line else f.file)
+        console.print(head)
+        console.print(Text(f"  {f.message}"))
+        console.print(Text(f"  fix: {f.fix}", style="green"))
+        console.print(Text(f"  source: {f.source}", style="dim"))
     counts = report.counts()
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
 
