@@ -16,7 +16,6 @@ from prism_strategy.emit.launch import EmitRequest, cpu_bind_list, emit_files
 from prism_strategy.runtime.strategy_file import read_strategy_file
 from prism_strategy.specs import SpecError
 from prism_strategy.specs.presets import platform_names
-from prism_strategy.strategies import STRATEGY_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 SHELL_SUFFIXES = (".sh", ".pbs", ".slurm")

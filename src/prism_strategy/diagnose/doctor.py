@@ -10,15 +10,17 @@ still fire when this table says it can be assumed, as a warning that names what 
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field, replace
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from prism_strategy.rules import Rule, get_rule
+from prism_strategy.rules import get_rule
+from prism_strategy.runtime.strategy_file import StrategyFile, read_strategy_file
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.presets import DATA, build, platform_names, load_platform, read_toml
+from prism_strategy.specs.presets import load_platform, platform_names
 from prism_strategy.strategies import StrategySpec, get_strategy
 
 Severity = Literal["error", "warning", "info"]
@@ -171,88 +173,83 @@ def context_facts(ctx: Context, **known: Any) -> dict[str, tuple[Any, ...]]:
     return facts
 
 
-# --- known-bad environment (data/env_profiles/_known_bad.toml) -------------------------------
-@dataclass(frozen=True, kw_only=True, slots=True)
-class KnownBadVar:
-    id: str
-    var: str
-    test: Literal["gt", "eq", "set", "contains"]
-    value: str = ""
-    severity: Severity
-    rule: str | None = None
-    """Take reason, fix, source and `when` from this rules.toml rule."""
-    fact: str | None = None
-    """The fact of that rule a hit establishes (e.g. preloads_pil4dfs)."""
-    when: dict[str, Any] = field(default_factory=dict)
-    reason: str = ""
-    fix: str = ""
-    source: str = ""
+HEADER = re.compile(r"^# prism-strategy emit:(.*)$", re.M)
+"""First-lines comment of every emitted file: platform=, strategy=, nodes=, env-profile=."""
 
-    def hits(self, value: str) -> bool:
-        if self.test == "set":
-            return True
-        if self.test == "eq":
-            return value.strip() == self.value
-        if self.test == "contains":
-            return self.value in value
+
+def parse_header(text: str) -> dict[str, str]:
+    m = HEADER.search("\n".join(text.splitlines()[:10]))
+    return dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv) if m else {}
+
+
+# --- strategy.toml and ds_config.json: what the launch hands to wrap() / DeepSpeed -----------
+def _key_line(text: str, key: str) -> int:
+    m = re.search(rf"^\s*\"?{re.escape(key)}\"?\s*[=:]", text, re.M)
+    return text.count("\n", 0, m.start()) + 1 if m else 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StrategyTomlFile:
+    path: Path
+    text: str
+    header: dict[str, str]
+    settings: "StrategyFile"
+
+    @classmethod
+    def read(cls, path: Path, text: str) -> "StrategyTomlFile":
+        return cls(path=path, text=text, header=parse_header(text), settings=read_strategy_file(path))
+
+    def refine(self, ctx: Context) -> Context:
+        h = self.header
+        return ctx.refined(platform=h.get("platform"), strategy=self.settings.strategy,
+                           nodes=int(h["nodes"]) if h.get("nodes", "").isdigit() else None)
+
+    def check(self, ctx: Context) -> list[Finding]:
+        s, f = self.settings, str(self.path)
+        engine = get_strategy(s.strategy).engine
+        facts = context_facts(ctx, engine=engine, compile=s.compile, find_unused_parameters=s.find_unused_parameters,
+                              static_graph=bool(s.static_graph))
+        out = check_rule("find-unused-vs-static-graph", facts, file=f, line=_key_line(self.text, "find_unused_parameters"),
+                         detail="find_unused_parameters = true with static_graph = true")
+        if not out:
+            out = check_rule("find-unused-cost", facts, file=f, line=_key_line(self.text, "find_unused_parameters"),
+                             detail="find_unused_parameters = true")
+        where = dict(file=f, line=_key_line(self.text, "compile"), detail=f"compile = true with {s.strategy}")
+        out += check_rule("deepspeed-compile", facts, **where) + check_rule("xpu-multinode-compile", facts, **where)
+        if ctx.platform is not None and s.ranks_per_node is not None:
+            want = ctx.platform.devices_per_node
+            out += check_rule("launcher-ranks-per-node-mismatch", {"ranks_per_node_matches": (s.ranks_per_node == want,)},
+                              file=f, line=_key_line(self.text, "ranks_per_node"),
+                              detail=f"ranks_per_node = {s.ranks_per_node}, {ctx.platform.name} has {want} devices per node")
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DsConfigFile:
+    path: Path
+    text: str
+    config: dict
+
+    @classmethod
+    def read(cls, path: Path, text: str) -> "DsConfigFile":
         try:
-            return int(value.strip()) > int(self.value)
-        except ValueError:
-            return False
+            cfg = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SpecError(f"{path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+        if not isinstance(cfg, dict):
+            raise SpecError(f"{path} is not a DeepSpeed config (expected a JSON object)")
+        return cls(path=path, text=text, config=cfg)
 
-    def resolved(self) -> "KnownBadVar":
-        if self.rule is None:
-            return self
-        r: Rule = get_rule(self.rule)
-        return replace(self, when=r.when, reason=r.reason, fix=r.fix, source=r.source)
+    def refine(self, ctx: Context) -> Context:
+        return ctx.refined(engines=frozenset({"deepspeed"}))
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class KnownBadModule:
-    id: str
-    pattern: str
-    severity: Severity
-    reason: str
-    fix: str
-    source: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class KnownBad:
-    tracked_prefixes: tuple[str, ...]
-    bad: tuple[KnownBadVar, ...] = ()
-    module: tuple[KnownBadModule, ...] = ()
-
-    def is_tracked(self, name: str) -> bool:
-        return name.startswith(self.tracked_prefixes)
-
-
-@cache
-def load_known_bad() -> KnownBad:
-    kb = build(KnownBad, read_toml(DATA / "env_profiles" / "_known_bad.toml"), "env_profiles/_known_bad.toml")
-    return replace(kb, bad=tuple(b.resolved() for b in kb.bad))
-
-
-def check_env_values(values: dict[str, tuple[str, str, int]], ctx: Context) -> list[Finding]:
-    """Known-bad variables among `values` (name -> (value, file, line))."""
-    out = []
-    for bad in load_known_bad().bad:
-        if bad.var not in values or not bad.hits(values[bad.var][0]):
-            continue
-        value, file, line = values[bad.var]
-        facts = context_facts(ctx, **({bad.fact: True} if bad.fact else {}))
-        assumed = evaluate(bad.when, facts, frozenset({"device", "strategy"}))
-        if assumed is not None:
-            out.append(make_finding(bad.id, bad.severity, assumed, file=file, line=line,
-                                    detail=f"{bad.var}={value}", reason=bad.reason, fix=bad.fix, source=bad.source))
-    return out
-
-
-def check_modules(modules: list[tuple[str, str, int]]) -> list[Finding]:
-    """Known-bad module versions among (module, file, line)."""
-    return [make_finding(m.id, m.severity, set(), file=file, line=line, detail=f"module {name}",
-                         reason=m.reason, fix=m.fix, source=m.source)
-            for m in load_known_bad().module for name, file, line in modules if m.pattern in name]
+    def check(self, ctx: Context) -> list[Finding]:
+        section = self.config.get("compile")
+        on = bool(section) and (not isinstance(section, dict) or any(v is True for v in section.values()))
+        if not on:
+            return []
+        return check_rule("deepspeed-compile", context_facts(ctx, engine="deepspeed", compile=True), file=str(self.path),
+                          line=_key_line(self.text, "compile"), detail="the DeepSpeed config enables compile")
 
 
 # --- the report ------------------------------------------------------------------------------

@@ -9,17 +9,15 @@ and `--env NAME=VALUE` options. What it cannot follow, it leaves unknown rather 
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from prism_strategy.diagnose.doctor import (Context, Finding, check_env_values, check_modules, check_rule,
-                                            context_facts, load_known_bad)
-from prism_strategy.runtime.strategy_file import StrategyFile, read_strategy_file
+from prism_strategy.diagnose.doctor import (Context, DsConfigFile, Finding, StrategyTomlFile, check_rule, context_facts,
+                                            parse_header)
+from prism_strategy.diagnose.live_checks import check_env_values, check_modules, load_known_bad
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.strategies import get_strategy
 
 MPI_LAUNCHERS = frozenset({"mpiexec", "mpirun", "srun", "aprun"})
 PROGRAMS = frozenset({"torchrun", "deepspeed", "python", "python3", "accelerate"})
@@ -29,7 +27,6 @@ _COMPILE_FLAG = re.compile(r"^--(?:torch[-_])?compile(?:=(?:1|true|True|yes))?$"
 _SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;"})
 _KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for", "{", "}", "(", ")",
                        "!", "exec", "time", "nohup", "command", "builtin", "env"})
-HEADER = re.compile(r"^# prism-strategy emit:(.*)$", re.M)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -338,11 +335,6 @@ def _resolve_int(raw: str, outer: list[Event], before: int) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
-def parse_header(text: str) -> dict[str, str]:
-    m = HEADER.search("\n".join(text.splitlines()[:10]))
-    return dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv) if m else {}
-
-
 def _directives(text: str) -> dict[str, int]:
     out = {}
     for pat, key in ((r"^#PBS\s+-l\s+.*\bselect=(\d+)", "nodes"), (r"^#SBATCH\s+(?:--nodes[= ]|-N\s*)(\d+)\s*$", "nodes"),
@@ -376,73 +368,3 @@ def read_launcher(path: Path) -> "LauncherFile | StrategyTomlFile | DsConfigFile
     if path.suffix == ".json":
         return DsConfigFile.read(path, text)
     return read_shell_launcher(path, text)
-
-
-# --- strategy.toml and ds_config.json: what the launch hands to wrap() / DeepSpeed -----------
-def _key_line(text: str, key: str) -> int:
-    m = re.search(rf"^\s*\"?{re.escape(key)}\"?\s*[=:]", text, re.M)
-    return text.count("\n", 0, m.start()) + 1 if m else 1
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StrategyTomlFile:
-    path: Path
-    text: str
-    header: dict[str, str]
-    settings: "StrategyFile"
-
-    @classmethod
-    def read(cls, path: Path, text: str) -> "StrategyTomlFile":
-        return cls(path=path, text=text, header=parse_header(text), settings=read_strategy_file(path))
-
-    def refine(self, ctx: Context) -> Context:
-        h = self.header
-        return ctx.refined(platform=h.get("platform"), strategy=self.settings.strategy,
-                           nodes=int(h["nodes"]) if h.get("nodes", "").isdigit() else None)
-
-    def check(self, ctx: Context) -> list[Finding]:
-        s, f = self.settings, str(self.path)
-        engine = get_strategy(s.strategy).engine
-        facts = context_facts(ctx, engine=engine, compile=s.compile, find_unused_parameters=s.find_unused_parameters,
-                              static_graph=bool(s.static_graph))
-        out = check_rule("find-unused-vs-static-graph", facts, file=f, line=_key_line(self.text, "find_unused_parameters"),
-                         detail="find_unused_parameters = true with static_graph = true")
-        if not out:
-            out = check_rule("find-unused-cost", facts, file=f, line=_key_line(self.text, "find_unused_parameters"),
-                             detail="find_unused_parameters = true")
-        where = dict(file=f, line=_key_line(self.text, "compile"), detail=f"compile = true with {s.strategy}")
-        out += check_rule("deepspeed-compile", facts, **where) + check_rule("xpu-multinode-compile", facts, **where)
-        if ctx.platform is not None and s.ranks_per_node is not None:
-            want = ctx.platform.devices_per_node
-            out += check_rule("launcher-ranks-per-node-mismatch", {"ranks_per_node_matches": (s.ranks_per_node == want,)},
-                              file=f, line=_key_line(self.text, "ranks_per_node"),
-                              detail=f"ranks_per_node = {s.ranks_per_node}, {ctx.platform.name} has {want} devices per node")
-        return out
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DsConfigFile:
-    path: Path
-    text: str
-    config: dict
-
-    @classmethod
-    def read(cls, path: Path, text: str) -> "DsConfigFile":
-        try:
-            cfg = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SpecError(f"{path} is not valid JSON (line {e.lineno}: {e.msg})") from None
-        if not isinstance(cfg, dict):
-            raise SpecError(f"{path} is not a DeepSpeed config (expected a JSON object)")
-        return cls(path=path, text=text, config=cfg)
-
-    def refine(self, ctx: Context) -> Context:
-        return ctx.refined(engines=frozenset({"deepspeed"}))
-
-    def check(self, ctx: Context) -> list[Finding]:
-        section = self.config.get("compile")
-        on = bool(section) and (not isinstance(section, dict) or any(v is True for v in section.values()))
-        if not on:
-            return []
-        return check_rule("deepspeed-compile", context_facts(ctx, engine="deepspeed", compile=True), file=str(self.path),
-                          line=_key_line(self.text, "compile"), detail="the DeepSpeed config enables compile")

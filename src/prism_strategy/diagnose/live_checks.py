@@ -9,13 +9,15 @@ import fnmatch
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from prism_strategy.diagnose.doctor import (Context, Finding, check_env_values, check_modules, check_rule,
-                                            load_known_bad)
+from prism_strategy.diagnose.doctor import Context, Finding, Severity, check_rule, context_facts, evaluate, make_finding
 from prism_strategy.emit.env import load_env_profile
+from prism_strategy.rules import Rule, get_rule
+from prism_strategy.specs.presets import DATA, build, read_toml
 
 DEVICE_GLOBS: tuple[str, ...] = ("/dev/dri/renderD*", "/dev/dri/card*", "/dev/nvidia[0-9]*", "/dev/accel/accel*")
 LAUNCHER_NAMES = frozenset({"torchrun", "mpiexec", "mpirun", "deepspeed", "srun", "aprun"})
@@ -28,6 +30,90 @@ PROC = Path("/proc")
 class LiveResult:
     findings: list[Finding]
     environment: dict[str, Any] = field(default_factory=dict)
+
+
+# --- known-bad environment (data/env_profiles/_known_bad.toml) -------------------------------
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KnownBadVar:
+    id: str
+    var: str
+    test: Literal["gt", "eq", "set", "contains"]
+    value: str = ""
+    severity: Severity
+    rule: str | None = None
+    """Take reason, fix, source and `when` from this rules.toml rule."""
+    fact: str | None = None
+    """The fact of that rule a hit establishes (e.g. preloads_pil4dfs)."""
+    when: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    fix: str = ""
+    source: str = ""
+
+    def hits(self, value: str) -> bool:
+        if self.test == "set":
+            return True
+        if self.test == "eq":
+            return value.strip() == self.value
+        if self.test == "contains":
+            return self.value in value
+        try:
+            return int(value.strip()) > int(self.value)
+        except ValueError:
+            return False
+
+    def resolved(self) -> "KnownBadVar":
+        if self.rule is None:
+            return self
+        r: Rule = get_rule(self.rule)
+        return replace(self, when=r.when, reason=r.reason, fix=r.fix, source=r.source)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KnownBadModule:
+    id: str
+    pattern: str
+    severity: Severity
+    reason: str
+    fix: str
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KnownBad:
+    tracked_prefixes: tuple[str, ...]
+    bad: tuple[KnownBadVar, ...] = ()
+    module: tuple[KnownBadModule, ...] = ()
+
+    def is_tracked(self, name: str) -> bool:
+        return name.startswith(self.tracked_prefixes)
+
+
+@cache
+def load_known_bad() -> KnownBad:
+    kb = build(KnownBad, read_toml(DATA / "env_profiles" / "_known_bad.toml"), "env_profiles/_known_bad.toml")
+    return replace(kb, bad=tuple(b.resolved() for b in kb.bad))
+
+
+def check_env_values(values: dict[str, tuple[str, str, int]], ctx: Context) -> list[Finding]:
+    """Known-bad variables among `values` (name -> (value, file, line))."""
+    out = []
+    for bad in load_known_bad().bad:
+        if bad.var not in values or not bad.hits(values[bad.var][0]):
+            continue
+        value, file, line = values[bad.var]
+        facts = context_facts(ctx, **({bad.fact: True} if bad.fact else {}))
+        assumed = evaluate(bad.when, facts, frozenset({"device", "strategy"}))
+        if assumed is not None:
+            out.append(make_finding(bad.id, bad.severity, assumed, file=file, line=line,
+                                    detail=f"{bad.var}={value}", reason=bad.reason, fix=bad.fix, source=bad.source))
+    return out
+
+
+def check_modules(modules: list[tuple[str, str, int]]) -> list[Finding]:
+    """Known-bad module versions among (module, file, line)."""
+    return [make_finding(m.id, m.severity, set(), file=file, line=line, detail=f"module {name}",
+                         reason=m.reason, fix=m.fix, source=m.source)
+            for m in load_known_bad().module for name, file, line in modules if m.pattern in name]
 
 
 def check_live(ctx: Context, *, clean: bool, settle_s: float, device_globs: tuple[str, ...] = ()) -> LiveResult:
