@@ -192,3 +192,37 @@ def test_ds_config_loads_with_deepspeeds_config_class(tmp_path):
                          env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split("\n")[-4:-1] == ["1 144 3", "2 144 3", "3 144 3"]
+
+
+TRAIN = """
+import os, sys
+import torch
+from prism_strategy.runtime.dist import init_distributed
+from prism_strategy.runtime.wrap import wrap_from_file
+
+ctx = init_distributed()
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+job = wrap_from_file(model, os.environ["PRISM_STRATEGY_FILE"], ctx=ctx, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+loss = job.model(torch.ones(4, 8)).sum()
+job.backward(loss)
+job.step()
+print(f"rank {ctx.rank}/{ctx.world_size} {os.environ['OMP_NUM_THREADS']} {sys.argv[1:]}", flush=True)
+"""
+
+
+@pytest.mark.distributed
+def test_emitted_torchrun_script_runs_a_real_step_from_strategy_toml(tmp_path):
+    """emit -> bash torchrun.sh -> init_distributed + wrap_from_file over gloo, 2 real ranks."""
+    platform = tmp_path / "cpu2.toml"
+    text = (REPO / "src/prism_strategy/data/platforms/cpu.toml").read_text()
+    platform.write_text(text.replace('name = "cpu"', 'name = "cpu2"').replace("devices_per_node = 4", "devices_per_node = 2"))
+    script = tmp_path / "my train.py"
+    script.write_text(TRAIN)
+    out = emit(tmp_path / "out", strategy="ddp", platform=str(platform), nodes=1, precision="fp32", static_graph=True,
+               script=str(script), script_args=("a b", "$(c)"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    res = subprocess.run(["bash", str(out / "torchrun.sh")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert sorted(line for line in res.stdout.splitlines() if line.startswith("rank")) == [
+        "rank 0/2 1 ['a b', '$(c)']", "rank 1/2 1 ['a b', '$(c)']"]

@@ -166,6 +166,8 @@ def _notes(job: _Job) -> list[str]:
         notes.append("no --account given: add your project before submitting")
     if job.strategy.engine == "deepspeed" and job.req.precision == "bf16-pure":
         notes.append("bf16-pure under ZeRO: DeepSpeed's bf16 mode keeps fp32 master weights")
+    if job.platform.launcher == "torchrun" and job.layout.nodes > 1:
+        notes.append(f"{job.platform.name} has no scheduler launcher: torchrun.sh runs one node of the {job.layout.nodes}")
     if job.strategy.engine == "deepspeed" and job.layout.nodes > 1:
         notes.append(f"ds_config.json is sized for {job.layout.world} ranks; torchrun.sh runs one node")
     return notes
