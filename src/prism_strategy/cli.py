@@ -126,6 +126,222 @@ def strategies(json_out: Annotated[bool, typer.Option("--json")] = False) -> Non
     _catalog("strategies", strategies_rows, json_out)
 
 
+# --- bench / ceiling / results / compare / calibrate / tune / report ---
+def _bench_base(model, nproc, ranks_per_node, micro_batch, seq_len, steps, warmup, precision, ckpt_freq, grad_accum,
+                timeout_s):
+    from prism_strategy.bench.run import base_config
+
+    return base_config(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
+                       seq_len=seq_len, steps=steps, warmup=warmup, precision=precision, ckpt_freq=ckpt_freq,
+                       grad_accum=grad_accum, timeout_s=timeout_s)
+
+
+BenchModel = Annotated[str, typer.Option(help="Model preset or config path (tiny-llama / small-llama fit a CPU)")]
+Nproc = Annotated[int, typer.Option(help="Ranks to launch on this machine")]
+Rpn = Annotated[Optional[int], typer.Option(help="Ranks per node: 2 of 4 makes a 2x2 mesh standing in for 2 nodes")]
+Db = Annotated[Optional[str], typer.Option(help="Results store (SQLite); default in the user cache dir")]
+Platform = Annotated[str, typer.Option(help="Platform the runs stand for (its model is compared)")]
+
+
+@app.command()
+@cli_errors
+def bench(
+    model: BenchModel = "tiny-llama",
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard",
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
+    seq_len: Annotated[int, typer.Option()] = 128, steps: Annotated[int, typer.Option()] = 3,
+    warmup: Annotated[int, typer.Option()] = 1, precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32",
+    ckpt_freq: Annotated[int, typer.Option()] = 0, grad_accum: Annotated[int, typer.Option()] = 1,
+    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per run")] = 300,
+    db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Launch real multi-process runs, one job per strategy; store every result."""
+    from prism_strategy.bench.run import run_bench
+    from prism_strategy.bench.store import Store, export
+    from prism_strategy.report.bench_tables import failures, print_table, progress, results_table
+    from prism_strategy.strategies import parse_strategies
+
+    names = [s.name for s in parse_strategies(strategies)]
+    base = _bench_base(model, nproc, ranks_per_node, micro_batch, seq_len, steps, warmup, precision, ckpt_freq,
+                       grad_accum, timeout_s)
+    bar, task = progress(len(names), "bench")
+    with bar:
+        results = run_bench(base, names, platform, Store(db), on_result=lambda i, n, r: bar.update(task, completed=i))
+    if json_out:
+        typer.echo(export(results, "json"))
+    else:
+        print_table(results_table(results, "bench (measured)"))
+    for line in failures(results):
+        typer.echo(f"failed: {line}", err=True)
+    if failures(results):
+        raise typer.Exit(1)
+
+
+@app.command()
+@cli_errors
+def ceiling(
+    strategy: Annotated[str, typer.Option()] = "ddp", model: BenchModel = "tiny-llama", nproc: Nproc = 4,
+    ranks_per_node: Rpn = None, seq_len: Annotated[int, typer.Option()] = 128,
+    precision: Annotated[str, typer.Option()] = "fp32", ckpt_freq: Annotated[int, typer.Option()] = 0,
+    memory_limit: Annotated[Optional[float], typer.Option(help="CPU: GiB of tracked tensor memory per rank")] = None,
+    max_micro_batch: Annotated[int, typer.Option()] = 1024, platform: Platform = "cpu",
+    timeout_s: Annotated[float, typer.Option()] = 300, db: Db = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Largest micro-batch that runs, by bisection seeded with the planner's prediction."""
+    from prism_strategy.bench.run import run_ceiling
+    from prism_strategy.bench.store import Store
+    from prism_strategy.specs.cluster import GiB
+    from prism_strategy.strategies import get_strategy
+
+    get_strategy(strategy)
+    if memory_limit is not None and memory_limit <= 0:
+        raise SpecError(f"--memory-limit must be > 0 GiB, got {memory_limit}")
+    base = _bench_base(model, nproc, ranks_per_node, 1, seq_len, 1, 1, precision, ckpt_freq, 1, timeout_s)
+    c, r = run_ceiling(base, strategy, platform, Store(db), max_micro_batch=max_micro_batch,
+                       memory_limit_bytes=memory_limit * GiB if memory_limit else None)
+    data = {"strategy": strategy, "ceiling": c.ceiling, "predicted": r.predicted["max_micro_batch"], "runs": c.runs,
+            "trials": c.trials, "id": r.id}
+    if json_out:
+        _print_json(data)
+    else:
+        typer.echo(f"{strategy}: largest micro-batch that runs = {c.ceiling} (measured; predicted "
+                   f"{data['predicted']}); {c.runs} trial runs: {c.trials}")
+
+
+@app.command()
+@cli_errors
+def results(
+    db: Db = None, platform: Annotated[Optional[str], typer.Option()] = None,
+    export_format: Annotated[Optional[str], typer.Option("--export", help="csv | json")] = None,
+    out: Annotated[Optional[str], typer.Option(help="Write the export here instead of stdout")] = None,
+) -> None:
+    """List stored results; export them as CSV or JSON."""
+    from pathlib import Path
+
+    from prism_strategy.bench.store import Store, export
+    from prism_strategy.report.bench_tables import print_table, results_table
+
+    rows = Store(db).query(platform=platform)
+    if export_format is None:
+        print_table(results_table(rows))
+        return
+    text = export(rows, export_format)
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    tmp = Path(out + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+
+
+@app.command()
+@cli_errors
+def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 'auto' or 'none'")] = "auto",
+            json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Prediction beside measurement for every stored configuration, with error %."""
+    from prism_strategy.bench.compare import compare as make_rows
+    from prism_strategy.bench.store import Store
+    from prism_strategy.planner import calibrated_platform
+    from prism_strategy.report.bench_tables import compare_table, print_table
+    from prism_strategy.specs.presets import load_platform
+
+    rows = make_rows(Store(db).query(), platform_for=lambda name: calibrated_platform(load_platform(name), calibration))
+    if json_out:
+        _print_json(rows)
+    else:
+        print_table(compare_table(rows))
+
+
+@app.command()
+@cli_errors
+def calibrate(platform: Annotated[str, typer.Option()] = "cpu", db: Db = None,
+              out: Annotated[Optional[str], typer.Option(help="Default: the user cache, used by plan automatically")] = None,
+              json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Fit the platform's efficiency factors to stored results; write a calibration file."""
+    from pathlib import Path
+
+    from prism_strategy.bench.calibrate import calibrate as fit, fitted_values
+    from prism_strategy.bench.store import Store
+    from prism_strategy.estimate.calibration import default_calibration_dir, write_calibration
+    from prism_strategy.specs.presets import load_platform
+
+    base = load_platform(platform)
+    rows = [r for r in Store(db).query(platform=base.name) if r.kind == "bench"]
+    fitted, report = fit(base, rows)
+    path = Path(out) if out else default_calibration_dir() / f"{base.name}.toml"
+    write_calibration(path, platform=base.name, fingerprint=rows[-1].fingerprint, values=fitted_values(fitted),
+                      runs=report["runs"], errors=report["after"])
+    report |= {"file": str(path), "values": fitted_values(fitted)}
+    if json_out:
+        _print_json(report)
+        return
+    b, a = report["before"], report["after"]
+    typer.echo(f"calibrated {base.name} on {report['runs']} runs -> {path}\n"
+               f"  step time median error: {b['step_time_median']:.1f}% before, {a['step_time_median']:.1f}% after\n"
+               f"  peak memory median error: {b['memory_median']:.1f}% before, {a['memory_median']:.1f}% after")
+
+
+@app.command()
+@cli_errors
+def tune(
+    model: BenchModel = "tiny-llama", strategies: Annotated[str, typer.Option()] = "ddp,fsdp_full_shard,zero2",
+    micro_batches: Annotated[str, typer.Option(help="e.g. 1,2,4")] = "1,2,4",
+    ckpt_freqs: Annotated[str, typer.Option(help="e.g. 0,1")] = "0", nproc: Nproc = 4, ranks_per_node: Rpn = None,
+    seq_len: Annotated[int, typer.Option()] = 128, precision: Annotated[str, typer.Option()] = "fp32",
+    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option()] = 300, db: Db = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Measure the most promising configurations first; stop when none left can win."""
+    from prism_strategy.bench.run import run_tune
+    from prism_strategy.bench.store import Store
+    from prism_strategy.strategies import parse_strategies
+
+    names = [s.name for s in parse_strategies(strategies)]
+    mbs = _int_list(micro_batches, "--micro-batches")
+    ks = [int(x) for x in ckpt_freqs.split(",")] if ckpt_freqs.strip() else [0]
+    base = _bench_base(model, nproc, ranks_per_node, 1, seq_len, 3, 1, precision, 0, 1, timeout_s)
+    res = run_tune(base, names, mbs or [1], ks, platform, Store(db))
+    best = res.best
+    data = {"best": None if best is None else {"strategy": best.strategy, "micro_batch": best.micro_batch,
+                                               "ckpt_freq": best.ckpt_freq, "samples_per_s": res.best_samples_per_s},
+            "runs": res.runs, "grid_size": res.grid_size, "stop_reason": res.stop_reason,
+            "measured": [{"strategy": c.strategy, "micro_batch": c.micro_batch, "ckpt_freq": c.ckpt_freq,
+                          "predicted_samples_per_s": c.predicted_samples_per_s, "samples_per_s": m}
+                         for c, m in res.measured]}
+    if json_out:
+        _print_json(data)
+    else:
+        typer.echo(f"best (measured): {data['best']}\n{res.runs} runs of a {res.grid_size}-run grid; {res.stop_reason}")
+
+
+@app.command()
+@cli_errors
+def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "prism-report", db: Db = None,
+           model: Annotated[str, typer.Option(help="Model for the predicted scaling curve")] = "qwen3-0.6b",
+           platform: Annotated[str, typer.Option()] = "aurora") -> None:
+    """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
+    from pathlib import Path
+
+    from prism_strategy.bench.compare import compare as make_rows
+    from prism_strategy.bench.store import Store
+    from prism_strategy.planner import plan as make_plan
+    from prism_strategy.report.plots import breakdown_plot, scaling_plot, throughput_plot
+
+    results = Store(db).query()
+    rows = make_rows(results)
+    outdir = Path(out)
+    written = [scaling_plot(make_plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32]).sweep,
+                            outdir / "scaling.png")]
+    if rows:
+        written.append(throughput_plot(rows, outdir / "throughput.png"))
+        bench_runs = [r for r in results if r.kind == "bench" and r.status == "ok"]
+        written.append(breakdown_plot([r.measured | {"label": f"{r.strategy}#{r.id}"} for r in bench_runs],
+                                      outdir / "breakdown.png"))
+    for p in written:
+        typer.echo(str(p))
+
+
 # --- analyze ---
 @app.command()
 @cli_errors

@@ -162,3 +162,6 @@ class DeepSpeedBuckets:
 
 
 DS_BUCKETS = DeepSpeedBuckets()
+DS_OVERLAP_COMM = {1: False, 2: True, 3: False}
+"""overlap_comm per ZeRO stage in our configs: DeepSpeed allows it with caller-owned gradient
+accumulation (no_sync micro-steps) only in stage 2."""

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.strategies import DS_BUCKETS, StrategySpec
+from prism_strategy.strategies import DS_BUCKETS, DS_OVERLAP_COMM, StrategySpec
 
 
 def build_ds_config(
@@ -28,7 +28,7 @@ def build_ds_config(
     b = DS_BUCKETS
     zero: dict[str, Any] = {
         "stage": strategy.zero_stage,
-        "overlap_comm": True,
+        "overlap_comm": DS_OVERLAP_COMM[strategy.zero_stage],
         "contiguous_gradients": True,
         "reduce_scatter": True,
         "reduce_bucket_size": b.reduce_bucket_size,

@@ -25,7 +25,7 @@ from prism_strategy.estimate.parts import Part, largest_block, root_unit
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import OPTIMIZER_STATES, TrainingSpec
-from prism_strategy.strategies import DS_BUCKETS, StrategySpec
+from prism_strategy.strategies import DS_BUCKETS, DS_OVERLAP_COMM, StrategySpec
 
 FP32 = 4
 CE_FP32_COPIES = 3  # fp32 log-probs saved, fp32 grad in, fp32 grad out (bytes x 4 each)
@@ -181,8 +181,11 @@ def _deepspeed_buffers(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec
         return [("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
                 ("buffers", "stage-3 prefetch bucket", min(b.stage3_prefetch_bucket_size, pt) * e),
                 ("buffers", "reduce bucket", min(b.reduce_bucket_size, pt) * e)]
-    return [("buffers", "reduce buckets (x2 with overlap_comm)", 2 * min(b.reduce_bucket_size, pt) * e),
-            ("buffers", "all-gather bucket", min(b.allgather_bucket_size, pt) * e)]
+    # DeepSpeed allocates whole reduce buckets whatever the model size: fp32 accumulators in
+    # stage 1, low-precision staging in stage 2, double-buffered when overlap_comm is on.
+    n = 2 if DS_OVERLAP_COMM[s.zero_stage or 1] else 1
+    width = FP32 if s.zero_stage == 1 else e
+    return [("buffers", f"reduce buckets ({n} x {b.reduce_bucket_size:.0e} elements)", n * b.reduce_bucket_size * width)]
 
 
 def _largest_layer(spec: TransformerSpec) -> int:

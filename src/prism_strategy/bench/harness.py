@@ -1,0 +1,144 @@
+"""Launch real multi-process benchmark runs and turn them into stored results.
+
+Each run is `torch.distributed.run` (torchrun) with the bench worker, in its own process
+session, under a timeout: on timeout or interrupt the whole session is terminated (SIGTERM,
+then SIGKILL), so no rank is left behind. A rank that crashes makes the run `failed` with the
+rank named; a run that does not finish in time is `timeout`; an out-of-memory is `oom`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prism_strategy.bench.fingerprint import fingerprint
+from prism_strategy.bench.store import Result
+from prism_strategy.specs.errors import SpecError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    status: str
+    ranks: list[dict[str, Any]]
+    seconds: float
+    error: str = ""
+    log_tail: str = ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def worker_command(configs: list[dict[str, Any]], out: Path, extra: list[str]) -> list[str]:
+    nproc = int(configs[0]["nproc"])
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+            "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "prism_strategy.bench.worker",
+            "--config", json.dumps(configs), "--out", str(out), *extra]
+
+
+def launch(config: dict[str, Any], *, timeout_s: float, memory_limit_bytes: float | None = None,
+           extra_args: list[str] | None = None) -> Outcome:
+    return launch_many([config], timeout_s=timeout_s, memory_limit_bytes=memory_limit_bytes, extra_args=extra_args)[0]
+
+
+def launch_many(configs: list[dict[str, Any]], *, timeout_s: float, memory_limit_bytes: float | None = None,
+                extra_args: list[str] | None = None) -> list[Outcome]:
+    """One torchrun job running the configs in turn (same nproc); one Outcome per config."""
+    if len({int(c["nproc"]) for c in configs}) != 1:
+        raise SpecError("configs launched together must have the same nproc")
+    extra = list(extra_args or [])
+    if memory_limit_bytes:
+        extra += ["--memory-limit-bytes", str(memory_limit_bytes)]
+    env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    if configs[0].get("device", "cpu") == "cpu":
+        env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "PRISM_DEVICE": "cpu"}
+    with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
+        out, log = Path(tmp) / "ranks", Path(tmp) / "log.txt"
+        t0 = time.perf_counter()
+        with log.open("wb") as f:
+            proc = subprocess.Popen(worker_command(configs, out, extra), stdout=f, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env=env)
+            try:
+                rc = proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                rc = None
+            finally:
+                _kill_session(proc)
+        seconds = time.perf_counter() - t0
+        per_rank = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))] if out.exists() else []
+        tail = log.read_text(errors="replace")[-3000:]
+    nproc = int(configs[0]["nproc"])
+    return [_outcome(rc, [r[i] for r in per_rank if i < len(r)], nproc, seconds / len(configs), tail, timeout_s)
+            for i in range(len(configs))]
+
+
+def _outcome(rc: int | None, ranks: list[dict], nproc: int, seconds: float, tail: str, timeout_s: float) -> Outcome:
+    missing = sorted(set(range(nproc)) - {r["rank"] for r in ranks})
+    if any(r["status"] == "oom" for r in ranks):
+        bad = [r["rank"] for r in ranks if r["status"] == "oom"]
+        return Outcome(status="oom", ranks=ranks, seconds=seconds, error=f"out of memory on rank(s) {bad}", log_tail=tail)
+    if rc is None and missing:
+        return Outcome(status="timeout", ranks=ranks, seconds=seconds, log_tail=tail,
+                       error=f"no result within {timeout_s:g} s; ranks that never reported: {missing}")
+    failed = [r for r in ranks if r["status"] != "ok"]
+    if failed or missing:
+        what = "; ".join(f"rank {r['rank']}: {r.get('error', '?')}" for r in failed)
+        what += f"; ranks that died without a result: {missing}" if missing else ""
+        return Outcome(status="failed", ranks=ranks, seconds=seconds, error=what.strip("; ") or f"exit code {rc}",
+                       log_tail=tail)
+    return Outcome(status="ok", ranks=ranks, seconds=seconds)
+
+
+def measured(config: dict[str, Any], o: Outcome) -> dict[str, Any]:
+    if o.status != "ok":
+        return {"error": o.error, "log_tail": o.log_tail[-1500:], "seconds": o.seconds,
+                "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in o.ranks), default=None) or None}
+    step = max(r["step_s"] for r in o.ranks)  # the slowest rank sets the pace
+    samples = int(config["micro_batch"]) * int(config.get("grad_accum", 1)) * int(config["nproc"])
+    return {"step_time_s": step, "samples_per_s": samples / step, "tokens_per_s": samples * int(config["seq_len"]) / step,
+            "forward_s": max(r["forward_s"] for r in o.ranks), "backward_s": max(r["backward_s"] for r in o.ranks),
+            "optimizer_s": max(r["optimizer_s"] for r in o.ranks),
+            "peak_memory_bytes": max(r["peak_memory_bytes"] or 0 for r in o.ranks) or None,
+            "peak_memory_per_rank": [r["peak_memory_bytes"] for r in sorted(o.ranks, key=lambda r: r["rank"])],
+            "device": o.ranks[0].get("device"), "backend": o.ranks[0].get("backend"), "seconds": o.seconds}
+
+
+def to_result(config: dict[str, Any], o: Outcome, *, platform: str, backend: str, predicted: dict[str, Any],
+              kind: str = "bench") -> Result:
+    return Result(kind=kind, status=o.status, strategy=config["strategy"], platform=platform, config=config,
+                  measured=measured(config, o), predicted=predicted,
+                  fingerprint=fingerprint(platform=platform, backend=backend, strategy_config={
+                      k: config.get(k) for k in ("strategy", "precision", "ckpt_freq", "grad_accum")}))
+
+
+def check_config(config: dict[str, Any]) -> None:
+    for k in ("strategy", "micro_batch", "seq_len", "nproc"):
+        if k not in config:
+            raise SpecError(f"bench config misses {k!r}")
+    nproc, rpn = int(config["nproc"]), int(config.get("ranks_per_node") or config["nproc"])
+    if nproc < 1 or rpn < 1 or nproc % rpn:
+        raise SpecError(f"--nproc ({nproc}) must be a positive multiple of --ranks-per-node ({rpn})")

@@ -1,0 +1,136 @@
+"""The bench / ceiling / tune workflows: configs in, real runs, results stored with predictions."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from prism_strategy.bench.ceiling import Ceiling, search_ceiling
+from prism_strategy.bench.harness import check_config, launch, launch_many, to_result
+from prism_strategy.bench.predict import predict
+from prism_strategy.bench.store import Result, Store
+from prism_strategy.bench.tune import Candidate, TuneResult, tune
+from prism_strategy.specs.cluster import GiB, PlatformSpec
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.presets import load_model, load_platform
+
+OnResult = Callable[[int, int, Result], None]
+
+
+def base_config(*, model: str, nproc: int, ranks_per_node: int | None, micro_batch: int, seq_len: int,
+                steps: int, warmup: int, precision: str, ckpt_freq: int, grad_accum: int,
+                timeout_s: float) -> dict[str, Any]:
+    spec = load_model(model)
+    if seq_len > spec.max_positions:
+        raise SpecError(f"--seq-len {seq_len} exceeds {spec.name}'s max positions {spec.max_positions}")
+    for name, v in (("--nproc", nproc), ("--micro-batch", micro_batch), ("--seq-len", seq_len), ("--steps", steps),
+                    ("--grad-accum", grad_accum)):
+        if v < 1:
+            raise SpecError(f"{name} must be >= 1, got {v}")
+    if warmup < 0 or ckpt_freq < 0:
+        raise SpecError("--warmup and --ckpt-freq must be >= 0")
+    cfg = {"model": model, "model_spec": {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)},
+           "nproc": nproc, "ranks_per_node": ranks_per_node or nproc, "micro_batch": micro_batch, "seq_len": seq_len,
+           "steps": steps, "warmup": warmup, "precision": precision, "ckpt_freq": ckpt_freq, "grad_accum": grad_accum,
+           "timeout_s": timeout_s}
+    check_config(cfg | {"strategy": "ddp"})
+    return cfg
+
+
+def platform_with_limit(platform: PlatformSpec, memory_limit_bytes: float | None) -> PlatformSpec:
+    if not memory_limit_bytes:
+        return platform
+    return dataclasses.replace(platform, memory_gib=memory_limit_bytes / GiB, usable_fraction=1.0)
+
+
+def _predicted(config: dict[str, Any], platform: PlatformSpec) -> dict[str, Any]:
+    try:
+        return predict(config, platform)
+    except SpecError as e:
+        return {"error": str(e)}
+
+
+def run_one(config: dict[str, Any], platform: PlatformSpec, store: Store, *, memory_limit_bytes: float | None = None,
+            kind: str = "bench", extra_args: list[str] | None = None) -> Result:
+    o = launch(config, timeout_s=float(config["timeout_s"]), memory_limit_bytes=memory_limit_bytes, extra_args=extra_args)
+    r = to_result(config, o, platform=platform.name, backend=platform.backend, kind=kind,
+                  predicted=_predicted(config, platform_with_limit(platform, memory_limit_bytes)))
+    rid = store.add(r)
+    return dataclasses.replace(r, id=rid)
+
+
+def run_many(configs: list[dict[str, Any]], platform: PlatformSpec, store: Store, *,
+             memory_limit_bytes: float | None = None, kind: str = "bench") -> list[Result]:
+    """Several configs in one launch (one process start); each stored as its own result."""
+    outcomes = launch_many(configs, timeout_s=sum(float(c["timeout_s"]) for c in configs),
+                           memory_limit_bytes=memory_limit_bytes)
+    out = []
+    for c, o in zip(configs, outcomes):
+        r = to_result(c, o, platform=platform.name, backend=platform.backend, kind=kind,
+                      predicted=_predicted(c, platform_with_limit(platform, memory_limit_bytes)))
+        out.append(dataclasses.replace(r, id=store.add(r)))
+    return out
+
+
+def scan_ceiling_runs(base: dict[str, Any], strategy: str, platform: str, store: Store, *,
+                      memory_limit_bytes: float | None, upto: int) -> list[Result]:
+    """The exhaustive reference: micro-batch 1..upto in one launch."""
+    configs = [base | {"strategy": strategy, "micro_batch": mb, "steps": 1, "warmup": 1} for mb in range(1, upto + 1)]
+    return run_many(configs, load_platform(platform), store, memory_limit_bytes=memory_limit_bytes,
+                    kind="ceiling-trial")
+
+
+def run_bench(base: dict[str, Any], strategies: list[str], platform: str, store: Store,
+              on_result: OnResult | None = None, extra_args: list[str] | None = None) -> list[Result]:
+    plat = load_platform(platform)
+    out = []
+    for i, s in enumerate(strategies):
+        r = run_one(base | {"strategy": s}, plat, store, extra_args=extra_args)
+        out.append(r)
+        if on_result:
+            on_result(i + 1, len(strategies), r)
+    return out
+
+
+def run_ceiling(base: dict[str, Any], strategy: str, platform: str, store: Store, *,
+                memory_limit_bytes: float | None, max_micro_batch: int = 1024,
+                on_result: OnResult | None = None) -> tuple[Ceiling, Result]:
+    plat = platform_with_limit(load_platform(platform), memory_limit_bytes)
+    seed = int(predict(base | {"strategy": strategy, "micro_batch": 1}, plat)["max_micro_batch"])
+    trials: list[Result] = []
+
+    def measure(mb: int) -> str:
+        r = run_one(base | {"strategy": strategy, "micro_batch": mb, "steps": 1, "warmup": 1}, load_platform(platform),
+                    store, memory_limit_bytes=memory_limit_bytes, kind="ceiling-trial")
+        trials.append(r)
+        if on_result:
+            on_result(len(trials), 0, r)
+        return r.status
+
+    c = search_ceiling(measure, seed=max(seed, 1), max_micro_batch=max_micro_batch)
+    summary = Result(kind="ceiling", status="ok", strategy=strategy, platform=platform,
+                     config=base | {"strategy": strategy, "micro_batch": max(c.ceiling, 1),
+                                    "memory_limit_bytes": memory_limit_bytes},
+                     measured={"ceiling": c.ceiling, "trials": c.trials, "runs": c.runs},
+                     predicted={"max_micro_batch": seed}, fingerprint=trials[-1].fingerprint if trials else {})
+    return c, dataclasses.replace(summary, id=store.add(summary))
+
+
+def run_tune(base: dict[str, Any], strategies: list[str], micro_batches: list[int], ckpt_freqs: list[int],
+             platform: str, store: Store, on_result: OnResult | None = None) -> TuneResult:
+    plat = load_platform(platform)
+    grid = []
+    for s in strategies:
+        for mb in micro_batches:
+            for k in ckpt_freqs:
+                p = _predicted(base | {"strategy": s, "micro_batch": mb, "ckpt_freq": k}, plat)
+                grid.append(Candidate(strategy=s, micro_batch=mb, ckpt_freq=k,
+                                      predicted_samples_per_s=float(p.get("samples_per_s", 0.0))))
+
+    def measure(c: Candidate) -> float:
+        r = run_one(base | {"strategy": c.strategy, "micro_batch": c.micro_batch, "ckpt_freq": c.ckpt_freq}, plat, store)
+        if on_result:
+            on_result(0, len(grid), r)
+        return float(r.measured.get("samples_per_s") or 0.0) if r.status == "ok" else 0.0
+
+    return tune(grid, measure)

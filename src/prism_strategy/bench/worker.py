@@ -1,0 +1,203 @@
+"""One rank of a benchmark run (launched by bench/harness.py under torchrun).
+
+    python -m torch.distributed.run --nproc-per-node 4 -m prism_strategy.bench.worker --config '{...}' --out DIR
+
+Builds the configured model (a TransformerSpec built with transformers, random init), applies
+the strategy with `wrap()`, burns in, then times forward / backward / optimizer per step
+(device-synchronised at phase ends on CUDA/XPU), then measures peak memory: the device
+allocator's peak on CUDA/XPU; on CPU one extra step under torch's MemTracker (tensor memory,
+gradients kept as DDP bucket views so the buckets are counted). Writes rank{R}.json (a list, one entry per config) into --out. --config may be a list of
+configs: they run one after another in the same process group (scans and grids pay the
+process start once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", required=True, help="JSON config (model_spec, strategy, micro_batch, ...) or a list")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--memory-limit-bytes", type=float, default=None,
+                   help="CPU: a tracked peak above this counts as out-of-memory")
+    p.add_argument("--fault", choices=("crash", "hang"), default=None, help="testing: inject a fault")
+    p.add_argument("--fault-rank", type=int, default=1)
+    p.add_argument("--fault-step", type=int, default=1)
+    return p.parse_args(argv)
+
+
+def build_model(config: dict[str, Any]) -> torch.nn.Module:
+    import transformers
+
+    from prism_strategy.bench.predict import config_model
+    from prism_strategy.scenario import resolve_model
+    from prism_strategy.specs.hf import to_hf_config
+
+    cfg = to_hf_config(resolve_model(config_model(config)))
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":  # device-only: CUDA
+        torch.cuda.synchronize(device)
+    elif device.type == "xpu":  # device-only: XPU
+        torch.xpu.synchronize(device)
+
+
+def is_oom(e: BaseException) -> bool:
+    text = str(e).lower()
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in text or "out_of_device_memory" in text
+
+
+class Runner:
+    def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace):
+        self.cfg, self.job, self.ctx, self.args = config, job, ctx, args
+        from prism_strategy.bench.predict import config_model
+        from prism_strategy.scenario import resolve_model
+
+        vocab = resolve_model(config_model(config)).vocab
+        g = torch.Generator().manual_seed(1000 + ctx.rank)
+        self.batches = [torch.randint(0, vocab, (int(config["micro_batch"]), int(config["seq_len"])), generator=g)
+                        .to(ctx.device) for _ in range(int(config.get("grad_accum", 1)))]
+
+    def step(self, index: int) -> dict[str, float]:
+        if self.args.fault and self.ctx.rank == self.args.fault_rank and index == self.args.fault_step:
+            if self.args.fault == "crash":
+                os._exit(13)
+            time.sleep(10**6)  # hang: the other ranks block in their next collective
+        times = {"forward": 0.0, "backward": 0.0}
+        t_step = time.perf_counter()
+        for i, x in enumerate(self.batches):
+            last = i == len(self.batches) - 1
+            with self.job.no_sync() if not last else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                loss = self.job.model(input_ids=x, labels=x).loss
+                _sync(self.ctx.device)
+                t1 = time.perf_counter()
+                self.job.backward(loss / len(self.batches))
+                _sync(self.ctx.device)
+                times["forward"] += t1 - t0
+                times["backward"] += time.perf_counter() - t1
+        t0 = time.perf_counter()
+        self.job.step()
+        self.zero_grad()
+        _sync(self.ctx.device)
+        times["optimizer"] = time.perf_counter() - t0
+        times["step"] = time.perf_counter() - t_step
+        return times
+
+    def zero_grad(self) -> None:
+        if self.cfg["strategy"] == "ddp":
+            self.job.optimizer.zero_grad(set_to_none=False)  # grads stay bucket views: the buckets are counted
+        else:
+            self.job.zero_grad()
+
+
+def peak_memory(runner: Runner, index: int) -> float | None:
+    dev = runner.ctx.device
+    if dev.type == "cuda":  # device-only: CUDA allocator peak over the timed steps
+        return float(torch.cuda.max_memory_allocated(dev))
+    if dev.type == "xpu":  # device-only: XPU allocator peak over the timed steps
+        return float(torch.xpu.max_memory_allocated(dev))
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    mt = MemTracker()
+    opt = runner.job.optimizer
+    tracked = [runner.job.model] + ([opt] if isinstance(opt, torch.optim.Optimizer) else [])
+    mt.track_external(*tracked)
+    with mt:
+        runner.step(index)
+    return float(sum(d["Total"] for d in mt.get_tracker_snapshot("peak").values()))
+
+
+_CTX: Any = None
+
+
+def _context(config: dict[str, Any]) -> Any:
+    global _CTX
+    if _CTX is None:
+        from prism_strategy.runtime.dist import init_distributed
+
+        _CTX = init_distributed(ranks_per_node=int(config.get("ranks_per_node") or 0) or None,
+                                timeout_s=config.get("timeout_s", 300))
+    return _CTX
+
+
+def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    from prism_strategy.runtime.wrap import wrap
+
+    ctx = _context(config)
+    model = build_model(config)
+    opt = torch.optim.AdamW if config.get("optimizer", "adamw") == "adamw" else torch.optim.SGD
+    job = wrap(model, config["strategy"], ctx=ctx, optimizer=lambda ps: opt(ps, lr=1e-4),
+               mixed_precision=None if config.get("precision", "fp32") == "fp32" else "bf16",
+               ckpt_freq=int(config.get("ckpt_freq", 0)))
+    runner = Runner(config, job, ctx, args)
+    warmup, steps = int(config.get("warmup", 1)), int(config.get("steps", 3))
+    for i in range(warmup):
+        runner.step(i)
+    if ctx.device.type == "cuda":  # device-only
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    elif ctx.device.type == "xpu":  # device-only
+        torch.xpu.reset_peak_memory_stats(ctx.device)
+    timed = [runner.step(warmup + i) for i in range(steps)]
+    peak = peak_memory(runner, warmup + steps)
+    out = {k: statistics.median(t[k] for t in timed) for k in ("step", "forward", "backward", "optimizer")}
+    status = "oom" if (args.memory_limit_bytes and peak and peak > args.memory_limit_bytes) else "ok"
+    return {"rank": ctx.rank, "world_size": ctx.world_size, "status": status, "step_s": out["step"],
+            "forward_s": out["forward"], "backward_s": out["backward"], "optimizer_s": out["optimizer"],
+            "step_times": [t["step"] for t in timed], "peak_memory_bytes": peak, "device": str(ctx.device),
+            "backend": ctx.backend}
+
+
+def run_all(configs: list[dict[str, Any]], args: argparse.Namespace, rank: int) -> list[dict[str, Any]]:
+    """Configs run one after another in the same process group (one launch for a scan or a grid)."""
+    results = []
+    for config in configs:
+        try:
+            results.append(run(config, args))
+        except Exception as e:  # reported to the harness as this config's failure, never swallowed
+            results.append({"rank": rank, "status": "oom" if is_oom(e) else "failed",
+                            "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]})
+        gc.collect()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    loaded = json.loads(args.config)
+    configs = loaded if isinstance(loaded, list) else [loaded]
+    rank = int(os.environ.get("RANK", "0"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = run_all(configs, args, rank)
+    tmp = args.out / f".rank{rank}.json.tmp"
+    tmp.write_text(json.dumps(results))
+    os.replace(tmp, args.out / f"rank{rank}.json")
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized() and all(r["status"] != "failed" for r in results):
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - teardown problems must not hide the results already written
+        pass
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""PNG plots: throughput per strategy (predicted vs measured), scaling curve, step-time breakdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    """rows: compare rows of bench runs."""
+    rows = [r for r in rows if "samples_per_s" in r["predicted"]]
+    labels = [f"{r['strategy']}\nmb{r['config'].get('micro_batch')} s{r['config'].get('seq_len')}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    ax.bar([i - 0.2 for i in x], [r["predicted"]["samples_per_s"] for r in rows], 0.4, label="predicted")
+    ax.bar([i + 0.2 for i in x], [r["measured"]["samples_per_s"] or 0 for r in rows], 0.4, label="measured")
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set_ylabel("samples/s")
+    ax.set_title("throughput per strategy: predicted vs measured")
+    ax.legend()
+    return _save(fig, path)
+
+
+def breakdown_plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    """rows: measured dicts with strategy, forward_s, backward_s, optimizer_s, step_time_s."""
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    bottom = [0.0] * len(rows)
+    for phase in ("forward_s", "backward_s", "optimizer_s"):
+        vals = [r.get(phase) or 0.0 for r in rows]
+        ax.bar(range(len(rows)), vals, bottom=bottom, label=phase[:-2])
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(rows)), [r["label"] for r in rows], fontsize=7)
+    ax.set_ylabel("seconds per step (measured)")
+    ax.set_title("step-time breakdown")
+    ax.legend()
+    return _save(fig, path)
+
+
+def scaling_plot(sweep: list[dict[str, Any]], path: Path) -> Path:
+    """sweep: plan sweep rows (nodes, strategy, samples_per_s)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for s in dict.fromkeys(r["strategy"] for r in sweep):
+        pts = [(r["nodes"], r["samples_per_s"]) for r in sweep if r["strategy"] == s and r["feasible"]]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=s)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("samples/s (predicted)")
+    ax.set_title("scaling curve")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
