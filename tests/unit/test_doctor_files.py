@@ -148,3 +148,17 @@ def test_bad_launcher_inputs_are_spec_errors(tmp_path):
         diagnose(DoctorRequest(launchers=(bad,)))
     with pytest.raises(SpecError, match="--nodes"):
         diagnose(DoctorRequest(nodes=0))
+
+
+def test_a_per_rank_wrapper_script_beside_the_launcher_is_followed(tmp_path):
+    launcher = tmp_path / "launch.pbs"
+    launcher.write_text("#!/bin/bash\nmodule load frameworks\nexport CCL_WORKER_COUNT=1\n"
+                        "mpiexec -n 24 -ppn 12 bash rank.sh\n")
+    rank = tmp_path / "rank.sh"
+    rank.write_text("module load frameworks\nexec python3 train.py\n")
+    rules = {f.rule for f in diagnose(DoctorRequest(launchers=(launcher,))).findings}
+    assert rules == {"launcher-export-before-module-load", "launcher-no-per-rank-export"}
+    rank.write_text("module load frameworks\nexport CCL_WORKER_COUNT=1\nexec python3 train.py\n")
+    assert diagnose(DoctorRequest(launchers=(launcher,))).findings == []
+    rank.unlink()  # a wrapper the doctor cannot read: unknown, so no per-rank finding
+    assert {f.rule for f in diagnose(DoctorRequest(launchers=(launcher,))).findings} == set()

@@ -129,7 +129,9 @@ class _Reader:
     def _shell_string(self, rest: list[str], launch: Event) -> list[Event] | None:
         flags = [w for w in rest if w.startswith("-")]
         strings = [w for w in rest if not w.startswith("-")]
-        if not any("c" in f for f in flags) or not strings:
+        if strings and not any("c" in f for f in flags):  # bash rank.sh: read it when it sits beside us
+            return self._source(strings[0]) if (self.root / Path(strings[0]).name).is_file() else None
+        if not strings:
             return None
         text = strings[0]
         called = re.findall(r"(?:declare|typeset)\s+-f\s+([A-Za-z_][\w-]*)", text)
