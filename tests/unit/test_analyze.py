@@ -212,3 +212,25 @@ def test_step_record_missing_fields(tmp_path):
     (tmp_path / "rank0.jsonl").write_text(json.dumps({"kind": "step", "rank": 0}) + "\n")
     with pytest.raises(SpecError, match="rank0.jsonl:1"):
         load_run([tmp_path])
+
+
+def with_cpu(records, cpu_of=lambda rec: rec.forward):
+    """Attach CPU times (CPU devices): by default CPU time == wall time of the local phases."""
+    return [r._replace(cpu_forward=cpu_of(r), cpu_local=r.data + cpu_of(r) + r.optimizer) for r in records]
+
+
+def test_rank_waiting_for_a_core_is_not_a_straggler():
+    recs = synth(modify=slow_rank(2))  # rank 2's wall forward is 2x ...
+    normal_cpu = with_cpu(recs, cpu_of=lambda r: 0.1)  # ... but its CPU time is not: run-queue wait
+    assert "straggler" not in kinds(normal_cpu)
+    assert kinds(with_cpu(recs)) == ["straggler"]  # real extra compute shows in CPU time
+
+
+def test_small_absolute_forward_jitter_does_not_hide_a_collapse():
+    def collapse_with_jitter(s, r, ph):
+        ph["forward"] = 0.003
+        if s >= 20:
+            ph["backward"] *= 10
+            if r == 3:
+                ph["forward"] = 0.006  # 2x, but +3 ms next to +2.7 s of backward
+    assert kinds(synth(modify=collapse_with_jitter)) == ["collapse"]

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from prism_strategy.runtime.detect import Event, StepTimes
+from prism_strategy.runtime.detect import Event, StepTimes, step_times
 from prism_strategy.specs.errors import SpecError
 
 TEXT_SUFFIXES = (".log", ".out", ".err", ".txt")
@@ -101,12 +101,9 @@ def _ours(obj: dict[str, Any], path: Path, where: str, log: RunLog) -> None:
     if kind == "meta":
         log.meta[int(obj.get("rank", 0))] = obj
     elif kind == "step":
-        ph = obj.get("phases") or {}
         try:
-            log.records.append(StepTimes(int(obj["step"]), int(obj["rank"]), float(obj["step_s"]),
-                                         *(float(ph.get(p, math.nan)) for p in ("data", "forward", "backward", "optimizer")),
-                                         float(obj["tokens"]) if obj.get("tokens") is not None else math.nan))
-        except (KeyError, TypeError, ValueError) as e:
+            log.records.append(step_times(obj, int(obj["rank"])))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise SpecError(f"{where}: step record lacks or mangles {e}") from None
     elif kind == "event":
         log.events.append(Event(obj["event"], int(obj.get("step", -1)), tuple(obj.get("ranks", ())),

@@ -9,13 +9,17 @@ How compute is told apart from collective wait (DOMAIN.md section 6)
 In a synchronous data-parallel step every rank leaves the gradient collective at about the same
 moment. The phases before it hold no collective in DDP / ZeRO-1/2 (data, forward) and the
 optimizer step is local, so ``local = data + forward + optimizer`` is each rank's own work,
-measured without a barrier. The backward phase holds the rank's backward compute *plus* its wait
+measured without a barrier. On CPU devices the monitor also records the process CPU time of
+those phases and the straggler test uses it, so a rank that only waits for a core (an
+oversubscribed host) is not called a straggler; on accelerators (and for PRISM logs) it is the
+wall time. The backward phase holds the rank's backward compute *plus* its wait
 in the gradient collective; the rank that arrives last (the straggler) waits least, so its
 backward is the shortest while its local time is the longest. Hence:
 
 * collapse: after a warm-up baseline, backward of *every* rank is >= ``collapse_factor`` x its
-  own baseline for ``collapse_steps`` consecutive steps while forward stays within
-  ``flat_factor`` of its baseline on every rank (compute unchanged, the collective slowed);
+  own baseline for ``collapse_steps`` consecutive steps while forward stays flat on every rank
+  (within ``flat_factor`` of its baseline, or grown by less than ``flat_share`` of the
+  backward's growth): compute unchanged, the collective slowed;
 * straggler: the per-step ratio ``local[rank] / min over ranks`` has a median >= ``straggler_ratio``
   and exceeds it in >= ``straggler_consistency`` of the steps, for a minority of ranks; their
   excess is a visible share of the step, and their backward
@@ -39,7 +43,8 @@ from typing import Any, Iterable, Literal, NamedTuple
 import numpy as np
 
 EventKind = Literal["collapse", "straggler", "input_skew", "hang"]
-FIELDS = ("step", "data", "forward", "backward", "optimizer", "step_s", "tokens")
+PHASES = ("data", "forward", "backward", "optimizer")
+FIELDS = ("step", "data", "forward", "backward", "optimizer", "step_s", "tokens", "cpu_forward", "cpu_local")
 """Column order of one gathered row (what each rank sends every K steps)."""
 
 
@@ -54,9 +59,25 @@ class StepTimes(NamedTuple):
     backward: float = math.nan
     optimizer: float = math.nan
     tokens: float = math.nan
+    cpu_forward: float = math.nan
+    """Process CPU time of forward (CPU devices only): compute without run-queue waits."""
+    cpu_local: float = math.nan
+    """Process CPU time of data + forward + optimizer (CPU devices only)."""
 
     def row(self) -> list[float]:
         return [float(getattr(self, f)) for f in FIELDS]
+
+
+def step_times(rec: dict[str, Any], rank: int) -> StepTimes:
+    """A step record (as written to the JSONL) -> StepTimes."""
+    ph, cpu, tok = rec.get("phases") or {}, rec.get("cpu"), rec.get("tokens")
+    cpu_fwd = cpu_local = math.nan
+    if cpu and "forward" in cpu:
+        cpu_fwd = cpu["forward"]
+        cpu_local = sum(cpu.get(p, 0.0) for p in ("data", "forward", "optimizer"))
+    return StepTimes(int(rec["step"]), rank, float(rec["step_s"]),
+                     *(float(ph.get(p, math.nan)) for p in PHASES),
+                     math.nan if tok is None else float(tok), cpu_fwd, cpu_local)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +107,10 @@ class DetectConfig:
     collapse_factor: float = 3.0
     collapse_steps: int = 5
     flat_factor: float = 1.5
-    """Forward may grow at most this much during a collapse (compute unchanged)."""
+    """Forward may grow at most this much during a collapse (compute unchanged) ..."""
+    flat_share: float = 0.1
+    """... or by at most this share of the backward's growth (a 2 ms jitter on a 3 ms forward
+    is flat next to a 300 ms backward rise)."""
     straggler_ratio: float = 1.3
     straggler_min_share: float = 0.05
     """The straggler's extra local time must be at least this share of the median step."""
@@ -111,6 +135,8 @@ class Series:
     optimizer: np.ndarray
     step_s: np.ndarray
     tokens: np.ndarray
+    cpu_forward: np.ndarray
+    cpu_local: np.ndarray
 
     @classmethod
     def from_records(cls, records: Iterable[StepTimes]) -> Series:
@@ -139,6 +165,13 @@ class Series:
         return cls(ranks=tuple(ranks), steps=steps, **cols)
 
     @property
+    def compute(self) -> tuple[np.ndarray, str]:
+        """Local work per rank and step: CPU time where every rank has it, else wall time."""
+        if np.isfinite(self.cpu_local).any() and not np.any(np.isfinite(self.local) & ~np.isfinite(self.cpu_local)):
+            return self.cpu_local, "cpu_time"
+        return self.local, "wall"
+
+    @property
     def local(self) -> np.ndarray:
         """data + forward + optimizer: the collective-free work of each rank."""
         parts = np.stack([self.data, self.forward, self.optimizer])
@@ -147,9 +180,7 @@ class Series:
 
     def tail(self, skip: int) -> Series:
         sl = slice(skip, None)
-        return Series(self.ranks, self.steps[sl], self.data[:, sl], self.forward[:, sl],
-                      self.backward[:, sl], self.optimizer[:, sl], self.step_s[:, sl],
-                      self.tokens[:, sl])
+        return Series(self.ranks, self.steps[sl], *(getattr(self, f)[:, sl] for f in FIELDS[1:]))
 
 
 def _nanmedian(a: np.ndarray, axis=None):
@@ -194,7 +225,8 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     bwd = _nanmedian(s.backward[:, i:j], axis=1)
     fwd = _nanmedian(s.forward[:, i:j], axis=1)
     fwd_ratio = fwd / base_f
-    if np.any(fwd_ratio > cfg.flat_factor):
+    flat = (fwd_ratio <= cfg.flat_factor) | (fwd - base_f <= cfg.flat_share * (bwd - base_b))
+    if not np.all(flat):
         return None
     step_ratio = _nanmedian(s.step_s[:, i:j]) / _nanmedian(s.step_s[:, b0:b1])
     per_rank = {str(r): {"backward_baseline_s": _r(base_b[k]), "backward_s": _r(bwd[k]),
@@ -214,7 +246,7 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
 
 
 def _straggler_stats(s: Series) -> dict[str, np.ndarray] | None:
-    local = s.local
+    local, _ = s.compute
     ok = np.all(np.isfinite(local), axis=0)
     if ok.sum() == 0:
         return None
@@ -225,6 +257,7 @@ def _straggler_stats(s: Series) -> dict[str, np.ndarray] | None:
             "backward": _nanmedian(s.backward[:, ok], axis=1),
             "tokens": _nanmedian(s.tokens[:, ok], axis=1),
             "step": _nanmedian(s.step_s[:, ok]), "n": ok.sum(), "steps": s.steps[ok],
+            "wall": _nanmedian(s.local[:, ok], axis=1),
             "slowest": np.argmax(local, axis=0)}
 
 
@@ -252,9 +285,10 @@ def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
             return None
     ranks = tuple(s.ranks[k] for k in slow)
     fastest = s.ranks[int(np.argmin(st["local"]))]
-    ev = {"ranks": list(ranks), "fastest_rank": fastest,
+    ev = {"ranks": list(ranks), "fastest_rank": fastest, "compute_measure": s.compute[1],
           "compute_ratio": {str(s.ranks[k]): _r(st["ratio"][k], 2) for k in range(len(s.ranks))},
-          "local_s": {str(s.ranks[k]): _r(st["local"][k]) for k in range(len(s.ranks))},
+          "compute_s": {str(s.ranks[k]): _r(st["local"][k]) for k in range(len(s.ranks))},
+          "local_wall_s": {str(s.ranks[k]): _r(st["wall"][k]) for k in range(len(s.ranks))},
           "collective_wait_s": {str(s.ranks[k]): _r(st["backward"][k]) for k in range(len(s.ranks))},
           "slowest_share": {str(s.ranks[k]): _r(float(np.mean(st["slowest"] == k)), 2) for k in slow},
           "over_ratio_share": {str(s.ranks[k]): _r(float(over[k]), 2) for k in slow},
@@ -291,7 +325,7 @@ def _cv(a: np.ndarray) -> float:
 def detect_input_skew(s: Series, cfg: DetectConfig) -> Event | None:
     """Compute time follows the batch's tokens (sequence length)."""
     t = s.tail(cfg.warmup_skip)
-    y_all = np.where(np.isfinite(t.forward), t.forward, t.step_s)
+    y_all = np.where(np.isfinite(t.cpu_forward), t.cpu_forward, np.where(np.isfinite(t.forward), t.forward, t.step_s))
     ok = np.isfinite(t.tokens) & np.isfinite(y_all)
     x, y = t.tokens[ok], y_all[ok]
     if x.size < cfg.skew_min_points or _cv(x) < cfg.skew_min_cv or _cv(y) < cfg.skew_min_cv:
@@ -320,7 +354,8 @@ def detect_all(s: Series, cfg: DetectConfig | None = None) -> list[Event]:
 
 def summarize(s: Series) -> dict[str, Any]:
     """Fastest and slowest rank by local compute over the series, and the straggler ratio."""
-    local = _nanmedian(s.local, axis=1)
+    compute, measure = s.compute
+    local = _nanmedian(compute, axis=1)
     step = _nanmedian(s.step_s, axis=1)
     if not np.any(np.isfinite(local)):
         return {"ranks": len(s.ranks)}
@@ -329,4 +364,4 @@ def summarize(s: Series) -> dict[str, Any]:
     return {"ranks": len(s.ranks), "steps": [int(s.steps[0]), int(s.steps[-1])],
             "step_s": _r(float(np.nanmedian(step))), "fastest_rank": s.ranks[lo],
             "fastest_local_s": _r(local[lo]), "slowest_rank": s.ranks[hi],
-            "slowest_local_s": _r(local[hi]), "straggler_ratio": _r(ratio, 3)}
+            "slowest_local_s": _r(local[hi]), "straggler_ratio": _r(ratio, 3), "measure": measure}

@@ -25,6 +25,7 @@ Output, one JSONL file per rank, ``OUT/rank{R}.jsonl``; every line has a ``kind`
     {"kind":"meta","rank":0,"world_size":4,"pid":..,"host":..,"device":"cpu","t0":..,...}
     {"kind":"step","step":7,"rank":0,"t":<unix>,"step_s":0.051,
      "phases":{"data":0.001,"forward":0.012,"backward":0.031,"optimizer":0.004},
+     "cpu":{"data":0.0005,"forward":0.011,...},   # CPU devices: process CPU time per phase
      "samples":8,"tokens":1024,"peak_mem_bytes":...}
     {"kind":"summary","step":10,"fastest_rank":1,"slowest_rank":2,"straggler_ratio":1.04,...}
     {"kind":"event","event":"collapse","step":23,"ranks":[0,1,2,3],"evidence":{...},...}
@@ -58,13 +59,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from prism_strategy.runtime.detect import FIELDS, DetectConfig, Event, Series, StepTimes, detect_all, summarize
+from prism_strategy.runtime.detect import FIELDS, DetectConfig, Event, Series, detect_all, step_times, summarize
 from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
 
 __all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event"]
 
 log = logging.getLogger("prism_strategy.monitor")
-_PHASES = ("data", "forward", "backward", "optimizer")
 
 
 def _identity(ctx: Any) -> tuple[int, int, torch.device]:
@@ -107,7 +107,7 @@ class _History:
 
 
 class _Phase:
-    __slots__ = ("mon", "name", "t0", "ev0")
+    __slots__ = ("mon", "name", "t0", "c0", "ev0")
 
     def __init__(self, mon: StepMonitor, name: str) -> None:
         self.mon, self.name = mon, name
@@ -115,6 +115,7 @@ class _Phase:
     def __enter__(self) -> _Phase:
         self.mon.progress.mark(self.name)
         self.ev0 = self.mon._event()
+        self.c0 = time.process_time() if self.mon._cpu is not None else 0.0
         self.t0 = time.perf_counter()
         return self
 
@@ -122,6 +123,8 @@ class _Phase:
         mon = self.mon
         dt = time.perf_counter() - self.t0
         mon._phases[self.name] = mon._phases.get(self.name, 0.0) + dt
+        if mon._cpu is not None:
+            mon._cpu[self.name] = mon._cpu.get(self.name, 0.0) + time.process_time() - self.c0
         if self.ev0 is not None:
             mon._dev.append((self.name, self.ev0, mon._event()))
         mon.progress.mark("step")
@@ -160,6 +163,7 @@ class StepMonitor:
         self.events: list[Event] = []
         self.progress = Progress()
         self._event_factory = event_factory
+        self._cpu: dict[str, float] | None = None
         self._started = self._closed = False
         self._fh = None
         self._watchdog: Watchdog | None = None
@@ -177,6 +181,7 @@ class StepMonitor:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.out_dir / f"rank{self.rank}.jsonl", "a", buffering=1 << 16)
         self._step_i, self._t_prev_end, self._fired, self._monitor_s = 0, None, set(), 0.0
+        self._cpu_on, self._c_prev_end = self.device.type == "cpu", None
         self._rows: list[list[float]] = []
         self._pending: deque = deque()
         cfg = self.detect
@@ -251,6 +256,9 @@ class StepMonitor:
         self._t0, self._ev_step0 = now, self._event()
         self._samples, self._tokens = samples, tokens
         self._phases: dict[str, float] = {}
+        if self._cpu_on:
+            c = time.process_time()
+            self._cpu = {} if self._c_prev_end is None else {"data": c - self._c_prev_end}
         self._dev: list[tuple[str, Any, Any]] = []
         self.progress.active = True
         self.progress.mark("step", self._step_i)
@@ -261,6 +269,9 @@ class StepMonitor:
                                "step_s": t1 - self._t0, "phases": self._phases,
                                "samples": self._samples, "tokens": self._tokens,
                                "peak_mem_bytes": self._peak_mem()}
+        if self._cpu is not None:
+            rec["cpu"] = self._cpu
+            self._c_prev_end = time.process_time()
         if self._mon_s:
             rec["monitor_s"] = self._mon_s
         if exc_type is not None:
@@ -274,6 +285,8 @@ class StepMonitor:
             self._sync_window()
             self._monitor_s = time.perf_counter() - t1
             self._t_prev_end = t1 + self._monitor_s
+            if self._cpu_on:
+                self._c_prev_end = time.process_time()
 
     def _peak_mem(self) -> int:
         if self.device.type == "cpu":
@@ -303,10 +316,7 @@ class StepMonitor:
             ph["data"] = gap
         rec["step_s"] += (0.0 if math.isnan(gap) else gap) + rec.get("monitor_s", 0.0)
         self._write(rec)
-        tok = rec["tokens"]
-        self._rows.append(StepTimes(rec["step"], self.rank, rec["step_s"],
-                                    *(ph.get(p, math.nan) for p in _PHASES),
-                                    math.nan if tok is None else float(tok)).row())
+        self._rows.append(step_times(rec, self.rank).row())
 
     def _write(self, rec: dict[str, Any]) -> None:
         self._fh.write(json.dumps(rec, separators=(",", ":"), default=str) + "\n")

@@ -1,0 +1,144 @@
+"""StepMonitor under torchrun: 4 ranks, real gloo process group, DDP, injected faults.
+
+Two launches: one runs clean x3, collapse, slow rank 2 and input skew one after another in the
+same process group (saves process starts); the other hangs rank 2 before a collective.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prism_strategy.diagnose.analyze import analyze
+from prism_strategy.runtime.detect import DetectConfig
+from prism_strategy.runtime.monitor import HANG_EXIT_CODE
+
+pytestmark = pytest.mark.distributed
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("monitor_worker.py")
+CFG = DetectConfig(warmup_skip=2, warmup_steps=5)
+SCENARIOS = ("clean", "clean", "clean", "collapse", "slow-rank", "input-skew")
+HANG_TIMEOUT_S = 5.0
+HANG_STEP = 5
+FAULT_STEP = 7
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(out: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD_SIZE", "MASTER_"))}
+    env.update(OMP_NUM_THREADS="1", TORCH_FR_BUFFER_SIZE="2000",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), str(WORKER), str(out), *args]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # only the session this test started
+        output, _ = proc.communicate()
+        raise AssertionError(f"torchrun timed out after {timeout}s:\n{output[-4000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, output, "")
+
+
+def online_events(run_dir: Path) -> list[dict]:
+    out = []
+    for f in sorted(run_dir.glob("rank*.jsonl")):
+        out += [r for r in map(json.loads, f.read_text().splitlines()) if r.get("kind") == "event"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("monitor_runs")
+    res = torchrun(out, "--scenarios", ",".join(SCENARIOS), "--steps", "20", "--fault-step", str(FAULT_STEP))
+    assert res.returncode == 0, res.stdout[-4000:]
+    return {f"{i}_{name}": out / f"{i}_{name}" for i, name in enumerate(SCENARIOS)}
+
+
+@pytest.mark.parametrize("i", [0, 1, 2])
+def test_clean_runs_have_no_event(runs, i):
+    run = runs[f"{i}_clean"]
+    assert online_events(run) == []
+    v = analyze(run, CFG)
+    assert v.verdict == "healthy" and v.events == (), v.message
+    assert sorted(v.ranks) == [0, 1, 2, 3] and all(s.steps >= 17 for s in v.ranks.values())
+
+
+def test_collapse_is_collapse_not_straggler(runs):
+    run = runs["3_collapse"]
+    v = analyze(run, CFG)
+    assert v.verdict == "collapse", v.message
+    assert "straggler" not in {e.kind for e in v.events}
+    ev = v.events[0]
+    # the sleep grows 40 ms per step from FAULT_STEP: 3x a 30-100 ms baseline within a few steps
+    assert ev.ranks == (0, 1, 2, 3) and FAULT_STEP <= ev.evidence["from_step"] < FAULT_STEP + 8
+    assert ev.evidence["backward_factor"] >= 3 and ev.evidence["to_step"] - ev.evidence["from_step"] >= 4
+    assert [e["event"] for e in online_events(run)] == ["collapse"]  # rank 0, online
+
+
+def test_slow_rank_2_is_the_straggler(runs):
+    run = runs["4_slow-rank"]
+    v = analyze(run, CFG)
+    assert v.verdict == "straggler" and v.events[0].ranks == (2,), v.message
+    waits = v.events[0].evidence["collective_wait_s"]
+    assert waits["2"] == min(waits.values())  # the straggler waits least in the all-reduce
+    assert {e["event"] for e in online_events(run)} == {"straggler"}
+    assert all(e["ranks"] == [2] for e in online_events(run))
+
+
+def test_input_skew(runs):
+    v = analyze(runs["5_input-skew"], CFG)
+    assert v.verdict == "input_skew", v.message
+
+
+def test_summary_names_fastest_and_slowest_rank(runs):
+    recs = [json.loads(x) for x in (runs["4_slow-rank"] / "rank0.jsonl").read_text().splitlines()]
+    summaries = [r for r in recs if r["kind"] == "summary"]
+    assert len(summaries) == 4 and all(s["ranks"] == 4 for s in summaries)
+    assert all(s["slowest_rank"] == 2 and s["straggler_ratio"] > 2 for s in summaries)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_hang_report_stacks_exit_code_no_orphans(tmp_path):
+    t0 = time.monotonic()
+    res = torchrun(tmp_path, "--scenarios", "hang", "--steps", "20", "--fault-step", str(HANG_STEP),
+                   "--hang-timeout", str(HANG_TIMEOUT_S))
+    assert res.returncode != 0 and f"exitcode  : {HANG_EXIT_CODE}" in res.stdout, res.stdout[-4000:]
+    run = tmp_path / "0_hang"
+    rep = json.loads((run / "hang_report.json").read_text())
+    assert rep["phase"] == "backward" and rep["step"] == HANG_STEP
+    assert rep["ranks_reached"] == [0, 1, 3]
+    assert rep["ranks_not_reached"] == {"2": {"step": HANG_STEP, "phase": "forward"}}
+    stuck_since = rep["per_rank"]["2"]["last_progress"]
+    assert rep["written"] - stuck_since <= HANG_TIMEOUT_S + 10
+    for r in range(4):
+        stack = (run / "stacks" / f"rank{r}.txt").read_text()
+        assert "monitor_worker.py" in stack
+    assert "_pre_forward" in (run / "stacks" / "rank2.txt").read_text()  # where rank 2 is stuck
+    v = analyze(run, CFG)
+    assert v.verdict == "hang" and v.events[0].ranks == (2,)
+    pids = [json.loads((run / f"rank{r}.jsonl").read_text().splitlines()[0])["pid"] for r in range(4)]
+    assert not [p for p in pids if _alive(p)], "orphan worker processes"
+    assert time.monotonic() - t0 < 90
