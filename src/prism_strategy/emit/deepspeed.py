@@ -18,7 +18,8 @@ def build_ds_config(
     precision: str = "bf16-mixed",
     gradient_clipping: float | None = None,
 ) -> dict[str, Any]:
-    """A ds_config dict DeepSpeed's DeepSpeedConfig accepts. The optimizer is the client's
+    """A ds_config dict DeepSpeed's DeepSpeedConfig accepts. No train_batch_size: DeepSpeed derives
+    it from micro-batch x accumulation x the world size it finds, so one file serves any world. The optimizer is the client's
     (passed to deepspeed.initialize), so no optimizer section is written. DeepSpeed's bf16
     mode always keeps fp32 master weights: `bf16-pure` cannot be reproduced under ZeRO."""
     if strategy.zero_stage is None:
@@ -42,7 +43,6 @@ def build_ds_config(
             stage3_param_persistence_threshold=b.stage3_param_persistence_threshold,
         )
     cfg: dict[str, Any] = {
-        "train_batch_size": micro_batch * grad_accum * world_size,
         "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": grad_accum,
         "bf16": {"enabled": precision != "fp32"},
