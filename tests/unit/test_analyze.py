@@ -234,3 +234,23 @@ def test_small_absolute_forward_jitter_does_not_hide_a_collapse():
             if r == 3:
                 ph["forward"] = 0.006  # 2x, but +3 ms next to +2.7 s of backward
     assert kinds(synth(modify=collapse_with_jitter)) == ["collapse"]
+
+
+def test_restart_in_same_dir_uses_the_last_run(tmp_path):
+    def step(s, bwd):
+        return json.dumps({"kind": "step", "step": s, "rank": 0, "step_s": bwd + 0.1,
+                           "phases": {"forward": 0.1, "backward": bwd}})
+    first = [json.dumps({"kind": "meta", "rank": 0, "t0": 100.0})] + [step(s, 1.0 if s < 10 else 10.0) for s in range(30)]
+    second = [json.dumps({"kind": "meta", "rank": 0, "t0": 200.0})] + [step(s, 1.0) for s in range(20)]
+    (tmp_path / "rank0.jsonl").write_text("\n".join(first + second) + "\n")
+    (tmp_path / "hang_report.json").write_text(json.dumps({"event": "hang", "step": 3, "written": 150.0}))
+    run = load_run([tmp_path])
+    assert len(run.records) == 20 and not run.hang_reports and len(run.skipped) == 2
+    assert analyze(tmp_path).verdict == "healthy"
+
+
+def test_rank_from_path_needs_a_word_boundary(tmp_path):
+    d = tmp_path / "frank2024" / "rank_3"
+    d.mkdir(parents=True)
+    (d / "perf.jsonl").write_text(json.dumps({"step": 0, "fwd_time": 0.1, "bwd_time": 0.2}) + "\n")
+    assert load_run([d]).records[0].rank == 3

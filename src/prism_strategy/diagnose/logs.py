@@ -65,7 +65,7 @@ class RunLog:
 
 
 def _rank_from_path(path: Path) -> int | None:
-    m = re.search(r"rank[_-]?(\d+)", str(path), re.IGNORECASE)
+    m = re.search(r"(?<![a-z])rank[_-]?(\d+)", str(path), re.IGNORECASE)
     return int(m.group(1)) if m else None
 
 
@@ -98,7 +98,11 @@ def _num(obj: dict[str, Any], name: str) -> float:
 
 def _ours(obj: dict[str, Any], path: Path, where: str, log: RunLog) -> None:
     kind = obj.get("kind")
-    if kind == "meta":
+    if kind == "meta":  # a restart appending to the same file: only its last run counts
+        if log.records or log.events:
+            log.skipped.append(f"{where}: {len(log.records)} earlier step records (an earlier run) left out")
+            log.records.clear()
+            log.events.clear()
         log.meta[int(obj.get("rank", 0))] = obj
     elif kind == "step":
         try:
@@ -125,15 +129,19 @@ def _perf(obj: dict[str, Any], path: Path, index: int, log: RunLog) -> None:
 
 
 def read_jsonl(path: Path, log: RunLog) -> None:
-    n0 = len(log.records) + len(log.events)
+    own = RunLog()
     perf_index = 0
-    for i, obj in _json_lines(path, log):
+    for i, obj in _json_lines(path, own):
         if "kind" in obj:
-            _ours(obj, path, f"{path}:{i}", log)
+            _ours(obj, path, f"{path}:{i}", own)
         else:
-            _perf(obj, path, perf_index, log)
+            _perf(obj, path, perf_index, own)
             perf_index += 1
-    if len(log.records) + len(log.events) > n0 or path.stem.startswith("rank"):
+    log.records += own.records
+    log.events += own.events
+    log.meta.update(own.meta)
+    log.skipped += own.skipped
+    if own.records or own.events or own.meta:
         log.sources.append(str(path))
 
 
@@ -193,6 +201,15 @@ def read_hang_report(path: Path, log: RunLog) -> None:
     log.sources.append(str(path))
 
 
+def _drop_stale_hang_reports(log: RunLog) -> None:
+    """A hang report written before the (last) run started belongs to an earlier run."""
+    start = max((m.get("t0", 0.0) for m in log.meta.values()), default=0.0)
+    stale = [r for r in log.hang_reports if r.get("written", float("inf")) < start]
+    for r in stale:
+        log.skipped.append(f"{r['_path']}: written before the run started; left out")
+        log.hang_reports.remove(r)
+
+
 def _files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
@@ -219,6 +236,7 @@ def load_run(paths: Iterable[str | Path]) -> RunLog:
                 read_jsonl(f, log)
             elif f.suffix in TEXT_SUFFIXES or path.is_file():
                 read_text_log(f, log)
+    _drop_stale_hang_reports(log)
     if not log.records and not log.hang_reports:
         where = ", ".join(map(str, paths))
         raise SpecError(f"{where}: no step records found (expected rank*.jsonl, perf.jsonl or [TIMING] lines)")

@@ -151,6 +151,11 @@ class StepMonitor:
     ``world_size`` and optionally ``device`` (e.g. `init_distributed()`'s result); None reads
     the process group or RANK / WORLD_SIZE. ``hang_timeout_s=None`` disables the watchdog.
     Nothing is opened until `start()` (called by the first `step()`).
+
+    The watchdog counts from the first `step()` until `close()`, *between* steps too (a stuck
+    data loader is a hang): wrap evaluation or checkpointing in ``with mon.paused():`` and call
+    `close()` (or use ``with StepMonitor(...) as mon``) when the loop ends. Files are appended
+    to, so a restart into the same folder adds a run; `analyze` reads the last one.
     """
 
     def __init__(self, out_dir: str | os.PathLike, *, ctx: Any = None, hang_timeout_s: float | None = 300.0,

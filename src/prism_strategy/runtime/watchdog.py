@@ -194,7 +194,12 @@ class Watchdog:
             self._heartbeat()
             p = self.progress
             if p.active and not p.paused and time.monotonic() - p.last_mono > self.timeout_s:
-                self.fire()
+                try:
+                    self.fire()
+                except Exception:  # noqa: BLE001 - a failed report must not leave the job hung
+                    log.exception("hang report failed; exiting with %d anyway", HANG_EXIT_CODE)
+                    self._drop_backstop()
+                    self.exit_fn(HANG_EXIT_CODE)
                 return
 
     def _heartbeat(self, force: bool = False) -> None:
