@@ -17,8 +17,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
+BENCH := --model small-llama --nproc 4 --ranks-per-node 2 --micro-batch 2 --seq-len 128
+RUN_DB := $(CURDIR)/out/run.db
+
 run: setup
 	$(VENV)/bin/prism-strategy plan --model qwen3-0.6b --mode e2e --platform aurora --nodes 2 --seq-len 512 --micro-batch 8 --sweep-nodes 1,2,4,8,16
+	@echo "== a short real CPU benchmark (4 gloo ranks as 2 nodes x 2) beside the prediction =="
+	mkdir -p out
+	$(VENV)/bin/prism-strategy bench $(BENCH) --strategies ddp,fsdp_full_shard,hsdp_shard_grad_op --db $(RUN_DB)
+	$(VENV)/bin/prism-strategy compare --db $(RUN_DB)
 
 test: setup
 	$(PY) -m pytest -q -x tests

@@ -1,0 +1,106 @@
+"""Measure and close the loop for real: CPU, gloo, 4 ranks (2x2 for HSDP), tiny Llama.
+
+bench -> store -> compare -> calibrate -> held-out check; ceiling vs exhaustive scan; a rank
+that crashes or hangs; no orphan processes. Runs share one store to pay process starts once.
+"""
+
+import sqlite3
+import subprocess
+
+import pytest
+
+from prism_strategy.bench.calibrate import calibrate, errors_pct
+from prism_strategy.bench.compare import compare
+from prism_strategy.bench.predict import predict
+from prism_strategy.bench.run import base_config, run_bench, run_ceiling, run_many, scan_ceiling_runs
+from prism_strategy.bench.store import Store
+from prism_strategy.specs.presets import load_platform
+
+pytestmark = pytest.mark.distributed
+STRATEGIES = ["ddp", "fsdp_full_shard", "fsdp_shard_grad_op", "hsdp_full_shard", "hsdp_shard_grad_op", "zero2"]
+
+
+def base(**kw):
+    args = dict(model="small-llama", nproc=4, ranks_per_node=2, micro_batch=2, seq_len=128, steps=3, warmup=1,
+                precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=240)
+    return base_config(**(args | kw))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return Store(tmp_path_factory.mktemp("db") / "results.db")
+
+
+@pytest.fixture(scope="module")
+def measured(store):
+    """Calibration set: every strategy at (mb 2, seq 128) and (mb 4, seq 256); held out: (mb 3, seq 192)."""
+    plat = load_platform("cpu")
+    train, held = [], []
+    for s in STRATEGIES:
+        runs = run_many([base(micro_batch=mb, seq_len=seq) | {"strategy": s} for mb, seq in ((2, 128), (4, 256), (3, 192))],
+                        plat, store)
+        train += runs[:2]
+        held.append(runs[2])
+    return train, held
+
+
+def test_bench_every_strategy_completes_and_is_stored(store, measured):
+    train, held = measured
+    for r in train + held:
+        assert r.status == "ok", (r.strategy, r.measured.get("error"), r.measured.get("log_tail"))
+        assert r.measured["step_time_s"] > 0 and r.measured["peak_memory_bytes"] > 0
+        assert r.fingerprint["backend"] == "gloo" and r.fingerprint["torch"]
+    stored = store.query()
+    assert {r.strategy for r in stored} >= set(STRATEGIES)
+    rows = compare(stored)
+    assert {r["strategy"] for r in rows} == set(STRATEGIES)
+
+
+def test_sharding_shows_in_measured_memory(measured):
+    train, _ = measured
+    at = {r.strategy: r.measured["peak_memory_bytes"] for r in train if r.config["micro_batch"] == 2}
+    assert at["fsdp_full_shard"] < at["ddp"]
+
+
+def test_calibration_predicts_held_out_configs(measured):
+    train, held = measured
+    fitted, report = calibrate(load_platform("cpu"), train)
+    err = errors_pct(fitted, held)
+    assert err["step_time_median"] <= 25, (report, err)
+    assert err["memory_median"] <= 15, (report, err)
+    sps = {r.strategy: r.measured["samples_per_s"] for r in held}
+    pred = {r.strategy: predict(r.config, fitted)["samples_per_s"] for r in held}
+    for a in STRATEGIES:
+        for b in STRATEGIES:
+            if sps[a] > 1.15 * sps[b]:
+                assert pred[a] > pred[b], (a, b, sps, pred)
+
+
+def test_ceiling_matches_exhaustive_scan_with_fewer_runs(store):
+    cfg = base(model="tiny-llama", seq_len=256)
+    limit = 20 * 2**20  # 20 MiB of tracked tensor memory per rank
+    c, summary = run_ceiling(cfg, "ddp", "cpu", store, memory_limit_bytes=limit, max_micro_batch=64)
+    scan = scan_ceiling_runs(cfg, "ddp", "cpu", store, memory_limit_bytes=limit, upto=c.ceiling + 1)
+    statuses = [r.status for r in scan]
+    assert statuses == ["ok"] * c.ceiling + ["oom"], statuses
+    assert c.ceiling >= 2 and c.runs < len(scan)
+    assert summary.measured["ceiling"] == c.ceiling
+
+
+def _orphans(tag: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", tag], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+@pytest.mark.parametrize("fault, status", [("crash", "failed"), ("hang", "timeout")])
+def test_crash_or_hang_is_reported_and_nothing_is_left(store, fault, status):
+    cfg = base(model="tiny-llama", timeout_s=60) | {"tag": f"prism-fault-{fault}"}
+    [r] = run_bench(cfg, ["ddp"], "cpu", store, extra_args=["--fault", fault, "--fault-rank", "2", "--fault-step", "2"])
+    assert r.status == status, r.measured
+    if fault == "crash":
+        assert "2" in r.measured["error"]
+    assert r.measured["seconds"] < 60 + 15
+    assert _orphans(f"prism-fault-{fault}") == []
+    with sqlite3.connect(store.path) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert any(x.id == r.id for x in store.query())
