@@ -44,13 +44,14 @@ def _hf_block_names(model: nn.Module) -> frozenset[str]:
     return frozenset()
 
 
-def _largest_module_list(model: nn.Module) -> tuple[type, ...]:
+def _largest_module_list(model: nn.Module) -> list[BlockSlot]:
+    """The children of the longest nn.ModuleList whose entries share one class."""
     best: nn.ModuleList | None = None
     for m in model.modules():
         if isinstance(m, nn.ModuleList) and len(m) > (len(best) if best is not None else 1):
             if len({type(c) for c in m}) == 1:
                 best = m
-    return (type(best[0]),) if best is not None else ()
+    return [BlockSlot(best, name, child) for name, child in best.named_children()] if best is not None else []
 
 
 def _outermost(model: nn.Module, hit) -> list[BlockSlot]:
@@ -74,7 +75,7 @@ def find_blocks(model: nn.Module, block_types: BlockTypes = None) -> list[BlockS
     if block_types is None:
         names = _hf_block_names(model)
         if not names:
-            classes = _largest_module_list(model)
+            return _largest_module_list(model)
     blocks = _outermost(model, lambda m: isinstance(m, classes) or type(m).__name__ in names)
     if block_types is not None and not blocks:
         raise SpecError(f"no module of block_types {block_types!r} in {type(model).__name__}; "

@@ -50,19 +50,24 @@ def wrap(model: nn.Module, strategy: str | StrategySpec, *, ctx: DistContext, op
     if ckpt_freq and not blocks:
         raise SpecError(f"ckpt_freq={ckpt_freq} needs transformer blocks, none found in {type(model).__name__}; "
                         "pass block_types=(YourBlock,)")
-    static = bool(static_graph)
+    static = bool(static_graph)  # on only when the caller declares the graph fixed
+    # 0. refuse what cannot work, before touching the model
     enforce_guardrails(situation(spec, ctx, compile=compile, static_graph=static,
                                  find_unused_parameters=find_unused_parameters, has_blocks=bool(blocks)))
     _warn_ignored(spec, static_graph, find_unused_parameters, bucket_cap_mb)
-    block_class = type(blocks[0].module).__name__ if blocks else "-"
+    if spec.engine == "deepspeed":
+        _import_deepspeed(ctx.device.type)
+    if not dist.is_initialized():
+        raise SpecError("no process group: call ctx = init_distributed() before wrap()")
+    summary = dict(blocks=len(blocks), block_class=type(blocks[0].module).__name__ if blocks else "-",
+                   ckpt_freq=ckpt_freq, compiled=compile)
     # 1. activation checkpointing, every ckpt_freq-th block: the same for every strategy
     blocks = apply_checkpointing(blocks, every=ckpt_freq)
+    summary["checkpointed"] = checkpointed_count(blocks)
     # 2. torch.compile per block (after checkpointing, before data parallelism: torchtitan's order)
     if compile:
         apply_compile(model, blocks)
-    summary = dict(blocks=len(blocks), block_class=block_class, checkpointed=checkpointed_count(blocks),
-                   ckpt_freq=ckpt_freq, compiled=compile)
-    # 3. data parallelism: exactly one engine, chosen by the catalogue entry
+    # 3. data parallelism: exactly one engine, chosen by the catalogue entry; 4. the optimizer
     if spec.engine == "ddp":
         return _wrap_ddp(model, spec, ctx, optimizer, summary, mixed_precision=mixed_precision,
                          static_graph=static, find_unused_parameters=find_unused_parameters, bucket_cap_mb=bucket_cap_mb)
@@ -188,7 +193,6 @@ def _wrap_fsdp(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer
 def _wrap_deepspeed(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer: OptimizerFactory,
                     summary: dict[str, Any], *, mixed_precision: str | None,
                     ds_config: dict[str, Any] | str | Path | None) -> Job:
-    _import_deepspeed(ctx.device.type)
     config = deepspeed_config(spec, ctx, mixed_precision=mixed_precision, ds_config=ds_config)
     model.to(ctx.device)
     engine = apply_deepspeed(model, _build_optimizer(optimizer, model), config=config)
@@ -211,6 +215,10 @@ def deepspeed_config(spec: StrategySpec, ctx: DistContext, *, mixed_precision: s
                               precision="bf16-mixed" if mixed_precision else "fp32")
     else:
         cfg = copy.deepcopy(_load_ds_config(ds_config))
+        bf16 = bool(cfg.get("bf16", {}).get("enabled", False))
+        if bf16 != (mixed_precision == "bf16"):
+            raise SpecError(f"ds_config bf16.enabled={str(bf16).lower()} contradicts mixed_precision={mixed_precision!r}; "
+                            "make them agree")
     stage = cfg.get("zero_optimization", {}).get("stage")
     if stage != spec.zero_stage:
         raise SpecError(f"ds_config has zero_optimization.stage={stage!r} but the strategy is {spec.name}; "
@@ -218,9 +226,7 @@ def deepspeed_config(spec: StrategySpec, ctx: DistContext, *, mixed_precision: s
     if "optimizer" in cfg:
         raise SpecError("ds_config has an optimizer section but wrap() passes the client optimizer; "
                         "remove the optimizer section from ds_config")
-    if cfg.get("gradient_accumulation_steps", 1) != 1:
-        raise SpecError("ds_config sets gradient_accumulation_steps > 1; wrap() accumulates with job.no_sync(): "
-                        "set it to 1")
+    _one_micro_step_per_step(cfg, ctx.world_size)
     cfg.setdefault("zero_allow_untested_optimizer", True)  # the client picks the optimizer (e.g. SGD)
     cfg["managed_gradient_accumulation"] = False
     if spec.zero_stage != 2:  # DeepSpeed allows overlap_comm with caller-owned accumulation only in stage 2
@@ -229,6 +235,17 @@ def deepspeed_config(spec: StrategySpec, ctx: DistContext, *, mixed_precision: s
 
 
 # ----------------------------------------------------------------------------- helpers
+
+def _one_micro_step_per_step(cfg: dict[str, Any], world_size: int) -> None:
+    """Batch keys for this world with DeepSpeed's accumulation at 1: the training script
+    accumulates (job.no_sync()), every job.step() is an optimizer step."""
+    gas = cfg.get("gradient_accumulation_steps", 1)
+    if gas != 1:
+        warnings.warn(f"ds_config gradient_accumulation_steps={gas} ignored: wrap() steps on every job.step(); "
+                      "accumulate micro-batches in the training loop with job.no_sync()", UserWarning, stacklevel=4)
+    micro = cfg.get("train_micro_batch_size_per_gpu") or max(cfg.get("train_batch_size", world_size) // (gas * world_size), 1)
+    cfg.update(gradient_accumulation_steps=1, train_micro_batch_size_per_gpu=micro, train_batch_size=micro * world_size)
+
 
 def _load_ds_config(ds_config: dict[str, Any] | str | Path) -> dict[str, Any]:
     if isinstance(ds_config, dict):
@@ -290,8 +307,6 @@ def _validate(model: Any, ctx: Any, optimizer: Any, mixed_precision: Any, ckpt_f
     if bucket_cap_mb is not None and (isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float))
                                       or bucket_cap_mb <= 0):
         raise SpecError(f"bucket_cap_mb must be a positive number of MiB, got {bucket_cap_mb!r}")
-    if not dist.is_initialized():
-        raise SpecError("no process group: call ctx = init_distributed() before wrap()")
 
 
 def _warn_ignored(spec: StrategySpec, static_graph: bool | None, find_unused: bool, bucket_cap_mb: int | None) -> None:
