@@ -1,0 +1,34 @@
+"""Session-wide launches: each starts its ranks once and many tests assert on what they wrote
+(process start costs ~5 s per launch on this machine; the checks themselves are cheap)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from _harness import prebuild_deepspeed_ops, run_ranks, run_torchrun
+
+ZERO = ("zero1", "zero2", "zero3")
+
+
+@pytest.fixture(scope="session")
+def torch_run(tmp_path_factory) -> list[dict]:
+    """torchrun, 4 ranks as a 2x2 mesh (2 'nodes' x 2): ddp, fsdp_*, hsdp_*, projector, from-file."""
+    out = tmp_path_factory.mktemp("torch")
+    return run_torchrun(["torch", str(out)], nproc=4, out=out)[0]
+
+
+@pytest.fixture(scope="session")
+def ds_run(tmp_path_factory) -> list[dict]:
+    """mpiexec-style (PALS/PMI env without a local size: ranks per node from hostnames), 4 ranks: zero1-3."""
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("DeepSpeed is not installed (optional extra prism-strategy[deepspeed])")
+    out = tmp_path_factory.mktemp("deepspeed")
+    prebuild_deepspeed_ops(out / "prebuild.log")
+    return run_ranks("pals", ["deepspeed", str(out)], world=4, out=out, local_size=False)[0]
+
+
+@pytest.fixture
+def run_of(request):
+    """run_of(strategy) -> the per-rank results of the launch that ran it."""
+    return lambda strategy: request.getfixturevalue("ds_run" if strategy.startswith(ZERO) else "torch_run")
