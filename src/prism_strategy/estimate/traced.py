@@ -2,9 +2,9 @@
 memory and without devices.
 
 The model (transformers from a spec or a config.json, or a user's `module:function` factory) is
-built on the meta device and run for full training steps (forward, loss, backward, optimizer
-step) under `FakeTensorMode`, with a fake process group of the target world size and mesh and
-with the wrapping, mixed precision and activation checkpointing `wrap()` applies; torch's
+built under `FakeTensorMode` and run for full training steps (forward, loss, backward,
+optimizer step) with a fake process group of the target world size and mesh, and with the
+wrapping, mixed precision and activation checkpointing `wrap()` applies; torch's
 `FSDPMemTracker` / `MemTracker` account every tensor (estimate/traced_run.py has the details).
 
 - fsdp_full_shard, fsdp_shard_grad_op, hsdp_*: traced directly (the real `wrap()` under a fake
@@ -14,9 +14,10 @@ with the wrapping, mixed precision and activation checkpointing `wrap()` applies
   buckets are the gradients, allocated for every trainable parameter and kept through zero_grad).
 - zero1/2/3: the analytic model (DeepSpeed cannot run under fake tensors), labelled so.
 
-Bytes are what tensors hold (the fake "cpu" device: no allocator rounding or fragmentation),
-reserve excluded: `by_key["reserve"]` is 0 and the caller adds the platform's
-`framework_reserve_gib` (`TracedMemory.gib(reserve_bytes)` does it for display).
+Bytes are what tensors hold on rank 0 (the fake "cpu" device: no allocator rounding or
+fragmentation), reserve excluded: `by_key["reserve"]` is 0 and the caller adds the platform's
+`framework_reserve_gib` (`TracedMemory.gib(reserve_bytes)` does it for display). Validated against
+real 4-rank gloo runs measured with the CPU allocator (tests/distributed/test_traced_vs_real.py).
 
 Nothing here imports torch at module level: `import prism_strategy.planner` stays torch-free.
 """
@@ -31,7 +32,8 @@ from typing import Any
 
 from prism_strategy.estimate.memory import KEYS, MemoryEstimate, estimate_memory
 from prism_strategy.estimate.parts import model_parts
-from prism_strategy.specs.cluster import GiB, Layout
+from prism_strategy.estimate.traced_search import find_max_micro_batch
+from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
@@ -39,12 +41,14 @@ from prism_strategy.strategies import StrategySpec, get_strategy
 
 ModelSource = MultimodalSpec | TransformerSpec | str | Callable[[], Any]
 TOLERANCE = 0.15
-"""Analytic and traced items further apart than this (relative) get a note."""
+"""Analytic and traced items further apart than this (relative) get a note..."""
 MIN_NOTE_FRACTION = 0.02
 """...unless the gap is under this fraction of the traced peak (tiny items)."""
-MAX_TRACES = 8
+MAX_TRACES = 6
+"""Most traced steps a micro-batch search runs (it usually needs 2-3)."""
 MAX_MICRO_BATCH = 4096
 """Same cap as the planner's MAX_MICRO_BATCH_SHOWN."""
+ANALYTIC_METHOD = "analytic (DeepSpeed cannot be traced): estimate/memory.py, ZeRO stage {stage}"
 
 
 class TraceError(SpecError):
@@ -61,7 +65,7 @@ class TracedMemory:
     """params, grads, optimizer, activations, buffers at the peak; reserve = 0 (caller adds it)."""
     method: str
     seconds: float
-    """Wall time the trace took (build, wrap, warm-up and measured step)."""
+    """Wall time of the trace (build, wrap, warm-up step, measured step)."""
     torch_version: str
     micro_batch: int
     phase: str = ""
@@ -91,14 +95,143 @@ class MicroBatchSearch:
     """Largest micro-batch whose traced peak fits, and how it was found."""
 
     micro_batch: int
+    """0: even micro-batch 1 does not fit."""
     traces: int
-    """Traced steps measured (each one full training step)."""
+    """Traced training steps it measured (0 for analytic)."""
     exact: bool
-    """True when micro_batch + 1 was traced and does not fit (or the cap was reached)."""
+    """micro_batch + 1 was traced and does not fit (or micro_batch is the cap)."""
     points: tuple[tuple[int, float], ...]
-    """(micro-batch, peak bytes) of every trace, in order."""
+    """(micro-batch, peak bytes, reserve excluded) of every trace, in order."""
     seconds: float
     method: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TracedOption:
+    """What `plan --traced` shows for one strategy: the traced memory at its micro-batch and the
+    traced max micro-batch, from one model build."""
+
+    memory: TracedMemory
+    search: MicroBatchSearch | None
+
+
+# --- public API ------------------------------------------------------------------------
+def trace_memory(model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec | str,
+                 micro_batch: int, *, device: str = "cpu") -> TracedMemory:
+    """Peak memory per device of one full training step of the real model at `micro_batch`.
+
+    model_spec: MultimodalSpec / TransformerSpec (built through transformers), a preset name or
+    config.json path, a "pkg.mod:make_model" factory string, or a zero-argument callable that
+    returns an nn.Module. zero1/2/3 return the analytic estimate, labelled in `method`.
+    Raises SpecError for bad input, TraceError when the model cannot be traced."""
+    return trace_option(model_spec, training, layout, strategy, micro_batch, device=device).memory
+
+
+def search_max_micro_batch(model_spec: ModelSource, training: TrainingSpec, layout: Layout,
+                           strategy: StrategySpec | str, usable_bytes: float, *, reserve_bytes: float = 0.0,
+                           seed: int | None = None, max_traces: int = MAX_TRACES, cap: int = MAX_MICRO_BATCH,
+                           device: str = "cpu") -> MicroBatchSearch:
+    """Largest micro-batch whose traced peak + reserve_bytes <= usable_bytes, by bisection
+    seeded with `seed` (default: the analytic max micro-batch) over traced steps of one model
+    build; at most `max_traces` traced steps (see estimate/traced_search.py)."""
+    opt = trace_option(model_spec, training, layout, strategy, None, usable_bytes=usable_bytes,
+                       reserve_bytes=reserve_bytes, seed=seed, max_traces=max_traces, cap=cap, device=device)
+    assert opt.search is not None
+    return opt.search
+
+
+def traced_max_micro_batch(model_spec: ModelSource, training: TrainingSpec, layout: Layout,
+                           strategy: StrategySpec | str, usable_bytes: float, **kw: Any) -> int:
+    """search_max_micro_batch(...).micro_batch (0: even micro-batch 1 does not fit)."""
+    return search_max_micro_batch(model_spec, training, layout, strategy, usable_bytes, **kw).micro_batch
+
+
+def trace_option(model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec | str,
+                 micro_batch: int | None, *, usable_bytes: float | None = None, reserve_bytes: float = 0.0,
+                 seed: int | None = None, max_traces: int = MAX_TRACES, cap: int = MAX_MICRO_BATCH,
+                 device: str = "cpu") -> TracedOption:
+    """Traced memory at `micro_batch` and, when `usable_bytes` is given, the traced max
+    micro-batch, from one model build. micro_batch None: measured at the max micro-batch found
+    (1 when none fits)."""
+    s = _strategy(strategy)
+    if micro_batch is not None:
+        _check_micro_batch(micro_batch)
+    if micro_batch is None and usable_bytes is None:
+        raise SpecError("give a micro_batch, a usable_bytes budget to search under, or both")
+    if s.engine == "deepspeed":
+        return _analytic_option(model_spec, training, layout, s, micro_batch, usable_bytes, reserve_bytes, cap)
+    spec, factory, name = _as_source(model_spec)
+    session = _session(spec, factory, name, training, layout, s, device)
+    t0 = time.perf_counter()
+    peaks: dict[int, Any] = {}
+
+    def probe(mb: int) -> float:
+        if mb not in peaks:
+            peaks[mb] = _measure(session, mb)
+        return float(peaks[mb].total)
+
+    search = None
+    with _opened(session):
+        if usable_bytes is not None:
+            budget = usable_bytes - reserve_bytes
+            hint_seed, per_sample = _analytic_hint(spec, training, layout, s, budget)
+            found = find_max_micro_batch(probe, budget, seed=seed or hint_seed, per_sample=per_sample,
+                                         max_probes=max_traces, cap=cap)
+            search = MicroBatchSearch(micro_batch=found.micro_batch, traces=found.probes, exact=found.exact,
+                                      points=found.points, seconds=time.perf_counter() - t0,
+                                      method=_method(s, layout, spec))
+        mb = micro_batch or max(1, search.micro_batch if search else 1)
+        probe(mb)
+    what = session.built.what if session.built is not None else name
+    memory = _from_peak(peaks[mb], s, mb, _method(s, layout, spec), time.perf_counter() - t0, what)
+    return TracedOption(memory=memory, search=search)
+
+
+def analytic_memory(model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec | str,
+                    micro_batch: int) -> TracedMemory:
+    """The analytic estimate in TracedMemory form (reserve 0), for what cannot be traced."""
+    s = _strategy(strategy)
+    t0 = time.perf_counter()
+    spec = _spec_for_analytic(model_spec)
+    est = estimate_memory(model_parts(spec, training), training, _no_reserve_platform(), layout, s, micro_batch)
+    by_key = {k: float(getattr(est, k)) for k in KEYS}
+    return TracedMemory(peak_bytes=sum(by_key.values()), by_key=by_key, method=ANALYTIC_METHOD.format(stage=s.zero_stage),
+                        seconds=time.perf_counter() - t0, torch_version=_torch_version(), micro_batch=micro_batch,
+                        model=spec.name)
+
+
+def differences(analytic: MemoryEstimate, traced: TracedMemory, *, tolerance: float = TOLERANCE) -> list[str]:
+    """Notes where the analytic model and the trace differ by more than `tolerance`: the total
+    first, then each item that differs (by more than 2% of the traced peak too). The reserve is
+    left out of both. [] for an analytic TracedMemory."""
+    if not traced.traced:
+        return []
+    notes = []
+    for key in (k for k in KEYS if k != "reserve"):
+        a, t = float(getattr(analytic, key)), traced.by_key.get(key, 0.0)
+        if abs(a - t) > tolerance * max(a, t) and abs(a - t) > MIN_NOTE_FRACTION * traced.peak_bytes:
+            notes.append(f"{key} differ: analytic {_size(a)} vs traced {_size(t)} at the traced peak {_pct(a, t)}")
+    a_total, t_total = analytic.total - analytic.reserve, traced.peak_bytes
+    if abs(a_total - t_total) > tolerance * max(a_total, t_total):
+        notes.insert(0, f"analytic {_size(a_total)} vs traced {_size(t_total)} {_pct(a_total, t_total)} "
+                        f"(reserve excluded; the traced peak falls in the {traced.phase})")
+    return notes
+
+
+def traced_fields(traced: TracedMemory, *, reserve_bytes: float = 0.0, search: MicroBatchSearch | None = None,
+                  analytic: MemoryEstimate | None = None) -> dict[str, Any]:
+    """An option's JSON fields: traced_memory_gib (the keys of memory_gib), traced_max_micro_batch,
+    traced_method / phase / seconds / torch_version, and traced_notes when `analytic` is given."""
+    d: dict[str, Any] = {
+        "traced_memory_gib": {k: round(v, 3) for k, v in traced.gib(reserve_bytes).items()},
+        "traced_max_micro_batch": search.micro_batch if search else None,
+        "traced_max_micro_batch_traces": search.traces if search else None,
+        "traced_method": traced.method, "traced_phase": traced.phase,
+        "traced_seconds": round(traced.seconds, 2), "torch_version": traced.torch_version,
+    }
+    if analytic is not None:
+        d["traced_notes"] = differences(analytic, traced)
+    return d
 
 
 # --- the model -------------------------------------------------------------------------
@@ -123,59 +256,19 @@ def _as_source(model_spec: ModelSource) -> tuple[MultimodalSpec | None, Callable
                     f"got {type(model_spec).__name__}")
 
 
-def _builder(spec: MultimodalSpec | None, factory: Callable[[], Any] | None, name: str, training: TrainingSpec):
-    from prism_strategy.estimate import traced_model
-
-    if spec is not None:
-        return lambda: traced_model.build_from_spec(spec, training, init=False)
-    return lambda: traced_model.build_from_factory(factory, name, training)  # type: ignore[arg-type]
-
-
-def _strategy(strategy: StrategySpec | str) -> StrategySpec:
-    return strategy if isinstance(strategy, StrategySpec) else get_strategy(strategy)
-
-
-def _method(strategy: StrategySpec, layout: Layout, multimodal: bool) -> str:
-    extra = "; vision + projector + backbone built whole" if multimodal else ""
-    if strategy.engine == "ddp":
-        return ("traced single process + DDP bucket copy (DDP cannot run on fake tensors; grads counted as "
-                f"its persistent gradient_as_bucket_view buckets), MemTracker{extra}")
-    mesh = f"{layout.nodes}x{layout.ranks_per_node}" if strategy.hybrid else f"{layout.world}"
-    return f"traced: FakeTensorMode + fake process group world={layout.world} (mesh {mesh}), FSDPMemTracker{extra}"
-
-
-def _from_peak(peak: Any, strategy: StrategySpec, micro_batch: int, method: str, seconds: float,
-               what: str) -> TracedMemory:
-    import torch
-
-    from prism_strategy.estimate.traced_run import PLAIN_KEYS, fsdp_key_map
-
-    keymap = fsdp_key_map(strategy) if strategy.engine == "fsdp2" else PLAIN_KEYS
-    by_key = dict.fromkeys(KEYS, 0.0)
-    for cat, b in peak.categories.items():
-        by_key[keymap.get(cat, "buffers")] += b
-    return TracedMemory(peak_bytes=float(peak.total), by_key=by_key, method=method, seconds=seconds,
-                        torch_version=torch.__version__, micro_batch=micro_batch, phase=peak.phase,
-                        categories={k: float(v) for k, v in peak.categories.items() if v}, model=what)
-
-
-def _session(model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec, device: str):
+def _session(spec: MultimodalSpec | None, factory: Callable[[], Any] | None, name: str, training: TrainingSpec,
+             layout: Layout, strategy: StrategySpec, device: str) -> Any:
     if device != "cpu":
         raise SpecError(f"device={device!r}: traces run on the fake 'cpu' device (a fake 'cuda' fails in backward "
-                        "without a GPU); the bytes are the same on any device")
+                        "without a GPU); tensor bytes are the same on any device")
+    from prism_strategy.estimate import traced_model
     from prism_strategy.estimate.traced_run import TraceSession
 
-    spec, factory, name = _as_source(model_spec)
-    return TraceSession(_builder(spec, factory, name, training), training, layout, strategy), spec
-
-
-def _measure(session: Any, micro_batch: int) -> Any:
-    try:
-        return session.measure(micro_batch)
-    except SpecError:
-        raise
-    except Exception as e:
-        raise TraceError(f"trace failed at micro-batch {micro_batch}: {_line(e)}") from e
+    if spec is not None:
+        build = lambda: traced_model.build_from_spec(spec, training, init=False)  # noqa: E731
+    else:
+        build = lambda: traced_model.build_from_factory(factory, name, training)  # type: ignore[arg-type]  # noqa: E731
+    return TraceSession(build, training, layout, strategy)
 
 
 @contextlib.contextmanager
@@ -193,136 +286,52 @@ def _opened(session: Any) -> Iterator[Any]:
         session.__exit__(None, None, None)
 
 
-def _line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+def _measure(session: Any, micro_batch: int) -> Any:
+    try:
+        return session.measure(micro_batch)
+    except SpecError:
+        raise
+    except Exception as e:
+        raise TraceError(f"trace failed at micro-batch {micro_batch}: {_line(e)}") from e
 
 
-# --- public API ------------------------------------------------------------------------
-def trace_memory(model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec | str,
-                 micro_batch: int, *, device: str = "cpu") -> TracedMemory:
-    """Peak memory per device of one full training step of the real model at `micro_batch`.
+def _from_peak(peak: Any, strategy: StrategySpec, micro_batch: int, method: str, seconds: float,
+               what: str) -> TracedMemory:
+    from prism_strategy.estimate.traced_run import PLAIN_KEYS, fsdp_key_map
 
-    model_spec: MultimodalSpec / TransformerSpec (built through transformers), a preset name or
-    config.json path, a "pkg.mod:make_model" factory string, or a zero-argument callable that
-    returns an nn.Module. zero1/2/3 return the analytic estimate, labelled in `method`.
-    Raises SpecError for bad input, TraceError when the model cannot be traced."""
-    s = _strategy(strategy)
-    _check_micro_batch(micro_batch)
-    if s.engine == "deepspeed":
-        return analytic_memory(model_spec, training, layout, s, micro_batch)
+    keymap = fsdp_key_map(strategy) if strategy.engine == "fsdp2" else PLAIN_KEYS
+    by_key = dict.fromkeys(KEYS, 0.0)
+    for cat, b in peak.categories.items():
+        by_key[keymap.get(cat, "buffers")] += b
+    return TracedMemory(peak_bytes=float(peak.total), by_key=by_key, method=method, seconds=seconds,
+                        torch_version=_torch_version(), micro_batch=micro_batch, phase=peak.phase,
+                        categories={k: float(v) for k, v in peak.categories.items() if v}, model=what)
+
+
+def _method(strategy: StrategySpec, layout: Layout, spec: MultimodalSpec | None) -> str:
+    extra = "; vision + projector + backbone built whole" if spec is not None and spec.vision is not None else ""
+    if strategy.engine == "ddp":
+        return ("traced single process + DDP bucket copy (DDP cannot run on fake tensors; grads counted as its "
+                f"persistent gradient_as_bucket_view buckets), MemTracker{extra}")
+    mesh = f"{layout.nodes}x{layout.ranks_per_node}" if strategy.hybrid else f"{layout.world}"
+    return f"traced: FakeTensorMode + fake process group world={layout.world} (mesh {mesh}), FSDPMemTracker{extra}"
+
+
+# --- analytic fallback and hints -------------------------------------------------------
+def _analytic_option(model_spec: ModelSource, training: TrainingSpec, layout: Layout, s: StrategySpec,
+                     micro_batch: int | None, usable_bytes: float | None, reserve_bytes: float,
+                     cap: int) -> TracedOption:
     t0 = time.perf_counter()
-    session, spec = _session(model_spec, training, layout, s, device)
-    with _opened(session):
-        peak = _measure(session, micro_batch)
-    what = session.built.what if session.built else ""
-    return _from_peak(peak, s, micro_batch, _method(s, layout, _multimodal(spec)), time.perf_counter() - t0, what)
-
-
-def analytic_memory(model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec | str,
-                    micro_batch: int) -> TracedMemory:
-    """The analytic estimate in TracedMemory form (reserve 0), for what cannot be traced."""
-    s = _strategy(strategy)
-    spec = _spec_for_analytic(model_spec)
-    t0 = time.perf_counter()
-    est = estimate_memory(model_parts(spec, training), training, _cpu_platform(), layout, s, micro_batch)
-    by_key = {k: float(getattr(est, k)) for k in KEYS}
-    by_key["reserve"] = 0.0
-    return TracedMemory(peak_bytes=sum(by_key.values()), by_key=by_key,
-                        method=f"analytic (DeepSpeed cannot be traced): estimate/memory.py, ZeRO stage {s.zero_stage}",
-                        seconds=time.perf_counter() - t0, torch_version=_torch_version(), micro_batch=micro_batch,
-                        model=spec.name)
-
-
-def search_max_micro_batch(model_spec: ModelSource, training: TrainingSpec, layout: Layout,
-                           strategy: StrategySpec | str, usable_bytes: float, *, reserve_bytes: float = 0.0,
-                           seed: int | None = None, max_traces: int = MAX_TRACES, cap: int = MAX_MICRO_BATCH,
-                           device: str = "cpu") -> MicroBatchSearch:
-    """Largest micro-batch whose traced peak + reserve_bytes <= usable_bytes.
-
-    One model build; each probe is one traced training step. Probes: the seed (default: the
-    analytic max micro-batch), then the micro-batch a line through the traced points predicts
-    (activations grow linearly with it), kept strictly inside the (fits, does not fit) bracket,
-    so it is a bisection that usually converges in 2-3 traces; at most `max_traces`."""
-    s = _strategy(strategy)
-    budget = usable_bytes - reserve_bytes
-    if s.engine == "deepspeed":
-        return _analytic_search(model_spec, training, layout, s, budget, cap)
-    t0 = time.perf_counter()
-    session, spec = _session(model_spec, training, layout, s, device)
-    guess = max(1, min(cap, seed if seed is not None else _analytic_seed(spec, training, layout, s, budget)))
-    points: list[tuple[int, float]] = []
-    lo, hi = 0, cap + 1  # lo fits (0 trivially), hi does not (cap + 1 by decree)
-    with _opened(session):
-        while len(points) < max_traces and hi - lo > 1:
-            peak = float(_measure(session, guess).total)
-            points.append((guess, peak))
-            lo, hi = (guess, hi) if peak <= budget else (lo, guess)
-            guess = _next_guess(points, budget, lo, hi)
-    return MicroBatchSearch(micro_batch=lo, traces=len(points), exact=hi - lo <= 1, points=tuple(points),
-                            seconds=time.perf_counter() - t0, method=_method(s, layout, _multimodal(spec)))
-
-
-def traced_max_micro_batch(model_spec: ModelSource, training: TrainingSpec, layout: Layout,
-                           strategy: StrategySpec | str, usable_bytes: float, **kw: Any) -> int:
-    """search_max_micro_batch(...).micro_batch (0: even micro-batch 1 does not fit)."""
-    return search_max_micro_batch(model_spec, training, layout, strategy, usable_bytes, **kw).micro_batch
-
-
-def differences(analytic: MemoryEstimate, traced: TracedMemory, *, tolerance: float = TOLERANCE) -> list[str]:
-    """One note per item where the analytic model and the trace differ by more than
-    `tolerance` (and by more than 2% of the traced peak); the reserve is left out of both."""
-    if not traced.traced:
-        return []
-    a_total = analytic.total - analytic.reserve
-    notes = []
-    floor = MIN_NOTE_FRACTION * traced.peak_bytes
-    for key in KEYS:
-        if key == "reserve":
-            continue
-        a, t = float(getattr(analytic, key)), traced.by_key.get(key, 0.0)
-        if abs(a - t) > tolerance * max(a, t) and abs(a - t) > floor:
-            notes.append(f"{key}: analytic {a / GiB:.2f} GiB vs traced {t / GiB:.2f} GiB at the traced peak "
-                         f"({_pct(a, t)})")
-    if abs(a_total - traced.peak_bytes) > tolerance * max(a_total, traced.peak_bytes):
-        notes.insert(0, f"analytic {a_total / GiB:.2f} GiB vs traced {traced.peak_bytes / GiB:.2f} GiB "
-                        f"({_pct(a_total, traced.peak_bytes)}; reserve excluded; traced peak in the {traced.phase})")
-    return notes
-
-
-def traced_fields(traced: TracedMemory, *, reserve_bytes: float = 0.0, max_micro_batch: int | None = None,
-                  analytic: MemoryEstimate | None = None) -> dict[str, Any]:
-    """The per-option JSON fields: traced_memory_gib (same keys as memory_gib), traced_max_micro_batch,
-    traced_method / phase / seconds / torch_version, and traced_notes when `analytic` is given."""
-    d: dict[str, Any] = {
-        "traced_memory_gib": {k: round(v, 3) for k, v in traced.gib(reserve_bytes).items()},
-        "traced_max_micro_batch": max_micro_batch,
-        "traced_method": traced.method, "traced_phase": traced.phase,
-        "traced_seconds": round(traced.seconds, 2), "torch_version": traced.torch_version,
-    }
-    if analytic is not None:
-        d["traced_notes"] = differences(analytic, traced)
-    return d
-
-
-# --- helpers ---------------------------------------------------------------------------
-def _pct(a: float, t: float) -> str:
-    return f"analytic {100 * (a - t) / t:+.0f}% vs traced" if t else "traced 0"
-
-
-def _multimodal(spec: MultimodalSpec | None) -> bool:
-    return spec is not None and spec.vision is not None
-
-
-def _check_micro_batch(mb: Any) -> None:
-    if isinstance(mb, bool) or not isinstance(mb, int) or mb < 1:
-        raise SpecError(f"micro_batch must be an integer >= 1, got {mb!r}")
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
+    search = None
+    if usable_bytes is not None:
+        spec = _spec_for_analytic(model_spec)
+        seed, _ = _analytic_hint(spec, training, layout, s, usable_bytes - reserve_bytes)
+        base = estimate_memory(model_parts(spec, training), training, _no_reserve_platform(), layout, s, 0)
+        fits = base.total + base.per_sample <= usable_bytes - reserve_bytes
+        search = MicroBatchSearch(micro_batch=min(seed, cap) if fits else 0, traces=0, exact=True, points=(),
+                                  seconds=time.perf_counter() - t0, method=ANALYTIC_METHOD.format(stage=s.zero_stage))
+    mb = micro_batch or max(1, search.micro_batch if search else 1)
+    return TracedOption(memory=analytic_memory(model_spec, training, layout, s, mb), search=search)
 
 
 def _spec_for_analytic(model_spec: ModelSource) -> MultimodalSpec:
@@ -331,56 +340,56 @@ def _spec_for_analytic(model_spec: ModelSource) -> MultimodalSpec:
         return spec
     import torch
 
-    from prism_strategy.estimate.traced_model import _call_factory
+    from prism_strategy.estimate.traced_model import call_factory
     from prism_strategy.specs.presets import spec_from_module
 
     with torch.device("meta"):
-        module = _call_factory(factory, name)  # type: ignore[arg-type]
+        module = call_factory(factory, name)  # type: ignore[arg-type]
     return MultimodalSpec(backbone=spec_from_module(module, name=name))
 
 
-def _analytic_seed(spec: MultimodalSpec | None, training: TrainingSpec, layout: Layout, s: StrategySpec,
-                   budget: float) -> int:
-    """The analytic max micro-batch for this budget (1 without a spec)."""
+def _analytic_hint(spec: MultimodalSpec | None, training: TrainingSpec, layout: Layout, s: StrategySpec,
+                   budget: float) -> tuple[int, float]:
+    """(analytic max micro-batch under `budget`, analytic bytes per sample); (1, 0) without a spec."""
     if spec is None:
-        return 1
-    base = estimate_memory(model_parts(spec, training), training, _cpu_platform(), layout, s, 0)
+        return 1, 0.0
+    base = estimate_memory(model_parts(spec, training), training, _no_reserve_platform(), layout, s, 0)
     if base.per_sample <= 0:
-        return 1
-    return max(1, int((budget - base.total) // base.per_sample))
+        return 1, 0.0
+    return max(1, int((budget - base.total) // base.per_sample)), base.per_sample
 
 
-def _next_guess(points: list[tuple[int, float]], budget: float, lo: int, hi: int) -> int:
-    """Where a line through the two probes nearest the bracket puts the budget, kept inside
-    (lo, hi); a doubling step with only one probe below the budget."""
-    if hi - lo <= 1:
-        return lo
-    near = sorted(points, key=lambda p: min(abs(p[0] - lo), abs(p[0] - hi)))[:2]
-    if len(near) == 2 and near[0][0] != near[1][0] and near[0][1] != near[1][1]:
-        (m1, p1), (m2, p2) = near
-        slope = (p2 - p1) / (m2 - m1)
-        pred = m1 + (budget - p1) / slope if slope > 0 else hi - 1
-        guess = int(pred)
-    elif hi > lo * 2 + 1 and points[-1][1] <= budget:
-        guess = lo * 2
-    else:
-        guess = (lo + hi) // 2
-    return min(max(guess, lo + 1), hi - 1)
-
-
-def _analytic_search(model_spec: ModelSource, training: TrainingSpec, layout: Layout, s: StrategySpec,
-                     budget: float, cap: int) -> MicroBatchSearch:
-    t0 = time.perf_counter()
-    spec = _spec_for_analytic(model_spec)
-    seed = min(cap, _analytic_seed(spec, training, layout, s, budget))
-    base = estimate_memory(model_parts(spec, training), training, _cpu_platform(), layout, s, 0)
-    fits = base.total + base.per_sample <= budget
-    return MicroBatchSearch(micro_batch=seed if fits else 0, traces=0, exact=True, points=(),
-                            seconds=time.perf_counter() - t0,
-                            method=f"analytic (DeepSpeed cannot be traced): estimate/memory.py, ZeRO stage {s.zero_stage}")
-
-
-def _cpu_platform():
+def _no_reserve_platform() -> PlatformSpec:
+    """estimate_memory reads the platform for its reserve only: the cpu preset has none."""
     from prism_strategy.specs.presets import load_platform
 
     return load_platform("cpu")
+
+
+# --- small helpers ---------------------------------------------------------------------
+def _check_micro_batch(mb: Any) -> None:
+    if isinstance(mb, bool) or not isinstance(mb, int) or mb < 1:
+        raise SpecError(f"micro_batch must be an integer >= 1, got {mb!r}")
+
+
+def _strategy(strategy: StrategySpec | str) -> StrategySpec:
+    return strategy if isinstance(strategy, StrategySpec) else get_strategy(strategy)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def _line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _size(b: float) -> str:
+    return f"{b / GiB:.2f} GiB" if b >= GiB / 4 else f"{b / 2**20:.1f} MiB"
+
+
+def _pct(a: float, t: float) -> str:
+    return f"({100 * (a - t) / t:+.0f}%)" if t else "(traced 0)"

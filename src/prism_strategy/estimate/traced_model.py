@@ -87,7 +87,7 @@ def resolve_factory(text: str) -> Callable[[], nn.Module]:
     return obj
 
 
-def _call_factory(factory: Callable[[], Any], name: str) -> nn.Module:
+def call_factory(factory: Callable[[], Any], name: str) -> nn.Module:
     try:
         module = factory()
     except SpecError:
@@ -140,7 +140,7 @@ def _is_hf_causal_lm(module: nn.Module) -> bool:
 
 def build_from_factory(factory: Callable[[], Any], name: str, training: TrainingSpec) -> BuiltModel:
     """Call the factory (fake mode is active: its tensors are fake, on the fake "cpu" device)."""
-    module = _call_factory(factory, name)
+    module = call_factory(factory, name)
     vocab, seq = _vocab_of(module, name), training.seq_len
     return BuiltModel(
         module=module, block_types=None,
