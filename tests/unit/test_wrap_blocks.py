@@ -44,6 +44,12 @@ def test_fallback_is_the_longest_module_list_of_one_class():
     assert find_blocks(nn.Linear(2, 2)) == []
 
 
+def test_fallback_when_no_split_modules_names_nothing_present():
+    m = TinyLlama(TinyConfig(layers=2))
+    m._no_split_modules = ["SomeOtherLayer"]
+    assert [b.module for b in find_blocks(m)] == list(m.layers)
+
+
 @pytest.mark.parametrize("every, wrapped", [(0, []), (1, [0, 1, 2, 3]), (2, [1, 3]), (3, [2]), (5, [])])
 def test_checkpoint_every_kth_block(every, wrapped):
     m = TinyLlama(TinyConfig(layers=4))

@@ -74,10 +74,10 @@ def find_blocks(model: nn.Module, block_types: BlockTypes = None) -> list[BlockS
     classes, names = _type_names(block_types)
     if block_types is None:
         names = _hf_block_names(model)
-        if not names:
-            return _largest_module_list(model)
     blocks = _outermost(model, lambda m: isinstance(m, classes) or type(m).__name__ in names)
-    if block_types is not None and not blocks:
+    if block_types is None and not blocks:
+        return _largest_module_list(model)
+    if not blocks:
         raise SpecError(f"no module of block_types {block_types!r} in {type(model).__name__}; "
                         "pass the model's transformer block class")
     return blocks
