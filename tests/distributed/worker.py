@@ -129,6 +129,8 @@ def strategy_cases(ctx, strategies) -> dict:
         res[f"{s}/adamw_ckpt1"] = case(ctx, s, "adamw", ckpt=1)
         res[f"{s}/accum_ckpt2"] = case(ctx, s, "sgd", ckpt=2, accum=2)
         res[f"{s}/bf16"] = case(ctx, s, "sgd", mp="bf16")
+    if "ddp" in strategies:
+        res["ddp/accum_static_graph"] = case(ctx, "ddp", "sgd", accum=2, static_graph=True)
     return res
 
 

@@ -110,6 +110,12 @@ class Job:
 class DDPJob(Job):
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
+        if self.model.static_graph and not getattr(self.model, "_static_graph_delay_allreduce_enqueued", True):
+            # static_graph records the graph in its first synchronized backward; skipping sync
+            # before that trips a reducer assert. Synchronizing gives the same gradients (a sum of
+            # averages is the average of sums), at one extra all-reduce, on the first step only.
+            yield
+            return
         with self.model.no_sync():
             yield
 
