@@ -65,6 +65,11 @@ def test_bf16_mixed_precision_trains(run_of, strategy):
     assert "bf16" in bf16["describe"]
 
 
+@pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
+def test_deepspeed_bf16_casts_float_inputs_like_fsdp(ds_run, strategy):
+    assert ds_run[0][f"{strategy}/projector_bf16"]["finite"]
+
+
 @pytest.mark.parametrize("strategy", STRATEGY_NAMES)
 def test_describe_names_strategy_mesh_and_storage(run_of, strategy):
     text = run_of(strategy)[0][f"{strategy}/sgd"]["describe"]

@@ -211,6 +211,8 @@ def scenario_deepspeed(ctx, out: Path) -> dict:
     from prism_strategy.strategies import get_strategy
 
     res = strategy_cases(ctx, ZERO_STRATEGIES)
+    for s in ZERO_STRATEGIES:  # float inputs (projector features) meet bf16 params
+        res[f"{s}/projector_bf16"] = case(ctx, s, "sgd", mp="bf16", cfg=PROJ_CFG, prep=freeze_backbone)
     emitted = build_ds_config(get_strategy("zero2"), micro_batch=MICRO, world_size=ctx.world_size, grad_accum=2,
                               precision="fp32")
     res["from_file/zero2"] = from_file_case(ctx, out, "zero2", ds_config=emitted)

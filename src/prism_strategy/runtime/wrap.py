@@ -196,10 +196,26 @@ def _wrap_deepspeed(model: nn.Module, spec: StrategySpec, ctx: DistContext, opti
     config = deepspeed_config(spec, ctx, mixed_precision=mixed_precision, ds_config=ds_config)
     model.to(ctx.device)
     engine = apply_deepspeed(model, _build_optimizer(optimizer, model), config=config)
-    precision = "bf16 params with fp32 master weights" if config.get("bf16", {}).get("enabled") else "fp32"
+    bf16 = bool(config.get("bf16", {}).get("enabled"))
+    if bf16:  # DeepSpeed keeps bf16 params but leaves inputs alone; FSDP2 casts them: do the same
+        engine.module.register_forward_pre_hook(_cast_floats_hook(torch.bfloat16), with_kwargs=True)
+    precision = "bf16 params with fp32 master weights, float inputs cast to bf16" if bf16 else "fp32"
     return DeepSpeedJob(model=engine, optimizer=engine.optimizer, strategy=spec, ctx=ctx, module=engine.module,
                         summary=WrapSummary(mesh=f"dp={ctx.world_size}", precision=precision,
                                             engine_options=f"ZeRO stage {spec.zero_stage}", **summary))
+
+
+def _cast_floats_hook(dtype: torch.dtype) -> Callable[..., Any]:
+    """A forward pre-hook casting floating-point tensor inputs to `dtype` (ints stay)."""
+    from torch.utils._pytree import tree_map
+
+    def cast(x: Any) -> Any:
+        return x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    def hook(_module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return tree_map(cast, args), tree_map(cast, kwargs)
+
+    return hook
 
 
 def deepspeed_config(spec: StrategySpec, ctx: DistContext, *, mixed_precision: str | None,
