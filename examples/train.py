@@ -12,7 +12,8 @@ Synthetic token data, gradient accumulation, per-step logging; the strategy is a
 Environment contract: whatever the launcher sets (torchrun's RANK/LOCAL_RANK/WORLD_SIZE,
 mpiexec's PALS_*/PMI_*, OpenMPI's OMPI_COMM_WORLD_*, Slurm's SLURM_*) plus MASTER_ADDR/PORT
 for multi-node runs; see prism_strategy.runtime.launch_env. Output: one line per logged step on
-rank 0 (and a JSON line per step with --json-log), the model's full state dict with --save.
+rank 0 (and a JSON line per step with --json-log), per-rank phase timing with --monitor-dir DIR
+(read it with `prism-strategy analyze DIR`), the model's full state dict with --save.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_llama import TinyConfig, TinyLlama, freeze_backbone, lm_loss  # noqa: E402
 
 from prism_strategy.runtime.dist import init_distributed  # noqa: E402
+from prism_strategy.runtime.monitor import StepMonitor  # noqa: E402
 from prism_strategy.runtime.wrap import wrap, wrap_from_file  # noqa: E402
 from prism_strategy.strategies import STRATEGY_NAMES  # noqa: E402
 
@@ -60,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=1)
     p.add_argument("--json-log", type=Path, help="append one JSON line per step (rank 0)")
     p.add_argument("--save", type=Path, help="write the full state dict here at the end (rank 0)")
+    p.add_argument("--monitor-dir", type=Path, help="StepMonitor folder: per-rank phase timing, detection, hang watchdog")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -106,21 +109,25 @@ def make_job(model: torch.nn.Module, ctx, args: argparse.Namespace):
                 compile=args.compile)
 
 
-def train_step(job, step: int, ctx, args: argparse.Namespace, is_hf: bool, vocab: int, features: int) -> float:
+def train_step(job, step: int, ctx, args: argparse.Namespace, is_hf: bool, vocab: int, features: int,
+               phase=lambda name: contextlib.nullcontext()) -> float:
     """One optimizer step over grad_accum micro-batches; returns this rank's mean loss."""
     total = 0.0
     for i, (tokens, feats) in enumerate(micro_batches(step, ctx.rank, args, vocab, features)):
         tokens = tokens.to(ctx.device)
         sync = i == args.grad_accum - 1
         with contextlib.nullcontext() if sync else job.no_sync():
-            if is_hf:
-                loss = job.model(input_ids=tokens, labels=tokens).loss
-            else:
-                loss = lm_loss(job.model(tokens, None if feats is None else feats.to(ctx.device)), tokens)
-            job.backward(loss / args.grad_accum)
+            with phase("forward"):
+                if is_hf:
+                    loss = job.model(input_ids=tokens, labels=tokens).loss
+                else:
+                    loss = lm_loss(job.model(tokens, None if feats is None else feats.to(ctx.device)), tokens)
+            with phase("backward"):
+                job.backward(loss / args.grad_accum)
         total += loss.detach().float().item()
-    job.step()
-    job.zero_grad()
+    with phase("optimizer"):
+        job.step()
+        job.zero_grad()
     return total / args.grad_accum
 
 
@@ -149,10 +156,15 @@ def main(argv: list[str] | None = None) -> None:
         tokens = args.micro_batch * args.grad_accum * args.seq_len * ctx.world_size
         if ctx.rank == 0:
             print(f"{ctx}\n{job.describe()}\ntokens per step: {tokens:,}", flush=True)
+        mon = StepMonitor(args.monitor_dir, ctx=ctx) if args.monitor_dir else None
         for step in range(args.steps):
             t0 = time.perf_counter()
-            loss = train_step(job, step, ctx, args, is_hf, vocab, features)
+            with mon.step(samples=args.micro_batch * args.grad_accum, tokens=tokens // ctx.world_size) if mon \
+                    else contextlib.nullcontext():
+                loss = train_step(job, step, ctx, args, is_hf, vocab, features, *([mon.phase] if mon else []))
             log_step(step, loss, time.perf_counter() - t0, tokens, args, ctx)
+        if mon:
+            mon.close()
         state = job.full_state_dict()
         if args.save and ctx.rank == 0:
             torch.save(state, args.save)
