@@ -145,6 +145,9 @@ class DeepSpeedJob(Job):
         self.model.zero_grad()
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The module's weights, gathered (ZeRO-3) onto rank 0; with bf16 these are DeepSpeed's
+        bf16 module weights (the fp32 masters stay in its optimizer). torch.distributed.checkpoint
+        cannot see ZeRO-3 partitions, hence DeepSpeed's own gather."""
         import deepspeed
 
         params = list(self._module.parameters())
