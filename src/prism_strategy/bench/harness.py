@@ -113,6 +113,12 @@ def _outcome(rc: int | None, ranks: list[dict], nproc: int, seconds: float, tail
     return Outcome(status="ok", ranks=ranks, seconds=seconds)
 
 
+def _spread(times: list[float]) -> float:
+    """(max - min) / median of one rank's timed steps: how noisy the measurement was."""
+    times = sorted(times)
+    return (times[-1] - times[0]) / times[len(times) // 2] if times else 0.0
+
+
 def measured(config: dict[str, Any], o: Outcome) -> dict[str, Any]:
     if o.status != "ok":
         return {"error": o.error, "log_tail": o.log_tail[-1500:], "seconds": o.seconds,
@@ -122,6 +128,7 @@ def measured(config: dict[str, Any], o: Outcome) -> dict[str, Any]:
     return {"step_time_s": step, "samples_per_s": samples / step, "tokens_per_s": samples * int(config["seq_len"]) / step,
             "forward_s": max(r["forward_s"] for r in o.ranks), "backward_s": max(r["backward_s"] for r in o.ranks),
             "optimizer_s": max(r["optimizer_s"] for r in o.ranks),
+            "step_time_spread": max(_spread(r["step_times"]) for r in o.ranks),
             "peak_memory_bytes": max(r["peak_memory_bytes"] or 0 for r in o.ranks) or None,
             "peak_memory_per_rank": [r["peak_memory_bytes"] for r in sorted(o.ranks, key=lambda r: r["rank"])],
             "device": o.ranks[0].get("device"), "backend": o.ranks[0].get("backend"), "seconds": o.seconds}
