@@ -141,6 +141,16 @@ def make_plain() -> nn.Module:
     return _Plain()
 
 
+def make_on_meta_tied() -> nn.Module:
+    """Built on the meta device with a tied head, as large-model factories do."""
+    import torch
+
+    with torch.device("meta"):
+        m = _Plain()
+    m.head.weight = m.embed.weight
+    return m
+
+
 def make_untraceable() -> nn.Module:
     class DataDependent(_Plain):
         def forward(self, ids):
@@ -158,6 +168,11 @@ def test_factory_without_hf_interface_gets_logits_loss():
     t = trace_memory(make_plain, FP32, WORLD4, "fsdp_full_shard", 2)
     n = 256 * 32 + 32 * 256 + 256
     assert t.by_key["params"] == pytest.approx(n * 4 / 4, rel=0.01)  # dim-0 shards, padded to 4 rows
+
+
+def test_factory_built_on_meta_keeps_tied_weights_tied():
+    t = trace_memory(make_on_meta_tied, FP32, WORLD4, "ddp", 2)
+    assert t.by_key["params"] == (256 * 32 + 256) * 4  # the shared matrix once, plus the head bias
 
 
 @pytest.mark.parametrize("text, message", [

@@ -160,9 +160,19 @@ def _fake_context(layout: Layout, hybrid: bool) -> DistContext:
 
 
 def _materialise(model: torch.nn.Module) -> None:
-    """A factory that built on the meta device: give its tensors (fake) storage on "cpu"."""
-    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
-        model.to_empty(device="cpu")
+    """A factory that built on the meta device: give its tensors (fake) storage on "cpu".
+    Replaced one by one (module.to_empty would swap tensors, which fake mode's weakrefs
+    forbid), through a memo so tied parameters stay tied."""
+    new: dict[int, torch.Tensor] = {}
+    for mod in model.modules():
+        for table in (mod._parameters, mod._buffers):
+            for name, t in table.items():
+                if t is None or not t.is_meta:
+                    continue
+                if id(t) not in new:
+                    data = torch.empty_like(t, device="cpu")
+                    new[id(t)] = torch.nn.Parameter(data, t.requires_grad) if isinstance(t, torch.nn.Parameter) else data
+                table[name] = new[id(t)]
 
 
 class TraceSession:

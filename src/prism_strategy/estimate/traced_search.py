@@ -2,9 +2,10 @@
 
 Pure Python, no torch: `probe(micro_batch) -> peak bytes` is any measurement. Peak memory is
 affine in the micro-batch while the peak stays in the same phase (activations grow linearly),
-so a line through two probes predicts the answer; every prediction is kept strictly inside
-the bracket (largest known fit, smallest known miss), so the search is a bisection that a good
-line shortens to 2-3 probes.
+so a predicted boundary plus its neighbour usually settle it: 2 probes when the seed (the
+analytic answer) is right, 4 when a line through the first probes is. Every probe stays
+strictly inside the bracket (largest known fit, smallest known miss), and a round that does
+not close it is followed by a bisection step, so a curve that is not affine still converges.
 """
 
 from __future__ import annotations
