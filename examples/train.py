@@ -1,6 +1,8 @@
 """Train a small Llama-style model (or any Hugging Face config) with any prism-strategy strategy.
 
 Synthetic token data, gradient accumulation, per-step logging; the strategy is a flag.
+Fault injection for the monitor (`--fault collapse|slow-rank|hang|input-skew`, with
+`--monitor-dir`), then `prism-strategy analyze DIR`.
 
     # one CPU machine, 4 ranks standing in for 2 nodes x 2 devices
     torchrun --nproc-per-node 4 examples/train.py --strategy hsdp_shard_grad_op --ranks-per-node 2
@@ -29,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from faults import FaultInjector, add_fault_args, fault_from_args  # noqa: E402
 from tiny_llama import TinyConfig, TinyLlama, freeze_backbone, lm_loss  # noqa: E402
 
 from prism_strategy.runtime.dist import init_distributed  # noqa: E402
@@ -63,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json-log", type=Path, help="append one JSON line per step (rank 0)")
     p.add_argument("--save", type=Path, help="write the full state dict here at the end (rank 0)")
     p.add_argument("--monitor-dir", type=Path, help="StepMonitor folder: per-rank phase timing, detection, hang watchdog")
+    p.add_argument("--hang-timeout", type=float, default=300, help="StepMonitor watchdog: seconds without progress")
+    p.add_argument("--summary-every", type=int, default=10, help="StepMonitor: cross-rank summary every K steps")
+    add_fault_args(p)  # --fault {none,collapse,slow-rank,hang,input-skew} --fault-step --fault-rank --fault-scale
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -89,11 +95,11 @@ def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, bool]:
     return model, False
 
 
-def micro_batches(step: int, rank: int, args: argparse.Namespace, vocab: int, features: int):
+def micro_batches(step: int, rank: int, args: argparse.Namespace, vocab: int, features: int, seq_len: int | None = None):
     """Synthetic tokens, different on every rank, step and micro-batch."""
     g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + rank)
     for _ in range(args.grad_accum):
-        tokens = torch.randint(0, vocab, (args.micro_batch, args.seq_len), generator=g)
+        tokens = torch.randint(0, vocab, (args.micro_batch, seq_len or args.seq_len), generator=g)
         feats = torch.randn(args.micro_batch, 4, features, generator=g) if features else None
         yield tokens, feats
 
@@ -110,10 +116,10 @@ def make_job(model: torch.nn.Module, ctx, args: argparse.Namespace):
 
 
 def train_step(job, step: int, ctx, args: argparse.Namespace, is_hf: bool, vocab: int, features: int,
-               phase=lambda name: contextlib.nullcontext()) -> float:
+               phase=lambda name: contextlib.nullcontext(), seq_len: int | None = None) -> float:
     """One optimizer step over grad_accum micro-batches; returns this rank's mean loss."""
     total = 0.0
-    for i, (tokens, feats) in enumerate(micro_batches(step, ctx.rank, args, vocab, features)):
+    for i, (tokens, feats) in enumerate(micro_batches(step, ctx.rank, args, vocab, features, seq_len)):
         tokens = tokens.to(ctx.device)
         sync = i == args.grad_accum - 1
         with contextlib.nullcontext() if sync else job.no_sync():
@@ -152,16 +158,21 @@ def main(argv: list[str] | None = None) -> None:
         model, is_hf = build_model(args)
         vocab = model.config.vocab_size if is_hf else model.cfg.vocab
         features = 0 if is_hf else model.cfg.projector_in
+        faults = FaultInjector(fault_from_args(args), rank=ctx.rank).attach(model)  # hooks on the inner module
         job = make_job(model, ctx, args)
         tokens = args.micro_batch * args.grad_accum * args.seq_len * ctx.world_size
         if ctx.rank == 0:
             print(f"{ctx}\n{job.describe()}\ntokens per step: {tokens:,}", flush=True)
-        mon = StepMonitor(args.monitor_dir, ctx=ctx) if args.monitor_dir else None
+        mon = StepMonitor(args.monitor_dir, ctx=ctx, hang_timeout_s=args.hang_timeout,
+                          summary_every=args.summary_every) if args.monitor_dir else None
         for step in range(args.steps):
             t0 = time.perf_counter()
-            with mon.step(samples=args.micro_batch * args.grad_accum, tokens=tokens // ctx.world_size) if mon \
-                    else contextlib.nullcontext():
-                loss = train_step(job, step, ctx, args, is_hf, vocab, features, *([mon.phase] if mon else []))
+            faults.set_step(step)
+            seq = faults.seq_len(args.seq_len)
+            with mon.step(samples=args.micro_batch * args.grad_accum, tokens=args.micro_batch * args.grad_accum * seq) \
+                    if mon else contextlib.nullcontext():
+                phase = mon.phase if mon else (lambda name: contextlib.nullcontext())
+                loss = train_step(job, step, ctx, args, is_hf, vocab, features, phase, seq)
             log_step(step, loss, time.perf_counter() - t0, tokens, args, ctx)
         if mon:
             mon.close()

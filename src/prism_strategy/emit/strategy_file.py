@@ -1,4 +1,4 @@
-"""strategy.toml: the wrap() arguments the plan chose, for `wrap(model, from_file="strategy.toml")`.
+"""strategy.toml: the wrap() arguments the plan chose, for `wrap_from_file(model, "strategy.toml", ctx=ctx, optimizer=...)`.
 
 Format (top-level keys): strategy (str), mixed_precision ("bf16" | "none"), ckpt_freq (int),
 static_graph (bool, DDP only), find_unused_parameters (bool), bucket_cap_mb (int, optional),
