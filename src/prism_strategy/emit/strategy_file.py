@@ -53,7 +53,7 @@ def precision_to_mixed(precision: str) -> Literal["bf16", "none"]:
 def render_strategy_toml(sf: StrategyFile, header: str) -> str:
     lines = [
         header,
-        "# wrap() arguments the plan chose. Read with wrap(model, from_file=\"strategy.toml\").",
+        "# wrap() arguments the plan chose. Read with wrap_from_file(model, path, ctx=ctx, optimizer=...).",
         f"strategy = {json.dumps(sf.strategy)}",
         f"mixed_precision = {json.dumps(sf.mixed_precision)}",
         f"ckpt_freq = {sf.ckpt_freq}",
