@@ -13,6 +13,10 @@ Order (each step avoids a pitfall seen with torch 2.13 on CPU):
 4. each measured micro-batch: a fresh tracker around zero_grad -> forward -> loss -> backward ->
    optimizer step. AdamW/SGD run with foreach=False (foreach inflates optimizer state ~40x under
    fake tensors).
+
+The trackers are torch's, subclassed where they fall short; the subclasses touch their private
+state (_update_peak_stats, _curr_mem_snap, _WINFO, _in_opt, _mod_tracker,
+_param_to_grad_hook_handles as of torch 2.13): tests/unit/test_traced.py pins the numbers.
 """
 
 from __future__ import annotations
