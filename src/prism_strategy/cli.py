@@ -69,24 +69,54 @@ def plan(
     ranks_per_node: Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")] = None,
     sweep_nodes: Annotated[Optional[str], typer.Option(help="Node counts for a scaling table, e.g. 1,2,4,8")] = None,
     calibration: Annotated[str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")] = "auto",
-    traced: Annotated[bool, typer.Option("--traced", help="Also trace the real model (not available yet)")] = False,
+    traced: Annotated[bool, typer.Option("--traced", help="Also trace the real training step on fake tensors (slow)")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what micro-batch, how fast, and why."""
     from prism_strategy.planner import plan as make_plan, plan_dict
 
-    if traced:
-        raise SpecError("--traced is not available in this version; drop it to get the analytic plan")
     p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, micro_batch=micro_batch,
                   global_batch=global_batch, ckpt_freq=ckpt_freq, precision=precision, optimizer=optimizer,
                   vision=vision, image_tokens=image_tokens, compile=compile, ranks_per_node=ranks_per_node,
-                  calibration=calibration, sweep_nodes=_int_list(sweep_nodes, "--sweep-nodes"))
+                  calibration=calibration, traced=traced, sweep_nodes=_int_list(sweep_nodes, "--sweep-nodes"))
     if json_out:
         _print_json(plan_dict(p))
         return
     from prism_strategy.report.plan_table import print_plan
 
     print_plan(p)
+
+
+@app.command()
+@cli_errors
+def estimate(
+    model: Annotated[str, typer.Option(help="Preset, config.json, or a pkg.mod:make_model factory")] = "tiny-llama",
+    strategy: Annotated[str, typer.Option()] = "fsdp_full_shard",
+    platform: Annotated[str, typer.Option()] = "aurora", nodes: Annotated[int, typer.Option()] = 1,
+    ranks_per_node: Annotated[Optional[int], typer.Option()] = None, seq_len: Annotated[int, typer.Option()] = 1024,
+    micro_batch: Annotated[Optional[int], typer.Option()] = None, ckpt_freq: Annotated[int, typer.Option()] = 0,
+    precision: Annotated[str, typer.Option()] = "bf16-mixed", mode: Annotated[str, typer.Option()] = "e2e",
+    vision: Annotated[Optional[str], typer.Option()] = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Memory of the real training step traced on fake tensors, beside the analytic estimate."""
+    from prism_strategy.planner import estimate_traced
+
+    d = estimate_traced(model, strategy, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
+                        seq_len=seq_len, micro_batch=micro_batch, ckpt_freq=ckpt_freq, precision=precision,
+                        mode=mode, vision=vision)
+    if json_out:
+        _print_json(d)
+        return
+    traced = d["traced_memory_gib"]
+    analytic = d.get("memory_gib") or {}
+    typer.echo(f"{d['strategy']} at micro-batch {d['micro_batch']} ({d['traced_method']}, {d['traced_seconds']} s):")
+    for k in traced:
+        a = analytic.get(k)
+        typer.echo(f"  {k:12s} analytic {'-' if a is None else f'{a:9.3f}'} GiB   traced {traced[k]:9.3f} GiB")
+    typer.echo(f"  max micro-batch: analytic {d.get('max_micro_batch', '-')}, traced {d['traced_max_micro_batch']}")
+    for n in d.get("traced_notes", []):
+        typer.echo(f"  note: {n}")
 
 
 def _catalog(title: str, rows_fn, json_out: bool) -> None:

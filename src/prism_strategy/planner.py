@@ -15,7 +15,7 @@ from prism_strategy.recommend import annotate, recommend
 from prism_strategy.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.strategies import STRATEGIES, StrategySpec
+from prism_strategy.strategies import STRATEGIES, StrategySpec, get_strategy
 
 MAX_MICRO_BATCH_SHOWN = 4096
 """Cap on the micro-batch an option is evaluated at when it has that much room."""
@@ -39,6 +39,8 @@ class Option:
     bound: str = "compute"
     scaling_efficiency: float | None = None
     comm: CommEstimate | None = None
+    traced: dict[str, Any] | None = None
+    """`plan --traced`: traced_memory_gib, traced_max_micro_batch, ... (estimate/traced.py)."""
     notes: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
 
@@ -162,6 +164,7 @@ def plan(model: Any = "qwen3-0.6b", **kw: Any) -> Plan:
     """Evaluate every strategy for this scenario; see `build_scenario` for the arguments."""
     sweep = kw.pop("sweep_nodes", None)
     calibration = kw.pop("calibration", "auto")
+    traced = kw.pop("traced", False)
     sc = build_scenario(model, **kw)
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
     parts = model_parts(sc.model, sc.training)
@@ -173,12 +176,26 @@ def plan(model: Any = "qwen3-0.6b", **kw: Any) -> Plan:
             f"micro-batch {sc.training.micro_batch} fits no strategy: the smallest, {best.strategy}, needs "
             f"{best.memory.total / GiB:.1f} GiB > {sc.platform.usable_bytes / GiB:.1f} GiB usable; "
             f"try --micro-batch {max(1, best.max_micro_batch)} or --ckpt-freq 1")
+    if traced:
+        trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
     result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings)
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep)
     return result
+
+
+def trace_options(sc: Scenario, options: list[Option]) -> None:
+    """Trace every option's real training step on fake tensors (slow: seconds to a minute each)."""
+    from prism_strategy.estimate.traced import trace_option, traced_fields
+
+    reserve = sc.platform.framework_reserve_gib * GiB
+    for o in options:
+        t = trace_option(sc.model, sc.training, sc.layout, o.strategy, o.micro_batch,
+                         usable_bytes=sc.platform.usable_bytes, reserve_bytes=reserve)
+        o.traced = traced_fields(t.memory, reserve_bytes=reserve, search=t.search, analytic=o.memory)
+        o.notes.extend(o.traced.get("traced_notes", []))
 
 
 def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nodes_list: list[int]) -> list[dict[str, Any]]:
@@ -209,11 +226,30 @@ def option_dict(o: Option) -> dict[str, Any]:
              "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step}
             for c in (o.comm.collectives if o.comm else ())
         ],
-        "notes": o.notes, "provenance": o.provenance,
-    }
+        "notes": o.notes, "provenance": o.provenance | ({"traced_memory": o.traced["traced_method"]} if o.traced else {}),
+    } | (o.traced or {})
 
 
 def plan_dict(p: Plan) -> dict[str, Any]:
     """The pinned JSON shape of `prism-strategy plan --json`."""
     return {"inputs": p.scenario.inputs(), "options": [option_dict(o) for o in p.options],
             "recommended": p.recommended, "reasons": p.reasons, "warnings": p.warnings, "sweep": p.sweep}
+
+
+def estimate_traced(model: Any, strategy: str, **kw: Any) -> dict[str, Any]:
+    """`prism-strategy estimate`: analytic and traced memory of one strategy side by side.
+    model may also be a "pkg.mod:make_model" factory (traced only: no spec to model analytically)."""
+    from prism_strategy.estimate.traced import trace_option, traced_fields
+
+    s = next((x for x in STRATEGIES if x.name == strategy), None) or get_strategy(strategy)
+    if isinstance(model, str) and ":" in model and not model.endswith(".json"):
+        sc = build_scenario("tiny-llama", **kw)  # layout, training and platform only
+        mb = sc.training.micro_batch or 1
+        t = trace_option(model, sc.training, sc.layout, s, mb, usable_bytes=sc.platform.usable_bytes,
+                         reserve_bytes=sc.platform.framework_reserve_gib * GiB)
+        return {"strategy": s.name, "micro_batch": mb, "memory_gib": None,
+                **traced_fields(t.memory, reserve_bytes=sc.platform.framework_reserve_gib * GiB, search=t.search)}
+    sc = build_scenario(model, **kw)
+    o = evaluate(sc, s)
+    trace_options(sc, [o])
+    return option_dict(o)

@@ -130,3 +130,23 @@ def test_calibration_file_changes_prediction_and_provenance(tmp_path):
     write_calibration(wrong, platform="polaris", fingerprint={}, values={}, runs=1, errors={})
     r = runner.invoke(app, ["plan", *args, "--calibration", str(wrong)])
     assert r.exit_code == 2 and "not 'aurora'" in r.stderr
+
+
+def test_plan_traced_adds_traced_fields_beside_analytic():
+    d = run_json("--model", "tiny-llama", "--platform", "cpu", "--seq-len", "64", "--micro-batch", "2", "--traced")
+    for o in d["options"]:
+        assert set(o["traced_memory_gib"]) == MEMORY_KEYS
+        assert o["traced_max_micro_batch"] >= 1 and o["provenance"]["traced_memory"] == o["traced_method"]
+    fs = next(o for o in d["options"] if o["strategy"] == "fsdp_full_shard")
+    assert fs["traced_method"].startswith("traced") and "zero" not in fs["traced_method"]
+    assert next(o for o in d["options"] if o["strategy"] == "zero2")["traced_method"].startswith("analytic")
+
+
+def test_estimate_command_and_bad_factory():
+    r = runner.invoke(app, ["estimate", "--model", "tiny-llama", "--strategy", "ddp", "--platform", "cpu",
+                            "--seq-len", "64", "--micro-batch", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["traced_memory_gib"]["total"] > 0 and d["memory_gib"]["total"] > 0
+    bad = runner.invoke(app, ["estimate", "--model", "nope:fn", "--platform", "cpu", "--seq-len", "64"])
+    assert bad.exit_code == 2 and "nope" in bad.stderr

@@ -23,13 +23,16 @@ def options_table(p: Plan) -> Table:
                        ("max mb", None), ("mb", None), ("step s", None), ("samples/s", None), ("comm", None),
                        ("bound", None), ("eff", None), ("notes", 48)):
         t.add_column(col, overflow="fold", max_width=width)
+    if any(o.traced for o in p.options):
+        t.add_column("traced GiB / max mb")
     for o in p.options:
         mark = "*" if o.strategy == p.recommended else ""
+        traced = [] if not o.traced else [f"{o.traced['traced_memory_gib']['total']:.1f} / {o.traced['traced_max_micro_batch']}"]
         t.add_row(mark + o.strategy, "yes" if o.feasible else "no", f"{o.memory.total / GiB:.1f}", _fmt_items(o),
                   str(o.max_micro_batch), str(o.micro_batch), f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}",
                   f"{o.comm_fraction:.0%}", o.bound,
                   "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}",
-                  o.why_not if not o.feasible else (o.notes[0] if o.notes else ""))
+                  o.why_not if not o.feasible else (o.notes[0] if o.notes else ""), *traced)
     return t
 
 
