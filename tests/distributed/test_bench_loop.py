@@ -106,3 +106,19 @@ def test_crash_or_hang_is_reported_and_nothing_is_left(store, fault, status):
     with sqlite3.connect(store.path) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert any(x.id == r.id for x in store.query())
+
+
+def test_tune_reaches_the_grid_best_with_a_third_of_the_runs(measured):
+    """The grid is every measured configuration (6 strategies x 3 micro-batch/seq settings); tune
+    ranks it with the uncalibrated planner and 'measures' by reading those real measurements."""
+    from prism_strategy.bench.tune import Candidate, tune
+
+    train, held = measured
+    runs = {(r.strategy, r.config["micro_batch"]): r for r in train + held}
+    plat = load_platform("cpu")
+    grid = [Candidate(strategy=s, micro_batch=mb, ckpt_freq=0,
+                      predicted_samples_per_s=predict(r.config, plat)["samples_per_s"]) for (s, mb), r in runs.items()]
+    truth = {c: runs[(c.strategy, c.micro_batch)].measured["samples_per_s"] for c in grid}
+    res = tune(grid, lambda c: truth[c])
+    assert res.best == max(grid, key=truth.get), (res.stop_reason, truth)
+    assert res.runs <= len(grid) // 3, res.runs
