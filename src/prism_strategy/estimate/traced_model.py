@@ -7,15 +7,19 @@ Imported only by `estimate/traced.py` inside its functions (it imports torch at 
 Conventions, each the same as the training step the trace stands for:
 - Decoders (a TransformerSpec, or a MultimodalSpec without vision) are transformers'
   `AutoModelForCausalLM` built from `specs.hf.to_hf_config`; the loss is HF's own
-  (`model(input_ids, labels=input_ids).loss`: logits upcast to fp32, shifted cross-entropy).
+  (`model(input_ids, labels=input_ids, use_cache=False).loss`: logits upcast to fp32, shifted
+  cross-entropy). use_cache=False as a training step must: with the default (config.use_cache
+  True) HF fills a KV cache in training too, and under wrap()'s checkpoint_wrapper the cache,
+  an argument of every checkpointed block, keeps each block's K/V (and the copies recomputation
+  appends) alive to the end of backward.
 - Vision + projector + backbone: SigLIP vision tower -> LLaVA projector (Linear-GELU-Linear)
   -> the image tokens are prepended to the text embeddings of the backbone; labels of image
   positions are -100. Parts that do not train (by mode) have requires_grad=False and are
   stored in the compute dtype (the analytic model's assumption).
-- A factory "pkg.mod:make_model" (or a callable) returns an nn.Module. If its forward takes
-  `input_ids` and `labels` and returns an object with `.loss` (any HF causal LM), that loss is
-  used; otherwise `model(input_ids)` must return logits (or an object with `.logits`, or a tuple
-  whose first item is the logits) and the loss is fp32 next-token cross-entropy.
+- A factory "pkg.mod:make_model" (or a callable) returns an nn.Module. An HF causal LM (it has
+  `config` and `loss_function`) is called as above; any other module as `model(input_ids)`,
+  which must return logits (or an object with `.logits`, or a tuple whose first item is the
+  logits), and the loss is fp32 next-token cross-entropy.
 """
 
 from __future__ import annotations
@@ -65,6 +69,32 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
         yield
     finally:
         torch.set_default_dtype(old)
+
+
+@contextlib.contextmanager
+def eager_hf_masks() -> Iterator[None]:
+    """transformers counts a FakeTensor as "tracing" and then builds the causal mask that an
+    eager run skips (SDPA's is_causal does the masking): the trace would hold a mask the real
+    step does not. Inside this block only compile/export/jit count as tracing, and the batches
+    (one sequence per row, no padding: what make_batch builds) are declared unpacked, which an
+    eager run finds by reading the position ids."""
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        yield
+        return
+    names = ("is_tracing", "find_packed_sequence_indices")
+    saved = {n: getattr(masking_utils, n) for n in names if hasattr(masking_utils, n)}
+    if len(saved) != len(names):
+        yield
+        return
+    masking_utils.is_tracing = lambda tensor=None: saved["is_tracing"](None)
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(masking_utils, n, f)
 
 
 # --- factories -------------------------------------------------------------------------
@@ -127,7 +157,7 @@ def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 def _hf_loss(model: nn.Module, b: Batch) -> torch.Tensor:
-    return model(input_ids=b["input_ids"], labels=b["input_ids"]).loss
+    return model(input_ids=b["input_ids"], labels=b["input_ids"], use_cache=False).loss
 
 
 def _factory_loss(model: nn.Module, b: Batch) -> torch.Tensor:
@@ -192,7 +222,7 @@ class VisionLanguageModel(nn.Module):
         text = self.language_model.get_input_embeddings()(input_ids)
         embeds = torch.cat((img.to(text.dtype), text), dim=1)
         labels = torch.cat((torch.full(img.shape[:2], -100, dtype=input_ids.dtype), input_ids), dim=1)
-        return self.language_model(inputs_embeds=embeds, labels=labels)
+        return self.language_model(inputs_embeds=embeds, labels=labels, use_cache=False)
 
 
 def _block_names(module: nn.Module) -> tuple[str, ...]:

@@ -7,7 +7,8 @@ Order (each step avoids a pitfall seen with torch 2.13 on CPU):
 1. fake process group (rank 0 of `world`) and the device mesh, *outside* fake mode;
 2. FakeTensorMode; the model is built in it (fake tensors on the fake "cpu" device, no memory;
    dtype via set_default_dtype, not model.to(dtype)) and wrapped (FSDP2: the real `wrap()`;
-   DDP: checkpointing and autocast as `wrap()` applies them, on one process);
+   DDP: checkpointing and autocast as `wrap()` applies them, on one process); transformers'
+   masks behave as in an eager run (traced_model.eager_hf_masks);
 3. one warm-up step (optimizer state exists from then on, as in steady training; DTensor's
    first-call propagation under fake mode would otherwise inflate the first optimizer step);
 4. each measured micro-batch: a fresh tracker around zero_grad -> forward -> loss -> backward ->
@@ -33,7 +34,7 @@ from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils._pytree import tree_map_only
 
-from prism_strategy.estimate.traced_model import BuiltModel, default_dtype
+from prism_strategy.estimate.traced_model import BuiltModel, default_dtype, eager_hf_masks
 from prism_strategy.runtime.blocks import apply_checkpointing, find_blocks
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.wrap import _autocast_hooks, wrap
@@ -215,6 +216,7 @@ class TraceSession:
             self._stack.callback(dist.destroy_process_group)
         self._stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
+        self._stack.enter_context(eager_hf_masks())
         self._stack.enter_context(FakeTensorMode(allow_non_fake_inputs=False))
         if self.training.param_dtype == "bf16":
             self._stack.enter_context(default_dtype(torch.bfloat16))
