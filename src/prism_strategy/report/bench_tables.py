@@ -51,4 +51,5 @@ def progress(total: int, label: str):
 
 
 def print_table(t: Table) -> None:
-    Console().print(t)
+    console = Console()
+    Console(width=max(console.width, 140)).print(t)  # pipes report 80 columns: too narrow for these tables
