@@ -241,7 +241,7 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> dict[str, Any]:
     model may also be a "pkg.mod:make_model" factory (traced only: no spec to model analytically)."""
     from prism_strategy.estimate.traced import trace_option, traced_fields
 
-    s = next((x for x in STRATEGIES if x.name == strategy), None) or get_strategy(strategy)
+    s = get_strategy(strategy)
     if isinstance(model, str) and ":" in model and not model.endswith(".json"):
         sc = build_scenario("tiny-llama", **kw)  # layout, training and platform only
         mb = sc.training.micro_batch or 1
