@@ -72,7 +72,7 @@ def print_row(r: dict) -> None:
     off = [k for k, v in r["items"].items() if v["off"]]
     items = "  ".join(f"{k[:3]} {v['analytic_gib']:.2f}/{v['traced_gib']:.2f}" for k, v in r["items"].items())
     print(f"{r['model']:<38} {r['strategy']:<19} {r['analytic_gib']:7.2f} {r['traced_gib']:7.2f} "
-          f"{r['error_pct']:+6.0f}%  {r['phase']:<9} {r['trace_s']:6.1f}s  {items}  {'OFF: ' + ','.join(off) if off else ''}",
+          f"{r['error_pct']:+6.0f}%  {r['phase']:<26} {r['trace_s']:6.1f}s  {items}  {'OFF: ' + ','.join(off) if off else ''}",
           flush=True)
 
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     layout = Layout(nodes=a.nodes, ranks_per_node=a.ranks_per_node)
     print(f"analytic vs traced, GiB per device (reserve excluded): {layout}, world {layout.world}, seq {a.seq_len}, "
           f"micro-batch {a.micro_batch}, ckpt_freq {a.ckpt_freq}, {a.precision}; items analytic/traced at the traced peak")
-    print(f"{'model':<38} {'strategy':<19} {'analyt':>7} {'traced':>7} {'error':>7}  {'peak in':<9} {'trace':>7}")
+    print(f"{'model':<38} {'strategy':<19} {'analyt':>7} {'traced':>7} {'error':>7}  {'peak in':<26} {'trace':>7}")
     rows = []
     for name, spec in scenarios(names):
         for s in a.strategies.split(","):

@@ -97,7 +97,10 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     t, p, lay = sc.training, sc.platform, sc.layout
     max_mb = max_micro_batch(parts, t, p, lay, s)
     mb, ga = _batch(sc, max_mb)
-    mem = estimate_memory(parts, t, p, lay, s, mb)
+    if ga > 1:  # gradients accumulating over micro-batches live through every backward
+        max_mb = max_micro_batch(parts, t, p, lay, s, accumulating=True)
+        mb, ga = _batch(sc, max_mb)
+    mem = estimate_memory(parts, t, p, lay, s, mb, accumulating=ga > 1)
     o = Option(strategy=s.name, feasible=True, why_not=None, memory=mem, max_micro_batch=min(max_mb, MAX_MICRO_BATCH_SHOWN),
                micro_batch=mb, grad_accum=ga, provenance=_provenance(sc))
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
@@ -217,6 +220,7 @@ def option_dict(o: Option) -> dict[str, Any]:
         "strategy": o.strategy, "feasible": o.feasible, "why_not": o.why_not,
         "memory_gib": {k: round(v, 3) for k, v in o.memory.gib().items()},
         "memory_items": [{"item": label, "key": k, "gib": round(b / GiB, 3)} for k, label, b in o.memory.items],
+        "memory_peak_at": o.memory.moment,
         "max_micro_batch": o.max_micro_batch, "micro_batch": o.micro_batch, "grad_accum": o.grad_accum,
         "step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "compute_s": o.compute_s,
         "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s, "optimizer_s": o.optimizer_s,

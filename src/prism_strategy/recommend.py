@@ -34,7 +34,7 @@ def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str
 def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
     s, t, notes = get_strategy(o.strategy), sc.training, []
     if s.engine == "fsdp2" and not s.reshard_after_forward:
-        gathered = next((b for k, label, b in o.memory.items if label.startswith("gathered params")), 0.0)
+        gathered = sum(x.params for x in parts) * t.compute_bytes
         notes.append(f"keeps the whole model gathered ({gathered / GiB:.1f} GiB) on each of "
                      f"{sc.layout.ranks_per_node} ranks per node from forward to backward")
     if (n := _root_wrap_note(sc, parts, o)) is not None:

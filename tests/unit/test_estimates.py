@@ -32,8 +32,7 @@ def test_model_states_by_hand():
     assert states("ddp") == {"params": 4 * P, "grads": 4 * P, "optimizer": 8 * P}
     assert states("ddp", "bf16-pure") == {"params": 2 * P, "grads": 2 * P, "optimizer": 4 * P}
     assert states("fsdp_full_shard") == {"params": P, "grads": P, "optimizer": 2 * P}
-    # shard_grad_op also holds the whole model gathered in bf16 from forward to backward
-    assert states("fsdp_shard_grad_op")["params"] == P + 2 * P
+    assert states("fsdp_shard_grad_op")["params"] == P
     hsdp = states("hsdp_full_shard", layout=Layout(nodes=2, ranks_per_node=2))
     assert hsdp == {"params": 2 * P, "grads": 2 * P, "optimizer": 4 * P}
 
@@ -77,12 +76,47 @@ def test_activations_checkpointing_and_logits_by_hand():
     t1 = TrainingSpec.from_precision("bf16-pure", seq_len=16, ckpt_freq=1)
     a = 288
     root = 4 * 8 + 2 * 8  # final-norm fp32 input + LM-head input
-    logits = 10 * (2 + 12)
-    for t, per_token in ((t0, 2 * a), (t1, 2 * 2 * 8 + a)):  # ckpt: 2 block inputs + one recomputed block
+    loss = 10 * 12  # fp32 log-probs, fp32 grad in and out; the bf16 logits are not kept
+    # no checkpointing: 2 blocks saved + the loss; every block: 2 block inputs + max(loss, one recomputed block)
+    for t, per_token in ((t0, 2 * a + loss), (t1, 2 * 2 * 8 + max(a, loss))):
         parts = model_parts(MultimodalSpec(backbone=TINY), t)
         est = estimate_memory(parts, t, CPU, LAY4, get_strategy("fsdp_full_shard"), 3)
-        assert est.per_sample == 16 * (per_token + root + logits)
-        assert est.activations == 3 * est.per_sample
+        assert est.per_sample == 16 * (per_token + root)
+        assert est.activations == 3 * est.per_sample and est.moment == "start of backward"
+
+
+def _mem(strategy, precision="bf16-mixed", mb=0, model=TINY, layout=LAY4, **kw):
+    t = TrainingSpec.from_precision(precision, seq_len=16, **kw)
+    return estimate_memory(model_parts(MultimodalSpec(backbone=model), t), t, CPU, layout, get_strategy(strategy), mb)
+
+
+def test_fsdp_peak_moves_to_the_end_of_backward_without_activations():
+    """Start of backward: no grads yet (zero_grad sets them to None). End of backward: every
+    block's sharded grads, plus the root unit's unsharded bf16 grads and their fp32
+    reduce-scatter copy (the root reduces last)."""
+    big_vocab = TransformerSpec(name="v", layers=2, hidden=8, heads=2, kv_heads=1, head_dim=4, ffn=16, vocab=4000,
+                                max_positions=64, tied_embeddings=False)
+    est = _mem("fsdp_full_shard", model=big_vocab)
+    assert est.moment == "end of backward"
+    root_trainable = big_vocab.root_params
+    expected = big_vocab.total_params * (4 + 8) / 4 + (big_vocab.total_params - root_trainable) * 4 / 4
+    expected += root_trainable * (2 + 4)
+    assert est.total == expected
+    assert _mem("fsdp_full_shard", mb=64, model=big_vocab).moment == "start of backward"
+
+
+def test_shard_grad_op_holds_the_whole_model_at_the_start_of_backward():
+    est = _mem("fsdp_shard_grad_op", mb=1)
+    gathered = next(b for _, label, b in est.items if label.startswith("gathered params"))
+    assert gathered == 2 * P and est.moment == "start of backward"
+
+
+def test_ddp_autocast_copies_only_linear_weights():
+    """Embedding lookups and fp32 norms make no bf16 copy; the (tied) LM head makes one."""
+    est = _mem("ddp")
+    copies = next(b for _, label, b in est.items if label.startswith("autocast"))
+    assert copies == 2 * (TINY.layers * TINY.block_matmul_params + TINY.vocab * TINY.hidden)
+    assert not [r for r in _mem("ddp", "fp32").items if r[1].startswith("autocast")]
 
 
 def test_max_micro_batch_is_the_largest_that_fits():

@@ -47,7 +47,11 @@ def test_7b_shard_grad_op_shows_gathered_params_and_root_only_wrap_cost():
     sgo, fs = p.option("fsdp_shard_grad_op"), p.option("fsdp_full_shard")
     gathered = next(b for _, label, b in sgo.memory.items if label.startswith("gathered params"))
     assert gathered == pytest.approx(6.888e9 * 2, rel=0.01)  # the whole model in bf16 on each of 12 ranks
-    assert sgo.memory.total - fs.memory.total > 0.8 * gathered
+    # shard_grad_op peaks at the start of backward with the whole model gathered and no grads yet;
+    # full_shard peaks late in backward, when its sharded grads (2.3 GB) are there: the gap is
+    # the gathered model less those grads and full_shard's own in-flight units
+    assert sgo.memory.moment == "start of backward" and fs.memory.moment == "late backward"
+    assert sgo.memory.total - fs.memory.total > gathered - fs.memory.grads - 2 * 2**30
     assert any("12 ranks per node" in n for n in sgo.notes)
     root_note = next(n for n in sgo.notes if n.startswith("wrapping only the root"))
     assert "does not fit" in root_note  # PRISM ran out of memory this way even at small batches

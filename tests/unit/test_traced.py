@@ -236,6 +236,11 @@ def test_differences_name_the_item_that_differs(fsdp):
     notes = differences(est, off)
     assert len(notes) == 2 and notes[0].startswith("analytic ") and "backward" in notes[0]
     assert notes[1].startswith("activations differ")
+    moved = est.activations / 2  # same total, split differently: no note
+    shuffled = TracedMemory(peak_bytes=est.total, by_key={**same.by_key, "activations": est.activations - moved,
+                                                          "buffers": est.buffers + moved},
+                            method="traced: x", seconds=0, torch_version="", micro_batch=2)
+    assert differences(est, shuffled) == []
 
 
 def test_traced_fields_have_the_keys_of_memory_gib(fsdp):

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prism_strategy.estimate.memory import KEYS, MemoryEstimate, estimate_memory
+from prism_strategy.estimate.memory import KEYS, MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.parts import model_parts
 from prism_strategy.estimate.traced_search import find_max_micro_batch
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
@@ -201,20 +201,22 @@ def analytic_memory(model_spec: ModelSource, training: TrainingSpec, layout: Lay
 
 
 def differences(analytic: MemoryEstimate, traced: TracedMemory, *, tolerance: float = TOLERANCE) -> list[str]:
-    """Notes where the analytic model and the trace differ by more than `tolerance`: the total
-    first, then each item that differs (by more than 2% of the traced peak too). The reserve is
-    left out of both. [] for an analytic TracedMemory."""
+    """When the analytic and traced peaks differ by more than `tolerance` (reserve left out of
+    both): a note on the totals, then one per item that differs (by more than 2% of the traced
+    peak too). Equal totals with items split differently give no note: torch's trackers file a
+    grad still in flight in backward as a temporary, the analytic model as a grad buffer.
+    [] for an analytic TracedMemory."""
     if not traced.traced:
         return []
-    notes = []
+    a_total, t_total = analytic.total - analytic.reserve, traced.peak_bytes
+    if abs(a_total - t_total) <= tolerance * max(a_total, t_total):
+        return []
+    notes = [f"analytic {_size(a_total)} vs traced {_size(t_total)} {_pct(a_total, t_total)} "
+             f"(reserve excluded; the traced peak falls in the {traced.phase}, the analytic one at the {analytic.moment})"]
     for key in (k for k in KEYS if k != "reserve"):
         a, t = float(getattr(analytic, key)), traced.by_key.get(key, 0.0)
         if abs(a - t) > tolerance * max(a, t) and abs(a - t) > MIN_NOTE_FRACTION * traced.peak_bytes:
             notes.append(f"{key} differ: analytic {_size(a)} vs traced {_size(t)} at the traced peak {_pct(a, t)}")
-    a_total, t_total = analytic.total - analytic.reserve, traced.peak_bytes
-    if abs(a_total - t_total) > tolerance * max(a_total, t_total):
-        notes.insert(0, f"analytic {_size(a_total)} vs traced {_size(t_total)} {_pct(a_total, t_total)} "
-                        f"(reserve excluded; the traced peak falls in the {traced.phase})")
     return notes
 
 
@@ -325,10 +327,9 @@ def _analytic_option(model_spec: ModelSource, training: TrainingSpec, layout: La
     search = None
     if usable_bytes is not None:
         spec = _spec_for_analytic(model_spec)
-        seed, _ = _analytic_hint(spec, training, layout, s, usable_bytes - reserve_bytes)
-        base = estimate_memory(model_parts(spec, training), training, _no_reserve_platform(), layout, s, 0)
-        fits = base.total + base.per_sample <= usable_bytes - reserve_bytes
-        search = MicroBatchSearch(micro_batch=min(seed, cap) if fits else 0, traces=0, exact=True, points=(),
+        fit = max_micro_batch(model_parts(spec, training), training, _no_reserve_platform(), layout, s,
+                              usable_bytes=usable_bytes - reserve_bytes)
+        search = MicroBatchSearch(micro_batch=min(fit, cap), traces=0, exact=True, points=(),
                                   seconds=time.perf_counter() - t0, method=ANALYTIC_METHOD.format(stage=s.zero_stage))
     mb = micro_batch or max(1, search.micro_batch if search else 1)
     return TracedOption(memory=analytic_memory(model_spec, training, layout, s, mb), search=search)
@@ -353,10 +354,12 @@ def _analytic_hint(spec: MultimodalSpec | None, training: TrainingSpec, layout: 
     """(analytic max micro-batch under `budget`, analytic bytes per sample); (1, 0) without a spec."""
     if spec is None:
         return 1, 0.0
-    base = estimate_memory(model_parts(spec, training), training, _no_reserve_platform(), layout, s, 0)
+    parts = model_parts(spec, training)
+    base = estimate_memory(parts, training, _no_reserve_platform(), layout, s, 0)
     if base.per_sample <= 0:
         return 1, 0.0
-    return max(1, int((budget - base.total) // base.per_sample)), base.per_sample
+    fit = max_micro_batch(parts, training, _no_reserve_platform(), layout, s, usable_bytes=budget)
+    return max(1, fit), base.per_sample
 
 
 def _no_reserve_platform() -> PlatformSpec:

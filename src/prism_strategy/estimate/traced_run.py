@@ -16,7 +16,7 @@ Order (each step avoids a pitfall seen with torch 2.13 on CPU):
    fake tensors).
 
 The trackers are torch's, subclassed where they fall short; the subclasses touch their private
-state (_update_peak_stats, _curr_mem_snap, _WINFO, _in_opt, _mod_tracker,
+state (_update_peak_stats, _curr_mem_snap, _WINFO, _in_opt, _mod_tracker, _fsdp_state,
 _param_to_grad_hook_handles as of torch 2.13): tests/unit/test_traced.py pins the numbers.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPState
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils._pytree import tree_map_only
 
@@ -95,11 +95,32 @@ class _PeakOnly:
             if self.best is None or total > self.best.total:
                 phase = ("optimizer step" if self._in_opt else  # type: ignore[attr-defined]
                          "backward" if self._mod_tracker.is_bw else "forward")  # type: ignore[attr-defined]
-                self.best = Peak(total=total, categories=cats, phase=phase)
+                self.best = Peak(total=total, categories=self._relabel(cats), phase=phase + self._sub_phase())
+
+    def _relabel(self, cats: dict[str, int]) -> dict[str, int]:
+        return cats
+
+    def _sub_phase(self) -> str:
+        return ""
 
 
 class _FSDPPeakTracker(_PeakOnly, FSDPMemTracker):
-    pass
+    """During a unit's post-backward, the reduce-scatter input (a fresh copy of the unit's grads
+    in the reduce dtype) exists as "Temp" before FSDPMemTracker re-tags it at the collective,
+    and the peak of a step is often that instant: there Temp is re-labelled Reduce Scatter (the
+    only other temporaries then are one activation grad, small beside a unit's grads)."""
+
+    def _in_post_backward(self) -> bool:
+        return getattr(self, "_fsdp_state", None) == _FSDPState.POST_BW
+
+    def _relabel(self, cats: dict[str, int]) -> dict[str, int]:
+        if not self._in_post_backward() or not cats.get("Temp"):
+            return cats
+        rs = "Reduce Scatter"
+        return {**cats, rs: cats.get(rs, 0) + cats["Temp"], "Temp": 0}
+
+    def _sub_phase(self) -> str:
+        return " (reduce-scatter)" if self._in_post_backward() else ""
 
 
 class _PlainPeakTracker(_PeakOnly, MemTracker):
