@@ -114,6 +114,15 @@ def _calls(c: Collective, parts: tuple[Part, ...], s: StrategySpec, size: float,
     return max(1, math.ceil(size / (bucket * e)))
 
 
+def _fsdp_backward_regather(parts: tuple[Part, ...], t: TrainingSpec) -> tuple[float, int]:
+    """(bytes, calls) of full_shard's backward all-gathers: every block but the last; the root and
+    the last block stay gathered from forward to backward (runtime/wrap.py apply_fsdp)."""
+    blocks = [(p.spec.layers, p.spec.block_params) for p in parts if p.spec is not None]
+    n = sum(layers * size for layers, size in blocks) - (blocks[-1][1] if blocks else 0)
+    calls = sum(layers for layers, _ in blocks) - (1 if blocks else 0)
+    return n * t.compute_bytes, calls
+
+
 def _occurrences(c: Collective, s: StrategySpec, grad_accum: int) -> int:
     """Per optimizer step: gathers run every micro-step; gradient reductions once per step with
     no_sync (DDP, FSDP, ZeRO-1), every micro-step for ZeRO-2/3."""
@@ -134,6 +143,10 @@ def estimate_comm(
             continue
         size = _payload(c, parts, t, s, layout)
         calls = _calls(c, parts, s, size, t.compute_bytes, wrap)
+        if s.engine == "fsdp2" and c.op == "all_gather" and c.phase == "backward" and wrap == "block":
+            size, calls = _fsdp_backward_regather(parts, t)
+            if calls == 0:
+                continue
         ranks, nodes, conc = group_geometry(c.group, layout)
         one = collective_seconds(c.op, size / calls, ranks, nodes, conc, p)
         occ = _occurrences(c, s, grad_accum)

@@ -237,6 +237,10 @@ def _fsdp_block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpe
         ("buffers", "LM head's unsharded grad (kept until the root reduces, last)", head * e)]
     end = params_optim + block_grads + [
         ("buffers", "root unit unsharded grads + reduce-scatter copy (reduced last)", root_trainable * (e + gb))]
+    if any(p.trains and p.spec is not None and p.spec.tied_embeddings for p in parts):
+        # observed, torch 2.13 (traces and a real gloo run): with a tied LM head the root's
+        # gathered params are still allocated when its reduce-scatter runs
+        end.append(("buffers", "root unit still gathered (tied LM head)", root * e))
     return [Moment("start of backward", start + reserve, acts), Moment("late backward", late + reserve, []),
             Moment("end of backward", end + reserve, [])]
 

@@ -144,15 +144,18 @@ def apply_ddp(model: nn.Module, *, static_graph: bool, find_unused_parameters: b
 
 def apply_fsdp(model: nn.Module, blocks: list[BlockSlot], *, mesh: Any, reshard_after_forward: bool,
                param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None) -> nn.Module:
-    """FSDP2 fully_shard on each block, then the root. A 2-D mesh makes it HSDP. The last block
-    is not resharded after forward: backward needs it first (torchtitan)."""
+    """FSDP2 fully_shard on each block, then the root. A 2-D mesh makes it HSDP. Neither the last
+    block nor the root (embeddings, LM head) is resharded after forward: backward needs them
+    first (torchtitan). torch 2.13 honours an explicit True on the root: it frees the root after
+    forward and all-gathers it again as backward starts, an extra all-gather of the embeddings
+    and head every step and a transient second copy of them (seen in traces)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for i, slot in enumerate(blocks):
         fully_shard(slot.module, mesh=mesh, mp_policy=mp,
                     reshard_after_forward=reshard_after_forward and i < len(blocks) - 1)
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
     return model
 
 
