@@ -114,6 +114,7 @@ def estimate(
     for k in traced:
         a = analytic.get(k)
         typer.echo(f"  {k:12s} analytic {'-' if a is None else f'{a:9.3f}'} GiB   traced {traced[k]:9.3f} GiB")
+    typer.echo(f"  peak at:     analytic {d.get('memory_peak_at', '-')}, traced {d['traced_phase']}")
     typer.echo(f"  max micro-batch: analytic {d.get('max_micro_batch', '-')}, traced {d['traced_max_micro_batch']}")
     for n in d.get("traced_notes", []):
         typer.echo(f"  note: {n}")

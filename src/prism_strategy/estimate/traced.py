@@ -18,6 +18,9 @@ Bytes are what tensors hold on rank 0 (the fake "cpu" device: no allocator round
 fragmentation), reserve excluded: `by_key["reserve"]` is 0 and the caller adds the platform's
 `framework_reserve_gib` (`TracedMemory.gib(reserve_bytes)` does it for display). Validated against
 real 4-rank gloo runs measured with the CPU allocator (tests/distributed/test_traced_vs_real.py).
+Fake tensors run the meta kernels, which allocate what the fused GPU/XPU kernels allocate; CPU
+runs the composite `_chunk_cat` for FSDP's reduce-scatter copy-in and gloo's reduce-scatter,
+whose extra copies at the end of backward the trace does not see (README, traced estimates).
 
 Nothing here imports torch at module level: `import prism_strategy.planner` stays torch-free.
 """
