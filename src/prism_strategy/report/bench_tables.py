@@ -9,6 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from prism_strategy.bench.store import Result
+from prism_strategy.report.console import table_console
 
 
 def _f(v: Any, fmt: str = "{:.3f}") -> str:
@@ -51,5 +52,4 @@ def progress(total: int, label: str):
 
 
 def print_table(t: Table) -> None:
-    console = Console()
-    Console(width=max(console.width, 140)).print(t)  # pipes report 80 columns: too narrow for these tables
+    table_console(140).print(t)

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prism_strategy.planner import Plan
+from prism_strategy.report.console import table_console
 from prism_strategy.specs.cluster import GiB
 
 
@@ -48,7 +49,7 @@ def sweep_table(p: Plan) -> Table:
 
 
 def print_plan(p: Plan, console: Console | None = None) -> None:
-    c = console or Console()
+    c = console or table_console()
     c.print(options_table(p))
     c.print(f"[bold]recommended:[/bold] {p.recommended or 'none'}")
     for r in p.reasons:
