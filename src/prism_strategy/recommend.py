@@ -31,6 +31,15 @@ def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str
             f"micro-batch {o.micro_batch}, {fits}; wrap each transformer block")
 
 
+def _loss_note(o: "Option") -> str | None:
+    """The fp32 loss buffers (HF upcasts the whole micro-batch's logits) as the largest item."""
+    label, b = (o.memory.largest_items(1) or [("", 0.0)])[0]
+    if not label.startswith("loss:"):
+        return None
+    return (f"the fp32 loss buffers are the largest item ({b / GiB:.1f} GiB at micro-batch {o.micro_batch}: "
+            "tokens x vocab x 12 bytes); a chunked or fused cross-entropy would free most of it")
+
+
 def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
     s, t, notes = get_strategy(o.strategy), sc.training, []
     if s.engine == "fsdp2" and not s.reshard_after_forward:
@@ -38,6 +47,8 @@ def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
         notes.append(f"keeps the whole model gathered ({gathered / GiB:.1f} GiB) on each of "
                      f"{sc.layout.ranks_per_node} ranks per node from forward to backward")
     if (n := _root_wrap_note(sc, parts, o)) is not None:
+        notes.append(n)
+    if (n := _loss_note(o)) is not None:
         notes.append(n)
     if s.engine == "ddp" and sc.model.mode != "e2e":
         notes.append(f"only the {sc.model.trainable_params / 1e6:.1f}M trainable params are all-reduced; "

@@ -80,3 +80,15 @@ def test_each_option_says_where_numbers_come_from():
     for o in p.options:
         assert set(o.provenance) >= {"memory", "compute", "communication"}
         assert all(v.startswith(("predicted", "none")) for v in o.provenance.values())
+
+
+def test_loss_buffers_named_when_they_are_the_largest_item():
+    """With checkpointing at seq 2048 the fp32 cross-entropy buffers (tokens x vocab x 12 bytes per
+    sample) outweigh everything else an FSDP rank holds: the plan says so and names the lever."""
+    p = plan("olmo-7b", platform="aurora", nodes=1, seq_len=2048, ckpt_freq=1)
+    fs = p.option("fsdp_full_shard")
+    loss = next(b for _, label, b in fs.memory.items if label.startswith("loss:"))
+    assert loss == pytest.approx(fs.micro_batch * 2048 * 50304 * 12, rel=0.01)
+    assert any("fp32 loss buffers are the largest item" in n for n in fs.notes)
+    short = plan("olmo-7b", platform="aurora", nodes=1, seq_len=256, ckpt_freq=0, micro_batch=1).option("fsdp_full_shard")
+    assert not any("fp32 loss buffers" in n for n in short.notes)
