@@ -321,6 +321,7 @@ def tune(
     ckpt_freqs: Annotated[str, typer.Option(help="e.g. 0,1")] = "0", nproc: Nproc = 4, ranks_per_node: Rpn = None,
     seq_len: Annotated[int, typer.Option()] = 128, precision: Annotated[str, typer.Option()] = "fp32",
     platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option()] = 300, db: Db = None,
+    calibration: Annotated[str, typer.Option(help="Rank with: file, 'auto' or 'none'")] = "auto",
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Measure the most promising configurations first; stop when none left can win."""
@@ -332,7 +333,7 @@ def tune(
     mbs = _int_list(micro_batches, "--micro-batches")
     ks = [int(x) for x in ckpt_freqs.split(",")] if ckpt_freqs.strip() else [0]
     base = _bench_base(model, nproc, ranks_per_node, 1, seq_len, 3, 1, precision, 0, 1, timeout_s)
-    res = run_tune(base, names, mbs or [1], ks, platform, Store(db))
+    res = run_tune(base, names, mbs or [1], ks, platform, Store(db), calibration=calibration)
     best = res.best
     data = {"best": None if best is None else {"strategy": best.strategy, "micro_batch": best.micro_batch,
                                                "ckpt_freq": best.ckpt_freq, "samples_per_s": res.best_samples_per_s},

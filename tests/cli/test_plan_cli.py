@@ -150,3 +150,14 @@ def test_estimate_command_and_bad_factory():
     assert d["traced_memory_gib"]["total"] > 0 and d["memory_gib"]["total"] > 0
     bad = runner.invoke(app, ["estimate", "--model", "nope:fn", "--platform", "cpu", "--seq-len", "64"])
     assert bad.exit_code == 2 and "nope" in bad.stderr
+
+
+def test_tune_ranks_with_a_calibration_and_refuses_another_platforms(tmp_path):
+    """tune reads --calibration before it launches anything: a file for another platform is exit 2."""
+    from prism_strategy.estimate.calibration import write_calibration
+
+    wrong = tmp_path / "polaris.toml"
+    write_calibration(wrong, platform="polaris", fingerprint={}, values={}, runs=1, errors={})
+    r = runner.invoke(app, ["tune", "--platform", "cpu", "--calibration", str(wrong), "--db", str(tmp_path / "r.db")])
+    assert r.exit_code == 2 and "not 'cpu'" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "r.db").exists()

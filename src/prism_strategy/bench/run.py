@@ -117,13 +117,19 @@ def run_ceiling(base: dict[str, Any], strategy: str, platform: str, store: Store
 
 
 def run_tune(base: dict[str, Any], strategies: list[str], micro_batches: list[int], ckpt_freqs: list[int],
-             platform: str, store: Store, on_result: OnResult | None = None) -> TuneResult:
+             platform: str, store: Store, on_result: OnResult | None = None,
+             calibration: str | None = "auto") -> TuneResult:
+    """Candidates are ranked with the calibrated platform when a calibration applies (`calibration`:
+    a file, "auto" or "none"); results are stored with the uncalibrated prediction, as bench does."""
+    from prism_strategy.planner import calibrated_platform
+
     plat = load_platform(platform)
+    ranking = calibrated_platform(plat, calibration)
     grid = []
     for s in strategies:
         for mb in micro_batches:
             for k in ckpt_freqs:
-                p = _predicted(base | {"strategy": s, "micro_batch": mb, "ckpt_freq": k}, plat)
+                p = _predicted(base | {"strategy": s, "micro_batch": mb, "ckpt_freq": k}, ranking)
                 grid.append(Candidate(strategy=s, micro_batch=mb, ckpt_freq=k,
                                       predicted_samples_per_s=float(p.get("samples_per_s", 0.0))))
 
