@@ -105,15 +105,17 @@ def test_crash_or_hang_is_reported_and_nothing_is_left(store, fault, status):
 
 
 RUN_TO_RUN_NOISE = 0.05
-"""Two configurations whose measured throughputs are within 5% are the same configuration as far as
-one short run on this 2-core machine can tell (ddp at mb 2 / seq 128 and mb 3 / seq 192 measure
-within 1-4% of each other, in either order)."""
+"""Measured throughputs within 5% are the same configuration as far as one short run on this
+2-core machine can tell."""
 
 
-def test_tune_reaches_the_grid_best_with_a_third_of_the_runs(measured):
+def test_tune_reaches_the_grid_best_with_a_third_of_the_runs_and_one_check(measured):
     """The grid is every measured configuration (6 strategies x 3 micro-batch/seq settings); tune
     ranks it with the uncalibrated planner and 'measures' by reading those real measurements.
-    "The grid best" is any configuration within run-to-run noise of the highest measurement."""
+    With 3 settings per strategy, one run per strategy is already a third of the grid; tune spends
+    one more on the leader's runner-up. That check is what finds the best here: the model puts ddp
+    at mb 2 / seq 128 40% above mb 3 / seq 192, while they measure within a few percent of each
+    other, either one ahead (the fixed per-step cost on CPU), and CI once stopped at the wrong one."""
     from prism_strategy.bench.tune import Candidate, tune
 
     train, held = measured
@@ -125,4 +127,4 @@ def test_tune_reaches_the_grid_best_with_a_third_of_the_runs(measured):
     res = tune(grid, lambda c: truth[c])
     best = max(truth.values())
     assert truth[res.best] >= (1 - RUN_TO_RUN_NOISE) * best, (res.stop_reason, truth)
-    assert res.runs <= len(grid) // 3, res.runs
+    assert res.runs <= len(grid) // 3 + 1, res.runs

@@ -49,3 +49,16 @@ def test_tune_learns_a_strategy_the_model_overpredicts():
     res = tune(grid, lambda c: truth[c])
     assert res.best == max(grid, key=truth.get)
     assert res.best.strategy == "ddp" and res.runs <= len(grid) // 3 + 1
+
+
+def test_tune_checks_the_leaders_runner_up_before_stopping():
+    # the CPU case: the model puts ddp mb 2 40% above mb 3, while mb 3 really runs faster; one point
+    # per strategy cannot show that, so tune measures the leader's runner-up before it stops
+    pred = {("ddp", 2): 28.0, ("ddp", 3): 19.7, ("ddp", 4): 14.9, ("fsdp_full_shard", 2): 27.9,
+            ("fsdp_full_shard", 3): 19.7, ("fsdp_full_shard", 4): 14.9}
+    real = {("ddp", 2): 21.8, ("ddp", 3): 25.8, ("ddp", 4): 18.2, ("fsdp_full_shard", 2): 17.3,
+            ("fsdp_full_shard", 3): 18.3, ("fsdp_full_shard", 4): 16.8}
+    grid = [Candidate(strategy=s, micro_batch=mb, ckpt_freq=0, predicted_samples_per_s=p) for (s, mb), p in pred.items()]
+    res = tune(grid, lambda c: real[(c.strategy, c.micro_batch)])
+    assert (res.best.strategy, res.best.micro_batch) == ("ddp", 3)
+    assert res.runs == 3  # a first per strategy, then the leader's runner-up; the rest cannot win

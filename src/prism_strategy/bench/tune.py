@@ -6,9 +6,10 @@ The model's error is learned per strategy as measurements come in: a strategy's 
 median of measured / predicted over its runs (the global median until it has one), and the
 spread is the largest |log(measured / (scale x predicted))| seen, never below `error_floor`.
 A candidate's reach = its strategy's scale x predicted x exp(spread). First the best-predicted
-candidate of every strategy is measured (so no strategy is judged by another's error), then
-always the candidate of highest reach, until the best measured throughput is at least every
-remaining reach.
+candidate of every strategy is measured (so no strategy is judged by another's error), then the
+leading strategy's most promising other candidate (so the leader's error is seen across
+configurations, not at one point), then always the candidate of highest reach, until the best
+measured throughput is at least every remaining reach.
 """
 
 from __future__ import annotations
@@ -62,6 +63,16 @@ class _ErrorModel:
         return self.scale(c.strategy) * c.predicted_samples_per_s * math.exp(self.spread())
 
 
+def _leader_check(res: TuneResult, remaining: list[Candidate], model: _ErrorModel) -> Candidate | None:
+    """The leading strategy's most promising other candidate, while the leader has one measurement:
+    one point shows the model's scale for a strategy, not how its error moves with micro-batch and
+    sequence length (on CPU the fixed per-step cost makes it move by 30%)."""
+    if res.best is None or sum(c.strategy == res.best.strategy for c, _ in res.measured) >= 2:
+        return None
+    own = [c for c in remaining if c.strategy == res.best.strategy]
+    return max(own, key=model.reach) if own else None
+
+
 def tune(candidates: list[Candidate], measure: Callable[[Candidate], float], *, error_floor: float = 0.10) -> TuneResult:
     """measure(candidate) -> samples/s (0 for out-of-memory or failure)."""
     remaining = sorted(candidates, key=lambda c: -c.predicted_samples_per_s)
@@ -80,6 +91,9 @@ def tune(candidates: list[Candidate], measure: Callable[[Candidate], float], *, 
     for c in firsts:
         run(c)
     while remaining:
+        if (check := _leader_check(res, remaining, model)) is not None:
+            run(check)
+            continue
         nxt = max(remaining, key=model.reach)
         if res.best_samples_per_s >= model.reach(nxt):
             res.stop_reason = (f"no remaining candidate can beat {res.best_samples_per_s:.2f} samples/s: the most "
