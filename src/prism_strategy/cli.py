@@ -38,15 +38,15 @@ def _print_json(data) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
-def _int_list(text: str | None, name: str) -> list[int] | None:
+def _int_list(text: str | None, name: str, minimum: int = 1) -> list[int] | None:
     if text is None:
         return None
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise SpecError(f"{name} takes a comma-separated list of integers, e.g. 1,2,4; got {text!r}") from None
-    if not values or min(values) < 1:
-        raise SpecError(f"{name} needs node counts >= 1, got {text!r}")
+    if not values or min(values) < minimum:
+        raise SpecError(f"{name} needs integers >= {minimum}, got {text!r}")
     return values
 
 
@@ -108,14 +108,9 @@ def estimate(
     if json_out:
         _print_json(d)
         return
-    traced = d["traced_memory_gib"]
-    analytic = d.get("memory_gib") or {}
-    typer.echo(f"{d['strategy']} at micro-batch {d['micro_batch']} ({d['traced_method']}, {d['traced_seconds']} s):")
-    for k in traced:
-        a = analytic.get(k)
-        typer.echo(f"  {k:12s} analytic {'-' if a is None else f'{a:9.3f}'} GiB   traced {traced[k]:9.3f} GiB")
-    typer.echo(f"  peak at:     analytic {d.get('memory_peak_at', '-')}, traced {d['traced_phase']}")
-    typer.echo(f"  max micro-batch: analytic {d.get('max_micro_batch', '-')}, traced {d['traced_max_micro_batch']}")
+    from prism_strategy.report.plan_table import estimate_lines
+
+    typer.echo("\n".join(estimate_lines(d)))
     for n in d.get("traced_notes", []):
         typer.echo(f"  note: {n}")
 
@@ -331,16 +326,10 @@ def tune(
 
     names = [s.name for s in parse_strategies(strategies)]
     mbs = _int_list(micro_batches, "--micro-batches")
-    ks = [int(x) for x in ckpt_freqs.split(",")] if ckpt_freqs.strip() else [0]
+    ks = _int_list(ckpt_freqs, "--ckpt-freqs", minimum=0) if ckpt_freqs.strip() else [0]
     base = _bench_base(model, nproc, ranks_per_node, 1, seq_len, 3, 1, precision, 0, 1, timeout_s)
     res = run_tune(base, names, mbs or [1], ks, platform, Store(db), calibration=calibration)
-    best = res.best
-    data = {"best": None if best is None else {"strategy": best.strategy, "micro_batch": best.micro_batch,
-                                               "ckpt_freq": best.ckpt_freq, "samples_per_s": res.best_samples_per_s},
-            "runs": res.runs, "grid_size": res.grid_size, "stop_reason": res.stop_reason,
-            "measured": [{"strategy": c.strategy, "micro_batch": c.micro_batch, "ckpt_freq": c.ckpt_freq,
-                          "predicted_samples_per_s": c.predicted_samples_per_s, "samples_per_s": m}
-                         for c, m in res.measured]}
+    data = res.as_dict()
     if json_out:
         _print_json(data)
     else:

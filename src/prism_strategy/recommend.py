@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prism_strategy.estimate.memory import estimate_memory
+from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
 from prism_strategy.estimate.parts import Part
 from prism_strategy.rules import check
 from prism_strategy.specs.cluster import GiB
@@ -43,7 +43,7 @@ def _loss_note(o: "Option") -> str | None:
 def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
     s, t, notes = get_strategy(o.strategy), sc.training, []
     if s.engine == "fsdp2" and not s.reshard_after_forward:
-        gathered = sum(x.params for x in parts) * t.compute_bytes
+        gathered = gathered_model_bytes(parts, t)
         notes.append(f"keeps the whole model gathered ({gathered / GiB:.1f} GiB) on each of "
                      f"{sc.layout.ranks_per_node} ranks per node from forward to backward")
     if (n := _root_wrap_note(sc, parts, o)) is not None:

@@ -92,6 +92,7 @@ BAD = [
     (["--precision", "fp8"], "unknown precision"),
     (["--optimizer", "lion"], "unknown optimizer"),
     (["--sweep-nodes", "1,x"], "--sweep-nodes"),
+    (["--sweep-nodes", "0,2"], "integers >= 1"),
     (["--ckpt-freq", "99"], "--ckpt-freq"),
 ]
 
@@ -161,3 +162,11 @@ def test_tune_ranks_with_a_calibration_and_refuses_another_platforms(tmp_path):
     r = runner.invoke(app, ["tune", "--platform", "cpu", "--calibration", str(wrong), "--db", str(tmp_path / "r.db")])
     assert r.exit_code == 2 and "not 'cpu'" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
     assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [(["--ckpt-freqs", "x"], "--ckpt-freqs"),
+                                            (["--ckpt-freqs", "-1"], "integers >= 0"),
+                                            (["--micro-batches", "0"], "integers >= 1")])
+def test_tune_bad_lists_exit_2_one_line(tmp_path, args, fragment):
+    r = runner.invoke(app, ["tune", "--calibration", "none", "--db", str(tmp_path / "r.db"), *args])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and fragment in r.stderr, r.output

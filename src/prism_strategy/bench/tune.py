@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,6 +39,15 @@ class TuneResult:
     @property
     def runs(self) -> int:
         return len(self.measured)
+
+    def as_dict(self) -> dict[str, Any]:
+        b = self.best
+        return {"best": None if b is None else {"strategy": b.strategy, "micro_batch": b.micro_batch,
+                                                "ckpt_freq": b.ckpt_freq, "samples_per_s": self.best_samples_per_s},
+                "runs": self.runs, "grid_size": self.grid_size, "stop_reason": self.stop_reason,
+                "measured": [{"strategy": c.strategy, "micro_batch": c.micro_batch, "ckpt_freq": c.ckpt_freq,
+                              "predicted_samples_per_s": c.predicted_samples_per_s, "samples_per_s": m}
+                             for c, m in self.measured]}
 
 
 class _ErrorModel:

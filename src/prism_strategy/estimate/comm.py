@@ -141,12 +141,13 @@ def estimate_comm(
     for c in s.collectives:
         if c.group == "across_nodes" and layout.nodes == 1:
             continue
-        size = _payload(c, parts, t, s, layout)
-        calls = _calls(c, parts, s, size, t.compute_bytes, wrap)
         if s.engine == "fsdp2" and c.op == "all_gather" and c.phase == "backward" and wrap == "block":
             size, calls = _fsdp_backward_regather(parts, t)
-            if calls == 0:
-                continue
+        else:
+            size = _payload(c, parts, t, s, layout)
+            calls = _calls(c, parts, s, size, t.compute_bytes, wrap)
+        if calls == 0:
+            continue
         ranks, nodes, conc = group_geometry(c.group, layout)
         one = collective_seconds(c.op, size / calls, ranks, nodes, conc, p)
         occ = _occurrences(c, s, grad_accum)

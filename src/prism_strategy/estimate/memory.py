@@ -195,9 +195,14 @@ def model_state_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, 
 
 
 # --- buffers and moments -----------------------------------------------------------------
+def gathered_model_bytes(parts: tuple[Part, ...], t: TrainingSpec) -> float:
+    """The whole model gathered in the compute dtype (shard_grad_op, forward to backward)."""
+    return sum(p.params for p in parts) * t.compute_bytes
+
+
 def _gathered_whole_model(parts: tuple[Part, ...], t: TrainingSpec) -> tuple[str, str, float]:
     return ("params", f"gathered params ({t.compute_dtype}, whole model, forward to backward)",
-            sum(p.params for p in parts) * t.compute_bytes)
+            gathered_model_bytes(parts, t))
 
 
 def _fsdp_root_wrap_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec) -> Rows:

@@ -58,3 +58,15 @@ def print_plan(p: Plan, console: Console | None = None) -> None:
         c.print(f"[yellow]warning:[/yellow] {w}")
     if p.sweep:
         c.print(sweep_table(p))
+
+
+def estimate_lines(d: dict) -> list[str]:
+    """`prism-strategy estimate`: analytic and traced memory of one option, key by key."""
+    traced, analytic = d["traced_memory_gib"], d.get("memory_gib") or {}
+    lines = [f"{d['strategy']} at micro-batch {d['micro_batch']} ({d['traced_method']}, {d['traced_seconds']} s):"]
+    for k, t in traced.items():
+        a = analytic.get(k)
+        lines.append(f"  {k:12s} analytic {'-' if a is None else f'{a:9.3f}'} GiB   traced {t:9.3f} GiB")
+    lines.append(f"  peak at:     analytic {d.get('memory_peak_at', '-')}, traced {d['traced_phase']}")
+    lines.append(f"  max micro-batch: analytic {d.get('max_micro_batch', '-')}, traced {d['traced_max_micro_batch']}")
+    return lines
