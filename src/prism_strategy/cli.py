@@ -405,10 +405,11 @@ def emit(
                                                          help="DDP static_graph (ddp only)")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile (refused where not viable)")] = False,
     account: Annotated[Optional[str], typer.Option(help="Scheduler project / account")] = None,
-    queue: Annotated[Optional[str], typer.Option(help="PBS: debug | debug-scaling | capacity | prod | preemptable "
-                                                      "(default debug); Slurm: partition")] = None,
-    walltime: Annotated[str, typer.Option(help="HH:MM:SS")] = "01:00:00",
-    filesystems: Annotated[str, typer.Option(help="PBS -l filesystems=")] = "flare:home",
+    queue: Annotated[Optional[str], typer.Option(help="PBS: a queue of the platform (default: picked from --nodes "
+                                                      "and --walltime; checked against its limits); Slurm: partition")] = None,
+    walltime: Annotated[str, typer.Option(help="HH:MM:SS (checked against the queue's limit)")] = "01:00:00",
+    filesystems: Annotated[Optional[str], typer.Option(help="PBS -l filesystems= (default: the platform's, "
+                                                            "e.g. flare:home on Aurora, home:eagle on Polaris)")] = None,
     job_name: Annotated[str, typer.Option(help="Job name")] = "prism",
     script: Annotated[str, typer.Option(help="Training script each rank runs")] = "train.py",
     script_args: Annotated[Optional[list[str]], typer.Argument(help="Script arguments, after --")] = None,

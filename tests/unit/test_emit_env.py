@@ -11,9 +11,11 @@ from prism_strategy.specs.presets import load_platform, platform_names
 HOSTILE = ["$(touch pwned)", "`touch pwned`", "'; touch pwned; '", '"; touch pwned; "', "a b", "*", "${HOME}",
            "\\", "!x", "~", "#c", "a;b|c&d>e<f", "{a,b}", "", "$", "'", '"']
 
+# PRISM's validated set, with ALCF's oneCCL-page completion-queue size (131072 is Polaris's NCCL
+# value; PRISM had no measured reason to keep it).
 DOMAIN_VALIDATED = {
     "CCL_WORKER_COUNT": "1", "CCL_PROCESS_LAUNCHER": "none", "CCL_ATL_TRANSPORT": "ofi", "CCL_OP_SYNC": "1",
-    "CCL_ALLREDUCE": "ring", "FI_PROVIDER": "cxi", "FI_CXI_DEFAULT_CQ_SIZE": "131072",
+    "CCL_ALLREDUCE": "ring", "FI_PROVIDER": "cxi", "FI_CXI_DEFAULT_CQ_SIZE": "1048576",
     "FI_CXI_OFLOW_BUF_SIZE": "8388608", "FI_CXI_RX_MATCH_MODE": "hybrid",
 }
 
@@ -48,6 +50,7 @@ def test_alcf_minimal_profile_uses_pmix_and_mpi():
     values = load_env_profile("aurora-alcf-minimal").values_for("aurora")
     assert values["CCL_PROCESS_LAUNCHER"] == "pmix"
     assert values["CCL_ATL_TRANSPORT"] == "mpi" and values["CCL_KVS_MODE"] == "mpi"
+    assert values["FI_MR_CACHE_MONITOR"] == "userfaultfd"  # ALCF's minimal set
     assert load_env_profile("aurora-alcf-minimal").unset == ()
 
 

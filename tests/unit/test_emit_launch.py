@@ -82,10 +82,11 @@ def test_profile_is_exported_after_the_last_module_load_of_the_per_rank_command(
 
 
 def test_pbs_job_shape(tmp_path):
-    text = (emit(tmp_path / "out", nodes=3, account="proj_x", queue="prod", walltime="02:30:00",
+    text = (emit(tmp_path / "out", nodes=3, account="proj_x", queue="capacity", walltime="02:30:00",
                  filesystems="flare:home:daos_user") / "launch.pbs").read_text()
     for line in ("#PBS -l select=3", "#PBS -l walltime=02:30:00", "#PBS -l filesystems=flare:home:daos_user",
-                 "#PBS -q prod", "#PBS -A proj_x", "NNODES=3", "RANKS_PER_NODE=12", "NRANKS=$((NNODES * RANKS_PER_NODE))"):
+                 "#PBS -q capacity", "#PBS -A proj_x", "#PBS -k doe", "NNODES=3", "RANKS_PER_NODE=12",
+                 "NRANKS=$((NNODES * RANKS_PER_NODE))", 'MASTER_ADDR="${MASTER_ADDR%%.*}.hsn.cm.aurora.alcf.anl.gov"'):
         assert line in text.splitlines(), line
     assert f'mpiexec -n "$NRANKS" -ppn "$RANKS_PER_NODE" --cpu-bind "{ALCF_AURORA_BIND}"' in text
     assert 'export MASTER_ADDR="$1" MASTER_PORT="$2"' in text
@@ -103,7 +104,8 @@ def test_slurm_job_shape(tmp_path):
                  '#SBATCH --partition="gpu part"'):
         assert line in text.splitlines(), line
     assert 'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE"' in text
-    assert 'RANK="${SLURM_PROCID}"' in text
+    assert 'RANK="${SLURM_PROCID:?' in text and 'LOCAL_RANK="${SLURM_LOCALID:?' in text
+    assert not re.search(r"(?<!N)CCL|FI_", text)  # a CUDA launcher carries no Aurora CCL/FI comment
 
 
 @pytest.mark.parametrize(("changes", "match"), [

@@ -29,6 +29,10 @@ _KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while"
                        "!", "exec", "time", "nohup", "command", "builtin", "env"})
 
 
+_MODULE_NON_LOADS = frozenset({"use", "unuse", "list", "avail", "show", "display", "help", "spider", "whatis",
+                               "is-loaded", "-t", "--terse"})
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Event:
     kind: str
@@ -248,14 +252,15 @@ class LauncherFile:
                     None)
 
     def check(self, ctx: Context) -> list[Finding]:
-        return (self._check_module_order() + self._check_per_rank(ctx) + self._check_ranks_per_node(ctx)
+        lost = self._check_per_rank(ctx)  # every export lost: one finding, not one per variable
+        return ((lost or self._check_module_order()) + self._check_ranks_per_node(ctx)
                 + check_env_values(self._final_env(), ctx)
                 + check_modules([(" ".join(e.args), e.file, e.line) for e in self.timeline if e.kind == "module"])
                 + self._check_compile(ctx))
 
     def _check_module_order(self) -> list[Finding]:
         kb, tl, out = load_known_bad(), self.timeline, []
-        loads = [i for i, e in enumerate(tl) if e.kind == "module"]
+        loads = [i for i, e in enumerate(tl) if is_module_load(e)]
         if not loads:
             return []
         seen: set[str] = set()
@@ -270,19 +275,33 @@ class LauncherFile:
                                   f"({tl[loads[-1]].file}:{tl[loads[-1]].line}) and not again after it")
         return out
 
+    def rank_timeline(self) -> list[Event]:
+        """What each rank inherits, in order: the job script up to the launch, the variables the
+        launch itself passes (--env / -genv), then the per-rank command."""
+        if self.launch is None or self.launch not in self.outer:
+            return self.timeline
+        before = self.outer[: self.outer.index(self.launch)]
+        passed = [Event(kind="export", name=n, value=v, file=f, line=ln)
+                  for n, (v, f, ln) in _launch_env_options(self.launch).items()]
+        return before + passed + (self.per_rank or [])
+
     def _check_per_rank(self, ctx: Context) -> list[Finding]:
+        """A module load that runs after the last CCL/FI export resets what the ranks get. ALCF's
+        style (load once in the job script, export, let mpiexec pass the environment on) and
+        PRISM's (each rank loads, then exports again) both end with the exports: no finding."""
         if self.launch is None or self.launch.name not in MPI_LAUNCHERS or self.per_rank is None:
             return []
-        kb = load_known_bad()
-        cares = any(e.kind == "module" or (e.kind == "export" and kb.is_tracked(e.name)) for e in self.timeline)
-        if not cares:
+        kb, tl = load_known_bad(), self.rank_timeline()
+        exports = [i for i, e in enumerate(tl) if e.kind == "export" and kb.is_tracked(e.name)]
+        loads = [i for i, e in enumerate(tl) if is_module_load(e)]
+        if not exports or not loads or loads[-1] < exports[-1]:
             return []
-        loads = [i for i, e in enumerate(self.per_rank) if e.kind == "module"]
-        after = self.per_rank[loads[-1] + 1:] if loads else self.per_rank
-        exports = any(e.kind == "export" and kb.is_tracked(e.name) for e in after)
-        return check_rule("launcher-no-per-rank-export", context_facts(ctx, per_rank_exports=exports),
-                          file=self.launch.file, line=self.launch.line,
-                          detail=f"the command {self.launch.name} starts on each rank exports no CCL/FI variable after its module loads")
+        load, in_rank = tl[loads[-1]], loads[-1] >= len(tl) - len(self.per_rank)
+        where = f"{load.file}:{load.line}"
+        detail = (f"each rank runs `module {' '.join(load.args)}` ({where}) after the last CCL/FI export" if in_rank
+                  else f"the CCL/FI exports come before `module {' '.join(load.args)}` ({where}) and none after it")
+        return check_rule("launcher-no-per-rank-export", context_facts(ctx, per_rank_exports=False),
+                          file=self.launch.file, line=self.launch.line, detail=detail)
 
     def _check_ranks_per_node(self, ctx: Context) -> list[Finding]:
         rpn = self.ranks_per_node()
@@ -302,12 +321,7 @@ class LauncherFile:
             elif e.kind == "unset":
                 env.pop(e.name, None)
             elif e.kind == "launch":
-                for k, a in enumerate(e.args):
-                    m = _ASSIGN.match(a)
-                    if m and k and e.args[k - 1] in ("--env", "-env", "-x", "--export"):
-                        env[m.group(1)] = (m.group(2), e.file, e.line)
-                    if a in ("-genv", "-env") and k + 2 < len(e.args):
-                        env[e.args[k + 1]] = (e.args[k + 2], e.file, e.line)
+                env.update(_launch_env_options(e))
         return env
 
     def _check_compile(self, ctx: Context) -> list[Finding]:
@@ -317,6 +331,23 @@ class LauncherFile:
         facts = context_facts(ctx, compile=True)
         where = dict(file=str(self.path), line=line, detail="the launch passes a torch.compile flag")
         return check_rule("deepspeed-compile", facts, **where) + check_rule("xpu-multinode-compile", facts, **where)
+
+
+def is_module_load(e: Event) -> bool:
+    """`module load X`, `module swap A B`, `ml X`: anything that can (re)set a module's variables."""
+    return e.kind == "module" and bool(e.args) and e.args[0] not in _MODULE_NON_LOADS
+
+
+def _launch_env_options(launch: Event) -> dict[str, tuple[str, str, int]]:
+    """Variables a launch command sets for its ranks: --env NAME=V, -x NAME=V, -genv NAME V."""
+    out, args = {}, launch.args
+    for k, a in enumerate(args):
+        m = _ASSIGN.match(a)
+        if m and k and args[k - 1] in ("--env", "-env", "-x", "--export"):
+            out[m.group(1)] = (m.group(2), launch.file, launch.line)
+        if a in ("-genv", "-env") and k + 2 < len(args) and not _ASSIGN.match(args[k + 1]):
+            out[args[k + 1]] = (args[k + 2], launch.file, launch.line)
+    return out
 
 
 def _option_int(launch: Event, names: tuple[str, ...], outer: list[Event]) -> int | None:

@@ -28,9 +28,27 @@ class EnvVar:
     source: str
     platform_values: dict[str, str] = field(default_factory=dict)
     """Per-platform overrides of `value` (e.g. COMPOSITE on aurora-composite)."""
+    torchrun_value: str | None = None
+    """Under torchrun (no mpiexec, no PMIx): this value instead ("" = leave the variable unset)."""
 
     def value_for(self, platform: str) -> str:
         return self.platform_values.get(platform, self.value)
+
+    def launch_value(self, platform: str, launcher: str) -> str | None:
+        """The value for this launcher; None: not set under it."""
+        if launcher == "torchrun" and self.torchrun_value is not None:
+            return self.torchrun_value or None
+        return self.value_for(platform)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PathPrepend:
+    """A folder put in front of a search path (LD_LIBRARY_PATH, PATH), keeping what was there."""
+
+    name: str
+    value: str
+    why: str
+    source: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,18 +61,24 @@ class EnvProfile:
     """`module load` arguments, in order."""
     module_use: tuple[str, ...] = ()
     """`module use` paths, applied before the loads."""
+    conda_activate: str | None = None
+    """After the loads: `conda activate` ("" = the base environment, else that environment)."""
     unset: tuple[str, ...] = ()
     """Variables removed after the loads (setting them cost real runs)."""
     var: tuple[EnvVar, ...] = ()
+    prepend: tuple[PathPrepend, ...] = ()
+    """Search-path entries put in front after the variables (e.g. a NCCL network plugin)."""
 
     def __post_init__(self) -> None:
         names = [v.name for v in self.var] + list(self.unset)
-        for n in names:
+        for n in names + [e.name for e in self.prepend]:
             if not VAR_NAME.match(n):
                 raise SpecError(f"env profile {self.name!r}: {n!r} is not a valid variable name")
         if len(set(names)) != len(names):
             raise SpecError(f"env profile {self.name!r}: a variable is listed twice (or both set and unset)")
-        for text in (*self.modules, *self.module_use, *(v.value for v in self.var),
+        for text in (*self.modules, *self.module_use, *(v.value for v in self.var), *(e.value for e in self.prepend),
+                     *((self.conda_activate,) if self.conda_activate else ()),
+                     *(v.torchrun_value for v in self.var if v.torchrun_value),
                      *(x for v in self.var for x in v.platform_values.values())):
             check_text("env profile value", text)
 
@@ -100,16 +124,30 @@ def comment(text: str) -> str:
     return _CONTROL.sub(" ", text)
 
 
-def profile_lines(profile: EnvProfile, platform: str, indent: str = "") -> list[str]:
-    """Module use/loads first, then each variable with its reason, then the unsets."""
+def profile_lines(profile: EnvProfile, platform: str, indent: str = "", launcher: str = "mpiexec") -> list[str]:
+    """Module use/loads first (and `conda activate`), then each variable with its reason, the
+    search-path entries, then the unsets."""
     out = [f"{indent}# env profile {profile.name} ({comment(profile.version)}): {comment(profile.description)}"]
     out += [f"{indent}module use {sh_quote(p)}" for p in profile.module_use]
     out += [f"{indent}module load {sh_quote(m)}" for m in profile.modules]
+    if profile.conda_activate is not None:
+        out.append(f"{indent}conda activate" + (f" {sh_quote(profile.conda_activate)}" if profile.conda_activate else ""))
     if profile.modules or profile.module_use:
-        out.append(f"{indent}# exported after the module loads: a module load resets CCL/FI variables")
+        out.append(f"{indent}# exported after the module loads: a module load can set or reset these variables")
+    dropped = []
     for v in profile.var:
+        value = v.launch_value(platform, launcher)
+        if value is None:
+            dropped.append(v.name)
+            continue
         out.append(f"{indent}# {comment(v.why)} [{comment(v.source)}]")
-        out.append(f"{indent}export {v.name}={sh_quote(v.value_for(platform))}")
+        out.append(f"{indent}export {v.name}={sh_quote(value)}")
+    if dropped:
+        out.append(f"{indent}# {launcher} starts no mpiexec/PMIx job: its settings stay unset")
+        out.append(f"{indent}unset {' '.join(dropped)}")
+    for e in profile.prepend:
+        out.append(f"{indent}# {comment(e.why)} [{comment(e.source)}]")
+        out.append(f"{indent}export {e.name}={sh_quote(e.value)}${{{e.name}:+:${e.name}}}")
     if profile.unset:
         out.append(f"{indent}# never set here: each cost a real run [{comment(profile.source)}]")
         out.append(f"{indent}unset {' '.join(profile.unset)}")

@@ -21,6 +21,7 @@ from prism_strategy import rules
 from prism_strategy.emit.deepspeed import build_ds_config, dumps
 from prism_strategy.emit.env import EnvProfile, check_text, comment, load_env_profile, profile_lines, render_env_sh, sh_quote
 from prism_strategy.emit.files import FileText
+from prism_strategy.emit.site import SiteSpec, load_site
 from prism_strategy.emit.strategy_file import DS_CONFIG_FILE, STRATEGY_FILE, StrategyFile, precision_to_mixed, render_strategy_toml
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
@@ -28,7 +29,6 @@ from prism_strategy.specs.presets import load_platform
 from prism_strategy.specs.training import PRECISIONS
 from prism_strategy.strategies import StrategySpec, get_strategy
 
-PBS_QUEUES: tuple[str, ...] = ("debug", "debug-scaling", "capacity", "prod", "preemptable")
 MASTER_PORT = 29500
 """torch.distributed's default rendezvous port."""
 HEADER_PREFIX = "# prism-strategy emit:"
@@ -53,9 +53,11 @@ class EmitRequest:
     compile: bool = False
     account: str | None = None
     queue: str | None = None
-    """PBS: one of PBS_QUEUES (default debug). Slurm: the partition (default: none)."""
+    """PBS: a queue of the platform's [[queues]] (default: picked from nodes and walltime).
+    Slurm: the partition (default: none)."""
     walltime: str = "01:00:00"
-    filesystems: str = "flare:home"
+    filesystems: str | None = None
+    """PBS -l filesystems=; None: the platform's [launch] filesystems."""
     job_name: str = "prism"
     script: str = "train.py"
     script_args: tuple[str, ...] = ()
@@ -82,6 +84,10 @@ class _Job:
     layout: Layout
     strategy_file: str
     """Absolute path of strategy.toml once written."""
+    site: SiteSpec
+    queue: str | None
+    """The queue written into the launcher (PBS: checked against the site's limits)."""
+    queue_note: str = ""
 
     @property
     def header(self) -> str:
@@ -123,18 +129,29 @@ def _validate(req: EmitRequest, out: Path) -> _Job:
         raise SpecError(f"--static-graph applies to ddp only, not {strategy.name}")
     if not _WALLTIME.match(req.walltime):
         raise SpecError(f"--walltime must be HH:MM:SS, got {req.walltime!r}")
-    if not _FILESYSTEMS.match(req.filesystems):
+    if req.filesystems is not None and not _FILESYSTEMS.match(req.filesystems):
         raise SpecError(f"--filesystems must be names joined by ':' (e.g. flare:home), got {req.filesystems!r}")
-    if platform.launcher == "pbs" and (req.queue or "debug") not in PBS_QUEUES:
-        raise SpecError(f"--queue must be one of {', '.join(PBS_QUEUES)}, got {req.queue!r}")
     for label, text in (("--account", req.account or ""), ("--queue", req.queue or ""), ("--job-name", req.job_name),
                         ("--script", req.script), *(("script argument", a) for a in req.script_args)):
         check_text(label, text)
     if not req.script:
         raise SpecError("--script must not be empty")
     _refuse_not_viable(strategy, platform, req)
+    site = load_site(req.platform)
+    queue, note = _queue(platform, site, req)
     return _Job(req=req, platform=platform, strategy=strategy, profile=profile, layout=layout,
-                strategy_file=str(Path(out).absolute() / STRATEGY_FILE))
+                strategy_file=str(Path(out).absolute() / STRATEGY_FILE), site=site, queue=queue, queue_note=note)
+
+
+def _queue(platform: PlatformSpec, site: SiteSpec, req: EmitRequest) -> tuple[str | None, str]:
+    """PBS: the queue that takes this many nodes for this long (an explicit --queue is checked)."""
+    if platform.launcher != "pbs" or not site.queues:
+        return req.queue, ""
+    if req.queue:
+        q = site.check_queue(req.queue, req.nodes, req.walltime)
+        return q.name, f"queue {q} [{q.source}]"
+    q = site.pick_queue(req.nodes, req.walltime)
+    return q.name, f"queue {q.name} picked for {req.nodes} nodes and {req.walltime}: {q} [{q.source}]"
 
 
 def _refuse_not_viable(strategy: StrategySpec, platform: PlatformSpec, req: EmitRequest) -> None:
@@ -161,7 +178,10 @@ def _strategy_file(job: _Job) -> StrategyFile:
 
 
 def _notes(job: _Job) -> list[str]:
-    notes = []
+    notes = [job.queue_note] if job.queue_note else []
+    if job.platform.launcher == "pbs" and not job.site.queues:
+        notes.append(f"{job.platform.name} has no [[queues]] data: no queue was checked" +
+                     ("" if job.queue else "; add --queue or let PBS use its default queue"))
     if job.platform.launcher in ("pbs", "slurm") and not job.req.account:
         notes.append("no --account given: add your project before submitting")
     if job.strategy.engine == "deepspeed" and job.req.precision == "bf16-pure":
@@ -190,15 +210,18 @@ def _run_line(job: _Job) -> str:
 
 
 def _rank_function(job: _Job, rank: str, local_rank: str) -> list[str]:
-    """The per-rank command: modules, profile, layout, script. $1..$4 = addr, port, world, ranks per node."""
+    """The per-rank command: modules, profile, layout, script. $1..$4 = addr, port, world, ranks per node.
+    `rank` and `local_rank` are shell expansions that fail loudly when the launcher set neither."""
     i = "    "
+    why = ("# Runs once per rank, on its node. The profile is exported again after the module loads:",
+           "# a module load can set or reset these variables.") if job.profile.modules else (
+           "# Runs once per rank, on its node: the profile's variables, the rank layout, then the script.",)
     return [
-        "# Runs once per rank, on its node. The profile is exported again after the module loads:",
-        "# `module load` resets CCL/FI variables set before it.",
+        *why,
         "prism_rank() {",
         *profile_lines(job.profile, job.platform.name, indent=i),
-        f"{i}# rank layout, under torchrun's names",
-        f'{i}export RANK="${{{rank}}}" LOCAL_RANK="${{{local_rank}}}" WORLD_SIZE="$3" LOCAL_WORLD_SIZE="$4"',
+        f"{i}# rank layout, under torchrun's names (a rank without a local rank stops here: it would take device 0)",
+        f'{i}export RANK="{rank}" LOCAL_RANK="{local_rank}" WORLD_SIZE="$3" LOCAL_WORLD_SIZE="$4"',
         f'{i}export MASTER_ADDR="$1" MASTER_PORT="$2"',
         f"{i}export PRISM_STRATEGY_FILE={sh_quote(job.strategy_file)}",
         f"{i}{_run_line(job)}",
@@ -206,20 +229,25 @@ def _rank_function(job: _Job, rank: str, local_rank: str) -> list[str]:
     ]
 
 
+PALS_RANK = "${PALS_RANKID:-${PMI_RANK:?mpiexec set no rank (PALS_RANKID or PMI_RANK)}}"
+PALS_LOCAL_RANK = ("${PALS_LOCAL_RANKID:-${PMI_LOCAL_RANK:?mpiexec set no local rank (PALS_LOCAL_RANKID or "
+                   "PMI_LOCAL_RANK): every rank would take device 0}}")
+SLURM_RANK = "${SLURM_PROCID:?srun set no SLURM_PROCID}"
+SLURM_LOCAL_RANK = "${SLURM_LOCALID:?srun set no SLURM_LOCALID: every rank would take device 0}"
 RANK_LAUNCH = ('bash -lc "$(declare -f prism_rank); prism_rank \\"\\$@\\"" prism_rank '
                '"$MASTER_ADDR" "$MASTER_PORT" "$NRANKS" "$RANKS_PER_NODE"')
 """Ships prism_rank to each rank's login shell (which defines `module`) with addr, port, world, ranks per node."""
-
-
 def _pbs_directives(job: _Job) -> list[str]:
-    req = job.req
+    req, site = job.req, job.site
+    filesystems = req.filesystems or site.filesystems
     lines = [
         f"#PBS -N {_directive_name(req.job_name)}",
         f"#PBS -l select={job.layout.nodes}",
         f"#PBS -l walltime={req.walltime}",
-        f"#PBS -l filesystems={req.filesystems}",
+        *([f"#PBS -l filesystems={filesystems}"] if filesystems else []),
+        *([f"#PBS -k {site.keep_output}"] if site.keep_output else []),
         "#PBS -l place=scatter",
-        f"#PBS -q {req.queue or 'debug'}",
+        *([f"#PBS -q {_directive_value('--queue', job.queue)}"] if job.queue else []),
         "#PBS -j oe",
     ]
     if req.account:
@@ -229,10 +257,22 @@ def _pbs_directives(job: _Job) -> list[str]:
     return lines
 
 
+def _cpu_bind(job: _Job) -> str:
+    bind = job.site.cpu_bind or cpu_bind_list(job.platform.cpu_cores_per_node, job.layout.ranks_per_node)
+    return f' --cpu-bind "{bind}"' if bind else " --cpu-bind core"
+
+
+def _master_addr(job: _Job) -> list[str]:
+    suffix = job.site.master_addr_suffix
+    lines = [f"# rendezvous on the first host of the job: its high-speed-network name ({job.site.source('master_addr_suffix')})"
+             if suffix else "# rendezvous on the first host of the job (short host name)",
+             'MASTER_ADDR="$(head -n 1 "${PBS_NODEFILE:?not running under PBS}")"',
+             f'MASTER_ADDR="${{MASTER_ADDR%%.*}}{suffix}"']
+    return lines
+
+
 def render_pbs(job: _Job) -> str:
     lay = job.layout
-    bind = cpu_bind_list(job.platform.cpu_cores_per_node, lay.ranks_per_node)
-    bind_opt = f' --cpu-bind "{bind}"' if bind else " --cpu-bind core"
     lines = [
         "#!/bin/bash -l",
         job.header,
@@ -244,14 +284,12 @@ def render_pbs(job: _Job) -> str:
         f"NNODES={lay.nodes}",
         f"RANKS_PER_NODE={lay.ranks_per_node}",
         "NRANKS=$((NNODES * RANKS_PER_NODE))",
-        "# rendezvous on the first host of the job (short host name)",
-        'MASTER_ADDR="$(head -n 1 "${PBS_NODEFILE:?not running under PBS}")"',
-        'MASTER_ADDR="${MASTER_ADDR%%.*}"',
+        *_master_addr(job),
         f"MASTER_PORT={MASTER_PORT}",
         "",
-        *_rank_function(job, "PALS_RANKID:-$PMI_RANK", "PALS_LOCAL_RANKID:-0"),
+        *_rank_function(job, PALS_RANK, PALS_LOCAL_RANK),
         "",
-        f'mpiexec -n "$NRANKS" -ppn "$RANKS_PER_NODE"{bind_opt} \\',
+        f'mpiexec -n "$NRANKS" -ppn "$RANKS_PER_NODE"{_cpu_bind(job)} \\',
         "    " + RANK_LAUNCH,
     ]
     return "\n".join(lines) + "\n"
@@ -285,7 +323,7 @@ def render_slurm(job: _Job) -> str:
         'MASTER_ADDR="$(scontrol show hostnames "${SLURM_JOB_NODELIST:?not running under Slurm}" | head -n 1)"',
         f"MASTER_PORT={MASTER_PORT}",
         "",
-        *_rank_function(job, "SLURM_PROCID", "SLURM_LOCALID"),
+        *_rank_function(job, SLURM_RANK, SLURM_LOCAL_RANK),
         "",
         'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE" \\',
         "    " + RANK_LAUNCH,
@@ -293,7 +331,22 @@ def render_slurm(job: _Job) -> str:
     return "\n".join(lines) + "\n"
 
 
+MODULE_INIT = [
+    "# `module` is a shell function a login shell defines; define it here too (bash torchrun.sh is not one)",
+    "if ! type module >/dev/null 2>&1; then",
+    '    for init in "${MODULESHOME:-/nonexistent}/init/bash" /etc/profile.d/lmod.sh /etc/profile.d/z00_lmod.sh \\',
+    "                /etc/profile.d/modules.sh /usr/share/lmod/lmod/init/bash; do",
+    '        # shellcheck source=/dev/null',
+    '        if [ -f "$init" ]; then source "$init"; break; fi',
+    "    done",
+    '    type module >/dev/null 2>&1 || { echo "torchrun.sh: no module command; run it from a login shell: bash -l torchrun.sh" >&2; exit 1; }',
+    "fi",
+]
+
+
 def render_torchrun(job: _Job) -> str:
+    """One node, torchrun's own rendezvous: the profile as torchrun needs it (no mpiexec/PMIx-only
+    settings), written inline rather than sourced from env.sh (which is for mpiexec jobs)."""
     rpn = job.layout.ranks_per_node
     words = [sh_quote(job.req.script), *(sh_quote(a) for a in job.req.script_args)]
     lines = [
@@ -302,9 +355,8 @@ def render_torchrun(job: _Job) -> str:
         f"# Local run on one node ({rpn} ranks): bash torchrun.sh",
         "set -eo pipefail",
         'PRISM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        "# env.sh: module loads first, then the profile's variables",
-        "# shellcheck source=/dev/null",
-        'source "$PRISM_DIR/env.sh"',
+        *(MODULE_INIT if job.profile.modules or job.profile.module_use else []),
+        *profile_lines(job.profile, job.platform.name, launcher="torchrun"),
         f"export PRISM_JOB_NAME={sh_quote(job.req.job_name)}",
         'export PRISM_STRATEGY_FILE="$PRISM_DIR/strategy.toml"',
         f"exec torchrun --standalone --nnodes=1 --nproc-per-node={rpn} " + " ".join(words),
