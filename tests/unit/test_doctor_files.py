@@ -34,12 +34,12 @@ def _request(kind: str, path: Path, args: list[str]) -> DoctorRequest:
 
 def test_every_fixture_is_in_the_manifest():
     on_disk = {(kind, p.name) for kind in ("scripts", "launchers") for p in (FIXTURES / kind).iterdir()}
-    assert on_disk == {(kind, name) for kind, name, _ in CASES}
+    assert on_disk == {(kind, spec.get("file", name)) for kind, name, spec in CASES}
 
 
 @pytest.mark.parametrize(("kind", "name", "spec"), CASES, ids=[n for _, n, _ in CASES])
 def test_fixture_yields_exactly_its_findings(kind, name, spec):
-    path = FIXTURES / kind / name
+    path = FIXTURES / kind / spec.get("file", name)
     report = diagnose(_request(kind, path, spec.get("args", [])))
     assert {f.rule: f.severity for f in report.findings} == spec["expect"]
     assert len(report.findings) == len(spec["expect"])

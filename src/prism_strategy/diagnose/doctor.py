@@ -59,6 +59,10 @@ DOCTOR_RULES: dict[str, DoctorRule] = {
     "launcher-export-before-module-load": DoctorRule(severity="error"),
     "launcher-no-per-rank-export": DoctorRule(severity="error", assumable=frozenset({"device"})),
     "launcher-ranks-per-node-mismatch": DoctorRule(severity="error"),
+    "launcher-device-hierarchy-mismatch": DoctorRule(severity="error"),
+    "launcher-rank-straddles-sockets": DoctorRule(severity="warning"),
+    "launcher-queue-limits": DoctorRule(severity="error"),
+    "launcher-missing-filesystems": DoctorRule(severity="error"),
     "stale-device-processes": DoctorRule(severity="error"),
     "env-differs-from-profile": DoctorRule(severity="warning"),
 }

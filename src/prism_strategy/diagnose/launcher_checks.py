@@ -17,6 +17,7 @@ from pathlib import Path
 from prism_strategy.diagnose.doctor import (Context, DsConfigFile, Finding, StrategyTomlFile, check_rule, context_facts,
                                             parse_header)
 from prism_strategy.diagnose.live_checks import check_env_values, check_modules, load_known_bad
+from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
 from prism_strategy.specs.errors import SpecError
 
 MPI_LAUNCHERS = frozenset({"mpiexec", "mpirun", "srun", "aprun"})
@@ -205,6 +206,7 @@ class LauncherFile:
     launch: Event | None
     directives: dict[str, int]
     """nodes / ranks_per_node read from #PBS / #SBATCH lines."""
+    pbs: PbsDirectives
 
     @property
     def timeline(self) -> list[Event]:
@@ -254,7 +256,7 @@ class LauncherFile:
     def check(self, ctx: Context) -> list[Finding]:
         lost = self._check_per_rank(ctx)  # every export lost: one finding, not one per variable
         return ((lost or self._check_module_order()) + self._check_ranks_per_node(ctx)
-                + check_env_values(self._final_env(), ctx)
+                + check_env_values(self.final_env(), ctx) + check_site(self, ctx)
                 + check_modules([(" ".join(e.args), e.file, e.line) for e in self.timeline if e.kind == "module"])
                 + self._check_compile(ctx))
 
@@ -313,7 +315,21 @@ class LauncherFile:
                           file=str(self.path), line=line,
                           detail=f"{rpn} ranks per node, {ctx.platform.name} has {want} devices per node")
 
-    def _final_env(self) -> dict[str, tuple[str, str, int]]:
+    def cpu_bind(self) -> str | None:
+        """The launch's --cpu-bind as depth:D or list:..., variables resolved; None when absent."""
+        if self.launch is None:
+            return None
+        raw = _option_str(self.launch, ("--cpu-bind", "-cpu-bind", "--cpu_bind"))
+        if raw is None:
+            return None
+        raw = _resolve(raw, self.outer, self.launch.line)
+        mode = re.sub(r"^verbose,", "", raw)
+        if mode == "depth":
+            depth = _option_int(self.launch, ("-d", "--depth", "-depth"), self.outer)
+            return f"depth:{depth}" if depth else None
+        return mode
+
+    def final_env(self) -> dict[str, tuple[str, str, int]]:
         env: dict[str, tuple[str, str, int]] = {}
         for e in self.timeline:
             if e.kind == "export":
@@ -350,6 +366,26 @@ def _launch_env_options(launch: Event) -> dict[str, tuple[str, str, int]]:
     return out
 
 
+def _option_str(launch: Event, names: tuple[str, ...]) -> str | None:
+    args = list(launch.args)
+    for k, a in enumerate(args):
+        for n in names:
+            if a.startswith(n + "="):
+                return a[len(n) + 1:]
+            if a == n and k + 1 < len(args):
+                return args[k + 1]
+    return None
+
+
+def _resolve(raw: str, outer: list[Event], before: int) -> str:
+    """$NAME / ${NAME}: the last value assigned in the job script before the launch."""
+    m = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?", raw)
+    if not m:
+        return raw
+    values = [e.value for e in outer if e.kind == "export" and e.name == m.group(1) and e.line <= before]
+    return values[-1] if values else raw
+
+
 def _option_int(launch: Event, names: tuple[str, ...], outer: list[Event]) -> int | None:
     args = list(launch.args)
     for k, a in enumerate(args):
@@ -384,7 +420,7 @@ def read_shell_launcher(path: Path, text: str) -> LauncherFile:
     launch = next((e for e in outer if e.kind == "launch" and e.name in MPI_LAUNCHERS | PROGRAMS), None)
     per_rank = reader.per_rank(launch) if launch is not None and launch.name in MPI_LAUNCHERS else None
     return LauncherFile(path=path, header=parse_header(text), outer=outer, per_rank=per_rank, launch=launch,
-                        directives=_directives(text))
+                        directives=_directives(text), pbs=PbsDirectives.read(text))
 
 
 def read_launcher(path: Path) -> "LauncherFile | StrategyTomlFile | DsConfigFile":

@@ -226,6 +226,8 @@ def _empty_cache(s: ScriptFile, ctx: Context) -> list[Finding]:
         if c.name.startswith("torch.cuda.") or not (c.in_loop or c.scope in loop_scopes):
             continue
         extra = {"device": "xpu"} if c.name.startswith("torch.xpu.") else {}
+        if "fsdp2" in s.engines():  # the loop may run the FSDP model, whatever other engine is also there
+            extra["engine"] = "fsdp2"
         out += check_rule("xpu-empty-cache-fsdp", context_facts(ctx, calls_empty_cache=True, **extra),
                           **s.where(c, f"{c.name}() inside the training loop"))
     return out
