@@ -51,6 +51,9 @@ def test_emit_json_summary_and_options(tmp_path):
     ("--strategy", "fsdp_full_shard", "--platform", "aurora", "--compile", "--nodes", "2"),
     ("--strategy", "ddp", "--platform", "aurora", "--walltime", "90"),
     ("--strategy", "ddp", "--platform", "aurora", "--job-name", "a\nb"),
+    ("--strategy", "ddp", "--platform", "aurora", "--nodes", "8", "--queue", "debug"),
+    ("--strategy", "ddp", "--platform", "aurora", "--nodes", "20", "--walltime", "06:00:00"),
+    ("--strategy", "ddp", "--platform", "polaris", "--queue", "prod"),
 ])
 def test_emit_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args):
     res = invoke("emit", *args, "--out", str(tmp_path / "job"))
@@ -124,3 +127,24 @@ def test_doctor_live_by_default_when_no_file(tmp_path):
     res = invoke("doctor", "--json", "--device-glob", str(tmp_path / "none*"), "--env-profile", "cpu-gloo")
     data = json.loads(res.output)
     assert data["environment"]["torch"] and data["environment"]["profile"]["name"] == "cpu-gloo"
+
+
+def test_emit_picks_the_queue_and_says_so(tmp_path):
+    out = tmp_path / "job"
+    res = invoke("emit", "--strategy", "ddp", "--platform", "aurora", "--nodes", "8", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert "#PBS -q debug-scaling" in (out / "launch.pbs").read_text().splitlines()
+    assert "queue debug-scaling picked for 8 nodes" in " ".join(res.output.split())
+
+
+@pytest.mark.parametrize(("name", "args", "code", "rules"), [
+    ("clean_alcf_guide.pbs", (), 0, []),
+    ("clean_alcf_guide.pbs", ("--platform", "aurora"), 0, []),
+    ("clean_alcf.pbs", ("--platform", "aurora"), 0, []),
+    ("bad_rank_module_load_after_exports.pbs", (), 1, ["launcher-no-per-rank-export"]),
+    ("bad_debug_8_nodes.pbs", (), 1, ["launcher-queue-limits"]),
+])
+def test_doctor_on_alcf_and_prism_style_launchers(name, args, code, rules):
+    res = invoke("doctor", "--launcher", str(FIXTURES / "launchers" / name), *args, "--json")
+    assert res.exit_code == code, res.output
+    assert [f["rule"] for f in json.loads(res.output)["findings"]] == rules

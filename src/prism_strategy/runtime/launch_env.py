@@ -85,11 +85,31 @@ _LAUNCHERS: tuple[tuple[Launcher, tuple[str, ...], tuple[str, ...], tuple[str, .
 )
 
 
+_LOCAL_RANK_FIX = {
+    "torchrun": "launch with torchrun (it sets LOCAL_RANK), or export LOCAL_RANK with RANK and WORLD_SIZE",
+    "pals": "launch with Aurora's mpiexec (PALS sets PALS_LOCAL_RANKID), or export LOCAL_RANK=$PALS_LOCAL_RANKID",
+    "openmpi": "launch with OpenMPI's mpirun (it sets OMPI_COMM_WORLD_LOCAL_RANK)",
+    "slurm": "launch with srun (it sets SLURM_LOCALID)",
+}
+
+
+def _local_rank(env: Mapping[str, str], keys: tuple[str, ...], launcher: str, world: int) -> int:
+    """The rank's index on its node. Unknown with several ranks is an error, never a silent 0:
+    every rank would take device 0."""
+    hit = _first(env, keys, launcher)
+    if hit is not None:
+        return hit[1]
+    if world == 1:
+        return 0
+    raise SpecError(f"{launcher} launch of {world} ranks: no local rank ({' or '.join(keys)}), so every rank would "
+                    f"take device 0; {_LOCAL_RANK_FIX[launcher]}")
+
+
 def _read(env: Mapping[str, str], spec: tuple) -> LaunchEnv:
     name, _, rank_k, size_k, lrank_k, lsize_k = spec
     rank = _need(env, rank_k, name, "this process's rank")
     world = _need(env, size_k, name, "the number of ranks")
-    local_rank = _need(env, lrank_k, name, "the rank's index on its node")
+    local_rank = _local_rank(env, lrank_k, name, world)
     local_size = _slurm_tasks_per_node(env) if name == "slurm" else _maybe(env, lsize_k, name)
     port = _int(env, "MASTER_PORT", name) if "MASTER_PORT" in env else DEFAULT_MASTER_PORT
     return _validated(LaunchEnv(launcher=name, rank=rank, local_rank=local_rank, world_size=world,
@@ -127,6 +147,10 @@ def _check_agreement(chosen: LaunchEnv, env: Mapping[str, str]) -> None:
         if other is not None and size == chosen.world_size and other[1] != chosen.rank:
             raise SpecError(f"contradictory launch environment: RANK={chosen.rank} but {other[0]}={other[1]} "
                             f"(both with {chosen.world_size} ranks); unset RANK or export it from {other[0]}")
+        local = _first(env, spec[4], spec[0])
+        if local is not None and size == chosen.world_size and local[1] != chosen.local_rank:
+            raise SpecError(f"contradictory launch environment: LOCAL_RANK={chosen.local_rank} but {local[0]}={local[1]} "
+                            f"(a wrapper's fallback puts ranks on the wrong device); export LOCAL_RANK from {local[0]}")
 
 
 def _triggered(spec: tuple, env: Mapping[str, str]) -> bool:
