@@ -16,6 +16,8 @@ from pathlib import Path
 
 from prism_strategy.diagnose.doctor import (Context, DsConfigFile, Finding, StrategyTomlFile, check_rule, context_facts,
                                             parse_header)
+from prism_strategy.diagnose.launch_options import (ASSIGN, Event, directives, is_module_load, launch_env_options,
+                                                    option_int, option_str, resolve)
 from prism_strategy.diagnose.live_checks import check_env_values, check_modules, load_known_bad
 from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
 from prism_strategy.specs.errors import SpecError
@@ -23,26 +25,10 @@ from prism_strategy.specs.errors import SpecError
 MPI_LAUNCHERS = frozenset({"mpiexec", "mpirun", "srun", "aprun"})
 PROGRAMS = frozenset({"torchrun", "deepspeed", "python", "python3", "accelerate"})
 _FUNC_START = re.compile(r"^\s*(?:function\s+)?([A-Za-z_][\w-]*)\s*\(\s*\)\s*\{?\s*$|^\s*function\s+([A-Za-z_][\w-]*)\s*\{?\s*$")
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _COMPILE_FLAG = re.compile(r"^--(?:torch[-_])?compile(?:=(?:1|true|True|yes))?$")
 _SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;"})
 _KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for", "{", "}", "(", ")",
                        "!", "exec", "time", "nohup", "command", "builtin", "env"})
-
-
-_MODULE_NON_LOADS = frozenset({"use", "unuse", "list", "avail", "show", "display", "help", "spider", "whatis",
-                               "is-loaded", "-t", "--terse"})
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Event:
-    kind: str
-    """export | unset | module | launch"""
-    name: str = ""
-    value: str = ""
-    args: tuple[str, ...] = ()
-    file: str
-    line: int
 
 
 @dataclass(kw_only=True, slots=True)
@@ -73,8 +59,8 @@ class _Reader:
         while words and words[0] in _KEYWORDS:
             words = words[1:]
         out: list[Event] = []
-        while words and _ASSIGN.match(words[0]):
-            name, value = _ASSIGN.match(words[0]).groups()
+        while words and ASSIGN.match(words[0]):
+            name, value = ASSIGN.match(words[0]).groups()
             out.append(Event(kind="export", name=name, value=value, file=file, line=line))
             words = words[1:]
         if not words:
@@ -83,7 +69,7 @@ class _Reader:
         if cmd in ("export", "declare", "typeset"):
             if cmd == "export" or any(a.startswith("-") and "x" in a for a in args):
                 out += [Event(kind="export", name=a.split("=", 1)[0], value=a.split("=", 1)[1] if "=" in a else "",
-                              file=file, line=line) for a in args if _ASSIGN.match(a)]
+                              file=file, line=line) for a in args if ASSIGN.match(a)]
         elif cmd == "unset":
             out += [Event(kind="unset", name=a, file=file, line=line) for a in args if not a.startswith("-")]
         elif cmd in ("module", "ml"):
@@ -231,13 +217,13 @@ class LauncherFile:
     def nodes(self) -> int | None:
         if "nodes" in self.directives:
             return self.directives["nodes"]
-        n = _option_int(self.launch, ("--nnodes", "--nodes", "-N"), self.outer) if self.launch else None
-        total, rpn = _option_int(self.launch, ("-n", "-np"), self.outer) if self.launch else None, self.ranks_per_node()
+        n = option_int(self.launch, ("--nnodes", "--nodes", "-N"), self.outer) if self.launch else None
+        total, rpn = option_int(self.launch, ("-n", "-np"), self.outer) if self.launch else None, self.ranks_per_node()
         return n or (total // rpn if total and rpn and total % rpn == 0 else None)
 
     def ranks_per_node(self) -> int | None:
         if self.launch is not None:
-            rpn = _option_int(self.launch, ("-ppn", "--ppn", "-npernode", "--ntasks-per-node", "--nproc-per-node",
+            rpn = option_int(self.launch, ("-ppn", "--ppn", "-npernode", "--ntasks-per-node", "--nproc-per-node",
                                             "--nproc_per_node"), self.outer)
             if rpn:
                 return rpn
@@ -284,7 +270,7 @@ class LauncherFile:
             return self.timeline
         before = self.outer[: self.outer.index(self.launch)]
         passed = [Event(kind="export", name=n, value=v, file=f, line=ln)
-                  for n, (v, f, ln) in _launch_env_options(self.launch).items()]
+                  for n, (v, f, ln) in launch_env_options(self.launch).items()]
         return before + passed + (self.per_rank or [])
 
     def _check_per_rank(self, ctx: Context) -> list[Finding]:
@@ -319,13 +305,13 @@ class LauncherFile:
         """The launch's --cpu-bind as depth:D or list:..., variables resolved; None when absent."""
         if self.launch is None:
             return None
-        raw = _option_str(self.launch, ("--cpu-bind", "-cpu-bind", "--cpu_bind"))
+        raw = option_str(self.launch, ("--cpu-bind", "-cpu-bind", "--cpu_bind"))
         if raw is None:
             return None
-        raw = _resolve(raw, self.outer, self.launch.line)
+        raw = resolve(raw, self.outer, self.launch.line)
         mode = re.sub(r"^verbose,", "", raw)
         if mode == "depth":
-            depth = _option_int(self.launch, ("-d", "--depth", "-depth"), self.outer)
+            depth = option_int(self.launch, ("-d", "--depth", "-depth"), self.outer)
             return f"depth:{depth}" if depth else None
         return mode
 
@@ -337,7 +323,7 @@ class LauncherFile:
             elif e.kind == "unset":
                 env.pop(e.name, None)
             elif e.kind == "launch":
-                env.update(_launch_env_options(e))
+                env.update(launch_env_options(e))
         return env
 
     def _check_compile(self, ctx: Context) -> list[Finding]:
@@ -349,78 +335,13 @@ class LauncherFile:
         return check_rule("deepspeed-compile", facts, **where) + check_rule("xpu-multinode-compile", facts, **where)
 
 
-def is_module_load(e: Event) -> bool:
-    """`module load X`, `module swap A B`, `ml X`: anything that can (re)set a module's variables."""
-    return e.kind == "module" and bool(e.args) and e.args[0] not in _MODULE_NON_LOADS
-
-
-def _launch_env_options(launch: Event) -> dict[str, tuple[str, str, int]]:
-    """Variables a launch command sets for its ranks: --env NAME=V, -x NAME=V, -genv NAME V."""
-    out, args = {}, launch.args
-    for k, a in enumerate(args):
-        m = _ASSIGN.match(a)
-        if m and k and args[k - 1] in ("--env", "-env", "-x", "--export"):
-            out[m.group(1)] = (m.group(2), launch.file, launch.line)
-        if a in ("-genv", "-env") and k + 2 < len(args) and not _ASSIGN.match(args[k + 1]):
-            out[args[k + 1]] = (args[k + 2], launch.file, launch.line)
-    return out
-
-
-def _option_str(launch: Event, names: tuple[str, ...]) -> str | None:
-    args = list(launch.args)
-    for k, a in enumerate(args):
-        for n in names:
-            if a.startswith(n + "="):
-                return a[len(n) + 1:]
-            if a == n and k + 1 < len(args):
-                return args[k + 1]
-    return None
-
-
-def _resolve(raw: str, outer: list[Event], before: int) -> str:
-    """$NAME / ${NAME}: the last value assigned in the job script before the launch."""
-    m = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?", raw)
-    if not m:
-        return raw
-    values = [e.value for e in outer if e.kind == "export" and e.name == m.group(1) and e.line <= before]
-    return values[-1] if values else raw
-
-
-def _option_int(launch: Event, names: tuple[str, ...], outer: list[Event]) -> int | None:
-    args = list(launch.args)
-    for k, a in enumerate(args):
-        for n in names:
-            raw = a[len(n) + 1:] if a.startswith(n + "=") else (args[k + 1] if a == n and k + 1 < len(args) else None)
-            if raw is not None:
-                return _resolve_int(raw, outer, launch.line)
-    return None
-
-
-def _resolve_int(raw: str, outer: list[Event], before: int) -> int | None:
-    m = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?", raw)
-    if m:
-        values = [e.value for e in outer if e.kind == "export" and e.name == m.group(1) and e.line <= before]
-        raw = values[-1] if values else ""
-    return int(raw) if raw.isdigit() else None
-
-
-def _directives(text: str) -> dict[str, int]:
-    out = {}
-    for pat, key in ((r"^#PBS\s+-l\s+.*\bselect=(\d+)", "nodes"), (r"^#SBATCH\s+(?:--nodes[= ]|-N\s*)(\d+)\s*$", "nodes"),
-                     (r"^#SBATCH\s+--ntasks-per-node[= ](\d+)", "ranks_per_node")):
-        m = re.search(pat, text, re.M)
-        if m:
-            out[key] = int(m.group(1))
-    return out
-
-
 def read_shell_launcher(path: Path, text: str) -> LauncherFile:
     reader = _Reader(root=path.parent)
     outer = reader.read_text(text, str(path))
     launch = next((e for e in outer if e.kind == "launch" and e.name in MPI_LAUNCHERS | PROGRAMS), None)
     per_rank = reader.per_rank(launch) if launch is not None and launch.name in MPI_LAUNCHERS else None
     return LauncherFile(path=path, header=parse_header(text), outer=outer, per_rank=per_rank, launch=launch,
-                        directives=_directives(text), pbs=PbsDirectives.read(text))
+                        directives=directives(text), pbs=PbsDirectives.read(text))
 
 
 def read_launcher(path: Path) -> "LauncherFile | StrategyTomlFile | DsConfigFile":

@@ -8,7 +8,6 @@ a launcher's queue, node count and walltime against the same data.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -1,0 +1,88 @@
+"""Shell launcher words the doctor reads: events (export, unset, module, launch), the options a
+launch command passes (--env, --cpu-bind, -d, -ppn), variables resolved from the job script,
+and the node / ranks-per-node counts of #PBS / #SBATCH lines."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_MODULE_NON_LOADS = frozenset({"use", "unuse", "list", "avail", "show", "display", "help", "spider", "whatis",
+                               "is-loaded", "-t", "--terse"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event:
+    kind: str
+    """export | unset | module | launch"""
+    name: str = ""
+    value: str = ""
+    args: tuple[str, ...] = ()
+    file: str
+    line: int
+
+
+def is_module_load(e: Event) -> bool:
+    """`module load X`, `module swap A B`, `ml X`: anything that can (re)set a module's variables."""
+    return e.kind == "module" and bool(e.args) and e.args[0] not in _MODULE_NON_LOADS
+
+
+def launch_env_options(launch: Event) -> dict[str, tuple[str, str, int]]:
+    """Variables a launch command sets for its ranks: --env NAME=V, -x NAME=V, -genv NAME V."""
+    out, args = {}, launch.args
+    for k, a in enumerate(args):
+        m = ASSIGN.match(a)
+        if m and k and args[k - 1] in ("--env", "-env", "-x", "--export"):
+            out[m.group(1)] = (m.group(2), launch.file, launch.line)
+        if a in ("-genv", "-env") and k + 2 < len(args) and not ASSIGN.match(args[k + 1]):
+            out[args[k + 1]] = (args[k + 2], launch.file, launch.line)
+    return out
+
+
+def option_str(launch: Event, names: tuple[str, ...]) -> str | None:
+    args = list(launch.args)
+    for k, a in enumerate(args):
+        for n in names:
+            if a.startswith(n + "="):
+                return a[len(n) + 1:]
+            if a == n and k + 1 < len(args):
+                return args[k + 1]
+    return None
+
+
+def resolve(raw: str, outer: list[Event], before: int) -> str:
+    """$NAME / ${NAME}: the last value assigned in the job script before the launch."""
+    m = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?", raw)
+    if not m:
+        return raw
+    values = [e.value for e in outer if e.kind == "export" and e.name == m.group(1) and e.line <= before]
+    return values[-1] if values else raw
+
+
+def option_int(launch: Event, names: tuple[str, ...], outer: list[Event]) -> int | None:
+    args = list(launch.args)
+    for k, a in enumerate(args):
+        for n in names:
+            raw = a[len(n) + 1:] if a.startswith(n + "=") else (args[k + 1] if a == n and k + 1 < len(args) else None)
+            if raw is not None:
+                return _resolve_int(raw, outer, launch.line)
+    return None
+
+
+def _resolve_int(raw: str, outer: list[Event], before: int) -> int | None:
+    m = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?", raw)
+    if m:
+        values = [e.value for e in outer if e.kind == "export" and e.name == m.group(1) and e.line <= before]
+        raw = values[-1] if values else ""
+    return int(raw) if raw.isdigit() else None
+
+
+def directives(text: str) -> dict[str, int]:
+    out = {}
+    for pat, key in ((r"^#PBS\s+-l\s+.*\bselect=(\d+)", "nodes"), (r"^#SBATCH\s+(?:--nodes[= ]|-N\s*)(\d+)\s*$", "nodes"),
+                     (r"^#SBATCH\s+--ntasks-per-node[= ](\d+)", "ranks_per_node")):
+        m = re.search(pat, text, re.M)
+        if m:
+            out[key] = int(m.group(1))
+    return out
