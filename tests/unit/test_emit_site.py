@@ -36,9 +36,9 @@ def test_queue_follows_node_count_and_walltime(tmp_path, platform, nodes, wallti
 
 
 @pytest.mark.parametrize(("changes", "match"), [
-    ({"queue": "debug", "nodes": 8}, r"queue debug on aurora takes debug 1-2 nodes .*not 8 nodes"),
+    ({"queue": "debug", "nodes": 8}, r"queue debug on aurora takes 1-2 nodes up to 01:00:00, not 8 nodes"),
     ({"queue": "debug", "nodes": 1, "walltime": "02:00:00"}, r"--walltime 02:00:00 is outside"),
-    ({"queue": "prod", "nodes": 3}, r"prod \(small\) 256-1024 nodes"),
+    ({"queue": "prod", "nodes": 3}, r"prod on aurora takes 256-1024 nodes up to 12:00:00 \(as small\)"),
     ({"nodes": 20, "walltime": "06:00:00"}, r"no aurora queue takes 20 nodes for 06:00:00"),
     ({"queue": "preemptable"}, r"--queue must be one of debug, debug-scaling, capacity, prod on aurora"),
     ({"platform": "polaris", "nodes": 12, "walltime": "04:00:00"}, r"no polaris queue takes 12 nodes"),

@@ -160,7 +160,7 @@ def render_env_sh(profile: EnvProfile, platform: str, header: str) -> str:
         "#!/bin/bash",
         header,
         "# Source this file: `source env.sh`. The launchers export the same set again inside",
-        "# each rank, after its module loads.",
+        "# each rank" + (", after its module loads." if profile.modules or profile.module_use else "."),
         *profile_lines(profile, platform),
     ]
     return "\n".join(lines) + "\n"

@@ -56,9 +56,13 @@ class QueueLimit:
         return (self.min_nodes <= nodes <= self.max_nodes
                 and walltime_seconds(self.min_walltime) <= walltime_s <= walltime_seconds(self.max_walltime))
 
+    @property
+    def limits(self) -> str:
+        band = f" (as {self.routes_to})" if self.routes_to else ""
+        return f"{self.min_nodes}-{self.max_nodes} nodes up to {self.max_walltime}{band}"
+
     def __str__(self) -> str:
-        band = f" ({self.routes_to})" if self.routes_to else ""
-        return f"{self.name}{band} {self.min_nodes}-{self.max_nodes} nodes up to {self.max_walltime}"
+        return f"{self.name} {self.limits}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,7 +106,7 @@ class SiteSpec:
         for q in bands:
             if q.takes(nodes, secs):
                 return q
-        limits = "; ".join(str(q) for q in bands)
+        limits = "; ".join(q.limits for q in bands)
         if not any(q.min_nodes <= nodes <= q.max_nodes for q in bands):
             raise SpecError(f"queue {name} on {self.platform} takes {limits}, not {nodes} nodes; "
                             f"drop --queue to pick one from the node count")
@@ -115,7 +119,7 @@ class SiteSpec:
             return []
         out = []
         if nodes is not None and not any(q.min_nodes <= nodes <= q.max_nodes for q in bands):
-            out.append(f"queue {name} takes {'; '.join(str(q) for q in bands)}, not {nodes} nodes")
+            out.append(f"queue {name} takes {'; '.join(q.limits for q in bands)}, not {nodes} nodes")
         secs = walltime_seconds(walltime) if walltime else None
         fitting = [q for q in bands if nodes is None or q.min_nodes <= nodes <= q.max_nodes] or bands
         if secs is not None and not any(walltime_seconds(q.min_walltime) <= secs <= walltime_seconds(q.max_walltime)
