@@ -173,14 +173,20 @@ def _socket_straddle(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     return []
 
 
+MAX_CORE = 4096
+"""Bindings naming cores (or ranks) beyond this are not read: no node has that many."""
+
+
 def rank_core_sets(bind: str, ranks_per_node: int) -> list[set[int]]:
     """The cores each local rank gets from an mpiexec --cpu-bind value (depth:D or list:...);
     [] when the value does not say (core, numa, none, or something unreadable)."""
+    if not 0 < ranks_per_node <= MAX_CORE:
+        return []
     spec = re.sub(r"^verbose,", "", bind)
     m = re.fullmatch(r"depth:(\d+)", spec)
     if m:
         d = int(m.group(1))
-        return [set(range(r * d, r * d + d)) for r in range(ranks_per_node)]
+        return [set(range(r * d, r * d + d)) for r in range(ranks_per_node)] if d * ranks_per_node <= MAX_CORE else []
     if not spec.startswith("list:"):
         return []
     blocks = []
@@ -188,7 +194,7 @@ def rank_core_sets(bind: str, ranks_per_node: int) -> list[set[int]]:
         cores: set[int] = set()
         for item in block.split(","):
             a, _, b = item.partition("-")
-            if not a.isdigit() or (b and not b.isdigit()):
+            if not a.isdigit() or (b and not b.isdigit()) or int(b or a) > MAX_CORE:
                 return []
             cores |= set(range(int(a), int(b or a) + 1))
         blocks.append(cores)
