@@ -36,6 +36,7 @@ class Imported:
     format: str
     notes: list[str] = field(default_factory=list)
     action: str = ""
+    files: list[Path] = field(default_factory=list)
 
 
 def _read_text(path: Path) -> ParsedLog:
@@ -115,7 +116,8 @@ def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
                     provenance="imported", source=", ".join(str(f.resolve()) for f in log.files),
                     peak_allocated_bytes=log.peak_allocated_bytes, peak_reserved_bytes=log.peak_reserved_bytes,
                     dedup_key=_dedup_key(log.files, config))
-    return Imported(result=result, steady=steady, origin=origin, format=log.format, notes=list(log.notes))
+    return Imported(result=result, steady=steady, origin=origin, format=log.format, notes=list(log.notes),
+                    files=list(log.files))
 
 
 def import_run(path: str | Path, flags: dict[str, Any], store: Store) -> Imported:
