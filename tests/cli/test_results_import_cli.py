@@ -39,6 +39,10 @@ def test_import_prism_log_then_again_adds_nothing(tmp_path):
     assert second.exit_code == 0 and json.loads(second.output)["action"] == "unchanged"
     [r] = Store(db).query()
     assert r.provenance == "imported" and r.source.endswith("train.log")
+    fixed = invoke("results", "import", F / "prism" / "train.log", *A1, "--nodes", "2", "--db", db, "--json")
+    assert json.loads(fixed.output)["action"] == "updated"   # the same log with corrected flags
+    [r] = Store(db).query()
+    assert (r.config["nproc"], r.config["ranks_per_node"]) == (12, 6)
 
 
 @pytest.mark.parametrize("path, where", [("prism/malformed.log", "malformed.log:47"),

@@ -20,7 +20,7 @@ from prism_strategy.bench.importers.common import PHASES, ParsedLog
 from prism_strategy.bench.importers.scenario import resolve
 from prism_strategy.bench.importers.steady import Steady, steady_state
 from prism_strategy.bench.predict import predict
-from prism_strategy.bench.store import Result, Store, canonical
+from prism_strategy.bench.store import Result, Store
 from prism_strategy.specs.errors import SpecError
 
 TEXT_SUFFIXES = (".log", ".out", ".err", ".txt")
@@ -91,8 +91,9 @@ def _measured(config: dict[str, Any], log: ParsedLog, steady: Steady) -> dict[st
     return m
 
 
-def _dedup_key(files: list[Path], config: dict[str, Any]) -> str:
-    h = hashlib.sha256(canonical(config).encode())
+def _dedup_key(files: list[Path]) -> str:
+    """The run is its log's content: importing it again (even with corrected flags) updates the row."""
+    h = hashlib.sha256()
     for f in files:
         h.update(f.read_bytes())
     return "imported:" + h.hexdigest()[:32]
@@ -115,13 +116,13 @@ def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
                     fingerprint={"host": log.host, "torch": log.torch, "format": log.format},
                     provenance="imported", source=", ".join(str(f.resolve()) for f in log.files),
                     peak_allocated_bytes=log.peak_allocated_bytes, peak_reserved_bytes=log.peak_reserved_bytes,
-                    dedup_key=_dedup_key(log.files, config))
+                    dedup_key=_dedup_key(log.files))
     return Imported(result=result, steady=steady, origin=origin, format=log.format, notes=list(log.notes),
                     files=list(log.files))
 
 
 def import_run(path: str | Path, flags: dict[str, Any], store: Store) -> Imported:
-    """Import one run; a second import of the same file and scenario finds it and adds nothing."""
+    """Import one run; importing the same log again adds nothing (updates it when the flags changed)."""
     imp = build_import(path, flags)
     [(rid, action)] = store.add_many([imp.result])
     imp.result = dataclasses.replace(imp.result, id=rid)

@@ -8,6 +8,7 @@ A record that ran out of memory is stored with status ``oom``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from prism_strategy.bench.predict import predict
@@ -66,10 +67,4 @@ def import_published(name: str, store: Store) -> list[tuple[Result, str]]:
     """Store every record of a published set; (result with id, added | updated | unchanged) each."""
     results = published_results(name)
     ids = store.add_many(results)
-    return [(Result(**{**_fields(r), "id": rid}), action) for r, (rid, action) in zip(results, ids)]
-
-
-def _fields(r: Result) -> dict[str, Any]:
-    import dataclasses
-
-    return {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}
+    return [(dataclasses.replace(r, id=rid), action) for r, (rid, action) in zip(results, ids)]
