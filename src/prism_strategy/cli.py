@@ -235,22 +235,29 @@ def ceiling(
                    f"{data['predicted']}); {c.runs} trial runs: {c.trials}")
 
 
-@app.command()
+results_app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+                          help="List stored results; export them; import runs measured elsewhere.")
+app.add_typer(results_app, name="results")
+
+
+@results_app.callback(invoke_without_command=True)
 @cli_errors
 def results(
-    db: Db = None, platform: Annotated[Optional[str], typer.Option()] = None,
+    ctx: typer.Context, db: Db = None, platform: Annotated[Optional[str], typer.Option()] = None,
     export_format: Annotated[Optional[str], typer.Option("--export", help="csv | json")] = None,
     out: Annotated[Optional[str], typer.Option(help="Write the export here instead of stdout")] = None,
 ) -> None:
-    """List stored results; export them as CSV or JSON."""
+    """List stored results; export them as CSV or JSON. `results import` adds runs measured elsewhere."""
     from pathlib import Path
 
     from prism_strategy.bench.store import Store, export
-    from prism_strategy.report.bench_tables import print_table, results_table
+    from prism_strategy.report.bench_tables import WIDTH, print_table, results_table
 
+    if ctx.invoked_subcommand is not None:
+        return
     rows = Store(db).query(platform=platform)
     if export_format is None:
-        print_table(results_table(rows))
+        print_table(results_table(rows), WIDTH)
         return
     text = export(rows, export_format)
     if out is None:
@@ -261,6 +268,64 @@ def results(
     tmp.replace(out)
 
 
+Opt = typer.Option
+
+
+@results_app.command("import")
+@cli_errors
+def results_import(
+    path: Annotated[Optional[str], typer.Argument(help="PRISM log or perf.jsonl (or its folder), a StepMonitor "
+                                                       "folder, or a torchtitan log", show_default=False)] = None,
+    published: Annotated[Optional[str], Opt(help="Store a shipped published set instead, e.g. aurora-prism")] = None,
+    model: Annotated[Optional[str], Opt(help="Model preset (required: logs do not name ours)")] = None,
+    vision: Annotated[Optional[str], Opt(help="Vision encoder preset, if the run had one")] = None,
+    mode: Annotated[Optional[str], Opt(help="e2e | projector | encoder-projector (PRISM logs say)")] = None,
+    strategy: Annotated[Optional[str], Opt(help="Strategy name (PRISM logs say, except FSDP sharding in perf.jsonl)")] = None,
+    platform: Annotated[Optional[str], Opt(help="Platform preset the run ran on (required)")] = None,
+    nodes: Annotated[Optional[int], Opt(help="Nodes (default: the log's world size / the platform's devices)")] = None,
+    micro_batch: Annotated[Optional[int], Opt(help="Samples per rank per micro-step")] = None,
+    grad_accum: Annotated[Optional[int], Opt(help="Micro-steps per optimizer step (default: the log's, else 1)")] = None,
+    seq_len: Annotated[Optional[int], Opt(help="Text tokens per sample (max length)")] = None,
+    ckpt_freq: Annotated[Optional[int], Opt(help="Activation checkpointing every k-th block; 0 = none")] = None,
+    precision: Annotated[Optional[str], Opt(help="bf16-mixed | bf16-pure | fp32")] = None,
+    db: Db = None, json_out: Annotated[bool, Opt("--json")] = False,
+) -> None:
+    """Store a run measured elsewhere (flags win over what the log says), or a published set.
+
+    Steady state: the first 10% of logged windows (at least 1) are warm-up; then windows beyond
+    median +/- 3 x max(1.4826 MAD, 2% of median) are outliers. Both are dropped and counted.
+    A bad or partial log exits 2 naming the file and line, and stores nothing.
+    """
+    from prism_strategy.bench.store import Store
+
+    if (path is None) == (published is None):
+        raise SpecError("give either a PATH to a log or --published NAME (e.g. aurora-prism), not both")
+    if published is not None:
+        from prism_strategy.bench.importers.published_records import import_published
+        from prism_strategy.report.bench_tables import published_lines
+
+        done = import_published(published, Store(db))
+        if json_out:
+            _print_json([{"id": r.id, "record": r.measured["published"]["id"], "action": a} for r, a in done])
+        else:
+            typer.echo("\n".join(published_lines(published, done)))
+        return
+    from prism_strategy.bench.importers import import_run
+    from prism_strategy.report.bench_tables import import_lines
+
+    flags = dict(model=model, vision=vision, mode=mode, strategy=strategy, platform=platform, nodes=nodes,
+                 micro_batch=micro_batch, grad_accum=grad_accum, seq_len=seq_len, ckpt_freq=ckpt_freq,
+                 precision=precision)
+    imp = import_run(path, flags, Store(db))
+    if json_out:
+        _print_json({"id": imp.result.id, "action": imp.action, "format": imp.format, "config": imp.result.config,
+                     "measured": imp.result.measured, "predicted": imp.result.predicted, "origin": imp.origin,
+                     "peak_allocated_bytes": imp.result.peak_allocated_bytes,
+                     "peak_reserved_bytes": imp.result.peak_reserved_bytes, "notes": imp.notes})
+    else:
+        typer.echo("\n".join(import_lines(imp)))
+
+
 @app.command()
 @cli_errors
 def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 'auto' or 'none'")] = "auto",
@@ -269,14 +334,14 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
     from prism_strategy.bench.compare import compare as make_rows
     from prism_strategy.bench.store import Store
     from prism_strategy.planner import calibrated_platform
-    from prism_strategy.report.bench_tables import compare_table, print_table
+    from prism_strategy.report.bench_tables import WIDTH, compare_table, print_table
     from prism_strategy.specs.presets import load_platform
 
     rows = make_rows(Store(db).query(), platform_for=lambda name: calibrated_platform(load_platform(name), calibration))
     if json_out:
         _print_json(rows)
     else:
-        print_table(compare_table(rows))
+        print_table(compare_table(rows), WIDTH)
 
 
 @app.command()

@@ -62,6 +62,7 @@ def fit_time(base: PlatformSpec, runs: list[Result], rounds: int = 4) -> Platfor
 def fit_memory(platform: PlatformSpec, runs: list[Result]) -> PlatformSpec:
     """measured - (predicted total - activations - reserve) = factor x activations + reserve."""
     base = dataclasses.replace(platform, activation_factor=1.0, framework_reserve_gib=0.0)
+    runs = [r for r in runs if r.measured.get("peak_memory_bytes")]  # published/imported runs may lack one
     rows, target = [], []
     for r in runs:
         p = predict(r.config, base)

@@ -1,4 +1,9 @@
-"""Prediction beside measurement for every stored configuration, with the error in percent."""
+"""Prediction beside measurement for every stored configuration, with the error in percent.
+
+Bench runs, imported logs and published records are compared alike; each row says where its
+measurement came from (`provenance`). Where a run reported both peak allocated and peak reserved
+device memory, both are shown against the one predicted peak (the planner's total).
+"""
 
 from __future__ import annotations
 
@@ -17,29 +22,49 @@ def _err(pred: float | None, meas: float | None) -> float | None:
     return (pred - meas) / meas * 100
 
 
+def _gib(v: float | None) -> float | None:
+    return v / GiB if v else None
+
+
+def _memory(r: Result, predicted_bytes: float) -> tuple[dict[str, float], dict[str, float | None]]:
+    """(predicted, measured) memory quantities: allocated and reserved where known, else the one peak."""
+    pred = predicted_bytes / GiB
+    if r.peak_allocated_bytes or r.peak_reserved_bytes:
+        pairs = [(k, _gib(v)) for k, v in (("alloc_gib", r.peak_allocated_bytes),
+                                            ("reserved_gib", r.peak_reserved_bytes)) if v]
+        return {k: pred for k, _ in pairs}, dict(pairs)
+    return {"memory_gib": pred}, {"memory_gib": _gib(r.measured.get("peak_memory_bytes"))}
+
+
+def measured_from(r: Result) -> str:
+    if r.provenance == "published":
+        return f"published: {r.source}"
+    if r.provenance == "imported":
+        return f"imported {r.created_at} from {r.source}"
+    return f"{r.created_at} on {r.fingerprint.get('host', '?')}, torch {r.fingerprint.get('torch', '?')}"
+
+
 def compare_row(r: Result, platform: PlatformSpec) -> dict[str, Any]:
     p = predict(r.config, platform)
     m = r.measured
     if r.kind == "ceiling":
         predicted = {"max_micro_batch": p["max_micro_batch"]}
         measured = {"max_micro_batch": m.get("ceiling")}
-        errors = {"max_micro_batch": _err(p["max_micro_batch"], m.get("ceiling"))}
     else:
-        predicted = {"samples_per_s": p["samples_per_s"], "step_time_s": p["step_time_s"],
-                     "memory_gib": p["memory_bytes"] / GiB}
-        mem = m.get("peak_memory_bytes")
-        measured = {"samples_per_s": m.get("samples_per_s"), "step_time_s": m.get("step_time_s"),
-                    "memory_gib": mem / GiB if mem else None}
-        errors = {k: _err(predicted[k], measured[k]) for k in predicted}
+        mem_p, mem_m = _memory(r, p["memory_bytes"])
+        predicted = {"samples_per_s": p["samples_per_s"], "step_time_s": p["step_time_s"]} | mem_p
+        measured = {"samples_per_s": m.get("samples_per_s"), "step_time_s": m.get("step_time_s")} | mem_m
+    errors = {k: _err(predicted[k], measured[k]) for k in predicted}
+    calibrated = any(v.startswith("calibrated") for v in platform.sources.values())
     return {"id": r.id, "strategy": r.strategy, "kind": r.kind, "status": r.status, "config": r.config,
+            "provenance": r.provenance, "record": (m.get("published") or {}).get("id"),
             "predicted": predicted, "measured": measured, "error_pct": errors,
-            "provenance": {"predicted": f"analytic model, platform {platform.name}"
-                                        f"{' (calibrated)' if any(v.startswith('calibrated') for v in platform.sources.values()) else ''}",
-                           "measured": f"{r.created_at} on {r.fingerprint.get('host', '?')}, torch {r.fingerprint.get('torch', '?')}"}}
+            "sources": {"predicted": f"analytic model, platform {platform.name}{' (calibrated)' if calibrated else ''}",
+                        "measured": measured_from(r)}}
 
 
 def compare(results: list[Result], platform_for: Any = load_platform) -> list[dict[str, Any]]:
-    """One row per successful bench run and per ceiling search."""
+    """One row per successful bench run (ours, imported or published) and per ceiling search."""
     rows = []
     for r in results:
         if r.kind not in ("bench", "ceiling") or r.status != "ok":

@@ -4,6 +4,12 @@ Each write is one short IMMEDIATE transaction with a generous busy timeout, so s
 processes can write at once and nothing is lost; a crash mid-write leaves the previous state.
 Default location: $PRISM_STRATEGY_DB, else $XDG_CACHE_HOME/prism-strategy/results.db
 (~/.cache/... when unset).
+
+Every row says where it came from (`provenance`): ``bench`` (this tool ran it; all rows written
+before schema 2), ``imported`` (a log of a run measured elsewhere; `source` is its path) or
+``published`` (a shipped record; `source` names the data set and record). Peak allocated and peak
+reserved device memory have their own columns where the run reported them. A store written by an
+older version is migrated in place when opened (columns added, nothing rewritten): see `migrate`.
 """
 
 from __future__ import annotations
@@ -39,7 +45,17 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE INDEX IF NOT EXISTS results_config ON results (config_key);
 CREATE INDEX IF NOT EXISTS results_platform ON results (platform, host);
 """
+SCHEMA_VERSION = 2
+# Columns added by schema 2, in the order they are added to an older store.
+V2_COLUMNS = (
+    ("provenance", "TEXT NOT NULL DEFAULT 'bench'"),  # bench | imported | published
+    ("source", "TEXT NOT NULL DEFAULT ''"),           # imported: log path; published: data set + record id
+    ("peak_allocated_bytes", "REAL"),                 # allocator peak of live tensors, where reported
+    ("peak_reserved_bytes", "REAL"),                  # allocator peak reserved (cached) memory, where reported
+    ("dedup_key", "TEXT"),                            # same key = same run: a re-import updates, never duplicates
+)
 STATUSES = ("ok", "oom", "failed", "timeout")
+PROVENANCES = ("bench", "imported", "published")
 
 
 def default_db_path() -> Path:
@@ -61,6 +77,11 @@ class Result:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     created_at: str = ""
     id: int | None = None
+    provenance: str = "bench"
+    source: str = ""
+    peak_allocated_bytes: float | None = None
+    peak_reserved_bytes: float | None = None
+    dedup_key: str | None = None
 
     @property
     def config_key(self) -> str:
@@ -69,6 +90,60 @@ class Result:
 
 def canonical(d: dict[str, Any]) -> str:
     return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+
+def migrate(con: sqlite3.Connection) -> None:
+    """Bring an older store to `SCHEMA_VERSION` in one IMMEDIATE transaction.
+
+    Only ``ALTER TABLE ... ADD COLUMN`` (existing rows keep every value; the new columns take their
+    defaults, so old rows read as provenance ``bench``). The column check is repeated inside the
+    write lock, so two processes opening the same old store do not both add a column.
+    """
+    if con.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        have = {row[1] for row in con.execute("PRAGMA table_info(results)")}
+        for name, decl in V2_COLUMNS:
+            if name not in have:
+                con.execute(f"ALTER TABLE results ADD COLUMN {name} {decl}")
+        con.execute("CREATE UNIQUE INDEX IF NOT EXISTS results_dedup ON results (dedup_key)")
+        con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+_COLUMNS = ("created_at", "kind", "status", "strategy", "platform", "config_key", "config", "measured", "predicted",
+            "fingerprint", "host", "provenance", "source", "peak_allocated_bytes", "peak_reserved_bytes", "dedup_key")
+
+
+def _row(r: Result) -> tuple[Any, ...]:
+    if r.status not in STATUSES:
+        raise SpecError(f"result status must be one of {', '.join(STATUSES)}, got {r.status!r}")
+    if r.provenance not in PROVENANCES:
+        raise SpecError(f"result provenance must be one of {', '.join(PROVENANCES)}, got {r.provenance!r}")
+    return (r.created_at or time.strftime("%Y-%m-%dT%H:%M:%S%z"), r.kind, r.status, r.strategy, r.platform,
+            r.config_key, canonical(r.config), json.dumps(r.measured), json.dumps(r.predicted),
+            json.dumps(r.fingerprint), str(r.fingerprint.get("host", "")), r.provenance, r.source,
+            r.peak_allocated_bytes, r.peak_reserved_bytes, r.dedup_key)
+
+
+def _put(con: sqlite3.Connection, r: Result) -> tuple[int, str]:
+    """Insert, or for a known dedup_key update in place; returns (id, added | updated | unchanged)."""
+    row = _row(r)
+    if r.dedup_key is not None:
+        old = con.execute("SELECT id, config_key, measured, status, source FROM results WHERE dedup_key = ?",
+                          (r.dedup_key,)).fetchone()
+        if old is not None:
+            if (old[1], old[2], old[3], old[4]) == (row[5], row[7], row[2], row[12]):
+                return int(old[0]), "unchanged"
+            sets = ", ".join(f"{c} = ?" for c in _COLUMNS)
+            con.execute(f"UPDATE results SET {sets} WHERE id = ?", (*row, old[0]))
+            return int(old[0]), "updated"
+    cur = con.execute(f"INSERT INTO results ({', '.join(_COLUMNS)}) VALUES ({','.join('?' * len(_COLUMNS))})", row)
+    return int(cur.lastrowid), "added"
 
 
 class Store:
@@ -86,6 +161,7 @@ class Store:
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA busy_timeout=60000")
             con.executescript(SCHEMA)
+            migrate(con)
             yield con
         except sqlite3.DatabaseError as e:
             raise SpecError(f"results store {self.path} is not a usable SQLite database ({e}); pass --db elsewhere") from None
@@ -93,49 +169,57 @@ class Store:
             con.close()
 
     def add(self, r: Result) -> int:
-        if r.status not in STATUSES:
-            raise SpecError(f"result status must be one of {', '.join(STATUSES)}, got {r.status!r}")
-        row = (r.created_at or time.strftime("%Y-%m-%dT%H:%M:%S%z"), r.kind, r.status, r.strategy, r.platform,
-               r.config_key, canonical(r.config), json.dumps(r.measured), json.dumps(r.predicted),
-               json.dumps(r.fingerprint), str(r.fingerprint.get("host", "")))
+        return self.add_many([r])[0][0]
+
+    def add_many(self, results: list[Result]) -> list[tuple[int, str]]:
+        """All or nothing: one IMMEDIATE transaction; (id, added | updated | unchanged) per result."""
+        for r in results:  # validate every row before the transaction starts
+            _row(r)
         with self._connect() as con:
             con.execute("BEGIN IMMEDIATE")
-            cur = con.execute(
-                "INSERT INTO results (created_at, kind, status, strategy, platform, config_key, config, measured,"
-                " predicted, fingerprint, host) VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
-            con.execute("COMMIT")
-            return int(cur.lastrowid)
+            try:
+                out = [_put(con, r) for r in results]
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return out
 
-    def query(self, *, platform: str | None = None, kind: str | None = None, status: str | None = None) -> list[Result]:
+    def query(self, *, platform: str | None = None, kind: str | None = None, status: str | None = None,
+              provenance: str | None = None) -> list[Result]:
         where, args = [], []
-        for col, v in (("platform", platform), ("kind", kind), ("status", status)):
+        for col, v in (("platform", platform), ("kind", kind), ("status", status), ("provenance", provenance)):
             if v is not None:
                 where.append(f"{col} = ?")
                 args.append(v)
-        sql = "SELECT id, created_at, kind, status, strategy, platform, config, measured, predicted, fingerprint FROM results"
+        sql = ("SELECT id, created_at, kind, status, strategy, platform, config, measured, predicted, fingerprint,"
+               " provenance, source, peak_allocated_bytes, peak_reserved_bytes, dedup_key FROM results")
         sql += (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
         if not self.path.exists():
             return []
         with self._connect() as con:
             rows = con.execute(sql, args).fetchall()
         return [Result(id=i, created_at=c, kind=k, status=s, strategy=st, platform=pl, config=json.loads(cfg),
-                       measured=json.loads(m), predicted=json.loads(p), fingerprint=json.loads(f))
-                for i, c, k, s, st, pl, cfg, m, p, f in rows]
+                       measured=json.loads(m), predicted=json.loads(p), fingerprint=json.loads(f), provenance=pv,
+                       source=src, peak_allocated_bytes=pa, peak_reserved_bytes=pr, dedup_key=dk)
+                for i, c, k, s, st, pl, cfg, m, p, f, pv, src, pa, pr, dk in rows]
 
 
 def export(results: list[Result], fmt: str) -> str:
     dicts = [{"id": r.id, "created_at": r.created_at, "kind": r.kind, "status": r.status, "strategy": r.strategy,
-              "platform": r.platform, "config": r.config, "measured": r.measured, "predicted": r.predicted,
-              "fingerprint": r.fingerprint} for r in results]
+              "platform": r.platform, "provenance": r.provenance, "source": r.source, "config": r.config,
+              "measured": r.measured, "predicted": r.predicted, "peak_allocated_bytes": r.peak_allocated_bytes,
+              "peak_reserved_bytes": r.peak_reserved_bytes, "fingerprint": r.fingerprint} for r in results]
     if fmt == "json":
         return json.dumps(dicts, indent=2) + "\n"
     if fmt != "csv":
         raise SpecError(f"unknown export format {fmt!r}; choose csv or json")
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["id", "created_at", "kind", "status", "strategy", "platform", "config", "measured", "predicted", "host"])
+    w.writerow(["id", "created_at", "kind", "status", "strategy", "platform", "provenance", "source", "config",
+                "measured", "predicted", "peak_allocated_bytes", "peak_reserved_bytes", "host"])
     for d in dicts:
-        w.writerow([d["id"], d["created_at"], d["kind"], d["status"], d["strategy"], d["platform"],
-                    canonical(d["config"]), canonical(d["measured"]), canonical(d["predicted"]),
-                    d["fingerprint"].get("host", "")])
+        w.writerow([d["id"], d["created_at"], d["kind"], d["status"], d["strategy"], d["platform"], d["provenance"],
+                    d["source"], canonical(d["config"]), canonical(d["measured"]), canonical(d["predicted"]),
+                    d["peak_allocated_bytes"], d["peak_reserved_bytes"], d["fingerprint"].get("host", "")])
     return buf.getvalue()

@@ -16,28 +16,101 @@ def _f(v: Any, fmt: str = "{:.3f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+QUANTITY = {"samples_per_s": "samples/s", "step_time_s": "step s", "memory_gib": "peak GiB",
+            "alloc_gib": "alloc GiB", "reserved_gib": "reserved GiB", "max_micro_batch": "max mb"}
+WIDTH = 100
+
+
+def _from(provenance: str, record: str | None = None) -> str:
+    return {"bench": "bench", "imported": "import", "published": f"pub {record or ''}".strip()}.get(provenance,
+                                                                                                  provenance)
+
+
 def results_table(results: list[Result], title: str = "measured results") -> Table:
-    t = Table(title=title, caption="measured; prediction at measurement time in --json")
-    for col in ("id", "strategy", "status", "nproc", "mb", "seq", "step s", "samples/s", "fwd/bwd/opt s", "peak MiB"):
+    t = Table(title=title, box=None, padding=(0, 1, 0, 0), pad_edge=False, caption="from: bench = this tool, import = a log, pub = a "
+                                                        "published record; predictions in --json")
+    for col in ("id", "from", "strategy", "status", "ranks x mb", "seq", "step s", "samp/s", "fwd/bwd/opt s",
+                "peak GiB"):
         t.add_column(col, no_wrap=True)
     for r in results:
         m, c = r.measured, r.config
-        phases = "/".join(_f(m.get(k), "{:.3f}") for k in ("forward_s", "backward_s", "optimizer_s"))
-        t.add_row(str(r.id), r.strategy, r.status, str(c.get("nproc", "")), str(c.get("micro_batch", "")),
-                  str(c.get("seq_len", "")), _f(m.get("step_time_s")), _f(m.get("samples_per_s"), "{:.1f}"), phases,
-                  _f(m["peak_memory_bytes"] / 2**20 if m.get("peak_memory_bytes") else None, "{:.1f}"))
+        phases = "/".join(_f(m.get(k), "{:.2f}") for k in ("forward_s", "backward_s", "optimizer_s"))
+        peak = r.peak_allocated_bytes or m.get("peak_memory_bytes")
+        t.add_row(str(r.id), _from(r.provenance, (m.get("published") or {}).get("id")), r.strategy, r.status,
+                  f"{c.get('nproc', '')}x{c.get('micro_batch', '')}", str(c.get("seq_len", "")),
+                  _f(m.get("step_time_s")), _f(m.get("samples_per_s"), "{:.1f}"), phases,
+                  _f(peak / 2**30 if peak else None, "{:.2f}"))
     return t
 
 
 def compare_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="predicted vs measured", caption="error % = (predicted - measured) / measured")
-    for col in ("id", "strategy", "mb", "seq", "quantity", "predicted", "measured", "error %"):
-        t.add_column(col)
+    t = Table(title="predicted vs measured", box=None, padding=(0, 1, 0, 0), pad_edge=False,
+              caption="error % = (predicted - measured) / measured; predicted: "
+                                                     "analytic model; alloc/reserved: peak allocated/reserved "
+                                                     "memory, each beside the predicted peak")
+    for col in ("id", "from", "strategy", "ranks x mb", "seq", "quantity", "predicted", "measured", "error %"):
+        t.add_column(col, no_wrap=True)
     for r in rows:
+        c = r["config"]
         for q, pv in r["predicted"].items():
-            t.add_row(str(r["id"]), r["strategy"], str(r["config"].get("micro_batch")), str(r["config"].get("seq_len")),
-                      q, _f(pv, "{:.4g}"), _f(r["measured"][q], "{:.4g}"), _f(r["error_pct"][q], "{:+.1f}"))
+            t.add_row(str(r["id"]), _from(r.get("provenance", "bench"), r.get("record")), r["strategy"],
+                      f"{c.get('nproc', '')}x{c.get('micro_batch')}", str(c.get("seq_len")), QUANTITY.get(q, q),
+                      _f(pv, "{:.4g}"), _f(r["measured"][q], "{:.4g}"), _f(r["error_pct"][q], "{:+.1f}"))
     return t
+
+
+def _scenario_text(c: dict[str, Any], platform: str) -> str:
+    model = c["model"] + (f" + {c['vision']}" if c.get("vision") else "")
+    nodes = c["nproc"] // c["ranks_per_node"]
+    ckpt = f"ckpt every {c['ckpt_freq']}" if c["ckpt_freq"] else "no checkpointing"
+    return (f"{model}, {c['mode']}, {c['strategy']}, {nodes} node(s) x {c['ranks_per_node']} ranks, micro-batch "
+            f"{c['micro_batch']}, grad accum {c['grad_accum']}, seq {c['seq_len']}, {ckpt}, {c['precision']}, "
+            f"platform {platform}")
+
+
+def _gib(v: float | None) -> str:
+    return "-" if not v else f"{v / 2**30:.2f} GiB"
+
+
+def _short(text: str, names: dict[str, str]) -> str:
+    for long, name in names.items():
+        text = text.replace(long, name)
+    return text
+
+
+def import_lines(imp: Any) -> list[str]:
+    """What `results import PATH` prints: the scenario and where each field came from, the steady
+    state, the measurement and the prediction."""
+    import textwrap
+
+    r, m, p = imp.result, imp.result.measured, imp.result.predicted
+    told = sorted(k for k, v in imp.origin.items() if v == "flag")
+    short = {str(f): f.name for f in imp.files}
+    logged = [f"{k} ({_short(v, short)})" for k, v in imp.origin.items() if v != "flag"]
+    phases = ", ".join(f"{k} {m[f'{k}_s']:.3f}" for k in ("data", "forward", "backward", "optimizer")
+                       if f"{k}_s" in m)
+    lines = [f"imported {r.source} ({imp.format}) as result {r.id} [{imp.action}]",
+             f"scenario: {_scenario_text(r.config, r.platform)}",
+             f"from flags: {', '.join(told) or 'none'}", f"from the log: {'; '.join(logged) or 'none'}",
+             f"steady state: {imp.steady.summary()}",
+             f"measured: step {m['step_time_s']:.4g} s" + (f" ({phases})" if phases else "")
+             + f", {m['samples_per_s']:.4g} samples/s, peak allocated {_gib(r.peak_allocated_bytes)}, "
+               f"peak reserved {_gib(r.peak_reserved_bytes)}",
+             f"predicted (analytic model, {r.platform}): step {p['step_time_s']:.4g} s, "
+             f"{p['samples_per_s']:.4g} samples/s, peak {_gib(p['memory_bytes'])}"]
+    lines += [f"note: {n}" for n in imp.notes]
+    return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="    ")]
+
+
+def published_lines(name: str, done: list[tuple[Result, str]]) -> list[str]:
+    counts = {a: sum(1 for _, x in done if x == a) for a in ("added", "updated", "unchanged")}
+    head = (f"published {name}: {len(done)} records stored with provenance 'published' ("
+            + ", ".join(f"{n} {a}" for a, n in counts.items()) + "); `compare` shows them beside the predictions")
+    rows = [f"  {r.id:>4} {(r.measured.get('published') or {}).get('id', ''):<10} {r.status:<4} {r.strategy:<18} "
+            f"{r.config['nproc']:>4} ranks  mb {r.config['micro_batch']:<3} {a}" for r, a in done]
+    import textwrap
+
+    return textwrap.wrap(head, WIDTH, subsequent_indent="    ") + rows
 
 
 def failures(results: list[Result]) -> list[str]:
@@ -51,5 +124,5 @@ def progress(total: int, label: str):
     return p, p.add_task(label, total=total or None)
 
 
-def print_table(t: Table) -> None:
-    table_console(140).print(t)
+def print_table(t: Table, width: int = 140) -> None:
+    table_console(width).print(t)

@@ -1,0 +1,130 @@
+"""Import runs measured elsewhere into the results store (``prism-strategy results import PATH``).
+
+Formats: PRISM training logs and ``perf.jsonl`` (`prism`), StepMonitor folders (`monitor`),
+torchtitan logs (`torchtitan`). Each reader returns a `ParsedLog`; the scenario comes from flags
+and the log (`scenario`), steady state from `steady`; the result is stored with provenance
+``imported`` and its source path. Parsing and checking finish before anything is written, and
+the write is one transaction, so a bad or partial log stores nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prism_strategy.bench.importers import monitor, prism, torchtitan
+from prism_strategy.bench.importers.common import PHASES, ParsedLog
+from prism_strategy.bench.importers.scenario import resolve
+from prism_strategy.bench.importers.steady import Steady, steady_state
+from prism_strategy.bench.predict import predict
+from prism_strategy.bench.store import Result, Store
+from prism_strategy.specs.errors import SpecError
+
+TEXT_SUFFIXES = (".log", ".out", ".err", ".txt")
+
+
+@dataclass
+class Imported:
+    """One imported run: the stored result, its steady-state split and the notes for the report."""
+
+    result: Result
+    steady: Steady
+    origin: dict[str, str]
+    format: str
+    notes: list[str] = field(default_factory=list)
+    action: str = ""
+    files: list[Path] = field(default_factory=list)
+
+
+def _read_text(path: Path) -> ParsedLog:
+    if prism.looks_like(path):
+        return prism.read_text(path)
+    if torchtitan.looks_like(path):
+        return torchtitan.read(path)
+    raise SpecError(f"{path}: not a PRISM log ([TIMING] lines) nor a torchtitan log ('step: N  loss: ...  tps: N' "
+                    "lines); see `prism-strategy results import --help`")
+
+
+def read_log(path: Path) -> ParsedLog:
+    """Pick the reader for a file or folder."""
+    if not path.exists():
+        raise SpecError(f"{path}: no such file or directory")
+    if path.is_dir():
+        if monitor.rank_files(path):
+            return monitor.read(path)
+        if (path / "perf.jsonl").is_file():
+            return prism.read_perf(path / "perf.jsonl")
+        logs = [p for p in sorted(path.iterdir()) if p.suffix in TEXT_SUFFIXES and p.is_file()
+                and (prism.looks_like(p) or torchtitan.looks_like(p))]
+        if len(logs) != 1:
+            found = ", ".join(p.name for p in logs) or "none"
+            raise SpecError(f"{path}: expected rank*.jsonl (StepMonitor), perf.jsonl or one PRISM/torchtitan log; "
+                            f"found {found}: pass the file itself")
+        return _read_text(logs[0])
+    if monitor.RANK_FILE.fullmatch(path.name):
+        raise SpecError(f"{path}: a StepMonitor rank file; pass its folder ({path.parent}) to read every rank")
+    if path.suffix == ".jsonl":
+        return prism.read_perf(path)
+    return _read_text(path)
+
+
+def _measured(config: dict[str, Any], log: ParsedLog, steady: Steady) -> dict[str, Any]:
+    step = steady.mean(lambda w: w.step_s)
+    samples = config["micro_batch"] * config["grad_accum"] * config["nproc"]
+    m: dict[str, Any] = {"step_time_s": step, "samples_per_s": samples / step,
+                         "tokens_per_s": samples * config["seq_len"] / step}
+    for p in PHASES:
+        v = steady.mean(lambda w, p=p: w.phases.get(p))
+        if v is not None:
+            m[f"{p}_s"] = v
+    for k in ("tflops", "mfu_pct"):
+        v = steady.mean(lambda w, k=k: w.extra.get(k))
+        if v is not None:
+            m[f"{k}_per_device" if k == "tflops" else k] = v
+    m["peak_memory_bytes"] = log.peak_allocated_bytes or log.peak_rss_bytes
+    if log.peak_rss_bytes:
+        m["peak_memory_kind"] = "process max RSS (CPU)"
+    m["steady"] = steady.as_dict()
+    return m
+
+
+def _dedup_key(files: list[Path]) -> str:
+    """The run is its log's content: importing it again (even with corrected flags) updates the row."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return "imported:" + h.hexdigest()[:32]
+
+
+def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
+    """Read, resolve and check one run; nothing is written."""
+    path = Path(path)
+    log = read_log(path)
+    config, plat, origin = resolve(flags, log, str(path))
+    if log.format == "torchtitan-log":
+        torchtitan.set_step_times(log, config["micro_batch"] * config["grad_accum"] * config["seq_len"])
+    steady = steady_state(log.windows, str(path))
+    try:
+        predicted = predict(config, plat)
+    except SpecError as e:
+        raise SpecError(f"{path}: the scenario cannot be modelled: {e}") from None
+    result = Result(kind="bench", status="ok", strategy=config["strategy"], platform=plat.name, config=config,
+                    measured=_measured(config, log, steady), predicted=predicted,
+                    fingerprint={"host": log.host, "torch": log.torch, "format": log.format},
+                    provenance="imported", source=", ".join(str(f.resolve()) for f in log.files),
+                    peak_allocated_bytes=log.peak_allocated_bytes, peak_reserved_bytes=log.peak_reserved_bytes,
+                    dedup_key=_dedup_key(log.files))
+    return Imported(result=result, steady=steady, origin=origin, format=log.format, notes=list(log.notes),
+                    files=list(log.files))
+
+
+def import_run(path: str | Path, flags: dict[str, Any], store: Store) -> Imported:
+    """Import one run; importing the same log again adds nothing (updates it when the flags changed)."""
+    imp = build_import(path, flags)
+    [(rid, action)] = store.add_many([imp.result])
+    imp.result = dataclasses.replace(imp.result, id=rid)
+    imp.action = action
+    return imp

@@ -1,0 +1,112 @@
+"""The scenario of an imported run: flags first, then what the log states; nothing guessed.
+
+Required: model, mode, strategy, platform, nodes, micro_batch, seq_len, ckpt_freq, precision.
+A field neither given nor stated by the log is bad input naming its flag. ``grad_accum``
+defaults to 1 (said in the report). Nodes and ranks per node come from ``--nodes`` and the log's
+world size, else from the log's world size and the platform's devices per node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prism_strategy.bench.importers.common import ParsedLog
+from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.model import MODES
+from prism_strategy.specs.presets import load_platform
+from prism_strategy.specs.training import PRECISIONS
+from prism_strategy.strategies import get_strategy
+
+FIELDS = ("model", "vision", "mode", "strategy", "platform", "nodes", "micro_batch", "grad_accum", "seq_len",
+          "ckpt_freq", "precision")
+REQUIRED = ("model", "mode", "strategy", "platform", "nodes", "micro_batch", "seq_len", "ckpt_freq", "precision")
+FROM_LOG = ("mode", "strategy", "micro_batch", "grad_accum", "seq_len")
+ENGINE_OPTIONS = ("bucket_cap_mb", "static_graph", "find_unused_parameters")
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _layout(s: dict[str, Any], origin: dict[str, str], log: ParsedLog, plat: PlatformSpec) -> None:
+    """nodes, ranks_per_node, nproc from --nodes, the log's world size and the platform."""
+    world, where = log.scenario.get("world_size"), log.scenario_where.get("world_size", "")
+    rpn = log.scenario.get("ranks_per_node")
+    if "nodes" in s:
+        if world is not None:
+            if world % s["nodes"]:
+                raise SpecError(f"{where}: world size {world} does not split over --nodes {s['nodes']}")
+            rpn = world // s["nodes"]
+        s["ranks_per_node"] = rpn or plat.devices_per_node
+    elif "nodes" in log.scenario:
+        s["nodes"], origin["nodes"] = log.scenario["nodes"], log.scenario_where["nodes"]
+        s["ranks_per_node"] = rpn or plat.devices_per_node
+    elif world is not None:
+        per = rpn or plat.devices_per_node
+        if world < per:
+            per = world
+        if world % per:
+            raise SpecError(f"{where}: world size {world} is not a multiple of {plat.name}'s {per} ranks per node; "
+                            "pass --nodes")
+        s["nodes"], s["ranks_per_node"] = world // per, per
+        origin["nodes"] = f"world size {world} / {per} ranks per node ({where})"
+    if "nodes" in s:
+        s["nproc"] = s["nodes"] * s["ranks_per_node"]
+
+
+def _micro_batch(s: dict[str, Any], origin: dict[str, str], log: ParsedLog) -> None:
+    if "micro_batch" in s or "nproc" not in s:
+        return
+    for key, ranks in (("samples_per_step", s["nproc"]), ("samples_per_rank_step", 1)):
+        if key in log.scenario:
+            total, where = log.scenario[key], log.scenario_where[key]
+            per = ranks * s["grad_accum"]
+            if total % per:
+                raise SpecError(f"{where}: {total} samples per step do not split into {per} micro-batches "
+                                "(ranks x grad accum); pass --micro-batch and --grad-accum")
+            s["micro_batch"], origin["micro_batch"] = total // per, f"{total} samples per step ({where})"
+            return
+
+
+def _check(s: dict[str, Any]) -> None:
+    get_strategy(s["strategy"])
+    if s["mode"] not in MODES:
+        raise SpecError(f"unknown mode {s['mode']!r}; choose one of {', '.join(MODES)}")
+    if s["precision"] not in PRECISIONS:
+        raise SpecError(f"unknown precision {s['precision']!r}; choose one of {', '.join(PRECISIONS)}")
+    for name in ("nodes", "micro_batch", "grad_accum", "seq_len"):
+        if int(s[name]) < 1:
+            raise SpecError(f"{flag(name)} must be >= 1, got {s[name]}")
+    if int(s["ckpt_freq"]) < 0:
+        raise SpecError(f"--ckpt-freq must be >= 0, got {s['ckpt_freq']}")
+
+
+def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str, Any], PlatformSpec, dict[str, str]]:
+    """(stored config, platform, where each field came from)."""
+    s = {k: v for k, v in flags.items() if v is not None}
+    origin = {k: "flag" for k in s}
+    for k in FROM_LOG:
+        if k not in s and k in log.scenario:
+            s[k], origin[k] = log.scenario[k], log.scenario_where[k]
+    if "strategy" not in s and "dist_strategy" in log.scenario:
+        raise SpecError(f"{log.scenario_where['dist_strategy']}: the log says dist_strategy "
+                        f"{log.scenario['dist_strategy']!r} but not how it shards; pass --strategy (e.g. "
+                        "fsdp_full_shard, fsdp_shard_grad_op, hsdp_full_shard, hsdp_shard_grad_op)")
+    if "grad_accum" not in s:
+        s["grad_accum"], origin["grad_accum"] = 1, "assumed 1 (neither --grad-accum nor the log says)"
+    plat = load_platform(s["platform"]) if "platform" in s else None
+    if plat is not None:
+        _layout(s, origin, log, plat)
+        _micro_batch(s, origin, log)
+    missing = [k for k in REQUIRED if k not in s]
+    if missing:
+        raise SpecError(f"{where}: the log does not say {', '.join(missing)}; pass "
+                        f"{', '.join(flag(k) for k in missing)}")
+    _check(s)
+    config = {"model": s["model"], "vision": s.get("vision"), "mode": s["mode"], "strategy": s["strategy"],
+              "nproc": s["nproc"], "ranks_per_node": s["ranks_per_node"], "micro_batch": int(s["micro_batch"]),
+              "grad_accum": int(s["grad_accum"]), "seq_len": int(s["seq_len"]), "ckpt_freq": int(s["ckpt_freq"]),
+              "precision": s["precision"]}
+    config |= {k: log.scenario[k] for k in ENGINE_OPTIONS if k in log.scenario}
+    return config, plat, origin
