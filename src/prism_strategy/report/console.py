@@ -44,8 +44,8 @@ class Column:
 
 
 def _table(title: str | None, cols: list[Column], rows: list[list[str]], caption: str | None) -> Table:
-    t = Table(title=Text(title) if title else None, caption=Text(caption, style="dim") if caption else None, box=box.SIMPLE_HEAD, padding=0, show_edge=False,
-              title_justify="left", caption_justify="left")
+    t = Table(title=Text(title) if title else None, caption=Text(caption, style="dim") if caption else None,
+              box=box.SIMPLE_HEAD, padding=0, show_edge=False, title_justify="left", caption_justify="left")
     for c in cols:
         t.add_column(c.header, justify=c.justify, overflow="fold", max_width=c.max_width)  # type: ignore[arg-type]
     for r in rows:
@@ -69,9 +69,10 @@ def fitted_table(title: str | None, columns: list[Column], rows: list[list[str]]
         body = [[r[i] for i in keep] for r in rows]
         notes: list[str] = []
         if moved:
-            cols = cols + [Column(header=ref_header)]
+            cols = cols + [Column(header=columns[moved[0]].header if len(moved) == 1 else ref_header)]
             for r, line in zip(rows, body):
-                text = "; ".join(f"{columns[i].header}: {r[i]}" for i in moved if r[i])
+                parts = [(columns[i].header, r[i].rstrip(".")) for i in moved if r[i]]
+                text = "; ".join(f"{h}: {v}" if len(moved) > 1 else v for h, v in parts)
                 if text and text not in notes:
                     notes.append(text)
                 line.append(f"[{notes.index(text) + 1}]" if text else "")
