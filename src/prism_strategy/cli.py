@@ -402,15 +402,19 @@ def analyze(
 @app.command()
 @cli_errors
 def emit(
-    strategy: Annotated[str, typer.Option(help="Strategy name (see `prism-strategy strategies`)")],
-    platform: Annotated[str, typer.Option(help="Platform preset or path to a platform .toml")],
     out: Annotated[str, typer.Option(help="Folder to write; created whole or not at all")],
-    nodes: Annotated[int, typer.Option(help="Number of nodes")] = 1,
+    strategy: Annotated[Optional[str], typer.Option(help="Strategy name (see `prism-strategy strategies`); "
+                                                         "with --from-plan: default the plan's pick")] = None,
+    platform: Annotated[Optional[str], typer.Option(help="Platform preset or path to a platform .toml")] = None,
+    from_plan: Annotated[Optional[str], typer.Option(help="A `plan --json` file: its nodes, platform, precision, "
+                                                          "micro-batch, accumulation and checkpointing")] = None,
+    nodes: Annotated[Optional[int], typer.Option(help="Number of nodes [default: 1]")] = None,
     env_profile: Annotated[Optional[str], typer.Option(help="Env profile name or .toml; default: the platform's")] = None,
-    precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
-    ckpt_freq: Annotated[int, typer.Option(help="Activation checkpointing every k-th block; 0 = none")] = 0,
-    micro_batch: Annotated[int, typer.Option(help="Samples per device (ds_config)")] = 1,
-    grad_accum: Annotated[int, typer.Option(help="Gradient accumulation steps (ds_config)")] = 1,
+    precision: Annotated[Optional[str], typer.Option(help="bf16-mixed | bf16-pure | fp32 [default: bf16-mixed]")] = None,
+    ckpt_freq: Annotated[Optional[int], typer.Option(help="Activation checkpointing every k-th block; 0 = none "
+                                                          "[default: 0]")] = None,
+    micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device (ds_config) [default: 1]")] = None,
+    grad_accum: Annotated[Optional[int], typer.Option(help="Gradient accumulation steps (ds_config) [default: 1]")] = None,
     static_graph: Annotated[Optional[bool], typer.Option("--static-graph/--no-static-graph",
                                                          help="DDP static_graph (ddp only)")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile (refused where not viable)")] = False,
@@ -429,14 +433,18 @@ def emit(
     from pathlib import Path
 
     from prism_strategy.emit.files import write_files_atomically
-    from prism_strategy.emit.launch import EmitRequest, emit_files
+    from prism_strategy.emit.from_plan import emit_request, with_plan_keys
+    from prism_strategy.emit.launch import emit_files
     from prism_strategy.report.findings import emit_json, render_emit
 
-    req = EmitRequest(strategy=strategy, platform=platform, nodes=nodes, env_profile=env_profile, precision=precision,
-                      ckpt_freq=ckpt_freq, micro_batch=micro_batch, grad_accum=grad_accum, static_graph=static_graph,
-                      compile=compile, account=account, queue=queue, walltime=walltime, filesystems=filesystems,
-                      job_name=job_name, script=script, script_args=tuple(script_args or ()))
+    req, choice = emit_request(
+        from_plan=from_plan, strategy=strategy, platform=platform, nodes=nodes, precision=precision, ckpt_freq=ckpt_freq,
+        micro_batch=micro_batch, grad_accum=grad_accum, env_profile=env_profile, static_graph=static_graph,
+        compile=compile, account=account, queue=queue, walltime=walltime, filesystems=filesystems, job_name=job_name,
+        script=script, script_args=tuple(script_args or ()))
     emitted = emit_files(req, Path(out))
+    if choice is not None:
+        emitted = with_plan_keys(emitted, choice)
     written = write_files_atomically(Path(out), emitted.files, force=force)
     if json_out:
         typer.echo(emit_json(emitted, written))
