@@ -97,9 +97,11 @@ def _first_reason(pick: "Option", best: "Option", feasible: list["Option"]) -> s
            f"{pick.comm_fraction:.0%} of the step)")
     if pick is best:
         return f"{pick.strategy}: highest predicted throughput of {len(feasible)} feasible options, {how}"
+    faster = sum(o.samples_per_s > pick.samples_per_s for o in feasible)
+    others = f"; {faster} options in the band are faster" if faster > 1 else ""
     return (f"{pick.strategy}: {how}; within the {TIE:.0%} uncertainty band of the fastest, {best.strategy} at "
-            f"{best.samples_per_s:.2f} samples/s ({best.samples_per_s / pick.samples_per_s - 1:+.0%}), and chosen "
-            f"as {_tie_break(pick, best)}")
+            f"{best.samples_per_s:.2f} samples/s ({best.samples_per_s / pick.samples_per_s - 1:+.0%}{others}), "
+            f"and chosen as {_tie_break(pick, best)}")
 
 
 def _batch_lead(sc: "Scenario", pick: "Option", feasible: list["Option"]) -> str | None:
@@ -129,9 +131,9 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
     reasons = [_first_reason(pick, best, feasible)]
     if (lead := _batch_lead(sc, pick, feasible)) is not None:
         reasons.append(lead)
-    runner = next((o for o in feasible if o is not pick and o is not best), None)
+    runner = next((o for o in feasible[feasible.index(pick) + 1:]), None)
     if runner is not None:
-        reasons.append(f"next: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
+        reasons.append(f"next below it: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
                        f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}")
     return pick.strategy, reasons + infeasible, warnings
 
