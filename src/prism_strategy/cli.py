@@ -57,10 +57,15 @@ def plan(
     mode: Annotated[str, typer.Option(help="e2e | projector | encoder-projector")] = "e2e",
     platform: Annotated[str, typer.Option(help="Platform preset or path to a platform .toml")] = "aurora",
     nodes: Annotated[int, typer.Option(help="Number of nodes")] = 1,
-    seq_len: Annotated[int, typer.Option(help="Text tokens per sample")] = 1024,
+    seq_len: Annotated[int, typer.Option(help="Text tokens per sample, the longest (peak memory)")] = 1024,
+    mean_seq_len: Annotated[Optional[int], typer.Option(help="Mean text tokens per sample, padded per batch "
+                                                              "(step time); default --seq-len")] = None,
     micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device; default: each strategy's max")] = None,
-    global_batch: Annotated[Optional[int], typer.Option(help="Samples per optimizer step")] = None,
-    ckpt_freq: Annotated[int, typer.Option(help="Activation checkpointing every k-th block; 0 = none")] = 0,
+    global_batch: Annotated[Optional[int], typer.Option(help="Samples per optimizer step, exactly: "
+                                                              "micro-batch x grad accumulation x world")] = None,
+    grad_accum: Annotated[Optional[int], typer.Option(help="Micro-batches per optimizer step")] = None,
+    ckpt_freq: Annotated[str, typer.Option(help="Activation checkpointing every k-th block, 0 = none; "
+                                                "auto = fastest that fits, per option")] = "auto",
     precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
     optimizer: Annotated[str, typer.Option(help="adamw | sgd")] = "adamw",
     vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset (adds it and a projector)")] = None,
@@ -70,15 +75,20 @@ def plan(
     sweep_nodes: Annotated[Optional[str], typer.Option(help="Node counts for a scaling table, e.g. 1,2,4,8")] = None,
     calibration: Annotated[str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")] = "auto",
     traced: Annotated[bool, typer.Option("--traced", help="Also trace the real training step on fake tensors (slow)")] = False,
+    markdown: Annotated[Optional[str], typer.Option(help="Also write a Markdown report here (+ a scaling PNG beside it)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
-    """Which strategy fits, at what micro-batch, how fast, and why."""
+    """Which strategy fits, at what batch and checkpointing, how fast, and why."""
     from prism_strategy.planner import plan as make_plan, plan_dict
 
-    p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, micro_batch=micro_batch,
-                  global_batch=global_batch, ckpt_freq=ckpt_freq, precision=precision, optimizer=optimizer,
-                  vision=vision, image_tokens=image_tokens, compile=compile, ranks_per_node=ranks_per_node,
-                  calibration=calibration, traced=traced, sweep_nodes=_int_list(sweep_nodes, "--sweep-nodes"))
+    p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
+                  micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, ckpt_freq=ckpt_freq,
+                  precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens, compile=compile,
+                  ranks_per_node=ranks_per_node, calibration=calibration, traced=traced, sweep_nodes=sweep_nodes)
+    if markdown is not None:
+        from prism_strategy.report.markdown import write_markdown
+
+        write_markdown(p, markdown)
     if json_out:
         _print_json(plan_dict(p))
         return
@@ -457,15 +467,19 @@ def analyze(
 @app.command()
 @cli_errors
 def emit(
-    strategy: Annotated[str, typer.Option(help="Strategy name (see `prism-strategy strategies`)")],
-    platform: Annotated[str, typer.Option(help="Platform preset or path to a platform .toml")],
     out: Annotated[str, typer.Option(help="Folder to write; created whole or not at all")],
-    nodes: Annotated[int, typer.Option(help="Number of nodes")] = 1,
+    strategy: Annotated[Optional[str], typer.Option(help="Strategy name (see `prism-strategy strategies`); "
+                                                         "with --from-plan: default the plan's pick")] = None,
+    platform: Annotated[Optional[str], typer.Option(help="Platform preset or path to a platform .toml")] = None,
+    from_plan: Annotated[Optional[str], typer.Option(help="A `plan --json` file: its nodes, platform, precision, "
+                                                          "micro-batch, accumulation and checkpointing")] = None,
+    nodes: Annotated[Optional[int], typer.Option(help="Number of nodes [default: 1]")] = None,
     env_profile: Annotated[Optional[str], typer.Option(help="Env profile name or .toml; default: the platform's")] = None,
-    precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
-    ckpt_freq: Annotated[int, typer.Option(help="Activation checkpointing every k-th block; 0 = none")] = 0,
-    micro_batch: Annotated[int, typer.Option(help="Samples per device (ds_config)")] = 1,
-    grad_accum: Annotated[int, typer.Option(help="Gradient accumulation steps (ds_config)")] = 1,
+    precision: Annotated[Optional[str], typer.Option(help="bf16-mixed | bf16-pure | fp32 [default: bf16-mixed]")] = None,
+    ckpt_freq: Annotated[Optional[int], typer.Option(help="Activation checkpointing every k-th block; 0 = none "
+                                                          "[default: 0]")] = None,
+    micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device (ds_config) [default: 1]")] = None,
+    grad_accum: Annotated[Optional[int], typer.Option(help="Gradient accumulation steps (ds_config) [default: 1]")] = None,
     static_graph: Annotated[Optional[bool], typer.Option("--static-graph/--no-static-graph",
                                                          help="DDP static_graph (ddp only)")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile (refused where not viable)")] = False,
@@ -485,14 +499,18 @@ def emit(
     from pathlib import Path
 
     from prism_strategy.emit.files import write_files_atomically
-    from prism_strategy.emit.launch import EmitRequest, emit_files
+    from prism_strategy.emit.from_plan import emit_request, with_plan_keys
+    from prism_strategy.emit.launch import emit_files
     from prism_strategy.report.findings import emit_json, render_emit
 
-    req = EmitRequest(strategy=strategy, platform=platform, nodes=nodes, env_profile=env_profile, precision=precision,
-                      ckpt_freq=ckpt_freq, micro_batch=micro_batch, grad_accum=grad_accum, static_graph=static_graph,
-                      compile=compile, account=account, queue=queue, walltime=walltime, filesystems=filesystems,
-                      job_name=job_name, script=script, script_args=tuple(script_args or ()))
+    req, choice = emit_request(
+        from_plan=from_plan, strategy=strategy, platform=platform, nodes=nodes, precision=precision, ckpt_freq=ckpt_freq,
+        micro_batch=micro_batch, grad_accum=grad_accum, env_profile=env_profile, static_graph=static_graph,
+        compile=compile, account=account, queue=queue, walltime=walltime, filesystems=filesystems, job_name=job_name,
+        script=script, script_args=tuple(script_args or ()))
     emitted = emit_files(req, Path(out))
+    if choice is not None:
+        emitted = with_plan_keys(emitted, choice)
     written = write_files_atomically(Path(out), emitted.files, force=force)
     if json_out:
         typer.echo(emit_json(emitted, written))

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate, estimate_comm
 from prism_strategy.estimate.compute import compute_time_s, optimizer_time_s
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.parts import Part, model_parts
+from prism_strategy.plan_search import MAX_MICRO_BATCH_SHOWN, batch_problem, evaluate_searched, resolve_batch
 from prism_strategy.rules import check
 from prism_strategy.recommend import annotate, recommend
 from prism_strategy.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import STRATEGIES, StrategySpec, get_strategy
-
-MAX_MICRO_BATCH_SHOWN = 4096
-"""Cap on the micro-batch an option is evaluated at when it has that much room."""
-
 
 @dataclass(kw_only=True)
 class Option:
@@ -30,6 +27,10 @@ class Option:
     max_micro_batch: int
     micro_batch: int
     grad_accum: int
+    global_batch: int = 0
+    """micro_batch x grad_accum x world: samples per optimizer step."""
+    ckpt_freq: int = 0
+    """Activation checkpointing this option runs with (searched under --ckpt-freq auto)."""
     compute_s: float = 0.0
     comm_s: float = 0.0
     exposed_comm_s: float = 0.0
@@ -67,14 +68,14 @@ def _situation(sc: Scenario, s: StrategySpec) -> dict[str, Any]:
             "compile": sc.training.compile, "multi_node": sc.layout.multi_node}
 
 
-def _batch(sc: Scenario, max_mb: int) -> tuple[int, int]:
-    """(micro-batch, grad accumulation) for this option."""
-    t, world = sc.training, sc.layout.world
-    mb = t.micro_batch or max(1, min(max_mb, MAX_MICRO_BATCH_SHOWN))
-    if t.global_batch is not None and t.micro_batch is None:
-        mb = max(1, min(mb, t.global_batch // world))
-    ga = 1 if t.global_batch is None else max(1, math.ceil(t.global_batch / (mb * world)))
-    return mb, ga
+def timed_view(sc: Scenario, parts: tuple[Part, ...]) -> tuple[Scenario, tuple[Part, ...]]:
+    """The scenario and parts step time is predicted at: the mean sequence length when given
+    (peak memory stays at the longest, sc.training.seq_len)."""
+    t = sc.training
+    if t.mean_seq_len is None or t.mean_seq_len == t.seq_len:
+        return sc, parts
+    timed = sc.with_training(replace(t, seq_len=t.mean_seq_len, mean_seq_len=None))
+    return timed, model_parts(timed.model, timed.training)
 
 
 def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout) -> None:
@@ -95,19 +96,19 @@ def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay
 def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = None) -> Option:
     parts = parts or model_parts(sc.model, sc.training)
     t, p, lay = sc.training, sc.platform, sc.layout
-    max_mb = max_micro_batch(parts, t, p, lay, s)
-    mb, ga = _batch(sc, max_mb)
-    if ga > 1:  # gradients accumulating over micro-batches live through every backward
-        max_mb = max_micro_batch(parts, t, p, lay, s, accumulating=True)
-        mb, ga = _batch(sc, max_mb)
+    # accumulating: gradients accumulating over micro-batches live through every backward
+    batch = resolve_batch(t, lay.world, lambda accumulating: max_micro_batch(parts, t, p, lay, s, accumulating=accumulating))
+    mb, ga, max_mb = batch.micro_batch, batch.grad_accum, batch.max_micro_batch
     mem = estimate_memory(parts, t, p, lay, s, mb, accumulating=ga > 1)
-    o = Option(strategy=s.name, feasible=True, why_not=None, memory=mem, max_micro_batch=min(max_mb, MAX_MICRO_BATCH_SHOWN),
-               micro_batch=mb, grad_accum=ga, provenance=_provenance(sc))
+    o = Option(strategy=s.name, feasible=True, why_not=None, memory=mem, max_micro_batch=max_mb,
+               micro_batch=mb, grad_accum=ga, global_batch=mb * ga * lay.world, ckpt_freq=t.ckpt_freq,
+               provenance=_provenance(sc))
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
     if blocked:
         o.feasible, o.why_not = False, f"not viable: {blocked[0].message}"
     elif mem.total > p.usable_bytes:
-        o.feasible, o.why_not = False, _oom_reason(mem, p.usable_bytes, mb, max_mb)
+        o.feasible, o.why_not = False, _oom_reason(mem, p.usable_bytes, mb, max_mb, _searched_batch(t))
+    sc, parts = timed_view(sc, parts)
     _time(sc, parts, s, o, lay)
     if lay.nodes > 1:
         one = _time_only(sc, parts, s, mb, ga, Layout(nodes=1, ranks_per_node=lay.ranks_per_node))
@@ -124,10 +125,17 @@ def _time_only(sc: Scenario, parts, s: StrategySpec, mb: int, ga: int, layout: L
     return o.samples_per_s
 
 
-def _oom_reason(mem: MemoryEstimate, usable: float, mb: int, max_mb: int) -> str:
+def _searched_batch(t) -> int | None:
+    """The global batch whose micro-batch was searched (neither micro-batch nor accumulation pinned)."""
+    return t.global_batch if t.micro_batch is None and t.grad_accum is None else None
+
+
+def _oom_reason(mem: MemoryEstimate, usable: float, mb: int, max_mb: int, global_batch: int | None = None) -> str:
     top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
     hint = f"max micro-batch {max_mb}" if max_mb > 0 else "model states alone do not fit"
-    return f"out of memory: needs {mem.total / GiB:.1f} GiB at micro-batch {mb} > {usable / GiB:.1f} GiB usable ({top} GiB; {hint})"
+    at = f"no micro-batch dividing global batch {global_batch} fits: " if global_batch is not None and mb == 1 else ""
+    return (f"{at}out of memory: needs {mem.total / GiB:.1f} GiB at micro-batch {mb} > {usable / GiB:.1f} GiB usable "
+            f"({top} GiB; {hint})")
 
 
 def calibrated_platform(platform: PlatformSpec, calibration: str | None) -> PlatformSpec:
@@ -163,30 +171,78 @@ def _provenance(sc: Scenario) -> dict[str, str]:
     }
 
 
-def plan(model: Any = "qwen3-0.6b", **kw: Any) -> Plan:
-    """Evaluate every strategy for this scenario; see `build_scenario` for the arguments."""
-    sweep = kw.pop("sweep_nodes", None)
-    calibration = kw.pop("calibration", "auto")
-    traced = kw.pop("traced", False)
-    sc = build_scenario(model, **kw)
+def plan(
+    model: Any = "qwen3-0.6b", *, mode: str = "e2e", platform: str | PlatformSpec = "aurora", nodes: int = 1,
+    seq_len: int = 1024, mean_seq_len: int | None = None, micro_batch: int | None = None,
+    global_batch: int | None = None, grad_accum: int | None = None, ckpt_freq: int | str = "auto",
+    precision: str = "bf16-mixed", optimizer: str = "adamw", vision: Any = None, image_tokens: int | None = None,
+    compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
+    calibration: str | None = "auto", traced: bool = False,
+) -> Plan:
+    """Evaluate every strategy for this scenario: the options ranked, the pick and why.
+    The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
+    is `report.markdown.write_markdown(result, FILE)`).
+
+    model: preset name, config.json path, TransformerSpec or nn.Module.
+    mode: "e2e" | "projector" | "encoder-projector" (what trains; the last two need `vision`).
+    platform: preset name, platform .toml path or PlatformSpec.  nodes: node count.
+    seq_len: text tokens per sample, the longest (peak memory is predicted there).
+    mean_seq_len: mean text tokens per sample (each batch padded to its longest); step time is
+        predicted there. None = seq_len.
+    micro_batch: samples per device per forward; None = each option's largest that fits.
+    global_batch: samples per optimizer step; every option runs exactly
+        micro_batch x grad_accum x world = global_batch (a global batch that is not a multiple of
+        the world is a SpecError naming the nearest valid values).
+    grad_accum: micro-batches per optimizer step; None = 1, or what global_batch needs.
+    ckpt_freq: "auto" (each option searches none / every block / every 2nd / small divisors and
+        keeps the fastest that fits) or k: checkpoint every k-th block, 0 = none.
+    precision: "bf16-mixed" | "bf16-pure" | "fp32".  optimizer: "adamw" | "sgd".
+    vision: vision encoder preset (adds it and a projector).  image_tokens: per sample (default:
+        the encoder's patch count).  compile: torch.compile on.
+    ranks_per_node: default the platform's devices per node.
+    sweep_nodes: node counts for a scaling table (a list, or "1,2,4" as on the command line).
+    calibration: a calibration file, "auto" (the cached one when it matches) or "none".
+    traced: also trace each option's real training step on fake tensors (slow).
+    """
+    sc = build_scenario(model, mode=mode, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
+                        seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
+                        precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens,
+                        compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len)
+    sweep = parse_node_list(sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
     parts = model_parts(sc.model, sc.training)
-    options = [evaluate(sc, s, parts) for s in STRATEGIES]
+    options = [evaluate_searched(sc, s, parts, evaluate) for s in STRATEGIES]
     fits = [o for o in options if o.memory.total <= sc.platform.usable_bytes]
     if sc.training.micro_batch is not None and not fits:
         best = min(options, key=lambda o: o.memory.total)
+        hint = "" if sc.training.ckpt_auto else " or --ckpt-freq auto"
         raise SpecError(
             f"micro-batch {sc.training.micro_batch} fits no strategy: the smallest, {best.strategy}, needs "
             f"{best.memory.total / GiB:.1f} GiB > {sc.platform.usable_bytes / GiB:.1f} GiB usable; "
-            f"try --micro-batch {max(1, best.max_micro_batch)} or --ckpt-freq 1")
+            f"try --micro-batch {max(1, best.max_micro_batch)}{hint}")
     if traced:
         trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
     result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings)
     if sweep:
-        result.sweep = sweep_rows(sc, parts, options, sweep)
+        result.sweep = sweep_rows(sc, parts, options, sweep, recommended)
     return result
+
+
+def parse_node_list(value: Sequence[int] | str | None, name: str) -> list[int] | None:
+    """A list of node counts, or the command line's "1,2,4"."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise SpecError(f"{name} takes a comma-separated list of integers, e.g. 1,2,4; got {value!r}") from None
+    values = list(value)
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise SpecError(f"{name} needs integers >= 1, got {value!r}")
+    return values
 
 
 def trace_options(sc: Scenario, options: list[Option]) -> None:
@@ -195,22 +251,33 @@ def trace_options(sc: Scenario, options: list[Option]) -> None:
 
     reserve = sc.platform.framework_reserve_gib * GiB
     for o in options:
-        t = trace_option(sc.model, sc.training, sc.layout, o.strategy, o.micro_batch,
+        t = trace_option(sc.model, replace(sc.training, ckpt_freq=o.ckpt_freq), sc.layout, o.strategy, o.micro_batch,
                          usable_bytes=sc.platform.usable_bytes, reserve_bytes=reserve)
         o.traced = traced_fields(t.memory, reserve_bytes=reserve, search=t.search, analytic=o.memory)
         o.notes.extend(o.traced.get("traced_notes", []))
 
 
-def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nodes_list: list[int]) -> list[dict[str, Any]]:
-    """Scaling table of the leading strategies (the 3 best feasible at the planned size)."""
-    lead = sorted((o for o in options if o.feasible), key=lambda o: -o.samples_per_s)[:3]
+def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nodes_list: list[int],
+               recommended: str | None = None) -> list[dict[str, Any]]:
+    """Scaling table of the leading strategies (the 3 best feasible at the planned size) and the
+    recommended one, at the planned batch and checkpointing settings."""
+    lead = [o.strategy for o in sorted((o for o in options if o.feasible), key=lambda o: -o.samples_per_s)[:3]]
+    if recommended is not None and recommended not in lead:
+        lead.insert(0, recommended)
     rows = []
     for n in nodes_list:
         at = sc.with_layout(Layout(nodes=n, ranks_per_node=sc.layout.ranks_per_node))
-        for o in lead:
-            e = evaluate(at, next(s for s in STRATEGIES if s.name == o.strategy), parts)
-            rows.append({"nodes": n, "strategy": o.strategy, "feasible": e.feasible, "micro_batch": e.micro_batch,
-                         "step_time_s": e.step_time_s, "samples_per_s": e.samples_per_s,
+        problem = batch_problem(at.training, at.layout.world)
+        for name in lead:
+            if problem is not None:
+                rows.append({"nodes": n, "strategy": name, "feasible": False, "why_not": problem, "micro_batch": None,
+                             "grad_accum": None, "global_batch": None, "ckpt_freq": None, "step_time_s": None,
+                             "samples_per_s": None, "scaling_efficiency": None, "bound": None})
+                continue
+            e = evaluate_searched(at, get_strategy(name), parts, evaluate)
+            rows.append({"nodes": n, "strategy": name, "feasible": e.feasible, "why_not": e.why_not,
+                         "micro_batch": e.micro_batch, "grad_accum": e.grad_accum, "global_batch": e.global_batch,
+                         "ckpt_freq": e.ckpt_freq, "step_time_s": e.step_time_s, "samples_per_s": e.samples_per_s,
                          "scaling_efficiency": e.scaling_efficiency, "bound": e.bound})
     return rows
 
@@ -222,6 +289,7 @@ def option_dict(o: Option) -> dict[str, Any]:
         "memory_items": [{"item": label, "key": k, "gib": round(b / GiB, 3)} for k, label, b in o.memory.items],
         "memory_peak_at": o.memory.moment,
         "max_micro_batch": o.max_micro_batch, "micro_batch": o.micro_batch, "grad_accum": o.grad_accum,
+        "global_batch": o.global_batch, "ckpt_freq": o.ckpt_freq,
         "step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "compute_s": o.compute_s,
         "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s, "optimizer_s": o.optimizer_s,
         "comm_fraction": o.comm_fraction, "bound": o.bound, "scaling_efficiency": o.scaling_efficiency,

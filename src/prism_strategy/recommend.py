@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 TIE = 0.10
 """Options within 10% of the best predicted throughput are tied: an uncalibrated prediction is not
 more accurate than that. Among tied options the catalogue order decides: the simpler engine first
-(ddp), then full sharding (most memory headroom), torch-native FSDP2 before DeepSpeed."""
+(ddp), then full sharding (most memory headroom), torch-native FSDP2 before DeepSpeed. The first
+reason says which happened: the pick was fastest, or it sits in the band of the named faster one."""
 
 
 def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str | None:
@@ -26,9 +27,9 @@ def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str
         return None
     root = estimate_memory(parts, sc.training, sc.platform, sc.layout, s, o.micro_batch, wrap="root")
     extra = (root.total - o.memory.total) / GiB
-    fits = "fits" if root.total <= sc.platform.usable_bytes else "does not fit"
-    return (f"wrapping only the root (one flat unit) adds {extra:.1f} GiB: {root.total / GiB:.1f} GiB at "
-            f"micro-batch {o.micro_batch}, {fits}; wrap each transformer block")
+    fits = "it would fit" if root.total <= sc.platform.usable_bytes else "it does not fit"
+    return (f"this option wraps each transformer block; wrapping only the root (one flat unit) instead would add "
+            f"{extra:.1f} GiB ({root.total / GiB:.1f} GiB at micro-batch {o.micro_batch}: {fits})")
 
 
 def _loss_note(o: "Option") -> str | None:
@@ -67,34 +68,82 @@ def annotate(sc: "Scenario", parts: tuple[Part, ...], options: list["Option"]) -
         o.notes.extend(_notes(sc, parts, o))
 
 
+FRUGAL = 0.05
+"""A pick is called more memory-frugal than the faster option only when it needs 5% less per device."""
+
+
+def ckpt_text(k: int) -> str:
+    return {0: "no checkpointing", 1: "checkpointing every block", 2: "checkpointing every 2nd block",
+            3: "checkpointing every 3rd block"}.get(k, f"checkpointing every {k}th block")
+
+
+def batch_text(o: "Option") -> str:
+    """micro-batch x accumulation = samples per step, and the checkpointing, of one option."""
+    return (f"micro-batch {o.micro_batch} x accumulation {o.grad_accum} = {o.global_batch} samples per step, "
+            f"{ckpt_text(o.ckpt_freq)}")
+
+
+def _tie_break(pick: "Option", best: "Option") -> str:
+    """Why the catalogue order put pick before the faster best, in words that are true of the two."""
+    ps, bs = get_strategy(pick.strategy), get_strategy(best.strategy)
+    if ps.engine == "ddp" and bs.engine != "ddp":
+        return "the simpler option (plain DDP, nothing sharded)"
+    if pick.memory.total < (1 - FRUGAL) * best.memory.total:
+        return (f"the more memory-frugal option ({pick.memory.total / GiB:.1f} vs {best.memory.total / GiB:.1f} GiB "
+                "per device)")
+    if ps.engine == "fsdp2" and bs.engine == "deepspeed":
+        return "the simpler option (torch-native FSDP2, no DeepSpeed engine)"
+    return "the simpler option (fewer sharded states)"
+
+
+def _first_reason(pick: "Option", best: "Option", feasible: list["Option"]) -> str:
+    how = (f"{pick.samples_per_s:.2f} samples/s at {batch_text(pick)} ({pick.bound}-bound, exposed communication "
+           f"{pick.comm_fraction:.0%} of the step)")
+    if pick is best:
+        return f"{pick.strategy}: highest predicted throughput of {len(feasible)} feasible options, {how}"
+    faster = sum(o.samples_per_s > pick.samples_per_s for o in feasible)
+    others = f"; {faster} options in the band are faster" if faster > 1 else ""
+    return (f"{pick.strategy}: {how}; within the {TIE:.0%} uncertainty band of the fastest, {best.strategy} at "
+            f"{best.samples_per_s:.2f} samples/s ({best.samples_per_s / pick.samples_per_s - 1:+.0%}{others}), "
+            f"and chosen as {_tie_break(pick, best)}")
+
+
+def _batch_lead(sc: "Scenario", pick: "Option", feasible: list["Option"]) -> str | None:
+    """Without --global-batch each option runs its own largest micro-batch: say so when the pick
+    leads its closest rival while running a larger batch."""
+    if sc.training.global_batch is not None:
+        return None
+    rival = next((o for o in feasible if o is not pick), None)
+    if rival is None or pick.samples_per_s < rival.samples_per_s or pick.global_batch <= rival.global_batch:
+        return None
+    return (f"{pick.strategy}'s lead over {rival.strategy} comes partly from a larger batch: {pick.global_batch} vs "
+            f"{rival.global_batch} samples per step (each option at its largest micro-batch); pass --global-batch "
+            "to compare them at one batch")
+
+
 def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list[str], list[str]]:
     feasible = sorted((o for o in options if o.feasible), key=lambda o: -o.samples_per_s)
     warnings = _warnings(sc)
     infeasible = [f"{o.strategy}: {o.why_not}" for o in options if not o.feasible]
     if not feasible:
-        return None, ["no strategy fits this scenario; try --ckpt-freq 1, a shorter --seq-len, "
-                      "a smaller --micro-batch or more nodes", *infeasible], warnings
+        ckpt = "" if sc.training.ckpt_auto else "--ckpt-freq auto, "
+        return None, [f"no strategy fits this scenario; try {ckpt}a shorter --seq-len, a smaller --micro-batch "
+                      "or --global-batch, or more nodes", *infeasible], warnings
     best = feasible[0]
     tied = [o for o in feasible if o.samples_per_s >= best.samples_per_s * (1 - TIE)]
     pick = min(tied, key=lambda o: STRATEGY_NAMES.index(o.strategy))
-    reasons = [f"{pick.strategy}: highest predicted throughput of {len(feasible)} feasible options, "
-               f"{pick.samples_per_s:.2f} samples/s at micro-batch {pick.micro_batch} "
-               f"({pick.bound}-bound, exposed communication {pick.comm_fraction:.0%} of the step)"]
-    if pick is not best:
-        reasons.append(f"{best.strategy} is predicted {best.samples_per_s / pick.samples_per_s - 1:+.0%}, inside the {TIE:.0%} "
-                       "uncertainty of an uncalibrated prediction: the simpler / more memory-frugal strategy wins the tie")
-    runner = next((o for o in feasible if o is not pick and o.strategy not in {t.strategy for t in tied}), None)
+    reasons = [_first_reason(pick, best, feasible)]
+    if (lead := _batch_lead(sc, pick, feasible)) is not None:
+        reasons.append(lead)
+    runner = next((o for o in feasible[feasible.index(pick) + 1:]), None)
     if runner is not None:
-        reasons.append(f"next: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
-                       f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%})")
+        reasons.append(f"next below it: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
+                       f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}")
     return pick.strategy, reasons + infeasible, warnings
 
 
 def _warnings(sc: "Scenario") -> list[str]:
     t, lay, out = sc.training, sc.layout, []
-    if t.global_batch is not None and t.micro_batch is not None and t.global_batch % (t.micro_batch * lay.world):
-        out.append(f"global batch {t.global_batch} is not a multiple of micro-batch x world "
-                   f"({t.micro_batch} x {lay.world}); gradient accumulation rounds it up")
     situation = {"device": sc.platform.device, "compile": t.compile, "multi_node": lay.multi_node}
     for v in check(situation):
         out.append(f"{v.rule.id}: {v.message}")

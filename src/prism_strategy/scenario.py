@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from prism_strategy.plan_search import batch_problem
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
@@ -22,6 +23,9 @@ class Scenario:
     def with_layout(self, layout: Layout) -> "Scenario":
         return Scenario(model=self.model, training=self.training, platform=self.platform, layout=layout)
 
+    def with_training(self, training: TrainingSpec) -> "Scenario":
+        return Scenario(model=self.model, training=training, platform=self.platform, layout=self.layout)
+
     def with_platform(self, platform: PlatformSpec) -> "Scenario":
         return Scenario(model=self.model, training=self.training, platform=platform, layout=self.layout)
 
@@ -30,8 +34,9 @@ class Scenario:
         return {
             "model": m.backbone.name, "vision": m.vision.name if m.vision else None, "mode": m.mode,
             "platform": self.platform.name, "nodes": self.layout.nodes, "ranks_per_node": self.layout.ranks_per_node,
-            "world_size": self.layout.world, "seq_len": t.seq_len, "image_tokens": _image_tokens(m, t),
-            "micro_batch": t.micro_batch, "global_batch": t.global_batch, "ckpt_freq": t.ckpt_freq,
+            "world_size": self.layout.world, "seq_len": t.seq_len, "mean_seq_len": t.mean_seq_len,
+            "image_tokens": _image_tokens(m, t), "micro_batch": t.micro_batch, "global_batch": t.global_batch,
+            "grad_accum": t.grad_accum, "ckpt_freq": "auto" if t.ckpt_auto else t.ckpt_freq,
             "precision": t.precision, "optimizer": t.optimizer, "compile": t.compile,
             "params": {"total": m.total_params, "trainable": m.trainable_params, "frozen": m.frozen_params,
                        "source": m.backbone.source},
@@ -52,6 +57,17 @@ def _int(name: str, v: Any, minimum: int = 1) -> int:
     return v
 
 
+def parse_ckpt_freq(value: int | str) -> int | None:
+    """--ckpt-freq: "auto" (None: searched per option) or a block interval k >= 0 (0 = none)."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return None
+        if not value.strip().isdigit():
+            raise SpecError(f"--ckpt-freq must be 'auto' or an integer >= 0 (0 = none), got {value!r}")
+        value = int(value)
+    return _int("--ckpt-freq", value, 0)
+
+
 def resolve_model(model: Any) -> TransformerSpec:
     if isinstance(model, TransformerSpec):
         return model
@@ -65,30 +81,37 @@ def resolve_model(model: Any) -> TransformerSpec:
 def build_scenario(
     model: Any, *, mode: str = "e2e", platform: str | PlatformSpec = "aurora", nodes: int = 1,
     ranks_per_node: int | None = None, seq_len: int = 1024, micro_batch: int | None = None,
-    global_batch: int | None = None, ckpt_freq: int = 0, precision: str = "bf16-mixed",
+    global_batch: int | None = None, ckpt_freq: int | str = 0, precision: str = "bf16-mixed",
     optimizer: str = "adamw", vision: str | TransformerSpec | None = None, image_tokens: int | None = None,
-    compile: bool = False,
+    compile: bool = False, grad_accum: int | None = None, mean_seq_len: int | None = None,
 ) -> Scenario:
+    """Validated scenario; the arguments are `plan()`'s (see its docstring). ckpt_freq "auto" marks
+    the training for the planner's checkpointing search."""
     mm = model if isinstance(model, MultimodalSpec) else MultimodalSpec(
         backbone=resolve_model(model), vision=resolve_model(vision) if vision is not None else None, mode=mode)  # type: ignore[arg-type]
     plat = platform if isinstance(platform, PlatformSpec) else load_platform(platform)
     _int("--nodes", nodes)
     rpn = plat.devices_per_node if ranks_per_node is None else _int("ranks per node", ranks_per_node)
     _int("--seq-len", seq_len)
-    for name, v in (("--micro-batch", micro_batch), ("--global-batch", global_batch)):
+    for name, v in (("--micro-batch", micro_batch), ("--global-batch", global_batch), ("--grad-accum", grad_accum),
+                    ("--mean-seq-len", mean_seq_len)):
         if v is not None:
             _int(name, v)
-    _int("--ckpt-freq", ckpt_freq, 0)
+    k = parse_ckpt_freq(ckpt_freq)
     if image_tokens is not None:
         _int("--image-tokens", image_tokens, 0)
     training = TrainingSpec.from_precision(
-        precision, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
-        optimizer=optimizer, image_tokens=image_tokens, compile=bool(compile))
+        precision, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum,
+        mean_seq_len=mean_seq_len, ckpt_freq=k or 0, ckpt_auto=k is None, optimizer=optimizer,
+        image_tokens=image_tokens, compile=bool(compile))
     total = seq_len + _image_tokens(mm, training)
     if total > mm.backbone.max_positions:
         extra = f" ({seq_len} text + {total - seq_len} image tokens)" if total != seq_len else ""
         raise SpecError(f"sequence {total}{extra} exceeds {mm.backbone.name}'s max positions "
                         f"{mm.backbone.max_positions}; lower --seq-len")
-    if ckpt_freq > mm.backbone.layers:
-        raise SpecError(f"--ckpt-freq {ckpt_freq} is larger than the model's {mm.backbone.layers} blocks; use 0..{mm.backbone.layers}")
-    return Scenario(model=mm, training=training, platform=plat, layout=Layout(nodes=nodes, ranks_per_node=rpn))
+    if k is not None and k > mm.backbone.layers:
+        raise SpecError(f"--ckpt-freq {k} is larger than the model's {mm.backbone.layers} blocks; use 0..{mm.backbone.layers} or auto")
+    layout = Layout(nodes=nodes, ranks_per_node=rpn)
+    if (problem := batch_problem(training, layout.world)) is not None:
+        raise SpecError(problem)
+    return Scenario(model=mm, training=training, platform=plat, layout=layout)

@@ -53,6 +53,99 @@ def test_plan_table_names_the_recommendation():
     r = runner.invoke(app, ["plan", "--model", "olmo-7b", "--platform", "aurora", "--nodes", "1", "--ckpt-freq", "1"])
     assert r.exit_code == 0, r.output
     assert "recommended: fsdp_full_shard" in r.stdout and "predicted" in r.stdout
+    assert "checkpointing every block" in r.stdout and "ckpt every -" not in r.stdout
+    assert all(h in r.stdout for h in ("mb", "accum", "global"))
+
+
+VLM = ["--model", "olmo-7b", "--vision", "siglip2-so400m-patch14-384", "--platform", "aurora", "--nodes", "2",
+       "--seq-len", "1024"]
+
+
+def test_global_batch_is_exact_for_every_option():
+    """PRISM's 2-node run at global batch 96: every option runs exactly 96 samples per step, at the
+    largest micro-batch dividing 96 / 24 = 4 that fits; one that fits none says so."""
+    d = run_json(*VLM, "--global-batch", "96")
+    for o in d["options"]:
+        assert o["micro_batch"] * o["grad_accum"] * 24 == o["global_batch"] == 96
+        if o["feasible"]:
+            larger = [m for m in (1, 2, 4) if m > o["micro_batch"]]
+            assert all(m > o["max_micro_batch"] for m in larger), o
+    ddp = next(o for o in d["options"] if o["strategy"] == "ddp")
+    assert not ddp["feasible"] and "no micro-batch dividing global batch 96 fits" in ddp["why_not"]
+    assert d["inputs"]["global_batch"] == 96
+
+
+def test_grad_accum_with_and_without_global_batch():
+    d = run_json("--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "512", "--grad-accum", "2")
+    assert all(o["grad_accum"] == 2 and o["global_batch"] == o["micro_batch"] * 2 * 8 for o in d["options"])
+    d = run_json("--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "512", "--grad-accum", "2",
+                 "--global-batch", "64")
+    assert all((o["micro_batch"], o["grad_accum"], o["global_batch"]) == (4, 2, 64) for o in d["options"])
+
+
+def test_ckpt_auto_keeps_the_fastest_that_fits_and_an_explicit_value_pins_it():
+    auto = {o["strategy"]: o for o in run_json(*VLM)["options"]}
+    assert run_json(*VLM)["inputs"]["ckpt_freq"] == "auto"
+    pinned = {k: {o["strategy"]: o for o in run_json(*VLM, "--ckpt-freq", str(k))["options"]} for k in (0, 1, 2, 4)}
+    for k, options in pinned.items():
+        assert all(o["ckpt_freq"] == k for o in options.values())
+    for name, o in auto.items():
+        if o["feasible"]:
+            same = pinned[o["ckpt_freq"]][name]
+            assert same["samples_per_s"] == pytest.approx(o["samples_per_s"])
+            assert all(p[name]["samples_per_s"] <= o["samples_per_s"] * (1 + 1e-9) for p in pinned.values()
+                       if p[name]["feasible"])
+    # the issue's case: no checkpointing (the old default) leaves zero2 at 25-26 samples/s; the search finds more
+    assert auto["zero2"]["samples_per_s"] > 1.1 * pinned[0]["zero2"]["samples_per_s"]
+
+
+def test_mean_seq_len_times_the_mean_and_sizes_memory_at_the_longest():
+    base = ["--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "1024", "--micro-batch", "8",
+            "--ckpt-freq", "0"]
+    full, mean = run_json(*base), run_json(*base, "--mean-seq-len", "256")
+    assert mean["inputs"]["mean_seq_len"] == 256 and full["inputs"]["mean_seq_len"] is None
+    for f, m in zip(full["options"], mean["options"]):
+        assert m["memory_gib"] == f["memory_gib"]
+        assert m["compute_s"] < 0.5 * f["compute_s"]
+
+
+def test_first_reason_says_how_the_pick_won():
+    for args in (["--model", "qwen3-0.6b", "--platform", "aurora", "--seq-len", "512"],
+                 ["--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "512"], VLM):
+        d = run_json(*args)
+        speed = {o["strategy"]: o["samples_per_s"] for o in d["options"] if o["feasible"]}
+        first = d["reasons"][0]
+        assert first.startswith(d["recommended"] + ":")
+        if "highest predicted throughput" in first:
+            assert speed[d["recommended"]] == max(speed.values())
+        else:
+            fastest = max(speed, key=speed.get)
+            assert f"the fastest, {fastest} at {speed[fastest]:.2f} samples/s" in first
+            assert "within the 10% uncertainty band" in first and "chosen as" in first
+
+
+def test_reasons_say_when_the_lead_comes_from_a_larger_batch():
+    args = ["--model", "olmo-7b", "--platform", "polaris", "--nodes", "2", "--seq-len", "1024"]
+    d = run_json(*args)
+    lead = next(r for r in d["reasons"] if "comes partly from a larger batch" in r)
+    rival = lead.split("lead over ")[1].split(" ")[0]
+    by = {o["strategy"]: o for o in d["options"]}
+    assert by[d["recommended"]]["global_batch"] > by[rival]["global_batch"]
+    same = run_json(*args, "--global-batch", str(by[rival]["global_batch"]))
+    assert not any("larger batch" in r for r in same["reasons"])
+
+
+def test_scaling_table_always_includes_the_recommended_strategy():
+    d = run_json("--model", "qwen3-0.6b", "--platform", "dgx-h100", "--nodes", "1", "--seq-len", "512",
+                 "--sweep-nodes", "1,2,4,16")
+    for n in (1, 2, 4, 16):
+        assert d["recommended"] in {r["strategy"] for r in d["sweep"] if r["nodes"] == n}
+
+
+def test_sweep_marks_node_counts_the_global_batch_cannot_divide():
+    d = run_json(*VLM, "--global-batch", "96", "--sweep-nodes", "2,16")
+    assert all(r["feasible"] is False and "nearest valid: 192" in r["why_not"] for r in d["sweep"] if r["nodes"] == 16)
+    assert all(r["global_batch"] == 96 for r in d["sweep"] if r["nodes"] == 2)
 
 
 def test_hf_config_as_model(tmp_path):
@@ -94,6 +187,11 @@ BAD = [
     (["--sweep-nodes", "1,x"], "--sweep-nodes"),
     (["--sweep-nodes", "0,2"], "integers >= 1"),
     (["--ckpt-freq", "99"], "--ckpt-freq"),
+    (["--ckpt-freq", "often"], "'auto' or an integer"),
+    (["--global-batch", "100", "--nodes", "2"], "nearest valid: 96 or 120"),
+    (["--global-batch", "96", "--nodes", "2", "--micro-batch", "3"], "use one of 1, 2, 4"),
+    (["--grad-accum", "0"], "--grad-accum"),
+    (["--seq-len", "512", "--mean-seq-len", "600"], "--mean-seq-len"),
 ]
 
 

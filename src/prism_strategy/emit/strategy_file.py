@@ -3,12 +3,15 @@
 Format (top-level keys): strategy (str), mixed_precision ("bf16" | "none"), ckpt_freq (int),
 static_graph (bool, DDP only), find_unused_parameters (bool), bucket_cap_mb (int, optional),
 compile (bool), ranks_per_node (int), ds_config (zero* only: a path relative to this file).
+`emit --from-plan` adds what the plan chose: micro_batch, grad_accum (int), precision, platform
+(str), nodes (int); ckpt_freq is then the plan's.
 The runtime reads it with prism_strategy.runtime.strategy_file.read_strategy_file.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -71,3 +74,16 @@ def render_strategy_toml(sf: StrategyFile, header: str) -> str:
 
 def _bool(v: bool) -> str:
     return "true" if v else "false"
+
+
+def render_plan_keys(*, micro_batch: int, grad_accum: int, precision: str, platform: str, nodes: int,
+                     plan_file: str) -> str:
+    """Top-level keys `emit --from-plan` appends to strategy.toml (valid TOML after the others)."""
+    return "\n".join([
+        f"# from the plan {re.sub(r'[^A-Za-z0-9_.-]', '_', plan_file)}: batch, accumulation, precision, layout",
+        f"micro_batch = {micro_batch}",
+        f"grad_accum = {grad_accum}",
+        f"precision = {json.dumps(precision)}",
+        f"platform = {json.dumps(platform)}",
+        f"nodes = {nodes}",
+    ]) + "\n"

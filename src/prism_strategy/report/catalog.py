@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from prism_strategy.report.console import Column, fitted_table, table_console
 from prism_strategy.specs.presets import load_model, load_platform, model_names, platform_names
 from prism_strategy.strategies import STRATEGIES
 
@@ -38,18 +38,24 @@ def strategies_rows() -> list[dict[str, Any]]:
              "description": s.description} for s in STRATEGIES]
 
 
+LONG_TEXT = {"source", "description", "collectives", "torch_form", "env_profile"}
+"""Columns that move into numbered footnotes when the table is too wide for the terminal."""
+OPTIONAL = {"kv_heads": 3, "max_positions": 2, "launcher": 1, "reshard_after_forward": 1, "ffn": 1}
+"""Columns dropped (highest first) when footnotes alone do not make the table fit; --json keeps them."""
+
+
 def print_rows(title: str, rows: list[dict[str, Any]], console: Console | None = None) -> None:
-    t = Table(title=title)
-    for col in rows[0]:
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        t.add_row(*(_cell(v) for v in r.values()))
-    (console or Console(width=200)).print(t)
+    c = console or table_console()
+    columns = [Column(header=k, footnote=k in LONG_TEXT, drop=OPTIONAL.get(k, 0),
+                      justify="right" if isinstance(rows[0][k], (int, float)) and not isinstance(rows[0][k], bool) else "left")
+               for k in rows[0]]
+    body = [[_cell(k, v) for k, v in r.items()] for r in rows]
+    c.print(fitted_table(title, columns, body, c.width))
 
 
-def _cell(v: Any) -> str:
+def _cell(key: str, v: Any) -> str:
     if isinstance(v, list):
         return ", ".join(map(str, v))
-    if isinstance(v, int) and not isinstance(v, bool) and v > 10**6:
-        return f"{v / 1e9:.3f}B"
+    if key == "params" and isinstance(v, int):
+        return f"{v / 1e9:.3f}B" if v >= 10**8 else f"{v / 1e6:.2f}M"
     return str(v)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from prism_strategy.planner import Plan
-from prism_strategy.report.console import table_console
+from prism_strategy.recommend import ckpt_text
+from prism_strategy.report.console import Column, fitted_table, footnotes, table_console
 from prism_strategy.specs.cluster import GiB
 
 
@@ -14,50 +16,114 @@ def _fmt_items(o) -> str:
     return "; ".join(f"{label} {b / GiB:.1f}" for label, b in o.memory.largest_items(2))
 
 
-def options_table(p: Plan) -> Table:
-    sc = p.scenario
-    title = (f"{sc.model.name} ({sc.model.mode}) on {sc.layout.nodes} x {sc.platform.name} "
-             f"({sc.layout.world} ranks), seq {sc.training.seq_len}, {sc.training.precision}, "
-             f"ckpt every {sc.training.ckpt_freq or '-'}")
-    t = Table(title=title, caption="all numbers predicted by the analytic model (see provenance in --json)")
-    for col, width in (("strategy", None), ("fits", None), ("GiB/dev", None), ("largest items (GiB)", 36),
-                       ("max mb", None), ("mb", None), ("step s", None), ("samples/s", None), ("comm", None),
-                       ("bound", None), ("eff", None), ("notes", 48)):
-        t.add_column(col, overflow="fold", max_width=width)
-    if any(o.traced for o in p.options):
-        t.add_column("traced GiB / max mb")
+def _ckpt(k: int | None) -> str:
+    return "-" if k is None else str(k)
+
+
+def plan_title(p: Plan) -> str:
+    sc, t = p.scenario, p.scenario.training
+    seq = f"seq {t.seq_len}" + (f" (mean {t.mean_seq_len})" if t.mean_seq_len else "")
+    ckpt = "checkpointing: fastest that fits per option" if t.ckpt_auto else ckpt_text(t.ckpt_freq)
+    batch = f", global batch {t.global_batch}" if t.global_batch else ""
+    return (f"{sc.model.name} ({sc.model.mode}) on {sc.layout.nodes} x {sc.platform.name} ({sc.layout.world} ranks), "
+            f"{seq}, {t.precision}{batch}, {ckpt}")
+
+
+CAPTION = ("predicted by the analytic model (provenance in --json); GiB per device; mb x accum x ranks = global "
+           "samples per step; ckpt k = checkpoint every k-th block, 0 = none; comm = exposed share of the step")
+
+
+def option_notes(p: Plan) -> tuple[list[str], list[str]]:
+    """(per option: its footnote reference, the numbered footnotes): an infeasible option's reason,
+    else its first note; identical texts share a number."""
+    notes: list[str] = []
+    refs = []
     for o in p.options:
+        text = o.why_not if not o.feasible else (o.notes[0] if o.notes else "")
+        if text and text not in notes:
+            notes.append(text)
+        refs.append(f"[{notes.index(text) + 1}]" if text else "")
+    return refs, notes
+
+
+OPTION_COLUMNS = [
+    Column(header="strategy"), Column(header="fits"), Column(header="GiB", justify="right"),
+    Column(header="largest items (GiB)", drop=5, max_width=36), Column(header="max mb", justify="right", drop=4),
+    Column(header="ckpt", justify="right"), Column(header="mb", justify="right"),
+    Column(header="accum", justify="right"), Column(header="global", justify="right"),
+    Column(header="step s", justify="right", drop=1), Column(header="samples/s", justify="right"),
+    Column(header="comm", justify="right"), Column(header="bound", drop=3), Column(header="eff", justify="right", drop=2),
+    Column(header="note"),
+]
+
+
+def options_table(p: Plan, width: int = 120) -> RenderableType:
+    refs, _ = option_notes(p)
+    cols = list(OPTION_COLUMNS)
+    traced = any(o.traced for o in p.options)
+    if traced:
+        cols.insert(3, Column(header="traced GiB / max mb", justify="right"))
+    rows = []
+    for o, ref in zip(p.options, refs):
         mark = "*" if o.strategy == p.recommended else ""
-        traced = [] if not o.traced else [f"{o.traced['traced_memory_gib']['total']:.1f} / {o.traced['traced_max_micro_batch']}"]
-        t.add_row(mark + o.strategy, "yes" if o.feasible else "no", f"{o.memory.total / GiB:.1f}", _fmt_items(o),
-                  str(o.max_micro_batch), str(o.micro_batch), f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}",
-                  f"{o.comm_fraction:.0%}", o.bound,
-                  "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}",
-                  o.why_not if not o.feasible else (o.notes[0] if o.notes else ""), *traced)
-    return t
+        row = [mark + o.strategy, "yes" if o.feasible else "no", f"{o.memory.total / GiB:.1f}", _fmt_items(o),
+               str(o.max_micro_batch), str(o.ckpt_freq), str(o.micro_batch), str(o.grad_accum), str(o.global_batch),
+               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", f"{o.comm_fraction:.0%}", o.bound,
+               "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}", ref]
+        if traced:
+            row.insert(3, "-" if not o.traced else
+                       f"{o.traced['traced_memory_gib']['total']:.1f} / {o.traced['traced_max_micro_batch']}")
+        rows.append(row)
+    return fitted_table(plan_title(p), cols, rows, width, caption=CAPTION)
 
 
-def sweep_table(p: Plan) -> Table:
-    t = Table(title="scaling (predicted): leading strategies over node counts")
-    for col in ("nodes", "strategy", "fits", "mb", "step s", "samples/s", "efficiency vs 1 node", "bound"):
-        t.add_column(col)
-    for r in p.sweep:
-        t.add_row(str(r["nodes"]), r["strategy"], "yes" if r["feasible"] else "no", str(r["micro_batch"]),
-                  f"{r['step_time_s']:.3f}", f"{r['samples_per_s']:.1f}",
-                  f"{r['scaling_efficiency']:.2f}" if r["scaling_efficiency"] is not None else "-", r["bound"])
-    return t
+SWEEP_COLUMNS = [
+    Column(header="nodes", justify="right"), Column(header="strategy"), Column(header="fits"),
+    Column(header="ckpt", justify="right"), Column(header="mb", justify="right"), Column(header="accum", justify="right"),
+    Column(header="global", justify="right"), Column(header="step s", justify="right", drop=2),
+    Column(header="samples/s", justify="right"), Column(header="eff vs 1 node", justify="right"),
+    Column(header="bound", drop=1), Column(header="why not", footnote=True),
+]
+
+
+def _num(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def sweep_table(p: Plan, width: int = 120) -> RenderableType:
+    rows = [[str(r["nodes"]), ("*" if r["strategy"] == p.recommended else "") + r["strategy"],
+             "yes" if r["feasible"] else "no", _ckpt(r["ckpt_freq"]), _num(r["micro_batch"], "d"),
+             _num(r["grad_accum"], "d"), _num(r["global_batch"], "d"), _num(r["step_time_s"], ".3f"),
+             _num(r["samples_per_s"], ".1f"), _num(r["scaling_efficiency"], ".2f"), r["bound"] or "-",
+             r.get("why_not") or ""] for r in p.sweep]
+    cols = SWEEP_COLUMNS if any(r[-1] for r in rows) else SWEEP_COLUMNS[:-1]
+    return fitted_table("scaling (predicted): the leading strategies and the pick (*) over node counts", cols,
+                        [r[:len(cols)] for r in rows], width)
+
+
+def _bullets(lines: list[str], mark: str = "-") -> Table:
+    g = Table.grid(padding=(0, 1))
+    g.add_column(no_wrap=True)
+    g.add_column(overflow="fold")
+    for line in lines:
+        g.add_row(Text(f"  {mark}"), Text(line))
+    return g
 
 
 def print_plan(p: Plan, console: Console | None = None) -> None:
     c = console or table_console()
-    c.print(options_table(p))
-    c.print(f"[bold]recommended:[/bold] {p.recommended or 'none'}")
-    for r in p.reasons:
-        c.print(f"  - {r}")
+    c.print(options_table(p, c.width))
+    _, notes = option_notes(p)
+    if notes:
+        c.print(footnotes(notes))
+    c.print()
+    c.print(Text.assemble(("recommended: ", "bold"), p.recommended or "none"))
+    c.print(_bullets(p.reasons))
     for w in p.warnings:
-        c.print(f"[yellow]warning:[/yellow] {w}")
+        c.print(Text.assemble(("warning: ", "yellow"), w))
     if p.sweep:
-        c.print(sweep_table(p))
+        c.print()
+        c.print(sweep_table(p, c.width))
 
 
 def estimate_lines(d: dict) -> list[str]:

@@ -50,16 +50,20 @@ def breakdown_plot(rows: list[dict[str, Any]], path: Path) -> Path:
     return _save(fig, path)
 
 
-def scaling_plot(sweep: list[dict[str, Any]], path: Path) -> Path:
-    """sweep: plan sweep rows (nodes, strategy, samples_per_s)."""
+def scaling_plot(sweep: list[dict[str, Any]], path: Path, *, highlight: str | None = None,
+                 title: str = "scaling curve") -> Path:
+    """sweep: plan sweep rows (nodes, strategy, feasible, samples_per_s); `highlight`: the pick, drawn bold."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for s in dict.fromkeys(r["strategy"] for r in sweep):
         pts = [(r["nodes"], r["samples_per_s"]) for r in sweep if r["strategy"] == s and r["feasible"]]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=s)
+        bold = s == highlight
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", linewidth=2.5 if bold else 1.2,
+                label=f"{s} (recommended)" if bold else s)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("nodes")
     ax.set_ylabel("samples/s (predicted)")
-    ax.set_title("scaling curve")
-    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    if sweep:
+        ax.legend(fontsize=8)
     return _save(fig, path)

@@ -9,8 +9,15 @@
     compile = false
     ranks_per_node = 12                  # informational: what the plan assumed
     ds_config = "ds_config.json"         # optional (zero*): relative to this file
+    micro_batch = 4                      # optional, from `emit --from-plan`: the DataLoader's batch
+    grad_accum = 2                       #   micro-batches per optimizer step
+    precision = "bf16-mixed"             #   and what the plan assumed: precision, platform, nodes
+    platform = "aurora"
+    nodes = 2
 
-Missing keys take wrap()'s defaults; unknown keys and wrong types are a SpecError.
+Missing keys take wrap()'s defaults; unknown keys and wrong types are a SpecError. wrap_from_file
+applies ckpt_freq and mixed_precision; micro_batch and grad_accum are for the training loop
+(read_strategy_file(path).micro_batch / .grad_accum).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import read_toml
+from prism_strategy.specs.training import PRECISIONS
 from prism_strategy.strategies import get_strategy
 
 
@@ -38,6 +46,13 @@ class StrategyFile:
     """Informational: the ranks per node the plan assumed."""
     ds_config: Path | None = None
     """Absolute path of the DeepSpeed JSON (zero* only)."""
+    micro_batch: int | None = None
+    """Samples per device per forward the plan chose (the training loop's batch)."""
+    grad_accum: int | None = None
+    """Micro-batches per optimizer step the plan chose."""
+    precision: str | None = None
+    platform: str | None = None
+    nodes: int | None = None
 
 
 # key -> (accepted types, type name for the error)
@@ -51,6 +66,11 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "compile": ((bool,), "true or false"),
     "ranks_per_node": ((int,), "a positive integer"),
     "ds_config": ((str,), "a path relative to the toml file"),
+    "micro_batch": ((int,), "a positive integer"),
+    "grad_accum": ((int,), "a positive integer"),
+    "precision": ((str,), '"bf16-mixed", "bf16-pure" or "fp32"'),
+    "platform": ((str,), "a platform name"),
+    "nodes": ((int,), "a positive integer"),
 }
 
 
@@ -65,9 +85,11 @@ def _check_types(data: dict[str, Any], where: str) -> None:
         is_int_key = int in types
         if not isinstance(value, types) or (is_int_key and isinstance(value, bool)):
             raise SpecError(f"{where}: {key} must be {text}, got {value!r}")
-    for key in ("bucket_cap_mb", "ranks_per_node"):
+    for key in ("bucket_cap_mb", "ranks_per_node", "micro_batch", "grad_accum", "nodes"):
         if key in data and data[key] <= 0:
             raise SpecError(f"{where}: {key} must be a positive integer, got {data[key]}")
+    if data.get("precision", "bf16-mixed") not in PRECISIONS:
+        raise SpecError(f"{where}: precision must be one of {', '.join(PRECISIONS)}, got {data['precision']!r}")
     if data.get("ckpt_freq", 0) < 0:
         raise SpecError(f"{where}: ckpt_freq must be >= 0 (0 = no checkpointing), got {data['ckpt_freq']}")
 

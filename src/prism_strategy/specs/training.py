@@ -24,7 +24,12 @@ class TrainingSpec:
     micro_batch: int | None = None
     """Samples per device per forward; None = each strategy at its own max."""
     global_batch: int | None = None
-    """Samples per optimizer step over all ranks; sets gradient accumulation."""
+    """Samples per optimizer step over all ranks: micro_batch x grad_accum x world, exactly."""
+    grad_accum: int | None = None
+    """Micro-batches per optimizer step; None = 1, or whatever global_batch needs."""
+    mean_seq_len: int | None = None
+    """Mean text tokens per sample (after padding each batch to its longest); step time follows it,
+    peak memory follows seq_len. None = every sample is seq_len long."""
     image_tokens: int | None = None
     """Image tokens per sample added to the sequence; None = the encoder's patch count."""
     compute_dtype: Dtype = "bf16"
@@ -37,6 +42,8 @@ class TrainingSpec:
     optimizer: Literal["adamw", "sgd"] = "adamw"
     ckpt_freq: int = 0
     """Activation checkpointing: every k-th block; 0 = none."""
+    ckpt_auto: bool = False
+    """`--ckpt-freq auto`: the planner searches ckpt_freq per option (ckpt_freq is the value tried)."""
     compile: bool = False
     precision: Precision = "bf16-mixed"
 
@@ -47,6 +54,10 @@ class TrainingSpec:
             raise SpecError(f"--micro-batch must be > 0, got {self.micro_batch}")
         if self.global_batch is not None and self.global_batch <= 0:
             raise SpecError(f"--global-batch must be > 0, got {self.global_batch}")
+        if self.grad_accum is not None and self.grad_accum <= 0:
+            raise SpecError(f"--grad-accum must be > 0, got {self.grad_accum}")
+        if self.mean_seq_len is not None and not 0 < self.mean_seq_len <= self.seq_len:
+            raise SpecError(f"--mean-seq-len must be between 1 and --seq-len {self.seq_len}, got {self.mean_seq_len}")
         if self.image_tokens is not None and self.image_tokens < 0:
             raise SpecError(f"--image-tokens must be >= 0, got {self.image_tokens}")
         if self.ckpt_freq < 0:
@@ -67,6 +78,11 @@ class TrainingSpec:
         if precision not in presets:
             raise SpecError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         return cls(precision=precision, **presets[precision], **kw)  # type: ignore[arg-type]
+
+    @property
+    def timed_seq_len(self) -> int:
+        """The sequence step time is predicted at: the mean when given, else seq_len."""
+        return self.mean_seq_len or self.seq_len
 
     @property
     def compute_bytes(self) -> int:

@@ -1,0 +1,107 @@
+"""`emit --from-plan PLAN.json`: the launch files for a plan's pick (or another of its options),
+with the nodes, platform, precision, micro-batch, grad accumulation and checkpointing it chose."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from prism_strategy.emit.launch import EmitRequest, Emitted
+from prism_strategy.emit.strategy_file import STRATEGY_FILE, render_plan_keys
+from prism_strategy.specs.errors import SpecError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanChoice:
+    """What a `plan --json` file chose for one strategy."""
+
+    strategy: str
+    platform: str
+    nodes: int
+    precision: str
+    micro_batch: int
+    grad_accum: int
+    ckpt_freq: int
+    compile: bool
+    plan_file: str
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"--from-plan {path}: no such file; write one with `prism-strategy plan ... --json > {path.name}`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SpecError(f"--from-plan {path}: not a `plan --json` file ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("inputs"), dict) or not isinstance(data.get("options"), list):
+        raise SpecError(f"--from-plan {path}: not a `plan --json` file (needs 'inputs' and 'options')")
+    return data
+
+
+def _int(d: dict[str, Any], key: str, where: str, minimum: int) -> int:
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise SpecError(f"{where}: '{key}' must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
+    """The plan's recommended option, or `strategy`'s; it must be one the plan found feasible."""
+    path = Path(path)
+    data = _load(path)
+    inputs, where = data["inputs"], f"--from-plan {path}"
+    name = strategy or data.get("recommended")
+    if not name:
+        raise SpecError(f"{where}: the plan recommends no strategy (none fits); pass --strategy to pick one anyway")
+    option = next((o for o in data["options"] if isinstance(o, dict) and o.get("strategy") == name), None)
+    if option is None:
+        names = ", ".join(str(o.get("strategy")) for o in data["options"] if isinstance(o, dict))
+        raise SpecError(f"{where}: no option {name!r} in the plan; it has {names}")
+    if not option.get("feasible", False):
+        raise SpecError(f"{where}: the plan found {name} infeasible ({option.get('why_not')}); pick a feasible option")
+    if not isinstance(inputs.get("platform"), str) or not isinstance(inputs.get("precision"), str):
+        raise SpecError(f"{where}: inputs need 'platform' and 'precision' strings")
+    return PlanChoice(strategy=name, platform=inputs["platform"], nodes=_int(inputs, "nodes", where, 1),
+                      precision=inputs["precision"], micro_batch=_int(option, "micro_batch", where, 1),
+                      grad_accum=_int(option, "grad_accum", where, 1), ckpt_freq=_int(option, "ckpt_freq", where, 0),
+                      compile=bool(inputs.get("compile", False)), plan_file=path.name)
+
+
+def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
+    """`base` (the launcher options: account, queue, env profile, ...) with the plan's choices."""
+    return replace(base, strategy=choice.strategy, platform=choice.platform, nodes=choice.nodes,
+                   precision=choice.precision, micro_batch=choice.micro_batch, grad_accum=choice.grad_accum,
+                   ckpt_freq=choice.ckpt_freq, compile=choice.compile or base.compile)
+
+
+def with_plan_keys(emitted: Emitted, choice: PlanChoice) -> Emitted:
+    """strategy.toml with the plan's micro_batch, grad_accum, precision, platform and nodes added."""
+    keys = render_plan_keys(micro_batch=choice.micro_batch, grad_accum=choice.grad_accum, precision=choice.precision,
+                            platform=choice.platform, nodes=choice.nodes, plan_file=choice.plan_file)
+    files = [replace(f, text=f.text + keys) if f.name == STRATEGY_FILE else f for f in emitted.files]
+    return replace(emitted, files=files)
+
+
+def emit_request(*, from_plan: str | None, strategy: str | None, platform: str | None, nodes: int | None,
+                 precision: str | None, ckpt_freq: int | None, micro_batch: int | None, grad_accum: int | None,
+                 **launcher: Any) -> tuple[EmitRequest, PlanChoice | None]:
+    """The request `emit` runs: from its options, or from a plan (whose choices the options may not
+    contradict). `launcher`: the other EmitRequest fields (account, queue, env_profile, ...)."""
+    chosen = {"--platform": platform, "--nodes": nodes, "--precision": precision, "--ckpt-freq": ckpt_freq,
+              "--micro-batch": micro_batch, "--grad-accum": grad_accum}
+    if from_plan is None:
+        if strategy is None or platform is None:
+            raise SpecError("emit needs --strategy and --platform, or --from-plan PLAN.json (from `plan --json`)")
+        req = EmitRequest(strategy=strategy, platform=platform, nodes=1 if nodes is None else nodes,
+                          precision=precision or "bf16-mixed", ckpt_freq=0 if ckpt_freq is None else ckpt_freq,
+                          micro_batch=1 if micro_batch is None else micro_batch,
+                          grad_accum=1 if grad_accum is None else grad_accum, **launcher)
+        return req, None
+    given = [k for k, v in chosen.items() if v is not None]
+    if given:
+        raise SpecError(f"{given[0]} comes from the plan with --from-plan; drop it, or plan again with it")
+    choice = plan_choice(from_plan, strategy)
+    base = EmitRequest(strategy=choice.strategy, platform=choice.platform, nodes=choice.nodes, **launcher)
+    return request_from_plan(choice, base), choice
