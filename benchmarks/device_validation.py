@@ -96,7 +96,7 @@ def _int_list(text: str, flag: str, minimum: int) -> list[int]:
         raise SpecError(f"{flag} must be a comma list of integers, got {text!r}") from None
     if not values or min(values) < minimum:
         raise SpecError(f"{flag} needs integers >= {minimum}, got {text!r}")
-    return values
+    return sorted(set(values))
 
 
 def check_args(a: argparse.Namespace, platform: PlatformSpec, device: str) -> None:
@@ -244,7 +244,9 @@ def run_row(config: dict[str, Any], ctx: Any, a: argparse.Namespace, platform: P
     from prism_strategy.bench.harness import Outcome, to_result
     from prism_strategy.bench.worker import is_oom
 
-    t0 = time.perf_counter()
+    t0, accel = time.perf_counter(), _accel(ctx.device)
+    if accel is not None:  # an OOM before the burn-in ends then still reports this row's own peak
+        accel.reset_peak_memory_stats(ctx.device)
     try:
         rank = measure_row(config, ctx, a.limit_bytes)
         o = Outcome(status=rank["status"], ranks=[rank], seconds=0.0,
@@ -254,12 +256,14 @@ def run_row(config: dict[str, Any], ctx: Any, a: argparse.Namespace, platform: P
         status = "oom" if is_oom(e) else "failed"
         o = Outcome(status=status, ranks=[], seconds=0.0, error=f"{type(e).__name__}: {e}",
                     log_tail=traceback.format_exc()[-3000:])
+    reached = float(accel.max_memory_allocated(ctx.device)) if accel is not None and not o.ranks else None
     _release(ctx.device)
     o = dataclasses.replace(o, seconds=time.perf_counter() - t0)
     r = to_result(config, o, platform=platform.name, backend=platform.backend, kind=KIND,
                   predicted=predict_row(config, platform))
     extra = {"peak_reserved_bytes": o.ranks[0]["peak_reserved_bytes"] if o.ranks else None,
-             "device_name": device_name(ctx.device), "memory_figure": memory_figure(ctx.device)}
+             "peak_allocated_before_error_bytes": reached, "device_name": device_name(ctx.device),
+             "memory_figure": memory_figure(ctx.device)}
     return dataclasses.replace(r, measured=r.measured | extra)
 
 
@@ -306,10 +310,12 @@ def table_line(r: Result | None, row: Row, predicted: dict[str, Any]) -> str:
     p, m = predicted, (r.measured if r else {})
     status = r.status if r else "not run (budget)"
     meas_alloc = m.get("peak_memory_bytes")
+    reached = m.get("peak_allocated_before_error_bytes")
     meas_step = m.get("step_time_s") if r and r.status == "ok" else None
     note = (m.get("error") or "").replace("|", "/").replace("\n", " ")[:90] if r and r.status != "ok" else ""
     cells = [row.model, row.strategy, row.micro_batch, row.ckpt_freq, row.probe or "-",
-             "fits" if p["fits"] else "does not fit", status, _gib(p["allocated_bytes"]), _gib(meas_alloc),
+             "fits" if p["fits"] else "does not fit", status, _gib(p["allocated_bytes"]),
+             f"> {_gib(reached)}" if reached and not meas_alloc else _gib(meas_alloc),
              _err(p["allocated_bytes"], meas_alloc), _gib(m.get("peak_reserved_bytes")) if r else "",
              f"{p['step_time_s']:.3f}", f"{meas_step:.3f}" if meas_step else "", _err(p["step_time_s"], meas_step), note]
     return "| " + " | ".join(str(c) for c in cells) + " |"
@@ -341,7 +347,7 @@ def render(a: argparse.Namespace, platform: PlatformSpec, rows: list[Row], resul
             f"- run: world 1 (a 1-rank process group; FSDP2 on a one-rank mesh), precision {a.precision}, "
             f"seq {a.seq_len}, AdamW, {a.warmup} burn-in steps, median of {a.steps} timed steps "
             "(OOM probes: 1 + 1), synchronised at phase ends",
-            f"- measured memory: {env['memory_figure']}",
+            f"- measured memory: {env['memory_figure']}; on an OOM row '> X': the peak allocated before it failed",
             f"- predicted: `planner.evaluate` for platform preset {platform.name} (uncalibrated) at 1 node x 1 rank, "
             "same micro-batch, ckpt and precision. The memory model predicts allocated memory (live tensors at "
             "the peak moment); its framework reserve (context, communicator buffers, "
