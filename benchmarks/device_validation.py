@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+START = time.monotonic()
+"""The budget counts from here: imports and device start-up are part of the pass."""
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    import prism_strategy  # noqa: F401
-except ImportError:  # a plain checkout: use its sources
+if (ROOT / "src" / "prism_strategy").is_dir():  # a checkout measures its own code, not an installed copy
     sys.path.insert(0, str(ROOT / "src"))
 
 from prism_strategy.bench.run import base_config, platform_with_limit  # noqa: E402
@@ -81,8 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--oom-probe-factor", type=float, default=1.25,
                    help="the OOM probe's micro-batch: this x (predicted ceiling + 1)")
     p.add_argument("--memory-limit-gib", type=float, default=None,
-                   help="CPU only: a tracked peak above this counts as out of memory (and is the predicted device size)")
-    p.add_argument("--budget-s", type=float, default=540.0, help="stop before a row that would end past this")
+                   help="CPU only: a tracked peak above this is out of memory (and the predicted device size)")
+    p.add_argument("--budget-s", type=float, default=540.0,
+                   help="seconds from start; stop before a row that would end past it")
     p.add_argument("--db", default=None, help="results DB (default: $PRISM_STRATEGY_DB or the user cache)")
     p.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--dry-run", action="store_true", help="print the matrix with its predictions; run nothing")
@@ -182,7 +183,8 @@ def build_matrix(a: argparse.Namespace, platform: PlatformSpec, device: str) -> 
                           sorted({1, 4, _ceiling(m, s, k, a, platform, device)} - {0}))]
             for mb, k in combos:
                 auto_ceiling = a.mb_list is None and not a.quick and mb == _ceiling(m, s, k, a, platform, device)
-                rows.append(Row(model=m, strategy=s, micro_batch=mb, ckpt_freq=k, probe="ceiling" if auto_ceiling else ""))
+                rows.append(Row(model=m, strategy=s, micro_batch=mb, ckpt_freq=k,
+                                probe="ceiling" if auto_ceiling else ""))
             k0 = combos[0][1] if combos else a.ckpt_list[0]
             top = _ceiling(m, s, k0, a, platform, device)
             if top < MAX_MICRO_BATCH_SHOWN and (not a.quick or s == a.strategy_list[0]):
@@ -273,7 +275,8 @@ def device_name(device: Any) -> str:
         import platform as host
 
         return host.processor() or host.machine()
-    return str(accel.get_device_name(device))
+    total = accel.get_device_properties(device).total_memory
+    return f"{accel.get_device_name(device)}, {total / GiB:.1f} GiB"
 
 
 def memory_figure(device: Any) -> str:
@@ -286,7 +289,7 @@ class Budget:
     """Stop before a row that would end past the budget: seconds ~ overhead + steps x ratio x predicted step."""
 
     def __init__(self, seconds: float):
-        self.deadline, self.done = time.monotonic() + seconds, []
+        self.deadline, self.done = START + seconds, []
 
     def allows(self, config: dict[str, Any], predicted_step: float) -> bool:
         ok = [r for r in self.done if r.status == "ok"]
@@ -317,7 +320,8 @@ def table_line(r: Result | None, row: Row, predicted: dict[str, Any]) -> str:
              "fits" if p["fits"] else "does not fit", status, _gib(p["allocated_bytes"]),
              f"> {_gib(reached)}" if reached and not meas_alloc else _gib(meas_alloc),
              _err(p["allocated_bytes"], meas_alloc), _gib(m.get("peak_reserved_bytes")) if r else "",
-             f"{p['step_time_s']:.3f}", f"{meas_step:.3f}" if meas_step else "", _err(p["step_time_s"], meas_step), note]
+             f"{p['step_time_s']:.3f}", f"{meas_step:.3f}" if meas_step else "", _err(p["step_time_s"], meas_step),
+             note]
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
@@ -346,7 +350,7 @@ def render(a: argparse.Namespace, platform: PlatformSpec, rows: list[Row], resul
             f"host {env['host']}, code {env['code']}",
             f"- run: world 1 (a 1-rank process group; FSDP2 on a one-rank mesh), precision {a.precision}, "
             f"seq {a.seq_len}, AdamW, {a.warmup} burn-in steps, median of {a.steps} timed steps "
-            "(OOM probes: 1 + 1), synchronised at phase ends",
+            "(OOM probes: 1 and 1), synchronised at phase ends",
             f"- measured memory: {env['memory_figure']}; on an OOM row '> X': the peak allocated before it failed",
             f"- predicted: `planner.evaluate` for platform preset {platform.name} (uncalibrated) at 1 node x 1 rank, "
             "same micro-batch, ckpt and precision. The memory model predicts allocated memory (live tensors at "
@@ -403,8 +407,8 @@ def run(a: argparse.Namespace, platform: PlatformSpec, device: str, argv: list[s
             p = predictions[r]
             print(f"{r.model:<12} {r.strategy:<19} mb {r.micro_batch:>4} ckpt {r.ckpt_freq} {r.probe or '-':<7} "
                   f"pred {p['step_time_s']:.3f} s {_gib(p['memory_bytes']):>7} GiB {'fits' if p['fits'] else 'no fit'}")
-        print(f"{len(rows)} rows, predicted step time x steps: "
-              f"{sum(predictions[r]['step_time_s'] * (configs[r]['warmup'] + configs[r]['steps']) for r in rows):.0f} s")
+        busy = sum(predictions[r]["step_time_s"] * (configs[r]["warmup"] + configs[r]["steps"]) for r in rows)
+        print(f"{len(rows)} rows; predicted time in steps {busy:.0f} s (model building and start-up not included)")
         return 0
     store = Store(a.db)
     ctx = init_one_rank(device)

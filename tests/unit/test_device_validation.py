@@ -149,6 +149,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, needle):
 def test_bad_platform_command_exits_2(tmp_path):
     proc = run_kit(tmp_path, "--platform", "dgx-h2000", timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == [
-        f"error: unknown platform 'dgx-h2000'; use one of {', '.join(platform_names())} or a path to a platform .toml"]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unknown platform 'dgx-h2000'")
+    assert all(name in lines[0] for name in platform_names())  # the fix: the names that exist
     assert not (tmp_path / "out").exists()
