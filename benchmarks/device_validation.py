@@ -37,6 +37,9 @@ START = time.monotonic()
 ROOT = Path(__file__).resolve().parents[1]
 if (ROOT / "src" / "prism_strategy").is_dir():  # a checkout measures its own code, not an installed copy
     sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from device_validation_report import gib, render, write_atomic  # noqa: E402
 
 from prism_strategy.bench.run import base_config, platform_with_limit  # noqa: E402
 from prism_strategy.bench.store import Result, Store  # noqa: E402
@@ -177,7 +180,7 @@ def build_matrix(a: argparse.Namespace, platform: PlatformSpec, device: str) -> 
     for m in a.model_list:
         for s in a.strategy_list:
             if a.quick and a.models is None:
-                combos = [(mb, k) for qs, mb, k in QUICK_ROWS if qs == s]
+                combos = [(mb, k) for qs, mb, k in QUICK_ROWS if qs == s] or [(1, 0)]
             else:
                 combos = [(mb, k) for k in a.ckpt_list for mb in (a.mb_list or
                           sorted({1, 4, _ceiling(m, s, k, a, platform, device)} - {0}))]
@@ -299,91 +302,21 @@ class Budget:
         return time.monotonic() + overhead + n * ratio * predicted_step < self.deadline
 
 
-# ----------------------------------------------------------------------------- report
-
-def _gib(b: Any) -> str:
-    return "n/a" if b is None else f"{b / GiB:.3g}"
-
-
-def _err(pred: float | None, meas: float | None) -> str:
-    return "" if pred is None or not meas else f"{(pred - meas) / meas * 100:+.0f}"
-
-
-def table_line(r: Result | None, row: Row, predicted: dict[str, Any]) -> str:
-    p, m = predicted, (r.measured if r else {})
-    status = r.status if r else "not run (budget)"
-    meas_alloc = m.get("peak_memory_bytes")
-    reached = m.get("peak_allocated_before_error_bytes")
-    meas_step = m.get("step_time_s") if r and r.status == "ok" else None
-    note = (m.get("error") or "").replace("|", "/").replace("\n", " ")[:90] if r and r.status != "ok" else ""
-    cells = [row.model, row.strategy, row.micro_batch, row.ckpt_freq, row.probe or "-",
-             "fits" if p["fits"] else "does not fit", status, _gib(p["allocated_bytes"]),
-             f"> {_gib(reached)}" if reached and not meas_alloc else _gib(meas_alloc),
-             _err(p["allocated_bytes"], meas_alloc), _gib(m.get("peak_reserved_bytes")) if r else "",
-             f"{p['step_time_s']:.3f}", f"{meas_step:.3f}" if meas_step else "", _err(p["step_time_s"], meas_step),
-             note]
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def summary_lines(results: list[Result]) -> list[str]:
-    ok = [r for r in results if r.status == "ok"]
-    lines = []
-    if ok:
-        t = statistics.median(abs(r.predicted["step_time_s"] / r.measured["step_time_s"] - 1) * 100 for r in ok)
-        mem = [abs(r.predicted["allocated_bytes"] / r.measured["peak_memory_bytes"] - 1) * 100
-               for r in ok if r.measured.get("peak_memory_bytes")]
-        lines.append(f"- median |error| over {len(ok)} measured rows: step time {t:.0f}%"
-                     + (f", peak allocated {statistics.median(mem):.0f}%" if mem else ""))
-    judged = [r for r in results if r.status in ("ok", "oom")]
-    agree = sum((r.status == "ok") == bool(r.predicted["fits"]) for r in judged)
-    lines.append(f"- fits / does not fit: the prediction agrees with the device on {agree} of {len(judged)} rows")
-    return lines
-
-
-def render(a: argparse.Namespace, platform: PlatformSpec, rows: list[Row], results: dict[Row, Result],
-           predictions: dict[Row, dict[str, Any]], env: dict[str, str]) -> str:
-    import torch
-
-    head = [f"# Device validation: {platform.name}, {env['date']}", "",
-            f"- command: `{env['command']}`",
-            f"- device: {env['device']} ({env['device_name']}), backend {env['backend']}, torch {torch.__version__}, "
-            f"host {env['host']}, code {env['code']}",
-            f"- run: world 1 (a 1-rank process group; FSDP2 on a one-rank mesh), precision {a.precision}, "
-            f"seq {a.seq_len}, AdamW, {a.warmup} burn-in steps, median of {a.steps} timed steps "
-            "(OOM probes: 1 and 1), synchronised at phase ends",
-            f"- measured memory: {env['memory_figure']}; on an OOM row '> X': the peak allocated before it failed",
-            f"- predicted: `planner.evaluate` for platform preset {platform.name} (uncalibrated) at 1 node x 1 rank, "
-            "same micro-batch, ckpt and precision. The memory model predicts allocated memory (live tensors at "
-            "the peak moment); its framework reserve (context, communicator buffers, "
-            f"{platform.framework_reserve_gib:g} GiB) is outside the allocator and left out of 'alloc pred'; "
-            "allocator caching (reserved - allocated) is not modelled, so reserved is shown measured only",
-            f"- stored: {env['db']} (kind {KIND}, suite {SUITE}), {len(results)} of {len(rows)} rows run", ""]
-    cols = ["model", "strategy", "mb", "ckpt", "probe", "predicted", "status", "alloc pred GiB", "alloc meas GiB",
-            "alloc err %", "reserved meas GiB", "step pred s", "step meas s", "step err %", "error"]
-    table = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    table += [table_line(results.get(r), r, predictions[r]) for r in rows]
-    return "\n".join(head + table + [""] + summary_lines(list(results.values())) + [""])
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 # ----------------------------------------------------------------------------- main
 
 def _env(a: argparse.Namespace, ctx: Any, store: Store, argv: list[str] | None) -> dict[str, str]:
     import socket
+
+    import torch
 
     from prism_strategy.bench.fingerprint import code_revision
 
     args = sys.argv[1:] if argv is None else argv
     return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "device": str(ctx.device), "backend": ctx.backend,
             "device_name": device_name(ctx.device), "memory_figure": memory_figure(ctx.device),
-            "host": socket.gethostname(), "code": code_revision(), "db": str(store.path),
-            "command": shlex.join(["python", "benchmarks/device_validation.py", *args])}
+            "host": socket.gethostname(), "code": code_revision(), "db": str(store.path), "torch": torch.__version__,
+            "command": shlex.join(["python", "benchmarks/device_validation.py", *args]),
+            "stored_as": f"kind {KIND}, suite {SUITE}"}
 
 
 def init_one_rank(device: str) -> Any:
@@ -406,7 +339,7 @@ def run(a: argparse.Namespace, platform: PlatformSpec, device: str, argv: list[s
         for r in rows:
             p = predictions[r]
             print(f"{r.model:<12} {r.strategy:<19} mb {r.micro_batch:>4} ckpt {r.ckpt_freq} {r.probe or '-':<7} "
-                  f"pred {p['step_time_s']:.3f} s {_gib(p['memory_bytes']):>7} GiB {'fits' if p['fits'] else 'no fit'}")
+                  f"pred {p['step_time_s']:.3f} s {gib(p['memory_bytes']):>7} GiB {'fits' if p['fits'] else 'no fit'}")
         busy = sum(predictions[r]["step_time_s"] * (configs[r]["warmup"] + configs[r]["steps"]) for r in rows)
         print(f"{len(rows)} rows; predicted time in steps {busy:.0f} s (model building and start-up not included)")
         return 0
