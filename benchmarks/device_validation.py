@@ -190,7 +190,8 @@ def build_matrix(a: argparse.Namespace, platform: PlatformSpec, device: str) -> 
                                 probe="ceiling" if auto_ceiling else ""))
             k0 = combos[0][1] if combos else a.ckpt_list[0]
             top = _ceiling(m, s, k0, a, platform, device)
-            if top < MAX_MICRO_BATCH_SHOWN and (not a.quick or s == a.strategy_list[0]):
+            wanted = not a.quick or (a.limit_bytes and s == a.strategy_list[0])  # quick: only under a CPU limit
+            if top < MAX_MICRO_BATCH_SHOWN and wanted:
                 probe_mb = math.ceil(a.oom_probe_factor * (top + 1))
                 rows.append(Row(model=m, strategy=s, micro_batch=probe_mb, ckpt_freq=k0, probe="oom"))
     key = {r: predict_row(row_config(r, a, device), platform)["step_time_s"] for r in rows}
@@ -350,7 +351,7 @@ def run(a: argparse.Namespace, platform: PlatformSpec, device: str, argv: list[s
     results: dict[Row, Result] = {}
     for i, r in enumerate(rows):
         if not budget.allows(configs[r], predictions[r]["step_time_s"]):
-            print(f"budget: stopping before row {i + 1} of {len(rows)} ({a.budget_s:g} s)")
+            print(f"budget: stopping before row {i + 1} of {len(rows)}: it would end past {a.budget_s:g} s")
             break
         res = run_row(configs[r], ctx, a, platform)
         res = dataclasses.replace(res, id=store.add(res))

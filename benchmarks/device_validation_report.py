@@ -11,6 +11,7 @@ from typing import Any
 
 from prism_strategy.bench.store import Result
 from prism_strategy.specs.cluster import GiB, PlatformSpec
+from prism_strategy.strategies import get_strategy
 
 COLUMNS = ("model", "strategy", "mb", "ckpt", "probe", "predicted", "status", "alloc pred GiB", "alloc meas GiB",
            "alloc err %", "reserved meas GiB", "step pred s", "step meas s", "step err %", "error")
@@ -70,6 +71,8 @@ def render(a: argparse.Namespace, platform: PlatformSpec, rows: list[Any], resul
             "the peak moment); its framework reserve (context, communicator buffers, "
             f"{platform.framework_reserve_gib:g} GiB) is outside the allocator and left out of 'alloc pred'; "
             "allocator caching (reserved - allocated) is not modelled, so reserved is shown measured only",
+            *(["- DeepSpeed ZeRO skipped: not in --strategies (zero1-3 run at world 1 where DeepSpeed is installed)"]
+              if not any(get_strategy(s).engine == "deepspeed" for s in a.strategy_list) else []),
             f"- stored: {env['db']} ({env['stored_as']}), {len(results)} of {len(rows)} rows run", ""]
     table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     table += [table_line(results.get(r), r, predictions[r]) for r in rows]
