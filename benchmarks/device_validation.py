@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import importlib.util
 import math
 import os
 import shlex
@@ -344,6 +345,9 @@ def run(a: argparse.Namespace, platform: PlatformSpec, device: str, argv: list[s
         busy = sum(predictions[r]["step_time_s"] * (configs[r]["warmup"] + configs[r]["steps"]) for r in rows)
         print(f"{len(rows)} rows; predicted time in steps {busy:.0f} s (model building and start-up not included)")
         return 0
+    if importlib.util.find_spec("transformers") is None:
+        raise SpecError("device validation builds the presets with transformers, which is not installed; "
+                        "pip install 'prism-strategy[hf]'")
     store = Store(a.db)
     ctx = init_one_rank(device)
     env = _env(a, ctx, store, argv)
