@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate, estimate_comm
-from prism_strategy.estimate.compute import compute_time_s, optimizer_time_s
+from prism_strategy.estimate.compute import optimizer_time_s, phase_times
+from prism_strategy.estimate.host import host_terms, rebucket
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.parts import Part, model_parts
 from prism_strategy.rules import check
@@ -79,14 +80,16 @@ def _batch(sc: Scenario, max_mb: int) -> tuple[int, int]:
 
 def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout) -> None:
     t, p = sc.training, sc.platform
-    comm = estimate_comm(parts, t, p, layout, s, o.grad_accum)
+    comm = rebucket(estimate_comm(parts, t, p, layout, s, o.grad_accum), s.engine, t.bucket_mb, layout, p)
     o.comm = comm
-    o.compute_s = compute_time_s(parts, t, p, o.micro_batch) * o.grad_accum
-    o.comm_s = comm.total_s + comm.per_tensor_s
-    o.exposed_comm_s = comm.exposed_s(o.compute_s, p.comm_overlap)
+    o.compute_s = phase_times(parts, t, p, o.micro_batch, o.grad_accum).total  # max(FLOPs, launches) per phase
+    host = host_terms(parts, comm, s.engine, layout, o.grad_accum, o.compute_s, p)  # grad path, blocking collectives
+    o.comm_s = comm.total_s + host.grad_path_s
+    o.exposed_comm_s = host.exposed_s
     opt_bytes = t.param_bytes + t.grad_bytes + t.optim_bytes
     trainable = sum(x.trainable for x in parts) / s.degree(s.optim_shard, layout)
-    o.optimizer_s = optimizer_time_s(trainable, opt_bytes, p)
+    tensors = sum(x.tensors for x in parts if x.trains)  # FSDP2 shards every tensor: each rank steps them all
+    o.optimizer_s = optimizer_time_s(trainable, opt_bytes, p, tensors)
     o.step_time_s = o.compute_s + o.exposed_comm_s + o.optimizer_s
     o.samples_per_s = o.micro_batch * o.grad_accum * layout.world / o.step_time_s
     o.bound = "comm" if o.comm_s > o.compute_s else "compute"

@@ -67,7 +67,7 @@ def build_scenario(
     ranks_per_node: int | None = None, seq_len: int = 1024, micro_batch: int | None = None,
     global_batch: int | None = None, ckpt_freq: int = 0, precision: str = "bf16-mixed",
     optimizer: str = "adamw", vision: str | TransformerSpec | None = None, image_tokens: int | None = None,
-    compile: bool = False,
+    compile: bool = False, bucket_mb: float | None = None,
 ) -> Scenario:
     mm = model if isinstance(model, MultimodalSpec) else MultimodalSpec(
         backbone=resolve_model(model), vision=resolve_model(vision) if vision is not None else None, mode=mode)  # type: ignore[arg-type]
@@ -83,7 +83,7 @@ def build_scenario(
         _int("--image-tokens", image_tokens, 0)
     training = TrainingSpec.from_precision(
         precision, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
-        optimizer=optimizer, image_tokens=image_tokens, compile=bool(compile))
+        optimizer=optimizer, image_tokens=image_tokens, compile=bool(compile), bucket_mb=bucket_mb)
     total = seq_len + _image_tokens(mm, training)
     if total > mm.backbone.max_positions:
         extra = f" ({seq_len} text + {total - seq_len} image tokens)" if total != seq_len else ""
