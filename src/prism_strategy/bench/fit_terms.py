@@ -155,3 +155,45 @@ def leave_one_out(base: PlatformSpec, obs: list[Observation], knobs: tuple[str, 
 
 def median_abs(errs: dict[str, float]) -> float:
     return statistics.median(abs(v) for v in errs.values()) if errs else float("nan")
+
+
+# --- memory: the caching allocator's reserve beyond allocated --------------------------------
+def memory_reason(r: PublishedRecord) -> str | None:
+    """Why a record's memory figure is not used to fit the allocator term, or None."""
+    if r.measured.oom:
+        return "out of memory: the figure is where it failed, not a peak"
+    if r.section == "D":
+        return "sequence length and vision encoder not recorded"
+    if r.scenario.compile:
+        return "torch.compile changes what is saved; the analytic model is eager"
+    if r.peak_bytes("reserved") is None and r.peak_bytes("peak") is None:
+        return "no reserved or peak figure"
+    return None
+
+
+def memory_points(records: tuple[PublishedRecord, ...] | list[PublishedRecord],
+                  platform: PlatformSpec) -> list[tuple[str, float, float, float]]:
+    """(id, predicted allocated, predicted transient, measured reserved) per usable record. A
+    figure reported only as "peak" is read as reserved: PRISM's peaks sit far above any
+    allocated figure (A4 37.9 GB for a 0.6B model)."""
+    from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
+    from prism_strategy.planner import evaluate
+    from prism_strategy.scenario import build_scenario
+    from prism_strategy.strategies import get_strategy
+
+    out = []
+    for r in records:
+        if memory_reason(r) is not None:
+            continue
+        sc = build_scenario(**dict(r.scenario_kwargs(), platform=platform))
+        mem = evaluate(sc, get_strategy(r.planner_strategy)).memory
+        measured = r.peak_bytes("reserved") or r.peak_bytes("peak")
+        out.append((r.id, runtime_memory(mem, platform).allocated, transient_bytes(mem), float(measured)))
+    return out
+
+
+def fit_allocator_cache(points: list[tuple[str, float, float, float]]) -> float:
+    """Least squares through the origin: measured reserved - allocated = factor x transient."""
+    num = sum(t * (m - a) for _, a, t, m in points)
+    den = sum(t * t for _, a, t, m in points)
+    return max(0.0, num / den) if den else 0.0
