@@ -359,28 +359,22 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
 def calibrate(platform: Annotated[str, typer.Option()] = "cpu", db: Db = None,
               out: Annotated[Optional[str], typer.Option(help="Default: the user cache, used by plan automatically")] = None,
               json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Fit the platform's efficiency factors to stored results; write a calibration file."""
-    from pathlib import Path
+    """Fit the platform's terms to its published records and stored results; write a calibration file."""
+    from prism_strategy.bench.calibrate import run_calibrate
 
-    from prism_strategy.bench.calibrate import calibrate as fit, fitted_values
-    from prism_strategy.bench.store import Store
-    from prism_strategy.estimate.calibration import default_calibration_dir, write_calibration
-    from prism_strategy.specs.presets import load_platform
-
-    base = load_platform(platform)
-    rows = [r for r in Store(db).query(platform=base.name) if r.kind == "bench"]
-    fitted, report = fit(base, rows)
-    path = Path(out) if out else default_calibration_dir() / f"{base.name}.toml"
-    write_calibration(path, platform=base.name, fingerprint=rows[-1].fingerprint, values=fitted_values(fitted),
-                      runs=report["runs"], errors=report["after"])
-    report |= {"file": str(path), "values": fitted_values(fitted)}
+    report = run_calibrate(platform, db, out)
     if json_out:
         _print_json(report)
         return
     b, a = report["before"], report["after"]
-    typer.echo(f"calibrated {base.name} on {report['runs']} runs -> {path}\n"
-               f"  step time median error: {b['step_time_median']:.1f}% before, {a['step_time_median']:.1f}% after\n"
-               f"  peak memory median error: {b['memory_median']:.1f}% before, {a['memory_median']:.1f}% after")
+    typer.echo(f"calibrated {report['platform']} on {report['runs']} runs -> {report['file']}\n"
+               f"  step time median error: {b['step_time_median']:.1f}% before, {a['step_time_median']:.1f}% after")
+    if "memory_median" in a:
+        typer.echo(f"  peak memory median error: {b['memory_median']:.1f}% before, {a['memory_median']:.1f}% after")
+    for row in report.get("records", []):
+        typer.echo(f"  {row['id']:12s} step error {row['before_err_pct']:+7.1f}% before, {row['after_err_pct']:+7.1f}% after")
+    for row in report.get("not_fitted", []):
+        typer.echo(f"  {row['id']:12s} not fitted: {row['why'][:78]}")
 
 
 @app.command()

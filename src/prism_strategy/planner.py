@@ -7,8 +7,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate, estimate_comm
-from prism_strategy.estimate.compute import compute_time_s, optimizer_time_s
+from prism_strategy.estimate.compute import optimizer_time_s, phase_times
+from prism_strategy.estimate.host import host_terms, rebucket
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
+from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.estimate.parts import Part, model_parts
 from prism_strategy.plan_search import MAX_MICRO_BATCH_SHOWN, batch_problem, evaluate_searched, resolve_batch
 from prism_strategy.rules import check
@@ -44,6 +46,8 @@ class Option:
     """`plan --traced`: traced_memory_gib, traced_max_micro_batch, ... (estimate/traced.py)."""
     notes: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
+    memory_runtime: dict[str, Any] = field(default_factory=dict)
+    """Which figure memory.total is, and the allocator's reserved figure (estimate/memory_runtime.py)."""
 
     @property
     def comm_fraction(self) -> float:
@@ -80,14 +84,16 @@ def timed_view(sc: Scenario, parts: tuple[Part, ...]) -> tuple[Scenario, tuple[P
 
 def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout) -> None:
     t, p = sc.training, sc.platform
-    comm = estimate_comm(parts, t, p, layout, s, o.grad_accum)
+    comm = rebucket(estimate_comm(parts, t, p, layout, s, o.grad_accum), s.engine, t.bucket_mb, layout, p)
     o.comm = comm
-    o.compute_s = compute_time_s(parts, t, p, o.micro_batch) * o.grad_accum
-    o.comm_s = comm.total_s + comm.per_tensor_s
-    o.exposed_comm_s = comm.exposed_s(o.compute_s, p.comm_overlap)
+    o.compute_s = phase_times(parts, t, p, o.micro_batch, o.grad_accum).total  # max(FLOPs, launches) per phase
+    host = host_terms(parts, comm, s.engine, layout, o.grad_accum, o.compute_s, p)  # grad path, blocking collectives
+    o.comm_s = comm.total_s + host.grad_path_s
+    o.exposed_comm_s = host.exposed_s
     opt_bytes = t.param_bytes + t.grad_bytes + t.optim_bytes
     trainable = sum(x.trainable for x in parts) / s.degree(s.optim_shard, layout)
-    o.optimizer_s = optimizer_time_s(trainable, opt_bytes, p)
+    tensors = sum(x.tensors for x in parts if x.trains)  # FSDP2 shards every tensor: each rank steps them all
+    o.optimizer_s = optimizer_time_s(trainable, opt_bytes, p, tensors)
     o.step_time_s = o.compute_s + o.exposed_comm_s + o.optimizer_s
     o.samples_per_s = o.micro_batch * o.grad_accum * layout.world / o.step_time_s
     o.bound = "comm" if o.comm_s > o.compute_s else "compute"
@@ -102,7 +108,7 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     mem = estimate_memory(parts, t, p, lay, s, mb, accumulating=ga > 1)
     o = Option(strategy=s.name, feasible=True, why_not=None, memory=mem, max_micro_batch=max_mb,
                micro_batch=mb, grad_accum=ga, global_batch=mb * ga * lay.world, ckpt_freq=t.ckpt_freq,
-               provenance=_provenance(sc))
+               provenance=_provenance(sc), memory_runtime=memory_fields(mem, p))
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
     if blocked:
         o.feasible, o.why_not = False, f"not viable: {blocked[0].message}"
@@ -161,12 +167,18 @@ def _provenance(sc: Scenario) -> dict[str, str]:
     calibrated = next((v for v in p.sources.values() if v.startswith("calibrated")), None)
     kind = "predicted (calibrated)" if calibrated else "predicted"
     return {
-        "memory": f"{kind}: analytic model (estimate/memory.py: ZeRO model states, saved-tensor activations, fp32 loss logits)",
-        "compute": f"{kind}: FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}); "
-                   f"peak: {p.source('peak_tflops_bf16')}; fraction: {p.source('achievable_fraction')}",
+        "memory": f"{kind}: analytic model (estimate/memory.py: ZeRO model states, saved-tensor activations, fp32 loss logits); "
+                  "the figure is allocated (max_memory_allocated) + framework reserve; reserved adds the caching "
+                  f"allocator's {p.allocator_cache_factor:g} x activations and buffers ({p.source('allocator_cache_factor')})",
+        "compute": f"{kind}: per phase max(FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}), "
+                   f"kernels x {p.kernel_launch_us:g} us launch); peak: {p.source('peak_tflops_bf16')}; "
+                   f"fraction: {p.source('achievable_fraction')}; launch: {p.source('kernel_launch_us')}",
         "communication": f"{kind}: alpha-beta model (estimate/comm.py) on platform {p.name}: "
                          f"intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}, "
-                         f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})",
+                         f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})"
+                         + ("; collectives block the host" if p.host_blocking_collectives else "")
+                         + "; gradient path per tensor: " + (", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
+                                                               or f"{p.per_tensor_overhead_us:g} us") + " (estimate/host.py)",
         "calibration": calibrated or "none",
     }
 
@@ -287,7 +299,7 @@ def option_dict(o: Option) -> dict[str, Any]:
         "strategy": o.strategy, "feasible": o.feasible, "why_not": o.why_not,
         "memory_gib": {k: round(v, 3) for k, v in o.memory.gib().items()},
         "memory_items": [{"item": label, "key": k, "gib": round(b / GiB, 3)} for k, label, b in o.memory.items],
-        "memory_peak_at": o.memory.moment,
+        "memory_peak_at": o.memory.moment, **o.memory_runtime,
         "max_micro_batch": o.max_micro_batch, "micro_batch": o.micro_batch, "grad_accum": o.grad_accum,
         "global_batch": o.global_batch, "ckpt_freq": o.ckpt_freq,
         "step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "compute_s": o.compute_s,

@@ -217,9 +217,14 @@ def test_malformed_files_exit_2(tmp_path):
 def test_calibration_file_changes_prediction_and_provenance(tmp_path):
     from prism_strategy.estimate.calibration import write_calibration
 
+    from prism_strategy.specs.presets import load_platform
+
+    aurora = load_platform("aurora")
     cal = tmp_path / "aurora.toml"
-    write_calibration(cal, platform="aurora", fingerprint={"host": "x", "torch": "2.8"},
-                      values={"achievable_fraction": 0.25}, runs=5, errors={})
+    # half the FLOP rate and twice the launch cost: every phase, FLOPs- or launch-bound, takes twice as long
+    write_calibration(cal, platform="aurora", fingerprint={"host": "x", "torch": "2.8"}, runs=5, errors={},
+                      values={"achievable_fraction": aurora.achievable_fraction / 2,
+                              "kernel_launch_us": aurora.kernel_launch_us * 2})
     args = ["--model", "qwen3-0.6b", "--seq-len", "512", "--micro-batch", "8"]
     base = run_json(*args, "--calibration", "none")["options"][0]
     cald = run_json(*args, "--calibration", str(cal))["options"][0]

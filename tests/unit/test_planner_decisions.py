@@ -3,6 +3,11 @@
 Scenarios use PRISM's own settings where DOMAIN gives them: seq 1024 with checkpointing of
 every block for 7B end-to-end, seq 512 for the 0.6B runs (micro-batch 8 per tile assumed),
 seq 8192 for AuroraGPT-2B.
+
+Margins are those of the aurora preset fitted to PRISM's 1-2 node records (benchmarks/aurora_fit.py):
+the blocking ring all-reduce measured in A1 (~2 GB/s) and FSDP's measured cost at 2 nodes (A3) give
+HSDP shard_grad_op ~1.18x full_shard for a 0.6B model and full_shard ~0.8 efficiency at 8 nodes,
+where the pre-fit preset gave >1.25x and <0.7; the decisions (who wins, which is comm-bound) hold.
 """
 
 import pytest
@@ -18,7 +23,7 @@ def test_projector_only_on_7b_backbone_is_ddp(nodes):
     p = plan("olmo-7b", vision=VISION, mode="projector", platform="aurora", nodes=nodes, seq_len=1024)
     assert p.recommended == "ddp"
     ddp = p.option("ddp")
-    assert ddp.feasible and ddp.comm_fraction < 0.05
+    assert ddp.feasible and ddp.comm_fraction < 0.1  # fp32 projector grads over the ~2 GB/s blocking ring (A1)
     assert any("static_graph" in n for n in ddp.notes)
     # sharding the frozen 7B backbone only adds all-gathers of frozen weights
     assert p.option("fsdp_full_shard").samples_per_s < 0.9 * ddp.samples_per_s
@@ -38,8 +43,8 @@ def test_7b_e2e_one_aurora_node_is_fsdp_full_shard_and_ddp_does_not_fit():
 def test_small_model_comm_bound_hsdp_shard_grad_op_beats_full_shard(nodes):
     p = plan("qwen3-0.6b", platform="aurora", nodes=nodes, seq_len=512, micro_batch=8)
     fs, hsgo = p.option("fsdp_full_shard"), p.option("hsdp_shard_grad_op")
-    assert fs.bound == "comm"
-    assert hsgo.samples_per_s > 1.25 * fs.samples_per_s
+    assert fs.comm_s > 0.9 * fs.compute_s  # comm as large as the launch-bound compute; "comm" from 8 nodes on
+    assert hsgo.samples_per_s > 1.15 * fs.samples_per_s
 
 
 def test_7b_shard_grad_op_shows_gathered_params_and_root_only_wrap_cost():
@@ -62,7 +67,7 @@ def test_full_shard_scaling_compute_bound_2b_vs_comm_bound_small_model():
     small = plan("qwen3-0.6b", platform="aurora", nodes=8, seq_len=512, micro_batch=8).option("fsdp_full_shard")
     assert big.bound == "compute" and small.bound == "comm"
     assert big.scaling_efficiency >= 0.85
-    assert small.scaling_efficiency <= 0.7
+    assert small.scaling_efficiency <= 0.8 < big.scaling_efficiency - 0.1
 
 
 def test_not_viable_options_are_never_recommended():

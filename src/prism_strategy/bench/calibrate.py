@@ -96,6 +96,80 @@ def calibrate(base: PlatformSpec, results: list[Result]) -> tuple[PlatformSpec, 
 
 
 def fitted_values(p: PlatformSpec) -> dict[str, float]:
+    from prism_strategy.bench.fit_terms import get_value
     from prism_strategy.estimate.calibration import FITTED
 
-    return {k: float(getattr(p, k)) for k in FITTED}
+    return {k: float(v) for k in FITTED if (v := get_value(p, k)) is not None}
+
+
+def published_for(platform: str) -> list[str]:
+    """Shipped measurement files whose records ran on this platform."""
+    from prism_strategy.bench.published import load_published, published_names
+
+    return [n for n in published_names() if any(r.platform == platform for r in load_published(n))]
+
+
+def _db_observations(results: list[Result]) -> list[Any]:
+    """Stored runs (bench or imported) as step-time observations; copies of published records
+    (config["published"]) are skipped: the records themselves are read from the package."""
+    from prism_strategy.bench.fit_terms import Observation
+
+    out = []
+    for r in results:
+        if r.status != "ok" or not r.measured.get("step_time_s") or r.config.get("published"):
+            continue
+        out.append(Observation(id=f"db:{r.id}", what="step_s", measured=float(r.measured["step_time_s"]),
+                               predict=lambda p, c=r.config: predict(c, p)["step_time_s"]))
+    return out
+
+
+def calibrate_terms(base: PlatformSpec, results: list[Result], names: list[str]) -> tuple[PlatformSpec, dict[str, Any]]:
+    """Fit the host/launch/collective terms (bench/fit_terms.py) to the published records of
+    `names` and the stored runs, from the fit's priors (reproducible without a DB); then the
+    allocator's cache factor to the records' reserved memory."""
+    from prism_strategy.bench import fit_terms as ft
+    from prism_strategy.bench.published import load_published
+
+    records = [r for n in names for r in load_published(n) if r.platform == base.name]
+    obs = [o for r in records if ft.fit_reason(r) is None for o in ft.record_observations(r)] + _db_observations(results)
+    if len({o.id for o in obs}) < 3:
+        raise SpecError(f"calibration needs at least 3 measured step times on platform {base.name}, found "
+                        f"{len({o.id for o in obs})}; import runs with `prism-strategy results import`")
+    prior = ft.prior_platform(base)
+    fitted = ft.fit(prior, obs)
+    fitted = dataclasses.replace(fitted, allocator_cache_factor=ft.fit_allocator_cache(ft.memory_points(records, fitted)))
+    before, after = ft.errors(base, obs), ft.errors(fitted, obs)
+    rows = [{"id": k, "before_err_pct": before[k], "after_err_pct": after[k]} for k in after]
+    held = [{"id": r.id, "why": ft.fit_reason(r)} for r in records if ft.fit_reason(r)]
+    report = {"runs": len(rows), "records": rows, "not_fitted": held,
+              "before": {"step_time_median": ft.median_abs(before)}, "after": {"step_time_median": ft.median_abs(after)}}
+    return fitted, report
+
+
+def run_calibrate(platform: str, db: str | None, out: str | None) -> dict[str, Any]:
+    """`prism-strategy calibrate`: fit, write the calibration file, return the report. A platform
+    with published records (data/measurements) fits the step-time terms to them and to every
+    stored run; otherwise the efficiency factors to this tool's own bench runs."""
+    from pathlib import Path
+
+    from prism_strategy.bench.store import Store
+    from prism_strategy.estimate.calibration import default_calibration_dir, write_calibration
+    from prism_strategy.specs.presets import load_platform
+
+    base = load_platform(platform)
+    stored = Store(db).query(platform=base.name)
+    names = published_for(base.name)
+    if names:
+        fitted, report = calibrate_terms(base, [r for r in stored if r.kind != "ceiling-trial"], names)
+        own = [r for r in stored if not r.config.get("published")]
+        fp = own[-1].fingerprint if own else {"host": f"published records {', '.join(names)}", "platform": base.name,
+                                               "backend": base.backend, "torch": "as recorded"}
+        report["published"] = names
+    else:
+        rows = [r for r in stored if r.kind == "bench"]
+        fitted, report = calibrate(base, rows)
+        fp = rows[-1].fingerprint
+    path = Path(out) if out else default_calibration_dir() / f"{base.name}.toml"
+    write_calibration(path, platform=base.name, fingerprint=fp, values=fitted_values(fitted), runs=report["runs"],
+                      errors={k: v for k, v in report["after"].items() if v == v})
+    return report | {"platform": base.name, "file": str(path), "values": fitted_values(fitted)}

@@ -99,6 +99,8 @@ class PublishedRecord:
         kw: dict[str, Any] = dict(mode=s.mode, platform=self.platform, nodes=s.nodes, ranks_per_node=s.ranks_per_node,
                                   seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.samples_per_step,
                                   ckpt_freq=s.ckpt_freq, precision=s.precision, compile=s.compile)
+        if s.bucket_mb is not None and s.strategy == "ddp":
+            kw["bucket_mb"] = s.bucket_mb
         return {"model": s.model, **kw} | ({"vision": s.vision} if s.vision else {})
 
     @property

@@ -15,7 +15,10 @@ from prism_strategy.specs.presets import read_toml
 
 FITTED = ("achievable_fraction", "peak_tflops_bf16", "peak_tflops_fp32", "intra_bw_gbps", "intra_ring_bw_gbps",
           "nic_bw_gbps", "intra_latency_us", "inter_latency_us", "collective_overhead_us", "scaleout_overhead_us",
-          "per_tensor_overhead_us", "kernel_launch_us", "activation_factor", "framework_reserve_gib")
+          "per_tensor_overhead_us", "kernel_launch_us", "activation_factor", "framework_reserve_gib",
+          "allocator_cache_factor", "grad_path_us_per_tensor.ddp", "grad_path_us_per_tensor.fsdp2",
+          "grad_path_us_per_tensor.deepspeed")
+"""Dotted names are entries of a platform table (grad_path_us_per_tensor.<engine>)."""
 
 
 def default_calibration_dir() -> Path:
@@ -28,7 +31,7 @@ def write_calibration(path: Path, *, platform: str, fingerprint: dict[str, Any],
     """TOML written by hand (strings JSON-escaped, which TOML basic strings accept); atomic rename."""
     lines = [f"platform = {json.dumps(platform)}", f"runs = {runs}", "", "[fingerprint]"]
     lines += [f"{k} = {json.dumps(str(v))}" for k, v in fingerprint.items() if k in ("host", "torch", "backend", "platform", "date", "code")]
-    lines += ["", "[values]"] + [f"{k} = {float(v)!r}" for k, v in values.items()]
+    lines += ["", "[values]"] + [f"{json.dumps(k) if '.' in k else k} = {float(v)!r}" for k, v in values.items()]
     lines += ["", "[error_pct]"] + [f"{k} = {float(v)!r}" for k, v in errors.items()]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -54,7 +57,11 @@ def apply_calibration(platform: PlatformSpec, data: dict[str, Any], source: str)
     fp = data.get("fingerprint", {})
     note = f"calibrated: fitted to {data.get('runs', '?')} runs on {fp.get('host', '?')} (torch {fp.get('torch', '?')}), {source}"
     sources = dict(platform.sources) | {k: note for k in values}
-    return dataclasses.replace(platform, **values, sources=sources)
+    tables: dict[str, dict[str, float]] = {}
+    for k in [k for k in values if "." in k]:
+        table, key = k.split(".", 1)
+        tables.setdefault(table, dict(getattr(platform, table)))[key] = values.pop(k)
+    return dataclasses.replace(platform, **values, **tables, sources=sources)
 
 
 def find_calibration(platform: PlatformSpec, current: dict[str, Any]) -> Path | None:

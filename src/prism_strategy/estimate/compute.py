@@ -1,4 +1,4 @@
-"""Compute per step from FLOPs.
+"""Compute per step: per phase, the larger of FLOPs / achievable peak and kernels x launch cost.
 
 Forward FLOPs per token: 2 x (weights in matmuls) (Kaplan et al. 2020; PaLM appendix B, as
 nanoGPT's estimate_mfu) plus attention scores and values, 4 x seq x (heads x head_dim) per layer,
@@ -6,22 +6,115 @@ halved for causal masks (flash attention skips the masked half). Backward: 2x fo
 trainable part (activation and weight gradients); 1x for the matmuls of a frozen part that
 gradients flow through (activation gradients only) and 2x its attention; 0 for a frozen part
 with nothing trainable below it. Activation checkpointing recomputes the forward of the
-checkpointed blocks. Time = FLOPs / (peak x achievable fraction), bounded below by the CPU
-time to launch the step's kernels (small models on Level Zero are launch-bound).
+checkpointed blocks.
+
+Kernels (launch-bound steps, PRISM A1/A2/B1 on Aurora: a 0.6B model launches ~6,900 kernels a
+step at ~45 us of host time each, more time than its FLOPs take) are counted from the block's
+ops as eager PyTorch (HF modelling code) runs them: see `block_kernels`. Backward launches two
+kernels per forward elementwise op and two GEMMs (input and weight gradients) per forward GEMM
+of a trainable block, one of a frozen block; checkpointed blocks launch their forward again.
+Eager counts; torch.compile fuses the elementwise ops (counted as GEMMs + attention only).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from prism_strategy.estimate.memory import checkpointed_blocks
 from prism_strategy.estimate.parts import Part
 from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
 
-KERNELS_PER_BLOCK_FWD = 25
-"""Kernels one transformer block launches in forward (norms, projections, rope, attention,
-MLP, residual adds, casts); backward launches about twice as many. An assumption; calibrate."""
+NORM_KERNELS = {"rmsnorm": 7, "layernorm": 1, "layernorm_noparam": 3}
+"""HF RMSNorm: cast to fp32, pow, mean, add eps, rsqrt, mul, cast back x weight; LayerNorm is one
+fused kernel (OLMo's parameter-free one casts to fp32 and back around it)."""
+ROPE_KERNELS = 10
+"""q and k each: rotate_half (neg, cat), x cos, rotate_half x sin, add."""
+ATTENTION_KERNELS = 2
+"""scaled_dot_product_attention and the contiguous copy after the head transpose."""
+GQA_KERNELS = 2
+"""repeat_kv copies of k and v when kv_heads < heads."""
+RESIDUAL_KERNELS = 2
+DECODER_ROOT_KERNELS = 8
+"""Embedding lookup, LM head GEMM, loss in fp32 (cast, shift copy, log_softmax, nll, mean, scale);
+the final norm comes on top."""
+VISION_ROOT_KERNELS = 3
+"""Patch-embedding convolution, position-embedding add, post-layernorm."""
+PROJECTOR_KERNELS = 5
+"""Linear, GELU, Linear, and merging image tokens into the text sequence (2)."""
+OPTIMIZER_FOREACH_OPS = 8
+"""AdamW (foreach): lerp, mul, addcmul, weight decay, sqrt, div, add, addcdiv over tensor lists."""
+FOREACH_TENSORS_PER_KERNEL = 36
+"""multi_tensor_apply packs at most 36 tensors of a 4-list op into one launch (PyTorch ForeachFunctors)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BlockKernels:
+    kernels: int
+    """Forward kernels one block launches."""
+    gemms: int
+
+    def backward(self, trains: bool) -> int:
+        return 2 * (self.kernels - self.gemms) + self.gemms * (2 if trains else 1)
+
+
+def block_kernels(spec: TransformerSpec, compiled: bool = False) -> BlockKernels:
+    """Kernels of one block's forward, from its structure: 2 norms (+ q/k norms), q/k/v/o GEMMs,
+    rope (decoders), attention, MLP GEMMs and activation (+ SwiGLU's gate product), residual adds."""
+    gemms = 4 + (3 if spec.mlp == "swiglu" else 2)
+    if compiled:
+        return BlockKernels(kernels=gemms + ATTENTION_KERNELS, gemms=gemms)
+    n = 2 * NORM_KERNELS[spec.norm] + (0 if spec.qk_norm == "none" else 2 * NORM_KERNELS["rmsnorm"])
+    n += gemms + ATTENTION_KERNELS + RESIDUAL_KERNELS + (2 if spec.mlp == "swiglu" else 1)
+    if spec.kind == "decoder":
+        n += ROPE_KERNELS + (GQA_KERNELS if spec.kv_heads < spec.heads else 0)
+    return BlockKernels(kernels=n, gemms=gemms)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseKernels:
+    forward: int
+    backward: int
+    """Including the forward recomputed under activation checkpointing."""
+    optimizer: int
+    gemms: int
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward + self.optimizer
+
+
+def _part_kernels(part: Part, training: TrainingSpec) -> tuple[int, int, int, int]:
+    """(forward, backward incl. recompute, gemms forward, gemms backward) of one part, one micro-step."""
+    if part.spec is None:
+        bwd = 2 * PROJECTOR_KERNELS if part.backward else 0
+        return PROJECTOR_KERNELS, bwd, 2, (4 if part.backward else 0)
+    spec = part.spec
+    blk = block_kernels(spec, training.compile)
+    root = (DECODER_ROOT_KERNELS + NORM_KERNELS[spec.norm]) if spec.kind == "decoder" else VISION_ROOT_KERNELS
+    root_gemms = 1
+    fwd = spec.layers * blk.kernels + root
+    if not part.backward:
+        return fwd, 0, spec.layers * blk.gemms + root_gemms, 0
+    k = checkpointed_blocks(spec.layers, training.ckpt_freq)
+    bwd = spec.layers * blk.backward(part.trains) + 2 * root + k * blk.kernels
+    g_bwd = (spec.layers * blk.gemms + root_gemms) * (2 if part.trains else 1) + k * blk.gemms
+    return fwd, bwd, spec.layers * blk.gemms + root_gemms, g_bwd
+
+
+def step_kernels(parts: tuple[Part, ...], training: TrainingSpec, grad_accum: int = 1,
+                 trainable_tensors: int | None = None) -> PhaseKernels:
+    """Kernels one rank launches per optimizer step (model only: the engine's own copies and
+    collectives are counted by its grad-path term)."""
+    f = b = g = 0
+    for p in parts:
+        pf, pb, gf, gb = _part_kernels(p, training)
+        f, b, g = f + pf, b + pb, g + gf + gb
+    tensors = sum(p.tensors for p in parts if p.trains) if trainable_tensors is None else trainable_tensors
+    opt = OPTIMIZER_FOREACH_OPS * math.ceil(tensors / FOREACH_TENSORS_PER_KERNEL)
+    return PhaseKernels(forward=f * grad_accum, backward=b * grad_accum, optimizer=opt, gemms=g * grad_accum)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,23 +159,54 @@ def achieved_flops(platform: PlatformSpec, training: TrainingSpec) -> float:
     return peak * 1e12 * platform.achievable_fraction
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseTimes:
+    """Seconds per optimizer step on one rank; each phase max(FLOPs time, launch time)."""
+
+    forward: float
+    backward: float
+    forward_launch: float
+    backward_launch: float
+    forward_flops: float
+    backward_flops: float
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward
+
+    @property
+    def launch_bound(self) -> bool:
+        return self.forward_launch + self.backward_launch > self.forward_flops + self.backward_flops
+
+
+def phase_times(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int,
+                grad_accum: int = 1) -> PhaseTimes:
+    rate = achieved_flops(platform, training)
+    fl = [part_flops_per_sample(p, training) for p in parts]
+    f_fwd = micro_batch * grad_accum * sum(x.forward for x in fl) / rate
+    f_bwd = micro_batch * grad_accum * sum(x.backward + x.recompute for x in fl) / rate
+    k = step_kernels(parts, training, grad_accum)
+    launch = platform.kernel_launch_us * 1e-6
+    return PhaseTimes(forward=max(f_fwd, k.forward * launch), backward=max(f_bwd, k.backward * launch),
+                      forward_launch=k.forward * launch, backward_launch=k.backward * launch,
+                      forward_flops=f_fwd, backward_flops=f_bwd)
+
+
 def kernel_launch_s(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec) -> float:
-    """CPU time to launch one micro-step's kernels."""
-    n = 0
-    for p in parts:
-        if p.spec is None:
-            continue
-        mult = 1 + (2 if p.backward else 0) + (1 if training.ckpt_freq and p.backward else 0)
-        n += p.spec.layers * KERNELS_PER_BLOCK_FWD * mult
-    return n * platform.kernel_launch_us * 1e-6
+    """CPU time to launch one micro-step's forward and backward kernels."""
+    k = step_kernels(parts, training)
+    return (k.forward + k.backward) * platform.kernel_launch_us * 1e-6
 
 
 def compute_time_s(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int) -> float:
-    """One micro-step (forward + backward + recompute) on one device."""
-    flops_s = micro_batch * flops_per_sample(parts, training) / achieved_flops(platform, training)
-    return max(flops_s, kernel_launch_s(parts, training, platform))
+    """One micro-step (forward + backward + recompute) on one device, phase by phase."""
+    return phase_times(parts, training, platform, micro_batch).total
 
 
-def optimizer_time_s(trainable_per_device: float, bytes_per_param: float, platform: PlatformSpec) -> float:
-    """The optimizer step is memory-bound: it reads and writes params, grads and states."""
-    return 2 * trainable_per_device * bytes_per_param / (platform.hbm_bw_gbps * 1e9)
+def optimizer_time_s(trainable_per_device: float, bytes_per_param: float, platform: PlatformSpec,
+                     trainable_tensors: int = 0) -> float:
+    """Memory-bound (it reads and writes params, grads and states) or launch-bound (foreach
+    kernels over the tensor lists), whichever is longer."""
+    memory = 2 * trainable_per_device * bytes_per_param / (platform.hbm_bw_gbps * 1e9)
+    kernels = OPTIMIZER_FOREACH_OPS * math.ceil(trainable_tensors / FOREACH_TENSORS_PER_KERNEL)
+    return max(memory, kernels * platform.kernel_launch_us * 1e-6)

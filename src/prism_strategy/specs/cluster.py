@@ -55,6 +55,15 @@ class PlatformSpec:
     per_tensor_overhead_us: float = 5.0
     comm_overlap: float = 0.8
     """Fraction of communication a backward pass can hide behind compute (0 when collectives block)."""
+    grad_path_us_per_tensor: dict[str, float] = field(default_factory=dict)
+    """Host time per trainable tensor and micro-step of each engine's gradient path (AccumulateGrad
+    + hook), keyed by engine name (ddp, fsdp2, deepspeed); estimate/host.py. An engine missing
+    here falls back to per_tensor_overhead_us."""
+    host_blocking_collectives: bool = False
+    """Collectives hold the host until done (oneCCL CCL_OP_SYNC=1): no overlap with compute."""
+    allocator_cache_factor: float = 0.0
+    """Reserved beyond allocated at the peak, per byte of the peak's activations and buffers
+    (caching allocator with varying batch shapes); estimate/memory_runtime.py."""
     activation_factor: float = 1.0
     """Measured / predicted saved-activation bytes; 1.0 until `prism-strategy calibrate` fits it."""
     compile_multinode_ok: bool = True
@@ -71,6 +80,10 @@ class PlatformSpec:
                 raise SpecError(f"platform {self.name!r}: {f} must be in (0, 1], got {getattr(self, f)}")
         if self.activation_factor <= 0:
             raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
+        if self.allocator_cache_factor < 0:
+            raise SpecError(f"platform {self.name!r}: allocator_cache_factor must be >= 0, got {self.allocator_cache_factor}")
+        if any(v < 0 for v in self.grad_path_us_per_tensor.values()):
+            raise SpecError(f"platform {self.name!r}: grad_path_us_per_tensor values must be >= 0")
         if not 0 <= self.comm_overlap <= 1:
             raise SpecError(f"platform {self.name!r}: comm_overlap must be in [0, 1], got {self.comm_overlap}")
 

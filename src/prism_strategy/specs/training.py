@@ -45,6 +45,8 @@ class TrainingSpec:
     ckpt_auto: bool = False
     """`--ckpt-freq auto`: the planner searches ckpt_freq per option (ckpt_freq is the value tried)."""
     compile: bool = False
+    bucket_mb: float | None = None
+    """DDP gradient bucket (bucket_cap_mb); None = torch's default 25 MB."""
     precision: Precision = "bf16-mixed"
 
     def __post_init__(self) -> None:
@@ -60,6 +62,8 @@ class TrainingSpec:
             raise SpecError(f"--mean-seq-len must be between 1 and --seq-len {self.seq_len}, got {self.mean_seq_len}")
         if self.image_tokens is not None and self.image_tokens < 0:
             raise SpecError(f"--image-tokens must be >= 0, got {self.image_tokens}")
+        if self.bucket_mb is not None and self.bucket_mb <= 0:
+            raise SpecError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
         if self.ckpt_freq < 0:
             raise SpecError(f"--ckpt-freq must be >= 0 (0 = no checkpointing), got {self.ckpt_freq}")
         if self.optimizer not in OPTIMIZERS:

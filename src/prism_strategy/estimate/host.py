@@ -1,0 +1,85 @@
+"""Host-side step-time terms the Aurora measurements show (PRISM A1/A2/A3, B1), each named:
+
+- grad path: per trainable tensor and micro-step, the host time of the engine's gradient path
+  (AccumulateGrad plus the engine's hook: DDP's bucket copy and bookkeeping, FSDP2's per-unit
+  reduce-scatter preparation, DeepSpeed's IPG bucket copy), from the platform's
+  `grad_path_us_per_tensor` table keyed by engine name. Separate from kernel launch: PRISM A1
+  shows AccumulateGrad holding the host 1.49 s over ~525 tensors (~3 ms each), almost all of it
+  the blocking all-reduce DDP's hook issues from inside it (xccl:all_reduce 1.46 s), so the
+  per-tensor figure is fitted with the collectives modelled separately, not read off that
+  profile. A platform without a figure for the engine keeps comm.py's per-tensor overhead.
+- host-blocking collectives: with CCL_OP_SYNC=1 every collective returns only when done, so the
+  host (and so the launch queue) waits for each: nothing overlaps compute.
+- DDP bucket size: a scenario's bucket_mb re-buckets DDP's gradient all-reduce (comm.py counts
+  torch's 25 MB default): calls = ceil(gradient bytes / bucket), each costed by comm.py's own
+  collective_seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from prism_strategy.estimate.comm import CommEstimate, collective_seconds, group_geometry
+from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.cluster import Layout, PlatformSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostTerms:
+    grad_path_s: float
+    """Host time of the engine's per-tensor gradient path per optimizer step."""
+    grad_path_source: str
+    collectives_s: float
+    exposed_collectives_s: float
+    """Collective time not hidden behind compute (all of it when collectives block the host)."""
+
+    @property
+    def exposed_s(self) -> float:
+        return self.exposed_collectives_s + self.grad_path_s
+
+
+def grad_path_s(parts: tuple[Part, ...], engine: str, layout: Layout, grad_accum: int,
+                platform: PlatformSpec) -> tuple[float, str] | None:
+    """(seconds per step, source), or None when the platform has no figure for this engine."""
+    us = platform.grad_path_us_per_tensor.get(engine)
+    if us is None:
+        return None
+    if layout.world <= 1:  # no wrapper, no hook: AccumulateGrad's kernels are in the launch count
+        return 0.0, "one rank: no engine hooks"
+    tensors = sum(p.tensors for p in parts if p.trains)
+    src = platform.sources.get(f"grad_path_us_per_tensor.{engine}", platform.source("grad_path_us_per_tensor"))
+    return tensors * us * 1e-6 * grad_accum, f"{tensors} tensors x {us:g} us x {grad_accum} micro-steps ({src})"
+
+
+def rebucket(comm: CommEstimate, engine: str, bucket_mb: float | None, layout: Layout,
+             platform: PlatformSpec) -> CommEstimate:
+    """DDP's gradient all-reduce re-costed for a bucket size other than torch's default."""
+    if engine != "ddp" or not bucket_mb:
+        return comm
+    out = []
+    for c in comm.collectives:
+        if c.op != "all_reduce" or c.group != "world":
+            out.append(c)
+            continue
+        total = c.bytes_per_call * c.calls_per_step
+        calls = max(1, math.ceil(total / (bucket_mb * 2**20)))
+        ranks, nodes, conc = group_geometry(c.group, layout)
+        secs = collective_seconds(c.op, total / calls, ranks, nodes, conc, platform) * calls
+        out.append(dataclasses.replace(c, bytes_per_call=total / calls, calls_per_step=calls, seconds_per_step=secs))
+    return dataclasses.replace(comm, collectives=tuple(out))
+
+
+def host_terms(parts: tuple[Part, ...], comm: CommEstimate, engine: str, layout: Layout, grad_accum: int,
+               compute_s: float, platform: PlatformSpec) -> HostTerms:
+    grad = grad_path_s(parts, engine, layout, grad_accum, platform)
+    if grad is None:
+        grad = (comm.per_tensor_s, f"per_tensor_overhead_us ({platform.source('per_tensor_overhead_us')})")
+    if platform.host_blocking_collectives:
+        exposed = comm.total_s
+    else:
+        exposed = comm.exposed_s(compute_s, platform.comm_overlap) - comm.per_tensor_s
+    return HostTerms(grad_path_s=grad[0], grad_path_source=grad[1], collectives_s=comm.total_s,
+                     exposed_collectives_s=exposed)
+
