@@ -60,6 +60,8 @@ class RunLog:
     events: list[Event] = field(default_factory=list)
     hang_reports: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[int, dict[str, Any]] = field(default_factory=dict)
+    closed: dict[int, int] = field(default_factory=dict)
+    """Ranks whose (last) run wrote a close record, with its step count."""
     sources: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
@@ -103,15 +105,32 @@ def _ours(obj: dict[str, Any], path: Path, where: str, log: RunLog) -> None:
             log.skipped.append(f"{where}: {len(log.records)} earlier step records (an earlier run) left out")
             log.records.clear()
             log.events.clear()
-        log.meta[int(obj.get("rank", 0))] = obj
+        log.closed.clear()
+        log.meta[_int(obj.get("rank", 0), where, "rank")] = obj
     elif kind == "step":
         try:
             log.records.append(step_times(obj, int(obj["rank"])))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise SpecError(f"{where}: step record lacks or mangles {e}") from None
+    elif kind == "close":
+        rank = obj.get("rank", next(iter(log.meta), _rank_from_path(path) or 0))
+        log.closed[_int(rank, where, "rank")] = _int(obj.get("steps", -1), where, "steps")
     elif kind == "event":
-        log.events.append(Event(obj["event"], int(obj.get("step", -1)), tuple(obj.get("ranks", ())),
-                                obj.get("evidence", {}), obj.get("message", ""), "online"))
+        log.events.append(_event(obj, where))
+
+
+def _int(v: Any, where: str, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise SpecError(f"{where}: {name} must be a number, got {v!r}")
+    return int(v)
+
+
+def _event(obj: dict[str, Any], where: str) -> Event:
+    ranks, evidence = obj.get("ranks", ()), obj.get("evidence", {})
+    if not isinstance(obj.get("event"), str) or not isinstance(ranks, list) or not isinstance(evidence, dict):
+        raise SpecError(f"{where}: event record needs an 'event' name, a 'ranks' list and an 'evidence' object")
+    return Event(obj["event"], _int(obj.get("step", -1), where, "step"),
+                 tuple(_int(r, where, "rank") for r in ranks), evidence, str(obj.get("message", "")), "online")
 
 
 def _perf(obj: dict[str, Any], path: Path, index: int, log: RunLog) -> None:
@@ -140,6 +159,7 @@ def read_jsonl(path: Path, log: RunLog) -> None:
     log.records += own.records
     log.events += own.events
     log.meta.update(own.meta)
+    log.closed.update(own.closed)
     log.skipped += own.skipped
     if own.records or own.events or own.meta:
         log.sources.append(str(path))

@@ -9,10 +9,11 @@ How compute is told apart from collective wait (DOMAIN.md section 6)
 In a synchronous data-parallel step every rank leaves the gradient collective at about the same
 moment. The phases before it hold no collective in DDP / ZeRO-1/2 (data, forward) and the
 optimizer step is local, so ``local = data + forward + optimizer`` is each rank's own work,
-measured without a barrier. On CPU devices the monitor also records the process CPU time of
-those phases and the straggler test uses it, so a rank that only waits for a core (an
-oversubscribed host) is not called a straggler; on accelerators (and for PRISM logs) it is the
-wall time. The backward phase holds the rank's backward compute *plus* its wait
+measured without a barrier, by wall time (a rank that waits - on storage, on a slower device,
+for a core on an oversubscribed host, in a sleep - holds the others back just as a slow one
+does). On CPU devices the monitor also records the process CPU time of those phases; it names
+the cause of a straggler (compute / waiting / data loader), it does not decide whether there is
+one. The backward phase holds the rank's backward compute *plus* its wait
 in the gradient collective; the rank that arrives last (the straggler) waits least, so its
 backward is the shortest while its local time is the longest. Hence:
 
@@ -20,11 +21,12 @@ backward is the shortest while its local time is the longest. Hence:
   own baseline for ``collapse_steps`` consecutive steps while forward stays flat on every rank
   (within ``flat_factor`` of its baseline, or grown by less than ``flat_share`` of the
   backward's growth): compute unchanged, the collective slowed;
-* straggler: the per-step ratio ``local[rank] / min over ranks`` has a median >= ``straggler_ratio``
-  and exceeds it in >= ``straggler_consistency`` of the steps, for a minority of ranks; their
-  excess is a visible share of the step, and their backward
-  (= collective wait) is not above the others' (they wait least). When the slow rank also gets
-  more tokens, it is input skew instead;
+* straggler: the per-step ratio ``local[rank] / min over ranks`` (wall) has a median >=
+  ``straggler_ratio`` and exceeds it in >= ``straggler_consistency`` of the steps, for a minority
+  of ranks; their excess is a visible share of the step, and their backward (= collective wait)
+  is not above the others' (they wait least). When the slow rank also gets more tokens, it is
+  input skew instead. Cause (`straggler_cause`): data loader when the data phase holds half the
+  excess, else compute when CPU time grew by half the excess (or is not recorded), else waiting;
 * input skew: compute (forward, else step time) follows the tokens of the batch (Spearman rank
   correlation >= ``skew_corr`` over (rank, step) points, with tokens and time both varying;
   ranks, not values, so a few scheduler hiccups do not hide it).
@@ -42,7 +44,7 @@ from typing import Any, Iterable, Literal, NamedTuple
 
 import numpy as np
 
-EventKind = Literal["collapse", "straggler", "input_skew", "hang"]
+EventKind = Literal["collapse", "straggler", "input_skew", "hang", "incomplete"]
 PHASES = ("data", "forward", "backward", "optimizer")
 FIELDS = ("step", "data", "forward", "backward", "optimizer", "step_s", "tokens", "cpu_forward", "cpu_local")
 """Column order of one gathered row (what each rank sends every K steps)."""
@@ -89,7 +91,7 @@ class Event:
     ranks: tuple[int, ...]
     evidence: dict[str, Any] = field(default_factory=dict)
     message: str = ""
-    source: Literal["online", "offline", "hang_report"] = "offline"
+    source: Literal["online", "offline", "hang_report", "log"] = "offline"
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "step": self.step, "ranks": list(self.ranks),
@@ -165,13 +167,6 @@ class Series:
         return cls(ranks=tuple(ranks), steps=steps, **cols)
 
     @property
-    def compute(self) -> tuple[np.ndarray, str]:
-        """Local work per rank and step: CPU time where every rank has it, else wall time."""
-        if np.isfinite(self.cpu_local).any() and not np.any(np.isfinite(self.local) & ~np.isfinite(self.cpu_local)):
-            return self.cpu_local, "cpu_time"
-        return self.local, "wall"
-
-    @property
     def local(self) -> np.ndarray:
         """data + forward + optimizer: the collective-free work of each rank."""
         parts = np.stack([self.data, self.forward, self.optimizer])
@@ -245,8 +240,8 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     return Event("collapse", int(s.steps[i]), s.ranks, ev, msg)
 
 
-def _straggler_stats(s: Series) -> dict[str, np.ndarray] | None:
-    local, _ = s.compute
+def _straggler_stats(s: Series) -> dict[str, Any] | None:
+    local = s.local
     ok = np.all(np.isfinite(local), axis=0)
     if ok.sum() == 0:
         return None
@@ -254,15 +249,45 @@ def _straggler_stats(s: Series) -> dict[str, np.ndarray] | None:
     best = np.min(local, axis=0)
     ratio = local / np.where(best > 0, best, np.nan)
     return {"ratio": _nanmedian(ratio, axis=1), "local": _nanmedian(local, axis=1), "all_ratios": ratio,
-            "backward": _nanmedian(s.backward[:, ok], axis=1),
-            "tokens": _nanmedian(s.tokens[:, ok], axis=1),
+            "backward": _nanmedian(s.backward[:, ok], axis=1), "data": _nanmedian(s.data[:, ok], axis=1),
+            "forward": _nanmedian(s.forward[:, ok], axis=1), "optimizer": _nanmedian(s.optimizer[:, ok], axis=1),
+            "cpu": _nanmedian(s.cpu_local[:, ok], axis=1), "tokens": _nanmedian(s.tokens[:, ok], axis=1),
             "step": _nanmedian(s.step_s[:, ok]), "n": ok.sum(), "steps": s.steps[ok],
-            "wall": _nanmedian(s.local[:, ok], axis=1),
             "slowest": np.argmax(local, axis=0)}
 
 
+def _excess(a: np.ndarray, k: int, others: list[int]) -> float:
+    """How much rank k's value is above the others' median (0 where unknown)."""
+    d = float(a[k]) - float(np.median(a[others]))
+    return d if math.isfinite(d) else 0.0
+
+
+def straggler_cause(st: dict[str, Any], k: int, others: list[int]) -> dict[str, Any]:
+    """Why rank k is slow: ``data_loader`` when its data phase holds at least half its extra
+    wall time; else ``compute`` when its CPU time grew by at least half the extra wall time (or
+    no CPU time was recorded: accelerators, PRISM logs); else ``waiting`` (wall slow, CPU not:
+    storage, a slower device the host waits on, starvation on an oversubscribed host, sleep)."""
+    wall = _excess(st["local"], k, others)
+    data = _excess(st["data"], k, others)
+    cpu_known = bool(np.all(np.isfinite(st["cpu"])))
+    cpu = _excess(st["cpu"], k, others) if cpu_known else math.nan
+    if data >= 0.5 * wall:
+        cause = "data_loader"
+    elif not cpu_known or cpu >= 0.5 * wall:
+        cause = "compute"
+    else:
+        cause = "waiting"
+    return {"cause": cause, "extra_wall_s": _r(wall), "extra_data_s": _r(data),
+            "extra_forward_s": _r(_excess(st["forward"], k, others)),
+            "extra_optimizer_s": _r(_excess(st["optimizer"], k, others)),
+            "extra_cpu_s": _r(cpu), "cpu_time": "recorded" if cpu_known else "not recorded"}
+
+
 def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
-    """A minority of ranks whose local compute is consistently slower and who wait least."""
+    """A minority of ranks whose local work is consistently slower by wall time and who wait least.
+
+    Wall time decides (a rank slowed by waiting, even for a core on an oversubscribed host, holds
+    the others back just the same); CPU time, where recorded, only names the cause."""
     if len(s.ranks) < 2:
         return None
     st = _straggler_stats(s.tail(cfg.warmup_skip))
@@ -283,22 +308,46 @@ def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
         tok_ratio = tok / float(np.median(tok[others]))
         if any(tok_ratio[k] >= 1 + 0.5 * (st["ratio"][k] - 1) for k in slow):
             return None
+    return _straggler_event(s, cfg, st, slow, others, over)
+
+
+def _straggler_event(s: Series, cfg: DetectConfig, st: dict[str, Any], slow: list[int], others: list[int],
+                     over: np.ndarray) -> Event:
     ranks = tuple(s.ranks[k] for k in slow)
+    per = {str(s.ranks[k]): k for k in range(len(s.ranks))}
+    causes = {str(s.ranks[k]): straggler_cause(st, k, others) for k in slow}
+    worst = max(slow, key=lambda k: st["ratio"][k])
+    cause = causes[str(s.ranks[worst])]["cause"]
     fastest = s.ranks[int(np.argmin(st["local"]))]
-    ev = {"ranks": list(ranks), "fastest_rank": fastest, "compute_measure": s.compute[1],
-          "compute_ratio": {str(s.ranks[k]): _r(st["ratio"][k], 2) for k in range(len(s.ranks))},
-          "compute_s": {str(s.ranks[k]): _r(st["local"][k]) for k in range(len(s.ranks))},
-          "local_wall_s": {str(s.ranks[k]): _r(st["wall"][k]) for k in range(len(s.ranks))},
-          "collective_wait_s": {str(s.ranks[k]): _r(st["backward"][k]) for k in range(len(s.ranks))},
+    ev = {"ranks": list(ranks), "fastest_rank": fastest, "measure": "wall", "cause": cause, "causes": causes,
+          "local_ratio": {r: _r(st["ratio"][k], 2) for r, k in per.items()},
+          "local_wall_s": {r: _r(st["local"][k]) for r, k in per.items()},
+          "local_cpu_s": {r: _r(st["cpu"][k]) for r, k in per.items()},
+          "data_s": {r: _r(st["data"][k]) for r, k in per.items()},
+          "forward_s": {r: _r(st["forward"][k]) for r, k in per.items()},
+          "collective_wait_s": {r: _r(st["backward"][k]) for r, k in per.items()},
           "slowest_share": {str(s.ranks[k]): _r(float(np.mean(st["slowest"] == k)), 2) for k in slow},
           "over_ratio_share": {str(s.ranks[k]): _r(float(over[k]), 2) for k in slow},
           "steps": [int(st["steps"][0]), int(st["steps"][-1])], "n_steps": int(st["n"]),
           "threshold": cfg.straggler_ratio}
-    worst = max(slow, key=lambda k: st["ratio"][k])
-    msg = (f"straggler: rank(s) {', '.join(map(str, ranks))} compute {st['ratio'][worst]:.2f}x the "
-           f"best rank ({fastest}) over {ev['n_steps']} steps and wait least in backward "
-           f"({st['backward'][worst]:.4f}s vs {wait_others:.4f}s for the others)")
+    wait_others = float(np.median(st["backward"][others]))
+    msg = (f"straggler ({CAUSE_WORDS[cause]}): rank(s) {', '.join(map(str, ranks))} "
+           f"{st['ratio'][worst]:.2f}x the wall time of the fastest rank ({fastest}) outside the "
+           f"gradient collective over {ev['n_steps']} steps, and wait least in backward "
+           f"({_fmt_s(st['backward'][worst])} vs {_fmt_s(wait_others)} for the others)")
     return Event("straggler", ev["steps"][0], ranks, ev, msg)
+
+
+CAUSE_WORDS = {"compute": "compute", "waiting": "waiting, not computing", "data_loader": "data loader"}
+
+
+def _fmt_s(x: float) -> str:
+    """Seconds with a unit a reader takes in at once: 12.1 s, 310 ms, 0.42 ms."""
+    if not math.isfinite(x):
+        return "-"
+    if abs(x) >= 1.0:
+        return f"{x:.1f} s" if abs(x) >= 10 else f"{x:.2f} s"
+    return f"{x * 1000:.0f} ms" if abs(x) >= 0.01 else f"{x * 1000:.2f} ms"
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -353,9 +402,8 @@ def detect_all(s: Series, cfg: DetectConfig | None = None) -> list[Event]:
 
 
 def summarize(s: Series) -> dict[str, Any]:
-    """Fastest and slowest rank by local compute over the series, and the straggler ratio."""
-    compute, measure = s.compute
-    local = _nanmedian(compute, axis=1)
+    """Fastest and slowest rank by local wall time over the series, and the straggler ratio."""
+    local = _nanmedian(s.local, axis=1)
     step = _nanmedian(s.step_s, axis=1)
     if not np.any(np.isfinite(local)):
         return {"ranks": len(s.ranks)}
@@ -364,4 +412,4 @@ def summarize(s: Series) -> dict[str, Any]:
     return {"ranks": len(s.ranks), "steps": [int(s.steps[0]), int(s.steps[-1])],
             "step_s": _r(float(np.nanmedian(step))), "fastest_rank": s.ranks[lo],
             "fastest_local_s": _r(local[lo]), "slowest_rank": s.ranks[hi],
-            "slowest_local_s": _r(local[hi]), "straggler_ratio": _r(ratio, 3), "measure": measure}
+            "slowest_local_s": _r(local[hi]), "straggler_ratio": _r(ratio, 3), "measure": "wall"}
