@@ -223,20 +223,25 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     flat = (fwd_ratio <= cfg.flat_factor) | (fwd - base_f <= cfg.flat_share * (bwd - base_b))
     if not np.all(flat):
         return None
-    step_ratio = _nanmedian(s.step_s[:, i:j]) / _nanmedian(s.step_s[:, b0:b1])
+    step0, step1 = _nanmedian(s.step_s[:, b0:b1]), _nanmedian(s.step_s[:, i:j])
     per_rank = {str(r): {"backward_baseline_s": _r(base_b[k]), "backward_s": _r(bwd[k]),
                          "backward_ratio": _r(bwd[k] / base_b[k], 2),
                          "forward_baseline_s": _r(base_f[k]), "forward_s": _r(fwd[k]),
                          "forward_ratio": _r(fwd_ratio[k], 2)} for k, r in enumerate(s.ranks)}
     factor = float(np.median(bwd / base_b))
+    before_after = {"backward_baseline_s": float(np.median(base_b)), "backward_s": float(np.median(bwd)),
+                    "forward_baseline_s": float(np.median(base_f)), "forward_s": float(np.median(fwd)),
+                    "step_baseline_s": float(step0), "step_s": float(step1)}
     ev = {"from_step": int(s.steps[i]), "to_step": int(s.steps[j - 1]), "hot_steps": j - i,
           "baseline_steps": [int(s.steps[b0]), int(s.steps[b1 - 1])],
+          **{k: _r(v) for k, v in before_after.items()},
           "backward_factor": _r(factor, 2), "forward_factor": _r(float(np.max(fwd_ratio)), 2),
-          "step_time_factor": _r(step_ratio, 2), "threshold": cfg.collapse_factor,
+          "step_time_factor": _r(step1 / step0, 2), "threshold": cfg.collapse_factor,
           "per_rank": per_rank}
-    msg = (f"collapse: backward of all {len(s.ranks)} ranks rose {factor:.1f}x together from step "
-           f"{ev['from_step']} to {ev['to_step']} while forward stayed within "
-           f"{ev['forward_factor']}x; the collective slowed, not one rank")
+    ba = {k: fmt_s(v) for k, v in before_after.items()}
+    msg = (f"collapse: backward {ba['backward_baseline_s']} -> {ba['backward_s']} ({factor:.1f}x) on all "
+           f"{len(s.ranks)} ranks together from step {ev['from_step']} to {ev['to_step']}, while forward "
+           f"stayed {ba['forward_baseline_s']} -> {ba['forward_s']}: the collective slowed, not one rank")
     return Event("collapse", int(s.steps[i]), s.ranks, ev, msg)
 
 
@@ -334,16 +339,16 @@ def _straggler_event(s: Series, cfg: DetectConfig, st: dict[str, Any], slow: lis
     msg = (f"straggler ({CAUSE_WORDS[cause]}): rank(s) {', '.join(map(str, ranks))} "
            f"{st['ratio'][worst]:.2f}x the wall time of the fastest rank ({fastest}) outside the "
            f"gradient collective over {ev['n_steps']} steps, and wait least in backward "
-           f"({_fmt_s(st['backward'][worst])} vs {_fmt_s(wait_others)} for the others)")
+           f"({fmt_s(st['backward'][worst])} vs {fmt_s(wait_others)} for the others)")
     return Event("straggler", ev["steps"][0], ranks, ev, msg)
 
 
 CAUSE_WORDS = {"compute": "compute", "waiting": "waiting, not computing", "data_loader": "data loader"}
 
 
-def _fmt_s(x: float) -> str:
-    """Seconds with a unit a reader takes in at once: 12.1 s, 310 ms, 0.42 ms."""
-    if not math.isfinite(x):
+def fmt_s(x: Any) -> str:
+    """Seconds with a unit a reader takes in at once: 12.1 s, 1.02 s, 310 ms, 0.42 ms; '-' if unknown."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating)) or not math.isfinite(x):
         return "-"
     if abs(x) >= 1.0:
         return f"{x:.1f} s" if abs(x) >= 10 else f"{x:.2f} s"
