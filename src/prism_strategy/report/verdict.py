@@ -59,30 +59,31 @@ def _cause_line(r: str, c: dict[str, Any]) -> str:
                 f"over the others' ({_plus(c.get('extra_wall_s'))} in all): its input pipeline is slow")
     if cause == "waiting":
         return (f"cause: waiting: rank {r} spends {_plus(c.get('extra_wall_s'))} more wall time but "
-                f"{_plus(c.get('extra_cpu_s'))} CPU time: it waits (storage, a slower device the host "
-                "waits on, CPU starvation, a sleep) rather than computes")
+                f"{_plus(c.get('extra_cpu_s'))} CPU time (the others' CPU time stretches "
+                f"{c.get('others_wall_per_cpu')}x into wall time): it waits - on storage, a slower device "
+                "the host waits on, a core (CPU starvation), a sleep - rather than computes")
     parts = f"forward {_plus(c.get('extra_forward_s'))}, optimizer {_plus(c.get('extra_optimizer_s'))}"
     if c.get("cpu_time") == "recorded":
-        return (f"cause: compute: rank {r}'s CPU time grew {_plus(c.get('extra_cpu_s'))} with its wall time "
-                f"{_plus(c.get('extra_wall_s'))} ({parts})")
+        return (f"cause: compute: rank {r}'s CPU time grew {_plus(c.get('extra_cpu_s'))} (x"
+                f"{c.get('others_wall_per_cpu')} for the host's load, as on the other ranks) with its wall "
+                f"time {_plus(c.get('extra_wall_s'))} ({parts})")
     return (f"cause: compute, by wall time ({parts}); no CPU time was recorded (accelerator or "
             "external log), so waiting cannot be told apart")
 
 
 def _straggler_lines(ev: dict[str, Any]) -> list[str]:
-    fast = str(ev.get("fastest_rank"))
     wall, wait = ev.get("local_wall_s", {}), ev.get("collective_wait_s", {})
     ranks = [str(r) for r in ev.get("ranks", [])]
-    others = [w for r, w in wait.items() if r not in ranks and isinstance(w, (int, float))]
+    others = sorted(w for r, w in wait.items() if r not in ranks and isinstance(w, (int, float)))
     lines = []
     for r in ranks:
         share = (ev.get("over_ratio_share") or {}).get(r)
-        lines.append(f"rank {r}: data + forward + optimizer take {fmt_s(wall.get(r))} per step, "
-                     f"rank {fast} {fmt_s(wall.get(fast))} ({ev.get('local_ratio', {}).get(r)}x; over "
+        lines.append(f"rank {r}: data + forward + optimizer take {fmt_s(wall.get(r))} per step, the other "
+                     f"ranks {fmt_s(ev.get('others_local_wall_s'))} ({ev.get('local_ratio', {}).get(r)}x; over "
                      f"{ev.get('threshold')}x in {round(100 * share) if share is not None else '?'}% of "
                      f"{ev.get('n_steps')} steps)")
         lines.append(f"rank {r} waits {fmt_s(wait.get(r))} in backward, the others "
-                     f"{fmt_s(sorted(others)[len(others) // 2] if others else None)}: they wait for it "
+                     f"{fmt_s(others[len(others) // 2] if others else None)}: they wait for it "
                      "in the gradient collective")
         lines.append(_cause_line(r, (ev.get("causes") or {}).get(r, {})))
     for o in ev.get("oversubscribed", []):

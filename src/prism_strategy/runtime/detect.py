@@ -21,12 +21,13 @@ backward is the shortest while its local time is the longest. Hence:
   own baseline for ``collapse_steps`` consecutive steps while forward stays flat on every rank
   (within ``flat_factor`` of its baseline, or grown by less than ``flat_share`` of the
   backward's growth): compute unchanged, the collective slowed;
-* straggler: the per-step ratio ``local[rank] / min over ranks`` (wall) has a median >=
+* straggler: the per-step ratio ``local[rank] / median of the other ranks`` (wall) has a median >=
   ``straggler_ratio`` and exceeds it in >= ``straggler_consistency`` of the steps, for a minority
   of ranks; their excess is a visible share of the step, and their backward (= collective wait)
   is not above the others' (they wait least). When the slow rank also gets more tokens, it is
   input skew instead. Cause (`straggler_cause`): data loader when the data phase holds half the
-  excess, else compute when CPU time grew by half the excess (or is not recorded), else waiting;
+  excess, else compute when the extra CPU time (stretched by the host's load, as measured on
+  the other ranks) explains half the excess (or no CPU time is recorded), else waiting;
 * input skew: compute (forward, else step time) follows the tokens of the batch (Spearman rank
   correlation >= ``skew_corr`` over (rank, step) points, with tokens and time both varying;
   ranks, not values, so a few scheduler hiccups do not hide it).
@@ -116,7 +117,8 @@ class DetectConfig:
     straggler_ratio: float = 1.3
     straggler_min_share: float = 0.05
     """The straggler's extra local time must be at least this share of the median step."""
-    straggler_min_steps: int = 5
+    straggler_min_steps: int = 10
+    """Fewer steps than this say nothing: on a shared host a few descheduled steps look alike."""
     straggler_consistency: float = 0.75
     """Share of steps in which the straggler must be over the ratio (a rank that is only
     descheduled now and then, as under CPU contention, is not a straggler)."""
@@ -245,14 +247,21 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     return Event("collapse", int(s.steps[i]), s.ranks, ev, msg)
 
 
+def _others_median(a: np.ndarray) -> np.ndarray:
+    """Per step, the median over the *other* ranks (exact up to 64 ranks, else over all)."""
+    if a.shape[0] > 64:
+        return np.broadcast_to(_nanmedian(a, axis=0), a.shape)
+    return np.stack([_nanmedian(np.delete(a, k, axis=0), axis=0) for k in range(a.shape[0])])
+
+
 def _straggler_stats(s: Series) -> dict[str, Any] | None:
     local = s.local
     ok = np.all(np.isfinite(local), axis=0)
     if ok.sum() == 0:
         return None
     local = local[:, ok]
-    best = np.min(local, axis=0)
-    ratio = local / np.where(best > 0, best, np.nan)
+    ref = _others_median(local)
+    ratio = local / np.where(ref > 0, ref, np.nan)
     return {"ratio": _nanmedian(ratio, axis=1), "local": _nanmedian(local, axis=1), "all_ratios": ratio,
             "backward": _nanmedian(s.backward[:, ok], axis=1), "data": _nanmedian(s.data[:, ok], axis=1),
             "forward": _nanmedian(s.forward[:, ok], axis=1), "optimizer": _nanmedian(s.optimizer[:, ok], axis=1),
@@ -269,23 +278,29 @@ def _excess(a: np.ndarray, k: int, others: list[int]) -> float:
 
 def straggler_cause(st: dict[str, Any], k: int, others: list[int]) -> dict[str, Any]:
     """Why rank k is slow: ``data_loader`` when its data phase holds at least half its extra
-    wall time; else ``compute`` when its CPU time grew by at least half the extra wall time (or
-    no CPU time was recorded: accelerators, PRISM logs); else ``waiting`` (wall slow, CPU not:
-    storage, a slower device the host waits on, starvation on an oversubscribed host, sleep)."""
+    wall time; else ``compute`` when its extra CPU time, stretched as the other ranks' CPU time
+    is stretched into wall time on their host (a busy host slows every rank's compute alike),
+    explains at least half its extra wall time, or when no CPU time was recorded (accelerators,
+    PRISM logs); else ``waiting`` (wall slow, CPU not: storage, a slower device the host waits
+    on, starvation on an oversubscribed host, a sleep)."""
     wall = _excess(st["local"], k, others)
     data = _excess(st["data"], k, others)
     cpu_known = bool(np.all(np.isfinite(st["cpu"])))
     cpu = _excess(st["cpu"], k, others) if cpu_known else math.nan
+    stretch = 1.0
+    if cpu_known and float(np.median(st["cpu"][others])) > 0:
+        stretch = max(1.0, float(np.median(st["local"][others]) / np.median(st["cpu"][others])))
     if data >= 0.5 * wall:
         cause = "data_loader"
-    elif not cpu_known or cpu >= 0.5 * wall:
+    elif not cpu_known or cpu * stretch >= 0.5 * wall:
         cause = "compute"
     else:
         cause = "waiting"
     return {"cause": cause, "extra_wall_s": _r(wall), "extra_data_s": _r(data),
             "extra_forward_s": _r(_excess(st["forward"], k, others)),
             "extra_optimizer_s": _r(_excess(st["optimizer"], k, others)),
-            "extra_cpu_s": _r(cpu), "cpu_time": "recorded" if cpu_known else "not recorded"}
+            "extra_cpu_s": _r(cpu), "others_wall_per_cpu": _r(stretch, 2),
+            "cpu_time": "recorded" if cpu_known else "not recorded"}
 
 
 def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
@@ -298,7 +313,7 @@ def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
     st = _straggler_stats(s.tail(cfg.warmup_skip))
     if st is None or st["n"] < cfg.straggler_min_steps:
         return None
-    excess = st["local"] - np.min(st["local"])
+    excess = st["local"] - np.array([np.median(np.delete(st["local"], k)) for k in range(len(s.ranks))])
     over = np.mean(st["all_ratios"] >= cfg.straggler_ratio, axis=1)
     slow = [k for k in range(len(s.ranks)) if st["ratio"][k] >= cfg.straggler_ratio
             and over[k] >= cfg.straggler_consistency and excess[k] >= cfg.straggler_min_share * st["step"]]
@@ -327,6 +342,7 @@ def _straggler_event(s: Series, cfg: DetectConfig, st: dict[str, Any], slow: lis
     ev = {"ranks": list(ranks), "fastest_rank": fastest, "measure": "wall", "cause": cause, "causes": causes,
           "local_ratio": {r: _r(st["ratio"][k], 2) for r, k in per.items()},
           "local_wall_s": {r: _r(st["local"][k]) for r, k in per.items()},
+          "others_local_wall_s": _r(float(np.median(st["local"][others]))),
           "local_cpu_s": {r: _r(st["cpu"][k]) for r, k in per.items()},
           "data_s": {r: _r(st["data"][k]) for r, k in per.items()},
           "forward_s": {r: _r(st["forward"][k]) for r, k in per.items()},
@@ -336,10 +352,11 @@ def _straggler_event(s: Series, cfg: DetectConfig, st: dict[str, Any], slow: lis
           "steps": [int(st["steps"][0]), int(st["steps"][-1])], "n_steps": int(st["n"]),
           "threshold": cfg.straggler_ratio}
     wait_others = float(np.median(st["backward"][others]))
-    msg = (f"straggler ({CAUSE_WORDS[cause]}): rank(s) {', '.join(map(str, ranks))} "
-           f"{st['ratio'][worst]:.2f}x the wall time of the fastest rank ({fastest}) outside the "
-           f"gradient collective over {ev['n_steps']} steps, and wait least in backward "
-           f"({fmt_s(st['backward'][worst])} vs {fmt_s(wait_others)} for the others)")
+    msg = (f"straggler ({CAUSE_WORDS[cause]}): rank(s) {', '.join(map(str, ranks))} take "
+           f"{st['ratio'][worst]:.2f}x the other ranks' wall time outside the gradient collective "
+           f"({fmt_s(st['local'][worst])} vs {fmt_s(float(np.median(st['local'][others])))}) over "
+           f"{ev['n_steps']} steps, and wait least in backward ({fmt_s(st['backward'][worst])} vs "
+           f"{fmt_s(wait_others)} for the others)")
     return Event("straggler", ev["steps"][0], ranks, ev, msg)
 
 
