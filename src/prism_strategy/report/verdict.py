@@ -64,9 +64,8 @@ def _cause_line(r: str, c: dict[str, Any]) -> str:
                 "the host waits on, a core (CPU starvation), a sleep - rather than computes")
     parts = f"forward {_plus(c.get('extra_forward_s'))}, optimizer {_plus(c.get('extra_optimizer_s'))}"
     if c.get("cpu_time") == "recorded":
-        return (f"cause: compute: rank {r}'s CPU time grew {_plus(c.get('extra_cpu_s'))} (x"
-                f"{c.get('others_wall_per_cpu')} for the host's load, as on the other ranks) with its wall "
-                f"time {_plus(c.get('extra_wall_s'))} ({parts})")
+        return (f"cause: compute: rank {r}'s CPU time is {c.get('cpu_ratio')}x the others' "
+                f"({_plus(c.get('extra_cpu_s'))}; its wall time {_plus(c.get('extra_wall_s'))}, {parts})")
     return (f"cause: compute, by wall time ({parts}); no CPU time was recorded (accelerator or "
             "external log), so waiting cannot be told apart")
 

@@ -26,8 +26,9 @@ backward is the shortest while its local time is the longest. Hence:
   of ranks; their excess is a visible share of the step, and their backward (= collective wait)
   is not above the others' (they wait least). When the slow rank also gets more tokens, it is
   input skew instead. Cause (`straggler_cause`): data loader when the data phase holds half the
-  excess, else compute when the extra CPU time (stretched by the host's load, as measured on
-  the other ranks) explains half the excess (or no CPU time is recorded), else waiting;
+  excess, else compute when CPU time is itself over the ratio, or the extra CPU time (stretched
+  by the host's load, as measured on the other ranks) explains half the excess (or no CPU time
+  is recorded), else waiting;
 * input skew: compute (forward, else step time) follows the tokens of the batch (Spearman rank
   correlation >= ``skew_corr`` over (rank, step) points, with tokens and time both varying;
   ranks, not values, so a few scheduler hiccups do not hide it).
@@ -276,30 +277,33 @@ def _excess(a: np.ndarray, k: int, others: list[int]) -> float:
     return d if math.isfinite(d) else 0.0
 
 
-def straggler_cause(st: dict[str, Any], k: int, others: list[int]) -> dict[str, Any]:
+def straggler_cause(st: dict[str, Any], k: int, others: list[int], ratio: float) -> dict[str, Any]:
     """Why rank k is slow: ``data_loader`` when its data phase holds at least half its extra
-    wall time; else ``compute`` when its extra CPU time, stretched as the other ranks' CPU time
-    is stretched into wall time on their host (a busy host slows every rank's compute alike),
-    explains at least half its extra wall time, or when no CPU time was recorded (accelerators,
-    PRISM logs); else ``waiting`` (wall slow, CPU not: storage, a slower device the host waits
-    on, starvation on an oversubscribed host, a sleep)."""
+    wall time; else ``compute`` when its CPU time is itself `ratio` x the others', or its extra
+    CPU time, stretched as the other ranks' CPU time is stretched into wall time on their host
+    (a busy host slows every rank's compute alike), explains at least half its extra wall time,
+    or when no CPU time was recorded (accelerators, PRISM logs); else ``waiting`` (wall slow,
+    CPU not: storage, a slower device the host waits on, starvation on an oversubscribed host,
+    a sleep)."""
     wall = _excess(st["local"], k, others)
     data = _excess(st["data"], k, others)
     cpu_known = bool(np.all(np.isfinite(st["cpu"])))
     cpu = _excess(st["cpu"], k, others) if cpu_known else math.nan
-    stretch = 1.0
+    stretch, cpu_ratio = 1.0, math.nan
     if cpu_known and float(np.median(st["cpu"][others])) > 0:
-        stretch = max(1.0, float(np.median(st["local"][others]) / np.median(st["cpu"][others])))
+        base = float(np.median(st["cpu"][others]))
+        stretch = max(1.0, float(np.median(st["local"][others])) / base)
+        cpu_ratio = float(st["cpu"][k]) / base
     if data >= 0.5 * wall:
         cause = "data_loader"
-    elif not cpu_known or cpu * stretch >= 0.5 * wall:
+    elif not cpu_known or cpu_ratio >= ratio or cpu * stretch >= 0.5 * wall:
         cause = "compute"
     else:
         cause = "waiting"
     return {"cause": cause, "extra_wall_s": _r(wall), "extra_data_s": _r(data),
             "extra_forward_s": _r(_excess(st["forward"], k, others)),
             "extra_optimizer_s": _r(_excess(st["optimizer"], k, others)),
-            "extra_cpu_s": _r(cpu), "others_wall_per_cpu": _r(stretch, 2),
+            "extra_cpu_s": _r(cpu), "cpu_ratio": _r(cpu_ratio, 2), "others_wall_per_cpu": _r(stretch, 2),
             "cpu_time": "recorded" if cpu_known else "not recorded"}
 
 
@@ -335,7 +339,7 @@ def _straggler_event(s: Series, cfg: DetectConfig, st: dict[str, Any], slow: lis
                      over: np.ndarray) -> Event:
     ranks = tuple(s.ranks[k] for k in slow)
     per = {str(s.ranks[k]): k for k in range(len(s.ranks))}
-    causes = {str(s.ranks[k]): straggler_cause(st, k, others) for k in slow}
+    causes = {str(s.ranks[k]): straggler_cause(st, k, others, cfg.straggler_ratio) for k in slow}
     worst = max(slow, key=lambda k: st["ratio"][k])
     cause = causes[str(s.ranks[worst])]["cause"]
     fastest = s.ranks[int(np.argmin(st["local"]))]
