@@ -378,16 +378,14 @@ def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "pris
            model: Annotated[str, typer.Option(help="Model for the predicted scaling curve")] = "qwen3-0.6b",
            platform: Annotated[str, typer.Option()] = "aurora") -> None:
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
-    from pathlib import Path
-
     from prism_strategy.bench.compare import compare as make_rows
     from prism_strategy.bench.store import Store
     from prism_strategy.planner import plan as make_plan
-    from prism_strategy.report.plots import breakdown_plot, scaling_plot, throughput_plot
+    from prism_strategy.report.plots import breakdown_plot, check_out_dir, scaling_plot, throughput_plot
 
+    outdir = check_out_dir(out)
     results = Store(db).query()
     rows = make_rows(results)
-    outdir = Path(out)
     written = [scaling_plot(make_plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32]).sweep,
                             outdir / "scaling.png")]
     if rows:

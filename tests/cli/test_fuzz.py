@@ -109,6 +109,19 @@ def _write_inputs(d: Path) -> dict[str, str]:
     return files
 
 
+ESTIMATE_VALID = {"fp32", "projector", "tiny-llama", "qwen3-0.6b", "aurora", "cpu", "polaris", "siglip2-base-patch16-224"}
+
+
+def _must_fail_estimate(opt: str, value: str) -> bool:
+    """Values estimate must refuse before it traces (a valid or huge count traces for seconds)."""
+    if value in ESTIMATE_VALID:
+        return False
+    try:
+        return int(value) < (0 if opt == "--ckpt-freq" else 1)
+    except ValueError:
+        return True
+
+
 def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
     """Per command: option -> values it may be given (a few valid, mostly bad)."""
     cfgs = [v for k, v in f.items() if k.startswith("cfg_")] + [str(Path(v).parent) for k, v in f.items()
@@ -130,9 +143,7 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
         "plan": {**common_plan, "--global-batch": num + ["7"], "--optimizer": names + ["sgd"],
                  "--image-tokens": num, "--sweep-nodes": num + ["1,2,x", ",", "1,,2", "0,1", "-1", "1,2,4"],
                  "--calibration": paths + names + ["none", "auto"], "--json": []},
-        "estimate": {k: [x for x in v if x not in ("2", "128", "1", "fp32", "projector", "tiny-llama", "qwen3-0.6b",
-                                                   "aurora", "cpu", "polaris", "siglip2-base-patch16-224", "٣", " 3")]
-                     for k, v in {**common_plan, "--strategy": names}.items()},
+        "estimate": {k: [x for x in v if _must_fail_estimate(k, x)] for k, v in {**common_plan, "--strategy": names}.items()},
         "emit": {"--strategy": names + ["zero3", "fsdp_full_shard"], "--platform": platform,
                  "--nodes": num + ["4", "600"], "--env-profile": names + paths + ["cpu-gloo"],
                  "--precision": names, "--ckpt-freq": num, "--micro-batch": num, "--grad-accum": num,
@@ -173,7 +184,7 @@ def generate(cmd: str, n: int, out: Path, f: dict[str, str]) -> list[list[str]]:
     cases = []
     for i in range(n):
         opts = dict(_base(cmd, out, i, f))
-        for key in rng.sample(sorted(pools), k=min(len(pools), rng.choice((1, 1, 2, 3)))):
+        for key in rng.sample(sorted(pools), k=min(len(pools), rng.choice((1, 2, 2, 3)))):
             opts[key] = rng.choice(pools[key]) if pools[key] else None
         argv = [cmd]
         for key, value in opts.items():
@@ -233,6 +244,28 @@ def test_generation_is_deterministic_and_large(world):
     runs = [[generate(c, n, out, files) for c, n in CASES.items()] for _ in range(2)]
     assert runs[0] == runs[1] and sum(len(c) for c in runs[0]) >= 1000
     flat = [" ".join(a) for cmd in runs[0] for a in cmd]
-    assert len(set(flat)) > 900  # mostly different command lines
+    assert len(set(flat)) > 0.85 * len(flat)  # mostly different command lines
     for banned in ("bench", "ceiling", "tune", "census", "--clean", "--live"):
         assert not any(a[0] == banned or banned in a for cmd in runs[0] for a in cmd)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["plan", "--model", "{in}/cfg_heads0/config.json"], "num_attention_heads must be between 1"),
+    (["plan", "--model", "{in}/cfg_heads_odd/config.json"], "not a multiple of num_attention_heads"),
+    (["plan", "--model", "{in}/cfg_huge/config.json"], "hidden_size must be between 1"),
+    (["report", "--out", "{in}/text.txt", "--db", "{out}/fresh.db"], "is a file; give a folder"),
+    (["plan", "--model", "x" * 500], "neither a preset nor a usable path"),
+    (["plan", "--vision", "v" * 500], "neither a preset nor a usable path"),
+    (["plan", "--nodes", "abc"], "Invalid value for '--nodes'"),
+    (["analyze", "{in}/a_hang_list"], "a hang report is a JSON object"),
+    (["analyze", "{in}/a_good", "--plot", "{in}/text.txt"], "name the image file with one of"),
+])
+def test_issue_cases_are_one_line_errors(argv, fragment, world, monkeypatch):
+    """The traceback classes the issue found, and the shapes of error they now get."""
+    out, files = world
+    monkeypatch.setenv("XDG_CACHE_HOME", str(out / "cache"))
+    root = Path(files["text.txt"]).parent
+    res = CliRunner().invoke(app, [a.format(**{"in": root, "out": out}) for a in argv])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.output
+    assert fragment in res.stderr and "Traceback" not in res.output
