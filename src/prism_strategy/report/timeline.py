@@ -19,7 +19,8 @@ from prism_strategy.specs.errors import SpecError  # noqa: E402
 MAX_PANELS = 8
 FORMATS = (".png", ".svg", ".pdf")
 PHASES = (("data", "#9e9e9e"), ("forward", "#1f77b4"), ("backward", "#d62728"), ("optimizer", "#2ca02c"))
-EVENT_COLOR = {"collapse": "#d62728", "straggler": "#ff7f0e", "input_skew": "#bcbd22", "hang": "#000000"}
+EVENT_COLOR = {"collapse": "#d62728", "straggler": "#ff7f0e", "input_skew": "#bcbd22", "hang": "#000000",
+               "incomplete": "#7f7f7f"}
 
 
 def _panel_ranks(v: Verdict) -> list[int]:

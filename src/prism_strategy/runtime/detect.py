@@ -25,7 +25,7 @@ backward is the shortest while its local time is the longest. Hence:
   ``straggler_ratio`` and exceeds it in >= ``straggler_consistency`` of the steps, for a minority
   of ranks; their excess is a visible share of the step, and their backward (= collective wait)
   is not above the others' (they wait least). When the slow rank also gets more tokens, it is
-  input skew instead. Cause (`straggler_cause`): data loader when the data phase holds half the
+  input skew instead. Cause (`straggler.straggler_cause`): data loader when the data phase holds half the
   excess, else compute when CPU time is itself over the ratio, or the extra CPU time (stretched
   by the host's load, as measured on the other ranks) explains half the excess (or no CPU time
   is recorded), else waiting;
@@ -181,7 +181,7 @@ class Series:
         return Series(self.ranks, self.steps[sl], *(getattr(self, f)[:, sl] for f in FIELDS[1:]))
 
 
-def _nanmedian(a: np.ndarray, axis=None):
+def nanmedian(a: np.ndarray, axis=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmedian(a, axis=axis)
@@ -200,7 +200,7 @@ def _first_run(flags: np.ndarray, length: int) -> tuple[int, int] | None:
     return None
 
 
-def _r(x: float, nd: int = 4) -> float | None:
+def rounded(x: float, nd: int = 4) -> float | None:
     return None if not np.isfinite(x) else round(float(x), nd)
 
 
@@ -209,8 +209,8 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     b0, b1 = cfg.warmup_skip, cfg.warmup_skip + cfg.warmup_steps
     if s.steps.size < b1 + cfg.collapse_steps:
         return None
-    base_b = _nanmedian(s.backward[:, b0:b1], axis=1)
-    base_f = _nanmedian(s.forward[:, b0:b1], axis=1)
+    base_b = nanmedian(s.backward[:, b0:b1], axis=1)
+    base_f = nanmedian(s.forward[:, b0:b1], axis=1)
     if not np.all(base_b > 0) or not np.all(base_f > 0):
         return None
     ratio = s.backward[:, b1:] / base_b[:, None]
@@ -220,151 +220,32 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     if run is None:
         return None
     i, j = run[0] + b1, run[1] + b1
-    bwd = _nanmedian(s.backward[:, i:j], axis=1)
-    fwd = _nanmedian(s.forward[:, i:j], axis=1)
+    bwd = nanmedian(s.backward[:, i:j], axis=1)
+    fwd = nanmedian(s.forward[:, i:j], axis=1)
     fwd_ratio = fwd / base_f
     flat = (fwd_ratio <= cfg.flat_factor) | (fwd - base_f <= cfg.flat_share * (bwd - base_b))
     if not np.all(flat):
         return None
-    step0, step1 = _nanmedian(s.step_s[:, b0:b1]), _nanmedian(s.step_s[:, i:j])
-    per_rank = {str(r): {"backward_baseline_s": _r(base_b[k]), "backward_s": _r(bwd[k]),
-                         "backward_ratio": _r(bwd[k] / base_b[k], 2),
-                         "forward_baseline_s": _r(base_f[k]), "forward_s": _r(fwd[k]),
-                         "forward_ratio": _r(fwd_ratio[k], 2)} for k, r in enumerate(s.ranks)}
+    step0, step1 = nanmedian(s.step_s[:, b0:b1]), nanmedian(s.step_s[:, i:j])
+    per_rank = {str(r): {"backward_baseline_s": rounded(base_b[k]), "backward_s": rounded(bwd[k]),
+                         "backward_ratio": rounded(bwd[k] / base_b[k], 2),
+                         "forward_baseline_s": rounded(base_f[k]), "forward_s": rounded(fwd[k]),
+                         "forward_ratio": rounded(fwd_ratio[k], 2)} for k, r in enumerate(s.ranks)}
     factor = float(np.median(bwd / base_b))
     before_after = {"backward_baseline_s": float(np.median(base_b)), "backward_s": float(np.median(bwd)),
                     "forward_baseline_s": float(np.median(base_f)), "forward_s": float(np.median(fwd)),
                     "step_baseline_s": float(step0), "step_s": float(step1)}
     ev = {"from_step": int(s.steps[i]), "to_step": int(s.steps[j - 1]), "hot_steps": j - i,
           "baseline_steps": [int(s.steps[b0]), int(s.steps[b1 - 1])],
-          **{k: _r(v) for k, v in before_after.items()},
-          "backward_factor": _r(factor, 2), "forward_factor": _r(float(np.max(fwd_ratio)), 2),
-          "step_time_factor": _r(step1 / step0, 2), "threshold": cfg.collapse_factor,
+          **{k: rounded(v) for k, v in before_after.items()},
+          "backward_factor": rounded(factor, 2), "forward_factor": rounded(float(np.max(fwd_ratio)), 2),
+          "step_time_factor": rounded(step1 / step0, 2), "threshold": cfg.collapse_factor,
           "per_rank": per_rank}
     ba = {k: fmt_s(v) for k, v in before_after.items()}
     msg = (f"collapse: backward {ba['backward_baseline_s']} -> {ba['backward_s']} ({factor:.1f}x) on all "
            f"{len(s.ranks)} ranks together from step {ev['from_step']} to {ev['to_step']}, while forward "
            f"stayed {ba['forward_baseline_s']} -> {ba['forward_s']}: the collective slowed, not one rank")
     return Event("collapse", int(s.steps[i]), s.ranks, ev, msg)
-
-
-def _others_median(a: np.ndarray) -> np.ndarray:
-    """Per step, the median over the *other* ranks (exact up to 64 ranks, else over all)."""
-    if a.shape[0] > 64:
-        return np.broadcast_to(_nanmedian(a, axis=0), a.shape)
-    return np.stack([_nanmedian(np.delete(a, k, axis=0), axis=0) for k in range(a.shape[0])])
-
-
-def _straggler_stats(s: Series) -> dict[str, Any] | None:
-    local = s.local
-    ok = np.all(np.isfinite(local), axis=0)
-    if ok.sum() == 0:
-        return None
-    local = local[:, ok]
-    ref = _others_median(local)
-    ratio = local / np.where(ref > 0, ref, np.nan)
-    return {"ratio": _nanmedian(ratio, axis=1), "local": _nanmedian(local, axis=1), "all_ratios": ratio,
-            "backward": _nanmedian(s.backward[:, ok], axis=1), "data": _nanmedian(s.data[:, ok], axis=1),
-            "forward": _nanmedian(s.forward[:, ok], axis=1), "optimizer": _nanmedian(s.optimizer[:, ok], axis=1),
-            "cpu": _nanmedian(s.cpu_local[:, ok], axis=1), "tokens": _nanmedian(s.tokens[:, ok], axis=1),
-            "step": _nanmedian(s.step_s[:, ok]), "n": ok.sum(), "steps": s.steps[ok],
-            "slowest": np.argmax(local, axis=0)}
-
-
-def _excess(a: np.ndarray, k: int, others: list[int]) -> float:
-    """How much rank k's value is above the others' median (0 where unknown)."""
-    d = float(a[k]) - float(np.median(a[others]))
-    return d if math.isfinite(d) else 0.0
-
-
-def straggler_cause(st: dict[str, Any], k: int, others: list[int], ratio: float) -> dict[str, Any]:
-    """Why rank k is slow: ``data_loader`` when its data phase holds at least half its extra
-    wall time; else ``compute`` when its CPU time is itself `ratio` x the others', or its extra
-    CPU time, stretched as the other ranks' CPU time is stretched into wall time on their host
-    (a busy host slows every rank's compute alike), explains at least half its extra wall time,
-    or when no CPU time was recorded (accelerators, PRISM logs); else ``waiting`` (wall slow,
-    CPU not: storage, a slower device the host waits on, starvation on an oversubscribed host,
-    a sleep)."""
-    wall = _excess(st["local"], k, others)
-    data = _excess(st["data"], k, others)
-    cpu_known = bool(np.all(np.isfinite(st["cpu"])))
-    cpu = _excess(st["cpu"], k, others) if cpu_known else math.nan
-    stretch, cpu_ratio = 1.0, math.nan
-    if cpu_known and float(np.median(st["cpu"][others])) > 0:
-        base = float(np.median(st["cpu"][others]))
-        stretch = max(1.0, float(np.median(st["local"][others])) / base)
-        cpu_ratio = float(st["cpu"][k]) / base
-    if data >= 0.5 * wall:
-        cause = "data_loader"
-    elif not cpu_known or cpu_ratio >= ratio or cpu * stretch >= 0.5 * wall:
-        cause = "compute"
-    else:
-        cause = "waiting"
-    return {"cause": cause, "extra_wall_s": _r(wall), "extra_data_s": _r(data),
-            "extra_forward_s": _r(_excess(st["forward"], k, others)),
-            "extra_optimizer_s": _r(_excess(st["optimizer"], k, others)),
-            "extra_cpu_s": _r(cpu), "cpu_ratio": _r(cpu_ratio, 2), "others_wall_per_cpu": _r(stretch, 2),
-            "cpu_time": "recorded" if cpu_known else "not recorded"}
-
-
-def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
-    """A minority of ranks whose local work is consistently slower by wall time and who wait least.
-
-    Wall time decides (a rank slowed by waiting, even for a core on an oversubscribed host, holds
-    the others back just the same); CPU time, where recorded, only names the cause."""
-    if len(s.ranks) < 2:
-        return None
-    st = _straggler_stats(s.tail(cfg.warmup_skip))
-    if st is None or st["n"] < cfg.straggler_min_steps:
-        return None
-    excess = st["local"] - np.array([np.median(np.delete(st["local"], k)) for k in range(len(s.ranks))])
-    over = np.mean(st["all_ratios"] >= cfg.straggler_ratio, axis=1)
-    slow = [k for k in range(len(s.ranks)) if st["ratio"][k] >= cfg.straggler_ratio
-            and over[k] >= cfg.straggler_consistency and excess[k] >= cfg.straggler_min_share * st["step"]]
-    if not slow or len(slow) * 2 > len(s.ranks):
-        return None
-    others = [k for k in range(len(s.ranks)) if k not in slow]
-    wait_others = float(np.median(st["backward"][others]))
-    if any(st["backward"][k] > wait_others for k in slow):
-        return None
-    tok = st["tokens"]
-    if np.all(np.isfinite(tok)) and np.min(tok) > 0:
-        tok_ratio = tok / float(np.median(tok[others]))
-        if any(tok_ratio[k] >= 1 + 0.5 * (st["ratio"][k] - 1) for k in slow):
-            return None
-    return _straggler_event(s, cfg, st, slow, others, over)
-
-
-def _straggler_event(s: Series, cfg: DetectConfig, st: dict[str, Any], slow: list[int], others: list[int],
-                     over: np.ndarray) -> Event:
-    ranks = tuple(s.ranks[k] for k in slow)
-    per = {str(s.ranks[k]): k for k in range(len(s.ranks))}
-    causes = {str(s.ranks[k]): straggler_cause(st, k, others, cfg.straggler_ratio) for k in slow}
-    worst = max(slow, key=lambda k: st["ratio"][k])
-    cause = causes[str(s.ranks[worst])]["cause"]
-    fastest = s.ranks[int(np.argmin(st["local"]))]
-    ev = {"ranks": list(ranks), "fastest_rank": fastest, "measure": "wall", "cause": cause, "causes": causes,
-          "local_ratio": {r: _r(st["ratio"][k], 2) for r, k in per.items()},
-          "local_wall_s": {r: _r(st["local"][k]) for r, k in per.items()},
-          "others_local_wall_s": _r(float(np.median(st["local"][others]))),
-          "local_cpu_s": {r: _r(st["cpu"][k]) for r, k in per.items()},
-          "data_s": {r: _r(st["data"][k]) for r, k in per.items()},
-          "forward_s": {r: _r(st["forward"][k]) for r, k in per.items()},
-          "collective_wait_s": {r: _r(st["backward"][k]) for r, k in per.items()},
-          "slowest_share": {str(s.ranks[k]): _r(float(np.mean(st["slowest"] == k)), 2) for k in slow},
-          "over_ratio_share": {str(s.ranks[k]): _r(float(over[k]), 2) for k in slow},
-          "steps": [int(st["steps"][0]), int(st["steps"][-1])], "n_steps": int(st["n"]),
-          "threshold": cfg.straggler_ratio}
-    wait_others = float(np.median(st["backward"][others]))
-    msg = (f"straggler ({CAUSE_WORDS[cause]}): rank(s) {', '.join(map(str, ranks))} take "
-           f"{st['ratio'][worst]:.2f}x the other ranks' wall time outside the gradient collective "
-           f"({fmt_s(st['local'][worst])} vs {fmt_s(float(np.median(st['local'][others])))}) over "
-           f"{ev['n_steps']} steps, and wait least in backward ({fmt_s(st['backward'][worst])} vs "
-           f"{fmt_s(wait_others)} for the others)")
-    return Event("straggler", ev["steps"][0], ranks, ev, msg)
-
-
-CAUSE_WORDS = {"compute": "compute", "waiting": "waiting, not computing", "data_loader": "data loader"}
 
 
 def fmt_s(x: Any) -> str:
@@ -410,10 +291,10 @@ def detect_input_skew(s: Series, cfg: DetectConfig) -> Event | None:
         return None
     slope = float(np.polyfit(x, y, 1)[0]) * 1000.0
     ranks = tuple(r for k, r in enumerate(t.ranks) if ok[k].any())
-    ev = {"spearman_compute_vs_tokens": _r(corr, 3), "pearson": _r(_pearson(x, y), 3), "points": int(x.size),
-          "tokens_min": _r(float(x.min()), 1), "tokens_max": _r(float(x.max()), 1),
-          "compute_min_s": _r(float(y.min())), "compute_max_s": _r(float(y.max())),
-          "s_per_1k_tokens": _r(slope, 5), "threshold": cfg.skew_corr}
+    ev = {"spearman_compute_vs_tokens": rounded(corr, 3), "pearson": rounded(_pearson(x, y), 3), "points": int(x.size),
+          "tokens_min": rounded(float(x.min()), 1), "tokens_max": rounded(float(x.max()), 1),
+          "compute_min_s": rounded(float(y.min())), "compute_max_s": rounded(float(y.max())),
+          "s_per_1k_tokens": rounded(slope, 5), "threshold": cfg.skew_corr}
     first = int(t.steps[np.argmax(ok.any(axis=0))])
     msg = (f"input skew: compute follows the batch's tokens (r={corr:.2f}; "
            f"{x.min():.0f}-{x.max():.0f} tokens -> {y.min():.4f}-{y.max():.4f}s); "
@@ -422,6 +303,8 @@ def detect_input_skew(s: Series, cfg: DetectConfig) -> Event | None:
 
 
 def detect_all(s: Series, cfg: DetectConfig | None = None) -> list[Event]:
+    from prism_strategy.runtime.straggler import detect_straggler  # it builds on this module
+
     cfg = cfg or DetectConfig()
     found = (detect_collapse(s, cfg), detect_straggler(s, cfg), detect_input_skew(s, cfg))
     return [e for e in found if e is not None]
@@ -429,13 +312,13 @@ def detect_all(s: Series, cfg: DetectConfig | None = None) -> list[Event]:
 
 def summarize(s: Series) -> dict[str, Any]:
     """Fastest and slowest rank by local wall time over the series, and the straggler ratio."""
-    local = _nanmedian(s.local, axis=1)
-    step = _nanmedian(s.step_s, axis=1)
+    local = nanmedian(s.local, axis=1)
+    step = nanmedian(s.step_s, axis=1)
     if not np.any(np.isfinite(local)):
         return {"ranks": len(s.ranks)}
     lo, hi = int(np.nanargmin(local)), int(np.nanargmax(local))
     ratio = local[hi] / local[lo] if local[lo] > 0 else math.nan
     return {"ranks": len(s.ranks), "steps": [int(s.steps[0]), int(s.steps[-1])],
-            "step_s": _r(float(np.nanmedian(step))), "fastest_rank": s.ranks[lo],
-            "fastest_local_s": _r(local[lo]), "slowest_rank": s.ranks[hi],
-            "slowest_local_s": _r(local[hi]), "straggler_ratio": _r(ratio, 3), "measure": "wall"}
+            "step_s": rounded(float(np.nanmedian(step))), "fastest_rank": s.ranks[lo],
+            "fastest_local_s": rounded(local[lo]), "slowest_rank": s.ranks[hi],
+            "slowest_local_s": rounded(local[hi]), "straggler_ratio": rounded(ratio, 3), "measure": "wall"}
