@@ -25,10 +25,10 @@ backward is the shortest while its local time is the longest. Hence:
   ``straggler_ratio`` and exceeds it in >= ``straggler_consistency`` of the steps, for a minority
   of ranks; their excess is a visible share of the step, and their backward (= collective wait)
   is not above the others' (they wait least). When the slow rank also gets more tokens, it is
-  input skew instead. Cause (`straggler.straggler_cause`): data loader when the data phase holds half the
-  excess, else compute when CPU time is itself over the ratio, or the extra CPU time (stretched
-  by the host's load, as measured on the other ranks) explains half the excess (or no CPU time
-  is recorded), else waiting;
+  input skew instead. Cause (`straggler.straggler_cause`): data loader when the data phase holds
+  half the excess, else compute when CPU time is itself over the ratio, or the extra CPU time
+  (stretched by the host's load, as measured on the other ranks) explains half the excess (or
+  no CPU time is recorded), else waiting;
 * input skew: compute (forward, else step time) follows the tokens of the batch (Spearman rank
   correlation >= ``skew_corr`` over (rank, step) points, with tokens and time both varying;
   ranks, not values, so a few scheduler hiccups do not hide it).
@@ -116,11 +116,12 @@ class DetectConfig:
     """... or by at most this share of the backward's growth (a 2 ms jitter on a 3 ms forward
     is flat next to a 300 ms backward rise)."""
     straggler_ratio: float = 1.3
-    straggler_min_share: float = 0.05
-    """The straggler's extra local time must be at least this share of the median step."""
+    straggler_min_share: float = 0.1
+    """The straggler's extra local time must be at least this share of the median step (what the
+    others lose waiting for it; below a tenth, a busy host's scheduling looks the same)."""
     straggler_min_steps: int = 10
     """Fewer steps than this say nothing: on a shared host a few descheduled steps look alike."""
-    straggler_consistency: float = 0.75
+    straggler_consistency: float = 0.8
     """Share of steps in which the straggler must be over the ratio (a rank that is only
     descheduled now and then, as under CPU contention, is not a straggler)."""
     skew_corr: float = 0.6
