@@ -58,8 +58,8 @@ def _cause_line(r: str, c: dict[str, Any]) -> str:
         return (f"cause: data loader: rank {r}'s data phase takes {_plus(c.get('extra_data_s'))} per step "
                 f"over the others' ({_plus(c.get('extra_wall_s'))} in all): its input pipeline is slow")
     if cause == "waiting":
-        return (f"cause: waiting: rank {r} spends {_plus(c.get('extra_wall_s'))} more wall time but "
-                f"{_plus(c.get('extra_cpu_s'))} CPU time (the others' CPU time stretches "
+        return (f"cause: waiting: rank {r} spends {fmt_s(c.get('extra_wall_s'))} more wall time per step "
+                f"but {fmt_s(c.get('extra_cpu_s'))} more CPU time (the others' CPU time stretches "
                 f"{c.get('others_wall_per_cpu')}x into wall time): it waits - on storage, a slower device "
                 "the host waits on, a core (CPU starvation), a sleep - rather than computes")
     parts = f"forward {_plus(c.get('extra_forward_s'))}, optimizer {_plus(c.get('extra_optimizer_s'))}"
@@ -85,9 +85,6 @@ def _straggler_lines(ev: dict[str, Any]) -> list[str]:
                      f"{fmt_s(others[len(others) // 2] if others else None)}: they wait for it "
                      "in the gradient collective")
         lines.append(_cause_line(r, (ev.get("causes") or {}).get(r, {})))
-    for o in ev.get("oversubscribed", []):
-        lines.append(f"host {o['host']} ran {o['ranks']} ranks on {o['cpus']} CPUs: oversubscribed; a rank "
-                     "it slows is a real straggler (the others wait for it)")
     return lines
 
 
