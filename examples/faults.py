@@ -7,6 +7,7 @@ faults = FaultInjector(fault_from_args(args), rank=ctx.rank)
 faults.attach(model)                           # the inner nn.Module, before or after wrapping
 for step, batch in enumerate(loader):
     faults.set_step(step)
+    faults.before_batch()                      # slow-data: the data phase
     seq = faults.seq_len(args.seq_len)         # input skew: a variable sequence length
     ...
 ```
@@ -16,8 +17,15 @@ Kinds (all start at ``--fault-step``; ``--fault-scale`` is the kind's knob):
 * ``collapse``: every rank sleeps in backward (a grad hook on the model output), growing by
   ``scale`` seconds per step (capped at 100 x scale): backward of all ranks rises together,
   forward unchanged.
-* ``slow-rank``: rank ``--fault-rank`` does ``scale`` seconds of extra matmuls before each
-  forward: its compute is slower, the others wait in the gradient collective.
+* ``slow-rank``: rank ``--fault-rank`` does ``scale`` seconds of extra matmuls (CPU time on a
+  CPU device) before each forward: its compute is slower, the others wait in the gradient
+  collective.
+* ``slow-wait``: rank ``--fault-rank`` sleeps ``scale`` seconds before each forward: its wall
+  time is slower but not its CPU time (as when it waits on storage, a slower device or a core).
+* ``slow-data``: rank ``--fault-rank`` sleeps ``scale`` seconds in `before_batch()`, the data
+  phase of the loop (a slow data loader).
+* ``kill``: at step ``--fault-step`` rank ``--fault-rank`` is killed (SIGKILL) in its forward:
+  the run ends abruptly, with no close record and no hang report.
 * ``hang``: at step ``--fault-step`` rank ``--fault-rank`` stops before its forward and never
   enters the step's collectives (sleeps ``scale`` seconds, default one hour).
 * ``input-skew``: `seq_len(base)` returns a length drawn per (step, rank) from
@@ -27,16 +35,19 @@ Kinds (all start at ``--fault-step``; ``--fault-scale`` is the kind's knob):
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import signal
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
-FaultKind = Literal["none", "collapse", "slow-rank", "hang", "input-skew"]
-KINDS: tuple[str, ...] = ("none", "collapse", "slow-rank", "hang", "input-skew")
-DEFAULT_SCALE = {"none": 0.0, "collapse": 0.05, "slow-rank": 0.05, "hang": 3600.0, "input-skew": 0.25}
+FaultKind = Literal["none", "collapse", "slow-rank", "slow-wait", "slow-data", "hang", "kill", "input-skew"]
+KINDS: tuple[str, ...] = ("none", "collapse", "slow-rank", "slow-wait", "slow-data", "hang", "kill", "input-skew")
+DEFAULT_SCALE = {"none": 0.0, "collapse": 0.05, "slow-rank": 0.05, "slow-wait": 0.05, "slow-data": 0.05,
+                 "hang": 3600.0, "kill": 0.0, "input-skew": 0.25}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,7 +59,8 @@ class FaultSpec:
     """The rank that is slow or hangs (slow-rank, hang)."""
     scale: float | None = None
     """collapse: s of added backward sleep per step; slow-rank: s of extra compute per step;
-    hang: s to stay stuck; input-skew: shortest length as a fraction of the base. None: default."""
+    slow-wait / slow-data: s of sleep per step; hang: s to stay stuck; input-skew: shortest
+    length as a fraction of the base. None: default."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -69,7 +81,7 @@ def add_fault_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--fault-rank", type=int, default=2, help="rank for slow-rank / hang")
     g.add_argument("--fault-scale", type=float, default=None,
                    help="collapse: s/step of backward sleep growth; slow-rank: s of extra compute; "
-                        "hang: s stuck; input-skew: shortest length fraction")
+                        "slow-wait / slow-data: s of sleep; hang: s stuck; input-skew: shortest length fraction")
 
 
 def fault_from_args(ns: argparse.Namespace) -> FaultSpec:
@@ -77,12 +89,15 @@ def fault_from_args(ns: argparse.Namespace) -> FaultSpec:
 
 
 def burn(seconds: float, device: torch.device | str = "cpu", n: int = 128) -> int:
-    """Real compute (matmuls) for about `seconds`; returns how many were done."""
+    """Real compute (matmuls) for `seconds` of this thread's CPU time on a CPU device, so the
+    extra work stays the same on a busy host; of wall time on an accelerator. Returns how many."""
     a = torch.randn(n, n, device=device)
-    end, done = time.perf_counter() + seconds, 0
-    while time.perf_counter() < end:
+    on_cpu = a.device.type == "cpu"
+    clock = time.thread_time if on_cpu else time.perf_counter
+    end, done = clock() + seconds, 0
+    while clock() < end:
         a = torch.tanh(a @ a)
-        if a.device.type != "cpu":
+        if not on_cpu:
             torch.accelerator.synchronize()
         done += 1
     return done
@@ -118,7 +133,7 @@ class FaultInjector:
         self.step = step
 
     def attach(self, module: torch.nn.Module) -> FaultInjector:
-        if self.spec.kind in ("slow-rank", "hang"):
+        if self.spec.kind in ("slow-rank", "slow-wait", "hang", "kill"):
             self._handles.append(module.register_forward_pre_hook(self._pre_forward))
         if self.spec.kind == "collapse":
             self._handles.append(module.register_forward_hook(self._post_forward))
@@ -135,6 +150,11 @@ class FaultInjector:
         k = self.spec.knob
         return min(k * (self.step - self.spec.step + 1), 100 * k)
 
+    def before_batch(self) -> None:
+        """Call where the loop fetches its batch (the data phase): slow-data sleeps here."""
+        if self.rank == self.spec.rank and self.active("slow-data"):
+            time.sleep(self.spec.knob)
+
     def seq_len(self, base: int) -> int:
         if not self.active("input-skew"):
             return base
@@ -147,6 +167,10 @@ class FaultInjector:
         if self.active("slow-rank"):
             p = next(module.parameters(), None)
             burn(self.spec.knob, p.device if p is not None else "cpu")
+        elif self.active("slow-wait"):
+            time.sleep(self.spec.knob)
+        elif self.spec.kind == "kill" and self.step == self.spec.step:
+            os.kill(os.getpid(), signal.SIGKILL)
         elif self.spec.kind == "hang" and self.step == self.spec.step:
             end = time.monotonic() + self.spec.knob
             while time.monotonic() < end:  # never enters this step's collectives

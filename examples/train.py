@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         for step in range(args.steps):
             t0 = time.perf_counter()
             faults.set_step(step)
+            faults.before_batch()  # slow-data sleeps here, in the data phase
             seq = faults.seq_len(args.seq_len)
             with mon.step(samples=args.micro_batch * args.grad_accum, tokens=args.micro_batch * args.grad_accum * seq) \
                     if mon else contextlib.nullcontext():

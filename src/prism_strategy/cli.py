@@ -10,10 +10,46 @@ import sys
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from prism_strategy.specs.errors import SpecError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+def _one_line(text: str) -> str:
+    return text.strip().replace("\r", "\\r").replace("\n", "\\n")
+
+
+# click's exception classes as typer uses them (typer >= 0.2x vendors its own click)
+_USAGE_ERROR, _CLICK_EXCEPTION = (next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+                                  for name in ("UsageError", "ClickException"))
+
+
+class OneLineErrors(TyperGroup):
+    """A usage error (unknown option, a value of the wrong type) is one line on stderr and exit
+    code 2, like every other bad input, instead of click's usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _USAGE_ERROR as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `prism-strategy`: the help
+                typer.echo(e.format_message())
+                sys.exit(e.exit_code)
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+            typer.echo(f"error: {_one_line(e.format_message())}{hint}", err=True)
+            sys.exit(2)
+        except _CLICK_EXCEPTION as e:
+            typer.echo(f"error: {_one_line(e.format_message())}", err=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors,
                   help="Pick, configure, launch, measure and debug the data-parallel strategy of a PyTorch job.")
 
 
@@ -25,7 +61,7 @@ def cli_errors(fn):
         try:
             return fn(*args, **kwargs)
         except SpecError as e:
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {_one_line(str(e))}", err=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -411,16 +447,14 @@ def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "pris
            model: Annotated[str, typer.Option(help="Model for the predicted scaling curve")] = "qwen3-0.6b",
            platform: Annotated[str, typer.Option()] = "aurora") -> None:
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
-    from pathlib import Path
-
     from prism_strategy.bench.compare import compare as make_rows
     from prism_strategy.bench.store import Store
     from prism_strategy.planner import plan as make_plan
-    from prism_strategy.report.plots import breakdown_plot, scaling_plot, throughput_plot
+    from prism_strategy.report.plots import breakdown_plot, check_out_dir, scaling_plot, throughput_plot
 
+    outdir = check_out_dir(out)
     results = Store(db).query()
     rows = make_rows(results)
-    outdir = Path(out)
     written = [scaling_plot(make_plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32]).sweep,
                             outdir / "scaling.png")]
     if rows:

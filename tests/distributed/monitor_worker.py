@@ -25,7 +25,9 @@ from faults import FaultInjector, FaultSpec  # noqa: E402
 from prism_strategy.runtime.detect import DetectConfig  # noqa: E402
 from prism_strategy.runtime.monitor import StepMonitor  # noqa: E402
 
-SCALE = {"clean": None, "collapse": 0.04, "slow-rank": 0.03, "hang": 600.0, "input-skew": 0.1}
+SCALE = {"clean": None, "collapse": 0.04, "slow-rank": 0.03, "slow-wait": 0.03, "slow-data": 0.03, "hang": 600.0,
+         "kill": None, "input-skew": 0.1}
+FROM_START = ("slow-rank", "slow-wait", "slow-data")  # faults present from step 0
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,7 +49,7 @@ def run_scenario(out: Path, name: str, args: argparse.Namespace, ctx: SimpleName
     model = torch.nn.Sequential(torch.nn.Linear(args.dim, 4 * args.dim), torch.nn.GELU(),
                                 torch.nn.Linear(4 * args.dim, args.dim))
     kind = "none" if name == "clean" else name
-    spec = FaultSpec(kind=kind, step=0 if name == "slow-rank" else args.fault_step,
+    spec = FaultSpec(kind=kind, step=0 if name in FROM_START else args.fault_step,
                      rank=args.fault_rank, scale=SCALE[name])
     faults = FaultInjector(spec, ctx.rank).attach(model)
     ddp = DDP(model)
@@ -57,6 +59,7 @@ def run_scenario(out: Path, name: str, args: argparse.Namespace, ctx: SimpleName
     gen = torch.Generator().manual_seed(ctx.rank)
     for step in range(args.steps):
         faults.set_step(step)
+        faults.before_batch()  # the data phase: slow-data sleeps here
         seq = faults.seq_len(args.seq)
         x = torch.randn(args.batch, seq, args.dim, generator=gen)
         with mon.step(samples=args.batch, tokens=args.batch * seq):

@@ -94,8 +94,9 @@ def test_straggler_is_named_with_its_wait():
     v = analyze_run(RunLog(records=synth(modify=slow_rank(2))))
     assert v.verdict == "straggler" and v.events[0].ranks == (2,)
     ev = v.events[0].evidence
-    assert ev["compute_ratio"]["2"] == pytest.approx(1.8, rel=0.1)
+    assert ev["local_ratio"]["2"] == pytest.approx(1.8, rel=0.1)
     assert ev["collective_wait_s"]["2"] < min(ev["collective_wait_s"][r] for r in "013")
+    assert ev["cause"] == "compute" and ev["causes"]["2"]["cpu_time"] == "not recorded"
 
 
 def test_intermittent_descheduling_is_not_a_straggler():
@@ -219,11 +220,87 @@ def with_cpu(records, cpu_of=lambda rec: rec.forward):
     return [r._replace(cpu_forward=cpu_of(r), cpu_local=r.data + cpu_of(r) + r.optimizer) for r in records]
 
 
-def test_rank_waiting_for_a_core_is_not_a_straggler():
+def straggler_of(records):
+    v = analyze_run(RunLog(records=records))
+    assert v.verdict == "straggler" and v.events[0].ranks == (2,), v.message
+    return v.events[0]
+
+
+def test_waiting_rank_is_a_straggler_by_wall_time():
     recs = synth(modify=slow_rank(2))  # rank 2's wall forward is 2x ...
-    normal_cpu = with_cpu(recs, cpu_of=lambda r: 0.1)  # ... but its CPU time is not: run-queue wait
-    assert "straggler" not in kinds(normal_cpu)
-    assert kinds(with_cpu(recs)) == ["straggler"]  # real extra compute shows in CPU time
+    ev = straggler_of(with_cpu(recs, cpu_of=lambda r: 0.1))  # ... its CPU time is not: it waits
+    assert ev.evidence["cause"] == "waiting" and "waiting, not computing" in ev.message
+    assert ev.evidence["causes"]["2"]["extra_cpu_s"] == pytest.approx(0, abs=0.01)
+    assert ev.evidence["causes"]["2"]["extra_wall_s"] == pytest.approx(0.1, rel=0.15)
+
+
+def test_compute_straggler_shows_in_cpu_time():
+    ev = straggler_of(with_cpu(synth(modify=slow_rank(2))))  # real extra compute: CPU time grows
+    assert ev.evidence["cause"] == "compute"
+    assert ev.evidence["causes"]["2"]["extra_cpu_s"] == pytest.approx(0.1, rel=0.15)
+
+
+def test_data_phase_straggler_is_the_data_loader():
+    def slow_data(s, r, ph):
+        if r == 2:
+            ph["data"] += 0.12
+        else:
+            ph["backward"] += 0.12
+    ev = straggler_of(with_cpu(synth(modify=slow_data)))
+    assert ev.evidence["cause"] == "data_loader" and "data loader" in ev.message
+    assert ev.evidence["causes"]["2"]["extra_data_s"] == pytest.approx(0.12, rel=0.15)
+
+
+def test_uniform_waiting_on_every_rank_is_healthy():
+    rng = random.Random(5)
+
+    def contended(s, r, ph):  # every rank descheduled now and then, none consistently
+        if rng.random() < 0.3:
+            ph["forward"] *= rng.uniform(1.5, 4)
+    assert kinds(with_cpu(synth(modify=contended), cpu_of=lambda r: 0.1)) == []
+
+
+def meta(rank, **kw):
+    return json.dumps({"kind": "meta", "rank": rank, "t0": 1.0, "host": "h", "cpus": 2, **kw})
+
+
+def step_line(s, rank):
+    return json.dumps({"kind": "step", "step": s, "rank": rank, "step_s": 0.5,
+                       "phases": {"forward": 0.1, "backward": 0.3, "optimizer": 0.1}})
+
+
+def test_log_without_close_is_incomplete(tmp_path):
+    for r, last in ((0, 11), (1, 12), (2, -1)):
+        lines = [meta(r)] + [step_line(s, r) for s in range(last + 1)]
+        (tmp_path / f"rank{r}.jsonl").write_text("\n".join(lines) + "\n")
+    v = analyze(tmp_path)
+    assert v.verdict == "incomplete" and not v.healthy and v.events[0].ranks == (0, 1, 2)
+    assert v.events[0].evidence["last_step"] == {"0": 11, "1": 12, "2": None}
+    assert "rank 0 after step 11, rank 1 after step 12, rank 2 before its first step" in v.message
+
+
+def test_closed_log_is_complete_and_hang_outranks_incomplete(tmp_path):
+    for r in (0, 1):
+        lines = [meta(r)] + [step_line(s, r) for s in range(20)]
+        close = [json.dumps({"kind": "close", "rank": r, "steps": 20})] if r == 0 else []
+        (tmp_path / f"rank{r}.jsonl").write_text("\n".join(lines + close) + "\n")
+    v = analyze(tmp_path)
+    assert v.verdict == "incomplete" and v.events[0].ranks == (1,)
+    (tmp_path / "rank1.jsonl").write_text((tmp_path / "rank1.jsonl").read_text()
+                                          + json.dumps({"kind": "close", "steps": 20}) + "\n")
+    assert analyze(tmp_path).verdict == "healthy"  # a close without a rank is the file's rank
+    (tmp_path / "rank1.jsonl").write_text("\n".join([meta(1)] + [step_line(s, 1) for s in range(20)]) + "\n")
+    (tmp_path / "hang_report.json").write_text(json.dumps({"event": "hang", "step": 20, "phase": "backward",
+                                                           "written": 2.0}))
+    assert [e.kind for e in analyze(tmp_path).events] == ["hang"]
+
+
+def test_oversubscribed_host_is_named_on_a_straggler(tmp_path):
+    recs = with_cpu(synth(modify=slow_rank(2)), cpu_of=lambda r: 0.1)
+    run = RunLog(records=recs, meta={r: {"host": "h", "cpus": 2} for r in range(4)}, closed={r: 40 for r in range(4)})
+    v = analyze_run(run)
+    assert v.verdict == "straggler" and v.evidence["oversubscribed"] == [{"host": "h", "ranks": 4, "cpus": 2}]
+    assert "host h ran 4 ranks on 2 CPUs" in v.message and "real straggler" in v.message
 
 
 def test_small_absolute_forward_jitter_does_not_hide_a_collapse():
@@ -242,6 +319,7 @@ def test_restart_in_same_dir_uses_the_last_run(tmp_path):
                            "phases": {"forward": 0.1, "backward": bwd}})
     first = [json.dumps({"kind": "meta", "rank": 0, "t0": 100.0})] + [step(s, 1.0 if s < 10 else 10.0) for s in range(30)]
     second = [json.dumps({"kind": "meta", "rank": 0, "t0": 200.0})] + [step(s, 1.0) for s in range(20)]
+    second.append(json.dumps({"kind": "close", "rank": 0, "steps": 20}))
     (tmp_path / "rank0.jsonl").write_text("\n".join(first + second) + "\n")
     (tmp_path / "hang_report.json").write_text(json.dumps({"event": "hang", "step": 3, "written": 150.0}))
     run = load_run([tmp_path])

@@ -57,3 +57,32 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "rank0.jsonl").write_text('{"kind": "step"\n')
     res = runner.invoke(app, ["analyze", str(tmp_path)])
     assert res.exit_code == 2 and "rank0.jsonl:1" in res.output
+
+
+def test_output_is_readable_in_100_columns():
+    for name in ("prism_collapse", "prism_straggler", "prism_healthy"):
+        res = runner.invoke(app, ["analyze", str(FIXTURES / name)])
+        lines = res.output.splitlines()
+        assert max(map(len, lines)) <= 100, name
+        assert not any(ch in res.output for ch in ("{", "}", "': ")), name  # sentences, not dicts
+
+
+def test_collapse_shows_before_and_after_and_one_unit_per_table():
+    out = runner.invoke(app, ["analyze", str(FIXTURES / "prism_collapse")]).output
+    assert "backward 1.00 s -> 12.0 s" in out and "forward 310 ms -> 309 ms" in out
+    table = out[out.index("per rank: medians"):]
+    assert "in s" in table.splitlines()[0] and "12.1" in table and "12.1s" not in out
+
+
+def test_step_counts_agree_between_headline_and_table():
+    out = runner.invoke(app, ["analyze", str(FIXTURES / "prism_healthy")]).output
+    assert "in 27 steps (steps 3-29; the first 3 are warm-up)" in out.replace("\n  ", " ")
+    assert "medians over steps 3-29, in ms" in out
+    rows = [ln for ln in out.splitlines() if ln.startswith("│")]
+    assert rows and all(ln.split("│")[2].strip() == "27" for ln in rows)
+
+
+def test_straggler_evidence_names_the_cause():
+    out = runner.invoke(app, ["analyze", str(FIXTURES / "prism_straggler")]).output
+    assert "cause: compute, by wall time" in out and "no CPU time was recorded" in out
+    assert "rank 2 waits 552 ms in backward, the others 791 ms" in out

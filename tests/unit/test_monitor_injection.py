@@ -93,3 +93,42 @@ def test_input_skew_lengths_vary_deterministically():
     again = FaultInjector(inj.spec, rank=2)
     again.set_step(5)
     assert again.seq_len(512) == got[4]
+
+
+def test_slow_wait_sleeps_wall_time_not_cpu_time_on_its_rank():
+    spec = FaultSpec(kind="slow-wait", step=0, rank=1, scale=0.05)
+    slow, fast = model(), model()
+    FaultInjector(spec, rank=1).attach(slow)
+    FaultInjector(spec, rank=0).attach(fast)
+    c0 = time.process_time()
+    wall = timed_step(slow)[0]
+    assert wall >= 0.05 and time.process_time() - c0 < 0.03
+    assert timed_step(fast)[0] < 0.05
+
+
+def test_slow_data_sleeps_in_before_batch_only():
+    spec = FaultSpec(kind="slow-data", step=2, rank=0, scale=0.05)
+    inj, other = FaultInjector(spec, rank=0), FaultInjector(spec, rank=1)
+    m = model()
+    inj.attach(m)
+    for step, want_slow in ((1, False), (2, True)):
+        inj.set_step(step)
+        other.set_step(step)
+        t0 = time.perf_counter()
+        inj.before_batch()
+        assert (time.perf_counter() - t0 >= 0.05) is want_slow
+    t0 = time.perf_counter()
+    other.before_batch()
+    assert time.perf_counter() - t0 < 0.05 and timed_step(m)[0] < 0.05  # nothing in forward
+
+
+def test_kill_is_a_sigkill_in_forward_of_its_step(tmp_path):
+    import subprocess
+
+    code = ("import sys; sys.path.insert(0, {ex!r}); import torch; from faults import FaultInjector, FaultSpec\n"
+            "m = torch.nn.Linear(2, 2); inj = FaultInjector(FaultSpec(kind='kill', step=1, rank=0), 0).attach(m)\n"
+            "inj.set_step(0); m(torch.ones(2)); print('step 0 done', flush=True)\n"
+            "inj.set_step(1); m(torch.ones(2)); print('step 1 done', flush=True)\n")
+    ex = str(Path(__file__).resolve().parents[2] / "examples")
+    res = subprocess.run([sys.executable, "-c", code.format(ex=ex)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == -9 and res.stdout == "step 0 done\n", (res.returncode, res.stdout, res.stderr)

@@ -195,8 +195,12 @@ class Store:
         sql = ("SELECT id, created_at, kind, status, strategy, platform, config, measured, predicted, fingerprint,"
                " provenance, source, peak_allocated_bytes, peak_reserved_bytes, dedup_key FROM results")
         sql += (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
-        if not self.path.exists():
-            return []
+        try:
+            if not self.path.exists():
+                return []
+        except OSError as e:  # e.g. a file name too long
+            raise SpecError(f"cannot open results store {str(self.path)[:80]}: {e.strerror}; pass --db with a "
+                            "usable path") from None
         with self._connect() as con:
             rows = con.execute(sql, args).fetchall()
         return [Result(id=i, created_at=c, kind=k, status=s, strategy=st, platform=pl, config=json.loads(cfg),

@@ -1,9 +1,12 @@
-"""Step logs -> a verdict: ``collapse``, ``straggler``, ``hang``, ``input_skew`` or ``healthy``.
+"""Step logs -> a verdict: ``hang``, ``incomplete``, ``collapse``, ``straggler``, ``input_skew``
+or ``healthy``.
 
 The detectors are the ones `StepMonitor` runs online (`prism_strategy.runtime.detect`, where the
 compute-vs-collective-wait method is documented), run here on the whole log. A hang comes from
-the watchdog's ``hang_report.json`` (or a recorded hang event). Precedence when several fire:
-hang > collapse > straggler > input_skew; all events are listed.
+the watchdog's ``hang_report.json`` (or a recorded hang event). A run whose `StepMonitor` log
+ends without a close record, and without a hang, is ``incomplete``: killed (OOM killer, SIGKILL,
+a node lost, the scheduler's walltime) or still running. Precedence when several fire:
+hang > incomplete > collapse > straggler > input_skew; all events are listed.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from prism_strategy.runtime.detect import DetectConfig, Event, Series, detect_al
 
 __all__ = ["Verdict", "Event", "RankSummary", "analyze", "analyze_run", "load_run"]
 
-VerdictKind = Literal["collapse", "straggler", "hang", "input_skew", "healthy"]
-PRECEDENCE: tuple[str, ...] = ("hang", "collapse", "straggler", "input_skew")
+VerdictKind = Literal["collapse", "straggler", "hang", "incomplete", "input_skew", "healthy"]
+PRECEDENCE: tuple[str, ...] = ("hang", "incomplete", "collapse", "straggler", "input_skew")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,8 @@ class Verdict:
     sources: tuple[str, ...] = ()
     series: Series | None = field(default=None, repr=False, compare=False)
     """The per-rank arrays the verdict was computed from (for plots)."""
+    warmup_skip: int = 0
+    """Steps left out of the per-rank medians (the first ones of the series)."""
 
     @property
     def healthy(self) -> bool:
@@ -105,11 +110,65 @@ def _recorded_extra(run: RunLog, found: list[Event]) -> list[Event]:
     return extra
 
 
+def _incomplete_event(run: RunLog) -> Event | None:
+    """Ranks whose StepMonitor log has a meta record but no close record after it."""
+    open_ranks = sorted(set(run.meta) - set(run.closed))
+    if not open_ranks:
+        return None
+    last: dict[int, int] = {}
+    for rec in run.records:
+        last[rec.rank] = max(last.get(rec.rank, -1), rec.step)
+    last_step = {str(r): last.get(r) for r in open_ranks}
+    where = ", ".join(f"rank {r} after step {last[r]}" if r in last else f"rank {r} before its first step"
+                      for r in open_ranks)
+    msg = (f"incomplete: the log of {len(open_ranks)} of {len(run.meta)} ranks ends without a close record "
+           f"and no hang was reported: {where}. The run was killed (OOM killer, SIGKILL, a lost node, "
+           "the walltime) or is still running; look at the launcher's output and the scheduler's log")
+    step = min((v for v in last_step.values() if v is not None), default=-1)
+    ev = {"last_step": last_step, "closed": {str(r): n for r, n in sorted(run.closed.items())}}
+    return Event("incomplete", step, tuple(open_ranks), ev, msg, "log")
+
+
+def _oversubscribed(run: RunLog) -> list[dict[str, Any]]:
+    """Hosts that ran more ranks than they have CPUs (from the meta records)."""
+    hosts: dict[str, list[int]] = {}
+    cpus: dict[str, int] = {}
+    for r, m in run.meta.items():
+        h = str(m.get("host", "?"))
+        hosts.setdefault(h, []).append(r)
+        if isinstance(m.get("cpus"), int):
+            cpus[h] = m["cpus"]
+    return [{"host": h, "ranks": len(rs), "cpus": cpus[h]} for h, rs in sorted(hosts.items())
+            if h in cpus and len(rs) > cpus[h]]
+
+
+def _with_host_facts(ev: Event, run: RunLog) -> Event:
+    over = _oversubscribed(run)
+    if ev.kind != "straggler" or not over:
+        return ev
+    note = "; ".join(f"host {o['host']} ran {o['ranks']} ranks on {o['cpus']} CPUs" for o in over)
+    msg = ev.message + f". {note}: oversubscribed, and a rank it slows is a real straggler"
+    return Event(ev.kind, ev.step, ev.ranks, {**ev.evidence, "oversubscribed": over}, msg, ev.source)
+
+
+def _healthy_message(series: Series | None, skip: int) -> str:
+    n = series.steps.size if series is not None else 0
+    used = max(0, n - skip) if n > skip else n
+    if n == 0:
+        return "healthy: no step records, and no hang"
+    first = int(series.steps[skip]) if n > skip else int(series.steps[0])
+    return (f"healthy: no collapse, straggler, hang or input skew in {used} steps "
+            f"(steps {first}-{int(series.steps[-1])}" + (f"; the first {skip} are warm-up)" if n > skip else ")"))
+
+
 def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
     cfg = config or DetectConfig()
     series = Series.from_records(run.records) if run.records else None
     found = detect_all(series, cfg) if series is not None else []
-    events = _recorded_extra(run, found) + found
+    extra = _recorded_extra(run, found)
+    if not any(e.kind == "hang" for e in extra):
+        extra += [e for e in (_incomplete_event(run),) if e is not None]
+    events = [_with_host_facts(e, run) for e in extra + found]
     events.sort(key=lambda e: PRECEDENCE.index(e.kind))
     ranks = _rank_summaries(series, cfg.warmup_skip) if series is not None else {}
     base = summarize(series.tail(min(cfg.warmup_skip, max(0, series.steps.size - 1)))) if series is not None else {}
@@ -119,10 +178,9 @@ def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
         kind: VerdictKind = top.kind
     else:
         kind = "healthy"
-        evidence = {"message": f"healthy: no collapse, straggler, hang or input skew in "
-                               f"{series.steps.size if series is not None else 0} steps", **base}
+        evidence = {"message": _healthy_message(series, cfg.warmup_skip), **base}
     evidence["run"] = base
-    return Verdict(kind, tuple(events), ranks, evidence, tuple(run.sources), series)
+    return Verdict(kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip)
 
 
 def analyze(paths: Iterable[str | Path] | str | Path, config: DetectConfig | None = None) -> Verdict:

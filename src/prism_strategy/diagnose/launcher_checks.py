@@ -347,12 +347,12 @@ def read_shell_launcher(path: Path, text: str) -> LauncherFile:
 def read_launcher(path: Path) -> "LauncherFile | StrategyTomlFile | DsConfigFile":
     """A shell launcher, a strategy.toml or a ds_config.json (by suffix)."""
     path = Path(path)
-    if path.is_dir() or not path.exists():
-        raise SpecError(f"--launcher {path}: not a file")
     try:
+        if path.is_dir() or not path.exists():
+            raise SpecError(f"--launcher {path}: not a file")
         text = path.read_text(errors="replace")
-    except OSError as e:
-        raise SpecError(f"cannot read {path}: {e.strerror}") from None
+    except OSError as e:  # unreadable, or a name too long
+        raise SpecError(f"cannot read --launcher {str(path)[:120]}: {e.strerror}") from None
     if path.suffix == ".toml":
         return StrategyTomlFile.read(path, text)
     if path.suffix == ".json":

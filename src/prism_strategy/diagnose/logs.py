@@ -37,6 +37,9 @@ from prism_strategy.runtime.detect import Event, StepTimes, step_times
 from prism_strategy.specs.errors import SpecError
 
 TEXT_SUFFIXES = (".log", ".out", ".err", ".txt")
+TIME_FIELDS = ("step_s", "data", "forward", "backward", "optimizer", "cpu_forward", "cpu_local")
+MAX_FILES = 20_000
+"""A folder with more files than this is not a run directory (`analyze /` stops here)."""
 SKIP_DIRS = {"stacks", "heartbeat", "flight_recorder", "hang"}
 
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -60,12 +63,14 @@ class RunLog:
     events: list[Event] = field(default_factory=list)
     hang_reports: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[int, dict[str, Any]] = field(default_factory=dict)
+    closed: dict[int, int] = field(default_factory=dict)
+    """Ranks whose (last) run wrote a close record, with its step count."""
     sources: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
 
 def _rank_from_path(path: Path) -> int | None:
-    m = re.search(r"(?<![a-z])rank[_-]?(\d+)", str(path), re.IGNORECASE)
+    m = re.search(r"(?<![a-z])rank[_-]?(\d{1,9})(?!\d)", str(path), re.IGNORECASE)
     return int(m.group(1)) if m else None
 
 
@@ -87,6 +92,12 @@ def _json_lines(path: Path, log: RunLog) -> Iterable[tuple[int, dict[str, Any]]]
         yield i, obj
 
 
+MAX_INDEX = 2**31
+"""Largest step or rank index taken as real (larger ones are a mangled log)."""
+MAX_SECONDS = 1e7
+"""Largest phase time taken as real; a negative, infinite or larger time reads as unknown."""
+
+
 def _num(obj: dict[str, Any], name: str) -> float:
     for key in ALIASES[name]:
         for k, scale in ((key, 1.0), (key + "_ms", 1e-3)):
@@ -96,6 +107,18 @@ def _num(obj: dict[str, Any], name: str) -> float:
     return math.nan
 
 
+def _time(v: float) -> float:
+    return v if 0.0 <= v <= MAX_SECONDS else math.nan
+
+
+def _index(v: Any, where: str, name: str) -> int:
+    """A step or rank index: an integer in [0, 2**31) (SpecError naming the file and line)."""
+    n = _int(v, where, name)
+    if not 0 <= n < MAX_INDEX or n != v:
+        raise SpecError(f"{where}: {name} must be an integer in [0, {MAX_INDEX}), got {v!r}")
+    return n
+
+
 def _ours(obj: dict[str, Any], path: Path, where: str, log: RunLog) -> None:
     kind = obj.get("kind")
     if kind == "meta":  # a restart appending to the same file: only its last run counts
@@ -103,29 +126,49 @@ def _ours(obj: dict[str, Any], path: Path, where: str, log: RunLog) -> None:
             log.skipped.append(f"{where}: {len(log.records)} earlier step records (an earlier run) left out")
             log.records.clear()
             log.events.clear()
-        log.meta[int(obj.get("rank", 0))] = obj
+        log.closed.clear()
+        log.meta[_index(obj.get("rank", 0), where, "rank")] = obj
     elif kind == "step":
         try:
-            log.records.append(step_times(obj, int(obj["rank"])))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            rec = step_times(obj, _index(obj["rank"], where, "rank"))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise SpecError(f"{where}: step record lacks or mangles {e}") from None
+        _index(rec.step, where, "step")
+        log.records.append(rec._replace(**{f: _time(getattr(rec, f)) for f in TIME_FIELDS}))
+    elif kind == "close":
+        rank = obj.get("rank", next(iter(log.meta), _rank_from_path(path) or 0))
+        log.closed[_index(rank, where, "rank")] = _int(obj.get("steps", -1), where, "steps")
     elif kind == "event":
-        log.events.append(Event(obj["event"], int(obj.get("step", -1)), tuple(obj.get("ranks", ())),
-                                obj.get("evidence", {}), obj.get("message", ""), "online"))
+        log.events.append(_event(obj, where))
 
 
-def _perf(obj: dict[str, Any], path: Path, index: int, log: RunLog) -> None:
+def _int(v: Any, where: str, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise SpecError(f"{where}: {name} must be a number, got {v!r}")
+    return int(v)
+
+
+def _event(obj: dict[str, Any], where: str) -> Event:
+    ranks, evidence = obj.get("ranks", ()), obj.get("evidence", {})
+    if not isinstance(obj.get("event"), str) or not isinstance(ranks, list) or not isinstance(evidence, dict):
+        raise SpecError(f"{where}: event record needs an 'event' name, a 'ranks' list and an 'evidence' object")
+    return Event(obj["event"], _int(obj.get("step", -1), where, "step"),
+                 tuple(_index(r, where, "rank") for r in ranks), evidence, str(obj.get("message", "")), "online")
+
+
+def _perf(obj: dict[str, Any], where: str, path: Path, index: int, log: RunLog) -> None:
     rank = _num(obj, "rank")
-    rank = int(rank) if math.isfinite(rank) else (_rank_from_path(path) or 0)
+    rank = _index(rank, where, "rank") if math.isfinite(rank) else (_rank_from_path(path) or 0)
     step = _num(obj, "step")
-    phases = [_num(obj, p) for p in ("data", "forward", "backward", "optimizer")]
-    step_s = _num(obj, "step_s")
+    step = _index(step, where, "step") if math.isfinite(step) else index
+    phases = [_time(_num(obj, p)) for p in ("data", "forward", "backward", "optimizer")]
+    step_s = _time(_num(obj, "step_s"))
     if math.isnan(step_s):
         step_s = sum(p for p in phases if math.isfinite(p))
     tokens = _num(obj, "tokens")
     if math.isnan(tokens):
         tokens = _num(obj, "seq_len")
-    log.records.append(StepTimes(int(step) if math.isfinite(step) else index, rank, step_s, *phases, tokens))
+    log.records.append(StepTimes(step, rank, step_s, *phases, tokens))
 
 
 def read_jsonl(path: Path, log: RunLog) -> None:
@@ -135,11 +178,12 @@ def read_jsonl(path: Path, log: RunLog) -> None:
         if "kind" in obj:
             _ours(obj, path, f"{path}:{i}", own)
         else:
-            _perf(obj, path, perf_index, own)
+            _perf(obj, f"{path}:{i}", path, perf_index, own)
             perf_index += 1
     log.records += own.records
     log.events += own.events
     log.meta.update(own.meta)
+    log.closed.update(own.closed)
     log.skipped += own.skipped
     if own.records or own.events or own.meta:
         log.sources.append(str(path))
@@ -163,16 +207,19 @@ def parse_timing_line(line: str, counters: dict[int, int], default_rank: int = 0
     times: dict[str, float] = {}
     for m in _TIME.finditer(body):
         v = float(m.group(2)) * (1e-3 if (m.group(3) or "").lower() == "ms" else 1.0)
-        times[_KEY.get(m.group(1).lower(), "step_s")] = v
-    if not any(k in times for k in ("data", "forward", "backward", "optimizer")):
+        times[_KEY.get(m.group(1).lower(), "step_s")] = _time(v)
+    if not any(math.isfinite(times.get(k, math.nan)) for k in ("data", "forward", "backward", "optimizer")):
         return None
     rm = _RANK.search(line)
     rank = int(rm.group(1) or rm.group(2)) if rm else default_rank
     im = _INDEX.search(body)
     step = int(im.group(1)) if im else counters.get(rank, 0)
+    if rank >= MAX_INDEX or step >= MAX_INDEX:
+        return None
     counters[rank] = step + 1
     tm = _TOK.search(body)
-    step_s = times.get("step_s", sum(times.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer")))
+    step_s = times.get("step_s", sum(times[p] for p in ("data", "forward", "backward", "optimizer")
+                                     if math.isfinite(times.get(p, math.nan))))
     return StepTimes(step, rank, step_s, *(times.get(p, math.nan) for p in ("data", "forward", "backward", "optimizer")),
                      float(tm.group(2)) if tm else math.nan)
 
@@ -193,12 +240,30 @@ def read_text_log(path: Path, log: RunLog) -> None:
 
 def read_hang_report(path: Path, log: RunLog) -> None:
     try:
-        rep = json.loads(path.read_text())
+        rep = json.loads(path.read_text(errors="replace"))
     except ValueError as e:
         raise SpecError(f"{path}: malformed hang report ({e})") from None
+    if not isinstance(rep, dict):
+        raise SpecError(f"{path}: a hang report is a JSON object, got {type(rep).__name__}")
+    _check_hang_report(rep, str(path))
     rep["_path"] = str(path)
     log.hang_reports.append(rep)
     log.sources.append(str(path))
+
+
+def _check_hang_report(rep: dict[str, Any], where: str) -> None:
+    """The fields `analyze` reads, with the types the watchdog writes them in."""
+    for key in ("step", "timeout_s", "written"):
+        if key in rep and (isinstance(rep[key], bool) or not isinstance(rep[key], (int, float))):
+            raise SpecError(f"{where}: hang report field {key!r} must be a number, got {rep[key]!r}")
+    behind = rep.get("ranks_not_reached", {})
+    if not isinstance(behind, dict) or not all(isinstance(v, dict) for v in behind.values()):
+        raise SpecError(f"{where}: hang report field 'ranks_not_reached' must map ranks to {{step, phase}}")
+    for r in list(behind) + list(rep.get("ranks_reached") or []):
+        if not str(r).isdigit():
+            raise SpecError(f"{where}: hang report names a rank {r!r}; ranks are integers")
+    if not isinstance(rep.get("ranks_reached", []), list):
+        raise SpecError(f"{where}: hang report field 'ranks_reached' must be a list of ranks")
 
 
 def _drop_stale_hang_reports(log: RunLog) -> None:
@@ -214,10 +279,28 @@ def _files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     out = []
-    for p in sorted(path.rglob("*")):
-        if p.is_file() and not SKIP_DIRS & set(p.relative_to(path).parts[:-1]):
-            out.append(p)
-    return out
+    try:
+        for p in path.rglob("*"):
+            if len(out) >= MAX_FILES:
+                raise SpecError(f"{path}: more than {MAX_FILES} files under it; pass the run directory "
+                                "or the log files")
+            if p.is_file() and not SKIP_DIRS & set(p.relative_to(path).parts[:-1]):
+                out.append(p)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the folder ({e.strerror or e})") from None
+    return sorted(out)
+
+
+def _read(f: Path, top: Path, log: RunLog) -> None:
+    try:
+        if f.name == "hang_report.json":
+            read_hang_report(f, log)
+        elif f.suffix == ".jsonl":
+            read_jsonl(f, log)
+        elif f.suffix in TEXT_SUFFIXES or top.is_file():
+            read_text_log(f, log)
+    except OSError as e:
+        raise SpecError(f"{f}: cannot read it ({e.strerror or e})") from None
 
 
 def load_run(paths: Iterable[str | Path]) -> RunLog:
@@ -227,17 +310,16 @@ def load_run(paths: Iterable[str | Path]) -> RunLog:
     if not paths:
         raise SpecError("no path given: pass a run directory or log files")
     for path in paths:
-        if not path.exists():
+        try:
+            exists = path.exists()
+        except OSError as e:  # e.g. a file name too long
+            raise SpecError(f"{str(path)[:80]}...: not a usable path ({e.strerror})") from None
+        if not exists:
             raise SpecError(f"{path}: no such file or directory")
         for f in _files(path):
-            if f.name == "hang_report.json":
-                read_hang_report(f, log)
-            elif f.suffix == ".jsonl":
-                read_jsonl(f, log)
-            elif f.suffix in TEXT_SUFFIXES or path.is_file():
-                read_text_log(f, log)
+            _read(f, path, log)
     _drop_stale_hang_reports(log)
-    if not log.records and not log.hang_reports:
+    if not log.records and not log.hang_reports and not log.meta:
         where = ", ".join(map(str, paths))
         raise SpecError(f"{where}: no step records found (expected rank*.jsonl, perf.jsonl or [TIMING] lines)")
     return log

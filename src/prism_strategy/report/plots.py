@@ -10,13 +10,34 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from prism_strategy.specs.errors import SpecError  # noqa: E402
+
+
+def check_out_dir(out: str | Path) -> Path:
+    """The folder `report` will write into (made when the first plot is saved); SpecError, before
+    any work, when it cannot be one: an existing file, a path under a file, a name too long."""
+    path = Path(out)
+    try:
+        if path.exists() and not path.is_dir():
+            raise SpecError(f"--out {path} is a file; give a folder for the plots")
+        above = next((p for p in path.absolute().parents if p.exists()), None)
+    except OSError as e:
+        raise SpecError(f"--out {str(path)[:120]}...: not a usable folder name ({e.strerror or e})") from None
+    if above is not None and not above.is_dir():
+        raise SpecError(f"--out {path}: {above} is a file, not a folder")
+    return path
+
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        tmp.replace(path)
+    except OSError as e:
+        raise SpecError(f"cannot write {str(path)[:120]}: {e.strerror or e}") from None
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -17,8 +17,10 @@ from prism_strategy.diagnose.analyze import Verdict  # noqa: E402
 from prism_strategy.specs.errors import SpecError  # noqa: E402
 
 MAX_PANELS = 8
+FORMATS = (".png", ".svg", ".pdf")
 PHASES = (("data", "#9e9e9e"), ("forward", "#1f77b4"), ("backward", "#d62728"), ("optimizer", "#2ca02c"))
-EVENT_COLOR = {"collapse": "#d62728", "straggler": "#ff7f0e", "input_skew": "#bcbd22", "hang": "#000000"}
+EVENT_COLOR = {"collapse": "#d62728", "straggler": "#ff7f0e", "input_skew": "#bcbd22", "hang": "#000000",
+               "incomplete": "#7f7f7f"}
 
 
 def _panel_ranks(v: Verdict) -> list[int]:
@@ -64,8 +66,16 @@ def plot_timeline(v: Verdict, path: str | Path) -> Path:
     path = Path(path)
     if v.series is None or v.series.steps.size == 0:
         raise SpecError("no step records to plot")
-    if not path.parent.exists():
+    if path.suffix.lower() not in FORMATS:
+        raise SpecError(f"--plot {path}: name the image file with one of {', '.join(FORMATS)}")
+    try:
+        parent_ok, is_dir = path.parent.is_dir(), path.is_dir()
+    except OSError as e:  # a name too long
+        raise SpecError(f"--plot {str(path)[:120]}...: not a usable file name ({e.strerror})") from None
+    if not parent_ok:
         raise SpecError(f"{path.parent}: folder does not exist (for --plot {path})")
+    if is_dir:
+        raise SpecError(f"--plot {path} is a folder; give an image file name")
     ranks = _panel_ranks(v)
     fig, axes = plt.subplots(len(ranks), 1, sharex=True, squeeze=False,
                              figsize=(11, 1.2 + 1.6 * len(ranks)))
@@ -78,6 +88,10 @@ def plot_timeline(v: Verdict, path: str | Path) -> Path:
     kinds = ", ".join(sorted({e.kind for e in v.events})) or "no events"
     fig.suptitle(f"verdict: {v.verdict} (events: {kinds}); seconds per phase, stacked per step")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        raise SpecError(f"--plot {str(path)[:120]}: cannot write it ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
     return path

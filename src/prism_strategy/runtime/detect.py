@@ -9,10 +9,11 @@ How compute is told apart from collective wait (DOMAIN.md section 6)
 In a synchronous data-parallel step every rank leaves the gradient collective at about the same
 moment. The phases before it hold no collective in DDP / ZeRO-1/2 (data, forward) and the
 optimizer step is local, so ``local = data + forward + optimizer`` is each rank's own work,
-measured without a barrier. On CPU devices the monitor also records the process CPU time of
-those phases and the straggler test uses it, so a rank that only waits for a core (an
-oversubscribed host) is not called a straggler; on accelerators (and for PRISM logs) it is the
-wall time. The backward phase holds the rank's backward compute *plus* its wait
+measured without a barrier, by wall time (a rank that waits - on storage, on a slower device,
+for a core on an oversubscribed host, in a sleep - holds the others back just as a slow one
+does). On CPU devices the monitor also records the process CPU time of those phases; it names
+the cause of a straggler (compute / waiting / data loader), it does not decide whether there is
+one. The backward phase holds the rank's backward compute *plus* its wait
 in the gradient collective; the rank that arrives last (the straggler) waits least, so its
 backward is the shortest while its local time is the longest. Hence:
 
@@ -20,11 +21,14 @@ backward is the shortest while its local time is the longest. Hence:
   own baseline for ``collapse_steps`` consecutive steps while forward stays flat on every rank
   (within ``flat_factor`` of its baseline, or grown by less than ``flat_share`` of the
   backward's growth): compute unchanged, the collective slowed;
-* straggler: the per-step ratio ``local[rank] / min over ranks`` has a median >= ``straggler_ratio``
-  and exceeds it in >= ``straggler_consistency`` of the steps, for a minority of ranks; their
-  excess is a visible share of the step, and their backward
-  (= collective wait) is not above the others' (they wait least). When the slow rank also gets
-  more tokens, it is input skew instead;
+* straggler: the per-step ratio ``local[rank] / median of the other ranks`` (wall) has a median >=
+  ``straggler_ratio`` and exceeds it in >= ``straggler_consistency`` of the steps, for a minority
+  of ranks; their excess is a visible share of the step, and their backward (= collective wait)
+  is not above the others' (they wait least). When the slow rank also gets more tokens, it is
+  input skew instead. Cause (`straggler.straggler_cause`): data loader when the data phase holds
+  half the excess, else compute when CPU time is itself over the ratio, or the extra CPU time
+  (stretched by the host's load, as measured on the other ranks) explains half the excess (or
+  no CPU time is recorded), else waiting;
 * input skew: compute (forward, else step time) follows the tokens of the batch (Spearman rank
   correlation >= ``skew_corr`` over (rank, step) points, with tokens and time both varying;
   ranks, not values, so a few scheduler hiccups do not hide it).
@@ -42,7 +46,7 @@ from typing import Any, Iterable, Literal, NamedTuple
 
 import numpy as np
 
-EventKind = Literal["collapse", "straggler", "input_skew", "hang"]
+EventKind = Literal["collapse", "straggler", "input_skew", "hang", "incomplete"]
 PHASES = ("data", "forward", "backward", "optimizer")
 FIELDS = ("step", "data", "forward", "backward", "optimizer", "step_s", "tokens", "cpu_forward", "cpu_local")
 """Column order of one gathered row (what each rank sends every K steps)."""
@@ -89,7 +93,7 @@ class Event:
     ranks: tuple[int, ...]
     evidence: dict[str, Any] = field(default_factory=dict)
     message: str = ""
-    source: Literal["online", "offline", "hang_report"] = "offline"
+    source: Literal["online", "offline", "hang_report", "log"] = "offline"
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "step": self.step, "ranks": list(self.ranks),
@@ -112,10 +116,12 @@ class DetectConfig:
     """... or by at most this share of the backward's growth (a 2 ms jitter on a 3 ms forward
     is flat next to a 300 ms backward rise)."""
     straggler_ratio: float = 1.3
-    straggler_min_share: float = 0.05
-    """The straggler's extra local time must be at least this share of the median step."""
-    straggler_min_steps: int = 5
-    straggler_consistency: float = 0.75
+    straggler_min_share: float = 0.1
+    """The straggler's extra local time must be at least this share of the median step (what the
+    others lose waiting for it; below a tenth, a busy host's scheduling looks the same)."""
+    straggler_min_steps: int = 10
+    """Fewer steps than this say nothing: on a shared host a few descheduled steps look alike."""
+    straggler_consistency: float = 0.8
     """Share of steps in which the straggler must be over the ratio (a rank that is only
     descheduled now and then, as under CPU contention, is not a straggler)."""
     skew_corr: float = 0.6
@@ -165,13 +171,6 @@ class Series:
         return cls(ranks=tuple(ranks), steps=steps, **cols)
 
     @property
-    def compute(self) -> tuple[np.ndarray, str]:
-        """Local work per rank and step: CPU time where every rank has it, else wall time."""
-        if np.isfinite(self.cpu_local).any() and not np.any(np.isfinite(self.local) & ~np.isfinite(self.cpu_local)):
-            return self.cpu_local, "cpu_time"
-        return self.local, "wall"
-
-    @property
     def local(self) -> np.ndarray:
         """data + forward + optimizer: the collective-free work of each rank."""
         parts = np.stack([self.data, self.forward, self.optimizer])
@@ -183,7 +182,7 @@ class Series:
         return Series(self.ranks, self.steps[sl], *(getattr(self, f)[:, sl] for f in FIELDS[1:]))
 
 
-def _nanmedian(a: np.ndarray, axis=None):
+def nanmedian(a: np.ndarray, axis=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmedian(a, axis=axis)
@@ -202,7 +201,7 @@ def _first_run(flags: np.ndarray, length: int) -> tuple[int, int] | None:
     return None
 
 
-def _r(x: float, nd: int = 4) -> float | None:
+def rounded(x: float, nd: int = 4) -> float | None:
     return None if not np.isfinite(x) else round(float(x), nd)
 
 
@@ -211,8 +210,8 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     b0, b1 = cfg.warmup_skip, cfg.warmup_skip + cfg.warmup_steps
     if s.steps.size < b1 + cfg.collapse_steps:
         return None
-    base_b = _nanmedian(s.backward[:, b0:b1], axis=1)
-    base_f = _nanmedian(s.forward[:, b0:b1], axis=1)
+    base_b = nanmedian(s.backward[:, b0:b1], axis=1)
+    base_f = nanmedian(s.forward[:, b0:b1], axis=1)
     if not np.all(base_b > 0) or not np.all(base_f > 0):
         return None
     ratio = s.backward[:, b1:] / base_b[:, None]
@@ -222,83 +221,41 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     if run is None:
         return None
     i, j = run[0] + b1, run[1] + b1
-    bwd = _nanmedian(s.backward[:, i:j], axis=1)
-    fwd = _nanmedian(s.forward[:, i:j], axis=1)
+    bwd = nanmedian(s.backward[:, i:j], axis=1)
+    fwd = nanmedian(s.forward[:, i:j], axis=1)
     fwd_ratio = fwd / base_f
     flat = (fwd_ratio <= cfg.flat_factor) | (fwd - base_f <= cfg.flat_share * (bwd - base_b))
     if not np.all(flat):
         return None
-    step_ratio = _nanmedian(s.step_s[:, i:j]) / _nanmedian(s.step_s[:, b0:b1])
-    per_rank = {str(r): {"backward_baseline_s": _r(base_b[k]), "backward_s": _r(bwd[k]),
-                         "backward_ratio": _r(bwd[k] / base_b[k], 2),
-                         "forward_baseline_s": _r(base_f[k]), "forward_s": _r(fwd[k]),
-                         "forward_ratio": _r(fwd_ratio[k], 2)} for k, r in enumerate(s.ranks)}
+    step0, step1 = nanmedian(s.step_s[:, b0:b1]), nanmedian(s.step_s[:, i:j])
+    per_rank = {str(r): {"backward_baseline_s": rounded(base_b[k]), "backward_s": rounded(bwd[k]),
+                         "backward_ratio": rounded(bwd[k] / base_b[k], 2),
+                         "forward_baseline_s": rounded(base_f[k]), "forward_s": rounded(fwd[k]),
+                         "forward_ratio": rounded(fwd_ratio[k], 2)} for k, r in enumerate(s.ranks)}
     factor = float(np.median(bwd / base_b))
+    before_after = {"backward_baseline_s": float(np.median(base_b)), "backward_s": float(np.median(bwd)),
+                    "forward_baseline_s": float(np.median(base_f)), "forward_s": float(np.median(fwd)),
+                    "step_baseline_s": float(step0), "step_s": float(step1)}
     ev = {"from_step": int(s.steps[i]), "to_step": int(s.steps[j - 1]), "hot_steps": j - i,
           "baseline_steps": [int(s.steps[b0]), int(s.steps[b1 - 1])],
-          "backward_factor": _r(factor, 2), "forward_factor": _r(float(np.max(fwd_ratio)), 2),
-          "step_time_factor": _r(step_ratio, 2), "threshold": cfg.collapse_factor,
+          **{k: rounded(v) for k, v in before_after.items()},
+          "backward_factor": rounded(factor, 2), "forward_factor": rounded(float(np.max(fwd_ratio)), 2),
+          "step_time_factor": rounded(step1 / step0, 2), "threshold": cfg.collapse_factor,
           "per_rank": per_rank}
-    msg = (f"collapse: backward of all {len(s.ranks)} ranks rose {factor:.1f}x together from step "
-           f"{ev['from_step']} to {ev['to_step']} while forward stayed within "
-           f"{ev['forward_factor']}x; the collective slowed, not one rank")
+    ba = {k: fmt_s(v) for k, v in before_after.items()}
+    msg = (f"collapse: backward {ba['backward_baseline_s']} -> {ba['backward_s']} ({factor:.1f}x) on all "
+           f"{len(s.ranks)} ranks together from step {ev['from_step']} to {ev['to_step']}, while forward "
+           f"stayed {ba['forward_baseline_s']} -> {ba['forward_s']}: the collective slowed, not one rank")
     return Event("collapse", int(s.steps[i]), s.ranks, ev, msg)
 
 
-def _straggler_stats(s: Series) -> dict[str, np.ndarray] | None:
-    local, _ = s.compute
-    ok = np.all(np.isfinite(local), axis=0)
-    if ok.sum() == 0:
-        return None
-    local = local[:, ok]
-    best = np.min(local, axis=0)
-    ratio = local / np.where(best > 0, best, np.nan)
-    return {"ratio": _nanmedian(ratio, axis=1), "local": _nanmedian(local, axis=1), "all_ratios": ratio,
-            "backward": _nanmedian(s.backward[:, ok], axis=1),
-            "tokens": _nanmedian(s.tokens[:, ok], axis=1),
-            "step": _nanmedian(s.step_s[:, ok]), "n": ok.sum(), "steps": s.steps[ok],
-            "wall": _nanmedian(s.local[:, ok], axis=1),
-            "slowest": np.argmax(local, axis=0)}
-
-
-def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
-    """A minority of ranks whose local compute is consistently slower and who wait least."""
-    if len(s.ranks) < 2:
-        return None
-    st = _straggler_stats(s.tail(cfg.warmup_skip))
-    if st is None or st["n"] < cfg.straggler_min_steps:
-        return None
-    excess = st["local"] - np.min(st["local"])
-    over = np.mean(st["all_ratios"] >= cfg.straggler_ratio, axis=1)
-    slow = [k for k in range(len(s.ranks)) if st["ratio"][k] >= cfg.straggler_ratio
-            and over[k] >= cfg.straggler_consistency and excess[k] >= cfg.straggler_min_share * st["step"]]
-    if not slow or len(slow) * 2 > len(s.ranks):
-        return None
-    others = [k for k in range(len(s.ranks)) if k not in slow]
-    wait_others = float(np.median(st["backward"][others]))
-    if any(st["backward"][k] > wait_others for k in slow):
-        return None
-    tok = st["tokens"]
-    if np.all(np.isfinite(tok)) and np.min(tok) > 0:
-        tok_ratio = tok / float(np.median(tok[others]))
-        if any(tok_ratio[k] >= 1 + 0.5 * (st["ratio"][k] - 1) for k in slow):
-            return None
-    ranks = tuple(s.ranks[k] for k in slow)
-    fastest = s.ranks[int(np.argmin(st["local"]))]
-    ev = {"ranks": list(ranks), "fastest_rank": fastest, "compute_measure": s.compute[1],
-          "compute_ratio": {str(s.ranks[k]): _r(st["ratio"][k], 2) for k in range(len(s.ranks))},
-          "compute_s": {str(s.ranks[k]): _r(st["local"][k]) for k in range(len(s.ranks))},
-          "local_wall_s": {str(s.ranks[k]): _r(st["wall"][k]) for k in range(len(s.ranks))},
-          "collective_wait_s": {str(s.ranks[k]): _r(st["backward"][k]) for k in range(len(s.ranks))},
-          "slowest_share": {str(s.ranks[k]): _r(float(np.mean(st["slowest"] == k)), 2) for k in slow},
-          "over_ratio_share": {str(s.ranks[k]): _r(float(over[k]), 2) for k in slow},
-          "steps": [int(st["steps"][0]), int(st["steps"][-1])], "n_steps": int(st["n"]),
-          "threshold": cfg.straggler_ratio}
-    worst = max(slow, key=lambda k: st["ratio"][k])
-    msg = (f"straggler: rank(s) {', '.join(map(str, ranks))} compute {st['ratio'][worst]:.2f}x the "
-           f"best rank ({fastest}) over {ev['n_steps']} steps and wait least in backward "
-           f"({st['backward'][worst]:.4f}s vs {wait_others:.4f}s for the others)")
-    return Event("straggler", ev["steps"][0], ranks, ev, msg)
+def fmt_s(x: Any) -> str:
+    """Seconds with a unit a reader takes in at once: 12.1 s, 1.02 s, 310 ms, 0.42 ms; '-' if unknown."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating)) or not math.isfinite(x):
+        return "-"
+    if abs(x) >= 1.0:
+        return f"{x:.1f} s" if abs(x) >= 10 else f"{x:.2f} s"
+    return f"{x * 1000:.0f} ms" if abs(x) >= 0.01 else f"{x * 1000:.2f} ms"
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -335,10 +292,10 @@ def detect_input_skew(s: Series, cfg: DetectConfig) -> Event | None:
         return None
     slope = float(np.polyfit(x, y, 1)[0]) * 1000.0
     ranks = tuple(r for k, r in enumerate(t.ranks) if ok[k].any())
-    ev = {"spearman_compute_vs_tokens": _r(corr, 3), "pearson": _r(_pearson(x, y), 3), "points": int(x.size),
-          "tokens_min": _r(float(x.min()), 1), "tokens_max": _r(float(x.max()), 1),
-          "compute_min_s": _r(float(y.min())), "compute_max_s": _r(float(y.max())),
-          "s_per_1k_tokens": _r(slope, 5), "threshold": cfg.skew_corr}
+    ev = {"spearman_compute_vs_tokens": rounded(corr, 3), "pearson": rounded(_pearson(x, y), 3), "points": int(x.size),
+          "tokens_min": rounded(float(x.min()), 1), "tokens_max": rounded(float(x.max()), 1),
+          "compute_min_s": rounded(float(y.min())), "compute_max_s": rounded(float(y.max())),
+          "s_per_1k_tokens": rounded(slope, 5), "threshold": cfg.skew_corr}
     first = int(t.steps[np.argmax(ok.any(axis=0))])
     msg = (f"input skew: compute follows the batch's tokens (r={corr:.2f}; "
            f"{x.min():.0f}-{x.max():.0f} tokens -> {y.min():.4f}-{y.max():.4f}s); "
@@ -347,21 +304,22 @@ def detect_input_skew(s: Series, cfg: DetectConfig) -> Event | None:
 
 
 def detect_all(s: Series, cfg: DetectConfig | None = None) -> list[Event]:
+    from prism_strategy.runtime.straggler import detect_straggler  # it builds on this module
+
     cfg = cfg or DetectConfig()
     found = (detect_collapse(s, cfg), detect_straggler(s, cfg), detect_input_skew(s, cfg))
     return [e for e in found if e is not None]
 
 
 def summarize(s: Series) -> dict[str, Any]:
-    """Fastest and slowest rank by local compute over the series, and the straggler ratio."""
-    compute, measure = s.compute
-    local = _nanmedian(compute, axis=1)
-    step = _nanmedian(s.step_s, axis=1)
+    """Fastest and slowest rank by local wall time over the series, and the straggler ratio."""
+    local = nanmedian(s.local, axis=1)
+    step = nanmedian(s.step_s, axis=1)
     if not np.any(np.isfinite(local)):
         return {"ranks": len(s.ranks)}
     lo, hi = int(np.nanargmin(local)), int(np.nanargmax(local))
     ratio = local[hi] / local[lo] if local[lo] > 0 else math.nan
     return {"ranks": len(s.ranks), "steps": [int(s.steps[0]), int(s.steps[-1])],
-            "step_s": _r(float(np.nanmedian(step))), "fastest_rank": s.ranks[lo],
-            "fastest_local_s": _r(local[lo]), "slowest_rank": s.ranks[hi],
-            "slowest_local_s": _r(local[hi]), "straggler_ratio": _r(ratio, 3), "measure": measure}
+            "step_s": rounded(float(np.nanmedian(step))), "fastest_rank": s.ranks[lo],
+            "fastest_local_s": rounded(local[lo]), "slowest_rank": s.ranks[hi],
+            "slowest_local_s": rounded(local[hi]), "straggler_ratio": rounded(ratio, 3), "measure": "wall"}

@@ -22,14 +22,17 @@ window (below). Measured overhead on CPU: see ``benchmarks/monitor_overhead.py``
 
 Output, one JSONL file per rank, ``OUT/rank{R}.jsonl``; every line has a ``kind``::
 
-    {"kind":"meta","rank":0,"world_size":4,"pid":..,"host":..,"device":"cpu","t0":..,...}
+    {"kind":"meta","rank":0,"world_size":4,"pid":..,"host":..,"cpus":2,"device":"cpu","t0":..,...}
     {"kind":"step","step":7,"rank":0,"t":<unix>,"step_s":0.051,
      "phases":{"data":0.001,"forward":0.012,"backward":0.031,"optimizer":0.004},
      "cpu":{"data":0.0005,"forward":0.011,...},   # CPU devices: process CPU time per phase
      "samples":8,"tokens":1024,"peak_mem_bytes":...}
     {"kind":"summary","step":10,"fastest_rank":1,"slowest_rank":2,"straggler_ratio":1.04,...}
     {"kind":"event","event":"collapse","step":23,"ranks":[0,1,2,3],"evidence":{...},...}
-    {"kind":"close","steps":40}
+    {"kind":"close","rank":0,"steps":40}
+
+Every record is written through at once (line-buffered), so a killed run leaves its last steps;
+a log without a close record is what `analyze` calls ``incomplete``.
 
 Cross-rank detection: every ``summary_every`` (K) steps, when torch.distributed is initialised,
 each rank all-gathers a (K x 7) float tensor of its phase times (`detect.FIELDS`) over the default
@@ -79,6 +82,14 @@ def _identity(ctx: Any) -> tuple[int, int, torch.device]:
         rank = int(env.get("RANK", env.get("PMI_RANK", env.get("PALS_RANKID", "0"))))
         world = int(env.get("WORLD_SIZE", env.get("PMI_SIZE", "1")))
     return rank, world, torch.device(device) if device is not None else torch.device("cpu")
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (what an oversubscribed host is measured against)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 class _History:
@@ -184,7 +195,9 @@ class StepMonitor:
             dev = self.device.type
             self._event_factory = lambda: torch.Event(device=dev, enable_timing=True)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.out_dir / f"rank{self.rank}.jsonl", "a", buffering=1 << 16)
+        # line-buffered: every record reaches the file as it is written, so a run killed mid-step
+        # (SIGKILL, the OOM killer, a lost node) leaves its last steps for `analyze`
+        self._fh = open(self.out_dir / f"rank{self.rank}.jsonl", "a", buffering=1)
         self._step_i, self._t_prev_end, self._fired, self._monitor_s = 0, None, set(), 0.0
         self._cpu_on, self._c_prev_end = self.device.type == "cpu", None
         self._rows: list[list[float]] = []
@@ -193,7 +206,7 @@ class StepMonitor:
         keep_last = max(4 * self.summary_every, cfg.collapse_steps + 2 * self.summary_every, 32)
         self._history = _History(cfg.warmup_skip + cfg.warmup_steps, keep_last)
         self._write({"kind": "meta", "rank": self.rank, "world_size": self.world_size, "pid": os.getpid(),
-                     "host": socket.gethostname(), "device": str(self.device), "t0": time.time(),
+                     "host": socket.gethostname(), "cpus": _cpus(), "device": str(self.device), "t0": time.time(),
                      "hang_timeout_s": self.hang_timeout_s, "summary_every": self.summary_every,
                      "gather": self._dist, "torch": torch.__version__, "format": 1})
         self._fh.flush()
@@ -213,7 +226,7 @@ class StepMonitor:
         self.progress.active = False
         if self._watchdog is not None:
             self._watchdog.stop()
-        self._write({"kind": "close", "steps": self._step_i, "t": time.time()})
+        self._write({"kind": "close", "rank": self.rank, "steps": self._step_i, "t": time.time()})
         self._fh.close()
 
     def __enter__(self) -> StepMonitor:

@@ -40,13 +40,27 @@ def load_hf_config(path: Path) -> TransformerSpec:
     return spec_from_hf_dict(cfg, name=Path(path).parent.name or Path(path).stem, source=str(path))
 
 
+MAX_SIZE = 2**40
+"""Largest layer count / width / vocabulary taken as real (larger is a mangled config)."""
+
+
 def _int(cfg: dict, key: str, where: str, default: Any = None) -> int:
+    """A size from the config: an integer in [1, 2**40] (SpecError naming the key otherwise)."""
     v = cfg.get(key) if cfg.get(key) is not None else default
     if v is None:
         raise SpecError(f"{where}: config has no {key!r}; is this a transformer config.json?")
     if isinstance(v, bool) or not isinstance(v, int):
         raise SpecError(f"{where}: {key} must be an integer, got {v!r}")
+    if not 1 <= v <= MAX_SIZE:
+        raise SpecError(f"{where}: {key} must be between 1 and {MAX_SIZE}, got {v}")
     return v
+
+
+def _head_dim(cfg: dict, hidden: int, heads: int, where: str) -> int:
+    if cfg.get("head_dim") is None and hidden % heads:
+        raise SpecError(f"{where}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}; "
+                        "give head_dim in the config")
+    return _int(cfg, "head_dim", where, hidden // heads)
 
 
 def spec_from_hf_dict(cfg: dict, *, name: str, source: str = "") -> TransformerSpec:
@@ -66,7 +80,7 @@ def spec_from_hf_dict(cfg: dict, *, name: str, source: str = "") -> TransformerS
         name=name, kind="decoder", hf_model_type=mt, source=source or f"config.json ({mt})",
         layers=_int(cfg, "num_hidden_layers", where), hidden=hidden, heads=heads,
         kv_heads=_int(cfg, "num_key_value_heads", where, heads),
-        head_dim=_int(cfg, "head_dim", where, hidden // heads),
+        head_dim=_head_dim(cfg, hidden, heads, where),
         ffn=_int(cfg, "intermediate_size", where), vocab=_int(cfg, "vocab_size", where),
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=fam.get("qkv_bias", bias), o_bias=fam.get("o_bias", bias),
@@ -82,7 +96,7 @@ def _vision_spec(cfg: dict, *, name: str, source: str, model_type: str) -> Trans
     return TransformerSpec(
         name=name, kind="vision", hf_model_type="siglip_vision_model", source=source or model_type,
         layers=_int(cfg, "num_hidden_layers", where, 12), hidden=hidden, heads=heads, kv_heads=heads,
-        head_dim=hidden // heads, ffn=_int(cfg, "intermediate_size", where, 3072),
+        head_dim=_head_dim({}, hidden, heads, where), ffn=_int(cfg, "intermediate_size", where, 3072),
         qkv_bias=True, o_bias=True, mlp_bias=True, mlp="gelu", norm="layernorm",
         image_size=_int(cfg, "image_size", where, 224), patch_size=_int(cfg, "patch_size", where, 16),
         channels=_int(cfg, "num_channels", where, 3), pooling_head=bool(cfg.get("vision_use_head", True)),

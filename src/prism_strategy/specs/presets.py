@@ -29,6 +29,8 @@ def read_toml(path: Any) -> dict:
         return tomllib.loads(Path(str(path)).read_text())
     except OSError as e:
         raise SpecError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path} is not a text file (expected TOML)") from None
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path} is not valid TOML: {e}") from None
 
@@ -57,6 +59,15 @@ def platform_names() -> list[str]:
     return _names("platforms")
 
 
+def _kind(p: Path, what: str) -> str:
+    """'dir', 'file' or 'missing'; a name the file system refuses (too long) is bad input."""
+    try:
+        return "dir" if p.is_dir() else "file" if p.exists() else "missing"
+    except (OSError, ValueError) as e:
+        raise SpecError(f"unknown {what} {str(p)[:60]!r}...: neither a preset nor a usable path "
+                        f"({getattr(e, 'strerror', None) or e})") from None
+
+
 @cache
 def load_model(name_or_path: str) -> TransformerSpec:
     """A preset name, a path to a preset .toml, or a path to an HF config.json (or its folder)."""
@@ -64,11 +75,12 @@ def load_model(name_or_path: str) -> TransformerSpec:
     if name_or_path in model_names():
         path = DATA / "models" / f"{name_or_path}.toml"
         return build(TransformerSpec, read_toml(path), f"model preset {name_or_path}")
-    if p.suffix == ".toml" and p.exists():
+    kind = _kind(p, "model")
+    if p.suffix == ".toml" and kind == "file":
         return build(TransformerSpec, read_toml(p), str(p))
-    if p.is_dir() and (p / "config.json").exists():
+    if kind == "dir" and (p / "config.json").exists():
         return load_hf_config(p / "config.json")
-    if p.suffix == ".json" and p.exists():
+    if p.suffix == ".json" and kind == "file":
         return load_hf_config(p)
     raise SpecError(f"unknown model {name_or_path!r}; use a preset ({', '.join(model_names())}) or a path to a config.json")
 
@@ -78,7 +90,7 @@ def load_platform(name_or_path: str) -> PlatformSpec:
     p = Path(name_or_path)
     if name_or_path in platform_names():
         return build(PlatformSpec, read_toml(DATA / "platforms" / f"{name_or_path}.toml"), f"platform {name_or_path}")
-    if p.suffix == ".toml" and p.exists():
+    if p.suffix == ".toml" and _kind(p, "platform") == "file":
         return build(PlatformSpec, read_toml(p), str(p))
     raise SpecError(f"unknown platform {name_or_path!r}; use one of {', '.join(platform_names())} or a path to a platform .toml")
 
