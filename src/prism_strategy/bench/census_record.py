@@ -28,8 +28,9 @@ from typing import Any
 import torch
 
 TAG = "prism.census group_size="
-_TAGGED = ("all_reduce", "all_reduce_coalesced", "all_gather_into_tensor", "all_gather", "all_gather_coalesced",
-           "reduce_scatter_tensor", "reduce_scatter", "broadcast", "_all_gather_base", "_reduce_scatter_base")
+_TAGGED = ("all_reduce", "all_reduce_coalesced", "all_gather_into_tensor", "all_gather_single", "all_gather",
+           "all_gather_coalesced", "reduce_scatter_tensor", "reduce_scatter_single", "reduce_scatter", "broadcast",
+           "all_to_all", "all_to_all_single", "_all_gather_base", "_reduce_scatter_base")
 # c10d op -> (our op name, index of the payload argument, index of the other side of the shape ratio)
 _OPS: dict[str, tuple[str, int, int | None]] = {
     "allreduce_": ("all_reduce", 0, None),
@@ -42,6 +43,8 @@ _OPS: dict[str, tuple[str, int, int | None]] = {
     "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1, 0),
     "reduce_scatter_": ("reduce_scatter", 1, 0),
     "broadcast_": ("broadcast", 0, None),
+    "alltoall_base_": ("all_to_all", 0, None),
+    "alltoall_": ("all_to_all", 0, None),
 }
 
 
