@@ -108,8 +108,9 @@ def test_every_strategy_has_a_prediction_on_a_2x2_layout():
 
 
 def test_table_fits_100_columns_and_names_its_sources():
-    rows = _rows(("all_gather", 2, "bfloat16", 1234, 3.5 * 2**30), ("reduce_scatter", 2, "float32", 12, 7 * 2**30))
-    s = compare("hsdp_shard_grad_op", "fsdp2", rows, rows, control=[{"op": "broadcast", "dtype": "int64", "calls": 3}])
+    rows = _rows(("all_gather", 2, "bfloat16", 1234, 3.5 * 2**30), ("reduce_scatter", 2, "bfloat16", 12, 874.12 * 2**10))
+    rec = _rows(("all_gather", 2, "bfloat16", 1234, 3.5 * 2**30), ("reduce_scatter", 2, "bfloat16", 1248, 1.2 * 2**20))
+    s = compare("hsdp_shard_grad_op", "fsdp2", rows, rec, control=[{"op": "broadcast", "dtype": "int64", "calls": 3}])
     report = CensusReport(world=16, config={"model": "qwen3-0.6b", "micro_batch": 4, "seq_len": 2048, "grad_accum": 2,
                                             "precision": "bf16-mixed", "ranks_per_node": 8},
                           strategies=(s,), predicted_by="engines.step_collectives")
@@ -117,8 +118,10 @@ def test_table_fits_100_columns_and_names_its_sources():
     console.print(census_table(report, report.predicted_by))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 100
-    for want in ("hsdp_shard_grad_op", "1234/1234", "3.50 GiB", "engines.step_collectives", "torch.profiler"):
+    for want in ("hsdp_shard_grad_op", "reduce_scatter", "bfloat16", "1234/1234", "12/1248", "3.50 GiB",
+                 "874.12 KiB", "1.20 MiB", "-28.9", "engines.step_collectives", "torch.profiler"):
         assert want in text
+    assert "…" not in text
     assert census_notes(report) == ["hsdp_shard_grad_op: control messages, not compared: broadcast int64 x3"]
 
 

@@ -46,6 +46,8 @@ class StrategyCensus:
     engine: str
     rows: tuple[Row, ...]
     control: tuple[dict[str, Any], ...] = ()
+    recorded_raw: tuple[dict[str, Any], ...] = ()
+    """Rank 0's recorded rows as the worker wrote them (with their split by phase)."""
     error: str = ""
     """Why nothing was recorded (the run failed), or where ranks disagreed."""
     ranks_agree: bool = True
@@ -94,10 +96,8 @@ class CensusReport:
                 "bucket_mb", "reduce_dtype", "nproc", "ranks_per_node")
         return {"world": self.world, "config": {k: self.config.get(k) for k in keys},
                 "strategies": [{"strategy": s.strategy, "error": s.error, "ranks_agree": s.ranks_agree,
-                                "collectives": [{"op": r.op, "group_size": r.group_size, "dtype": r.dtype,
-                                                 "calls": r.calls_recorded, "bytes": r.bytes_recorded}
-                                                for r in s.rows if r.calls_recorded],
-                                "control": list(s.control)} for s in self.strategies]}
+                                "collectives": list(s.recorded_raw), "control": list(s.control)}
+                               for s in self.strategies]}
 
 
 # ----------------------------------------------------------------------------- configs
@@ -211,7 +211,7 @@ def compare(strategy: str, engine: str, predicted: list[dict[str, Any]], recorde
                      calls_recorded=None if recorded is None else rec.get(k, (0, 0.0))[0],
                      bytes_recorded=None if recorded is None else rec.get(k, (0, 0.0))[1]) for k in keys)
     return StrategyCensus(strategy=strategy, engine=engine, rows=rows, control=tuple(control), error=error,
-                          ranks_agree=ranks_agree)
+                          ranks_agree=ranks_agree, recorded_raw=tuple(recorded or ()))
 
 
 def _from_outcome(spec: Any, predicted: list[dict[str, Any]], outcome: Any) -> StrategyCensus:

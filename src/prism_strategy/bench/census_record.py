@@ -28,6 +28,9 @@ from typing import Any
 import torch
 
 TAG = "prism.census group_size="
+PHASE = "prism.phase="
+"""The bench worker marks its forward, backward and optimizer step with record_function ranges
+named PHASE + phase: each recorded call says in which phase it ran."""
 _TAGGED = ("all_reduce", "all_reduce_coalesced", "all_gather_into_tensor", "all_gather_single", "all_gather",
            "all_gather_coalesced", "reduce_scatter_tensor", "reduce_scatter_single", "reduce_scatter", "broadcast",
            "all_to_all", "all_to_all_single", "_all_gather_base", "_reduce_scatter_base")
@@ -125,19 +128,21 @@ def calls_in(roots: list[Any], world: int) -> list[dict[str, Any]]:
     """Walk the profiler's event tree; one record per c10d collective, tagged with the group
     size of the innermost `prism.census` range above it."""
     out: list[dict[str, Any]] = []
-    stack = [(r, None) for r in reversed(roots)]
+    stack: list[tuple[Any, int | None, str]] = [(r, None, "") for r in reversed(roots)]
     while stack:
-        ev, tag = stack.pop()
+        ev, tag, phase = stack.pop()
         name = ev.name
         m = re.match(re.escape(TAG) + r"(\d+)", name)
         if m:
             tag = int(m.group(1))
+        elif name.startswith(PHASE):
+            phase = name.removeprefix(PHASE)
         elif name.startswith("c10d::"):
             rec = one_call(name, list(getattr(ev.extra_fields, "inputs", None) or []), tag, world)
             if rec:
-                out.append(rec)
+                out.append(rec | {"phase": phase or "other"})
             continue  # what runs under a c10d op is how the backend does it: not counted again
-        stack.extend((c, tag) for c in reversed(ev.children))
+        stack.extend((c, tag, phase) for c in reversed(ev.children))
     return out
 
 
@@ -151,15 +156,19 @@ def record(step: Callable[[], Any], world: int) -> list[dict[str, Any]]:
 
 
 def summarise(calls: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Calls and payload bytes per (op, group size, dtype), in first-seen order: model data
-    under "collectives", control messages (see is_control) apart under "control"."""
+    """Calls and payload bytes per (op, group size, dtype), in first-seen order, with their split
+    by phase: model data under "collectives", control messages (see is_control) under "control"."""
     out: dict[str, dict[tuple[str, int, str], dict[str, Any]]] = {"collectives": {}, "control": {}}
     for c in calls:
         key = (c["op"], c["group_size"], c["dtype"])
         kind = out["control" if is_control(c) else "collectives"]
-        g = kind.setdefault(key, {"op": key[0], "group_size": key[1], "dtype": key[2], "calls": 0, "bytes": 0.0})
+        g = kind.setdefault(key, {"op": key[0], "group_size": key[1], "dtype": key[2], "calls": 0, "bytes": 0.0,
+                                  "phases": {}})
         g["calls"] += 1
         g["bytes"] += c["bytes"]
+        ph = g["phases"].setdefault(c.get("phase", "other"), {"calls": 0, "bytes": 0.0})
+        ph["calls"] += 1
+        ph["bytes"] += c["bytes"]
     return {k: list(v.values()) for k, v in out.items()}
 
 

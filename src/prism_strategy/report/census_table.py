@@ -46,7 +46,7 @@ def _add_strategy(t: Table, s: StrategyCensus) -> None:
 def census_table(report: CensusReport, predicted_by: str) -> Table:
     c = report.config
     shape = f"{c.get('model')}" + (f" + {c['vision_spec']['name']} ({c.get('mode')})" if c.get("vision_spec") else "")
-    t = Table(title=f"census: collectives of one optimizer step, world {report.world}", box=box.SIMPLE_HEAD,
+    t = Table(title=f"census: collectives of one optimizer step, world {report.world}", box=box.SIMPLE_HEAD, pad_edge=False,
               caption=(f"{shape}, mb {c.get('micro_batch')}, seq {c.get('seq_len')}, grad accum "
                        f"{c.get('grad_accum')}, {c.get('precision')}, {c.get('ranks_per_node')} ranks per node\n"
                        f"calls predicted/recorded; predicted: {predicted_by}; recorded: torch.profiler c10d ops, "
