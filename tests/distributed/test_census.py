@@ -64,10 +64,11 @@ FALLBACK_MISSES = {
     "zero2": _DS + " every micro-step",
     "zero3": "ZeRO-3 keeps tensors under stage3_param_persistence_threshold gathered: gathers per tensor after "
              "the step, not per module per micro-step",
-    ("projector", "fsdp_full_shard"): "frozen vision/backbone blocks: backward re-gathers counted for blocks "
-                                      "that need no re-gather",
+    ("projector", "fsdp_full_shard"): "backward never reaches the frozen encoder, whose blocks are modelled "
+                                      "as re-gathered in backward",
     ("projector", "hsdp_full_shard"): "as fsdp_full_shard",
-    ("projector", "fsdp_shard_grad_op"): "6 all-gathers per micro-step recorded, 5 FSDP units modelled",
+    ("projector", "fsdp_shard_grad_op"): "6 all-gathers per micro-step recorded, 5 FSDP units modelled (the root "
+                                         "unit mixes frozen and trainable parameters)",
     ("projector", "hsdp_shard_grad_op"): "as fsdp_shard_grad_op",
 }
 

@@ -141,3 +141,22 @@ def test_cli_bad_input_exits_2_on_one_line():
         res = runner.invoke(app, ["census", *args])
         assert res.exit_code == 2, res.output
         assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
+
+
+def test_bucket_and_reduce_dtype_reach_wrap_under_the_names_it_takes():
+    """wrap() gains bucket_mb / reduce_dtype on branch eng; before that the bucket is DDP's bucket_cap_mb
+    and any other use is refused as bad input, before a launch."""
+    import inspect
+
+    from prism_strategy.bench.worker import engine_options
+    from prism_strategy.runtime.wrap import wrap
+
+    takes = inspect.signature(wrap).parameters
+    assert engine_options({"strategy": "ddp"}) == {}
+    ddp = engine_options({"strategy": "ddp", "bucket_mb": 50})
+    assert ddp == ({"bucket_mb": 50} if "bucket_mb" in takes else {"bucket_cap_mb": 50})
+    if "reduce_dtype" in takes:
+        assert engine_options({"strategy": "zero2", "reduce_dtype": "fp32"}) == {"reduce_dtype": "fp32"}
+    else:
+        with pytest.raises(SpecError, match="reduce_dtype"):
+            engine_options({"strategy": "zero2", "reduce_dtype": "fp32"})

@@ -158,7 +158,8 @@ def _predicted(spec: Any, sc: Any, *, grad_accum: int, bucket_mb: float | None,
 
     parts = model_parts(sc.model, sc.training)
     if importlib.util.find_spec("prism_strategy.engines") is None:
-        return _predicted_from_comm(spec, sc, parts, grad_accum), "estimate.comm (temporary fallback)"
+        ignored = " ignoring --bucket-mb/--reduce-dtype" if (bucket_mb or reduce_dtype) else ""
+        return _predicted_from_comm(spec, sc, parts, grad_accum), f"estimate.comm (temporary fallback{ignored})"
     from prism_strategy.engines import step_collectives
 
     opts = {k: v for k, v in (("bucket_mb", bucket_mb), ("reduce_dtype", reduce_dtype)) if v is not None}
@@ -238,6 +239,10 @@ def run_census(base: dict[str, Any], strategies: list[str]) -> CensusReport:
     predicted = [_predicted(s, sc, grad_accum=ga, bucket_mb=base.get("bucket_mb"),
                             reduce_dtype=base.get("reduce_dtype")) for s in specs]
     configs = [base | {"strategy": s.name} for s in specs]
+    from prism_strategy.bench.worker import engine_options
+
+    for c in configs:  # an option this wrap() cannot take is bad input, refused before the launch
+        engine_options(c)
     outcomes = launch_many(configs, timeout_s=sum(float(c["timeout_s"]) for c in configs))
     return CensusReport(world=int(base["nproc"]), config=base, predicted_by=predicted[0][1],
                         strategies=tuple(_from_outcome(s, p[0], o) for s, p, o in zip(specs, predicted, outcomes)))
