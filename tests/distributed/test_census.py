@@ -1,7 +1,7 @@
 """Census in CI: what each of the 8 strategies' real engines issue in one optimizer step
 (torch.profiler on 4 gloo ranks as 2 nodes x 2) against the engine model's prediction.
 
-Three shapes, one launch each covering all 8 strategies: tied and untied embeddings (tiny Llama),
+Three shapes, all in one launch with all 8 strategies: tied and untied embeddings (tiny Llama),
 and a projector-mode model (tiny SigLIP + projector + tiny Llama, frozen encoder and backbone).
 Gradient accumulation 2, so per-micro-step and per-step collectives differ. Asserted per
 strategy: the op kinds are equal, payload bytes are within 2% per (op, group, dtype), calls are
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from prism_strategy.bench.census import census_base, run_census
+from prism_strategy.bench.census import census_base, run_censuses
 from prism_strategy.strategies import STRATEGY_NAMES
 
 pytestmark = pytest.mark.distributed
@@ -35,17 +35,11 @@ BUCKETS = ("ddp", "zero1", "zero2", "zero3")
 
 @pytest.fixture(scope="module")
 def census():
-    """One launch per shape, all 8 strategies in it."""
-    cache: dict[str, object] = {}
-
-    def get(shape: str):
-        if shape not in cache:
-            base = census_base(nproc=4, ranks_per_node=2, micro_batch=2, seq_len=32, grad_accum=2,
-                               precision="bf16-mixed", timeout_s=240, **SHAPES[shape])
-            cache[shape] = run_census(base, list(STRATEGY_NAMES))
-        return cache[shape]
-
-    return get
+    """ONE launch: the three shapes x all 8 strategies."""
+    bases = [census_base(nproc=4, ranks_per_node=2, micro_batch=2, seq_len=32, grad_accum=2, precision="bf16-mixed",
+                         timeout_s=240, **kw) for kw in SHAPES.values()]
+    reports = dict(zip(SHAPES, run_censuses(bases, list(STRATEGY_NAMES))))
+    return reports.__getitem__
 
 
 def _one(report, strategy):

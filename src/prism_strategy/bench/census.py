@@ -228,21 +228,29 @@ def _from_outcome(spec: Any, predicted: list[dict[str, Any]], outcome: Any) -> S
 
 def run_census(base: dict[str, Any], strategies: list[str]) -> CensusReport:
     """Every strategy in one launch; the report compares each with its engine model."""
+    return run_censuses([base], strategies)[0]
+
+
+def run_censuses(bases: list[dict[str, Any]], strategies: list[str]) -> list[CensusReport]:
+    """Several scenarios (same nproc) x strategies in ONE launch: the process start, imports and
+    process group are paid once (CI runs its three model shapes this way). One report per base."""
     from prism_strategy.bench.harness import launch_many
+    from prism_strategy.bench.worker import engine_options
     from prism_strategy.strategies import get_strategy
 
     specs = [get_strategy(s) for s in strategies]
     if not specs:
         raise SpecError("--strategies is empty; give a comma-separated list or 'all'")
-    sc = config_scenario(base)
-    ga = int(base.get("grad_accum", 1))
-    predicted = [_predicted(s, sc, grad_accum=ga, bucket_mb=base.get("bucket_mb"),
-                            reduce_dtype=base.get("reduce_dtype")) for s in specs]
-    configs = [base | {"strategy": s.name} for s in specs]
-    from prism_strategy.bench.worker import engine_options
-
+    configs = [b | {"strategy": s.name} for b in bases for s in specs]
     for c in configs:  # an option this wrap() cannot take is bad input, refused before the launch
         engine_options(c)
+    predicted = []
+    for b in bases:
+        sc, ga = config_scenario(b), int(b.get("grad_accum", 1))
+        predicted += [_predicted(s, sc, grad_accum=ga, bucket_mb=b.get("bucket_mb"),
+                                 reduce_dtype=b.get("reduce_dtype")) for s in specs]
     outcomes = launch_many(configs, timeout_s=sum(float(c["timeout_s"]) for c in configs))
-    return CensusReport(world=int(base["nproc"]), config=base, predicted_by=predicted[0][1],
-                        strategies=tuple(_from_outcome(s, p[0], o) for s, p, o in zip(specs, predicted, outcomes)))
+    results = [_from_outcome(get_strategy(c["strategy"]), p[0], o) for c, p, o in zip(configs, predicted, outcomes)]
+    n = len(specs)
+    return [CensusReport(world=int(b["nproc"]), config=b, predicted_by=predicted[i * n][1],
+                         strategies=tuple(results[i * n:(i + 1) * n])) for i, b in enumerate(bases)]
