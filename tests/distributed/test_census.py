@@ -101,7 +101,8 @@ def test_census_records_what_the_engines_really_do(census):
     # FSDP over the world: gathers and scatters over all 4 ranks, no all-reduce
     assert set(rec["fsdp_full_shard"]) == {("all_gather", 4), ("reduce_scatter", 4)}
     # full_shard re-gathers in backward: more all-gather bytes than shard_grad_op
-    assert rec["fsdp_full_shard"][("all_gather", 4)].bytes_recorded > rec["fsdp_shard_grad_op"][("all_gather", 4)].bytes_recorded
+    full, grad_op = rec["fsdp_full_shard"][("all_gather", 4)], rec["fsdp_shard_grad_op"][("all_gather", 4)]
+    assert full.bytes_recorded > grad_op.bytes_recorded
     # DDP: gradients all-reduced over the world, once per optimizer step under no_sync
     ddp = rec["ddp"][("all_reduce", 4)]
     assert ddp.calls_recorded >= 1 and ddp.bytes_recorded > 0

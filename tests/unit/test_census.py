@@ -40,7 +40,8 @@ def test_profiler_records_each_c10d_collective_once_with_payload_dtype_and_group
     gathered = torch.empty(300, dtype=torch.bfloat16)
 
     def step():
-        dist.all_reduce(grads)
+        with torch.profiler.record_function(census_record.PHASE + "backward"):
+            dist.all_reduce(grads)
         dist.all_gather_into_tensor(gathered, shard)
         dist.reduce_scatter_tensor(shard, torch.ones(300, dtype=torch.bfloat16))
         dist.all_reduce(torch.zeros(1))
@@ -52,7 +53,9 @@ def test_profiler_records_each_c10d_collective_once_with_payload_dtype_and_group
     summary = census_record.summarise(calls)
     assert [(r["op"], r["calls"]) for r in summary["collectives"]] == [
         ("all_reduce", 1), ("all_gather", 1), ("reduce_scatter", 1)]
-    assert summary["control"] == [{"op": "all_reduce", "group_size": 1, "dtype": "float32", "calls": 1, "bytes": 4.0}]
+    assert summary["collectives"][0]["phases"] == {"backward": {"calls": 1, "bytes": 4000.0}}
+    assert summary["control"] == [{"op": "all_reduce", "group_size": 1, "dtype": "float32", "calls": 1, "bytes": 4.0,
+                                   "phases": {"other": {"calls": 1, "bytes": 4.0}}}]
 
 
 def test_untagged_calls_take_the_group_from_the_shape_ratio(one_rank_group):

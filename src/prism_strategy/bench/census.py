@@ -123,7 +123,8 @@ def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
     cfg = base_config(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
                       seq_len=seq_len, steps=1, warmup=1, precision=precision, ckpt_freq=0, grad_accum=grad_accum,
                       timeout_s=timeout_s)
-    cfg |= {"census": True, "steps": 0, "mode": mode, "bucket_mb": bucket_mb, "reduce_dtype": reduce_dtype, "vision_spec": None}
+    cfg |= {"census": True, "steps": 0, "mode": mode, "bucket_mb": bucket_mb, "reduce_dtype": reduce_dtype,
+            "vision_spec": None}
     if vision is not None:
         v = load_model(vision)
         cfg["vision_spec"] = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}

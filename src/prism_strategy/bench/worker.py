@@ -6,7 +6,8 @@ Builds the configured model (a TransformerSpec built with transformers, random i
 the strategy with `wrap()`, burns in, then times forward / backward / optimizer per step
 (device-synchronised at phase ends on CUDA/XPU), then measures peak memory: the device
 allocator's peak on CUDA/XPU; on CPU one extra step under torch's MemTracker (tensor memory,
-gradients kept as DDP bucket views so the buckets are counted). Writes rank{R}.json (a list, one entry per config) into --out. --config may be a list of
+gradients kept as DDP bucket views so the buckets are counted). Writes rank{R}.json (a list, one
+entry per config) into --out. --config may be a list of
 configs: they run one after another in the same process group (scans and grids pay the
 process start once).
 

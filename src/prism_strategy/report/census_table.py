@@ -23,7 +23,7 @@ def _pct(predicted: float, recorded: float | None) -> str:
     if recorded is None:
         return "-"
     if recorded == 0:
-        return "new" if predicted else "0.0"
+        return "not rec" if predicted else "0.0"
     return f"{100 * (predicted - recorded) / recorded:+.1f}"
 
 
@@ -33,7 +33,8 @@ def _calls(predicted: int, recorded: int | None) -> str:
 
 def _add_strategy(t: Table, s: StrategyCensus) -> None:
     for i, r in enumerate(s.rows):
-        t.add_row(s.strategy if i == 0 else "", r.op, str(r.group_size), r.dtype, _calls(r.calls_predicted, r.calls_recorded),
+        t.add_row(s.strategy if i == 0 else "", r.op, str(r.group_size), r.dtype,
+                  _calls(r.calls_predicted, r.calls_recorded),
                   _bytes(r.bytes_predicted), _bytes(r.bytes_recorded), _pct(r.bytes_predicted, r.bytes_recorded))
     err = s.bytes_error_pct
     verdict = "ok" if s.ok else ("FAILED RUN" if err is None else "OFF")
@@ -46,7 +47,8 @@ def _add_strategy(t: Table, s: StrategyCensus) -> None:
 def census_table(report: CensusReport, predicted_by: str) -> Table:
     c = report.config
     shape = f"{c.get('model')}" + (f" + {c['vision_spec']['name']} ({c.get('mode')})" if c.get("vision_spec") else "")
-    t = Table(title=f"census: collectives of one optimizer step, world {report.world}", box=box.SIMPLE_HEAD, pad_edge=False,
+    t = Table(title=f"census: collectives of one optimizer step, world {report.world}",
+              box=box.SIMPLE_HEAD, pad_edge=False,
               caption=(f"{shape}, mb {c.get('micro_batch')}, seq {c.get('seq_len')}, grad accum "
                        f"{c.get('grad_accum')}, {c.get('precision')}, {c.get('ranks_per_node')} ranks per node\n"
                        f"calls predicted/recorded; predicted: {predicted_by}; recorded: torch.profiler c10d ops, "
