@@ -583,6 +583,39 @@ def doctor(
     raise typer.Exit(report.exit_code)
 
 
+@app.command()
+@cli_errors
+def census(
+    model: BenchModel = "tiny-llama",
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "all",
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
+    seq_len: Annotated[int, typer.Option()] = 32, grad_accum: Annotated[int, typer.Option()] = 1,
+    precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "bf16-mixed",
+    mode: Annotated[str, typer.Option(help="e2e | projector | encoder-projector")] = "e2e",
+    vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset or config path")] = None,
+    bucket_mb: Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")] = None,
+    reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")] = None,
+    timeout_s: Annotated[float, typer.Option(help="Per strategy")] = 300,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Run each strategy for real and compare the collectives of one step with the engine model."""
+    from prism_strategy.bench.census import census_base, run_census
+    from prism_strategy.report.census_table import print_census
+    from prism_strategy.strategies import parse_strategies
+
+    names = [s.name for s in parse_strategies(strategies)]
+    base = census_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
+                       seq_len=seq_len, grad_accum=grad_accum, precision=precision, mode=mode, vision=vision,
+                       bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+    report = run_census(base, names)
+    if json_out:
+        _print_json(report.as_dict())
+    else:
+        print_census(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

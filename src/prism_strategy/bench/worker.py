@@ -6,9 +6,15 @@ Builds the configured model (a TransformerSpec built with transformers, random i
 the strategy with `wrap()`, burns in, then times forward / backward / optimizer per step
 (device-synchronised at phase ends on CUDA/XPU), then measures peak memory: the device
 allocator's peak on CUDA/XPU; on CPU one extra step under torch's MemTracker (tensor memory,
-gradients kept as DDP bucket views so the buckets are counted). Writes rank{R}.json (a list, one entry per config) into --out. --config may be a list of
+gradients kept as DDP bucket views so the buckets are counted). Writes rank{R}.json (a list, one
+entry per config) into --out. --config may be a list of
 configs: they run one after another in the same process group (scans and grids pay the
 process start once).
+
+A config with "census": true records instead every collective of one optimizer step after the
+warm-up (bench/census_record.py) and skips the timed steps. A config with "mode" other than
+e2e or a "vision_spec" builds vision + projector + backbone (estimate/traced_model.py), with
+the parts that do not train frozen.
 """
 
 from __future__ import annotations
@@ -60,21 +66,50 @@ def _sync(device: torch.device) -> None:
         torch.xpu.synchronize(device)
 
 
+def _phase(name: str) -> Any:
+    """A profiler range naming the phase (the census attributes each collective to it)."""
+    return torch.profiler.record_function(f"prism.phase={name}")
+
+
 def is_oom(e: BaseException) -> bool:
     text = str(e).lower()
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in text or "out_of_device_memory" in text
 
 
+def is_multimodal(config: dict[str, Any]) -> bool:
+    return config.get("mode", "e2e") != "e2e" or bool(config.get("vision_spec"))
+
+
+def build_multimodal(config: dict[str, Any]) -> Any:
+    """Vision + projector + backbone as the traced estimate builds it (estimate/traced_model.py)."""
+    from prism_strategy.bench.census import config_scenario
+    from prism_strategy.estimate.traced_model import build_from_spec
+
+    sc = config_scenario(config)
+    torch.manual_seed(0)
+    return build_from_spec(sc.model, sc.training, init=True)
+
+
 class Runner:
-    def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace):
-        self.cfg, self.job, self.ctx, self.args = config, job, ctx, args
+    def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace, built: Any = None):
+        self.cfg, self.job, self.ctx, self.args, self.built = config, job, ctx, args, built
         from prism_strategy.bench.predict import config_model
         from prism_strategy.scenario import resolve_model
 
+        accum, mb = int(config.get("grad_accum", 1)), int(config["micro_batch"])
+        if built is not None:
+            torch.manual_seed(1000 + ctx.rank)
+            self.batches = [{k: v.to(ctx.device) for k, v in built.make_batch(mb).items()} for _ in range(accum)]
+            return
         vocab = resolve_model(config_model(config)).vocab
         g = torch.Generator().manual_seed(1000 + ctx.rank)
-        self.batches = [torch.randint(0, vocab, (int(config["micro_batch"]), int(config["seq_len"])), generator=g)
-                        .to(ctx.device) for _ in range(int(config.get("grad_accum", 1)))]
+        self.batches = [torch.randint(0, vocab, (mb, int(config["seq_len"])), generator=g)
+                        .to(ctx.device) for _ in range(accum)]
+
+    def loss(self, x: Any) -> torch.Tensor:
+        if self.built is not None:
+            return self.built.loss(self.job.model, x)
+        return self.job.model(input_ids=x, labels=x).loss
 
     def step(self, index: int) -> dict[str, float]:
         if self.args.fault and self.ctx.rank == self.args.fault_rank and index == self.args.fault_step:
@@ -87,17 +122,20 @@ class Runner:
             last = i == len(self.batches) - 1
             with self.job.no_sync() if not last else contextlib.nullcontext():
                 t0 = time.perf_counter()
-                loss = self.job.model(input_ids=x, labels=x).loss
-                _sync(self.ctx.device)
+                with _phase("forward"):
+                    loss = self.loss(x)
+                    _sync(self.ctx.device)
                 t1 = time.perf_counter()
-                self.job.backward(loss / len(self.batches))
-                _sync(self.ctx.device)
+                with _phase("backward"):
+                    self.job.backward(loss / len(self.batches))
+                    _sync(self.ctx.device)
                 times["forward"] += t1 - t0
                 times["backward"] += time.perf_counter() - t1
         t0 = time.perf_counter()
-        self.job.step()
-        self.zero_grad()
-        _sync(self.ctx.device)
+        with _phase("step"):
+            self.job.step()
+            self.zero_grad()
+            _sync(self.ctx.device)
         times["optimizer"] = time.perf_counter() - t0
         times["step"] = time.perf_counter() - t_step
         return times
@@ -139,19 +177,56 @@ def _context(config: dict[str, Any]) -> Any:
     return _CTX
 
 
+def engine_options(config: dict[str, Any]) -> dict[str, Any]:
+    """wrap() keywords for the config's bucket size and reduce dtype, given only when set. A
+    wrap() with `bucket_mb` / `reduce_dtype` gets them as such; one without takes the bucket as
+    DDP's `bucket_cap_mb` and cannot take a reduce dtype."""
+    import inspect
+
+    from prism_strategy.runtime.wrap import wrap
+    from prism_strategy.specs.errors import SpecError
+
+    params = inspect.signature(wrap).parameters
+    out: dict[str, Any] = {}
+    if config.get("bucket_mb") is not None:
+        if "bucket_mb" in params:
+            out["bucket_mb"] = config["bucket_mb"]
+        elif config["strategy"] == "ddp":
+            out["bucket_cap_mb"] = config["bucket_mb"]
+        else:
+            raise SpecError(f"this wrap() takes a bucket size only for ddp, not {config['strategy']}")
+    if config.get("reduce_dtype") is not None:
+        if "reduce_dtype" not in params:
+            raise SpecError("this wrap() has no reduce_dtype option")
+        out["reduce_dtype"] = config["reduce_dtype"]
+    return out
+
+
 def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     from prism_strategy.runtime.wrap import wrap
 
     ctx = _context(config)
-    model = build_model(config)
+    census = bool(config.get("census"))
+    if census:
+        from prism_strategy.bench.census_record import tag_collectives
+
+        tag_collectives()
+    built = build_multimodal(config) if is_multimodal(config) else None
+    model = built.module if built is not None else build_model(config)
     opt = torch.optim.AdamW if config.get("optimizer", "adamw") == "adamw" else torch.optim.SGD
     job = wrap(model, config["strategy"], ctx=ctx, optimizer=lambda ps: opt(ps, lr=1e-4),
                mixed_precision=None if config.get("precision", "fp32") == "fp32" else "bf16",
-               ckpt_freq=int(config.get("ckpt_freq", 0)))
-    runner = Runner(config, job, ctx, args)
+               ckpt_freq=int(config.get("ckpt_freq", 0)), block_types=built.block_types if built else None,
+               **engine_options(config))
+    runner = Runner(config, job, ctx, args, built)
     warmup, steps = int(config.get("warmup", 1)), int(config.get("steps", 3))
     for i in range(warmup):
         runner.step(i)
+    if census:
+        from prism_strategy.bench.census_record import record, summarise
+
+        return {"rank": ctx.rank, "world_size": ctx.world_size, "status": "ok", "device": str(ctx.device),
+                "backend": ctx.backend, "census": summarise(record(lambda: runner.step(warmup), ctx.world_size))}
     if ctx.device.type == "cuda":  # device-only
         torch.cuda.reset_peak_memory_stats(ctx.device)
     elif ctx.device.type == "xpu":  # device-only

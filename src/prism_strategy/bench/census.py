@@ -1,0 +1,257 @@
+"""Census: the collectives each strategy's real engine issues in one optimizer step, recorded
+with torch's profiler (bench/census_record.py), against what the engine model predicts.
+
+All strategies run in one torchrun launch (the bench harness); each rank records one steady-state
+optimizer step after a warm-up step, every micro-step of gradient accumulation included. Rank
+0's record is compared; the others must agree with it.
+
+Per strategy and per (op, group size, dtype): calls and payload bytes, predicted vs recorded.
+Payload: all_reduce the tensor, all_gather the gathered output, reduce_scatter the unscattered
+input. A strategy's bytes error is sum over rows of |predicted - recorded| / recorded total, so a
+collective predicted under the wrong op, group or dtype counts as wrong twice, never cancels.
+Control messages (integer tensors, single elements: flags, norms) are recorded and listed but
+not compared: they carry no model data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any
+
+from prism_strategy.specs.errors import SpecError
+
+TOLERANCE_PCT = 5.0
+PRECISIONS = ("fp32", "bf16-mixed")
+REDUCE_DTYPES = ("fp32", "bf16")
+MODES = ("e2e", "projector", "encoder-projector")
+_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Row:
+    op: str
+    group_size: int
+    dtype: str
+    calls_predicted: int
+    calls_recorded: int | None
+    bytes_predicted: float
+    bytes_recorded: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StrategyCensus:
+    strategy: str
+    engine: str
+    rows: tuple[Row, ...]
+    control: tuple[dict[str, Any], ...] = ()
+    recorded_raw: tuple[dict[str, Any], ...] = ()
+    """Rank 0's recorded rows as the worker wrote them (with their split by phase)."""
+    error: str = ""
+    """Why nothing was recorded (the run failed), or where ranks disagreed."""
+    ranks_agree: bool = True
+
+    @property
+    def recorded(self) -> bool:
+        return all(r.bytes_recorded is not None for r in self.rows)
+
+    @property
+    def bytes_error_pct(self) -> float | None:
+        if not self.recorded:
+            return None
+        total = sum(r.bytes_recorded or 0.0 for r in self.rows)
+        off = sum(abs(r.bytes_predicted - (r.bytes_recorded or 0.0)) for r in self.rows)
+        return 100.0 * off / total if total else (0.0 if off == 0 else 100.0)
+
+    @property
+    def ok(self) -> bool:
+        err = self.bytes_error_pct
+        return err is not None and err <= TOLERANCE_PCT and self.ranks_agree
+
+    def as_dict(self) -> dict[str, Any]:
+        err = self.bytes_error_pct
+        return {"strategy": self.strategy, "ok": self.ok, "bytes_error_pct": None if err is None else round(err, 3),
+                "collectives": [dataclasses.asdict(r) for r in self.rows]}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CensusReport:
+    world: int
+    config: dict[str, Any]
+    strategies: tuple[StrategyCensus, ...] = field(default_factory=tuple)
+    predicted_by: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return all(s.ok for s in self.strategies)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The pinned JSON: {"world", "strategies": [{"strategy", "ok", "bytes_error_pct", "collectives"}]}."""
+        return {"world": self.world, "strategies": [s.as_dict() for s in self.strategies]}
+
+    def recorded_dict(self) -> dict[str, Any]:
+        """What was recorded, with the scenario it was recorded in (for fitting engine models)."""
+        keys = ("model", "model_spec", "vision_spec", "mode", "micro_batch", "seq_len", "grad_accum", "precision",
+                "bucket_mb", "reduce_dtype", "nproc", "ranks_per_node")
+        return {"world": self.world, "config": {k: self.config.get(k) for k in keys},
+                "strategies": [{"strategy": s.strategy, "error": s.error, "ranks_agree": s.ranks_agree,
+                                "collectives": list(s.recorded_raw), "control": list(s.control)}
+                               for s in self.strategies]}
+
+
+# ----------------------------------------------------------------------------- configs
+
+def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_batch: int = 2, seq_len: int = 32,
+                grad_accum: int = 1, precision: str = "bf16-mixed", mode: str = "e2e", vision: str | None = None,
+                bucket_mb: float | None = None, reduce_dtype: str | None = None,
+                timeout_s: float = 300) -> dict[str, Any]:
+    """The shared config of one census launch; bad input raises SpecError before anything runs."""
+    from prism_strategy.bench.run import base_config
+    from prism_strategy.specs.presets import load_model
+
+    if precision not in PRECISIONS:
+        raise SpecError(f"--precision {precision!r}: census runs one of {', '.join(PRECISIONS)}")
+    if mode not in MODES:
+        raise SpecError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
+    if mode != "e2e" and vision is None:
+        raise SpecError(f"--mode {mode} trains a projector: give the vision encoder with --vision")
+    if reduce_dtype is not None and reduce_dtype not in REDUCE_DTYPES:
+        raise SpecError(f"--reduce-dtype {reduce_dtype!r}: choose one of {', '.join(REDUCE_DTYPES)}")
+    if bucket_mb is not None and not bucket_mb > 0:
+        raise SpecError(f"--bucket-mb must be a positive number of MiB, got {bucket_mb}")
+    cfg = base_config(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
+                      seq_len=seq_len, steps=1, warmup=1, precision=precision, ckpt_freq=0, grad_accum=grad_accum,
+                      timeout_s=timeout_s)
+    cfg |= {"census": True, "steps": 0, "mode": mode, "bucket_mb": bucket_mb, "reduce_dtype": reduce_dtype,
+            "vision_spec": None}
+    if vision is not None:
+        v = load_model(vision)
+        cfg["vision_spec"] = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+    config_scenario(cfg)  # validates the whole scenario (mode, vision, sizes) here, not in the ranks
+    return cfg
+
+
+def config_scenario(config: dict[str, Any]) -> Any:
+    """The planner's scenario for a census / bench config (model, training, layout)."""
+    from prism_strategy.bench.predict import config_model
+    from prism_strategy.scenario import build_scenario
+    from prism_strategy.specs.model import TransformerSpec
+    from prism_strategy.specs.presets import build
+
+    nproc, rpn = int(config["nproc"]), int(config.get("ranks_per_node") or config["nproc"])
+    vision = config.get("vision_spec")
+    return build_scenario(
+        config_model(config), mode=config.get("mode", "e2e"), platform="cpu", nodes=nproc // rpn,
+        vision=build(TransformerSpec, vision, "stored vision_spec") if vision else None,
+        ranks_per_node=rpn, seq_len=int(config["seq_len"]), micro_batch=int(config["micro_batch"]),
+        global_batch=int(config["micro_batch"]) * nproc * int(config.get("grad_accum", 1)),
+        precision=config.get("precision", "bf16-mixed"))
+
+
+# ----------------------------------------------------------------------------- predicted
+
+def _predicted(spec: Any, sc: Any, *, grad_accum: int, bucket_mb: float | None,
+               reduce_dtype: str | None) -> tuple[list[dict[str, Any]], str]:
+    """The engine model's collectives of one optimizer step, as (rows, where they came from).
+    Rows: op, group_size, dtype, calls, bytes (summed over the step)."""
+    from prism_strategy.estimate.parts import model_parts
+
+    parts = model_parts(sc.model, sc.training)
+    if importlib.util.find_spec("prism_strategy.engines") is None:
+        ignored = " ignoring --bucket-mb/--reduce-dtype" if (bucket_mb or reduce_dtype) else ""
+        return _predicted_from_comm(spec, sc, parts, grad_accum), f"estimate.comm (temporary fallback{ignored})"
+    from prism_strategy.engines import step_collectives
+
+    opts = {k: v for k, v in (("bucket_mb", bucket_mb), ("reduce_dtype", reduce_dtype)) if v is not None}
+    s = spec.with_options(**opts) if opts else spec
+    rows = [{"op": c.op, "group_size": int(c.group_size), "dtype": c.dtype, "calls": int(c.calls),
+             "bytes": float(c.bytes)}
+            for c in step_collectives(s, parts, sc.training, sc.layout, grad_accum=grad_accum, wrap="block")]
+    return rows, "engines.step_collectives"
+
+
+def _predicted_from_comm(spec: Any, sc: Any, parts: Any, grad_accum: int) -> list[dict[str, Any]]:
+    """TEMPORARY adapter over estimate.comm until engines/ (branch eng) is merged: delete then.
+    CollectiveCost has no dtype: all-gathers move params in the compute dtype, gradient
+    reductions the grad dtype (DeepSpeed: the compute dtype), as comm's _payload assumes.
+    It also has no bucket size or reduce dtype option: those are ignored here."""
+    from prism_strategy.estimate.comm import estimate_comm
+    from prism_strategy.specs.presets import load_platform
+
+    t = sc.training
+    out = []
+    for c in estimate_comm(parts, t, load_platform("cpu"), sc.layout, spec, grad_accum=grad_accum).collectives:
+        grads_in = t.compute_dtype if spec.engine == "deepspeed" else t.grad_dtype
+        dtype = _DTYPE_NAMES[t.compute_dtype if c.op == "all_gather" else grads_in]
+        out.append({"op": c.op, "group_size": c.ranks, "dtype": dtype, "calls": c.calls_per_step,
+                    "bytes": c.bytes_per_call * c.calls_per_step})
+    return out
+
+
+# ----------------------------------------------------------------------------- compare
+
+def _key(r: dict[str, Any]) -> tuple[str, int, str]:
+    return (r["op"], int(r["group_size"]), r["dtype"])
+
+
+def _totals(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str], tuple[int, float]]:
+    out: dict[tuple[str, int, str], tuple[int, float]] = {}
+    for r in rows:
+        c, b = out.get(_key(r), (0, 0.0))
+        out[_key(r)] = (c + int(r["calls"]), b + float(r["bytes"]))
+    return out
+
+
+def compare(strategy: str, engine: str, predicted: list[dict[str, Any]], recorded: list[dict[str, Any]] | None,
+            *, control: list[dict[str, Any]] = (), error: str = "", ranks_agree: bool = True) -> StrategyCensus:
+    """Predicted and recorded rows joined on (op, group size, dtype); recorded None = run failed."""
+    pred, rec = _totals(predicted), _totals(recorded or [])
+    keys = list(pred) + [k for k in rec if k not in pred]
+    rows = tuple(Row(op=k[0], group_size=k[1], dtype=k[2], calls_predicted=pred.get(k, (0, 0.0))[0],
+                     bytes_predicted=pred.get(k, (0, 0.0))[1],
+                     calls_recorded=None if recorded is None else rec.get(k, (0, 0.0))[0],
+                     bytes_recorded=None if recorded is None else rec.get(k, (0, 0.0))[1]) for k in keys)
+    return StrategyCensus(strategy=strategy, engine=engine, rows=rows, control=tuple(control), error=error,
+                          ranks_agree=ranks_agree, recorded_raw=tuple(recorded or ()))
+
+
+def _from_outcome(spec: Any, predicted: list[dict[str, Any]], outcome: Any) -> StrategyCensus:
+    if outcome.status != "ok":
+        return compare(spec.name, spec.engine, predicted, None, error=f"{outcome.status}: {outcome.error}")
+    ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
+    first = ranks[0]["census"]
+    disagree = [r["rank"] for r in ranks[1:] if r["census"] != first]
+    note = f"ranks {disagree} recorded other collectives than rank 0" if disagree else ""
+    return compare(spec.name, spec.engine, predicted, first["collectives"], control=first["control"], error=note,
+                   ranks_agree=not disagree)
+
+
+def run_census(base: dict[str, Any], strategies: list[str]) -> CensusReport:
+    """Every strategy in one launch; the report compares each with its engine model."""
+    return run_censuses([base], strategies)[0]
+
+
+def run_censuses(bases: list[dict[str, Any]], strategies: list[str]) -> list[CensusReport]:
+    """Several scenarios (same nproc) x strategies in ONE launch: the process start, imports and
+    process group are paid once (CI runs its three model shapes this way). One report per base."""
+    from prism_strategy.bench.harness import launch_many
+    from prism_strategy.bench.worker import engine_options
+    from prism_strategy.strategies import get_strategy
+
+    specs = [get_strategy(s) for s in strategies]
+    if not specs:
+        raise SpecError("--strategies is empty; give a comma-separated list or 'all'")
+    configs = [b | {"strategy": s.name} for b in bases for s in specs]
+    for c in configs:  # an option this wrap() cannot take is bad input, refused before the launch
+        engine_options(c)
+    predicted = []
+    for b in bases:
+        sc, ga = config_scenario(b), int(b.get("grad_accum", 1))
+        predicted += [_predicted(s, sc, grad_accum=ga, bucket_mb=b.get("bucket_mb"),
+                                 reduce_dtype=b.get("reduce_dtype")) for s in specs]
+    outcomes = launch_many(configs, timeout_s=sum(float(c["timeout_s"]) for c in configs))
+    results = [_from_outcome(get_strategy(c["strategy"]), p[0], o) for c, p, o in zip(configs, predicted, outcomes)]
+    n = len(specs)
+    return [CensusReport(world=int(b["nproc"]), config=b, predicted_by=predicted[i * n][1],
+                         strategies=tuple(results[i * n:(i + 1) * n])) for i, b in enumerate(bases)]

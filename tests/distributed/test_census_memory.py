@@ -1,0 +1,52 @@
+"""Peak memory of all 8 strategies, measured, against the model's prediction (issue 10, item 6).
+
+One bench launch (4 gloo ranks as 2 nodes x 2, tiny Llama): each strategy runs a warm-up step,
+a timed step, then one step under torch's MemTracker (tensor memory of the rank: parameters,
+gradients, optimizer state, activations, the engine's own buffers). The prediction is the
+planner's (`bench.predict.predict` -> `planner.evaluate` -> the memory model) for the same
+config. Each must be within 10% of the measurement.
+
+ZeRO-3 is expected to fail until the engine model counts DeepSpeed's own buffers (its reduce
+bucket of reduce_bucket_size elements first): then the xfail mark goes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from prism_strategy.bench.run import base_config, run_many
+from prism_strategy.bench.store import Store
+from prism_strategy.specs.presets import load_platform
+from prism_strategy.strategies import STRATEGY_NAMES
+
+pytestmark = pytest.mark.distributed
+TOLERANCE = 0.10
+ENGINES_MERGED = importlib.util.find_spec("prism_strategy.engines") is not None
+
+
+@pytest.fixture(scope="module")
+def benched(tmp_path_factory):
+    base = base_config(model="tiny-llama", nproc=4, ranks_per_node=2, micro_batch=4, seq_len=128, steps=1, warmup=1,
+                       precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=240)
+    store = Store(tmp_path_factory.mktemp("db") / "results.db")
+    results = run_many([base | {"strategy": s} for s in STRATEGY_NAMES], load_platform("cpu"), store)
+    return {r.strategy: r for r in results}
+
+
+def _marks(strategy: str) -> list:
+    if strategy == "zero3" and not ENGINES_MERGED:
+        return [pytest.mark.xfail(reason="DeepSpeed's ZeRO-3 buffers (reduce bucket) not yet in the memory model; "
+                                         "engines/deepspeed.py adds them", strict=False)]
+    return []
+
+
+@pytest.mark.parametrize("strategy", [pytest.param(s, marks=_marks(s)) for s in STRATEGY_NAMES])
+def test_peak_memory_within_10_percent_of_prediction(benched, strategy):
+    r = benched[strategy]
+    assert r.status == "ok", (r.measured.get("error"), r.measured.get("log_tail"))
+    measured, predicted = r.measured["peak_memory_bytes"], r.predicted["memory_bytes"]
+    err = (predicted - measured) / measured
+    assert abs(err) <= TOLERANCE, (f"{strategy}: predicted {predicted / 2**20:.2f} MiB, measured "
+                                   f"{measured / 2**20:.2f} MiB ({100 * err:+.1f}%)")
