@@ -10,12 +10,12 @@ from prism_strategy.estimate.comm import CommEstimate, estimate_comm
 from prism_strategy.estimate.compute import compute_time_s, optimizer_time_s
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.parts import Part, model_parts
-from prism_strategy.rules import check
+from prism_strategy.rules import RuleFacts, check
 from prism_strategy.recommend import annotate, recommend
 from prism_strategy.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.strategies import STRATEGIES, StrategySpec, get_strategy
+from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 MAX_MICRO_BATCH_SHOWN = 4096
 """Cap on the micro-batch an option is evaluated at when it has that much room."""
@@ -62,9 +62,10 @@ class Plan:
         return next(o for o in self.options if o.strategy == name)
 
 
-def _situation(sc: Scenario, s: StrategySpec) -> dict[str, Any]:
-    return {"device": sc.platform.device, "backend": sc.platform.backend, "engine": s.engine,
-            "compile": sc.training.compile, "multi_node": sc.layout.multi_node}
+def _situation(sc: Scenario, s: StrategySpec) -> RuleFacts:
+    """The planner's rule facts; the engine contributes its own."""
+    return RuleFacts(device=sc.platform.device, backend=sc.platform.backend, compile=sc.training.compile,
+                     multi_node=sc.layout.multi_node, **s.impl.facts(s))
 
 
 def _batch(sc: Scenario, max_mb: int) -> tuple[int, int]:
@@ -168,10 +169,12 @@ def plan(model: Any = "qwen3-0.6b", **kw: Any) -> Plan:
     sweep = kw.pop("sweep_nodes", None)
     calibration = kw.pop("calibration", "auto")
     traced = kw.pop("traced", False)
+    bucket_mb, reduce_dtype = kw.pop("bucket_mb", None), kw.pop("reduce_dtype", None)
+    specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sc = build_scenario(model, **kw)
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
     parts = model_parts(sc.model, sc.training)
-    options = [evaluate(sc, s, parts) for s in STRATEGIES]
+    options = [evaluate(sc, s, parts) for s in specs]
     fits = [o for o in options if o.memory.total <= sc.platform.usable_bytes]
     if sc.training.micro_batch is not None and not fits:
         best = min(options, key=lambda o: o.memory.total)
@@ -185,7 +188,7 @@ def plan(model: Any = "qwen3-0.6b", **kw: Any) -> Plan:
     recommended, reasons, warnings = recommend(sc, options)
     result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings)
     if sweep:
-        result.sweep = sweep_rows(sc, parts, options, sweep)
+        result.sweep = sweep_rows(sc, parts, options, sweep, specs)
     return result
 
 
@@ -201,14 +204,15 @@ def trace_options(sc: Scenario, options: list[Option]) -> None:
         o.notes.extend(o.traced.get("traced_notes", []))
 
 
-def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nodes_list: list[int]) -> list[dict[str, Any]]:
+def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nodes_list: list[int],
+               specs: list[StrategySpec] | None = None) -> list[dict[str, Any]]:
     """Scaling table of the leading strategies (the 3 best feasible at the planned size)."""
     lead = sorted((o for o in options if o.feasible), key=lambda o: -o.samples_per_s)[:3]
     rows = []
     for n in nodes_list:
         at = sc.with_layout(Layout(nodes=n, ranks_per_node=sc.layout.ranks_per_node))
         for o in lead:
-            e = evaluate(at, next(s for s in STRATEGIES if s.name == o.strategy), parts)
+            e = evaluate(at, next(s for s in (specs or all_strategies()) if s.name == o.strategy), parts)
             rows.append({"nodes": n, "strategy": o.strategy, "feasible": e.feasible, "micro_batch": e.micro_batch,
                          "step_time_s": e.step_time_s, "samples_per_s": e.samples_per_s,
                          "scaling_efficiency": e.scaling_efficiency, "bound": e.bound})
