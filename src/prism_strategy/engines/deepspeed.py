@@ -97,7 +97,7 @@ class DeepSpeedEngine(Engine):
             modules = [sum(m) for p in parts for m in part_modules(p)]
             largest = max(modules, default=0)
             gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
-            return [("buffers", "largest module gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
+            return [("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
                     ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e),
                     ("buffers", f"reduce bucket ({b:.2e} elements)", min(b, pt) * DTYPE_BYTES[comm_dtype(s, t)])]
         n = 2 if OVERLAP_COMM[_stage(s)] else 1

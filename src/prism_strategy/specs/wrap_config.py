@@ -79,15 +79,13 @@ class WrapConfig:
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.static_graph is not None and not isinstance(self.static_graph, bool):
-            raise SpecError(f"static_graph must be True, False or None, got {self.static_graph!r}")
+            raise SpecError(f"static_graph must be True or False (or None: not declared), got {self.static_graph!r}")
         for name in ("micro_batch", "ranks_per_node"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
                 raise SpecError(f"{name} must be a positive integer, got {v!r}")
         if not _is_int(self.grad_accum) or self.grad_accum < 1:
             raise SpecError(f"grad_accum must be a positive integer, got {self.grad_accum!r}")
-        if self.static_graph is not None and "static_graph" not in spec.impl.options:
-            raise SpecError(f"static_graph applies to {_engines_with('static_graph')} only, not {self.strategy}")
         if self.ds_config is not None and spec.impl.config_file is None:
             raise SpecError(f"ds_config is only for zero* strategies, not {self.strategy}; remove it")
 
@@ -157,8 +155,3 @@ def _toml_value(v: Any) -> str:
         return repr(v)
     return json.dumps(str(v))
 
-
-def _engines_with(option: str) -> str:
-    from prism_strategy.engines import ENGINES
-
-    return ", ".join(e.name for e in ENGINES.values() if option in e.options)
