@@ -37,7 +37,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 class StepCollective:
     """One kind of collective an optimizer step issues, as census records it."""
 
-    op: Literal["all_reduce", "all_gather", "reduce_scatter"]
+    op: Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
     group: Literal["world", "node", "across_nodes"]
     group_size: int
     """Ranks in one such group."""
@@ -158,41 +158,69 @@ def adam_states(t: TrainingSpec) -> int:
     return OPTIMIZER_STATES[t.optimizer]
 
 
-def module_numels(spec: TransformerSpec) -> tuple[list[list[int]], list[list[int]]]:
-    """Parameter tensors grouped by the module that owns them: (one block's modules, root modules),
-    each module a list of tensor sizes (elements), in forward order. HF layouts (Llama, Qwen,
-    SigLIP); DeepSpeed ZeRO-3 gathers module by module."""
-    h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.ffn
-    norm = {"rmsnorm": [h], "layernorm": [h, h], "layernorm_noparam": []}[spec.norm]
-    qkv_b = spec.qkv_bias
-    block: list[list[int]] = [list(norm)]
-    block += [[h * q] + ([q] if qkv_b else []), [h * kv] + ([kv] if qkv_b else []), [h * kv] + ([kv] if qkv_b else [])]
-    if spec.qk_norm != "none":
-        w = spec.head_dim if spec.qk_norm == "per_head" else None
-        block += [[w or q], [w or kv]]
-    block += [[q * h] + ([h] if spec.o_bias else []), list(norm)]
-    mats = [h * f, h * f, f * h] if spec.mlp == "swiglu" else [h * f, f * h]
-    biases = ([f, f, h] if spec.mlp == "swiglu" else [f, h]) if spec.mlp_bias else [None] * len(mats)
-    block += [[m] + ([b] if b else []) for m, b in zip(mats, biases)]
-    block = [m for m in block if m]
-    if spec.kind == "vision":
-        c, p = spec.channels, spec.patch_size
-        root = [[c * p * p * h, h], [spec.num_patches * h], list(norm)]
-        if spec.pooling_head:
-            root += [[h], [4 * h * h + 4 * h], list(norm), [h * f, f], [f * h, h]]
-    else:
-        root = [[spec.vocab * h], list(norm)] + ([] if spec.tied_embeddings else [[spec.vocab * h]])
-    return block, [m for m in root if m]
+Tensor = tuple[int, int]
+"""(elements, rows): a parameter tensor's size and its dim 0 (FSDP2 pads dim 0 to the shard count)."""
 
 
-def part_modules(part: Part) -> list[list[int]]:
-    """Every module of a part with its tensor sizes, in forward order."""
-    if part.spec is None:  # projector: Linear(i, o) + GELU + Linear(o, o)
+@dataclass(frozen=True, slots=True)
+class PartModules:
+    """A part's parameter tensors grouped by owning module, in forward order. `embed` and `head`
+    are the modules outside the blocks; `embed_unit` / `head_unit`: HF lists them in
+    _no_split_modules (SigLIP's vision embeddings and pooling head), so wrap() makes them units."""
+
+    embed: list[list[Tensor]]
+    block: list[list[Tensor]]
+    layers: int
+    head: list[list[Tensor]]
+    embed_unit: bool = False
+    head_unit: bool = False
+    """The head's modules after the first (the post-norm) are one unit (SigLIP's pooling head)."""
+
+    def forward_order(self) -> list[list[Tensor]]:
+        return self.embed + self.block * self.layers + self.head
+
+
+def _linear(out: int, inp: int, bias: bool) -> list[Tensor]:
+    return [(out * inp, out)] + ([(out, out)] if bias else [])
+
+
+def part_modules(part: Part) -> PartModules:
+    """Every module of a part with its tensors (HF layouts: Llama, Qwen, SigLIP; the projector is
+    LLaVA's Linear + GELU + Linear)."""
+    if part.spec is None:
         i, o = part.widths
-        return [[i * o, o], [o * o, o]]
-    block, root = module_numels(part.spec)
-    head = root[1:] if part.spec.kind == "decoder" else root[2:]
-    return root[: len(root) - len(head)] + block * part.spec.layers + head
+        return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], block=[], layers=0, head=[])
+    sp = part.spec
+    h, q, kv, f = sp.hidden, sp.q_width, sp.kv_width, sp.ffn
+    norm: list[Tensor] = {"rmsnorm": [(h, h)], "layernorm": [(h, h), (h, h)], "layernorm_noparam": []}[sp.norm]
+    block = [norm, _linear(q, h, sp.qkv_bias), _linear(kv, h, sp.qkv_bias), _linear(kv, h, sp.qkv_bias)]
+    if sp.qk_norm != "none":
+        w = sp.head_dim if sp.qk_norm == "per_head" else None
+        block += [[(w or q, w or q)], [(w or kv, w or kv)]]
+    block += [_linear(h, q, sp.o_bias), norm]
+    mlp = [(f, h), (f, h), (h, f)] if sp.mlp == "swiglu" else [(f, h), (h, f)]
+    block += [_linear(out, inp, sp.mlp_bias) for out, inp in mlp]
+    if sp.kind == "vision":
+        c, p = sp.channels, sp.patch_size
+        embed = [[(c * p * p * h, h), (h, h)], [(sp.num_patches * h, sp.num_patches)]]
+        head = [norm]
+        if sp.pooling_head:
+            head += [[(h, 1), (3 * h * h, 3 * h), (3 * h, 3 * h)], _linear(h, h, True), norm,
+                     _linear(f, h, True), _linear(h, f, True)]
+        return PartModules(embed=[m for m in embed if m], block=[m for m in block if m], layers=sp.layers,
+                           head=[m for m in head if m], embed_unit=True, head_unit=sp.pooling_head)
+    head = [norm] + ([] if sp.tied_embeddings else [[(sp.vocab * h, sp.vocab)]])
+    return PartModules(embed=[[(sp.vocab * h, sp.vocab)]], block=[m for m in block if m], layers=sp.layers,
+                       head=[m for m in head if m])
+
+
+def numels(modules: list[list[Tensor]]) -> list[int]:
+    return [n for m in modules for n, _ in m]
+
+
+def padded(modules: list[list[Tensor]], shards: int) -> int:
+    """Elements once each tensor's dim 0 is padded to a multiple of `shards` (FSDP2)."""
+    return sum(-(-rows // shards) * shards * (n // rows) for m in modules for n, rows in m)
 
 
 def ceil_div(a: float, b: float) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prism_strategy.engines.base import (MiB, TORCH_DTYPE, Engine, Moment, Rows, StepCollective, part_modules,
+from prism_strategy.engines.base import (MiB, TORCH_DTYPE, Engine, Moment, Rows, StepCollective, numels, part_modules,
                                          sharded_states, trainable)
 from prism_strategy.estimate.parts import Part
 from prism_strategy.specs.cluster import Layout
@@ -64,13 +64,19 @@ class DDPEngine(Engine):
         if layout.world <= 1 or trainable(parts) == 0:
             return ()
         e = t.grad_bytes  # DDP reduces .grad as it is: the parameter dtype
-        sizes = [n * e for p in parts if p.trains for m in part_modules(p) for n in m]
+        sizes = [n * e for p in parts if p.trains for n in numels(part_modules(p).forward_order())]
         cap = (s.bucket_mb or DEFAULT_BUCKET_MB) * MiB
         first = FIRST_BUCKET_BYTES if s.bucket_mb is None else cap
         calls = bucket_count(sizes, first, cap)
-        return (StepCollective(op="all_reduce", group="world", group_size=layout.world, dtype=TORCH_DTYPE[t.grad_dtype],
-                               bytes_per_call=sum(sizes) / calls, calls=calls, phase="backward", overlappable=True,
-                               what=f"gradient buckets ({cap / MiB:g} MiB cap)"),)
+        out = [StepCollective(op="all_reduce", group="world", group_size=layout.world, dtype=TORCH_DTYPE[t.grad_dtype],
+                              bytes_per_call=sum(sizes) / calls, calls=calls, phase="backward", overlappable=True,
+                              what=f"gradient buckets ({cap / MiB:g} MiB cap)")]
+        buffers = sum(_rope_buffer_bytes(p) for p in parts)
+        if buffers:  # broadcast_buffers=True: once per synchronized forward (not under no_sync)
+            out.append(StepCollective(op="broadcast", group="world", group_size=layout.world, dtype="float32",
+                                      bytes_per_call=buffers, calls=1, phase="forward", overlappable=False,
+                                      what="module buffers from rank 0 (rotary inv_freq)"))
+        return tuple(out)
 
     def apply(self, model, s, *, ctx, optimizer, summary, config: "WrapConfig", blocks, ds_config=None) -> "Job":
         from prism_strategy.runtime.wrap import wrap_ddp
@@ -97,3 +103,9 @@ def _autocast_copies(parts: tuple[Part, ...], t: TrainingSpec) -> Rows:
             n += sp.vocab * sp.hidden  # the LM head, tied or not (the embedding lookup makes no copy)
     return [("buffers", "autocast bf16 weight copies saved for backward (linear weights)", n * t.compute_bytes)]
 
+
+def _rope_buffer_bytes(part: Part) -> int:
+    """HF rotary embeddings keep inv_freq and original_inv_freq (head_dim / 2 fp32 each) as buffers."""
+    if part.spec is None or part.spec.kind != "decoder":
+        return 0
+    return 2 * (part.spec.head_dim // 2) * 4

@@ -8,12 +8,14 @@ Collectives (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, partitioned_par
   step() (managed_gradient_accumulation=false: the caller's step() is the boundary). After the
   optimizer step one all_gather_into_tensor per parameter group rebuilds the bf16 flat params
   (allgather_bucket_size is unused when the backend has all_gather_into_tensor).
-- every stage: the gradient norm, one 1-element fp32 all_reduce per parameter group in step().
 - ZeRO-3: parameters below stage3_param_persistence_threshold elements persist (gathered once,
-  then all-gathered together after each step); the others are gathered module by module in
-  forward, with the next prefetch_bucket_size elements prefetched in one call, and again in
-  backward (stage3_max_reuse_distance=0 in our config releases each module after use).
+  then all-gathered after each step, one call per tensor); the others are gathered module by
+  module in forward, the next prefetch_bucket_size elements prefetched in one call, and again in
+  backward unless their next use lies within stage3_max_reuse_distance elements of the trace
+  (DeepSpeed's default 1e9, kept: models below ~0.5B parameters are never re-gathered).
   Gradients are reduce-scattered per reduce bucket, in every backward.
+- every stage also all-reduces single elements (gradient norm, overflow flags): control
+  traffic, left out here as census leaves it out of the payload.
 Memory (DeepSpeed's estimate_zero2/3_model_states_mem_needs, plus the buffers of our config):
 ipg bucket(s) of reduce_bucket_size elements in the model dtype (two with overlap_comm);
 ZeRO-3: the reduce bucket, the largest module gathered (params + grads) and the prefetch bucket.
@@ -24,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prism_strategy.engines.base import (FP32, MiB, TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective,
-                                         adam_states, ceil_div, part_modules, trainable)
+                                         adam_states, ceil_div, numels, part_modules, trainable)
 from prism_strategy.estimate.parts import Part
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
@@ -39,6 +41,8 @@ DEFAULT_BUCKET_MB = 25.0
 is a 1 GB bf16 buffer per bucket whatever the model size)."""
 PERSISTENCE_THRESHOLD = 100_000
 """stage3_param_persistence_threshold (DeepSpeed's default), elements."""
+MAX_REUSE_DISTANCE = 1_000_000_000
+"""stage3_max_reuse_distance (DeepSpeed's default), elements."""
 OVERLAP_COMM = {1: False, 2: True, 3: False}
 """overlap_comm per stage: DeepSpeed allows it with caller-owned accumulation only in stage 2."""
 
@@ -94,7 +98,7 @@ class DeepSpeedEngine(Engine):
         """The buffers DeepSpeed allocates for the ds_config we emit."""
         e, pt, b = t.compute_bytes, trainable(parts), bucket_elements(s, t)
         if _stage(s) == 3:
-            modules = [sum(m) for p in parts for m in part_modules(p)]
+            modules = [sum(n for n, _ in m) for p in parts for m in part_modules(p).forward_order()]
             largest = max(modules, default=0)
             gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
             return [("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
@@ -118,7 +122,7 @@ class DeepSpeedEngine(Engine):
                                           bytes_per_call=elems * DTYPE_BYTES[dtype] / calls, overlappable=overlap,
                                           what=what))
 
-        grad_sizes = [x for p in parts if p.trains for m in reversed(part_modules(p)) for x in m]
+        grad_sizes = [n for p in reversed(parts) if p.trains for n in reversed(numels(part_modules(p).forward_order()))]
         if st in (1, 2):
             occ = grad_accum if st == 2 else 1
             add("all_reduce", cd, pt * occ, _ipg_buckets(grad_sizes, b) * occ, "backward" if st == 2 else "step",
@@ -126,16 +130,15 @@ class DeepSpeedEngine(Engine):
             flat = -(-pt // (2 * n)) * 2 * n
             add("all_gather", model_dtype, flat, 1 if pt else 0, "step", False, "updated bf16 params, after the step")
         else:
-            add("all_gather", model_dtype, *_zero3_gathers(parts, b, grad_accum, t), "forward", True,
+            add("all_gather", model_dtype, *_zero3_gathers(parts, b, grad_accum), "forward", True,
                 "per-module param gathers (+ prefetch), forward and backward")
             padded = sum(-(-x // n) * n for x in grad_sizes)
             add("reduce_scatter", cd, padded * grad_accum, _ipg_buckets(grad_sizes, b) * grad_accum, "backward", True,
                 "gradient buckets, reduce-scattered")
-            persistent = sum(-(-x // n) * n for p in parts for m in part_modules(p) for x in m
-                             if x < PERSISTENCE_THRESHOLD)
-            add("all_gather", model_dtype, persistent, 1, "step", False, "persistent small params, after the step")
-        if pt:
-            add("all_reduce", "float32", 1, 1, "step", False, "gradient norm")
+            persistent = [-(-x // n) * n for p in parts for x in numels(part_modules(p).forward_order())
+                          if x < PERSISTENCE_THRESHOLD]
+            add("all_gather", model_dtype, sum(persistent), len(persistent), "step", False,
+                "persistent small params, one call each, after the step")
         return tuple(out)
 
     def apply(self, model, s, *, ctx, optimizer, summary, config, blocks, ds_config=None) -> "Job":
@@ -155,7 +158,8 @@ class DeepSpeedEngine(Engine):
             zero["allgather_bucket_size"] = b
         else:
             zero.update(stage3_prefetch_bucket_size=b, stage3_max_live_parameters=max(10 * b, 10**9),
-                        stage3_max_reuse_distance=0, stage3_param_persistence_threshold=PERSISTENCE_THRESHOLD)
+                        stage3_max_reuse_distance=MAX_REUSE_DISTANCE,
+                        stage3_param_persistence_threshold=PERSISTENCE_THRESHOLD)
         cfg: dict[str, Any] = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
                                "bf16": {"enabled": precision != "fp32"}, "zero_optimization": zero,
                                "steps_per_print": 2**31 - 1, "wall_clock_breakdown": False}
@@ -189,18 +193,19 @@ def _ipg_buckets(sizes: list[int], bucket: int) -> int:
     return calls + (1 if filled else 0)
 
 
-def _zero3_gathers(parts: tuple[Part, ...], bucket: int, grad_accum: int, t: TrainingSpec) -> tuple[float, int]:
-    """(elements, calls) of ZeRO-3's per-module gathers over one step: every module holding a
-    non-persistent param, once in forward and once in backward where gradients flow (twice more
-    for checkpointed blocks: recomputation); consecutive modules share a call up to the
-    prefetch bucket."""
-    elems, calls = 0, 0
-    for p in parts:
-        mods = [sum(x for x in m if x >= PERSISTENCE_THRESHOLD) for m in part_modules(p)]
-        mods = [m for m in mods if m]
-        passes = 1 + (1 if p.backward else 0)
-        if p.backward and p.spec is not None and t.ckpt_freq > 0:
-            passes += 1  # approximation: recomputation gathers every module again
-        elems += sum(mods) * passes
-        calls += min(len(mods), ceil_div(sum(mods), bucket) + 1) * passes
+def _zero3_gathers(parts: tuple[Part, ...], bucket: int, grad_accum: int) -> tuple[float, int]:
+    """(elements, calls) of ZeRO-3's per-module gathers over one step. Forward: every module
+    holding a non-persistent param; consecutive modules share a call up to the prefetch bucket.
+    Backward, where gradients flow: the modules whose next use is more than the reuse distance
+    away (about twice the elements used after them in forward)."""
+    modules = [(sum(n for n, _ in m), sum(n for n, _ in m if n >= PERSISTENCE_THRESHOLD), p.backward)
+               for p in parts for m in part_modules(p).forward_order()]
+    fwd = [g for _, g, _ in modules if g]
+    after, released = 0, []
+    for total, gathered, backward in reversed(modules):
+        if gathered and backward and 2 * after >= MAX_REUSE_DISTANCE:
+            released.append(gathered)
+        after += total
+    elems = sum(fwd) + sum(released)
+    calls = sum(min(len(x), ceil_div(sum(x), bucket) + 1) for x in (fwd, released) if x)
     return elems * grad_accum, calls * grad_accum

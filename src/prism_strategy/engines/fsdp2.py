@@ -17,10 +17,11 @@ reduce-dtype buffer as each reduce-scatter's input (estimate/memory.py has the m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prism_strategy.engines.base import (TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective, module_numels,
-                                         sharded_states, trainable)
+from prism_strategy.engines.base import (TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective, padded,
+                                         part_modules, sharded_states, trainable)
 from prism_strategy.estimate.parts import Part, largest_block, root_unit
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.training import TrainingSpec
@@ -35,35 +36,53 @@ def reduce_dtype(s: "StrategySpec", t: TrainingSpec) -> str:
     return TORCH_DTYPE[s.reduce_dtype or t.grad_dtype]
 
 
-def unit_sizes(parts: tuple[Part, ...], shards: int, wrap: str) -> list[tuple[str, int, int, bool, bool]]:
-    """FSDP units in forward order: (name, params, trainable params, gradients flow, is_block),
-    dim 0 padded to the shard count. The root holds everything outside the blocks."""
-    units: list[tuple[str, int, int, bool, bool]] = []
-    root, root_train = 0, 0
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One fully_shard unit: elements (dim 0 padded to the shard count), trainable elements,
+    whether gradients flow through it, and whether it is one of wrap()'s blocks (else the root)."""
+
+    params: int
+    trainable: int
+    backward: bool
+    block: bool
+
+
+def fsdp_units(parts: tuple[Part, ...], shards: int, wrap: str) -> list[Unit]:
+    """Units in forward order, as runtime/wrap.py makes them: the blocks find_blocks() returns
+    (transformer layers, and what HF lists in _no_split_modules: SigLIP's embeddings and
+    pooling head), then the root with everything else."""
+    units: list[Unit] = []
+    root: list[list[tuple[int, int]]] = []
+    root_train: list[list[tuple[int, int]]] = []
     for p in parts:
-        if p.spec is None:
-            root, root_train = root + p.params, root_train + p.trainable
-            continue
-        block, _ = module_numels(p.spec)
-        size = _padded_block(p.spec, block, shards)
-        if wrap == "block":
-            units += [(f"{p.name} block", size, size if p.trains else 0, p.backward, True)] * p.spec.layers
-        else:
-            root, root_train = root + size * p.spec.layers, root_train + (size * p.spec.layers if p.trains else 0)
-        r = p.spec.root_params
-        root, root_train = root + r, root_train + (r if p.trains else 0)
-    return units + [("root", root, root_train, any(p.backward for p in parts), False)]
+        pm = part_modules(p)
+        head_rest = pm.head[1:] if pm.head_unit else []
+        groups = [(pm.embed, pm.embed_unit)] + [(pm.block, True)] * pm.layers
+        groups += [(pm.head[:1] if pm.head_unit else pm.head, False), (head_rest, True)]
+        for modules, unit in groups:
+            if not modules:
+                continue
+            if unit and wrap == "block":
+                n = padded(modules, shards)
+                units.append(Unit(n, n if p.trains else 0, p.backward, True))
+            else:
+                root += modules
+                root_train += modules if p.trains else []
+    return units + [Unit(padded(root, shards), padded(root_train, shards), any(p.backward for p in parts), False)]
 
 
-def _padded_block(spec, block: list[list[int]], shards: int) -> int:
-    """One block's elements with each weight's dim 0 (its output width) padded."""
-    h = spec.hidden
-    out = 0
-    for m in block:
-        for n in m:
-            d = n // h if n % h == 0 and n >= h else n  # (out, h) weights and 1-D vectors
-            out += -(-d // shards) * shards * (n // d)
-    return out
+def regathered(units: list[Unit]) -> list[Unit]:
+    """Blocks all-gathered again in backward under reshard_after_forward: every block gradients
+    flow through but the last (never resharded), and the block just before the first of them:
+    FSDP2 prefetches the unit that finished forward before the one running backward."""
+    blocks = [u for u in units if u.block]
+    if not blocks:
+        return []
+    flowing = [i for i, u in enumerate(blocks[:-1]) if u.backward]
+    first = next((i for i, u in enumerate(blocks) if u.backward), None)
+    if first is not None and first > 0 and first - 1 not in flowing:
+        flowing = [first - 1] + flowing
+    return [blocks[i] for i in flowing]
 
 
 class FSDP2Engine(Engine):
@@ -87,7 +106,7 @@ class FSDP2Engine(Engine):
         group, shards = ("node", layout.ranks_per_node) if s.hybrid else ("world", layout.world)
         if shards <= 1 and not (s.hybrid and layout.nodes > 1):
             return ()
-        units = unit_sizes(parts, shards, wrap)
+        units = fsdp_units(parts, shards, wrap)
         ag_dtype = TORCH_DTYPE[t.compute_dtype]
         rd = reduce_dtype(s, t)
         out: list[StepCollective] = []
@@ -98,19 +117,18 @@ class FSDP2Engine(Engine):
                                           bytes_per_call=elems * DTYPE_BYTES[dtype] / calls, overlappable=overlap,
                                           what=what))
 
-        blocks = [u for u in units if u[4]]
-        add("all_gather", group, shards, ag_dtype, sum(u[1] for u in units) * grad_accum, len(units) * grad_accum,
-            "forward", len(units) > 1, "each unit's params, forward")
-        if s.reshard_after_forward and blocks:
-            again = [u for u in blocks[:-1] if u[3]]  # the last block stays gathered into backward
-            add("all_gather", group, shards, ag_dtype, sum(u[1] for u in again) * grad_accum,
+        add("all_gather", group, shards, ag_dtype, sum(u.params for u in units) * grad_accum,
+            len(units) * grad_accum, "forward", len(units) > 1, "each unit's params, forward")
+        if s.reshard_after_forward:
+            again = regathered(units)
+            add("all_gather", group, shards, ag_dtype, sum(u.params for u in again) * grad_accum,
                 len(again) * grad_accum, "backward", True, "resharded blocks re-gathered in backward")
-        reduced = [u for u in units if u[2] > 0]
-        add("reduce_scatter", group, shards, rd, sum(u[2] for u in reduced), len(reduced), "backward", True,
+        reduced = [u for u in units if u.trainable > 0]
+        add("reduce_scatter", group, shards, rd, sum(u.trainable for u in reduced), len(reduced), "backward", True,
             "each unit's gradients")
         if s.hybrid and layout.nodes > 1:
-            add("all_reduce", "across_nodes", layout.nodes, rd, sum(u[2] for u in reduced) / shards, len(reduced),
-                "backward", True, "reduced shards across the replicas")
+            add("all_reduce", "across_nodes", layout.nodes, rd, sum(u.trainable for u in reduced) / shards,
+                len(reduced), "backward", True, "reduced shards across the replicas")
         return tuple(out)
 
     def apply(self, model, s, *, ctx, optimizer, summary, config, blocks, ds_config=None) -> "Job":
