@@ -70,6 +70,10 @@ def plan(
     sweep_nodes: Annotated[Optional[str], typer.Option(help="Node counts for a scaling table, e.g. 1,2,4,8")] = None,
     calibration: Annotated[str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")] = "auto",
     traced: Annotated[bool, typer.Option("--traced", help="Also trace the real training step on fake tensors (slow)")] = False,
+    bucket_mb: Annotated[Optional[float], typer.Option(help="Gradient bucket MiB: DDP bucket_cap_mb, DeepSpeed "
+                                                           "reduce/allgather bucket (default: 25)")] = None,
+    reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed "
+                                                          "communication_data_type (default: engine's)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what micro-batch, how fast, and why."""
@@ -78,7 +82,8 @@ def plan(
     p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, micro_batch=micro_batch,
                   global_batch=global_batch, ckpt_freq=ckpt_freq, precision=precision, optimizer=optimizer,
                   vision=vision, image_tokens=image_tokens, compile=compile, ranks_per_node=ranks_per_node,
-                  calibration=calibration, traced=traced, sweep_nodes=_int_list(sweep_nodes, "--sweep-nodes"))
+                  calibration=calibration, traced=traced, sweep_nodes=_int_list(sweep_nodes, "--sweep-nodes"),
+                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype)
     if json_out:
         _print_json(plan_dict(p))
         return
@@ -404,6 +409,10 @@ def emit(
     static_graph: Annotated[Optional[bool], typer.Option("--static-graph/--no-static-graph",
                                                          help="DDP static_graph (ddp only)")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile (refused where not viable)")] = False,
+    bucket_mb: Annotated[Optional[float], typer.Option(help="Gradient bucket MiB: DDP bucket_cap_mb, DeepSpeed "
+                                                           "reduce/allgather bucket (default: 25)")] = None,
+    reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed "
+                                                          "communication_data_type (default: engine's)")] = None,
     account: Annotated[Optional[str], typer.Option(help="Scheduler project / account")] = None,
     queue: Annotated[Optional[str], typer.Option(help="PBS: debug | debug-scaling | capacity | prod | preemptable "
                                                       "(default debug); Slurm: partition")] = None,
@@ -424,7 +433,7 @@ def emit(
 
     req = EmitRequest(strategy=strategy, platform=platform, nodes=nodes, env_profile=env_profile, precision=precision,
                       ckpt_freq=ckpt_freq, micro_batch=micro_batch, grad_accum=grad_accum, static_graph=static_graph,
-                      compile=compile, account=account, queue=queue, walltime=walltime, filesystems=filesystems,
+                      compile=compile, bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, account=account, queue=queue, walltime=walltime, filesystems=filesystems,
                       job_name=job_name, script=script, script_args=tuple(script_args or ()))
     emitted = emit_files(req, Path(out))
     written = write_files_atomically(Path(out), emitted.files, force=force)

@@ -37,7 +37,7 @@ def check_options(bucket_mb: object, reduce_dtype: object) -> None:
                                   or not 0 < bucket_mb <= 4096):
         raise SpecError(f"bucket size must be a number of MiB in (0, 4096], got {bucket_mb!r}; e.g. --bucket-mb 25")
     if reduce_dtype is not None and reduce_dtype not in REDUCE_DTYPES:
-        raise SpecError(f"reduce dtype must be fp32 or bf16, got {reduce_dtype!r}")
+        raise SpecError(f"reduce dtype (--reduce-dtype) must be fp32 or bf16, got {reduce_dtype!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
