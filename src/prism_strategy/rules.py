@@ -99,14 +99,18 @@ def _checked(rule: Rule, where: str) -> Rule:
     return rule
 
 
-@cache
-def load_rules() -> tuple[Rule, ...]:
-    data = read_toml(DATA / "rules.toml")
+def parse_rules(data: dict[str, Any], where: str = "rules.toml") -> tuple[Rule, ...]:
+    """Rules from a parsed rules file; a `when` key that is not a RuleFacts field is a SpecError."""
     out = []
     for r in data.get("rule", []):
-        where = f"rules.toml rule {r.get('id', '?')}"
-        out.append(_checked(build(Rule, r, where), where))
+        at = f"{where} rule {r.get('id', '?')}"
+        out.append(_checked(build(Rule, r, at), at))
     return tuple(out)
+
+
+@cache
+def load_rules() -> tuple[Rule, ...]:
+    return parse_rules(read_toml(DATA / "rules.toml"))
 
 
 def facts_of(facts: RuleFacts | dict[str, Any]) -> RuleFacts:
