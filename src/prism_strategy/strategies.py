@@ -17,7 +17,7 @@ from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
 
 if TYPE_CHECKING:
-    from prism_strategy.engines.base import Engine
+    from prism_strategy.engines.base import Engine as EngineModel
 
 
 class MeshAxis(StrEnum):
@@ -67,7 +67,7 @@ class StrategySpec:
         self.impl  # an unknown engine is a SpecError naming the known ones
 
     @property
-    def impl(self) -> "Engine":
+    def impl(self) -> "EngineModel":
         """The engine module that models, applies and emits this strategy."""
         from prism_strategy.engines import get_engine
 

@@ -96,16 +96,16 @@ class DeepSpeedEngine(Engine):
 
     def buffers(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec") -> Rows:
         """The buffers DeepSpeed allocates for the ds_config we emit."""
-        e, pt, b = t.compute_bytes, trainable(parts), bucket_elements(s, t)
+        e, b = t.compute_bytes, bucket_elements(s, t)
         if _stage(s) == 3:
             modules = [sum(n for n, _ in m) for p in parts for m in part_modules(p).forward_order()]
             largest = max(modules, default=0)
             gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
             return [("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
                     ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e),
-                    ("buffers", f"reduce bucket ({b:.2e} elements)", min(b, pt) * DTYPE_BYTES[comm_dtype(s, t)])]
-        n = 2 if OVERLAP_COMM[_stage(s)] else 1
-        return [("buffers", f"ipg reduce buckets ({n} x {b:.2e} elements)", n * min(b, pt) * e)]
+                    ("buffers", f"ipg reduce bucket ({b:.2e} elements, allocated whole)", b * DTYPE_BYTES[comm_dtype(s, t)])]
+        n = 2 if OVERLAP_COMM[_stage(s)] else 1  # allocated whole whatever the model size (setup_buckets)
+        return [("buffers", f"ipg reduce buckets ({n} x {b:.2e} elements, allocated whole)", n * b * e)]
 
     def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
                          grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
