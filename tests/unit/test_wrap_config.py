@@ -65,7 +65,7 @@ def test_no_path_reads_the_env_var_the_launchers_export(tmp_path, monkeypatch):
     ('strategy = "ddp"\nckpt_freq = -1\n', "ckpt_freq must be an int >= 0"),
     ('strategy = "ddp"\nstatic_graph = 1\n', "static_graph must be True or False"),
     ('strategy = "ddp"\nbucket_mb = 0\n', "bucket size must be a number of MiB"),
-    ('strategy = "ddp"\nreduce_dtype = "fp16"\n', "reduce dtype (--reduce-dtype) must be fp32 or bf16"),
+    ('strategy = "ddp"\nreduce_dtype = "fp16"\n', r"reduce dtype \(--reduce-dtype\) must be fp32 or bf16"),
     ('strategy = "ddp"\nmicro_batch = 0\n', "micro_batch must be a positive integer"),
     ('strategy = "ddp"\ngrad_accum = 1.5\n', "grad_accum must be a positive integer"),
     ('strategy = "ddp"\nmixed_precision = "fp16"\n', 'mixed_precision must be "bf16" or "none"'),

@@ -95,7 +95,7 @@ def test_situation_matches_the_rules_keys():
     (dict(static_graph="yes"), "static_graph must be True or False"),
     (dict(compile=1), "compile must be True or False"),
     (dict(bucket_mb=0), "bucket size must be a number of MiB"),
-    (dict(reduce_dtype="fp16"), "reduce dtype (--reduce-dtype) must be fp32 or bf16"),
+    (dict(reduce_dtype="fp16"), r"reduce dtype \(--reduce-dtype\) must be fp32 or bf16"),
     (dict(block_types=(3,)), "block_types must be module classes or class names"),
     (dict(block_types=torch.nn.Conv2d), "no module of block_types"),
     (dict(model="not a module"), "model must be a torch.nn.Module"),
