@@ -94,8 +94,10 @@ class Engine(ABC):
 
     @abstractmethod
     def moments(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, *,
-                states: Rows, acts: Rows, reserve: Rows, wrap: str, accumulating: bool) -> list[Moment]:
-        """The moments of one step that can hold the peak."""
+                states: Rows, acts: Rows, reserve: Rows, wrap: str, accumulating: bool,
+                saved_acts: Rows = ()) -> list[Moment]:
+        """The moments of one step that can hold the peak. acts: per-sample activations at the
+        start of backward (with the loss / recompute transient); saved_acts: without it."""
 
     def residual_bytes(self, s: "StrategySpec", t: TrainingSpec) -> int:
         """Bytes per element of the residual stream saved between blocks."""

@@ -56,7 +56,7 @@ class DDPEngine(Engine):
     def residual_bytes(self, s, t) -> int:
         return t.param_bytes if t.compute_dtype != t.param_dtype else t.compute_bytes
 
-    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating) -> list[Moment]:
+    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
         return [Moment("start of backward", states + _autocast_copies(parts, t) + reserve, acts)]
 
     def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,

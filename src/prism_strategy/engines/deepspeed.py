@@ -91,21 +91,35 @@ class DeepSpeedEngine(Engine):
             ("optimizer", f"{t.optimizer} state (fp32{' + fp32 master' if low else ''}, 1/{n})", optim),
         ]
 
-    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating) -> list[Moment]:
-        return [Moment("start of backward", states + self.buffers(parts, t, s) + reserve, acts)]
+    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
+        """Start of backward (activations, no gradients unless accumulating); ZeRO-2/3: the
+        first gradient hook, once the loss buffers are freed (the ipg buckets now exist, most
+        activations still do); end of backward / step (gradients and buckets, no activations)."""
+        no_grads = [r for r in states if r[0] != "grads"]
+        grads = [r for r in states if r[0] == "grads"]
+        gathered, buckets = self.buffers(parts, t, s)
+        st = _stage(s)
+        persistent = buckets if st == 3 else []  # stage 3 allocates its ipg bucket at init
+        start = no_grads + (grads if accumulating else []) + gathered + persistent + reserve
+        out = [Moment("start of backward", start, list(acts)),
+               Moment("end of backward", states + gathered + buckets + reserve, [])]
+        if st == 2:
+            out.append(Moment("first gradient hook", start + buckets, list(saved_acts)))
+        return out
 
-    def buffers(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec") -> Rows:
-        """The buffers DeepSpeed allocates for the ds_config we emit."""
+    def buffers(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec") -> tuple[Rows, Rows]:
+        """(gathered params, ipg reduce buckets): the buffers DeepSpeed allocates for our ds_config."""
         e, b = t.compute_bytes, bucket_elements(s, t)
         if _stage(s) == 3:
             modules = [sum(n for n, _ in m) for p in parts for m in part_modules(p).forward_order()]
             largest = max(modules, default=0)
             gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
-            return [("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
-                    ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e),
-                    ("buffers", f"ipg reduce bucket ({b:.2e} elements, allocated whole)", b * DTYPE_BYTES[comm_dtype(s, t)])]
+            return ([("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
+                     ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e)],
+                    [("buffers", f"ipg reduce bucket ({b:.2e} elements, allocated at init)",
+                      b * DTYPE_BYTES[comm_dtype(s, t)])])
         n = 2 if OVERLAP_COMM[_stage(s)] else 1  # allocated whole whatever the model size (setup_buckets)
-        return [("buffers", f"ipg reduce buckets ({n} x {b:.2e} elements, allocated whole)", n * b * e)]
+        return [], [("buffers", f"ipg reduce buckets ({n} x {b:.2e} elements, allocated whole)", n * b * e)]
 
     def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
                          grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:

@@ -96,7 +96,7 @@ class FSDP2Engine(Engine):
     def states(self, parts, t, s, layout) -> Rows:
         return sharded_states(parts, t, s, layout)
 
-    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating) -> list[Moment]:
+    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
         if wrap == "block":
             return _block_moments(parts, t, s, layout, states, acts, reserve, accumulating)
         return [Moment("start of backward", states + _root_wrap_rows(parts, t, s) + reserve, acts)]

@@ -138,11 +138,16 @@ def residual_bytes(strategy: StrategySpec, training: TrainingSpec) -> int:
 
 def activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
     """Per sample of micro-batch: each part's saved activations and the backward transient."""
-    res, f = residual_bytes(s, t), platform.activation_factor
-    rows = [("activations", f"{p.name} activations", a * f)
-            for p in parts if (a := part_activation_bytes_per_sample(p, t, res))]
+    rows = saved_activation_rows(parts, t, s, platform)
     label, b = transient_bytes_per_sample(parts, t)
-    return rows + ([("activations", label, b * f)] if b else [])
+    return rows + ([("activations", label, b * platform.activation_factor)] if b else [])
+
+
+def saved_activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
+    """Per sample: each part's saved activations (what is left once the backward transient is freed)."""
+    res, f = residual_bytes(s, t), platform.activation_factor
+    return [("activations", f"{p.name} activations", a * f)
+            for p in parts if (a := part_activation_bytes_per_sample(p, t, res))]
 
 
 # --- model states and moments: the engine's (engines/*) ----------------------------------
@@ -158,7 +163,7 @@ def moments(parts: tuple[Part, ...], t: TrainingSpec, platform: PlatformSpec, la
     acts = activation_rows(parts, t, s, platform)
     reserve: Rows = [("reserve", "framework reserve (runtime, collective buffers)", platform.framework_reserve_gib * GiB)]
     return s.impl.moments(parts, t, s, layout, states=states, acts=acts, reserve=reserve, wrap=wrap,
-                          accumulating=accumulating)
+                          accumulating=accumulating, saved_acts=saved_activation_rows(parts, t, s, platform))
 
 
 # --- the estimate ------------------------------------------------------------------------
