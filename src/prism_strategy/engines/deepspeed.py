@@ -209,7 +209,8 @@ def _ipg_buckets(sizes: list[int], bucket: int) -> int:
 
 def _zero3_gathers(parts: tuple[Part, ...], bucket: int, grad_accum: int) -> tuple[float, int]:
     """(elements, calls) of ZeRO-3's per-module gathers over one step. Forward: every module
-    holding a non-persistent param; consecutive modules share a call up to the prefetch bucket.
+    holding a non-persistent param, fetched in prefetch calls of up to prefetch_bucket_size
+    elements each (one per module when modules are larger).
     Backward, where gradients flow: the modules whose next use is more than the reuse distance
     away (about twice the elements used after them in forward)."""
     modules = [(sum(n for n, _ in m), sum(n for n, _ in m if n >= PERSISTENCE_THRESHOLD), p.backward)
@@ -221,5 +222,6 @@ def _zero3_gathers(parts: tuple[Part, ...], bucket: int, grad_accum: int) -> tup
             released.append(gathered)
         after += total
     elems = sum(fwd) + sum(released)
-    calls = sum(min(len(x), ceil_div(sum(x), bucket) + 1) for x in (fwd, released) if x)
+    # the model's own module (no direct params) is fetched first, so prefetches carry everything
+    calls = sum(min(len(x), ceil_div(sum(x), bucket)) for x in (fwd, released) if x)
     return elems * grad_accum, calls * grad_accum
