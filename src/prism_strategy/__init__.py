@@ -1,18 +1,20 @@
 """prism-strategy: pick, configure, launch, measure and debug data-parallel training.
 
 Light imports only at package import time: `plan` is pure Python; the runtime pieces
-(`init_distributed`, `wrap`, `StepMonitor`) import torch.distributed when first used.
+(`init_distributed`, `wrap`, `wrap_from_file`, `StepMonitor`) import torch.distributed when first used.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["plan", "init_distributed", "wrap", "StepMonitor"]
+__all__ = ["plan", "init_distributed", "wrap", "wrap_from_file", "WrapConfig", "StepMonitor"]
 
 _LAZY = {
     "plan": ("prism_strategy.planner", "plan"),
     "init_distributed": ("prism_strategy.runtime.dist", "init_distributed"),
     "wrap": ("prism_strategy.runtime.wrap", "wrap"),
+    "wrap_from_file": ("prism_strategy.runtime.wrap", "wrap_from_file"),
+    "WrapConfig": ("prism_strategy.specs.wrap_config", "WrapConfig"),
     "StepMonitor": ("prism_strategy.runtime.monitor", "StepMonitor"),
 }
 

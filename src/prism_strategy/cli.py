@@ -112,6 +112,10 @@ def plan(
     calibration: Annotated[str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")] = "auto",
     traced: Annotated[bool, typer.Option("--traced", help="Also trace the real training step on fake tensors (slow)")] = False,
     markdown: Annotated[Optional[str], typer.Option(help="Also write a Markdown report here (+ a scaling PNG beside it)")] = None,
+    bucket_mb: Annotated[Optional[float], typer.Option(help="Gradient bucket MiB: DDP bucket_cap_mb, DeepSpeed "
+                                                           "reduce/allgather bucket (default: 25)")] = None,
+    reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed "
+                                                          "communication_data_type (default: engine's)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
@@ -120,7 +124,8 @@ def plan(
     p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
                   micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, ckpt_freq=ckpt_freq,
                   precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens, compile=compile,
-                  ranks_per_node=ranks_per_node, calibration=calibration, traced=traced, sweep_nodes=sweep_nodes)
+                  ranks_per_node=ranks_per_node, calibration=calibration, traced=traced, sweep_nodes=sweep_nodes,
+                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype)
     if markdown is not None:
         from prism_strategy.report.markdown import write_markdown
 
@@ -511,6 +516,10 @@ def emit(
     static_graph: Annotated[Optional[bool], typer.Option("--static-graph/--no-static-graph",
                                                          help="DDP static_graph (ddp only)")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile (refused where not viable)")] = False,
+    bucket_mb: Annotated[Optional[float], typer.Option(help="Gradient bucket MiB: DDP bucket_cap_mb, DeepSpeed "
+                                                           "reduce/allgather bucket (default: 25)")] = None,
+    reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed "
+                                                          "communication_data_type (default: engine's)")] = None,
     account: Annotated[Optional[str], typer.Option(help="Scheduler project / account")] = None,
     queue: Annotated[Optional[str], typer.Option(help="PBS: a queue of the platform (default: picked from --nodes "
                                                       "and --walltime; checked against its limits); Slurm: partition")] = None,
@@ -527,18 +536,16 @@ def emit(
     from pathlib import Path
 
     from prism_strategy.emit.files import write_files_atomically
-    from prism_strategy.emit.from_plan import emit_request, with_plan_keys
+    from prism_strategy.emit.from_plan import emit_request
     from prism_strategy.emit.launch import emit_files
     from prism_strategy.report.findings import emit_json, render_emit
 
-    req, choice = emit_request(
+    req, _ = emit_request(
         from_plan=from_plan, strategy=strategy, platform=platform, nodes=nodes, precision=precision, ckpt_freq=ckpt_freq,
         micro_batch=micro_batch, grad_accum=grad_accum, env_profile=env_profile, static_graph=static_graph,
-        compile=compile, account=account, queue=queue, walltime=walltime, filesystems=filesystems, job_name=job_name,
+        compile=compile, bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, account=account, queue=queue, walltime=walltime, filesystems=filesystems, job_name=job_name,
         script=script, script_args=tuple(script_args or ()))
     emitted = emit_files(req, Path(out))
-    if choice is not None:
-        emitted = with_plan_keys(emitted, choice)
     written = write_files_atomically(Path(out), emitted.files, force=force)
     if json_out:
         typer.echo(emit_json(emitted, written))

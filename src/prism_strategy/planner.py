@@ -12,13 +12,13 @@ from prism_strategy.estimate.host import host_terms, rebucket
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.estimate.parts import Part, model_parts
-from prism_strategy.plan_search import MAX_MICRO_BATCH_SHOWN, batch_problem, evaluate_searched, resolve_batch
-from prism_strategy.rules import check
+from prism_strategy.plan_search import batch_problem, evaluate_searched, resolve_batch
+from prism_strategy.rules import RuleFacts, check
 from prism_strategy.recommend import annotate, recommend
 from prism_strategy.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.strategies import STRATEGIES, StrategySpec, get_strategy
+from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 @dataclass(kw_only=True)
 class Option:
@@ -67,9 +67,10 @@ class Plan:
         return next(o for o in self.options if o.strategy == name)
 
 
-def _situation(sc: Scenario, s: StrategySpec) -> dict[str, Any]:
-    return {"device": sc.platform.device, "backend": sc.platform.backend, "engine": s.engine,
-            "compile": sc.training.compile, "multi_node": sc.layout.multi_node}
+def _situation(sc: Scenario, s: StrategySpec) -> RuleFacts:
+    """The planner's rule facts; the engine contributes its own."""
+    return RuleFacts(device=sc.platform.device, backend=sc.platform.backend, compile=sc.training.compile,
+                     multi_node=sc.layout.multi_node, **s.impl.facts(s))
 
 
 def timed_view(sc: Scenario, parts: tuple[Part, ...]) -> tuple[Scenario, tuple[Part, ...]]:
@@ -189,7 +190,8 @@ def plan(
     global_batch: int | None = None, grad_accum: int | None = None, ckpt_freq: int | str = "auto",
     precision: str = "bf16-mixed", optimizer: str = "adamw", vision: Any = None, image_tokens: int | None = None,
     compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
-    calibration: str | None = "auto", traced: bool = False,
+    calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
+    reduce_dtype: str | None = None,
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -215,15 +217,18 @@ def plan(
     sweep_nodes: node counts for a scaling table (a list, or "1,2,4" as on the command line).
     calibration: a calibration file, "auto" (the cached one when it matches) or "none".
     traced: also trace each option's real training step on fake tensors (slow).
+    bucket_mb: gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket).
+    reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
     """
     sc = build_scenario(model, mode=mode, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
                         precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens,
-                        compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len)
+                        compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len, bucket_mb=bucket_mb)
+    specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = parse_node_list(sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
     parts = model_parts(sc.model, sc.training)
-    options = [evaluate_searched(sc, s, parts, evaluate) for s in STRATEGIES]
+    options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
     fits = [o for o in options if o.memory.total <= sc.platform.usable_bytes]
     if sc.training.micro_batch is not None and not fits:
         best = min(options, key=lambda o: o.memory.total)
@@ -238,7 +243,7 @@ def plan(
     recommended, reasons, warnings = recommend(sc, options)
     result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings)
     if sweep:
-        result.sweep = sweep_rows(sc, parts, options, sweep, recommended)
+        result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
     return result
 
 
@@ -270,12 +275,13 @@ def trace_options(sc: Scenario, options: list[Option]) -> None:
 
 
 def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nodes_list: list[int],
-               recommended: str | None = None) -> list[dict[str, Any]]:
+               recommended: str | None = None, specs: list[StrategySpec] | None = None) -> list[dict[str, Any]]:
     """Scaling table of the leading strategies (the 3 best feasible at the planned size) and the
     recommended one, at the planned batch and checkpointing settings."""
     lead = [o.strategy for o in sorted((o for o in options if o.feasible), key=lambda o: -o.samples_per_s)[:3]]
     if recommended is not None and recommended not in lead:
         lead.insert(0, recommended)
+    by_name = {s.name: s for s in (specs or all_strategies())}
     rows = []
     for n in nodes_list:
         at = sc.with_layout(Layout(nodes=n, ranks_per_node=sc.layout.ranks_per_node))
@@ -286,7 +292,7 @@ def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nod
                              "grad_accum": None, "global_batch": None, "ckpt_freq": None, "step_time_s": None,
                              "samples_per_s": None, "scaling_efficiency": None, "bound": None})
                 continue
-            e = evaluate_searched(at, get_strategy(name), parts, evaluate)
+            e = evaluate_searched(at, by_name[name], parts, evaluate)
             rows.append({"nodes": n, "strategy": name, "feasible": e.feasible, "why_not": e.why_not,
                          "micro_batch": e.micro_batch, "grad_accum": e.grad_accum, "global_batch": e.global_batch,
                          "ckpt_freq": e.ckpt_freq, "step_time_s": e.step_time_s, "samples_per_s": e.samples_per_s,

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
 from prism_strategy.estimate.parts import Part
-from prism_strategy.rules import check
+from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
-from prism_strategy.strategies import STRATEGY_NAMES, get_strategy
+from prism_strategy.strategies import get_strategy, strategy_names
 
 if TYPE_CHECKING:
     from prism_strategy.planner import Option
@@ -23,7 +23,7 @@ reason says which happened: the pick was fastest, or it sits in the band of the 
 
 def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str | None:
     s = get_strategy(o.strategy)
-    if s.engine != "fsdp2":
+    if not s.impl.unit_wrapped:
         return None
     root = estimate_memory(parts, sc.training, sc.platform, sc.layout, s, o.micro_batch, wrap="root")
     extra = (root.total - o.memory.total) / GiB
@@ -43,7 +43,7 @@ def _loss_note(o: "Option") -> str | None:
 
 def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
     s, t, notes = get_strategy(o.strategy), sc.training, []
-    if s.engine == "fsdp2" and not s.reshard_after_forward:
+    if s.param_shard != "none" and not s.reshard_after_forward:
         gathered = gathered_model_bytes(parts, t)
         notes.append(f"keeps the whole model gathered ({gathered / GiB:.1f} GiB) on each of "
                      f"{sc.layout.ranks_per_node} ranks per node from forward to backward")
@@ -51,11 +51,11 @@ def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
         notes.append(n)
     if (n := _loss_note(o)) is not None:
         notes.append(n)
-    if s.engine == "ddp" and sc.model.mode != "e2e":
+    if "static_graph" in s.impl.options and sc.model.mode != "e2e":
         notes.append(f"only the {sc.model.trainable_params / 1e6:.1f}M trainable params are all-reduced; "
                      "static_graph=True when every batch uses the same modalities")
-    if s.engine == "deepspeed" and t.precision == "bf16-pure":
-        notes.append("DeepSpeed bf16 keeps fp32 master weights and fp32 Adam state: bf16-pure is estimated as DeepSpeed runs it")
+    if (n := s.impl.precision_note(t.precision)) is not None:
+        notes.append(n)
     if o.comm is not None and o.comm_s > 0:
         links = sorted({c.link for c in o.comm.collectives if c.seconds_per_step > 0})
         notes.append(f"{o.bound}-bound: communication {o.comm_s:.3f} s ({', '.join(links) or 'none'}) vs compute "
@@ -131,7 +131,8 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
                       "or --global-batch, or more nodes", *infeasible], warnings
     best = feasible[0]
     tied = [o for o in feasible if o.samples_per_s >= best.samples_per_s * (1 - TIE)]
-    pick = min(tied, key=lambda o: STRATEGY_NAMES.index(o.strategy))
+    order = strategy_names()
+    pick = min(tied, key=lambda o: order.index(o.strategy))
     reasons = [_first_reason(pick, best, feasible)]
     if (lead := _batch_lead(sc, pick, feasible)) is not None:
         reasons.append(lead)
@@ -144,7 +145,6 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
 
 def _warnings(sc: "Scenario") -> list[str]:
     t, lay, out = sc.training, sc.layout, []
-    situation = {"device": sc.platform.device, "compile": t.compile, "multi_node": lay.multi_node}
-    for v in check(situation):
+    for v in check(RuleFacts(device=sc.platform.device, compile=t.compile, multi_node=lay.multi_node)):
         out.append(f"{v.rule.id}: {v.message}")
     return out

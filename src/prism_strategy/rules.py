@@ -1,16 +1,65 @@
 """Guardrails and not-viable combinations, loaded from data/rules.toml.
 
-A rule fires when every key of its `when` table matches the situation; a key the situation
-does not mention never matches (so a rule about XPU stays quiet when the device is unknown).
+A rule fires when every key of its `when` table matches the facts; a fact left unknown (None)
+never matches (so a rule about XPU stays quiet when the device is unknown). The facts are one
+typed class, `RuleFacts`; `load_rules` refuses a `when` key that is not one of its fields.
+Each stage builds its facts in one place: the planner (`planner._facts`), wrap()
+(`runtime/wrap.situation`), emit (`emit/launch._refuse_not_viable`) and the doctor
+(diagnose/doctor.py, which matches `Rule.when` against sets of possible values).
+The engine contributes its own facts (engines/*: `Engine.facts`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cache
 from typing import Any, Literal
 
+from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import DATA, build, read_toml
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RuleFacts:
+    """What a stage knows about the run. None: unknown (a rule that needs it stays quiet)."""
+
+    device: str | None = None
+    """cpu, cuda, xpu."""
+    backend: str | None = None
+    engine: str | None = None
+    """ddp, fsdp2, deepspeed (from the strategy's engine)."""
+    compile: bool | None = None
+    multi_node: bool | None = None
+    find_unused_parameters: bool | None = None
+    static_graph: bool | None = None
+    passes_device_id: bool | None = None
+    """init_process_group(device_id=...) (wrap() never passes it; the doctor reads scripts)."""
+    root_only_wrap: bool | None = None
+    """FSDP2 wrapping only the root (no transformer blocks found)."""
+    reshard_or_sharded: bool | None = None
+    """The strategy shards something (engine fact)."""
+    preloads_pil4dfs: bool | None = None
+    calls_empty_cache: bool | None = None
+    # doctor-only facts: scripts, launchers and the live environment
+    workers_after_mesh: bool | None = None
+    one_element_fp32_allreduce: bool | None = None
+    exported_before_module_load: bool | None = None
+    per_rank_exports: bool | None = None
+    ranks_per_node_matches: bool | None = None
+    stale_device_processes: bool | None = None
+    differs_from_profile: bool | None = None
+    hierarchy_matches_ranks: bool | None = None
+    """ZE_FLAT_DEVICE_HIERARCHY's device count equals the ranks per node."""
+    rank_straddles_sockets: bool | None = None
+    queue_fits: bool | None = None
+    """The PBS queue takes the job's node count and walltime (platform [[queues]])."""
+    names_filesystems: bool | None = None
+
+    def known(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+FACT_NAMES: frozenset[str] = frozenset(f.name for f in fields(RuleFacts))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -23,11 +72,11 @@ class Rule:
     source: str
     refuse: bool = False
 
-    def matches(self, situation: dict[str, Any]) -> bool:
+    def matches(self, facts: RuleFacts) -> bool:
         for key, want in self.when.items():
-            if key not in situation:
+            have = getattr(facts, key)
+            if have is None:
                 return False
-            have = situation[key]
             if isinstance(want, list) and have not in want:
                 return False
             if not isinstance(want, list) and have != want:
@@ -49,14 +98,40 @@ class Violation:
         return f"{self.rule.reason} (fix: {self.rule.fix}; source: {self.rule.source})"
 
 
+def _checked(rule: Rule, where: str) -> Rule:
+    unknown = sorted(set(rule.when) - FACT_NAMES)
+    if unknown:
+        raise SpecError(f"{where}: `when` key {unknown[0]!r} is not a rule fact; known: {', '.join(sorted(FACT_NAMES))}")
+    return rule
+
+
+def parse_rules(data: dict[str, Any], where: str = "rules.toml") -> tuple[Rule, ...]:
+    """Rules from a parsed rules file; a `when` key that is not a RuleFacts field is a SpecError."""
+    out = []
+    for r in data.get("rule", []):
+        at = f"{where} rule {r.get('id', '?')}"
+        out.append(_checked(build(Rule, r, at), at))
+    return tuple(out)
+
+
 @cache
 def load_rules() -> tuple[Rule, ...]:
-    data = read_toml(DATA / "rules.toml")
-    return tuple(build(Rule, r, f"rules.toml rule {r.get('id', '?')}") for r in data.get("rule", []))
+    return parse_rules(read_toml(DATA / "rules.toml"))
 
 
-def check(situation: dict[str, Any]) -> list[Violation]:
-    return [Violation(rule=r) for r in load_rules() if r.matches(situation)]
+def facts_of(facts: RuleFacts | dict[str, Any]) -> RuleFacts:
+    """RuleFacts from a dict of known facts (a key that is not a fact is a SpecError)."""
+    if isinstance(facts, RuleFacts):
+        return facts
+    unknown = sorted(set(facts) - FACT_NAMES)
+    if unknown:
+        raise SpecError(f"{unknown[0]!r} is not a rule fact; known: {', '.join(sorted(FACT_NAMES))}")
+    return RuleFacts(**facts)
+
+
+def check(facts: RuleFacts | dict[str, Any]) -> list[Violation]:
+    f = facts_of(facts)
+    return [Violation(rule=r) for r in load_rules() if r.matches(f)]
 
 
 def get_rule(rule_id: str) -> Rule:

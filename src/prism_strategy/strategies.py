@@ -1,18 +1,23 @@
-"""The strategy catalogue: one declarative entry per named data-parallel strategy.
+"""The strategy registry: a named strategy is an engine plus its options.
 
 Names are the ones used everywhere (CLI, JSON, Python API). Each entry says what is sharded
-over which group, which collectives run per step and which engine applies it; the estimators
-and the runtime both read these entries instead of branching on names.
+over which group and which engine runs it, with its options (reshard after forward, mesh, ZeRO
+stage, bucket size, reduce dtype). What the strategy communicates, holds in memory, applies
+and emits comes from its engine (engines/), never from branches on names. A named variant is
+one `register(StrategySpec(...))` call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
+
+if TYPE_CHECKING:
+    from prism_strategy.engines.base import Engine as EngineModel
 
 
 class MeshAxis(StrEnum):
@@ -22,21 +27,17 @@ class MeshAxis(StrEnum):
 
 Group = Literal["none", "world", "node"]
 Engine = Literal["ddp", "fsdp2", "deepspeed"]
+ReduceDtype = Literal["fp32", "bf16"]
+REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Collective:
-    """One collective a step runs: over which group, on what fraction of the trainable
-    bytes, how many times per step (per wrapped unit for FSDP)."""
-
-    op: Literal["all_reduce", "all_gather", "reduce_scatter"]
-    group: Literal["world", "node", "across_nodes"]
-    payload: Literal["params", "grads"]
-    fraction: Literal["full", "shard"] = "full"
-    """full: the whole unit; shard: 1/ranks-per-node of it (HSDP's cross-node all-reduce)."""
-    phase: Literal["forward", "backward", "step"] = "backward"
-    frozen_too: bool = False
-    """True when frozen params are moved too (all-gathers of sharded frozen params)."""
+def check_options(bucket_mb: object, reduce_dtype: object) -> None:
+    """SpecError unless bucket_mb is a positive number of MiB and reduce_dtype fp32/bf16 (or None)."""
+    if bucket_mb is not None and (isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float))
+                                  or not 0 < bucket_mb <= 4096):
+        raise SpecError(f"bucket size must be a number of MiB in (0, 4096], got {bucket_mb!r}; e.g. --bucket-mb 25")
+    if reduce_dtype is not None and reduce_dtype not in REDUCE_DTYPES:
+        raise SpecError(f"reduce dtype (--reduce-dtype) must be fp32 or bf16, got {reduce_dtype!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,9 +52,31 @@ class StrategySpec:
     reshard_after_forward: bool = False
     """Params are freed after forward and re-gathered in backward (FSDP full_shard, ZeRO-3)."""
     zero_stage: int | None = None
-    collectives: tuple[Collective, ...]
+    """DeepSpeed's ZeRO stage (deepspeed engine only)."""
+    bucket_mb: float | None = None
+    """Gradient bucket size in MiB (DDP bucket_cap_mb; DeepSpeed reduce/allgather/prefetch
+    buckets); None: the engine's default."""
+    reduce_dtype: ReduceDtype | None = None
+    """Dtype gradients are reduced in (FSDP2 MixedPrecisionPolicy.reduce_dtype; DeepSpeed
+    communication_data_type); None: the engine's default."""
     backends: tuple[str, ...] = ("nccl", "xccl", "gloo")
     torch_form: str = ""
+
+    def __post_init__(self) -> None:
+        check_options(self.bucket_mb, self.reduce_dtype)
+        self.impl  # an unknown engine is a SpecError naming the known ones
+
+    @property
+    def impl(self) -> "EngineModel":
+        """The engine module that models, applies and emits this strategy."""
+        from prism_strategy.engines import get_engine
+
+        return get_engine(self.engine)
+
+    def with_options(self, *, bucket_mb: float | None = None, reduce_dtype: str | None = None) -> "StrategySpec":
+        """This strategy with per-run options (None keeps the entry's own)."""
+        return replace(self, bucket_mb=self.bucket_mb if bucket_mb is None else bucket_mb,
+                       reduce_dtype=self.reduce_dtype if reduce_dtype is None else reduce_dtype)  # type: ignore[arg-type]
 
     @property
     def hybrid(self) -> bool:
@@ -72,96 +95,93 @@ class StrategySpec:
         return ((MeshAxis.SHARD, layout.world),)
 
 
-_AR = Collective(op="all_reduce", group="world", payload="grads")
-_AG_FWD = Collective(op="all_gather", group="world", payload="params", phase="forward", frozen_too=True)
-_AG_BWD = Collective(op="all_gather", group="world", payload="params", phase="backward", frozen_too=True)
-_RS = Collective(op="reduce_scatter", group="world", payload="grads")
-_AG_NODE_FWD = Collective(op="all_gather", group="node", payload="params", phase="forward", frozen_too=True)
-_AG_NODE_BWD = Collective(op="all_gather", group="node", payload="params", phase="backward", frozen_too=True)
-_RS_NODE = Collective(op="reduce_scatter", group="node", payload="grads")
-_AR_ACROSS = Collective(op="all_reduce", group="across_nodes", payload="grads", fraction="shard")
-_AG_STEP = Collective(op="all_gather", group="world", payload="params", phase="step")
-
 STRATEGIES: tuple[StrategySpec, ...] = (
     StrategySpec(
         name="ddp", description="Replicate everything; all-reduce gradients in buckets.",
         engine="ddp", param_shard="none", grad_shard="none", optim_shard="none",
-        collectives=(_AR,), torch_form="DistributedDataParallel",
+        torch_form="DistributedDataParallel",
     ),
     StrategySpec(
         name="fsdp_full_shard",
         description="Shard params, grads and optimizer state over all ranks; re-gather params in backward.",
         engine="fsdp2", param_shard="world", grad_shard="world", optim_shard="world", reshard_after_forward=True,
-        collectives=(_AG_FWD, _AG_BWD, _RS), torch_form="fully_shard(reshard_after_forward=True), 1-D mesh",
+        torch_form="fully_shard(reshard_after_forward=True), 1-D mesh",
     ),
     StrategySpec(
         name="fsdp_shard_grad_op",
         description="Shard grads and optimizer state over all ranks; params stay gathered from forward to backward.",
         engine="fsdp2", param_shard="world", grad_shard="world", optim_shard="world", reshard_after_forward=False,
-        collectives=(_AG_FWD, _RS), torch_form="fully_shard(reshard_after_forward=False), 1-D mesh",
+        torch_form="fully_shard(reshard_after_forward=False), 1-D mesh",
     ),
     StrategySpec(
         name="hsdp_full_shard",
         description="Full shard inside each node, replicate across nodes.",
         engine="fsdp2", param_shard="node", grad_shard="node", optim_shard="node", reshard_after_forward=True,
-        collectives=(_AG_NODE_FWD, _AG_NODE_BWD, _RS_NODE, _AR_ACROSS),
         torch_form="fully_shard(reshard_after_forward=True), 2-D mesh (replicate=nodes, shard=ranks per node)",
     ),
     StrategySpec(
         name="hsdp_shard_grad_op",
         description="Shard_grad_op inside each node, replicate across nodes.",
         engine="fsdp2", param_shard="node", grad_shard="node", optim_shard="node", reshard_after_forward=False,
-        collectives=(_AG_NODE_FWD, _RS_NODE, _AR_ACROSS),
         torch_form="fully_shard(reshard_after_forward=False), 2-D mesh (replicate=nodes, shard=ranks per node)",
     ),
     StrategySpec(
-        name="zero1", description="DeepSpeed ZeRO-1: shard optimizer state; full grads kept, reduce-scattered to their owners.",
+        name="zero1", description="DeepSpeed ZeRO-1: shard optimizer state; full grads kept, all-reduced in buckets at the step.",
         engine="deepspeed", param_shard="none", grad_shard="none", optim_shard="world", zero_stage=1,
-        collectives=(_RS, _AG_STEP), torch_form="deepspeed.initialize, zero_optimization.stage=1",
+        torch_form="deepspeed.initialize, zero_optimization.stage=1",
     ),
     StrategySpec(
         name="zero2", description="DeepSpeed ZeRO-2: shard grads and optimizer state.",
         engine="deepspeed", param_shard="none", grad_shard="world", optim_shard="world", zero_stage=2,
-        collectives=(_RS, _AG_STEP), torch_form="deepspeed.initialize, zero_optimization.stage=2",
+        torch_form="deepspeed.initialize, zero_optimization.stage=2",
     ),
     StrategySpec(
         name="zero3", description="DeepSpeed ZeRO-3: shard params, grads and optimizer state.",
         engine="deepspeed", param_shard="world", grad_shard="world", optim_shard="world",
         reshard_after_forward=True, zero_stage=3,
-        collectives=(_AG_FWD, _AG_BWD, _RS), torch_form="deepspeed.initialize, zero_optimization.stage=3",
+        torch_form="deepspeed.initialize, zero_optimization.stage=3",
     ),
 )
 STRATEGY_NAMES: tuple[str, ...] = tuple(s.name for s in STRATEGIES)
-_BY_NAME = {s.name: s for s in STRATEGIES}
+"""The built-in strategies (pinned); registered variants come after them."""
+_REGISTRY: dict[str, StrategySpec] = {s.name: s for s in STRATEGIES}
+
+
+def register(spec: StrategySpec, *, replace_existing: bool = False) -> StrategySpec:
+    """Add a named strategy (e.g. DDP with 100 MiB buckets): plan, wrap, emit and census see it."""
+    if not isinstance(spec, StrategySpec):
+        raise SpecError(f"register() takes a StrategySpec, got {type(spec).__name__}")
+    if spec.name in STRATEGY_NAMES or (spec.name in _REGISTRY and not replace_existing):
+        raise SpecError(f"strategy {spec.name!r} is already registered; pick another name")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a registered variant (the built-in strategies stay)."""
+    if name in STRATEGY_NAMES:
+        raise SpecError(f"{name!r} is a built-in strategy and cannot be removed")
+    _REGISTRY.pop(name, None)
+
+
+def all_strategies() -> tuple[StrategySpec, ...]:
+    """Built-in strategies, then registered variants, in registration order."""
+    return tuple(_REGISTRY.values())
+
+
+def strategy_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
 
 
 def get_strategy(name: str) -> StrategySpec:
     try:
-        return _BY_NAME[name]
+        return _REGISTRY[name]
     except KeyError:
-        raise SpecError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}") from None
+        raise SpecError(f"unknown strategy {name!r}; choose one of {', '.join(_REGISTRY)}") from None
 
 
 def parse_strategies(text: str) -> tuple[StrategySpec, ...]:
-    """'ddp,fsdp_full_shard' -> specs; 'all' -> every strategy."""
+    """'ddp,fsdp_full_shard' -> specs; 'all' -> every registered strategy."""
     if text.strip() == "all":
-        return STRATEGIES
+        return all_strategies()
     return tuple(get_strategy(n.strip()) for n in text.split(",") if n.strip())
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DeepSpeedBuckets:
-    """Bucket sizes (elements) our generated ds_config uses: DeepSpeed's own defaults, so the
-    memory estimate and the emitted config agree."""
-
-    reduce_bucket_size: int = 500_000_000
-    allgather_bucket_size: int = 500_000_000
-    stage3_prefetch_bucket_size: int = 50_000_000
-    stage3_max_live_parameters: int = 1_000_000_000
-    stage3_param_persistence_threshold: int = 100_000
-
-
-DS_BUCKETS = DeepSpeedBuckets()
-DS_OVERLAP_COMM = {1: False, 2: True, 3: False}
-"""overlap_comm per ZeRO stage in our configs: DeepSpeed allows it with caller-owned gradient
-accumulation (no_sync micro-steps) only in stage 2."""

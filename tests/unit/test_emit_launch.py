@@ -153,7 +153,7 @@ def test_strategy_toml_is_read_back_by_the_runtime(tmp_path, strategy, kw, expec
 
 def test_zero_strategy_toml_points_at_its_ds_config(tmp_path):
     out = emit(tmp_path / "out", strategy="zero2")
-    assert read_strategy_file(out / "strategy.toml").ds_config == (out / "ds_config.json").resolve()
+    assert read_strategy_file(out / "strategy.toml").ds_config == str((out / "ds_config.json").resolve())
 
 
 _DS_CHECK = """

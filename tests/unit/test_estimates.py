@@ -203,7 +203,8 @@ def test_grad_accumulation_gathers_every_micro_step_reduces_once():
     # per micro-batch: forward gathers 2 blocks + root, backward re-gathers the first block only
     assert calls("all_gather") == 4 * (3 + 1) and calls("reduce_scatter") == 3
     z2 = estimate_comm(parts, t, CPU, LAY4, get_strategy("zero2"), grad_accum=4)
-    assert next(c for c in z2.collectives if c.op == "reduce_scatter").calls_per_step == 4
+    # DeepSpeed ZeRO-2 all-reduces its gradient bucket in every backward (one bucket here)
+    assert next(c for c in z2.collectives if c.op == "all_reduce").calls_per_step == 4
 
 
 def test_only_trainable_params_are_communicated_by_ddp():
@@ -211,7 +212,8 @@ def test_only_trainable_params_are_communicated_by_ddp():
     b, v = load_model("qwen3-0.6b"), load_model("siglip2-base-patch16-224")
     parts = model_parts(MultimodalSpec(backbone=b, vision=v, mode="projector"), t)
     ddp = estimate_comm(parts, t, CPU, LAY4, get_strategy("ddp"))
-    moved = sum(c.bytes_per_call * c.calls_per_step for c in ddp.collectives)
+    moved = sum(c.bytes_per_call * c.calls_per_step for c in ddp.collectives if c.op == "all_reduce")
     proj = 768 * 1024 + 1024 + 1024 * 1024 + 1024
     assert moved == proj * 4
-    assert math.isclose(sum(c.calls_per_step for c in ddp.collectives), 1)
+    # reverse order: fc2 bias + weight (4 MiB) fill the 1 MiB first bucket, fc1 the second
+    assert sum(c.calls_per_step for c in ddp.collectives if c.op == "all_reduce") == 2

@@ -70,16 +70,19 @@ def test_root_only_fsdp_warns():
 
 
 def test_ddp_options_on_other_engines_warn():
-    with pytest.warns(UserWarning, match="static_graph, bucket_cap_mb only apply to ddp"), \
+    with pytest.warns(UserWarning, match="static_graph, bucket_mb do not apply to fsdp_full_shard"), \
             pytest.raises(SpecError, match="no process group"):
-        wrap(model(), "fsdp_full_shard", ctx=ctx(), optimizer=SGD, static_graph=True, bucket_cap_mb=50)
+        wrap(model(), "fsdp_full_shard", ctx=ctx(), optimizer=SGD, static_graph=True, bucket_mb=50)
 
 
 def test_situation_matches_the_rules_keys():
     facts = situation(get_strategy("hsdp_full_shard"), ctx("xpu", nodes=2), compile=True, static_graph=False,
                       find_unused_parameters=False, has_blocks=True)
-    assert facts["device"] == "xpu" and facts["multi_node"] and facts["engine"] == "fsdp2"
-    assert facts["passes_device_id"] is False and facts["root_only_wrap"] is False
+    assert facts.device == "xpu" and facts.multi_node and facts.engine == "fsdp2"
+    assert facts.passes_device_id is False and facts.root_only_wrap is False and facts.reshard_or_sharded
+    ddp = situation(get_strategy("ddp"), ctx(), compile=False, static_graph=True, find_unused_parameters=False,
+                    has_blocks=False)
+    assert ddp.root_only_wrap is None and ddp.reshard_or_sharded is False  # the engine's facts
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -91,7 +94,8 @@ def test_situation_matches_the_rules_keys():
     (dict(ckpt_freq=True), "ckpt_freq must be an int >= 0"),
     (dict(static_graph="yes"), "static_graph must be True or False"),
     (dict(compile=1), "compile must be True or False"),
-    (dict(bucket_cap_mb=0), "bucket_cap_mb must be a positive number"),
+    (dict(bucket_mb=0), "bucket size must be a number of MiB"),
+    (dict(reduce_dtype="fp16"), r"reduce dtype \(--reduce-dtype\) must be fp32 or bf16"),
     (dict(block_types=(3,)), "block_types must be module classes or class names"),
     (dict(block_types=torch.nn.Conv2d), "no module of block_types"),
     (dict(model="not a module"), "model must be a torch.nn.Module"),

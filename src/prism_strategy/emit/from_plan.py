@@ -8,8 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.emit.launch import EmitRequest, Emitted
-from prism_strategy.emit.strategy_file import STRATEGY_FILE, render_plan_keys
+from prism_strategy.emit.launch import EmitRequest
 from prism_strategy.specs.errors import SpecError
 
 
@@ -74,14 +73,6 @@ def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
     return replace(base, strategy=choice.strategy, platform=choice.platform, nodes=choice.nodes,
                    precision=choice.precision, micro_batch=choice.micro_batch, grad_accum=choice.grad_accum,
                    ckpt_freq=choice.ckpt_freq, compile=choice.compile or base.compile)
-
-
-def with_plan_keys(emitted: Emitted, choice: PlanChoice) -> Emitted:
-    """strategy.toml with the plan's micro_batch, grad_accum, precision, platform and nodes added."""
-    keys = render_plan_keys(micro_batch=choice.micro_batch, grad_accum=choice.grad_accum, precision=choice.precision,
-                            platform=choice.platform, nodes=choice.nodes, plan_file=choice.plan_file)
-    files = [replace(f, text=f.text + keys) if f.name == STRATEGY_FILE else f for f in emitted.files]
-    return replace(emitted, files=files)
 
 
 def emit_request(*, from_plan: str | None, strategy: str | None, platform: str | None, nodes: int | None,

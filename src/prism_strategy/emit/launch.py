@@ -22,12 +22,14 @@ from prism_strategy.emit.deepspeed import build_ds_config, dumps
 from prism_strategy.emit.env import EnvProfile, check_text, comment, load_env_profile, profile_lines, render_env_sh, sh_quote
 from prism_strategy.emit.files import FileText
 from prism_strategy.emit.site import SiteSpec, load_site
-from prism_strategy.emit.strategy_file import DS_CONFIG_FILE, STRATEGY_FILE, StrategyFile, precision_to_mixed, render_strategy_toml
+from prism_strategy.emit.strategy_file import STRATEGY_FILE, WRAP_CALL, precision_to_mixed, render_strategy_toml
+from prism_strategy.rules import RuleFacts
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.specs.training import PRECISIONS
-from prism_strategy.strategies import StrategySpec, get_strategy
+from prism_strategy.specs.wrap_config import WrapConfig
+from prism_strategy.strategies import StrategySpec, check_options, get_strategy
 
 MASTER_PORT = 29500
 """torch.distributed's default rendezvous port."""
@@ -51,6 +53,10 @@ class EmitRequest:
     static_graph: bool | None = None
     """DDP only; None means off."""
     compile: bool = False
+    bucket_mb: float | None = None
+    """DDP bucket_cap_mb / DeepSpeed bucket size; None: the engine's default."""
+    reduce_dtype: str | None = None
+    """fp32 | bf16: FSDP2 reduce_dtype / DeepSpeed communication_data_type; None: the default."""
     account: str | None = None
     queue: str | None = None
     """PBS: a queue of the platform's [[queues]] (default: picked from nodes and walltime).
@@ -106,18 +112,20 @@ def emit_files(req: EmitRequest, out: Path) -> Emitted:
         FileText(name="torchrun.sh", text=render_torchrun(job), executable=True,
                  description="local single-node run: `bash torchrun.sh`"),
         FileText(name=STRATEGY_FILE, text=render_strategy_toml(_strategy_file(job), job.header),
-                 description='wrap() arguments: wrap(model, from_file="strategy.toml")'),
+                 description=f"wrap() settings: job = {WRAP_CALL}"),
     ]
-    if job.strategy.engine == "deepspeed":
+    engine = job.strategy.impl
+    if engine.config_file is not None:
         cfg = build_ds_config(job.strategy, micro_batch=req.micro_batch, world_size=job.layout.world,
                               grad_accum=req.grad_accum, precision=req.precision)
-        files.append(FileText(name=DS_CONFIG_FILE, text=dumps(cfg), description="DeepSpeed config (deepspeed.initialize)"))
+        files.append(FileText(name=engine.config_file, text=dumps(cfg), description=f"{engine.name} config"))
     return Emitted(files=files, platform=job.platform, strategy=job.strategy, profile=job.profile,
                    layout=job.layout, notes=_notes(job))
 
 
 def _validate(req: EmitRequest, out: Path) -> _Job:
-    strategy = get_strategy(req.strategy)
+    check_options(req.bucket_mb, req.reduce_dtype)
+    strategy = get_strategy(req.strategy).with_options(bucket_mb=req.bucket_mb, reduce_dtype=req.reduce_dtype)
     platform = load_platform(req.platform)
     layout = Layout.for_platform(platform, req.nodes)
     profile = load_env_profile(req.env_profile or platform.env_profile or "")
@@ -125,7 +133,7 @@ def _validate(req: EmitRequest, out: Path) -> _Job:
         raise SpecError(f"--precision must be one of {', '.join(PRECISIONS)}, got {req.precision!r}")
     if req.ckpt_freq < 0 or req.micro_batch < 1 or req.grad_accum < 1:
         raise SpecError("--ckpt-freq must be >= 0, --micro-batch and --grad-accum >= 1")
-    if req.static_graph is not None and strategy.engine != "ddp":
+    if req.static_graph is not None and "static_graph" not in strategy.impl.options:
         raise SpecError(f"--static-graph applies to ddp only, not {strategy.name}")
     if not _WALLTIME.match(req.walltime):
         raise SpecError(f"--walltime must be HH:MM:SS, got {req.walltime!r}")
@@ -155,25 +163,22 @@ def _queue(platform: PlatformSpec, site: SiteSpec, req: EmitRequest) -> tuple[st
 
 
 def _refuse_not_viable(strategy: StrategySpec, platform: PlatformSpec, req: EmitRequest) -> None:
-    situation = {
-        "device": platform.device, "engine": strategy.engine, "compile": req.compile,
-        "multi_node": req.nodes > 1, "find_unused_parameters": False, "preloads_pil4dfs": False,
-        "reshard_or_sharded": strategy.param_shard != "none",
-    }
-    if strategy.engine == "ddp":
-        situation["static_graph"] = bool(req.static_graph)
-    for v in rules.check(situation):
+    facts = RuleFacts(device=platform.device, backend=platform.backend, compile=req.compile, multi_node=req.nodes > 1,
+                      find_unused_parameters=False, preloads_pil4dfs=False, static_graph=bool(req.static_graph),
+                      **strategy.impl.facts(strategy))
+    for v in rules.check(facts):
         if v.rule.blocks:
             raise SpecError(f"not viable ({v.rule.id}): {v.message}")
 
 
-def _strategy_file(job: _Job) -> StrategyFile:
-    req = job.req
-    return StrategyFile(
+def _strategy_file(job: _Job) -> WrapConfig:
+    req, engine = job.req, job.strategy.impl
+    return WrapConfig(
         strategy=job.strategy.name, mixed_precision=precision_to_mixed(req.precision), ckpt_freq=req.ckpt_freq,
-        static_graph=bool(req.static_graph) if job.strategy.engine == "ddp" else None,
+        static_graph=bool(req.static_graph) if "static_graph" in engine.options else None,
+        bucket_mb=req.bucket_mb, reduce_dtype=req.reduce_dtype,  # type: ignore[arg-type]
         find_unused_parameters=False, compile=req.compile, ranks_per_node=job.layout.ranks_per_node,
-        ds_config=DS_CONFIG_FILE if job.strategy.engine == "deepspeed" else None,
+        micro_batch=req.micro_batch, grad_accum=req.grad_accum, ds_config=engine.config_file,
     )
 
 
@@ -184,12 +189,10 @@ def _notes(job: _Job) -> list[str]:
                      ("" if job.queue else "; add --queue or let PBS use its default queue"))
     if job.platform.launcher in ("pbs", "slurm") and not job.req.account:
         notes.append("no --account given: add your project before submitting")
-    if job.strategy.engine == "deepspeed" and job.req.precision == "bf16-pure":
-        notes.append("bf16-pure under ZeRO: DeepSpeed's bf16 mode keeps fp32 master weights")
+    notes += job.strategy.impl.emit_notes(job.strategy, precision=job.req.precision, world=job.layout.world,
+                                          nodes=job.layout.nodes)
     if job.platform.launcher == "torchrun" and job.layout.nodes > 1:
         notes.append(f"{job.platform.name} has no scheduler launcher: torchrun.sh runs one node of the {job.layout.nodes}")
-    if job.strategy.engine == "deepspeed" and job.layout.nodes > 1:
-        notes.append(f"ds_config.json is sized for {job.layout.world} ranks; torchrun.sh runs one node")
     return notes
 
 

@@ -1,4 +1,6 @@
-"""Communication per optimizer step: which collectives, their sizes, which links they cross.
+"""Communication per optimizer step: price the collectives the engine says a step issues
+(engines/*: `step_collectives`, checked against real runs by `census`) on the platform's links.
+An all-reduce is priced the same whichever engine issues it.
 
 Cost of one collective of S bytes over N ranks (alpha-beta model, Thakur et al. 2005; ring
 algorithms move (N-1)/N of the payload per rank, twice for all-reduce):
@@ -15,15 +17,13 @@ ring per shard index concurrently: the node's NICs are shared between them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from prism_strategy.engines import StepCollective, step_collectives
 from prism_strategy.estimate.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.training import TrainingSpec
-from prism_strategy.strategies import DS_BUCKETS, Collective, StrategySpec
-
-DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP default bucket_cap_mb=25
+from prism_strategy.strategies import StrategySpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,71 +90,20 @@ def collective_seconds(op: str, size: float, ranks: int, nodes: int, concurrent:
     return t + factor * (intra + inter)
 
 
-def _payload(c: Collective, parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, layout: Layout) -> float:
-    pt = sum(p.trainable for p in parts)
-    if c.payload == "params":
-        n = pt + (sum(p.frozen for p in parts) if c.frozen_too else 0)
-        size = n * t.compute_bytes
-    else:
-        size = pt * (t.compute_bytes if s.engine == "deepspeed" else t.grad_bytes)
-    return size / layout.ranks_per_node if c.fraction == "shard" else size
-
-
-def _calls(c: Collective, parts: tuple[Part, ...], s: StrategySpec, size: float, e: int, wrap: str) -> int:
-    """Collective calls per occurrence: FSDP one per unit; DDP/DeepSpeed one per bucket;
-    ZeRO-3 gathers module by module."""
-    moved = [p for p in parts if p.trains or (c.payload == "params" and c.frozen_too)]
-    if s.engine == "fsdp2":
-        return 1 if wrap == "root" else sum(p.spec.layers for p in moved if p.spec) + 1
-    if s.engine == "ddp":
-        return max(1, math.ceil(size / DDP_BUCKET_BYTES))
-    if s.zero_stage == 3 and c.payload == "params":
-        return sum(p.tensors for p in moved)
-    bucket = DS_BUCKETS.allgather_bucket_size if c.payload == "params" else DS_BUCKETS.reduce_bucket_size
-    return max(1, math.ceil(size / (bucket * e)))
-
-
-def _fsdp_backward_regather(parts: tuple[Part, ...], t: TrainingSpec) -> tuple[float, int]:
-    """(bytes, calls) of full_shard's backward all-gathers: every block but the last; the root and
-    the last block stay gathered from forward to backward (runtime/wrap.py apply_fsdp)."""
-    blocks = [(p.spec.layers, p.spec.block_params) for p in parts if p.spec is not None]
-    n = sum(layers * size for layers, size in blocks) - (blocks[-1][1] if blocks else 0)
-    calls = sum(layers for layers, _ in blocks) - (1 if blocks else 0)
-    return n * t.compute_bytes, calls
-
-
-def _occurrences(c: Collective, s: StrategySpec, grad_accum: int) -> int:
-    """Per optimizer step: gathers run every micro-step; gradient reductions once per step with
-    no_sync (DDP, FSDP, ZeRO-1), every micro-step for ZeRO-2/3."""
-    if c.phase == "step":
-        return 1
-    if c.payload == "params":
-        return grad_accum
-    return grad_accum if s.zero_stage in (2, 3) else 1
+def price(c: StepCollective, layout: Layout, p: PlatformSpec) -> CollectiveCost:
+    """Seconds per step of one kind of collective: calls x the alpha-beta time of one call."""
+    ranks, nodes, conc = group_geometry(c.group, layout)
+    one = collective_seconds(c.op, c.bytes_per_call, ranks, nodes, conc, p)
+    link = "intra-node" if nodes == 1 else ("inter-node" if ranks == nodes else "spans nodes")
+    return CollectiveCost(op=c.op, group=c.group, link=link, ranks=ranks, bytes_per_call=c.bytes_per_call,
+                          calls_per_step=c.calls, seconds_per_step=one * c.calls, overlappable=c.overlappable)
 
 
 def estimate_comm(
     parts: tuple[Part, ...], t: TrainingSpec, p: PlatformSpec, layout: Layout, s: StrategySpec,
     grad_accum: int = 1, wrap: str = "block",
 ) -> CommEstimate:
-    out = []
-    for c in s.collectives:
-        if c.group == "across_nodes" and layout.nodes == 1:
-            continue
-        if s.engine == "fsdp2" and c.op == "all_gather" and c.phase == "backward" and wrap == "block":
-            size, calls = _fsdp_backward_regather(parts, t)
-        else:
-            size = _payload(c, parts, t, s, layout)
-            calls = _calls(c, parts, s, size, t.compute_bytes, wrap)
-        if calls == 0:
-            continue
-        ranks, nodes, conc = group_geometry(c.group, layout)
-        one = collective_seconds(c.op, size / calls, ranks, nodes, conc, p)
-        occ = _occurrences(c, s, grad_accum)
-        link = "intra-node" if nodes == 1 else ("inter-node" if ranks == nodes else "spans nodes")
-        out.append(CollectiveCost(op=c.op, group=c.group, link=link, ranks=ranks, bytes_per_call=size / calls,
-                                  calls_per_step=calls * occ, seconds_per_step=one * calls * occ,
-                                  overlappable=c.phase != "step" and not (c.phase == "forward" and calls == 1)))
+    out = tuple(price(c, layout, p) for c in step_collectives(s, parts, t, layout, grad_accum, wrap))
     tensors = sum(x.tensors for x in parts if x.trains)
-    hooks = tensors * p.per_tensor_overhead_us * 1e-6 * grad_accum if s.engine != "fsdp2" and layout.world > 1 else 0.0
-    return CommEstimate(collectives=tuple(out), per_tensor_s=hooks)
+    hooks = tensors * p.per_tensor_overhead_us * 1e-6 * grad_accum if s.impl.per_tensor_hooks and layout.world > 1 else 0.0
+    return CommEstimate(collectives=out, per_tensor_s=hooks)

@@ -34,16 +34,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from prism_strategy.estimate.parts import Part, largest_block, root_unit
+from prism_strategy.engines.base import Moment, Rows
+from prism_strategy.engines.fsdp2 import gathered_model_bytes
+from prism_strategy.estimate.parts import Part
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.model import TransformerSpec
-from prism_strategy.specs.training import OPTIMIZER_STATES, TrainingSpec
-from prism_strategy.strategies import DS_BUCKETS, DS_OVERLAP_COMM, StrategySpec
+from prism_strategy.specs.training import TrainingSpec
+from prism_strategy.strategies import StrategySpec
 
 FP32 = 4
 CE_BYTES = 3 * FP32  # per token x vocab: fp32 log-probs saved, fp32 grad in, fp32 grad out
 KEYS = ("params", "grads", "optimizer", "activations", "buffers", "reserve")
-Rows = list[tuple[str, str, float]]
+__all__ = ["KEYS", "MemoryEstimate", "Moment", "Rows", "estimate_memory", "gathered_model_bytes", "max_micro_batch"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -74,18 +76,6 @@ class MemoryEstimate:
 
     def largest_items(self, n: int = 3) -> list[tuple[str, float]]:
         return [(label, b) for _, label, b in sorted(self.items, key=lambda r: -r[2])[:n]]
-
-
-@dataclass(frozen=True, slots=True)
-class Moment:
-    """Tensors live at one moment of the step: fixed rows plus rows per sample of micro-batch."""
-
-    name: str
-    fixed: Rows
-    per_sample: Rows
-
-    def total(self, micro_batch: int) -> float:
-        return sum(b for *_, b in self.fixed) + micro_batch * sum(b for *_, b in self.per_sample)
 
 
 # --- activations -------------------------------------------------------------------------
@@ -142,149 +132,28 @@ def transient_bytes_per_sample(parts: tuple[Part, ...], training: TrainingSpec) 
 
 
 def residual_bytes(strategy: StrategySpec, training: TrainingSpec) -> int:
-    """Under DDP autocast the residual stream stays in the fp32 param dtype."""
-    if strategy.engine == "ddp" and training.compute_dtype != training.param_dtype:
-        return training.param_bytes
-    return training.compute_bytes
+    """Bytes per element of the residual stream (fp32 under DDP autocast: the engine says)."""
+    return strategy.impl.residual_bytes(strategy, training)
 
 
 def activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
     """Per sample of micro-batch: each part's saved activations and the backward transient."""
-    res, f = residual_bytes(s, t), platform.activation_factor
-    rows = [("activations", f"{p.name} activations", a * f)
-            for p in parts if (a := part_activation_bytes_per_sample(p, t, res))]
+    rows = saved_activation_rows(parts, t, s, platform)
     label, b = transient_bytes_per_sample(parts, t)
-    return rows + ([("activations", label, b * f)] if b else [])
+    return rows + ([("activations", label, b * platform.activation_factor)] if b else [])
 
 
-# --- model states ------------------------------------------------------------------------
-def _fsdp_or_ddp_states(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, layout: Layout) -> Rows:
-    pt, pf = sum(p.trainable for p in parts), sum(p.frozen for p in parts)
-    dp, dg, do = (s.degree(g, layout) for g in (s.param_shard, s.grad_shard, s.optim_shard))
-    return [
-        ("params", f"trainable params ({t.param_dtype}, 1/{dp})", pt * t.param_bytes / dp),
-        ("params", f"frozen params ({t.compute_dtype}, 1/{dp})", pf * t.compute_bytes / dp),
-        ("grads", f"grads ({t.grad_dtype}, 1/{dg})", pt * t.grad_bytes / dg),
-        ("optimizer", f"{t.optimizer} state ({t.optim_state_dtype}{', + fp32 master' if t.master_weights else ''}, 1/{do})",
-         pt * t.optim_bytes / do),
-    ]
+def saved_activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
+    """Per sample: each part's saved activations (what is left once the backward transient is freed)."""
+    res, f = residual_bytes(s, t), platform.activation_factor
+    return [("activations", f"{p.name} activations", a * f)
+            for p in parts if (a := part_activation_bytes_per_sample(p, t, res))]
 
 
-def _deepspeed_states(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, layout: Layout) -> Rows:
-    """DeepSpeed bf16 keeps bf16 params/grads and fp32 master + fp32 moments, whatever the preset."""
-    pt, pf, n = sum(p.trainable for p in parts), sum(p.frozen for p in parts), layout.world
-    e = t.compute_bytes
-    low = e < FP32
-    dp = n if s.zero_stage == 3 else 1
-    grads = {1: pt * e + (pt * FP32 / n if low else 0), 2: pt * (e + (FP32 if low else 0)) / n, 3: pt * FP32 / n}
-    optim = pt * (OPTIMIZER_STATES[t.optimizer] * FP32 + (FP32 if low else 0)) / n
-    return [
-        ("params", f"params ({t.compute_dtype}{', 1/' + str(dp) if dp > 1 else ', full'})", (pt + pf) * e / dp),
-        ("grads", {1: "bf16 grads (full) + fp32 partition", 2: "grad partition (bf16 + fp32)",
-                   3: "fp32 grad partition"}[s.zero_stage or 1] if low else f"fp32 grads (stage {s.zero_stage})",
-         grads[s.zero_stage or 1]),
-        ("optimizer", f"{t.optimizer} state (fp32{' + fp32 master' if low else ''}, 1/{n})", optim),
-    ]
-
-
+# --- model states and moments: the engine's (engines/*) ----------------------------------
 def model_state_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, layout: Layout) -> Rows:
     """Params, grads and optimizer state, as they stand once the first step has run."""
-    if s.engine == "deepspeed":
-        return _deepspeed_states(parts, t, s, layout)
-    return _fsdp_or_ddp_states(parts, t, s, layout)
-
-
-# --- buffers and moments -----------------------------------------------------------------
-def gathered_model_bytes(parts: tuple[Part, ...], t: TrainingSpec) -> float:
-    """The whole model gathered in the compute dtype (shard_grad_op, forward to backward)."""
-    return sum(p.params for p in parts) * t.compute_bytes
-
-
-def _gathered_whole_model(parts: tuple[Part, ...], t: TrainingSpec) -> tuple[str, str, float]:
-    return ("params", f"gathered params ({t.compute_dtype}, whole model, forward to backward)",
-            gathered_model_bytes(parts, t))
-
-
-def _fsdp_root_wrap_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec) -> Rows:
-    """One flat unit: its whole unsharded grads and their reduce-dtype copy, and the whole model
-    gathered (full_shard re-gathers it in backward; shard_grad_op never lets it go)."""
-    pt = sum(p.trainable for p in parts)
-    rows: Rows = [("buffers", "unsharded grads of the single root unit (+ reduce-scatter copy)",
-                   pt * (t.compute_bytes + t.grad_bytes))]
-    if s.reshard_after_forward:
-        return rows + [("buffers", "whole model re-gathered in backward (root-only wrap)",
-                        sum(p.params for p in parts) * t.compute_bytes)]
-    return rows + [_gathered_whole_model(parts, t)]
-
-
-def _fsdp_block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, layout: Layout, states: Rows,
-                        acts: Rows, reserve: Rows, accumulating: bool) -> list[Moment]:
-    """Per-block units (module docstring): start of backward, late backward, end of backward."""
-    e, gb = t.compute_bytes, t.grad_bytes
-    params_optim = [r for r in states if r[0] != "grads"]
-    grads = [r for r in states if r[0] == "grads"]
-    block, root = largest_block(parts), root_unit(parts)
-    train_block = largest_block(tuple(p for p in parts if p.trains))
-    root_trainable = sum((p.spec.root_params if p.spec else p.params) for p in parts if p.trains)
-    pt, dg = sum(p.trainable for p in parts), s.degree(s.grad_shard, layout)
-    block_grads = [("grads", f"grads of every unit but the root ({t.grad_dtype}, 1/{dg})",
-                    (pt - root_trainable) * gb / dg)]  # the root reduces last
-    # tied or not, the head's grad is made first in backward and kept (as .grad, or as autograd's
-    # buffer waiting for the embedding's share) until the root unit reduces
-    head = sum(p.spec.vocab * p.spec.hidden for p in parts if p.trains and p.spec is not None and p.spec.kind == "decoder")
-    gathered: Rows = ([("buffers", "root unit gathered (embeddings, LM head)", root * e),
-                       ("buffers", "all-gather of the largest block + prefetch", 2 * block * e)])
-    start = params_optim + (grads if accumulating else [])
-    start += gathered if s.reshard_after_forward else [_gathered_whole_model(parts, t)]
-    start += [("buffers", "first block's unsharded grads", train_block * e)]
-    late = params_optim + block_grads + gathered + [
-        ("buffers", "one block's unsharded grads + reduce-scatter copy", train_block * (e + gb)),
-        ("buffers", "LM head's unsharded grad (kept until the root reduces, last)", head * e)]
-    end = params_optim + block_grads + [
-        ("buffers", "root unit unsharded grads + reduce-scatter copy (reduced last)", root_trainable * (e + gb))]
-    if any(p.trains and p.spec is not None and p.spec.tied_embeddings for p in parts):
-        # observed, torch 2.13 (traces and a real gloo run): with a tied LM head the root's
-        # gathered params are still allocated when its reduce-scatter runs
-        end.append(("buffers", "root unit still gathered (tied LM head)", root * e))
-    return [Moment("start of backward", start + reserve, acts), Moment("late backward", late + reserve, []),
-            Moment("end of backward", end + reserve, [])]
-
-
-def _deepspeed_buffers(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec) -> Rows:
-    e, pt = t.compute_bytes, sum(p.trainable for p in parts)
-    b = DS_BUCKETS
-    if s.zero_stage == 3:
-        largest = max(_largest_layer(p.spec) for p in parts if p.spec is not None)
-        return [("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
-                ("buffers", "stage-3 prefetch bucket", min(b.stage3_prefetch_bucket_size, pt) * e),
-                ("buffers", "reduce bucket", min(b.reduce_bucket_size, pt) * e)]
-    # DeepSpeed allocates whole reduce buckets whatever the model size: fp32 accumulators in
-    # stage 1, low-precision staging in stage 2, double-buffered when overlap_comm is on.
-    n = 2 if DS_OVERLAP_COMM[s.zero_stage or 1] else 1
-    width = FP32 if s.zero_stage == 1 else e
-    return [("buffers", f"reduce buckets ({n} x {b.reduce_bucket_size:.0e} elements)", n * b.reduce_bucket_size * width)]
-
-
-def _largest_layer(spec: TransformerSpec) -> int:
-    """Largest single module (DeepSpeed gathers per module under ZeRO-3)."""
-    return max(spec.vocab * spec.hidden, spec.hidden * spec.ffn, spec.hidden * spec.q_width)
-
-
-def _ddp_autocast_copies(parts: tuple[Part, ...], t: TrainingSpec) -> Rows:
-    if t.compute_dtype == t.param_dtype:
-        return []
-    n = 0
-    for p in parts:
-        if not p.trains:
-            continue  # frozen parts are stored in the compute dtype: nothing to copy
-        if p.spec is None:
-            n += p.params
-            continue
-        sp = p.spec
-        n += sp.layers * sp.block_matmul_params
-        if sp.kind == "decoder":
-            n += sp.vocab * sp.hidden  # the LM head, tied or not (the embedding lookup makes no copy)
-    return [("buffers", "autocast bf16 weight copies saved for backward (linear weights)", n * t.compute_bytes)]
+    return s.impl.states(parts, t, s, layout)
 
 
 def moments(parts: tuple[Part, ...], t: TrainingSpec, platform: PlatformSpec, layout: Layout, s: StrategySpec,
@@ -293,15 +162,8 @@ def moments(parts: tuple[Part, ...], t: TrainingSpec, platform: PlatformSpec, la
     states = model_state_rows(parts, t, s, layout)
     acts = activation_rows(parts, t, s, platform)
     reserve: Rows = [("reserve", "framework reserve (runtime, collective buffers)", platform.framework_reserve_gib * GiB)]
-    if s.engine == "fsdp2" and wrap == "block":
-        return _fsdp_block_moments(parts, t, s, layout, states, acts, reserve, accumulating)
-    if s.engine == "fsdp2":
-        extra = _fsdp_root_wrap_rows(parts, t, s)
-    elif s.engine == "deepspeed":
-        extra = _deepspeed_buffers(parts, t, s)
-    else:
-        extra = _ddp_autocast_copies(parts, t)
-    return [Moment("start of backward", states + extra + reserve, acts)]
+    return s.impl.moments(parts, t, s, layout, states=states, acts=acts, reserve=reserve, wrap=wrap,
+                          accumulating=accumulating, saved_acts=saved_activation_rows(parts, t, s, platform))
 
 
 # --- the estimate ------------------------------------------------------------------------

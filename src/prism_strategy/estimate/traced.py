@@ -51,7 +51,11 @@ MAX_TRACES = 6
 """Most traced steps a micro-batch search runs (it usually needs 2-3)."""
 MAX_MICRO_BATCH = 4096
 """Same cap as the planner's MAX_MICRO_BATCH_SHOWN."""
-ANALYTIC_METHOD = "analytic (DeepSpeed cannot be traced): estimate/memory.py, ZeRO stage {stage}"
+ANALYTIC_METHOD = "analytic ({engine} cannot be traced): estimate/memory.py, {options}"
+
+
+def _analytic_method(s: StrategySpec) -> str:
+    return ANALYTIC_METHOD.format(engine=s.impl.title, options=s.impl.describe(s))
 
 
 class TraceError(SpecError):
@@ -161,7 +165,7 @@ def trace_option(model_spec: ModelSource, training: TrainingSpec, layout: Layout
         _check_micro_batch(micro_batch)
     if micro_batch is None and usable_bytes is None:
         raise SpecError("give a micro_batch, a usable_bytes budget to search under, or both")
-    if s.engine == "deepspeed":
+    if s.impl.trace == "analytic":
         return _analytic_option(model_spec, training, layout, s, micro_batch, usable_bytes, reserve_bytes, cap)
     spec, factory, name = _as_source(model_spec)
     session = _session(spec, factory, name, training, layout, s, device)
@@ -198,7 +202,7 @@ def analytic_memory(model_spec: ModelSource, training: TrainingSpec, layout: Lay
     spec = _spec_for_analytic(model_spec)
     est = estimate_memory(model_parts(spec, training), training, _no_reserve_platform(), layout, s, micro_batch)
     by_key = {k: float(getattr(est, k)) for k in KEYS}
-    return TracedMemory(peak_bytes=sum(by_key.values()), by_key=by_key, method=ANALYTIC_METHOD.format(stage=s.zero_stage),
+    return TracedMemory(peak_bytes=sum(by_key.values()), by_key=by_key, method=_analytic_method(s),
                         seconds=time.perf_counter() - t0, torch_version=_torch_version(), micro_batch=micro_batch,
                         model=spec.name)
 
@@ -304,7 +308,7 @@ def _from_peak(peak: Any, strategy: StrategySpec, micro_batch: int, method: str,
                what: str) -> TracedMemory:
     from prism_strategy.estimate.traced_run import PLAIN_KEYS, fsdp_key_map
 
-    keymap = fsdp_key_map(strategy) if strategy.engine == "fsdp2" else PLAIN_KEYS
+    keymap = fsdp_key_map(strategy) if strategy.impl.trace == "fake_pg" else PLAIN_KEYS
     by_key = dict.fromkeys(KEYS, 0.0)
     for cat, b in peak.categories.items():
         by_key[keymap.get(cat, "buffers")] += b
@@ -315,7 +319,7 @@ def _from_peak(peak: Any, strategy: StrategySpec, micro_batch: int, method: str,
 
 def _method(strategy: StrategySpec, layout: Layout, spec: MultimodalSpec | None) -> str:
     extra = "; vision + projector + backbone built whole" if spec is not None and spec.vision is not None else ""
-    if strategy.engine == "ddp":
+    if strategy.impl.trace == "single_process":
         return ("traced single process + DDP bucket copy (DDP cannot run on fake tensors; grads counted as its "
                 f"persistent gradient_as_bucket_view buckets), MemTracker{extra}")
     mesh = f"{layout.nodes}x{layout.ranks_per_node}" if strategy.hybrid else f"{layout.world}"
@@ -333,7 +337,7 @@ def _analytic_option(model_spec: ModelSource, training: TrainingSpec, layout: La
         fit = max_micro_batch(model_parts(spec, training), training, _no_reserve_platform(), layout, s,
                               usable_bytes=usable_bytes - reserve_bytes)
         search = MicroBatchSearch(micro_batch=min(fit, cap), traces=0, exact=True, points=(),
-                                  seconds=time.perf_counter() - t0, method=ANALYTIC_METHOD.format(stage=s.zero_stage))
+                                  seconds=time.perf_counter() - t0, method=_analytic_method(s))
     mb = micro_batch or max(1, search.micro_batch if search else 1)
     return TracedOption(memory=analytic_memory(model_spec, training, layout, s, mb), search=search)
 

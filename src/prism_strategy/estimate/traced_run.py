@@ -209,8 +209,8 @@ class TraceSession:
     """
 
     def __init__(self, build, training: TrainingSpec, layout: Layout, strategy: StrategySpec) -> None:
-        if strategy.engine == "deepspeed":
-            raise SpecError(f"{strategy.name}: DeepSpeed cannot run under fake tensors; use the analytic estimate")
+        if strategy.impl.trace == "analytic":
+            raise SpecError(f"{strategy.name}: {strategy.engine} cannot run under fake tensors; use the analytic estimate")
         self._build, self.training, self.layout, self.strategy = build, training, layout, strategy
         self._stack = contextlib.ExitStack()
         self.built: BuiltModel | None = None
@@ -231,7 +231,7 @@ class TraceSession:
         self._stack.close()
 
     def _setup(self) -> None:
-        fsdp = self.strategy.engine == "fsdp2"
+        fsdp = self.strategy.impl.trace == "fake_pg"
         if fsdp:
             ctx = _fake_context(self.layout, self.strategy.hybrid)
             self._stack.callback(dist.destroy_process_group)
@@ -274,7 +274,7 @@ class TraceSession:
     def measure(self, micro_batch: int) -> Peak:
         """Peak tracked bytes of one full training step at this micro-batch."""
         assert self.model is not None
-        if self.strategy.engine == "fsdp2":
+        if self.strategy.impl.trace == "fake_pg":
             tracker: Any = _FSDPPeakTracker(self.model, self.optimizer)
             tracker.grad_category = "Sharded Grad"
         else:

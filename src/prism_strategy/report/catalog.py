@@ -8,6 +8,7 @@ from rich.console import Console
 
 from prism_strategy.report.console import Column, fitted_table, table_console
 from prism_strategy.specs.presets import load_model, load_platform, model_names, platform_names
+from prism_strategy.engines import collective_kinds
 from prism_strategy.strategies import STRATEGIES
 
 
@@ -34,7 +35,7 @@ def platforms_rows() -> list[dict[str, Any]]:
 def strategies_rows() -> list[dict[str, Any]]:
     return [{"name": s.name, "engine": s.engine, "params": s.param_shard, "grads": s.grad_shard,
              "optimizer": s.optim_shard, "reshard_after_forward": s.reshard_after_forward,
-             "collectives": [f"{c.op}({c.group})" for c in s.collectives], "torch_form": s.torch_form,
+             "collectives": collective_kinds(s), "torch_form": s.torch_form,
              "description": s.description} for s in STRATEGIES]
 
 

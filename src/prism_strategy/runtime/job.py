@@ -151,7 +151,8 @@ class DeepSpeedJob(Job):
         import deepspeed
 
         params = list(self._module.parameters())
-        gather = deepspeed.zero.GatheredParameters(params) if self.strategy.zero_stage == 3 else contextlib.nullcontext()
+        partitioned = any(hasattr(p, "ds_tensor") for p in params)  # ZeRO-3 keeps only a partition per rank
+        gather = deepspeed.zero.GatheredParameters(params) if partitioned else contextlib.nullcontext()
         sd: dict[str, torch.Tensor] = {}
         with gather:
             if self.ctx.rank == 0:

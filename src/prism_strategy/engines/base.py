@@ -1,0 +1,229 @@
+"""The engine protocol: what every data-parallel engine (DDP, FSDP2, DeepSpeed) answers.
+
+An engine owns, for a named strategy (strategies.py: engine + options):
+- its model states and memory moments (estimate/memory.py sums them);
+- the collectives of one optimizer step (`step_collectives`; estimate/comm.py prices them and
+  `census` holds them against what the real engine issued);
+- apply (runtime/wrap.py calls `apply`), the emitted engine config (`engine_config`: ds_config),
+  and the rule facts it contributes (`facts`).
+Prediction code here never imports torch; `apply` imports it when called.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.cluster import Layout
+from prism_strategy.specs.model import TransformerSpec
+from prism_strategy.specs.training import OPTIMIZER_STATES, TrainingSpec
+
+if TYPE_CHECKING:
+    from prism_strategy.runtime.job import Job
+    from prism_strategy.specs.wrap_config import WrapConfig
+    from prism_strategy.strategies import StrategySpec
+
+FP32 = 4
+MiB = 2**20
+Rows = list[tuple[str, str, float]]
+TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepCollective:
+    """One kind of collective an optimizer step issues, as census records it."""
+
+    op: Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
+    group: Literal["world", "node", "across_nodes"]
+    group_size: int
+    """Ranks in one such group."""
+    dtype: str
+    """torch dtype name without "torch.": "float32", "bfloat16"."""
+    bytes_per_call: float
+    """Census payload: all_reduce the tensor; all_gather the gathered output; reduce_scatter the
+    unscattered input (mean over the calls)."""
+    calls: int
+    """Per optimizer step, every micro-step of gradient accumulation included."""
+    phase: Literal["forward", "backward", "step"]
+    overlappable: bool
+    what: str = ""
+    """What it moves, for people ("gradient buckets", "per-block all-gather", ...)."""
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_per_call * self.calls
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """Tensors live at one moment of the step: fixed rows plus rows per sample of micro-batch."""
+
+    name: str
+    fixed: Rows
+    per_sample: Rows
+
+    def total(self, micro_batch: int) -> float:
+        return sum(b for *_, b in self.fixed) + micro_batch * sum(b for *_, b in self.per_sample)
+
+
+class Engine(ABC):
+    """One data-parallel engine. Subclasses are stateless singletons (engines/__init__.py)."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    """The name people know it by ("DeepSpeed")."""
+    per_tensor_hooks: ClassVar[bool] = True
+    """A per-parameter autograd hook / AccumulateGrad runs on the host each backward (DDP, DeepSpeed)."""
+    trace: ClassVar[Literal["fake_pg", "single_process", "analytic"]] = "analytic"
+    """How estimate/traced.py can trace it: fake process group, one process, or not at all."""
+    options: ClassVar[tuple[str, ...]] = ()
+    """wrap() options only this engine honours (others warn that they are ignored)."""
+    unit_wrapped: ClassVar[bool] = False
+    """Wraps transformer blocks as units (FSDP2): wrapping only the root is a rule fact."""
+    config_file: ClassVar[str | None] = None
+    """The engine's own config file, written by emit and passed to wrap (ds_config.json)."""
+
+    # --- prediction ---------------------------------------------------------------------
+    @abstractmethod
+    def states(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout) -> Rows:
+        """Params, grads and optimizer state per device, once the first step has run."""
+
+    @abstractmethod
+    def moments(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, *,
+                states: Rows, acts: Rows, reserve: Rows, wrap: str, accumulating: bool,
+                saved_acts: Rows = ()) -> list[Moment]:
+        """The moments of one step that can hold the peak. acts: per-sample activations at the
+        start of backward (with the loss / recompute transient); saved_acts: without it."""
+
+    def residual_bytes(self, s: "StrategySpec", t: TrainingSpec) -> int:
+        """Bytes per element of the residual stream saved between blocks."""
+        return t.compute_bytes
+
+    @abstractmethod
+    def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
+                         grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
+        """Every collective of one optimizer step (grad_accum micro-steps)."""
+
+    # --- runtime, emit, rules -----------------------------------------------------------
+    @abstractmethod
+    def apply(self, model: Any, s: "StrategySpec", *, ctx: Any, optimizer: Any, summary: dict[str, Any],
+              config: "WrapConfig", blocks: list[Any], ds_config: Any = None) -> "Job":
+        """Wrap `model` in place for this strategy and return the Job (runtime/wrap.py)."""
+
+    def engine_config(self, s: "StrategySpec", *, micro_batch: int, world_size: int, grad_accum: int = 1,
+                      precision: str = "bf16-mixed") -> dict[str, Any] | None:
+        """The engine's own config file (DeepSpeed's ds_config); None when it has none."""
+        return None
+
+    def facts(self, s: "StrategySpec", *, has_blocks: bool | None = None) -> dict[str, Any]:
+        """Rule facts this engine contributes (rules.RuleFacts fields). has_blocks: transformer
+        blocks were found in the model (None: not known at this stage)."""
+        root_only = None if has_blocks is None or not self.unit_wrapped else not has_blocks
+        return {"engine": self.name, "reshard_or_sharded": s.sharded, "root_only_wrap": root_only}
+
+    def precision_note(self, precision: str) -> str | None:
+        """How this engine runs `precision` when it differs from what was asked."""
+        return None
+
+    def emit_notes(self, s: "StrategySpec", *, precision: str, world: int, nodes: int) -> list[str]:
+        """What `emit` should tell the user about this engine's files."""
+        return []
+
+    def describe(self, s: "StrategySpec") -> str:
+        """Engine options, one line, for Job.describe()."""
+        return s.torch_form
+
+
+# --- helpers shared by the engines --------------------------------------------------------
+def trainable(parts: tuple[Part, ...]) -> int:
+    return sum(p.trainable for p in parts)
+
+
+def sharded_states(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout) -> Rows:
+    """torch engines (DDP, FSDP2): each state in its preset dtype, divided over its shard group."""
+    pt, pf = trainable(parts), sum(p.frozen for p in parts)
+    dp, dg, do = (s.degree(g, layout) for g in (s.param_shard, s.grad_shard, s.optim_shard))
+    return [
+        ("params", f"trainable params ({t.param_dtype}, 1/{dp})", pt * t.param_bytes / dp),
+        ("params", f"frozen params ({t.compute_dtype}, 1/{dp})", pf * t.compute_bytes / dp),
+        ("grads", f"grads ({t.grad_dtype}, 1/{dg})", pt * t.grad_bytes / dg),
+        ("optimizer", f"{t.optimizer} state ({t.optim_state_dtype}{', + fp32 master' if t.master_weights else ''}, 1/{do})",
+         pt * t.optim_bytes / do),
+    ]
+
+
+def adam_states(t: TrainingSpec) -> int:
+    return OPTIMIZER_STATES[t.optimizer]
+
+
+Tensor = tuple[int, int]
+"""(elements, rows): a parameter tensor's size and its dim 0 (FSDP2 pads dim 0 to the shard count)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartModules:
+    """A part's parameter tensors grouped by owning module, in forward order. `embed` and `head`
+    are the modules outside the blocks; `embed_unit` / `head_unit`: HF lists them in
+    _no_split_modules (SigLIP's vision embeddings and pooling head), so wrap() makes them units."""
+
+    embed: list[list[Tensor]]
+    block: list[list[Tensor]]
+    layers: int
+    head: list[list[Tensor]]
+    embed_unit: bool = False
+    head_unit: bool = False
+    """The head's modules after the first (the post-norm) are one unit (SigLIP's pooling head)."""
+
+    def forward_order(self) -> list[list[Tensor]]:
+        return self.embed + self.block * self.layers + self.head
+
+
+def _linear(out: int, inp: int, bias: bool) -> list[Tensor]:
+    return [(out * inp, out)] + ([(out, out)] if bias else [])
+
+
+def part_modules(part: Part) -> PartModules:
+    """Every module of a part with its tensors (HF layouts: Llama, Qwen, SigLIP; the projector is
+    LLaVA's Linear + GELU + Linear)."""
+    if part.spec is None:
+        i, o = part.widths
+        return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], block=[], layers=0, head=[])
+    sp = part.spec
+    h, q, kv, f = sp.hidden, sp.q_width, sp.kv_width, sp.ffn
+    norm: list[Tensor] = {"rmsnorm": [(h, h)], "layernorm": [(h, h), (h, h)], "layernorm_noparam": []}[sp.norm]
+    block = [norm, _linear(q, h, sp.qkv_bias), _linear(kv, h, sp.qkv_bias), _linear(kv, h, sp.qkv_bias)]
+    if sp.qk_norm != "none":
+        w = sp.head_dim if sp.qk_norm == "per_head" else None
+        block += [[(w or q, w or q)], [(w or kv, w or kv)]]
+    block += [_linear(h, q, sp.o_bias), norm]
+    mlp = [(f, h), (f, h), (h, f)] if sp.mlp == "swiglu" else [(f, h), (h, f)]
+    block += [_linear(out, inp, sp.mlp_bias) for out, inp in mlp]
+    if sp.kind == "vision":
+        c, p = sp.channels, sp.patch_size
+        embed = [[(c * p * p * h, h), (h, h)], [(sp.num_patches * h, sp.num_patches)]]
+        head = [norm]
+        if sp.pooling_head:
+            head += [[(h, 1), (3 * h * h, 3 * h), (3 * h, 3 * h)], _linear(h, h, True), norm,
+                     _linear(f, h, True), _linear(h, f, True)]
+        return PartModules(embed=[m for m in embed if m], block=[m for m in block if m], layers=sp.layers,
+                           head=[m for m in head if m], embed_unit=True, head_unit=sp.pooling_head)
+    head = [norm] + ([] if sp.tied_embeddings else [[(sp.vocab * h, sp.vocab)]])
+    return PartModules(embed=[[(sp.vocab * h, sp.vocab)]], block=[m for m in block if m], layers=sp.layers,
+                       head=[m for m in head if m])
+
+
+def numels(modules: list[list[Tensor]]) -> list[int]:
+    return [n for m in modules for n, _ in m]
+
+
+def padded(modules: list[list[Tensor]], shards: int) -> int:
+    """Elements once each tensor's dim 0 is padded to a multiple of `shards` (FSDP2)."""
+    return sum(-(-rows // shards) * shards * (n // rows) for m in modules for n, rows in m)
+
+
+def ceil_div(a: float, b: float) -> int:
+    return max(1, math.ceil(a / b)) if a > 0 else 0

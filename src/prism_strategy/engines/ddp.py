@@ -1,0 +1,111 @@
+"""torch DistributedDataParallel: replicate everything, all-reduce gradient buckets.
+
+What torch 2.13 does (torch/nn/parallel/distributed.py and the C++ Reducer it drives):
+- only parameters with requires_grad are bucketed; a bucket is one all_reduce of the flat
+  gradients in the parameter dtype (fp32 under autocast);
+- buckets are filled in reverse parameter order, rebuilt after the first iteration in the order
+  gradients became ready; a bucket closes once it holds >= its cap. With the default cap
+  (bucket_cap_mb unset: 25 MiB) the first bucket is capped at dist._DEFAULT_FIRST_BUCKET_BYTES
+  (1 MiB) so the first all-reduce starts early; an explicit bucket_cap_mb caps every bucket;
+- no_sync() micro-steps skip the reduction: one set of all-reduces per optimizer step.
+Memory: gradient_as_bucket_view (the buckets are the gradients); under autocast a bf16 copy of
+every linear weight is saved for backward (the embedding lookup and fp32 norms make none; the
+LM head, tied or not, makes one); the residual stream stays in the fp32 parameter dtype.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prism_strategy.engines.base import (MiB, TORCH_DTYPE, Engine, Moment, Rows, StepCollective, numels, part_modules,
+                                         sharded_states, trainable)
+from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.cluster import Layout
+from prism_strategy.specs.training import TrainingSpec
+
+if TYPE_CHECKING:
+    from prism_strategy.runtime.job import Job
+    from prism_strategy.specs.wrap_config import WrapConfig
+    from prism_strategy.strategies import StrategySpec
+
+DEFAULT_BUCKET_MB = 25.0
+"""torch DDP's own default bucket_cap_mb."""
+FIRST_BUCKET_BYTES = 1 * MiB
+"""dist._DEFAULT_FIRST_BUCKET_BYTES, used only when bucket_cap_mb is left at its default."""
+
+
+def bucket_count(tensor_bytes: list[float], first_cap: float, cap: float) -> int:
+    """The Reducer's greedy assignment: add tensors (reverse order) until a bucket holds >= its cap."""
+    buckets, size, limit = 0, 0.0, first_cap
+    for b in reversed(tensor_bytes):
+        size += b
+        if size >= limit:
+            buckets, size, limit = buckets + 1, 0.0, cap
+    return buckets + (1 if size > 0 else 0)
+
+
+class DDPEngine(Engine):
+    name = "ddp"
+    title = "DDP"
+    trace = "single_process"
+    options = ("static_graph", "find_unused_parameters", "bucket_mb")
+
+    def states(self, parts, t, s, layout) -> Rows:
+        return sharded_states(parts, t, s, layout)
+
+    def residual_bytes(self, s, t) -> int:
+        return t.param_bytes if t.compute_dtype != t.param_dtype else t.compute_bytes
+
+    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
+        return [Moment("start of backward", states + _autocast_copies(parts, t) + reserve, acts)]
+
+    def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
+                         grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
+        if layout.world <= 1 or trainable(parts) == 0:
+            return ()
+        e = t.grad_bytes  # DDP reduces .grad as it is: the parameter dtype
+        sizes = [n * e for p in parts if p.trains for n in numels(part_modules(p).forward_order())]
+        cap = (s.bucket_mb or DEFAULT_BUCKET_MB) * MiB
+        first = FIRST_BUCKET_BYTES if s.bucket_mb is None else cap
+        calls = bucket_count(sizes, first, cap)
+        out = [StepCollective(op="all_reduce", group="world", group_size=layout.world, dtype=TORCH_DTYPE[t.grad_dtype],
+                              bytes_per_call=sum(sizes) / calls, calls=calls, phase="backward", overlappable=True,
+                              what=f"gradient buckets ({cap / MiB:g} MiB cap)")]
+        buffers = sum(_rope_buffer_bytes(p) for p in parts)
+        if buffers:  # broadcast_buffers=True: once per synchronized forward (not under no_sync)
+            out.append(StepCollective(op="broadcast", group="world", group_size=layout.world, dtype="float32",
+                                      bytes_per_call=buffers, calls=1, phase="forward", overlappable=False,
+                                      what="module buffers from rank 0 (rotary inv_freq)"))
+        return tuple(out)
+
+    def apply(self, model, s, *, ctx, optimizer, summary, config: "WrapConfig", blocks, ds_config=None) -> "Job":
+        from prism_strategy.runtime.wrap import wrap_ddp
+
+        return wrap_ddp(model, s, ctx, optimizer, summary, config=config)
+
+    def describe(self, s) -> str:
+        return f"DistributedDataParallel(bucket_cap_mb={s.bucket_mb or DEFAULT_BUCKET_MB:g})"
+
+
+def _autocast_copies(parts: tuple[Part, ...], t: TrainingSpec) -> Rows:
+    if t.compute_dtype == t.param_dtype:
+        return []
+    n = 0
+    for p in parts:
+        if not p.trains:
+            continue  # frozen parts are stored in the compute dtype: nothing to copy
+        if p.spec is None:
+            n += p.params
+            continue
+        sp = p.spec
+        n += sp.layers * sp.block_matmul_params
+        if sp.kind == "decoder":
+            n += sp.vocab * sp.hidden  # the LM head, tied or not (the embedding lookup makes no copy)
+    return [("buffers", "autocast bf16 weight copies saved for backward (linear weights)", n * t.compute_bytes)]
+
+
+def _rope_buffer_bytes(part: Part) -> int:
+    """HF rotary embeddings keep inv_freq and original_inv_freq (head_dim / 2 fp32 each) as buffers."""
+    if part.spec is None or part.spec.kind != "decoder":
+        return 0
+    return 2 * (part.spec.head_dim // 2) * 4

@@ -1,0 +1,227 @@
+"""DeepSpeed ZeRO stages 1-3, as DeepSpeed 0.19 runs the ds_config we emit.
+
+Collectives (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, partitioned_param_coordinator.py):
+- ZeRO-1/2: gradients are copied into an ipg bucket of reduce_bucket_size elements; a full
+  bucket is all-reduced whole (average_tensor with use_multi_rank_bucket_allreduce, the
+  default: not a reduce-scatter, even with "reduce_scatter": true), in communication_data_type
+  (default: the model dtype, bf16 under bf16). ZeRO-2 reduces in every backward, ZeRO-1 once in
+  step() (managed_gradient_accumulation=false: the caller's step() is the boundary). After the
+  optimizer step one all_gather_into_tensor per parameter group rebuilds the bf16 flat params
+  (allgather_bucket_size is unused when the backend has all_gather_into_tensor).
+- ZeRO-3: parameters below stage3_param_persistence_threshold elements persist (gathered once,
+  then all-gathered after each step, one call per tensor); the others are gathered module by
+  module in forward, the next prefetch_bucket_size elements prefetched in one call, and again in
+  backward unless their next use lies within stage3_max_reuse_distance elements of the trace
+  (DeepSpeed's default 1e9, kept: models below ~0.5B parameters are never re-gathered).
+  Gradients are reduce-scattered per reduce bucket, in every backward.
+- every stage also all-reduces single elements (gradient norm, overflow flags): control
+  traffic, left out here as census leaves it out of the payload.
+Memory (DeepSpeed's estimate_zero2/3_model_states_mem_needs, plus the buffers of our config):
+ipg bucket(s) of reduce_bucket_size elements in the model dtype (two with overlap_comm);
+ZeRO-3: the reduce bucket, the largest module gathered (params + grads) and the prefetch bucket.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from prism_strategy.engines.base import (FP32, MiB, TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective,
+                                         adam_states, ceil_div, numels, part_modules, trainable)
+from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.cluster import Layout
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.training import TrainingSpec
+
+if TYPE_CHECKING:
+    from prism_strategy.runtime.job import Job
+    from prism_strategy.strategies import StrategySpec
+
+DEFAULT_BUCKET_MB = 25.0
+"""Our ds_config's bucket size when --bucket-mb is not given (DeepSpeed's own 5e8 elements
+is a 1 GB bf16 buffer per bucket whatever the model size)."""
+PERSISTENCE_THRESHOLD = 100_000
+"""stage3_param_persistence_threshold (DeepSpeed's default), elements."""
+MAX_REUSE_DISTANCE = 1_000_000_000
+"""stage3_max_reuse_distance (DeepSpeed's default), elements."""
+OVERLAP_COMM = {1: False, 2: True, 3: False}
+"""overlap_comm per stage: DeepSpeed allows it with caller-owned accumulation only in stage 2."""
+
+
+def bucket_elements(s: "StrategySpec", t: TrainingSpec) -> int:
+    """reduce/allgather/prefetch bucket size in elements of the model dtype (even: DeepSpeed
+    needs allgather_bucket_size % 2 == 0)."""
+    n = int((s.bucket_mb or DEFAULT_BUCKET_MB) * MiB / t.compute_bytes)
+    return max(2, n - n % 2)
+
+
+def comm_dtype(s: "StrategySpec", t: TrainingSpec) -> str:
+    """communication_data_type: the option, else DeepSpeed's default, the model dtype."""
+    return TORCH_DTYPE[s.reduce_dtype or t.compute_dtype]
+
+
+def bucket_elements_text(s: "StrategySpec") -> str:
+    return f"buckets {s.bucket_mb or DEFAULT_BUCKET_MB:g} MiB"
+
+
+def _stage(s: "StrategySpec") -> int:
+    if s.zero_stage not in (1, 2, 3):
+        raise SpecError(f"strategy {s.name!r} runs on deepspeed but has zero_stage={s.zero_stage!r}; set 1, 2 or 3")
+    return s.zero_stage
+
+
+class DeepSpeedEngine(Engine):
+    name = "deepspeed"
+    title = "DeepSpeed"
+    trace = "analytic"
+    config_file = "ds_config.json"
+    options = ("bucket_mb", "reduce_dtype")
+
+    def states(self, parts, t, s, layout) -> Rows:
+        """bf16 keeps bf16 params/grads and fp32 master + fp32 moments, whatever the preset."""
+        pt, pf, n, st = trainable(parts), sum(p.frozen for p in parts), layout.world, _stage(s)
+        e = t.compute_bytes
+        low = e < FP32
+        dp = n if st == 3 else 1
+        grads = {1: pt * e + (pt * FP32 / n if low else 0), 2: pt * (e + (FP32 if low else 0)) / n, 3: pt * FP32 / n}
+        optim = pt * (adam_states(t) * FP32 + (FP32 if low else 0)) / n
+        return [
+            ("params", f"params ({t.compute_dtype}{', 1/' + str(dp) if dp > 1 else ', full'})", (pt + pf) * e / dp),
+            ("grads", {1: "bf16 grads (full) + fp32 partition", 2: "grad partition (bf16 + fp32)",
+                       3: "fp32 grad partition"}[st] if low else f"fp32 grads (stage {st})", grads[st]),
+            ("optimizer", f"{t.optimizer} state (fp32{' + fp32 master' if low else ''}, 1/{n})", optim),
+        ]
+
+    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
+        """Start of backward (activations, no gradients unless accumulating); ZeRO-2/3: the
+        first gradient hook, once the loss buffers are freed (the ipg buckets now exist, most
+        activations still do); end of backward / step (gradients and buckets, no activations)."""
+        no_grads = [r for r in states if r[0] != "grads"]
+        grads = [r for r in states if r[0] == "grads"]
+        gathered, buckets = self.buffers(parts, t, s)
+        st = _stage(s)
+        persistent = buckets if st == 3 else []  # stage 3 allocates its ipg bucket at init
+        start = no_grads + (grads if accumulating else []) + gathered + persistent + reserve
+        out = [Moment("start of backward", start, list(acts)),
+               Moment("end of backward", states + gathered + buckets + reserve, [])]
+        if st == 2:
+            out.append(Moment("first gradient hook", start + buckets, list(saved_acts)))
+        return out
+
+    def buffers(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec") -> tuple[Rows, Rows]:
+        """(gathered params, ipg reduce buckets): the buffers DeepSpeed allocates for our ds_config."""
+        e, b = t.compute_bytes, bucket_elements(s, t)
+        if _stage(s) == 3:
+            modules = [sum(n for n, _ in m) for p in parts for m in part_modules(p).forward_order()]
+            largest = max(modules, default=0)
+            gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
+            return ([("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
+                     ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e)],
+                    [("buffers", f"ipg reduce bucket ({b:.2e} elements, allocated at init)",
+                      b * DTYPE_BYTES[comm_dtype(s, t)])])
+        n = 2 if OVERLAP_COMM[_stage(s)] else 1  # allocated whole whatever the model size (setup_buckets)
+        return [], [("buffers", f"ipg reduce buckets ({n} x {b:.2e} elements, allocated whole)", n * b * e)]
+
+    def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
+                         grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
+        n, st = layout.world, _stage(s)
+        if n <= 1:
+            return ()
+        pt, b, cd = trainable(parts), bucket_elements(s, t), comm_dtype(s, t)
+        model_dtype = TORCH_DTYPE[t.compute_dtype]
+        out: list[StepCollective] = []
+
+        def add(op, dtype, elems, calls, phase, overlap, what):
+            if calls > 0 and elems > 0:
+                out.append(StepCollective(op=op, group="world", group_size=n, dtype=dtype, calls=calls, phase=phase,
+                                          bytes_per_call=elems * DTYPE_BYTES[dtype] / calls, overlappable=overlap,
+                                          what=what))
+
+        grad_sizes = [n for p in reversed(parts) if p.trains for n in reversed(numels(part_modules(p).forward_order()))]
+        if st in (1, 2):
+            occ = grad_accum if st == 2 else 1
+            add("all_reduce", cd, pt * occ, _ipg_buckets(grad_sizes, b) * occ, "backward" if st == 2 else "step",
+                st == 2, "gradient buckets, all-reduced whole")
+            flat = -(-pt // (2 * n)) * 2 * n
+            add("all_gather", model_dtype, flat, 1 if pt else 0, "step", False, "updated bf16 params, after the step")
+        else:
+            add("all_gather", model_dtype, *_zero3_gathers(parts, b, grad_accum), "forward", True,
+                "per-module param gathers (+ prefetch), forward and backward")
+            padded = sum(-(-x // n) * n for x in grad_sizes)
+            add("reduce_scatter", cd, padded * grad_accum, _ipg_buckets(grad_sizes, b) * grad_accum, "backward", True,
+                "gradient buckets, reduce-scattered")
+            persistent = [-(-x // n) * n for p in parts for x in numels(part_modules(p).forward_order())
+                          if x < PERSISTENCE_THRESHOLD]
+            add("all_gather", model_dtype, sum(persistent), len(persistent), "step", False,
+                "persistent small params, one call each, after the step")
+        return tuple(out)
+
+    def apply(self, model, s, *, ctx, optimizer, summary, config, blocks, ds_config=None) -> "Job":
+        from prism_strategy.runtime.wrap import wrap_deepspeed
+
+        return wrap_deepspeed(model, s, ctx, optimizer, summary, config=config, ds_config=ds_config)
+
+    def engine_config(self, s, *, micro_batch, world_size, grad_accum=1, precision="bf16-mixed") -> dict[str, Any]:
+        from prism_strategy.specs.training import TrainingSpec as T
+
+        st = _stage(s)
+        t = T.from_precision("fp32" if precision == "fp32" else "bf16-mixed")
+        b = bucket_elements(s, t)
+        zero: dict[str, Any] = {"stage": st, "overlap_comm": OVERLAP_COMM[st], "contiguous_gradients": True,
+                                "reduce_scatter": True, "reduce_bucket_size": b}
+        if st < 3:
+            zero["allgather_bucket_size"] = b
+        else:
+            zero.update(stage3_prefetch_bucket_size=b, stage3_max_live_parameters=max(10 * b, 10**9),
+                        stage3_max_reuse_distance=MAX_REUSE_DISTANCE,
+                        stage3_param_persistence_threshold=PERSISTENCE_THRESHOLD)
+        cfg: dict[str, Any] = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
+                               "bf16": {"enabled": precision != "fp32"}, "zero_optimization": zero,
+                               "steps_per_print": 2**31 - 1, "wall_clock_breakdown": False}
+        if s.reduce_dtype is not None:
+            cfg["communication_data_type"] = {"fp32": "fp32", "bf16": "bf16"}[s.reduce_dtype]
+        return cfg
+
+    def emit_notes(self, s, *, precision, world, nodes) -> list[str]:
+        notes = [n for n in (self.precision_note(precision),) if n]
+        if nodes > 1:
+            notes.append(f"{self.config_file} is sized for {world} ranks; torchrun.sh runs one node")
+        return notes
+
+    def precision_note(self, precision: str) -> str | None:
+        if precision != "bf16-pure":
+            return None
+        return "DeepSpeed bf16 keeps fp32 master weights and fp32 Adam state: bf16-pure runs (and is estimated) that way"
+
+    def describe(self, s) -> str:
+        return f"ZeRO stage {s.zero_stage}, {bucket_elements_text(s)}"
+
+
+def _ipg_buckets(sizes: list[int], bucket: int) -> int:
+    """Reductions: tensors join the ipg bucket until the next would overflow it; a tensor larger
+    than the bucket is reduced on its own."""
+    calls, filled = 0, 0
+    for x in sizes:
+        if filled + x > bucket and filled > 0:
+            calls, filled = calls + 1, 0
+        filled += x
+    return calls + (1 if filled else 0)
+
+
+def _zero3_gathers(parts: tuple[Part, ...], bucket: int, grad_accum: int) -> tuple[float, int]:
+    """(elements, calls) of ZeRO-3's per-module gathers over one step. Forward: every module
+    holding a non-persistent param, fetched in prefetch calls of up to prefetch_bucket_size
+    elements each (one per module when modules are larger).
+    Backward, where gradients flow: the modules whose next use is more than the reuse distance
+    away (about twice the elements used after them in forward)."""
+    modules = [(sum(n for n, _ in m), sum(n for n, _ in m if n >= PERSISTENCE_THRESHOLD), p.backward)
+               for p in parts for m in part_modules(p).forward_order()]
+    fwd = [g for _, g, _ in modules if g]
+    after, released = 0, []
+    for total, gathered, backward in reversed(modules):
+        if gathered and backward and 2 * after >= MAX_REUSE_DISTANCE:
+            released.append(gathered)
+        after += total
+    elems = sum(fwd) + sum(released)
+    # the model's own module (no direct params) is fetched first, so prefetches carry everything
+    calls = sum(min(len(x), ceil_div(sum(x), bucket)) for x in (fwd, released) if x)
+    return elems * grad_accum, calls * grad_accum

@@ -1,0 +1,196 @@
+"""FSDP2 (torch.distributed.fsdp.fully_shard): FSDP and HSDP (a 2-D mesh: replicate x shard).
+
+What torch 2.13 does (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, _fsdp_param_group.py),
+with runtime/wrap.py's units (each transformer block, then the root with what is left):
+- forward: one all_gather_into_tensor per unit, every micro-step, in the param dtype of the
+  MixedPrecisionPolicy; frozen parameters are gathered too (they are sharded);
+- backward: units resharded after forward are gathered again, if gradients flow through them;
+  the last block and the root are never resharded after forward (runtime/wrap.py apply_fsdp);
+- one reduce_scatter_tensor per unit that holds trainable parameters, in reduce_dtype, once
+  per optimizer step (set_requires_gradient_sync(False) on the other micro-steps);
+- HSDP: the reduce-scatter runs over the shard dim (ranks of a node), then an all_reduce of
+  the reduced shard over the replicate dim (one rank per node);
+- each parameter's dim 0 is padded to a multiple of the shard count.
+Memory: sharded params in their storage dtype, gathered units in the compute dtype, a fresh
+reduce-dtype buffer as each reduce-scatter's input (estimate/memory.py has the moments' story).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prism_strategy.engines.base import (TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective, padded,
+                                         part_modules, sharded_states, trainable)
+from prism_strategy.estimate.parts import Part, largest_block, root_unit
+from prism_strategy.specs.cluster import Layout
+from prism_strategy.specs.training import TrainingSpec
+
+if TYPE_CHECKING:
+    from prism_strategy.runtime.job import Job
+    from prism_strategy.strategies import StrategySpec
+
+
+def reduce_dtype(s: "StrategySpec", t: TrainingSpec) -> str:
+    """torch dtype name gradients are reduced in: the option, else the training's grad dtype."""
+    return TORCH_DTYPE[s.reduce_dtype or t.grad_dtype]
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One fully_shard unit: elements (dim 0 padded to the shard count), trainable elements,
+    whether gradients flow through it, and whether it is one of wrap()'s blocks (else the root)."""
+
+    params: int
+    trainable: int
+    backward: bool
+    block: bool
+
+
+def fsdp_units(parts: tuple[Part, ...], shards: int, wrap: str) -> list[Unit]:
+    """Units in forward order, as runtime/wrap.py makes them: the blocks find_blocks() returns
+    (transformer layers, and what HF lists in _no_split_modules: SigLIP's embeddings and
+    pooling head), then the root with everything else."""
+    units: list[Unit] = []
+    root: list[list[tuple[int, int]]] = []
+    root_train: list[list[tuple[int, int]]] = []
+    for p in parts:
+        pm = part_modules(p)
+        head_rest = pm.head[1:] if pm.head_unit else []
+        groups = [(pm.embed, pm.embed_unit)] + [(pm.block, True)] * pm.layers
+        groups += [(pm.head[:1] if pm.head_unit else pm.head, False), (head_rest, True)]
+        for modules, unit in groups:
+            if not modules:
+                continue
+            if unit and wrap == "block":
+                n = padded(modules, shards)
+                units.append(Unit(n, n if p.trains else 0, p.backward, True))
+            else:
+                root += modules
+                root_train += modules if p.trains else []
+    return units + [Unit(padded(root, shards), padded(root_train, shards), any(p.backward for p in parts), False)]
+
+
+def regathered(units: list[Unit]) -> list[Unit]:
+    """Blocks all-gathered again in backward under reshard_after_forward: every block gradients
+    flow through but the last (never resharded), and the block just before the first of them:
+    FSDP2 prefetches the unit that finished forward before the one running backward."""
+    blocks = [u for u in units if u.block]
+    if not blocks:
+        return []
+    flowing = [i for i, u in enumerate(blocks[:-1]) if u.backward]
+    first = next((i for i, u in enumerate(blocks) if u.backward), None)
+    if first is not None and first > 0 and first - 1 not in flowing:
+        flowing = [first - 1] + flowing
+    return [blocks[i] for i in flowing]
+
+
+class FSDP2Engine(Engine):
+    name = "fsdp2"
+    title = "FSDP2"
+    per_tensor_hooks = False
+    trace = "fake_pg"
+    options = ("reduce_dtype",)
+    unit_wrapped = True
+
+    def states(self, parts, t, s, layout) -> Rows:
+        return sharded_states(parts, t, s, layout)
+
+    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
+        if wrap == "block":
+            return _block_moments(parts, t, s, layout, states, acts, reserve, accumulating)
+        return [Moment("start of backward", states + _root_wrap_rows(parts, t, s) + reserve, acts)]
+
+    def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
+                         grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
+        group, shards = ("node", layout.ranks_per_node) if s.hybrid else ("world", layout.world)
+        if shards <= 1 and not (s.hybrid and layout.nodes > 1):
+            return ()
+        units = fsdp_units(parts, shards, wrap)
+        ag_dtype = TORCH_DTYPE[t.compute_dtype]
+        rd = reduce_dtype(s, t)
+        out: list[StepCollective] = []
+
+        def add(op, grp, size, dtype, elems, calls, phase, overlap, what):
+            if calls:
+                out.append(StepCollective(op=op, group=grp, group_size=size, dtype=dtype, calls=calls, phase=phase,
+                                          bytes_per_call=elems * DTYPE_BYTES[dtype] / calls, overlappable=overlap,
+                                          what=what))
+
+        add("all_gather", group, shards, ag_dtype, sum(u.params for u in units) * grad_accum,
+            len(units) * grad_accum, "forward", len(units) > 1, "each unit's params, forward")
+        if s.reshard_after_forward:
+            again = regathered(units)
+            add("all_gather", group, shards, ag_dtype, sum(u.params for u in again) * grad_accum,
+                len(again) * grad_accum, "backward", True, "resharded blocks re-gathered in backward")
+        reduced = [u for u in units if u.trainable > 0]
+        add("reduce_scatter", group, shards, rd, sum(u.trainable for u in reduced), len(reduced), "backward", True,
+            "each unit's gradients")
+        if s.hybrid and layout.nodes > 1:
+            add("all_reduce", "across_nodes", layout.nodes, rd, sum(u.trainable for u in reduced) / shards,
+                len(reduced), "backward", True, "reduced shards across the replicas")
+        return tuple(out)
+
+    def apply(self, model, s, *, ctx, optimizer, summary, config, blocks, ds_config=None) -> "Job":
+        from prism_strategy.runtime.wrap import wrap_fsdp
+
+        return wrap_fsdp(model, s, ctx, optimizer, summary, blocks=blocks, config=config)
+
+    def describe(self, s) -> str:
+        return f"fully_shard(reshard_after_forward={s.reshard_after_forward}, reduce_dtype={s.reduce_dtype or 'grad dtype'})"
+
+
+# --- memory moments (estimate/memory.py module docstring) -----------------------------------
+def gathered_model_bytes(parts: tuple[Part, ...], t: TrainingSpec) -> float:
+    """The whole model gathered in the compute dtype (shard_grad_op, forward to backward)."""
+    return sum(p.params for p in parts) * t.compute_bytes
+
+
+def _gathered_whole_model(parts: tuple[Part, ...], t: TrainingSpec) -> tuple[str, str, float]:
+    return ("params", f"gathered params ({t.compute_dtype}, whole model, forward to backward)",
+            gathered_model_bytes(parts, t))
+
+
+def _root_wrap_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec") -> Rows:
+    """One flat unit: its whole unsharded grads and their reduce-dtype copy, and the whole model
+    gathered (full_shard re-gathers it in backward; shard_grad_op never lets it go)."""
+    pt = trainable(parts)
+    rows: Rows = [("buffers", "unsharded grads of the single root unit (+ reduce-scatter copy)",
+                   pt * (t.compute_bytes + t.grad_bytes))]
+    if s.reshard_after_forward:
+        return rows + [("buffers", "whole model re-gathered in backward (root-only wrap)",
+                        sum(p.params for p in parts) * t.compute_bytes)]
+    return rows + [_gathered_whole_model(parts, t)]
+
+
+def _block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, states: Rows,
+                   acts: Rows, reserve: Rows, accumulating: bool) -> list[Moment]:
+    """Per-block units: start of backward, late backward, end of backward."""
+    e, gb = t.compute_bytes, t.grad_bytes
+    params_optim = [r for r in states if r[0] != "grads"]
+    grads = [r for r in states if r[0] == "grads"]
+    block, root = largest_block(parts), root_unit(parts)
+    train_block = largest_block(tuple(p for p in parts if p.trains))
+    root_trainable = sum((p.spec.root_params if p.spec else p.params) for p in parts if p.trains)
+    pt, dg = trainable(parts), s.degree(s.grad_shard, layout)
+    block_grads = [("grads", f"grads of every unit but the root ({t.grad_dtype}, 1/{dg})",
+                    (pt - root_trainable) * gb / dg)]  # the root reduces last
+    # tied or not, the head's grad is made first in backward and kept (as .grad, or as autograd's
+    # buffer waiting for the embedding's share) until the root unit reduces
+    head = sum(p.spec.vocab * p.spec.hidden for p in parts if p.trains and p.spec is not None and p.spec.kind == "decoder")
+    gathered: Rows = ([("buffers", "root unit gathered (embeddings, LM head)", root * e),
+                       ("buffers", "all-gather of the largest block + prefetch", 2 * block * e)])
+    start = params_optim + (grads if accumulating else [])
+    start += gathered if s.reshard_after_forward else [_gathered_whole_model(parts, t)]
+    start += [("buffers", "first block's unsharded grads", train_block * e)]
+    late = params_optim + block_grads + gathered + [
+        ("buffers", "one block's unsharded grads + reduce-scatter copy", train_block * (e + gb)),
+        ("buffers", "LM head's unsharded grad (kept until the root reduces, last)", head * e)]
+    end = params_optim + block_grads + [
+        ("buffers", "root unit unsharded grads + reduce-scatter copy (reduced last)", root_trainable * (e + gb))]
+    if any(p.trains and p.spec is not None and p.spec.tied_embeddings for p in parts):
+        # observed, torch 2.13 (traces and a real gloo run): with a tied LM head the root's
+        # gathered params are still allocated when its reduce-scatter runs
+        end.append(("buffers", "root unit still gathered (tied LM head)", root * e))
+    return [Moment("start of backward", start + reserve, acts), Moment("late backward", late + reserve, []),
+            Moment("end of backward", end + reserve, [])]

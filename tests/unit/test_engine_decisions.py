@@ -1,0 +1,21 @@
+"""Decisions that follow from what the engines really communicate (census-checked collectives)."""
+
+from __future__ import annotations
+
+from prism_strategy.planner import plan
+
+
+def test_make_run_scenario_no_longer_favours_zero1_from_a_reduce_scatter_it_does_not_issue():
+    p = plan("qwen3-0.6b", mode="e2e", platform="aurora", nodes=2, seq_len=512, micro_batch=8, calibration="none")
+    z1, hsdp = p.option("zero1"), p.option("hsdp_shard_grad_op")
+    assert {c.op for c in z1.comm.collectives} == {"all_reduce", "all_gather"}  # DeepSpeed 0.19 all-reduces buckets
+    # HSDP keeps gathers and reduce-scatters inside the node; ZeRO-1 all-reduces every gradient over all 24 ranks
+    assert hsdp.comm_s < z1.comm_s and hsdp.samples_per_s > z1.samples_per_s
+    assert p.recommended in ("hsdp_shard_grad_op", "hsdp_full_shard")
+
+
+def test_zero2_reduces_every_micro_step_zero1_once():
+    p = plan("qwen3-0.6b", mode="e2e", platform="aurora", nodes=2, seq_len=512, micro_batch=8, global_batch=8 * 24 * 4,
+             calibration="none")
+    grads = lambda name: sum(c.calls_per_step for c in p.option(name).comm.collectives if c.op == "all_reduce")  # noqa: E731
+    assert p.option("zero2").grad_accum == 4 and grads("zero2") == 4 * grads("zero1")
