@@ -8,7 +8,7 @@ from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
 from prism_strategy.estimate.parts import Part
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
-from prism_strategy.strategies import get_strategy, strategy_names
+from prism_strategy.strategies import all_strategies, get_strategy
 
 if TYPE_CHECKING:
     from prism_strategy.planner import Option
@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 
 TIE = 0.10
 """Options within 10% of the best predicted throughput are tied: an uncalibrated prediction is not
-more accurate than that. Among tied options the catalogue order decides: the simpler engine first
-(ddp), then full sharding (most memory headroom), torch-native FSDP2 before DeepSpeed. The first
-reason says which happened: the pick was fastest, or it sits in the band of the named faster one."""
+more accurate than that. Among tied options the simplest engine present wins (the registry's order:
+DDP, torch FSDP2, DeepSpeed); among its options the fastest, unless another needs 5% less memory per
+device (then the most frugal). The first reason says which happened: the pick was fastest, or it
+sits in the band of the named faster one and why it won."""
 
 
 def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str | None:
@@ -69,7 +70,7 @@ def annotate(sc: "Scenario", parts: tuple[Part, ...], options: list["Option"]) -
 
 
 FRUGAL = 0.05
-"""A pick is called more memory-frugal than the faster option only when it needs 5% less per device."""
+"""A pick is called more memory-frugal than the faster option only when it leaves 5% more room."""
 
 
 def ckpt_text(k: int) -> str:
@@ -83,17 +84,41 @@ def batch_text(o: "Option") -> str:
             f"{ckpt_text(o.ckpt_freq)}")
 
 
+def _engine_rank(name: str) -> int:
+    """Simplicity of a strategy's engine: its first position in the registry (DDP's engine, then
+    torch's FSDP2, then DeepSpeed, as the catalogue lists them)."""
+    specs = all_strategies()
+    engine = get_strategy(name).engine
+    return next(i for i, s in enumerate(specs) if s.engine == engine)
+
+
+def _frugal(a: "Option", b: "Option") -> bool:
+    """a leaves clearly more room than b: a FRUGAL larger max micro-batch, or at the same max,
+    FRUGAL less memory per device."""
+    if a.max_micro_batch != b.max_micro_batch:
+        return a.max_micro_batch >= (1 + FRUGAL) * b.max_micro_batch
+    return a.memory.total < (1 - FRUGAL) * b.memory.total
+
+
+def pick_in_band(tied: list["Option"]) -> "Option":
+    """The uncertainty band's winner: the options of the simplest engine in the band; among them the
+    fastest, unless another needs at least FRUGAL less memory per device (then the most frugal).
+    Sorted fastest first."""
+    simplest = min(_engine_rank(o.strategy) for o in tied)
+    same = [o for o in tied if _engine_rank(o.strategy) == simplest]
+    fastest, frugal = same[0], max(same, key=lambda o: (o.max_micro_batch, -o.memory.total))
+    return frugal if _frugal(frugal, fastest) else fastest
+
+
 def _tie_break(pick: "Option", best: "Option") -> str:
-    """Why the catalogue order put pick before the faster best, in words that are true of the two."""
-    ps, bs = get_strategy(pick.strategy), get_strategy(best.strategy)
-    if ps.engine == "ddp" and bs.engine != "ddp":
-        return "the simpler option (plain DDP, nothing sharded)"
-    if pick.memory.total < (1 - FRUGAL) * best.memory.total:
-        return (f"the more memory-frugal option ({pick.memory.total / GiB:.1f} vs {best.memory.total / GiB:.1f} GiB "
-                "per device)")
-    if ps.engine == "fsdp2" and bs.engine == "deepspeed":
-        return "the simpler option (torch-native FSDP2, no DeepSpeed engine)"
-    return "the simpler option (fewer sharded states)"
+    """Why pick won the band over the faster best, in words that are true of the two."""
+    if _engine_rank(pick.strategy) < _engine_rank(best.strategy):
+        ps, bs = get_strategy(pick.strategy), get_strategy(best.strategy)
+        return f"the simpler engine ({ps.engine}{', nothing sharded' if not ps.sharded else ''}, not {bs.engine})"
+    if pick.max_micro_batch != best.max_micro_batch:
+        return f"the more memory-frugal option (max micro-batch {pick.max_micro_batch} vs {best.max_micro_batch})"
+    return (f"the more memory-frugal option ({pick.memory.total / GiB:.1f} vs {best.memory.total / GiB:.1f} GiB "
+            "per device)")
 
 
 def _first_reason(pick: "Option", best: "Option", feasible: list["Option"]) -> str:
@@ -113,8 +138,8 @@ def _batch_lead(sc: "Scenario", pick: "Option", feasible: list["Option"]) -> str
     leads its closest rival while running a larger batch."""
     if sc.training.global_batch is not None:
         return None
-    rival = next((o for o in feasible if o is not pick), None)
-    if rival is None or pick.samples_per_s < rival.samples_per_s or pick.global_batch <= rival.global_batch:
+    rival = next((o for o in feasible if o is not pick and o.samples_per_s <= pick.samples_per_s), None)
+    if rival is None or pick.global_batch <= rival.global_batch:
         return None
     return (f"{pick.strategy}'s lead over {rival.strategy} comes partly from a larger batch: {pick.global_batch} vs "
             f"{rival.global_batch} samples per step (each option at its largest micro-batch); pass --global-batch "
@@ -131,8 +156,7 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
                       "or --global-batch, or more nodes", *infeasible], warnings
     best = feasible[0]
     tied = [o for o in feasible if o.samples_per_s >= best.samples_per_s * (1 - TIE)]
-    order = strategy_names()
-    pick = min(tied, key=lambda o: order.index(o.strategy))
+    pick = pick_in_band(tied)
     reasons = [_first_reason(pick, best, feasible)]
     if (lead := _batch_lead(sc, pick, feasible)) is not None:
         reasons.append(lead)
