@@ -6,15 +6,11 @@ and a projector-mode model (tiny SigLIP + projector + tiny Llama, frozen encoder
 Gradient accumulation 2, so per-micro-step and per-step collectives differ. Asserted per
 strategy: the op kinds are equal, payload bytes are within 2% per (op, group, dtype), calls are
 exact for FSDP units and within one for buckets (DDP, DeepSpeed).
-
-Until engines/ (branch eng) is merged the prediction comes from the temporary estimate.comm
-adapter; the cases it gets wrong (FALLBACK_MISSES, with why) are expected to fail until then
-(xfail, not strict).
+The prediction is the engine modules' (`prism_strategy.engines.step_collectives`).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -29,7 +25,6 @@ SHAPES = {
     "tied": dict(model=str(FIXTURES / "tiny-llama-tied.toml")),
     "projector": dict(model="tiny-llama", mode="projector", vision=str(FIXTURES / "tiny-siglip.toml")),
 }
-ENGINES_MERGED = importlib.util.find_spec("prism_strategy.engines") is not None
 BUCKETS = ("ddp", "zero1", "zero2", "zero3")
 
 
@@ -49,32 +44,7 @@ def _one(report, strategy):
     return s
 
 
-_DS = "DeepSpeed all-reduces gradient buckets (modelled as reduce-scatter)"
-# What the temporary estimate.comm fallback gets wrong, as the census measured it (0 of these once
-# engines/ is merged: the marks then go away by themselves).
-FALLBACK_MISSES = {
-    "ddp": "DDP broadcasts its buffers (rotary inv_freq) in forward: not modelled",
-    "zero1": _DS + " once per step",
-    "zero2": _DS + " every micro-step",
-    "zero3": "ZeRO-3 keeps tensors under stage3_param_persistence_threshold gathered: gathers per tensor after "
-             "the step, not per module per micro-step",
-    ("projector", "fsdp_full_shard"): "backward never reaches the frozen encoder, whose blocks are modelled "
-                                      "as re-gathered in backward",
-    ("projector", "hsdp_full_shard"): "as fsdp_full_shard",
-    ("projector", "fsdp_shard_grad_op"): "6 all-gathers per micro-step recorded, 5 FSDP units modelled (the root "
-                                         "unit mixes frozen and trainable parameters)",
-    ("projector", "hsdp_shard_grad_op"): "as fsdp_shard_grad_op",
-}
-
-
-def _expected_to_fail_without_engines(shape: str, strategy: str) -> list:
-    reason = FALLBACK_MISSES.get(strategy) or FALLBACK_MISSES.get((shape, strategy))
-    if ENGINES_MERGED or reason is None:
-        return []
-    return [pytest.mark.xfail(reason=f"temporary estimate.comm fallback: {reason}", strict=False)]
-
-
-CASES = [pytest.param(shape, s, marks=_expected_to_fail_without_engines(shape, s), id=f"{shape}-{s}")
+CASES = [pytest.param(shape, s, id=f"{shape}-{s}")
          for shape in SHAPES for s in STRATEGY_NAMES]
 
 

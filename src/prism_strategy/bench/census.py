@@ -16,7 +16,6 @@ not compared: they carry no model data.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,11 +156,9 @@ def _predicted(spec: Any, sc: Any, *, grad_accum: int, bucket_mb: float | None,
     Rows: op, group_size, dtype, calls, bytes (summed over the step)."""
     from prism_strategy.estimate.parts import model_parts
 
-    parts = model_parts(sc.model, sc.training)
-    if importlib.util.find_spec("prism_strategy.engines") is None:
-        ignored = " ignoring --bucket-mb/--reduce-dtype" if (bucket_mb or reduce_dtype) else ""
-        return _predicted_from_comm(spec, sc, parts, grad_accum), f"estimate.comm (temporary fallback{ignored})"
     from prism_strategy.engines import step_collectives
+
+    parts = model_parts(sc.model, sc.training)
 
     opts = {k: v for k, v in (("bucket_mb", bucket_mb), ("reduce_dtype", reduce_dtype)) if v is not None}
     s = spec.with_options(**opts) if opts else spec
@@ -169,24 +166,6 @@ def _predicted(spec: Any, sc: Any, *, grad_accum: int, bucket_mb: float | None,
              "bytes": float(c.bytes)}
             for c in step_collectives(s, parts, sc.training, sc.layout, grad_accum=grad_accum, wrap="block")]
     return rows, "engines.step_collectives"
-
-
-def _predicted_from_comm(spec: Any, sc: Any, parts: Any, grad_accum: int) -> list[dict[str, Any]]:
-    """TEMPORARY adapter over estimate.comm until engines/ (branch eng) is merged: delete then.
-    CollectiveCost has no dtype: all-gathers move params in the compute dtype, gradient
-    reductions the grad dtype (DeepSpeed: the compute dtype), as comm's _payload assumes.
-    It also has no bucket size or reduce dtype option: those are ignored here."""
-    from prism_strategy.estimate.comm import estimate_comm
-    from prism_strategy.specs.presets import load_platform
-
-    t = sc.training
-    out = []
-    for c in estimate_comm(parts, t, load_platform("cpu"), sc.layout, spec, grad_accum=grad_accum).collectives:
-        grads_in = t.compute_dtype if spec.engine == "deepspeed" else t.grad_dtype
-        dtype = _DTYPE_NAMES[t.compute_dtype if c.op == "all_gather" else grads_in]
-        out.append({"op": c.op, "group_size": c.ranks, "dtype": dtype, "calls": c.calls_per_step,
-                    "bytes": c.bytes_per_call * c.calls_per_step})
-    return out
 
 
 # ----------------------------------------------------------------------------- compare
@@ -236,15 +215,14 @@ def run_censuses(bases: list[dict[str, Any]], strategies: list[str]) -> list[Cen
     """Several scenarios (same nproc) x strategies in ONE launch: the process start, imports and
     process group are paid once (CI runs its three model shapes this way). One report per base."""
     from prism_strategy.bench.harness import launch_many
-    from prism_strategy.bench.worker import engine_options
     from prism_strategy.strategies import get_strategy
 
     specs = [get_strategy(s) for s in strategies]
     if not specs:
         raise SpecError("--strategies is empty; give a comma-separated list or 'all'")
     configs = [b | {"strategy": s.name} for b in bases for s in specs]
-    for c in configs:  # an option this wrap() cannot take is bad input, refused before the launch
-        engine_options(c)
+    for s in specs:  # a bad bucket size or reduce dtype is bad input, refused before the launch
+        s.with_options(bucket_mb=bases[0].get("bucket_mb"), reduce_dtype=bases[0].get("reduce_dtype"))
     predicted = []
     for b in bases:
         sc, ga = config_scenario(b), int(b.get("grad_accum", 1))

@@ -178,28 +178,8 @@ def _context(config: dict[str, Any]) -> Any:
 
 
 def engine_options(config: dict[str, Any]) -> dict[str, Any]:
-    """wrap() keywords for the config's bucket size and reduce dtype, given only when set. A
-    wrap() with `bucket_mb` / `reduce_dtype` gets them as such; one without takes the bucket as
-    DDP's `bucket_cap_mb` and cannot take a reduce dtype."""
-    import inspect
-
-    from prism_strategy.runtime.wrap import wrap
-    from prism_strategy.specs.errors import SpecError
-
-    params = inspect.signature(wrap).parameters
-    out: dict[str, Any] = {}
-    if config.get("bucket_mb") is not None:
-        if "bucket_mb" in params:
-            out["bucket_mb"] = config["bucket_mb"]
-        elif config["strategy"] == "ddp":
-            out["bucket_cap_mb"] = config["bucket_mb"]
-        else:
-            raise SpecError(f"this wrap() takes a bucket size only for ddp, not {config['strategy']}")
-    if config.get("reduce_dtype") is not None:
-        if "reduce_dtype" not in params:
-            raise SpecError("this wrap() has no reduce_dtype option")
-        out["reduce_dtype"] = config["reduce_dtype"]
-    return out
+    """wrap() keywords for the config's bucket size and reduce dtype, given only when set."""
+    return {k: config[k] for k in ("bucket_mb", "reduce_dtype") if config.get(k) is not None}
 
 
 def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:

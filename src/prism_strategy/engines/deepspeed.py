@@ -92,9 +92,10 @@ class DeepSpeedEngine(Engine):
         ]
 
     def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
-        """Start of backward (activations, no gradients unless accumulating); ZeRO-2/3: the
-        first gradient hook, once the loss buffers are freed (the ipg buckets now exist, most
-        activations still do); end of backward / step (gradients and buckets, no activations)."""
+        """Start of backward (activations, no gradients unless accumulating); ZeRO-1/2: the
+        first gradient hook, once the loss buffers are freed (stage_1_and_2's process_gradients
+        calls setup_buckets there, in both stages: the ipg buckets now exist, most activations
+        still do); end of backward / step (gradients and buckets, no activations)."""
         no_grads = [r for r in states if r[0] != "grads"]
         grads = [r for r in states if r[0] == "grads"]
         gathered, buckets = self.buffers(parts, t, s)
@@ -103,7 +104,7 @@ class DeepSpeedEngine(Engine):
         start = no_grads + (grads if accumulating else []) + gathered + persistent + reserve
         out = [Moment("start of backward", start, list(acts)),
                Moment("end of backward", states + gathered + buckets + reserve, [])]
-        if st == 2:
+        if st in (1, 2):
             out.append(Moment("first gradient hook", start + buckets, list(saved_acts)))
         return out
 
