@@ -178,7 +178,9 @@ def memory_points(records: tuple[PublishedRecord, ...] | list[PublishedRecord],
                   platform: PlatformSpec) -> list[tuple[str, float, float, float]]:
     """(id, predicted allocated, predicted transient, measured reserved) per usable record. A
     figure reported only as "peak" is read as reserved: PRISM's peaks sit far above any
-    allocated figure (A4 37.9 GB for a 0.6B model)."""
+    allocated figure the model reaches (A4 37.9 GB for a 0.6B model). Open question: PRISM's
+    trainer computes peak_gb as max_memory_allocated() / 1e9 (AI-ModCon/PRISM src/utils/perf_log.py);
+    read that way, A4 and B1 are allocated peaks the model misses by 60-70%."""
     from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
     from prism_strategy.planner import evaluate
     from prism_strategy.scenario import build_scenario
