@@ -49,11 +49,18 @@ def _image_tokens(m: MultimodalSpec, t: TrainingSpec) -> int:
     return m.vision.num_patches if t.image_tokens is None else t.image_tokens
 
 
-def _int(name: str, v: Any, minimum: int = 1) -> int:
+MAX_COUNT = 2**24
+"""Largest node count, batch or accumulation accepted: far above any real job (the largest systems
+have ~10^4 nodes), and low enough that a typo fails at once instead of after minutes of search."""
+
+
+def _int(name: str, v: Any, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise SpecError(f"{name} must be an integer, got {v!r}")
     if v < minimum:
         raise SpecError(f"{name} must be >= {minimum}, got {v}")
+    if v > maximum:
+        raise SpecError(f"{name} must be <= {maximum:,} (no real job is larger), got {v}")
     return v
 
 

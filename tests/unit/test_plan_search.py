@@ -6,6 +6,7 @@ import pytest
 
 from prism_strategy.plan_search import batch_problem, ckpt_candidates, nearest_multiples, resolve_batch
 from prism_strategy.planner import plan
+from prism_strategy.scenario import build_scenario
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import TrainingSpec
 
@@ -86,3 +87,9 @@ def test_plan_accepts_grad_accum_and_a_sweep_string():
     for o in p.options:
         assert o.grad_accum == 4 and o.global_batch == o.micro_batch * 4 * 8
     assert {r["nodes"] for r in p.sweep} == {1, 2}
+
+
+@pytest.mark.parametrize("kw", [{"nodes": 2**31}, {"micro_batch": 10**20}, {"grad_accum": 2**30}])
+def test_absurd_counts_fail_at_once_naming_the_limit(kw):
+    with pytest.raises(SpecError, match="no real job is larger"):
+        build_scenario("tiny-llama", **kw)
