@@ -45,7 +45,7 @@ SKIP_DIRS = {"stacks", "heartbeat", "flight_recorder", "hang"}
 ALIASES: dict[str, tuple[str, ...]] = {
     "step": ("step", "iter", "iteration", "global_step"),
     "rank": ("rank", "global_rank"),
-    "step_s": ("step_time", "step_s", "iter_time", "total_time", "time", "dt"),
+    "step_s": ("step_time", "step_s", "total_step_s", "iter_time", "total_time", "time", "dt"),  # total_step_s: PRISM perf.jsonl
     "data": ("data_time", "data", "data_s", "t_data", "dataload_time"),
     "forward": ("fwd_time", "fwd", "forward", "forward_time", "t_fwd", "fwd_s"),
     "backward": ("bwd_time", "bwd", "backward", "backward_time", "t_bwd", "bwd_s"),
