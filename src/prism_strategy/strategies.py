@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.training import check_options
 
 if TYPE_CHECKING:
     from prism_strategy.engines.base import Engine as EngineModel
@@ -28,18 +29,6 @@ class MeshAxis(StrEnum):
 Group = Literal["none", "world", "node"]
 Engine = Literal["ddp", "fsdp2", "deepspeed"]
 ReduceDtype = Literal["fp32", "bf16"]
-REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
-
-
-def check_options(bucket_mb: object, reduce_dtype: object) -> None:
-    """SpecError unless bucket_mb is a positive number of MiB and reduce_dtype fp32/bf16 (or None)."""
-    if bucket_mb is not None and (isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float))
-                                  or not 0 < bucket_mb <= 4096):
-        raise SpecError(f"bucket size must be a number of MiB in (0, 4096], got {bucket_mb!r}; e.g. --bucket-mb 25")
-    if reduce_dtype is not None and reduce_dtype not in REDUCE_DTYPES:
-        raise SpecError(f"reduce dtype (--reduce-dtype) must be fp32 or bf16, got {reduce_dtype!r}")
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StrategySpec:
     name: str

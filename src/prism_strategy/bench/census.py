@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.training import check_options
 
 TOLERANCE_PCT = 5.0
 PRECISIONS = ("fp32", "bf16-mixed")
-REDUCE_DTYPES = ("fp32", "bf16")
 MODES = ("e2e", "projector", "encoder-projector")
 _DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -115,10 +115,7 @@ def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
         raise SpecError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
     if mode != "e2e" and vision is None:
         raise SpecError(f"--mode {mode} trains a projector: give the vision encoder with --vision")
-    if reduce_dtype is not None and reduce_dtype not in REDUCE_DTYPES:
-        raise SpecError(f"--reduce-dtype {reduce_dtype!r}: choose one of {', '.join(REDUCE_DTYPES)}")
-    if bucket_mb is not None and not bucket_mb > 0:
-        raise SpecError(f"--bucket-mb must be a positive number of MiB, got {bucket_mb}")
+    check_options(bucket_mb, reduce_dtype)
     cfg = base_config(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
                       seq_len=seq_len, steps=1, warmup=1, precision=precision, ckpt_freq=0, grad_accum=grad_accum,
                       timeout_s=timeout_s)
@@ -221,8 +218,6 @@ def run_censuses(bases: list[dict[str, Any]], strategies: list[str]) -> list[Cen
     if not specs:
         raise SpecError("--strategies is empty; give a comma-separated list or 'all'")
     configs = [b | {"strategy": s.name} for b in bases for s in specs]
-    for s in specs:  # a bad bucket size or reduce dtype is bad input, refused before the launch
-        s.with_options(bucket_mb=bases[0].get("bucket_mb"), reduce_dtype=bases[0].get("reduce_dtype"))
     predicted = []
     for b in bases:
         sc, ga = config_scenario(b), int(b.get("grad_accum", 1))

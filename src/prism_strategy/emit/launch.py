@@ -27,9 +27,9 @@ from prism_strategy.rules import RuleFacts
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
-from prism_strategy.specs.training import PRECISIONS
+from prism_strategy.specs.training import PRECISIONS, check_options
 from prism_strategy.specs.wrap_config import WrapConfig
-from prism_strategy.strategies import StrategySpec, check_options, get_strategy
+from prism_strategy.strategies import StrategySpec, get_strategy
 
 MASTER_PORT = 29500
 """torch.distributed's default rendezvous port."""

@@ -7,6 +7,18 @@ from typing import Literal
 
 from prism_strategy.specs.errors import SpecError
 
+REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+
+
+def check_options(bucket_mb: object, reduce_dtype: object) -> None:
+    """SpecError unless bucket_mb is a positive number of MiB and reduce_dtype fp32/bf16 (or None)."""
+    if bucket_mb is not None and (isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float))
+                                  or not 0 < bucket_mb <= 4096):
+        raise SpecError(f"bucket size must be a number of MiB in (0, 4096], got {bucket_mb!r}; e.g. --bucket-mb 25")
+    if reduce_dtype is not None and reduce_dtype not in REDUCE_DTYPES:
+        raise SpecError(f"reduce dtype (--reduce-dtype) must be fp32 or bf16, got {reduce_dtype!r}")
+
+
 Dtype = Literal["fp32", "bf16"]
 Precision = Literal["bf16-mixed", "bf16-pure", "fp32"]
 PRECISIONS: tuple[str, ...] = ("bf16-mixed", "bf16-pure", "fp32")
@@ -62,8 +74,7 @@ class TrainingSpec:
             raise SpecError(f"--mean-seq-len must be between 1 and --seq-len {self.seq_len}, got {self.mean_seq_len}")
         if self.image_tokens is not None and self.image_tokens < 0:
             raise SpecError(f"--image-tokens must be >= 0, got {self.image_tokens}")
-        if self.bucket_mb is not None and self.bucket_mb <= 0:
-            raise SpecError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
+        check_options(self.bucket_mb, None)
         if self.ckpt_freq < 0:
             raise SpecError(f"--ckpt-freq must be >= 0 (0 = no checkpointing), got {self.ckpt_freq}")
         if self.optimizer not in OPTIMIZERS:

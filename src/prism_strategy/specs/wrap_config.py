@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.training import check_options
 
 ENV_VAR = "PRISM_STRATEGY_FILE"
 """The launchers `emit` writes export it: wrap_from_file() with no path reads it."""
@@ -65,7 +66,7 @@ class WrapConfig:
     """DeepSpeed only: the ds_config JSON (relative to strategy.toml in the file)."""
 
     def __post_init__(self) -> None:
-        from prism_strategy.strategies import check_options, get_strategy
+        from prism_strategy.strategies import get_strategy
 
         if not isinstance(self.strategy, str):
             raise SpecError(f"strategy must be a strategy name (str), got {type(self.strategy).__name__}")
