@@ -47,7 +47,8 @@ def _excess(a: np.ndarray, k: int, others: list[int]) -> float:
 
 def straggler_cause(st: dict[str, Any], k: int, others: list[int], ratio: float) -> dict[str, Any]:
     """Why rank k is slow: ``data_loader`` when its data phase holds at least half its extra
-    wall time; else ``compute`` when its CPU time is itself `ratio` x the others', or its extra
+    wall time; else ``compute`` when its CPU time is itself `ratio` x the others' and, stretched,
+    covers a quarter of its extra wall time (a ratio of tiny CPU times alone is noise), or its extra
     CPU time, stretched as the other ranks' CPU time is stretched into wall time on their host
     (a busy host slows every rank's compute alike), explains at least half its extra wall time,
     or when no CPU time was recorded (accelerators, PRISM logs); else ``waiting`` (wall slow,
@@ -64,7 +65,7 @@ def straggler_cause(st: dict[str, Any], k: int, others: list[int], ratio: float)
         cpu_ratio = float(st["cpu"][k]) / base
     if data >= 0.5 * wall:
         cause = "data_loader"
-    elif not cpu_known or cpu_ratio >= ratio or cpu * stretch >= 0.5 * wall:
+    elif not cpu_known or (cpu_ratio >= ratio and cpu * stretch >= 0.25 * wall) or cpu * stretch >= 0.5 * wall:
         cause = "compute"
     else:
         cause = "waiting"
