@@ -39,6 +39,23 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert {(r.config["w"], r.config["i"]) for r in rows} == {(w, i) for w in range(4) for i in range(25)}
 
 
+def test_a_write_that_finds_the_store_locked_waits_for_the_lock(tmp_path, monkeypatch):
+    """SQLite's own wait is cut to 20 ms, so only the whole-operation retry can save this write."""
+    import sqlite3
+    import threading
+
+    from prism_strategy.bench import store as store_mod
+    db = tmp_path / "r.db"
+    Store(db).add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"i": 0}, measured={}))
+    monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_S", 0.02)
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    threading.Timer(0.5, holder.execute, ("COMMIT",)).start()
+    Store(db).add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"i": 1}, measured={}))
+    holder.close()
+    assert [r.config["i"] for r in Store(db).query()] == [0, 1]
+
+
 def test_store_roundtrip_and_export(tmp_path):
     s = Store(tmp_path / "r.db")
     rid = s.add(Result(kind="bench", status="ok", strategy="zero2", platform="cpu", config=config("zero2"),

@@ -1,7 +1,8 @@
 """Results store: SQLite in WAL mode, one row per measured run.
 
-Each write is one short IMMEDIATE transaction with a generous busy timeout, so several
-processes can write at once and nothing is lost; a crash mid-write leaves the previous state.
+Each write is one short IMMEDIATE transaction with a generous busy timeout (and retried whole when
+SQLite reports the lock anyway), so several processes can write at once and nothing is lost; a
+crash mid-write leaves the previous state.
 Default location: $PRISM_STRATEGY_DB, else $XDG_CACHE_HOME/prism-strategy/results.db
 (~/.cache/... when unset).
 
@@ -18,12 +19,13 @@ import csv
 import io
 import json
 import os
+import random
 import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from prism_strategy.specs.errors import SpecError
 
@@ -146,6 +148,19 @@ def _put(con: sqlite3.Connection, r: Result) -> tuple[int, str]:
     return int(cur.lastrowid), "added"
 
 
+# SQLite answers "database is locked" without waiting out the busy timeout in a few cases (a
+# connection switching a new file to WAL while another opens it, WAL recovery on first open), and
+# a loaded host can starve a writer past any timeout. Such an operation is retried whole: every
+# write is one transaction, so a retried one was rolled back and is applied exactly once.
+LOCK_PATIENCE_S = 120.0
+BUSY_TIMEOUT_S = 60.0  # SQLite's own wait for a lock, per statement
+
+
+def _is_contention(e: sqlite3.OperationalError) -> bool:
+    msg = str(e).lower()
+    return "locked" in msg or "busy" in msg
+
+
 class Store:
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else default_db_path()
@@ -154,19 +169,32 @@ class Store:
     def _connect(self) -> Iterator[sqlite3.Connection]:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except (OSError, sqlite3.Error) as e:
             raise SpecError(f"cannot open results store {self.path}: {e}; pass --db with a writable path") from None
         try:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("PRAGMA busy_timeout=60000")
+            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                con.execute("PRAGMA journal_mode=WAL")
             con.executescript(SCHEMA)
             migrate(con)
             yield con
-        except sqlite3.DatabaseError as e:
-            raise SpecError(f"results store {self.path} is not a usable SQLite database ({e}); pass --db elsewhere") from None
         finally:
             con.close()
+
+    def _run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
+        """`op` on a fresh connection; retried whole while another process holds the lock."""
+        deadline, pause = time.monotonic() + LOCK_PATIENCE_S, 0.05
+        while True:
+            try:
+                with self._connect() as con:
+                    return op(con)
+            except sqlite3.DatabaseError as e:
+                if isinstance(e, sqlite3.OperationalError) and _is_contention(e) and time.monotonic() < deadline:
+                    time.sleep(pause * (0.5 + random.random()))
+                    pause = min(pause * 2, 2.0)
+                    continue
+                raise SpecError(f"results store {self.path} is not a usable SQLite database ({e}); "
+                                "pass --db elsewhere") from None
 
     def add(self, r: Result) -> int:
         return self.add_many([r])[0][0]
@@ -175,7 +203,8 @@ class Store:
         """All or nothing: one IMMEDIATE transaction; (id, added | updated | unchanged) per result."""
         for r in results:  # validate every row before the transaction starts
             _row(r)
-        with self._connect() as con:
+
+        def write(con: sqlite3.Connection) -> list[tuple[int, str]]:
             con.execute("BEGIN IMMEDIATE")
             try:
                 out = [_put(con, r) for r in results]
@@ -183,7 +212,8 @@ class Store:
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-        return out
+            return out
+        return self._run(write)
 
     def query(self, *, platform: str | None = None, kind: str | None = None, status: str | None = None,
               provenance: str | None = None) -> list[Result]:
@@ -201,8 +231,7 @@ class Store:
         except OSError as e:  # e.g. a file name too long
             raise SpecError(f"cannot open results store {str(self.path)[:80]}: {e.strerror}; pass --db with a "
                             "usable path") from None
-        with self._connect() as con:
-            rows = con.execute(sql, args).fetchall()
+        rows = self._run(lambda con: con.execute(sql, args).fetchall())
         return [Result(id=i, created_at=c, kind=k, status=s, strategy=st, platform=pl, config=json.loads(cfg),
                        measured=json.loads(m), predicted=json.loads(p), fingerprint=json.loads(f), provenance=pv,
                        source=src, peak_allocated_bytes=pa, peak_reserved_bytes=pr, dedup_key=dk)
