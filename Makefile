@@ -28,7 +28,7 @@ run: setup
 	$(VENV)/bin/prism-strategy compare --db $(RUN_DB)
 
 test: setup
-	$(PY) -m pytest -q -x tests
+	$(PY) -m pytest -q -x --durations=15 tests
 
 bench: setup
 	$(PY) benchmarks/plan_latency.py

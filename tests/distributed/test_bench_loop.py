@@ -35,13 +35,12 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def measured(store):
     """Calibration set: every strategy at (mb 2, seq 128) and (mb 4, seq 256); held out: (mb 3, seq 192)."""
-    plat = load_platform("cpu")
-    train, held = [], []
-    for s in STRATEGIES:
-        runs = run_many([base(micro_batch=mb, seq_len=seq) | {"strategy": s} for mb, seq in ((2, 128), (4, 256), (3, 192))],
-                        plat, store)
-        train += runs[:2]
-        held.append(runs[2])
+    settings = ((2, 128), (4, 256), (3, 192))
+    runs = run_many([base(micro_batch=mb, seq_len=seq) | {"strategy": s} for s in STRATEGIES for mb, seq in settings],
+                    load_platform("cpu"), store)
+    per = len(settings)
+    train = [r for i, r in enumerate(runs) if i % per < 2]
+    held = [r for i, r in enumerate(runs) if i % per == 2]
     return train, held
 
 

@@ -4,15 +4,11 @@ One bench launch (4 gloo ranks as 2 nodes x 2, tiny Llama): each strategy runs a
 a timed step, then one step under torch's MemTracker (tensor memory of the rank: parameters,
 gradients, optimizer state, activations, the engine's own buffers). The prediction is the
 planner's (`bench.predict.predict` -> `planner.evaluate` -> the memory model) for the same
-config. Each must be within 10% of the measurement.
-
-ZeRO-3 is expected to fail until the engine model counts DeepSpeed's own buffers (its reduce
-bucket of reduce_bucket_size elements first): then the xfail mark goes.
+config, with DeepSpeed's own buffers (its ipg / reduce buckets) from engines/deepspeed.py. Each must
+be within 10% of the measurement.
 """
 
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 
@@ -23,7 +19,6 @@ from prism_strategy.strategies import STRATEGY_NAMES
 
 pytestmark = pytest.mark.distributed
 TOLERANCE = 0.10
-ENGINES_MERGED = importlib.util.find_spec("prism_strategy.engines") is not None
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +30,7 @@ def benched(tmp_path_factory):
     return {r.strategy: r for r in results}
 
 
-def _marks(strategy: str) -> list:
-    if strategy == "zero3" and not ENGINES_MERGED:
-        return [pytest.mark.xfail(reason="DeepSpeed's ZeRO-3 buffers (reduce bucket) not yet in the memory model; "
-                                         "engines/deepspeed.py adds them", strict=False)]
-    return []
-
-
-@pytest.mark.parametrize("strategy", [pytest.param(s, marks=_marks(s)) for s in STRATEGY_NAMES])
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
 def test_peak_memory_within_10_percent_of_prediction(benched, strategy):
     r = benched[strategy]
     assert r.status == "ok", (r.measured.get("error"), r.measured.get("log_tail"))
