@@ -8,7 +8,7 @@ from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate, estimate_comm
 from prism_strategy.estimate.compute import optimizer_time_s, phase_times
-from prism_strategy.estimate.host import host_terms, rebucket
+from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.estimate.parts import Part, model_parts
@@ -18,6 +18,7 @@ from prism_strategy.recommend import annotate, recommend
 from prism_strategy.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 @dataclass(kw_only=True)
@@ -83,9 +84,16 @@ def timed_view(sc: Scenario, parts: tuple[Part, ...]) -> tuple[Scenario, tuple[P
     return timed, model_parts(timed.model, timed.training)
 
 
+def _with_run_options(s: StrategySpec, t: TrainingSpec) -> StrategySpec:
+    """The strategy as the run configures it: the training's bucket size (DDP bucket_cap_mb,
+    DeepSpeed's buckets) reaches the engine model, the one place collectives are laid out."""
+    return s.with_options(bucket_mb=t.bucket_mb)
+
+
 def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout) -> None:
     t, p = sc.training, sc.platform
-    comm = rebucket(estimate_comm(parts, t, p, layout, s, o.grad_accum), s.engine, t.bucket_mb, layout, p)
+    s = _with_run_options(s, t)
+    comm = estimate_comm(parts, t, p, layout, s, o.grad_accum)
     o.comm = comm
     o.compute_s = phase_times(parts, t, p, o.micro_batch, o.grad_accum).total  # max(FLOPs, launches) per phase
     host = host_terms(parts, comm, s.engine, layout, o.grad_accum, o.compute_s, p)  # grad path, blocking collectives
@@ -103,6 +111,7 @@ def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay
 def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = None) -> Option:
     parts = parts or model_parts(sc.model, sc.training)
     t, p, lay = sc.training, sc.platform, sc.layout
+    s = _with_run_options(s, t)
     # accumulating: gradients accumulating over micro-batches live through every backward
     batch = resolve_batch(t, lay.world, lambda accumulating: max_micro_batch(parts, t, p, lay, s, accumulating=accumulating))
     mb, ga, max_mb = batch.micro_batch, batch.grad_accum, batch.max_micro_batch

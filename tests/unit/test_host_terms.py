@@ -11,7 +11,7 @@ from prism_strategy.bench import fit_terms as ft
 from prism_strategy.bench.published import load_published
 from prism_strategy.estimate.comm import estimate_comm
 from prism_strategy.estimate.compute import block_kernels, phase_times, step_kernels
-from prism_strategy.estimate.host import grad_path_s, host_terms, rebucket
+from prism_strategy.estimate.host import grad_path_s, host_terms
 from prism_strategy.estimate.memory_runtime import runtime_memory
 from prism_strategy.estimate.parts import model_parts
 from prism_strategy.planner import evaluate, option_dict
@@ -89,13 +89,18 @@ def test_blocking_collectives_hide_nothing_behind_compute():
 
 
 def test_bucket_size_changes_calls_not_bytes():
-    sc, parts = _parts("A1")
-    s = get_strategy("ddp")
-    comm = estimate_comm(parts, sc.training, sc.platform, sc.layout, s)
-    small, big = (rebucket(comm, "ddp", mb, sc.layout, sc.platform).collectives[0] for mb in (25, 500))
-    assert small.calls_per_step > big.calls_per_step
-    assert small.bytes_per_call * small.calls_per_step == pytest.approx(big.bytes_per_call * big.calls_per_step)
-    assert rebucket(comm, "fsdp2", 500, sc.layout, sc.platform) is comm
+    """A run's bucket size reaches the engine model (the one place collectives are laid out)."""
+    sc, _ = _parts("A1")
+
+    def world_all_reduce(bucket_mb):
+        o = evaluate(sc.with_training(dataclasses.replace(sc.training, bucket_mb=bucket_mb)), get_strategy("ddp"))
+        return [c for c in o.comm.collectives if c.op == "all_reduce" and c.group == "world"]
+
+    small, big = world_all_reduce(25), world_all_reduce(500)
+    calls = lambda cs: sum(c.calls_per_step for c in cs)  # noqa: E731
+    payload = lambda cs: sum(c.bytes_per_call * c.calls_per_step for c in cs)  # noqa: E731
+    assert calls(small) > calls(big)
+    assert payload(small) == pytest.approx(payload(big))
 
 
 def test_reserved_adds_the_allocator_cache_and_plan_says_which_figure():

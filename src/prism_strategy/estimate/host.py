@@ -10,18 +10,13 @@
   profile. A platform without a figure for the engine keeps comm.py's per-tensor overhead.
 - host-blocking collectives: with CCL_OP_SYNC=1 every collective returns only when done, so the
   host (and so the launch queue) waits for each: nothing overlaps compute.
-- DDP bucket size: a scenario's bucket_mb re-buckets DDP's gradient all-reduce (comm.py counts
-  torch's 25 MB default): calls = ceil(gradient bytes / bucket), each costed by comm.py's own
-  collective_seconds.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
 
-from prism_strategy.estimate.comm import CommEstimate, collective_seconds, group_geometry
+from prism_strategy.estimate.comm import CommEstimate
 from prism_strategy.estimate.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 
@@ -51,24 +46,6 @@ def grad_path_s(parts: tuple[Part, ...], engine: str, layout: Layout, grad_accum
     tensors = sum(p.tensors for p in parts if p.trains)
     src = platform.sources.get(f"grad_path_us_per_tensor.{engine}", platform.source("grad_path_us_per_tensor"))
     return tensors * us * 1e-6 * grad_accum, f"{tensors} tensors x {us:g} us x {grad_accum} micro-steps ({src})"
-
-
-def rebucket(comm: CommEstimate, engine: str, bucket_mb: float | None, layout: Layout,
-             platform: PlatformSpec) -> CommEstimate:
-    """DDP's gradient all-reduce re-costed for a bucket size other than torch's default."""
-    if engine != "ddp" or not bucket_mb:
-        return comm
-    out = []
-    for c in comm.collectives:
-        if c.op != "all_reduce" or c.group != "world":
-            out.append(c)
-            continue
-        total = c.bytes_per_call * c.calls_per_step
-        calls = max(1, math.ceil(total / (bucket_mb * 2**20)))
-        ranks, nodes, conc = group_geometry(c.group, layout)
-        secs = collective_seconds(c.op, total / calls, ranks, nodes, conc, platform) * calls
-        out.append(dataclasses.replace(c, bytes_per_call=total / calls, calls_per_step=calls, seconds_per_step=secs))
-    return dataclasses.replace(comm, collectives=tuple(out))
 
 
 def host_terms(parts: tuple[Part, ...], comm: CommEstimate, engine: str, layout: Layout, grad_accum: int,
