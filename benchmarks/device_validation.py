@@ -50,6 +50,7 @@ from prism_strategy.scenario import build_scenario  # noqa: E402
 from prism_strategy.specs.cluster import GiB, PlatformSpec  # noqa: E402
 from prism_strategy.specs.errors import SpecError  # noqa: E402
 from prism_strategy.specs.presets import load_model, load_platform  # noqa: E402
+from prism_strategy.specs.values import int_list  # noqa: E402
 from prism_strategy.strategies import get_strategy  # noqa: E402
 
 KIND, SUITE = "bench", "device_validation"
@@ -95,16 +96,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _int_list(text: str, flag: str, minimum: int) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise SpecError(f"{flag} must be a comma list of integers, got {text!r}") from None
-    if not values or min(values) < minimum:
-        raise SpecError(f"{flag} needs integers >= {minimum}, got {text!r}")
-    return sorted(set(values))
-
-
 def check_args(a: argparse.Namespace, platform: PlatformSpec, device: str) -> None:
     if platform.device != device:
         raise SpecError(f"platform {platform.name} is a {platform.device} platform but the device is {device}; "
@@ -136,8 +127,8 @@ def resolve_args(a: argparse.Namespace) -> tuple[PlatformSpec, str]:
     a.strategy_list = [s.strip() for s in a.strategies.split(",") if s.strip()]
     a.seq_len = a.seq_len or (64 if a.quick else 2048)
     a.precision = a.precision if a.precision != "auto" else ("fp32" if device == "cpu" else "bf16-mixed")
-    a.ckpt_list = _int_list(a.ckpt_freqs, "--ckpt-freqs", 0)
-    a.mb_list = None if a.micro_batches == "auto" else _int_list(a.micro_batches, "--micro-batches", 1)
+    a.ckpt_list = sorted(set(int_list(a.ckpt_freqs, "--ckpt-freqs", 0)))
+    a.mb_list = None if a.micro_batches == "auto" else sorted(set(int_list(a.micro_batches, "--micro-batches", 1)))
     check_args(a, platform, device)
     a.limit_bytes = a.memory_limit_gib * GiB if a.memory_limit_gib else None
     return platform_with_limit(platform, a.limit_bytes), device

@@ -13,6 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.values import int_list
 
 
 def _one_line(text: str) -> str:
@@ -72,18 +73,6 @@ def _print_json(data) -> None:
     import json
 
     typer.echo(json.dumps(data, indent=2, default=str))
-
-
-def _int_list(text: str | None, name: str, minimum: int = 1) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SpecError(f"{name} takes a comma-separated list of integers, e.g. 1,2,4; got {text!r}") from None
-    if not values or min(values) < minimum:
-        raise SpecError(f"{name} needs integers >= {minimum}, got {text!r}")
-    return values
 
 
 @app.command()
@@ -435,8 +424,8 @@ def tune(
     from prism_strategy.strategies import parse_strategies
 
     names = [s.name for s in parse_strategies(strategies)]
-    mbs = _int_list(micro_batches, "--micro-batches")
-    ks = _int_list(ckpt_freqs, "--ckpt-freqs", minimum=0) if ckpt_freqs.strip() else [0]
+    mbs = int_list(micro_batches, "--micro-batches")
+    ks = int_list(ckpt_freqs, "--ckpt-freqs", minimum=0) if ckpt_freqs.strip() else [0]
     base = _bench_base(model, nproc, ranks_per_node, 1, seq_len, 3, 1, precision, 0, 1, timeout_s)
     res = run_tune(base, names, mbs or [1], ks, platform, Store(db), calibration=calibration)
     data = res.as_dict()

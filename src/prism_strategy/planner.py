@@ -19,6 +19,7 @@ from prism_strategy.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import TrainingSpec
+from prism_strategy.specs.values import int_list
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 @dataclass(kw_only=True)
@@ -234,7 +235,7 @@ def plan(
                         precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens,
                         compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len, bucket_mb=bucket_mb)
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
-    sweep = parse_node_list(sweep_nodes, "--sweep-nodes")
+    sweep = int_list(sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
@@ -254,21 +255,6 @@ def plan(
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
     return result
-
-
-def parse_node_list(value: Sequence[int] | str | None, name: str) -> list[int] | None:
-    """A list of node counts, or the command line's "1,2,4"."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = [int(x) for x in value.split(",") if x.strip()]
-        except ValueError:
-            raise SpecError(f"{name} takes a comma-separated list of integers, e.g. 1,2,4; got {value!r}") from None
-    values = list(value)
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise SpecError(f"{name} needs integers >= 1, got {value!r}")
-    return values
 
 
 def trace_options(sc: Scenario, options: list[Option]) -> None:
