@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate, estimate_comm
+from prism_strategy.estimate.comm import model_description as comm_model_description
 from prism_strategy.estimate.compute import optimizer_time_s, phase_times
 from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
@@ -184,8 +185,7 @@ def _provenance(sc: Scenario) -> dict[str, str]:
         "compute": f"{kind}: per phase max(FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}), "
                    f"kernels x {p.kernel_launch_us:g} us launch); peak: {p.source('peak_tflops_bf16')}; "
                    f"fraction: {p.source('achievable_fraction')}; launch: {p.source('kernel_launch_us')}",
-        "communication": f"{kind}: alpha-beta model (estimate/comm.py) on platform {p.name}: "
-                         f"intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}, "
+        "communication": f"{kind}: {comm_model_description(p)} on platform {p.name}, "
                          f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})"
                          + ("; collectives block the host" if p.host_blocking_collectives else "")
                          + "; gradient path per tensor: " + (", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
@@ -308,7 +308,7 @@ def option_dict(o: Option) -> dict[str, Any]:
         "comm_fraction": o.comm_fraction, "bound": o.bound, "scaling_efficiency": o.scaling_efficiency,
         "collectives": [
             {"op": c.op, "group": c.group, "link": c.link, "ranks": c.ranks, "bytes_per_call": c.bytes_per_call,
-             "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step}
+             "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step, "algorithm": c.algorithm}
             for c in (o.comm.collectives if o.comm else ())
         ],
         "notes": o.notes, "provenance": o.provenance | ({"traced_memory": o.traced["traced_method"]} if o.traced else {}),
