@@ -17,6 +17,7 @@ import sys
 
 from prism_strategy.bench import fit_terms as ft
 from prism_strategy.bench.published import load_published
+from prism_strategy.estimate.comm import comm_readings
 from prism_strategy.specs.presets import load_platform
 
 
@@ -55,20 +56,10 @@ def step_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
 SCALE_NODES = (1, 2, 4, 10, 16, 64)
 
 
-def split_variants(shipped) -> dict:
-    """The two readings of the 2-node cross-node cost the records cannot tell apart: per operation
-    (shipped: scaleout_overhead_us, inter_latency_us at its prior), or per peer node (the same
-    2-node total as (nodes-1) x inter_latency_us, no fixed part)."""
-    import dataclasses
-
-    per_peer = dataclasses.replace(shipped, scaleout_overhead_us=0.0,
-                                   inter_latency_us=shipped.inter_latency_us + shipped.scaleout_overhead_us)
-    return {"per-operation (shipped)": shipped, "per-peer": per_peer}
-
-
 def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
     """A3's scenario (Qwen3-0.6B + SigLIP2, micro-batch 4) and E2 beyond the fitted 1-2 nodes, under
-    both readings: predictions only, nothing here is measured beyond E2."""
+    each reading of the cross-node cost the records cannot tell apart (estimate/comm.comm_readings):
+    per operation (shipped) or per peer node. Predictions only; nothing here is measured but E2."""
     from prism_strategy.planner import evaluate
     from prism_strategy.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
@@ -76,7 +67,7 @@ def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
     records = {r.id: r for r in load_published(name)}
     a3, e2 = records["A3-fsdp"], records["E2"]
     out: dict = {}
-    for label, p in split_variants(load_platform(platform)).items():
+    for label, p in comm_readings(load_platform(platform)).items():
         rows = []
         for n in SCALE_NODES:
             kw = dict(a3.scenario_kwargs(), platform=p, nodes=n, global_batch=a3.scenario.micro_batch * 12 * n)
@@ -137,7 +128,7 @@ def main() -> None:
         print(f"  {k:32s} {v:10.4g} -> {s['refit_values'][k]:10.4g}")
     print("\nbeyond the fit (A3's scenario, micro-batch 4, predicted samples/s; E2 measured at 64 nodes):")
     for label, v in scale.items():
-        print(f"  cross-node fixed cost read {label}: E2 error {v['e2_err_pct']:+.1f}%")
+        print(f"  {label}: E2 error {v['e2_err_pct']:+.1f}%")
         print(f"    {'nodes':>5s} {'ddp':>8s} {'full_shard':>11s} {'hsdp_full':>10s} {'hsdp_sgo':>9s}")
         for r in v["rows"]:
             print(f"    {r['nodes']:5d} {r['ddp']:8.1f} {r['fsdp_full_shard']:11.1f} {r['hsdp_full_shard']:10.1f} "

@@ -9,7 +9,9 @@ import math
 
 import pytest
 
-from prism_strategy.estimate.comm import collective_call, collective_seconds, estimate_comm
+from prism_strategy.estimate.comm import (
+    collective_call, collective_seconds, comm_readings, estimate_comm, nodes_beyond_fit,
+)
 from prism_strategy.estimate.comm_nccl import channels, latency_us, nccl_choice
 from prism_strategy.estimate.parts import model_parts
 from prism_strategy.specs import load_model, load_platform
@@ -106,6 +108,22 @@ def test_hsdp_replicate_all_reduce_runs_one_group_per_shard_sharing_nics():
 def test_platform_without_gpu_arch_keeps_the_generic_ring():
     p = dataclasses.replace(H100, gpu_arch="")
     t, algo = collective_call("all_gather", 1e8, 8, 1, 1, p)
-    assert algo == "nccl ring" and t == pytest.approx(
-        p.collective_overhead_us * 1e-6 + 7 * p.intra_latency_us * 1e-6 + 1e8 * 7 / 8 / (p.intra_bw_gbps * p.bw_efficiency * 1e9))
+    bw = p.intra_bw_gbps * p.bw_efficiency * 1e9
+    expect = p.collective_overhead_us * 1e-6 + 7 * p.intra_latency_us * 1e-6 + 1e8 * 7 / 8 / bw
+    assert algo == "nccl ring" and t == pytest.approx(expect)
     assert not math.isclose(t, collective_seconds("all_gather", 1e8, 8, 1, 1, H100))
+
+
+def test_the_two_readings_of_the_cross_node_cost_agree_at_two_nodes_only():
+    """What 1-2 node records cannot decide (estimate/comm.comm_readings): per operation or per peer
+    node, a topo all-gather costs the same at 2 nodes and differs by (nodes-2) x the fixed cost at 10."""
+    readings = comm_readings(AURORA)
+    shipped, per_peer = readings["shipped"], readings["cross-node cost per peer node"]
+    size = 4e7
+    assert collective_seconds("all_gather", size, 24, 2, 1, per_peer) == pytest.approx(
+        collective_seconds("all_gather", size, 24, 2, 1, shipped))
+    at_10 = {k: collective_seconds("all_gather", size, 120, 10, 1, p) for k, p in readings.items()}
+    gap = at_10["cross-node cost per peer node"] - at_10["shipped"]
+    assert gap == pytest.approx(8 * AURORA.scaleout_overhead_us * 1e-6)
+    assert set(comm_readings(H100)) == {"shipped"}  # NCCL's model has no undecided fitted term
+    assert nodes_beyond_fit(AURORA, 10) == 5 and nodes_beyond_fit(H100, 10) is None

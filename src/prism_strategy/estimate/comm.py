@@ -20,7 +20,7 @@ node's NICs in every model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prism_strategy.engines import StepCollective, step_collectives
 from prism_strategy.estimate.comm_nccl import nccl_choice
@@ -107,6 +107,25 @@ def collective_call(op: str, size: float, ranks: int, nodes: int, concurrent: in
         return oneccl_seconds(op, size, ranks, nodes, concurrent, p)
     algo = "ring" if nodes == 1 or p.scaleout_algorithm == "ring" else "hierarchical ring"
     return alpha_beta_seconds(op, size, ranks, nodes, concurrent, p), f"{p.backend} {algo}"
+
+
+def nodes_beyond_fit(p: PlatformSpec, nodes: int) -> float | None:
+    """How far a node count lies beyond the records the platform's comm terms were fitted to:
+    nodes / comm_fitted_max_nodes (<= 1 inside), None when no comm term was fitted (priors only).
+    For ranges (issue 16 item 6): widen with this and the option's comm share."""
+    return nodes / p.comm_fitted_max_nodes if p.comm_fitted_max_nodes else None
+
+
+def comm_readings(p: PlatformSpec) -> dict[str, PlatformSpec]:
+    """The platform as shipped, plus each reading of its comm terms the fitted records could not
+    rule out. oneCCL: a cross-node collective's fixed cost fitted at 2 nodes, where (nodes-1) = 1,
+    is either per operation (shipped) or per peer node (the same 2-node total as (nodes-1) x
+    inter_latency_us). Pricing an option under each gives the spread its node count allows."""
+    out = {"shipped": p}
+    if p.backend == "xccl" and p.scaleout_overhead_us > 0:
+        out["cross-node cost per peer node"] = replace(
+            p, scaleout_overhead_us=0.0, inter_latency_us=p.inter_latency_us + p.scaleout_overhead_us)
+    return out
 
 
 def model_description(p: PlatformSpec) -> str:
