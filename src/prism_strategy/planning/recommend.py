@@ -12,8 +12,8 @@ from prism_strategy.strategies import all_strategies, get_strategy
 from prism_strategy.engines import engine_of
 
 if TYPE_CHECKING:
-    from prism_strategy.planner import Option
-    from prism_strategy.scenario import Scenario
+    from prism_strategy.planning.planner import Option
+    from prism_strategy.planning.scenario import Scenario
 
 TIE = 0.10
 """Options within 10% of the best predicted throughput are tied: an uncalibrated prediction is not

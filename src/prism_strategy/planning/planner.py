@@ -12,10 +12,10 @@ from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.specs.parts import Part, model_parts
-from prism_strategy.plan_search import batch_problem, evaluate_searched, resolve_batch
+from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch
 from prism_strategy.rules import RuleFacts, check
-from prism_strategy.recommend import annotate, recommend
-from prism_strategy.scenario import Scenario, build_scenario
+from prism_strategy.planning.recommend import annotate, recommend
+from prism_strategy.planning.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import TrainingSpec
