@@ -60,8 +60,8 @@ def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
     """A3's scenario (Qwen3-0.6B + SigLIP2, micro-batch 4) and E2 beyond the fitted 1-2 nodes, under
     each reading of the cross-node cost the records cannot tell apart (estimate/comm.comm_readings):
     per operation (shipped) or per peer node. Predictions only; nothing here is measured but E2."""
-    from prism_strategy.planner import evaluate
-    from prism_strategy.scenario import build_scenario
+    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
     records = {r.id: r for r in load_published(name)}
@@ -81,8 +81,8 @@ def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
 
 def memory_rows(name: str = "aurora-prism") -> list[dict]:
     from prism_strategy.estimate.memory_runtime import runtime_memory
-    from prism_strategy.planner import evaluate
-    from prism_strategy.scenario import build_scenario
+    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.cluster import GiB
     from prism_strategy.strategies import get_strategy
 

@@ -13,7 +13,7 @@ from prism_strategy.estimate.comm import (
     collective_call, collective_seconds, comm_readings, estimate_comm, nodes_beyond_fit,
 )
 from prism_strategy.estimate.comm_nccl import channels, latency_us, nccl_choice
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs import load_model, load_platform
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.model import MultimodalSpec

@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from prism_strategy.planner import plan
+from prism_strategy.planning.planner import plan
 from prism_strategy.specs import load_platform
 from prism_strategy.specs.cluster import GiB
 
