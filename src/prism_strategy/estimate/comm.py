@@ -21,6 +21,7 @@ node's NICs in every model.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from prism_strategy.engines import StepCollective, step_collectives
 from prism_strategy.estimate.comm_nccl import nccl_choice
@@ -159,11 +160,25 @@ def price(c: StepCollective, layout: Layout, p: PlatformSpec) -> CollectiveCost:
                           algorithm=algorithm)
 
 
+@lru_cache(maxsize=1024)
+def _cached_collectives(s, parts, t, layout, grad_accum, wrap) -> tuple[StepCollective, ...]:
+    return tuple(step_collectives(s, parts, t, layout, grad_accum, wrap))
+
+
+def _step_collectives(s, parts, t, layout, grad_accum, wrap) -> tuple[StepCollective, ...]:
+    """The engine's collectives do not depend on the platform: a plan's sweep and a fit's
+    thousands of evaluations ask for the same ones again (frozen specs, so cached by value)."""
+    try:
+        return _cached_collectives(s, parts, t, layout, grad_accum, wrap)
+    except TypeError:  # an unhashable spec (a user's live module): compute it
+        return tuple(step_collectives(s, parts, t, layout, grad_accum, wrap))
+
+
 def estimate_comm(
     parts: tuple[Part, ...], t: TrainingSpec, p: PlatformSpec, layout: Layout, s: StrategySpec,
     grad_accum: int = 1, wrap: str = "block",
 ) -> CommEstimate:
-    out = tuple(price(c, layout, p) for c in step_collectives(s, parts, t, layout, grad_accum, wrap))
+    out = tuple(price(c, layout, p) for c in _step_collectives(s, parts, t, layout, grad_accum, wrap))
     tensors = sum(x.tensors for x in parts if x.trains)
     hooks = tensors * p.per_tensor_overhead_us * 1e-6 * grad_accum if engine_of(s).per_tensor_hooks and layout.world > 1 else 0.0
     return CommEstimate(collectives=out, per_tensor_s=hooks)
