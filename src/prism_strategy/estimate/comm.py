@@ -11,7 +11,7 @@ that runs, with latency per dependent step (so it grows with the ranks a ring cr
 - xccl (estimate/comm_oneccl.py): oneCCL as the profile forces it: CCL_ALLREDUCE=ring is a
   host-staged flat ring over every rank; all-gather / reduce-scatter are topology-aware
   (scale-up in the node, then a scale-out across nodes with a per-operation and a per-peer cost).
-- gloo, and NCCL platforms without `gpu_arch`: the alpha-beta ring (Thakur et al. 2005): 
+- gloo, and NCCL platforms without `gpu_arch`: the alpha-beta ring (Thakur et al. 2005):
     t = overhead + steps x hop latency + factor x S x (N-1)/N / (bw x efficiency)
   flat over every rank, or hierarchical (intra-node phase, then one over the NICs).
 Groups that run at once (HSDP's replicate all-reduce: one group per shard index) share the
