@@ -91,10 +91,12 @@ def _with_run_options(s: StrategySpec, t: TrainingSpec) -> StrategySpec:
     return s.with_options(bucket_mb=t.bucket_mb)
 
 
-def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout) -> None:
+def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout,
+          comm: CommEstimate | None = None) -> None:
+    """comm: the step's collectives when already priced on this platform (fits vary compute only)."""
     t, p = sc.training, sc.platform
     s = _with_run_options(s, t)
-    comm = estimate_comm(parts, t, p, layout, s, o.grad_accum)
+    comm = comm or estimate_comm(parts, t, p, layout, s, o.grad_accum)
     o.comm = comm
     o.compute_s = phase_times(parts, t, p, o.micro_batch, o.grad_accum).total  # max(FLOPs, launches) per phase
     host = host_terms(parts, comm, s.engine, layout, o.grad_accum, o.compute_s, p)  # grad path, blocking collectives

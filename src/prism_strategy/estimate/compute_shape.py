@@ -100,3 +100,26 @@ def shaped_seconds(parts: tuple[Part, ...], training: TrainingSpec, platform: Pl
         pf, pb = part_seconds(p, training, platform, micro_batch)
         f, b = f + pf, b + pb
     return f, b
+
+
+def sac_recompute_s(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int) -> float:
+    """Seconds one micro-step spends recomputing under torchtitan's per-op selective policy on every
+    block (every second matmul and the non-matmul kernels; attention saved), for a training spec
+    that cannot say "sac" itself. Without compute_terms: the recomputed matmul FLOPs at the
+    platform's one fraction."""
+    from prism_strategy.estimate.compute import achieved_flops
+
+    total = 0.0
+    for p in parts:
+        if p.spec is None or not p.backward:
+            continue
+        m = micro_batch * p.tokens
+        sac = block_gemms(p.spec)[SAC_RECOMPUTED_GEMMS]
+        if platform.compute_terms is None:
+            total += p.spec.layers * sum(2.0 * i * o * m for i, o in sac) / achieved_flops(platform, training)
+            continue
+        r = _rates(platform, training)
+        blk = block_kernels(p.spec, training.compile)
+        ew = (blk.kernels - blk.gemms - 1) * r.terms.elementwise_bytes * p.spec.hidden * training.compute_bytes * m
+        total += p.spec.layers * (r.gemms_s(sac, m) + ew * r.ew_s_per_byte)
+    return total
