@@ -187,8 +187,9 @@ def range_coverage(loo_pct: dict[str, float]) -> tuple[int, int]:
 
 
 def write_fit_errors(path: str, *, measurements: str, writer: str, loo_pct: dict[str, float],
-                     prior_pct: dict[str, float], max_nodes: dict[str, int], spread: float) -> None:
-    """data/fits/NAME.toml: what estimate/ranges.py reads (written by the fit benchmarks only)."""
+                     prior_pct: dict[str, float], max_nodes: dict[str, int], spread: float | None) -> None:
+    """data/fits/NAME.toml: what estimate/ranges.py reads (written by the fit benchmarks only).
+    spread: the fit's spread between variants of one GPU, None when it fitted one variant."""
     from prism_strategy.estimate.ranges import QUANTILE, halfwidth
 
     inside, n = range_coverage(loo_pct)
@@ -196,10 +197,26 @@ def write_fit_errors(path: str, *, measurements: str, writer: str, loo_pct: dict
              "# (estimate/ranges.py). Do not edit; rerun the benchmark after a refit.",
              f'measurements = "{measurements}"', f"quantile = {QUANTILE}", f"records = {n}",
              f"halfwidth = {halfwidth(list(loo_pct.values())):.4f}",
-             f"prior_halfwidth = {halfwidth(list(prior_pct.values())):.4f}", f"gpu_spread = {spread:.4f}",
+             f"prior_halfwidth = {halfwidth(list(prior_pct.values())):.4f}",
+             *([f"gpu_spread = {spread:.4f}"] if spread is not None else ["# gpu_spread: one GPU variant fitted"]),
              f"loo_coverage = [{inside}, {n}]", "",
              "[loo_err_pct]", *(f'"{k}" = {v:.1f}' for k, v in loo_pct.items()), ""]
     for name, nodes in max_nodes.items():
         lines += [f'[platform."{name}"]', f"max_nodes = {nodes}", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+def record_range(r: PublishedRecord) -> tuple[float, float] | None:
+    """The shipped preset's step-time range for the record's scenario, as plan states it
+    (planner.evaluate at the record's batch); None when the planner cannot evaluate it."""
+    from prism_strategy.planner import evaluate
+    from prism_strategy.scenario import build_scenario
+    from prism_strategy.specs.errors import SpecError
+    from prism_strategy.strategies import get_strategy
+
+    try:
+        o = evaluate(build_scenario(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
+    except SpecError:
+        return None
+    return None if o.step_time_s_range is None else (o.step_time_s_range[0], o.step_time_s_range[1])

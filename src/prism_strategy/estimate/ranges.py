@@ -6,7 +6,8 @@ error summary in data/fits/NAME.toml; nothing is fitted at plan time. For an opt
 
   base = the fit's leave-one-out half-width (the QUANTILE of |ln(predicted / measured)| over its
          fitted records), and, when the platform borrows another platform's fit (`fit_platform`:
-         another GPU than the fit's), the fit's spread between GPU variants, in quadrature;
+         another GPU than the fit's), the widest spread between fitted variants of one GPU any fit
+         measured (H100 at 700 W vs 500 W), in quadrature;
          a platform no fit covers takes the widest pre-fit half-width any fit measured (the error
          of the uncalibrated presets before their fit).
   comm = s x ln(1 + log2(N / N_max)) when N nodes exceed the largest node count N_max the fit
@@ -39,7 +40,8 @@ class FitErrors:
     halfwidth: float
     """QUANTILE of |ln(1 + leave-one-out error)| over the fit's records (all its platforms)."""
     gpu_spread: float
-    """|ln| of the largest ratio between fitted fractions of one GPU generation's variants."""
+    """|ln| of the largest ratio between fitted fractions of one GPU generation's variants (0 when
+    the fit had one variant: gpu_widening() then takes the widest any fit measured)."""
     prior_halfwidth: float
     """The same quantile of the presets' errors before the fit (the uncalibrated model)."""
     records: int
@@ -71,9 +73,21 @@ def fit_errors() -> dict[str, FitErrors]:
     return out
 
 
+def gpu_widening() -> float:
+    """The widest spread between variants of one GPU that any fit measured (the H100 700 W vs
+    500 W fractions of the CUDA fit): the widening for a platform borrowing another's fit."""
+    return max((f.gpu_spread for f in fit_errors().values()), default=math.log(1.25))
+
+
 def uncalibrated_halfwidth() -> float:
     fits = fit_errors().values()
     return max((f.prior_halfwidth for f in fits), default=math.log(2.0))
+
+
+def max_measured_nodes(platform: PlatformSpec) -> int:
+    """The largest node count the platform's fit measured (1 for a preset no fit covers)."""
+    fit = fit_errors().get(platform.fit_platform or platform.name)
+    return 1 if fit is None else fit.max_nodes
 
 
 def comm_widening(nodes: int, max_nodes: int, comm_share: float) -> float:
@@ -102,13 +116,13 @@ def prediction_range(platform: PlatformSpec, nodes: int, compute_s: float, comm_
     fit = fit_errors().get(platform.fit_platform or platform.name)
     if fit is None:
         base, max_nodes = uncalibrated_halfwidth(), 1
-        why = f"uncalibrated preset: the widest pre-fit error of the shipped fits (x{math.exp(base):.2f})"
+        why = f"predicted range: uncalibrated preset, the widest pre-fit error of the shipped fits (x{math.exp(base):.2f})"
     else:
         other = bool(platform.fit_platform) and platform.fit_platform != platform.name
-        base = math.hypot(fit.halfwidth, fit.gpu_spread if other else 0.0)
+        base = math.hypot(fit.halfwidth, gpu_widening() if other else 0.0)
         max_nodes = fit.max_nodes
-        why = (f"{fit.measurements} leave-one-out {QUANTILE:.0%} range (x{math.exp(fit.halfwidth):.2f}, "
-               f"{fit.records} records)" + (f", another GPU than {fit.platform}'s (x{math.exp(fit.gpu_spread):.2f})"
+        why = (f"predicted range: {fit.measurements} leave-one-out {QUANTILE:.0%} range (x{math.exp(fit.halfwidth):.2f}, "
+               f"{fit.records} records)" + (f", another GPU than {fit.platform}'s (x{math.exp(gpu_widening()):.2f})"
                                            if other else ""))
     comm = comm_widening(nodes, max_nodes, share)
     if comm > 0:

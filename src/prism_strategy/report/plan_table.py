@@ -20,6 +20,14 @@ def _ckpt(k: int | None) -> str:
     return "-" if k is None else str(k)
 
 
+def _range(o) -> str:
+    """The samples/s range as percent below / above the prediction ("-11/+13%")."""
+    if not o.samples_per_s_range or not o.samples_per_s:
+        return "-"
+    lo, hi = o.samples_per_s_range
+    return f"-{100 * (1 - lo / o.samples_per_s):.0f}/+{100 * (hi / o.samples_per_s - 1):.0f}%"
+
+
 def plan_title(p: Plan) -> str:
     sc, t = p.scenario, p.scenario.training
     seq = f"seq {t.seq_len}" + (f" (mean {t.mean_seq_len})" if t.mean_seq_len else "")
@@ -30,7 +38,9 @@ def plan_title(p: Plan) -> str:
 
 
 CAPTION = ("predicted by the analytic model (provenance in --json); GiB per device; mb x accum x ranks = global "
-           "samples per step; ckpt k = checkpoint every k-th block, 0 = none; comm = exposed share of the step")
+           "samples per step; ckpt k = checkpoint every k-th block, 0 = none; range = 80% range of samples/s "
+           "(fit's leave-one-out errors, widened beyond what was measured; provenance.range); comm = exposed share "
+           "of the step")
 
 
 def option_notes(p: Plan) -> tuple[list[str], list[str]]:
@@ -52,7 +62,7 @@ OPTION_COLUMNS = [
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"),
     Column(header="accum", justify="right"), Column(header="global", justify="right"),
     Column(header="step s", justify="right", drop=1), Column(header="samples/s", justify="right"),
-    Column(header="comm", justify="right"), Column(header="bound", drop=3), Column(header="eff", justify="right", drop=2),
+    Column(header="range", justify="right", drop=2), Column(header="comm", justify="right"), Column(header="bound", drop=3), Column(header="eff", justify="right", drop=2),
     Column(header="note"),
 ]
 
@@ -68,7 +78,7 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
         mark = "*" if o.strategy == p.recommended else ""
         row = [mark + o.strategy, "yes" if o.feasible else "no", f"{o.memory.total / GiB:.1f}", _fmt_items(o),
                str(o.max_micro_batch), str(o.ckpt_freq), str(o.micro_batch), str(o.grad_accum), str(o.global_batch),
-               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", f"{o.comm_fraction:.0%}", o.bound,
+               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", _range(o), f"{o.comm_fraction:.0%}", o.bound,
                "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}", ref]
         if traced:
             row.insert(3, "-" if not o.traced else
