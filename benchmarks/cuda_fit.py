@@ -77,7 +77,8 @@ def rows() -> dict:
         "refit_values": refit, "shipped_values": cf.shipped_knobs(shipped), "cannot_decide": CANNOT_DECIDE,
         "gpu_spread": cf.gpu_spread(refit),
     }
-    return {"rows": out, "summary": summary, "loo": loo,
+    max_nodes = {p: max((r.scenario.nodes for r in fitted_records if r.platform == p), default=1) for p in cf.PLATFORMS}
+    return {"rows": out, "summary": summary, "loo": loo, "max_nodes": max_nodes,
             "prior": {x["id"]: x["before_err_pct"] for x in fit_rows}}
 
 
@@ -116,7 +117,7 @@ def main() -> None:
     if args.write:
         FITS.parent.mkdir(exist_ok=True)
         cf.write_fit_errors(str(FITS), measurements=cf.MEASUREMENTS, writer="benchmarks/cuda_fit.py", loo_pct=d["loo"],
-                            prior_pct=d["prior"], max_nodes={n: 1 for n in cf.PLATFORMS},
+                            prior_pct=d["prior"], max_nodes=d["max_nodes"],
                             spread=d["summary"]["gpu_spread"])
     if args.json:
         json.dump({k: d[k] for k in ("rows", "summary")}, sys.stdout, indent=2)

@@ -308,13 +308,15 @@ def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nod
             if problem is not None:
                 rows.append({"nodes": n, "strategy": name, "feasible": False, "why_not": problem, "micro_batch": None,
                              "grad_accum": None, "global_batch": None, "ckpt_freq": None, "step_time_s": None,
-                             "samples_per_s": None, "scaling_efficiency": None, "bound": None})
+                             "samples_per_s": None, "scaling_efficiency": None, "bound": None,
+                             "step_time_s_range": None, "samples_per_s_range": None})
                 continue
             e = evaluate_searched(at, by_name[name], parts, evaluate)
             rows.append({"nodes": n, "strategy": name, "feasible": e.feasible, "why_not": e.why_not,
                          "micro_batch": e.micro_batch, "grad_accum": e.grad_accum, "global_batch": e.global_batch,
                          "ckpt_freq": e.ckpt_freq, "step_time_s": e.step_time_s, "samples_per_s": e.samples_per_s,
-                         "scaling_efficiency": e.scaling_efficiency, "bound": e.bound})
+                         "scaling_efficiency": e.scaling_efficiency, "bound": e.bound,
+                         "step_time_s_range": e.step_time_s_range, "samples_per_s_range": e.samples_per_s_range})
     return rows
 
 
