@@ -16,9 +16,9 @@ import pytest
 from prism_strategy.bench import cuda_fit as cf
 from prism_strategy.bench.published import load_published
 from prism_strategy.estimate.compute import part_flops_per_sample
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.estimate.ranges import fit_errors, halfwidth, prediction_range
-from prism_strategy.scenario import build_scenario
+from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.presets import load_model, load_platform
 
 README_LOO_MEDIAN_PCT = 10.0

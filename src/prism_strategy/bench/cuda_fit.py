@@ -87,9 +87,9 @@ class Observation:
 def record_observation(r: PublishedRecord) -> Observation:
     from prism_strategy.estimate.compute import selective_ac
     from prism_strategy.estimate.compute_shape import sac_recompute_s
-    from prism_strategy.estimate.parts import model_parts
-    from prism_strategy.planner import Option, _time
-    from prism_strategy.scenario import build_scenario
+    from prism_strategy.specs.parts import model_parts
+    from prism_strategy.planning.planner import Option, _time
+    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
     sac = r.scenario.ckpt_policy == "sac"
@@ -210,8 +210,8 @@ def write_fit_errors(path: str, *, measurements: str, writer: str, loo_pct: dict
 def record_range(r: PublishedRecord) -> tuple[float, float] | None:
     """The shipped preset's step-time range for the record's scenario, as plan states it
     (planner.evaluate at the record's batch); None when the planner cannot evaluate it."""
-    from prism_strategy.planner import evaluate
-    from prism_strategy.scenario import build_scenario
+    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.errors import SpecError
     from prism_strategy.strategies import get_strategy
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from prism_strategy.estimate.compute import SAC_RECOMPUTED_GEMMS, block_gemms, block_kernels, selective_ac
 from prism_strategy.estimate.memory import checkpointed_blocks
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import ComputeTerms, PlatformSpec
 from prism_strategy.specs.training import TrainingSpec
 
