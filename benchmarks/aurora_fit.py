@@ -82,7 +82,7 @@ def write_fit_errors(steps: dict) -> None:
 
     fitted = [x for x in steps["rows"] if x["fitted"]]
     path = Path(__file__).resolve().parents[1] / "src" / "prism_strategy" / "data" / "fits" / "aurora-prism.toml"
-    write(str(path), measurements="aurora-prism", writer="benchmarks/aurora_fit.py",
+    write(str(path), measurements="aurora-prism", writer="benchmarks/aurora_fit.py", device="xpu",
           loo_pct={x["id"]: x["loo_err_pct"] for x in fitted}, prior_pct={x["id"]: x["before_err_pct"] for x in fitted},
           max_nodes={"aurora": max(x["nodes"] for x in fitted)}, spread=None)
 

@@ -54,7 +54,8 @@ def rows() -> dict:
             continue
         o, s = obs[r.id], r.scenario
         tokens = s.micro_batch * s.grad_accum * s.seq_len
-        row = {"id": r.id, "platform": r.platform, "model": s.model, "seq": s.seq_len, "measured_tok_s": tokens / o.measured,
+        row = {"id": r.id, "platform": r.platform, "model": s.model, "seq": s.seq_len,
+               "measured_tok_s": tokens / o.measured,
                "measured_s": o.measured, "fitted": cf.fit_reason(r) is None, "why_not": cf.fit_reason(r),
                "loo_err_pct": loo.get(r.id), "mfu_reported": r.measured.mfu}
         for k, plats in (("before", before), ("after", shipped), ("refit", refit_p)):
@@ -116,8 +117,8 @@ def main() -> None:
     d = rows()
     if args.write:
         FITS.parent.mkdir(exist_ok=True)
-        cf.write_fit_errors(str(FITS), measurements=cf.MEASUREMENTS, writer="benchmarks/cuda_fit.py", loo_pct=d["loo"],
-                            prior_pct=d["prior"], max_nodes=d["max_nodes"],
+        cf.write_fit_errors(str(FITS), measurements=cf.MEASUREMENTS, writer="benchmarks/cuda_fit.py", device="cuda",
+                            loo_pct=d["loo"], prior_pct=d["prior"], max_nodes=d["max_nodes"],
                             spread=d["summary"]["gpu_spread"])
     if args.json:
         json.dump({k: d[k] for k in ("rows", "summary")}, sys.stdout, indent=2)

@@ -186,7 +186,7 @@ def range_coverage(loo_pct: dict[str, float]) -> tuple[int, int]:
     return inside, len(loo_pct)
 
 
-def write_fit_errors(path: str, *, measurements: str, writer: str, loo_pct: dict[str, float],
+def write_fit_errors(path: str, *, measurements: str, writer: str, device: str, loo_pct: dict[str, float],
                      prior_pct: dict[str, float], max_nodes: dict[str, int], spread: float | None) -> None:
     """data/fits/NAME.toml: what estimate/ranges.py reads (written by the fit benchmarks only).
     spread: the fit's spread between variants of one GPU, None when it fitted one variant."""
@@ -195,7 +195,7 @@ def write_fit_errors(path: str, *, measurements: str, writer: str, loo_pct: dict
     inside, n = range_coverage(loo_pct)
     lines = [f"# Written by {writer} --write: the fit's error summary that plan's ranges read",
              "# (estimate/ranges.py). Do not edit; rerun the benchmark after a refit.",
-             f'measurements = "{measurements}"', f"quantile = {QUANTILE}", f"records = {n}",
+             f'measurements = "{measurements}"', f'device = "{device}"', f"quantile = {QUANTILE}", f"records = {n}",
              f"halfwidth = {halfwidth(list(loo_pct.values())):.4f}",
              f"prior_halfwidth = {halfwidth(list(prior_pct.values())):.4f}",
              *([f"gpu_spread = {spread:.4f}"] if spread is not None else ["# gpu_spread: one GPU variant fitted"]),

@@ -8,8 +8,9 @@ error summary in data/fits/NAME.toml; nothing is fitted at plan time. For an opt
          fitted records), and, when the platform borrows another platform's fit (`fit_platform`:
          another GPU than the fit's), the widest spread between fitted variants of one GPU any fit
          measured (H100 at 700 W vs 500 W), in quadrature;
-         a platform no fit covers takes the widest pre-fit half-width any fit measured (the error
-         of the uncalibrated presets before their fit).
+         a platform no fit covers takes the pre-fit half-width of the fits on its device kind (the
+         error of the presets' uncalibrated model before their fit; the widest of all for a
+         device no fit covers, such as cpu).
   comm = s x ln(1 + log2(N / N_max)) when N nodes exceed the largest node count N_max the fit
          measured on that platform: s = comm_s / (comm_s + compute_s), the communication share of
          the step's work. Communication is modelled, not measured, beyond N_max; the assumption is
@@ -45,6 +46,8 @@ class FitErrors:
     prior_halfwidth: float
     """The same quantile of the presets' errors before the fit (the uncalibrated model)."""
     records: int
+    device: str = ""
+    """The device kind the fit's records ran on (cuda, xpu)."""
 
 
 def halfwidth(errors_pct: list[float], quantile: float = QUANTILE) -> float:
@@ -69,7 +72,8 @@ def fit_errors() -> dict[str, FitErrors]:
         for name, p in d.get("platform", {}).items():
             out[name] = FitErrors(measurements=d["measurements"], platform=name, max_nodes=int(p["max_nodes"]),
                                   halfwidth=float(d["halfwidth"]), gpu_spread=float(d.get("gpu_spread", 0.0)),
-                                  prior_halfwidth=float(d["prior_halfwidth"]), records=int(d["records"]))
+                                  prior_halfwidth=float(d["prior_halfwidth"]), records=int(d["records"]),
+                                  device=str(d.get("device", "")))
     return out
 
 
@@ -79,9 +83,12 @@ def gpu_widening() -> float:
     return max((f.gpu_spread for f in fit_errors().values()), default=math.log(1.25))
 
 
-def uncalibrated_halfwidth() -> float:
-    fits = fit_errors().values()
-    return max((f.prior_halfwidth for f in fits), default=math.log(2.0))
+def uncalibrated_halfwidth(device: str) -> float:
+    """The pre-fit half-width of the fits on this device kind (the uncalibrated presets' model
+    before its fit), the widest of any fit for a device no fit covers; x2 with no fit at all."""
+    fits = list(fit_errors().values())
+    same = [f.prior_halfwidth for f in fits if f.device == device]
+    return max(same or [f.prior_halfwidth for f in fits] or [math.log(2.0)])
 
 
 def max_measured_nodes(platform: PlatformSpec) -> int:
@@ -115,13 +122,15 @@ def prediction_range(platform: PlatformSpec, nodes: int, compute_s: float, comm_
     share = comm_s / (comm_s + compute_s) if comm_s + compute_s > 0 else 0.0
     fit = fit_errors().get(platform.fit_platform or platform.name)
     if fit is None:
-        base, max_nodes = uncalibrated_halfwidth(), 1
-        why = f"predicted range: uncalibrated preset, the widest pre-fit error of the shipped fits (x{math.exp(base):.2f})"
+        base, max_nodes = uncalibrated_halfwidth(platform.device), 1
+        why = (f"predicted range: uncalibrated preset, the pre-fit error of the {platform.device} fits "
+               f"(x{math.exp(base):.2f})")
     else:
         other = bool(platform.fit_platform) and platform.fit_platform != platform.name
         base = math.hypot(fit.halfwidth, gpu_widening() if other else 0.0)
         max_nodes = fit.max_nodes
-        why = (f"predicted range: {fit.measurements} leave-one-out {QUANTILE:.0%} range (x{math.exp(fit.halfwidth):.2f}, "
+        why = (f"predicted range: {fit.measurements} leave-one-out {QUANTILE:.0%} range "
+               f"(x{math.exp(fit.halfwidth):.2f}, "
                f"{fit.records} records)" + (f", another GPU than {fit.platform}'s (x{math.exp(gpu_widening()):.2f})"
                                            if other else ""))
     comm = comm_widening(nodes, max_nodes, share)

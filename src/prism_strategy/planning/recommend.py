@@ -183,7 +183,8 @@ def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str
     lay = sc.layout
     if lay.nodes > max_measured_nodes(sc.platform):
         how = (f"measure their collectives at this scale: prism-strategy commbench --model {sc.model.backbone.name} "
-               f"--strategies {pick.strategy},{rival.strategy} --nproc {lay.world} --ranks-per-node {lay.ranks_per_node} "
+               f"--strategies {pick.strategy},{rival.strategy} --nproc {lay.world} "
+               f"--ranks-per-node {lay.ranks_per_node} "
                f"(emit writes commbench.pbs / commbench.sbatch for {lay.nodes} nodes)")
     else:
         how = (f"run both on one node: prism-strategy bench --model {sc.model.backbone.name} --strategies "
