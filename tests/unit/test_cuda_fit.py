@@ -105,3 +105,41 @@ def test_ranges_widen_with_distance_from_what_was_measured():
     assert "commbench at 64 nodes" in far.basis
     assert prediction_range(h200, 1, 1.0, 0.5).halfwidth > at_home.halfwidth  # another GPU than the fit's
     assert prediction_range(cpu, 1, 1.0, 0.5).halfwidth > at_home.halfwidth  # uncalibrated
+
+
+def test_neutral_shape_terms_give_back_the_flops_model():
+    """With no shape penalty (gemm_half_dim 0), attention at the matmul rate and no eager-kernel
+    term, the per-operation model is FLOPs / (peak x fraction): estimate/compute.py's formula."""
+    import dataclasses
+
+    from prism_strategy.estimate.compute import phase_times
+    from prism_strategy.specs.cluster import ComputeTerms
+
+    flat = dataclasses.replace(load_platform("dgx-h100"), compute_terms=None)
+    neutral = dataclasses.replace(flat, compute_terms=ComputeTerms(gemm_half_dim=0.0, attention_ratio=1.0,
+                                                                   elementwise_bytes=0.0))
+    for model, ckpt in (("llama-3.1-8b", 0), ("mpt-7b", 1)):
+        sc = build_scenario(model, platform=flat, seq_len=2048, micro_batch=2, ckpt_freq=ckpt)
+        parts = model_parts(sc.model, sc.training)
+        a, b = phase_times(parts, sc.training, flat, 2), phase_times(parts, sc.training, neutral, 2)
+        assert b.forward_flops == pytest.approx(a.forward_flops) and b.backward_flops == pytest.approx(a.backward_flops)
+
+
+def test_eager_kernels_cost_their_bytes_at_hbm_bandwidth():
+    """One eager kernel per non-matmul op (block_kernels minus matmuls and the attention kernel),
+    each moving elementwise_bytes x hidden x 2 bytes (bf16) per token, at hbm_bw_gbps."""
+    import dataclasses
+
+    from prism_strategy.estimate.compute import block_kernels
+    from prism_strategy.estimate.compute_shape import shaped_seconds
+    from prism_strategy.specs.cluster import ComputeTerms
+
+    base = load_platform("dgx-h100")
+    off = dataclasses.replace(base, compute_terms=ComputeTerms(elementwise_bytes=0.0))
+    on = dataclasses.replace(base, compute_terms=ComputeTerms(elementwise_bytes=1.0))
+    sc = build_scenario("llama-2-7b", platform=base, seq_len=2048, micro_batch=4)
+    parts = model_parts(sc.model, sc.training)
+    blk = block_kernels(sc.model.backbone)
+    per_kernel = 4096 * 2 * 4 * 2048 / (base.hbm_bw_gbps * 1e9)  # hidden x bf16 x tokens / bandwidth
+    fwd = shaped_seconds(parts, sc.training, on, 4)[0] - shaped_seconds(parts, sc.training, off, 4)[0]
+    assert fwd == pytest.approx(32 * (blk.kernels - blk.gemms - 1) * per_kernel)
