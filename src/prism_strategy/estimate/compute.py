@@ -6,7 +6,9 @@ halved for causal masks (flash attention skips the masked half). Backward: 2x fo
 trainable part (activation and weight gradients); 1x for the matmuls of a frozen part that
 gradients flow through (activation gradients only) and 2x its attention; 0 for a frozen part
 with nothing trainable below it. Activation checkpointing recomputes the forward of the
-checkpointed blocks.
+checkpointed blocks; selective checkpointing (torchtitan's per-op policy) every second matmul of
+each block. A platform with `compute_terms` times each matmul by its shape, attention and the
+eager kernels apart (estimate/compute_shape.py); without, every FLOP runs at one fraction.
 
 Kernels (launch-bound steps, PRISM A1/A2/B1 on Aurora: a 0.6B model launches ~6,900 kernels a
 step at ~45 us of host time each, more time than its FLOPs take) are counted from the block's
