@@ -6,7 +6,8 @@ error of each, and the leave-one-out error (refit without the record). Records k
 fit are shown as checks with the reason. Then peak memory (allocated / reserved / as reported)
 beside the planner's figures. Goals: median |step error| <= 15% fitted, <= 25% leave-one-out.
 
-Run: PYTHONPATH=src .venv/bin/python benchmarks/aurora_fit.py [--json]
+Run: PYTHONPATH=src .venv/bin/python benchmarks/aurora_fit.py [--json] [--write]
+--write stores the leave-one-out error summary plan's ranges read (src/prism_strategy/data/fits/aurora-prism.toml).
 """
 
 from __future__ import annotations
