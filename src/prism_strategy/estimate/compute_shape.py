@@ -48,6 +48,8 @@ class Rates:
 
     def gemms_s(self, gemms: tuple[tuple[int, int], ...], tokens: int) -> float:
         """Seconds of one forward of these matmuls over `tokens` tokens (one micro-batch)."""
+        if tokens <= 0:
+            return 0.0
         return sum(2.0 * i * o * tokens / (self.flops * gemm_efficiency(self.terms, self.fraction, tokens, i, o))
                    for i, o in gemms)
 
