@@ -20,12 +20,15 @@ def _ckpt(k: int | None) -> str:
     return "-" if k is None else str(k)
 
 
-def _range(o) -> str:
-    """The samples/s range as percent below / above the prediction ("-11/+13%")."""
-    if not o.samples_per_s_range or not o.samples_per_s:
+def _range_pct(rng: list[float] | None, value: float | None) -> str:
+    """A samples/s range as percent below / above the prediction ("-11/+13%")."""
+    if not rng or not value:
         return "-"
-    lo, hi = o.samples_per_s_range
-    return f"-{100 * (1 - lo / o.samples_per_s):.0f}/+{100 * (hi / o.samples_per_s - 1):.0f}%"
+    return f"-{100 * (1 - rng[0] / value):.0f}/+{100 * (rng[1] / value - 1):.0f}%"
+
+
+def _range(o) -> str:
+    return _range_pct(o.samples_per_s_range, o.samples_per_s)
 
 
 def plan_title(p: Plan) -> str:
@@ -91,8 +94,9 @@ SWEEP_COLUMNS = [
     Column(header="nodes", justify="right"), Column(header="strategy"), Column(header="fits"),
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"), Column(header="accum", justify="right"),
     Column(header="global", justify="right"), Column(header="step s", justify="right", drop=2),
-    Column(header="samples/s", justify="right"), Column(header="eff vs 1 node", justify="right"),
-    Column(header="bound", drop=1), Column(header="why not", footnote=True),
+    Column(header="samples/s", justify="right"), Column(header="range", justify="right", drop=3),
+    Column(header="eff vs 1 node", justify="right"), Column(header="bound", drop=1),
+    Column(header="why not", footnote=True),
 ]
 
 
@@ -104,7 +108,8 @@ def sweep_table(p: Plan, width: int = 120) -> RenderableType:
     rows = [[str(r["nodes"]), ("*" if r["strategy"] == p.recommended else "") + r["strategy"],
              "yes" if r["feasible"] else "no", _ckpt(r["ckpt_freq"]), _num(r["micro_batch"], "d"),
              _num(r["grad_accum"], "d"), _num(r["global_batch"], "d"), _num(r["step_time_s"], ".3f"),
-             _num(r["samples_per_s"], ".1f"), _num(r["scaling_efficiency"], ".2f"), r["bound"] or "-",
+             _num(r["samples_per_s"], ".1f"), _range_pct(r.get("samples_per_s_range"), r["samples_per_s"]),
+             _num(r["scaling_efficiency"], ".2f"), r["bound"] or "-",
              r.get("why_not") or ""] for r in p.sweep]
     cols = SWEEP_COLUMNS if any(r[-1] for r in rows) else SWEEP_COLUMNS[:-1]
     return fitted_table("scaling (predicted): the leading strategies and the pick (*) over node counts", cols,
