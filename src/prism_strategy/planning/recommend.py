@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
+from prism_strategy.estimate.ranges import max_measured_nodes
 from prism_strategy.specs.parts import Part
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
@@ -173,8 +174,6 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
 def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str | None:
     """Say when the rival's predicted throughput lies inside the pick's range (the ranking between
     them is not decided by the model), and what to measure to decide it."""
-    from prism_strategy.estimate.ranges import max_measured_nodes
-
     if rival is None or pick.samples_per_s_range is None:
         return None
     lo, hi = pick.samples_per_s_range

@@ -65,7 +65,8 @@ OPTION_COLUMNS = [
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"),
     Column(header="accum", justify="right"), Column(header="global", justify="right"),
     Column(header="step s", justify="right", drop=1), Column(header="samples/s", justify="right"),
-    Column(header="range", justify="right", drop=2), Column(header="comm", justify="right"), Column(header="bound", drop=3), Column(header="eff", justify="right", drop=2),
+    Column(header="range", justify="right", drop=2),
+    Column(header="comm", justify="right"), Column(header="bound", drop=3), Column(header="eff", justify="right", drop=2),
     Column(header="note"),
 ]
 
