@@ -97,6 +97,9 @@ class Context:
     """Devices the files point at (a script mentioning xpu, a launcher loading frameworks)."""
     engines_seen: frozenset[str] = frozenset()
     env_profile: str | None = None
+    launcher_env: tuple[tuple[str, str, str], ...] = ()
+    """(name, value, launcher) the ranks surely run with, from the launchers given: what a
+    script's os.environ.get(NAME, default) reads."""
 
     def facts(self) -> dict[str, tuple[Any, ...]]:
         s = self.strategy
@@ -289,18 +292,21 @@ class DoctorRequest:
     settle_s: float = 10.0
     device_globs: tuple[str, ...] = ()
     """Device files a leftover process holds; () = the default /dev/dri, /dev/nvidia* set."""
+    module_show: tuple[Path, ...] = ()
+    """`module show` output files: what each module load sets, exactly."""
 
 
 def diagnose(req: DoctorRequest) -> DoctorReport:
     """Run every check the request asks for; SpecError for bad input (unreadable file, bad name)."""
-    from prism_strategy.diagnose import launcher_checks, live_checks, script_checks
+    from prism_strategy.diagnose import launcher_checks, live_checks, modules, script_checks
 
     if req.nodes is not None and req.nodes < 1:
         raise SpecError(f"--nodes must be >= 1, got {req.nodes}")
     ctx = Context(platform=load_platform(req.platform) if req.platform else None,
                   strategy=get_strategy(req.strategy) if req.strategy else None, nodes=req.nodes,
                   env_profile=req.env_profile)
-    launchers = [launcher_checks.read_launcher(p) for p in req.launchers]
+    shown = tuple(m for p in req.module_show for m in modules.read_module_show(p))
+    launchers = [launcher_checks.read_launcher(p, shown) for p in req.launchers]
     scripts = [script_checks.read_script(p) for p in req.scripts]
     for item in (*launchers, *scripts):
         ctx = item.refine(ctx)

@@ -13,6 +13,29 @@ _MODULE_NON_LOADS = frozenset({"use", "unuse", "list", "avail", "show", "display
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Cond:
+    """One `if`/`case`/`&&` branch an event sits on, left open by the script."""
+
+    text: str
+    """The test as written, e.g. [ -z "$NO_PIL4DFS" ] (negated: the else side)."""
+    file: str
+    line: int
+    names: tuple[str, ...]
+    """Variables the test reads that the script does not fix."""
+    default: bool | None
+    """Whether this side runs when those variables are unset (None: the test is unknowable)."""
+
+    def describe(self) -> str:
+        at = f"{self.text} ({self.file}:{self.line})"
+        names = ", ".join(self.names)
+        if not self.names:
+            return f"on the branch where {at} holds, which the doctor cannot decide"
+        if self.default:
+            return f"on the branch where {at} holds: the script leaves {names} open, so it runs unless the job is submitted with {names} set"
+        return f"on the branch where {at} holds: the script leaves {names} open, so it runs only if the job is submitted with {names} set"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Event:
     kind: str
     """export | unset | module | launch"""
@@ -21,6 +44,12 @@ class Event:
     args: tuple[str, ...] = ()
     file: str
     line: int
+    branch: tuple[Cond, ...] = ()
+    """The open branches it runs on (() = it always runs, or on a branch the script fixes)."""
+
+    @property
+    def runs_by_default(self) -> bool:
+        return all(c.default for c in self.branch)
 
 
 def is_module_load(e: Event) -> bool:
