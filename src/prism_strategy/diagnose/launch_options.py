@@ -30,9 +30,8 @@ class Cond:
         names = ", ".join(self.names)
         if not self.names:
             return f"on the branch where {at} holds, which the doctor cannot decide"
-        if self.default:
-            return f"on the branch where {at} holds: the script leaves {names} open, so it runs unless the job is submitted with {names} set"
-        return f"on the branch where {at} holds: the script leaves {names} open, so it runs only if the job is submitted with {names} set"
+        when = "unless the job is submitted with" if self.default else "only if the job is submitted with"
+        return f"on the branch where {at} holds: the script leaves {names} open, so it runs {when} {names} set"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from prism_strategy.diagnose.launch_options import Cond, Event
 from prism_strategy.diagnose.modules import ModuleFacts, facts_for, loaded_names
+from prism_strategy.diagnose.shell_state import Group, Launch, State
 from prism_strategy.diagnose.shell_syntax import (Binding, Expander, Node, case_matches, eval_test, line_of,
                                                   node_text, parse, string_body)
 
@@ -30,50 +31,6 @@ BUILTINS = frozenset({"cd", "echo", "printf", "set", "shopt", "true", "false", "
                       "touch", "chmod", "head", "tail", "wc", "grep", "sed", "awk", "cut", "sort", "uniq", "env"})
 MAX_DEPTH = 4
 STATEMENTS_SKIPPED = frozenset({"comment", "heredoc_body", "heredoc_start", "heredoc_end", "test_command"})
-
-
-@dataclass(kw_only=True, slots=True)
-class State:
-    env: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
-    functions: dict[str, tuple[Node, int, str]] = field(default_factory=dict)
-    files: dict[str, tuple[str, int]] = field(default_factory=dict)
-    """Files a heredoc writes (cat > rank.sh <<EOF): name -> (text, line offset)."""
-    branch: tuple[Cond, ...] = ()
-
-    def fork(self, cond: Cond | None = None) -> "State":
-        return State(env=dict(self.env), functions=dict(self.functions), files=dict(self.files),
-                     branch=self.branch + ((cond,) if cond else ()))
-
-    def lookup(self, name: str) -> tuple[Binding, ...] | None:
-        return self.env.get(name)
-
-    def merge(self, others: list["State"]) -> None:
-        """After an open branch: a variable holds any value one of the sides left."""
-        for o in others:
-            self.functions.update(o.functions)
-            self.files.update(o.files)
-        names = set(self.env).union(*(o.env for o in others))
-        for name in names:
-            sides = [s.env.get(name) for s in (self, *others)]
-            if all(b == sides[0] for b in sides):
-                continue
-            merged: list[Binding] = []
-            for b in sides:
-                for one in b or (Binding(value=None, exported=False),):
-                    if one not in merged:
-                        merged.append(one)
-            self.env[name] = tuple(merged)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Launch:
-    event: Event
-    per_rank: list[Event] | None
-    """Events of the command each rank runs; [] when it runs a program directly; None when
-    the doctor cannot read it (a wrapper it cannot find)."""
-    runs_python: bool
-    rank_state: State | None = None
-    """Each rank's variables once its command has run (None: as the job script left them)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -182,7 +139,7 @@ class Interpreter:
                 break
             elif c.is_named and c.type != "comment":
                 (cond if mode == "cond" else body).append(c)
-        clauses.append((_Group(cond), _Group(body)))
+        clauses.append((Group(cond), Group(body)))
         for c in node.named_children:
             if c.type == "elif_clause":
                 cc, bb, m = [], [], "cond"
@@ -191,9 +148,9 @@ class Interpreter:
                         m = "body"
                     elif x.is_named and x.type != "comment":
                         (cc if m == "cond" else bb).append(x)
-                clauses.append((_Group(cc), _Group(bb)))
+                clauses.append((Group(cc), Group(bb)))
             elif c.type == "else_clause":
-                else_body = _Group([x for x in c.named_children if x.type != "comment"])
+                else_body = Group([x for x in c.named_children if x.type != "comment"])
         self._branches(clauses, else_body, state, file, offset)
 
     def _branches(self, clauses: list[tuple[Any, Any]], else_body: Any, state: State, file: str,
@@ -234,11 +191,11 @@ class Interpreter:
     def _run(self, body: Any, state: State, file: str, offset: int) -> None:
         if body is None:
             return
-        for n in (body.nodes if isinstance(body, _Group) else [body]):
+        for n in (body.nodes if isinstance(body, Group) else [body]):
             self.statement(n, state, file, offset)
 
     def _decide(self, test: Any, state: State, file: str, offset: int) -> tuple[bool | None, bool | None, tuple[str, ...], str, int]:
-        nodes = test.nodes if isinstance(test, _Group) else [test]
+        nodes = test.nodes if isinstance(test, Group) else [test]
         tests = [n for n in nodes if n.type in ("test_command", "negated_command")]
         text = " ".join(node_text(n) for n in nodes)[:80] or "?"
         line = line_of(nodes[0], offset) if nodes else 1
@@ -268,7 +225,7 @@ class Interpreter:
                     and c.type != "comment"]
             if value is not None:
                 if any(p is not None and case_matches(value, p) for p in pats):
-                    self._run(_Group(body), state, file, offset)
+                    self._run(Group(body), state, file, offset)
                     return
                 continue
             hit = None if default is None or None in pats else any(case_matches(default, p) for p in pats if p)
@@ -276,7 +233,7 @@ class Interpreter:
             here = state.fork(Cond(text=text, file=file, line=line_of(item, offset), names=opened,
                                    default=None if hit is None else (hit and not matched)))
             matched = matched or bool(hit)
-            self._run(_Group(body), here, file, offset)
+            self._run(Group(body), here, file, offset)
             sides.append(here)
         if sides:
             state.merge(sides)
@@ -446,11 +403,6 @@ def _shown(word: Node) -> str:
     """An argument the doctor cannot evaluate, as written (outer quotes dropped: "$N" -> $N)."""
     text = node_text(word)
     return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else text
-
-
-@dataclass(frozen=True, slots=True)
-class _Group:
-    nodes: list[Node]
 
 
 def read_events(text: str, file: str, root: Path, modules: tuple[ModuleFacts, ...] = ()) -> Interpreter:
