@@ -118,9 +118,11 @@ class Interpreter:
                            state, file, offset)
             return
         self.statement(left, state, file, offset)
-        cond = Cond(text=f"{'' if op == '&&' else 'not '}{node_text(left)[:60]}", file=file,
-                    line=line_of(left, offset), names=(), default=None)
-        side = state.fork(cond)
+        if op == "&&":  # a command chain: read as if each step succeeds
+            self.statement(right, state, file, offset)
+            return
+        cond = Cond(text=f"not {node_text(left)[:60]}", file=file, line=line_of(left, offset), names=(), default=None)
+        side = state.fork(cond)  # `cmd || fallback`: the fallback runs when cmd fails
         self.statement(right, side, file, offset)
         state.merge([side])
 
