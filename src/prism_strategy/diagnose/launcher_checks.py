@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from prism_strategy.diagnose.doctor import (Context, DsConfigFile, Finding, StrategyTomlFile, check_rule, context_facts,
-                                            make_finding, parse_header)
+from prism_strategy.diagnose.config_checks import DsConfigFile, StrategyTomlFile
+from prism_strategy.diagnose.findings import Context, Finding, check_observed, check_rule, make_finding, parse_header
 from prism_strategy.diagnose.launch_options import Event, directives, launch_env_options, option_int, option_str, resolve
 from prism_strategy.diagnose.live_checks import check_env_values, check_modules
 from prism_strategy.diagnose.module_checks import check_module_order
@@ -175,9 +175,8 @@ class LauncherFile:
         line = self._compile_line()
         if line is None:
             return []
-        facts = context_facts(ctx, compile=True)
-        where = dict(file=str(self.path), line=line, detail="the launch passes a torch.compile flag")
-        return check_rule("deepspeed-compile", facts, **where) + check_rule("xpu-multinode-compile", facts, **where)
+        return check_observed({"compile": True}, ctx, file=str(self.path), line=line,
+                              detail="the launch passes a torch.compile flag")
 
 
 def on_branch(f: Finding, timeline: list[Event]) -> Finding:

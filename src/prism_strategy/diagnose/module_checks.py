@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prism_strategy.diagnose.doctor import Context, Finding, check_rule, context_facts, make_finding
+from prism_strategy.diagnose.findings import Context, Finding, check_rule, context_facts, make_finding
 from prism_strategy.diagnose.launch_options import Event, is_module_load
 from prism_strategy.diagnose.live_checks import load_known_bad
 from prism_strategy.diagnose.modules import ModuleFacts, facts_for, loaded_names

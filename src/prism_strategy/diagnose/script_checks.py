@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from prism_strategy.diagnose.doctor import Context, Finding, check_rule, context_facts
+from prism_strategy.diagnose.findings import Context, Finding, check_observed, check_rule, context_facts
 from prism_strategy.diagnose.py_values import UNKNOWN, Alt, Assignment, Symbol, Values
 from prism_strategy.diagnose.script_reader import Call, Collector
 from prism_strategy.specs.errors import SpecError
@@ -174,9 +174,7 @@ def _compile(s: ScriptFile, ctx: Context) -> list[Finding]:
     first = next((c for c in s.calls if _is_compile(s, c)), None)
     if first is None:
         return []
-    facts = context_facts(ctx, compile=True)
-    where = s.where(first, f"{first.name}(...) compiles the model")
-    return check_rule("deepspeed-compile", facts, **where) + check_rule("xpu-multinode-compile", facts, **where)
+    return check_observed({"compile": True}, ctx, **s.where(first, f"{first.name}(...) compiles the model"))
 
 
 def _empty_cache(s: ScriptFile, ctx: Context) -> list[Finding]:

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prism_strategy.diagnose.doctor import Context, Finding, check_rule, make_finding
+from prism_strategy.diagnose.findings import Context, Finding, check_rule, make_finding
 from prism_strategy.emit.site import SiteSpec, load_site
 from prism_strategy.rules import get_rule
 from prism_strategy.specs.cluster import PlatformSpec
