@@ -122,3 +122,20 @@ def test_a_python_launcher_is_refused_with_the_fix(tmp_path, name, text):
 
 def test_shell_that_happens_to_parse_as_python_is_read_as_shell(tmp_path):
     assert read_launcher(_write(tmp_path, "true\n", "job")).launch is None
+
+
+def test_values_the_doctor_cannot_know_are_still_set_and_env_prefixes_reach_the_ranks(tmp_path):
+    path = _write(tmp_path, "CONF=$(cat conf)\nexport TORCH_XPU_ALLOC_CONF=$CONF\n"
+                            "mpiexec -n 12 -ppn 12 env LD_PRELOAD=/usr/lib64/libpil4dfs.so python3 train.py\n")
+    found = {f.rule: f.line for f in diagnose(DoctorRequest(launchers=(path,), platform="aurora",
+                                                            strategy="fsdp_full_shard")).findings}
+    assert found == {"env-torch-xpu-alloc-conf": 2, "daos-preload-fsdp": 3}
+
+
+def test_a_command_chain_runs_and_only_a_fallback_is_an_open_branch(tmp_path):
+    path = _write(tmp_path, f"cd /work && {PRELOAD}\ntrue || export CCL_WORKER_COUNT=8\n"
+                            "mpiexec -n 12 -ppn 12 python3 train.py\n")
+    found = {f.rule: f for f in diagnose(DoctorRequest(launchers=(path,), platform="aurora",
+                                                       strategy="fsdp_full_shard")).findings}
+    assert found["daos-preload-fsdp"].severity == "error" and "branch" not in found["daos-preload-fsdp"].message
+    assert found["env-ccl-worker-count"].severity == "warning" and "not true" in found["env-ccl-worker-count"].message

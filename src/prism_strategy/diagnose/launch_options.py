@@ -57,14 +57,17 @@ def is_module_load(e: Event) -> bool:
 
 
 def launch_env_options(launch: Event) -> dict[str, tuple[str, str, int]]:
-    """Variables a launch command sets for its ranks: --env NAME=V, -x NAME=V, -genv NAME V."""
+    """Variables a launch command sets for its ranks: --env NAME=V, -x NAME=V, -genv NAME V, and
+    `env NAME=V program` as the rank command."""
     out, args = {}, launch.args
+    in_env = False
     for k, a in enumerate(args):
         m = ASSIGN.match(a)
-        if m and k and args[k - 1] in ("--env", "-env", "-x", "--export"):
+        if m and k and (args[k - 1] in ("--env", "-env", "-x", "--export") or in_env):
             out[m.group(1)] = (m.group(2), launch.file, launch.line)
         if a in ("-genv", "-env") and k + 2 < len(args) and not ASSIGN.match(args[k + 1]):
             out[args[k + 1]] = (args[k + 2], launch.file, launch.line)
+        in_env = (a.rsplit("/", 1)[-1] == "env" or (in_env and bool(m)))
     return out
 
 

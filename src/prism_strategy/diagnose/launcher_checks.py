@@ -148,9 +148,9 @@ class LauncherFile:
 
     def env_values(self) -> list[tuple[str, str, str, int]]:
         """(name, value, file, line) of every value a rank may run with: each side of a branch
-        the script leaves open counts; values the doctor cannot know are left out."""
-        out = [(n, b.value, *b.where) for n, bound in self.rank_env.items() for b in bound
-               if b.exported and not b.unset and b.value is not None and b.where is not None]
+        the script leaves open counts; a value the doctor cannot know is given as written."""
+        out = [(n, b.value if b.value is not None else b.raw, *b.where) for n, bound in self.rank_env.items()
+               for b in bound if b.exported and not b.unset and b.where is not None and (b.value is not None or b.raw)]
         for e in self.timeline:
             if e.kind == "launch":
                 out += [(n, v, f, ln) for n, (v, f, ln) in launch_env_options(e).items()]

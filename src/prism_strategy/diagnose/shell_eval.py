@@ -250,9 +250,9 @@ class Interpreter:
         was = state.env.get(name)
         export = exported if exported is not None else bool(was and any(b.exported for b in was))
         line = line_of(node, offset)
-        state.env[name] = (Binding(value=value, exported=export, where=(file, line)),)
+        raw = _shown(value_node) if value_node is not None else ""
+        state.env[name] = (Binding(value=value, exported=export, where=(file, line), raw=raw),)
         if export:
-            raw = node_text(value_node) if value_node is not None else ""
             self.emit(state, kind="export", name=name, value=value if value is not None else raw, file=file, line=line)
 
     def _declaration(self, node: Node, state: State, file: str, offset: int) -> None:

@@ -61,6 +61,8 @@ class Binding:
     where: tuple[str, int] | None = None
     """(file, line) of the assignment; None for the submitting environment."""
     unset: bool = False
+    raw: str = ""
+    """The value as written, when the doctor cannot know it ($(...), an unknown variable)."""
 
 
 Lookup = Callable[[str], "tuple[Binding, ...] | None"]
