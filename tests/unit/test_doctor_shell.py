@@ -139,3 +139,10 @@ def test_a_command_chain_runs_and_only_a_fallback_is_an_open_branch(tmp_path):
                                                        strategy="fsdp_full_shard")).findings}
     assert found["daos-preload-fsdp"].severity == "error" and "branch" not in found["daos-preload-fsdp"].message
     assert found["env-ccl-worker-count"].severity == "warning" and "not true" in found["env-ccl-worker-count"].message
+
+
+def test_arithmetic_on_known_values_gives_the_node_count(tmp_path):
+    lf = read_launcher(_write(tmp_path, "NNODES=4\nRPN=12\nmpiexec -n $((NNODES * RPN)) -ppn $RPN python3 train.py\n"))
+    assert (lf.launch.args[:4], lf.nodes()) == (("-n", "48", "-ppn", "12"), 4)
+    unknown = read_launcher(_write(tmp_path, "mpiexec -n $((N / 0)) -ppn 12 python3 train.py\n", "b.sh"))
+    assert unknown.nodes() is None

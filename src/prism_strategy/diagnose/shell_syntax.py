@@ -110,7 +110,39 @@ class Expander:
             return self._expansion(node)
         if t == "string_content":
             return unescape_double(node_text(node))
-        return None  # command/process substitution, arithmetic, $'...', arrays
+        if t == "arithmetic_expansion":
+            inner = node.named_children
+            v = self.arith(inner[0]) if len(inner) == 1 else None
+            return None if v is None else str(v)
+        return None  # command/process substitution, $'...', arrays
+
+    def arith(self, node: Node) -> int | None:
+        """$(( ... )) over integers: + - * / % and parentheses; names are variables."""
+        t = node.type
+        if t == "number":
+            try:
+                return int(node_text(node), 0)
+            except ValueError:
+                return None
+        if t in ("variable_name", "simple_expansion", "expansion"):
+            v = self.var(node_text(node)) if t == "variable_name" else self.word(node)
+            return int(v) if v is not None and re.fullmatch(r"-?\d{1,18}", v.strip()) else None
+        if t == "parenthesized_expression" and len(node.named_children) == 1:
+            return self.arith(node.named_children[0])
+        if t == "binary_expression":
+            op = node.child_by_field_name("operator")
+            a = self.arith(node.child_by_field_name("left"))
+            b = self.arith(node.child_by_field_name("right"))
+            if a is None or b is None or op is None:
+                return None
+            o = node_text(op)
+            if o in ("/", "%") and b == 0:
+                return None
+            ops = {"+": a + b, "-": a - b, "*": a * b}
+            if o in ops:
+                return ops[o] if abs(ops[o]) < 2**62 else None
+            return int(a / b) if o == "/" else (a - b * int(a / b) if o == "%" else None)
+        return None
 
     def _join(self, parts: list[Node], *, quoted: bool) -> str | None:
         out = []
