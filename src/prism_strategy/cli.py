@@ -558,8 +558,9 @@ def doctor(
     settle_s: Annotated[float, typer.Option(help="Seconds to wait after --clean (XCCL state settles)")] = 10.0,
     device_glob: Annotated[Optional[list[str]], typer.Option(help="Device files a leftover process may hold; "
                                                                   "repeatable (default /dev/dri/*, /dev/nvidia*)")] = None,
-    module_show: Annotated[Optional[list[str]], typer.Option(help="`module show <module>` output (Lmod or Tcl): "
-                                                                  "what each module load sets, exactly; repeatable")] = None,
+    module_show: Annotated[Optional[list[str]], typer.Option(help="`module show <module>` output (Lmod or Tcl), or "
+                                                                  "'live' to run it here: what each module load sets, "
+                                                                  "exactly; repeatable")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output: findings, environment, summary")] = False,
 ) -> None:
     """Find launch mistakes in the live environment, launchers and scripts; exit 1 on an error."""

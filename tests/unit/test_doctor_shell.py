@@ -146,3 +146,19 @@ def test_arithmetic_on_known_values_gives_the_node_count(tmp_path):
     assert (lf.launch.args[:4], lf.nodes()) == (("-n", "48", "-ppn", "12"), 4)
     unknown = read_launcher(_write(tmp_path, "mpiexec -n $((N / 0)) -ppn 12 python3 train.py\n", "b.sh"))
     assert unknown.nodes() is None
+
+
+def test_module_show_live_asks_the_login_shells_module_command(tmp_path, monkeypatch):
+    """`module` as Lmod defines it, a login-shell function (here from ~/.bash_profile)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bash_profile").write_text(
+        'module() { case "$2" in frameworks|frameworks/2025.3.1) ;; *) echo "Lmod has detected the following error" >&2;'
+        ' return 1;; esac\n  echo "   /opt/x/modulefiles/frameworks/2025.3.1.lua:" >&2;'
+        ' echo \'setenv("CCL_WORKER_COUNT","1")\' >&2; }\n')
+    monkeypatch.setenv("HOME", str(home))
+    path = FIXTURES / "launchers" / "warn_export_unknown_to_module.pbs"
+    assert _rules(path, module_show=(Path("live"),)) == {"launcher-export-before-module-load": "error"}
+    other = _write(tmp_path, "module load frameworks/2024.1\nexport CCL_WORKER_COUNT=1\n")
+    with pytest.raises(SpecError, match="module show frameworks/2024.1` gave no module"):
+        diagnose(DoctorRequest(launchers=(other,), module_show=(Path("live"),)))

@@ -17,6 +17,7 @@ from typing import Any
 
 from prism_strategy.diagnose import launcher_checks, live_checks, modules, script_checks
 from prism_strategy.diagnose.findings import SEVERITIES, Context, Finding
+from prism_strategy.diagnose.launch_options import is_module_load
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.strategies import get_strategy
@@ -55,7 +56,7 @@ class DoctorRequest:
     device_globs: tuple[str, ...] = ()
     """Device files a leftover process holds; () = the default /dev/dri, /dev/nvidia* set."""
     module_show: tuple[Path, ...] = ()
-    """`module show` output files: what each module load sets, exactly."""
+    """`module show` output files (or `live`: run it here): what each module load sets, exactly."""
 
 
 def diagnose(req: DoctorRequest) -> DoctorReport:
@@ -65,8 +66,14 @@ def diagnose(req: DoctorRequest) -> DoctorReport:
     ctx = Context(platform=load_platform(req.platform) if req.platform else None,
                   strategy=get_strategy(req.strategy) if req.strategy else None, nodes=req.nodes,
                   env_profile=req.env_profile)
-    shown = tuple(m for p in req.module_show for m in modules.read_module_show(p))
+    saved = [p for p in req.module_show if str(p) != modules.LIVE]
+    shown = tuple(m for p in saved for m in modules.read_module_show(p))
     launchers = [launcher_checks.read_launcher(p, shown) for p in req.launchers]
+    if len(saved) < len(req.module_show):  # --module-show live: ask `module show` about what they load
+        loaded = [n for lf in launchers for e in getattr(lf, "timeline", ()) if is_module_load(e)
+                  for n in modules.loaded_names(e.args)]
+        shown += modules.module_show_live(loaded)
+        launchers = [launcher_checks.read_launcher(p, shown) for p in req.launchers]
     scripts = [script_checks.read_script(p) for p in req.scripts]
     for item in (*launchers, *scripts):
         ctx = item.refine(ctx)

@@ -7,7 +7,8 @@ exact set from `module show` output (--module-show). Lmod prints `setenv("X","v"
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import subprocess
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -83,6 +84,34 @@ def read_module_show(path: Path) -> tuple[ModuleFacts, ...]:
     except OSError as e:
         raise SpecError(f"cannot read --module-show {str(path)[:120]}: {e.strerror}") from None
     return parse_module_show(text, str(path))
+
+
+LIVE = "live"
+"""--module-show live: run `module show` for each module the launchers load."""
+LIVE_TIMEOUT_S = 60.0
+
+
+def module_show_live(names: list[str], timeout_s: float = LIVE_TIMEOUT_S) -> tuple[ModuleFacts, ...]:
+    """`module show NAME` in a login shell (where Lmod or Environment Modules define `module`,
+    as on an Aurora login node), for each module name; its output read as --module-show FILE."""
+    out: list[ModuleFacts] = []
+    for name in dict.fromkeys(names):
+        try:
+            res = subprocess.run(["bash", "-lc", 'module show "$1" 2>&1', "module-show", name], capture_output=True,
+                                 text=True, errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SpecError(f"--module-show live: `module show {name}` did not run ({type(e).__name__}); "
+                            f"pass saved `module show` output as --module-show FILE") from None
+        first = next((ln.strip() for ln in res.stdout.splitlines() if ln.strip()), "no output")[:120]
+        try:
+            facts = parse_module_show(res.stdout, f"live (`module show {name}`)") if res.returncode == 0 else ()
+        except SpecError:
+            facts = ()
+        if not facts or all(f.name == "*" and not f.sets for f in facts):
+            raise SpecError(f"--module-show live: `module show {name}` gave no module ({first}): run the doctor "
+                            f"where the module exists (an Aurora login node), or pass saved output as --module-show FILE")
+        out += [replace(f, name=name) if f.name == "*" else f for f in facts]
+    return tuple(out)
 
 
 def facts_for(loaded: str, shown: tuple[ModuleFacts, ...]) -> ModuleFacts | None:
