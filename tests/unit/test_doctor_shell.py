@@ -74,7 +74,8 @@ def test_a_rank_script_written_by_a_heredoc_is_followed(tmp_path):
     text = ("cat > rank.sh <<'EOF'\nmodule load frameworks\nexec python3 train.py\nEOF\n"
             "export CCL_PROCESS_LAUNCHER=none\nmpiexec -n 24 -ppn 12 bash rank.sh\n")
     lf = read_launcher(_write(tmp_path, text))
-    assert [(e.kind, e.line) for e in lf.per_rank] == [("module", 2), ("launch", 3)]
+    assert [(e.kind, e.file, e.line) for e in lf.per_rank] == [("module", str(tmp_path / "job.sh"), 2),
+                                                                ("launch", str(tmp_path / "job.sh"), 3)]
     assert _rules(tmp_path / "job.sh") == {"launcher-no-per-rank-export": "error"}
 
 

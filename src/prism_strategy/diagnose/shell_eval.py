@@ -106,7 +106,7 @@ class Interpreter:
             name = Expander(state.lookup).word(target)
             text = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
             if name and text is not None and node_text(body.child_by_field_name("name") or body) in ("cat", "tee"):
-                state.files[Path(name).name] = (node_text(text), text.start_point[0] + offset)
+                state.files[Path(name).name] = (node_text(text), text.start_point[0] + offset, file)
         if body is not None:
             self.statement(body, state, file, offset)
 
@@ -340,9 +340,8 @@ class Interpreter:
         path = self.root / name
         if self.depth >= MAX_DEPTH:
             return
-        if name in state.files:
-            text, off = state.files[name]
-            where = f"{self.root / name} (heredoc)"
+        if name in state.files:  # written by a heredoc: its lines are the launcher's
+            text, off, where = state.files[name]
         elif path.is_file():
             try:
                 text, off, where = path.read_text(errors="replace"), 0, str(path)

@@ -13,8 +13,8 @@ from prism_strategy.diagnose.shell_syntax import Binding, Node
 class State:
     env: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
     functions: dict[str, tuple[Node, int, str]] = field(default_factory=dict)
-    files: dict[str, tuple[str, int]] = field(default_factory=dict)
-    """Files a heredoc writes (cat > rank.sh <<EOF): name -> (text, line offset)."""
+    files: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+    """Files a heredoc writes (cat > rank.sh <<EOF): name -> (text, line offset, launcher file)."""
     branch: tuple[Cond, ...] = ()
 
     def fork(self, cond: Cond | None = None) -> "State":
