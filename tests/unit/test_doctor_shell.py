@@ -163,3 +163,10 @@ def test_module_show_live_asks_the_login_shells_module_command(tmp_path, monkeyp
     other = _write(tmp_path, "module load frameworks/2024.1\nexport CCL_WORKER_COUNT=1\n")
     with pytest.raises(SpecError, match="module show frameworks/2024.1` gave no module"):
         diagnose(DoctorRequest(launchers=(other,), module_show=(Path("live"),)))
+
+
+def test_a_test_on_run_time_rank_variables_keeps_the_severity(tmp_path):
+    path = _write(tmp_path, f'if [ "$PALS_LOCAL_RANKID" -eq 0 ]; then\n  {PRELOAD}\nfi\n'
+                            "mpiexec -n 12 -ppn 12 python3 train.py\n")
+    [f] = diagnose(DoctorRequest(launchers=(path,), strategy="fsdp_full_shard")).findings
+    assert f.severity == "error" and "set at run time" in f.message

@@ -12,6 +12,12 @@ _MODULE_NON_LOADS = frozenset({"use", "unuse", "list", "avail", "show", "display
                                "is-loaded", "-t", "--terse"})
 
 
+RUN_TIME = re.compile(r"^(PALS_|PMI_|PMIX_|OMPI_|SLURM_|PBS_|MPI_LOCALRANKID|RANK$|LOCAL_RANK$|WORLD_SIZE$|"
+                      r"LOCAL_WORLD_SIZE$|HOSTNAME$|MASTER_ADDR$)")
+"""Variables the launcher or scheduler sets when the job runs: a test on them is true for some
+ranks or jobs, not a choice left to whoever submits."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Cond:
     """One `if`/`case`/`&&` branch an event sits on, left open by the script."""
@@ -23,13 +29,20 @@ class Cond:
     names: tuple[str, ...]
     """Variables the test reads that the script does not fix."""
     default: bool | None
-    """Whether this side runs when those variables are unset (None: the test is unknowable)."""
+    """Whether this side runs when those variables are unset (None: the test is unknowable);
+    True for a test on what the launcher sets per rank at run time (some ranks run it)."""
+
+    @property
+    def at_run_time(self) -> bool:
+        return bool(self.names) and all(RUN_TIME.match(n) for n in self.names)
 
     def describe(self) -> str:
         at = f"{self.text} ({self.file}:{self.line})"
         names = ", ".join(self.names)
         if not self.names:
             return f"on the branch where {at} holds, which the doctor cannot decide"
+        if self.at_run_time:
+            return f"on the ranks or jobs where {at} holds ({names}: set at run time by the launcher or scheduler)"
         when = "unless the job is submitted with" if self.default else "only if the job is submitted with"
         return f"on the branch where {at} holds: the script leaves {names} open, so it runs {when} {names} set"
 
@@ -48,7 +61,7 @@ class Event:
 
     @property
     def runs_by_default(self) -> bool:
-        return all(c.default for c in self.branch)
+        return all(c.default or c.at_run_time for c in self.branch)
 
 
 def is_module_load(e: Event) -> bool:
