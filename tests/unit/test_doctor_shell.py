@@ -170,3 +170,11 @@ def test_a_test_on_run_time_rank_variables_keeps_the_severity(tmp_path):
                             "mpiexec -n 12 -ppn 12 python3 train.py\n")
     [f] = diagnose(DoctorRequest(launchers=(path,), strategy="fsdp_full_shard")).findings
     assert f.severity == "error" and "set at run time" in f.message
+
+
+def test_parameter_expansions_the_doctor_knows_and_those_it_does_not(tmp_path):
+    text = ("H=node1.x.y\nA=${H%%.*}\nB=${N:-12}\nC=${H:-z}\nD=${#H}\nE=${PALS_RANKID:-${PMI_RANK:?no rank}}\n"
+            "F=$(( -7 / 2 ))\nG=$(( -7 % 2 ))\nexport A B C D E F G\n")
+    env = read_launcher(_write(tmp_path, text)).rank_env
+    assert {k: env[k][0].value for k in "ABCDEFG"} == {"A": None, "B": "12", "C": "node1.x.y", "D": None, "E": None,
+                                                       "F": "-3", "G": "-1"}

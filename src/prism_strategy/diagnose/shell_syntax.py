@@ -69,6 +69,9 @@ Lookup = Callable[[str], "tuple[Binding, ...] | None"]
 """name -> the bindings it may hold; None when the script never assigned it (open)."""
 
 
+_DEFAULT_OPS = frozenset({":-", "-", ":=", "=", ":?", "?", ":+", "+"})
+
+
 @dataclass(frozen=True, slots=True)
 class Expander:
     lookup: Lookup
@@ -83,9 +86,6 @@ class Expander:
             return "" if self.open_default else None
         values = {b.value for b in bound}
         return values.pop() if len(values) == 1 else None
-
-    def is_open(self, name: str) -> bool:
-        return self.lookup(name) is None
 
     def word(self, node: Node) -> str | None:
         t = node.type
@@ -129,6 +129,9 @@ class Expander:
             return int(v) if v is not None and re.fullmatch(r"-?\d{1,18}", v.strip()) else None
         if t == "parenthesized_expression" and len(node.named_children) == 1:
             return self.arith(node.named_children[0])
+        if t == "unary_expression" and len(node.named_children) == 1 and node_text(node.children[0]) in "-+":
+            v = self.arith(node.named_children[0])
+            return None if v is None else (-v if node_text(node.children[0]) == "-" else v)
         if t == "binary_expression":
             op = node.child_by_field_name("operator")
             a = self.arith(node.child_by_field_name("left"))
@@ -141,7 +144,10 @@ class Expander:
             ops = {"+": a + b, "-": a - b, "*": a * b}
             if o in ops:
                 return ops[o] if abs(ops[o]) < 2**62 else None
-            return int(a / b) if o == "/" else (a - b * int(a / b) if o == "%" else None)
+            if o not in ("/", "%"):
+                return None
+            q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)  # C's division, as bash's
+            return q if o == "/" else a - b * q
         return None
 
     def _join(self, parts: list[Node], *, quoted: bool) -> str | None:
@@ -159,14 +165,14 @@ class Expander:
 
     def _expansion(self, node: Node) -> str | None:
         """${X}, ${X:-d}, ${X-d}, ${X:=d}, ${X:?msg}; anything else (${#X}, ${X%%.*}) unknown."""
-        names = [c for c in node.named_children if c.type == "variable_name"]
-        ops = [node_text(c) for c in node.children if c.type in (":-", "-", ":=", "=", ":?", "?", ":+", "+")]
-        if len(names) != 1 or len([c for c in node.children if not c.is_named]) > 3:
+        named = node.named_children
+        ops = [node_text(c) for c in node.children if not c.is_named and node_text(c) not in ("${", "}")]
+        if not named or named[0].type != "variable_name" or len(ops) > 1 or (ops and ops[0] not in _DEFAULT_OPS):
             return None
-        name = node_text(names[0])
+        name = node_text(named[0])
         if not ops:
-            return self.var(name)
-        rest = [c for c in node.named_children if c is not names[0]]
+            return self.var(name) if len(named) == 1 else None
+        rest = named[1:]
         default = self._join(rest, quoted=True) if rest else ""
         op = ops[0]
         self.names.add(name)
@@ -177,7 +183,7 @@ class Expander:
             value = self.var(name)
             return None if value is None else (default if value or op == "+" else "")
         if bound is None:  # open: the script's own default is what runs unless the job sets it
-            return default
+            return None if "?" in op else default  # ${X:?msg}: set at run time, or the script stops
         value = self.var(name)
         if value is None:
             return None
