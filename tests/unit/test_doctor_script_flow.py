@@ -77,3 +77,21 @@ def test_find_unused_through_a_variable_and_an_environment_default(tmp_path):
     [f] = _findings("bad_find_unused_env_switch.py")
     assert (f.rule, f.line) == ("find-unused-cost", 10) and "FIND_UNUSED" in f.message
     assert _findings("bad_find_unused_env_switch.py", (_launcher(tmp_path, FIND_UNUSED="0"),)) == []
+
+
+def test_a_calls_result_is_not_a_decided_test(tmp_path):
+    """`if use_compile():` is open (a call's truth is unknown), unlike a value the script fixes."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n\ndef main(model):\n    mode = pick_mode()\n    if mode == 'compiled':\n"
+                      "        model = torch.compile(model)\n    if use_compile():\n        model = torch.compile(model)\n")
+    [f] = diagnose(DoctorRequest(scripts=(script,), platform="aurora", nodes=2)).findings
+    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile", "error", 6)
+
+
+def test_a_compile_the_launcher_switches_off_does_not_hide_a_later_one(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import os\nimport torch\n\ndef main(model):\n    if os.environ.get('TORCH_COMPILE') == '1':\n"
+                      "        model = torch.compile(model)\n    return torch.compile(model)\n")
+    launcher = _launcher(tmp_path, TORCH_COMPILE="0")
+    [f] = diagnose(DoctorRequest(scripts=(script,), launchers=(launcher,), platform="aurora", nodes=2)).findings
+    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile", "error", 7)

@@ -117,7 +117,11 @@ def _all_lost(tl: list[Event], loads: list[int], known: list[tuple[Event, Event]
                        f"{knowledge(load, shown).describe()}")]
 
 
+UNCERTAIN_REASON = ("a module load can reset CCL/FI variables exported before it; if this one does, the ranks run "
+                    "with the module's values instead")
+
+
 def _uncertain(rule_id: str, file: str, line: int, detail: str) -> Finding:
     r = get_rule(rule_id)
     return make_finding(rule_id, "warning", set(), file=file, line=line, detail=detail,
-                        reason=r.reason, fix=f"{r.fix}; or {_SHOW_FIX}", source=r.source)
+                        reason=UNCERTAIN_REASON, fix=f"{r.fix}; or {_SHOW_FIX}", source=r.source)

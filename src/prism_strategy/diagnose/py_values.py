@@ -21,9 +21,16 @@ MAX_DEPTH = 8
 
 @dataclass(frozen=True, slots=True)
 class Symbol:
-    """An object the doctor names but does not build: ShardingStrategy.SHARD_GRAD_OP, a call."""
+    """An object the doctor names but does not build: ShardingStrategy.SHARD_GRAD_OP (a member,
+    comparable by name), or a call's result (not None, but neither its truth nor its value is
+    known)."""
 
     name: str
+    call: bool = False
+
+
+def _opaque(v: Any) -> bool:
+    return v is UNKNOWN or (isinstance(v, Symbol) and v.call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +105,7 @@ class Values:
         if isinstance(node, ast.IfExp):
             out = []
             for t in self.eval(node.test, scope, line):
-                if t.value is UNKNOWN:
+                if _opaque(t.value):
                     return [Alt(UNKNOWN)]
                 for v in self.eval(node.body if t.value else node.orelse, scope, line):
                     out.append(_alt(v.value, [t, v]))
@@ -146,7 +153,7 @@ class Values:
         for test, side in conds:
             alts = self.eval(test, scope, line)
             where = f"`if {ast.unparse(test)[:60]}` (line {test.lineno})"
-            if any(a.value is UNKNOWN for a in alts):
+            if any(_opaque(a.value) for a in alts):
                 notes.append(f"under {where}, which the doctor cannot decide")
                 taken, by_default = None, False
                 continue
@@ -179,7 +186,7 @@ class Values:
                                  lambda v: getattr(v, node.func.attr)() if isinstance(v, str) else UNKNOWN)
         if fn == "dict" and not node.args and all(k.arg for k in node.keywords):
             return self._dict([(k.arg, k.value) for k in node.keywords], scope, line)
-        return [Alt(Symbol(f"{fn}(...)"))]
+        return [Alt(Symbol(f"{fn}(...)", call=True))]
 
     def _environ(self, node: ast.Call, scope: str, line: int) -> list[Alt]:
         key = self.eval(node.args[0], scope, line)
@@ -225,7 +232,7 @@ class Values:
             combos = [_alt(c.value + (v.value,), [c, v]) for c in combos for v in self.eval(n, scope, line)][:MAX_ALTS]
         out = []
         for c in combos:
-            if not keep_unknown and any(v is UNKNOWN for v in c.value):
+            if not keep_unknown and any(_opaque(v) for v in c.value):
                 out.append(_alt(UNKNOWN, [c]))
                 continue
             try:

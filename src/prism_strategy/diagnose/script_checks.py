@@ -171,7 +171,10 @@ def _is_compile(s: ScriptFile, c: Call) -> bool:
 
 
 def _compile(s: ScriptFile, ctx: Context) -> list[Finding]:
-    first = next((c for c in s.calls if _is_compile(s, c)), None)
+    """The first torch.compile that can run (one under a test the values decide false cannot)."""
+    vals = s.values(ctx)
+    first = next((c for c in s.calls if _is_compile(s, c) and vals.conditions(c.conds, c.scope, c.line).taken
+                  is not False), None)
     if first is None:
         return []
     return check_observed({"compile": True}, ctx, **s.where(first, f"{first.name}(...) compiles the model"))
