@@ -52,7 +52,8 @@ def knowledge(load: Event, shown: tuple[ModuleFacts, ...]) -> LoadKnowledge:
                          unknown=tuple(unknown))
 
 
-_SHOW_FIX = "run `module show <module>` on a login node and pass its output with --module-show FILE to make this exact"
+_SHOW_FIX = ("make this exact with --module-show live on an Aurora login node, or with saved `module show <module>` "
+             "output as --module-show FILE")
 
 
 def check_module_order(tl: list[Event], launch: Event | None, per_rank: list[Event] | None,
