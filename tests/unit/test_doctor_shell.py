@@ -121,6 +121,11 @@ def test_a_python_launcher_is_refused_with_the_fix(tmp_path, name, text):
         read_launcher(_write(tmp_path, text, name))
 
 
+def test_the_refusal_points_at_the_job_script_template(tmp_path):
+    with pytest.raises(SpecError, match="job-script template at line 7"):
+        read_launcher(FIXTURES / "refused" / "launch_aurora.py")
+
+
 def test_shell_that_happens_to_parse_as_python_is_read_as_shell(tmp_path):
     assert read_launcher(_write(tmp_path, "true\n", "job")).launch is None
 

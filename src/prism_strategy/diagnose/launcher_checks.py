@@ -219,6 +219,19 @@ def looks_like_python(path: Path, text: str) -> bool:
     return any(isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)) for n in tree.body)
 
 
+_JOB_MARKERS = re.compile(r"^\s*(#PBS|#SBATCH|mpiexec|mpirun|srun|torchrun)\b", re.M)
+
+
+def job_template_line(text: str) -> int | None:
+    """Line of the first string literal that reads like a job script (#PBS, mpiexec, ...)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    return next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and _JOB_MARKERS.search(n.value)), None)
+
+
 def read_launcher(path: Path, modules: tuple[ModuleFacts, ...] = ()) -> "LauncherFile | StrategyTomlFile | DsConfigFile":
     """A shell launcher, a strategy.toml or a ds_config.json (by suffix); a Python program is
     refused: the doctor reads the job script it writes, never Python as shell."""
@@ -234,6 +247,8 @@ def read_launcher(path: Path, modules: tuple[ModuleFacts, ...] = ()) -> "Launche
     if path.suffix == ".json":
         return DsConfigFile.read(path, text)
     if looks_like_python(path, text):
-        raise SpecError(f"--launcher {str(path)[:120]} is a Python program, not a job script: pass the job script it "
-                        f"writes (e.g. its dry-run output) as --launcher, or the training script as --script")
+        template = job_template_line(text)
+        holds = f" (it holds a job-script template at line {template})" if template else ""
+        raise SpecError(f"--launcher {str(path)[:120]} is a Python program{holds}, not a job script: pass the job "
+                        f"script it writes (e.g. its dry-run output) as --launcher, or the training script as --script")
     return read_shell_launcher(path, text, modules)
