@@ -183,3 +183,10 @@ def test_parameter_expansions_the_doctor_knows_and_those_it_does_not(tmp_path):
     env = read_launcher(_write(tmp_path, text)).rank_env
     assert {k: env[k][0].value for k in "ABCDEFG"} == {"A": None, "B": "12", "C": "node1.x.y", "D": None, "E": None,
                                                        "F": "-3", "G": "-1"}
+
+
+def test_a_purge_after_the_exports_is_an_uncertain_reset(tmp_path):
+    path = _write(tmp_path, "module load frameworks\nexport CCL_WORKER_COUNT=1\nmodule purge\n"
+                            "mpiexec -n 12 -ppn 12 python3 train.py\n")
+    [f] = diagnose(DoctorRequest(launchers=(path,), platform="aurora")).findings
+    assert (f.rule, f.severity) == ("launcher-no-per-rank-export", "warning") and "module purge" in f.message

@@ -22,8 +22,8 @@ from prism_strategy.diagnose.launch_options import Event, directives, launch_env
 from prism_strategy.diagnose.live_checks import check_env_values, check_modules
 from prism_strategy.diagnose.module_checks import check_module_order
 from prism_strategy.diagnose.modules import ModuleFacts
-from prism_strategy.diagnose.shell_syntax import Binding
 from prism_strategy.diagnose.shell_eval import MPI_LAUNCHERS, main_launch, read_events
+from prism_strategy.diagnose.shell_syntax import Binding
 from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
 from prism_strategy.rules import get_rule
 from prism_strategy.specs.errors import SpecError

@@ -39,7 +39,10 @@ class LoadKnowledge:
 def knowledge(load: Event, shown: tuple[ModuleFacts, ...]) -> LoadKnowledge:
     sets: set[str] = set()
     sources, unknown, complete = [], [], True
-    for name in loaded_names(load.args):
+    names = loaded_names(load.args)
+    if not names:  # module purge / unload: what it resets depends on what was loaded
+        return LoadKnowledge(sets=frozenset(), complete=False, sources=(), unknown=(f"module {' '.join(load.args)}",))
+    for name in names:
         facts = facts_for(name, shown)
         if facts is None:
             unknown.append(name)
