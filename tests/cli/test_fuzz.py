@@ -285,7 +285,8 @@ SHELL_PIECES = ["export ", "A=1 ", "B=$A ", "${X:-12} ", "${Y:?no} ", "$((1+)) "
 
 def _shell_cases(rng: random.Random) -> list[bytes]:
     fixtures = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "launchers").glob("*.pbs"))
-    cases = [b"", bytes(rng.randrange(256) for _ in range(2048)), b"\xff\xfe" + "export A=1\n".encode("utf-16-le")]
+    cases = [b"", bytes(rng.randrange(256) for _ in range(2048)), b"\xff\xfe" + "export A=1\n".encode("utf-16-le"),
+             ("if [ 1 ]; then " * 1500 + "export A=1; " + "fi; " * 1500).encode(), b"(" * 3000 + b"x" + b")" * 3000]
     for _ in range(120):
         cases.append("".join(rng.choice(SHELL_PIECES) for _ in range(rng.randrange(1, 60))).encode())
     for path in fixtures:
@@ -324,6 +325,10 @@ def test_the_script_value_reader_ends_cleanly_on_truncated_scripts(tmp_path):
     rng = random.Random(SEED)
     scripts = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "scripts").glob("*.py"))
     failures = []
+    deep = tmp_path / "deep.py"
+    deep.write_text("import torch\nx = " + "+".join(["1"] * 20000) + "\ntorch.compile(x)\n")
+    with pytest.raises(SpecError):
+        diagnose(DoctorRequest(scripts=(deep,)))
     for k, src in enumerate(scripts):
         text = src.read_text()
         for j in range(6):

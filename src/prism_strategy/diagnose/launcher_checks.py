@@ -192,7 +192,11 @@ def on_branch(f: Finding, timeline: list[Event]) -> Finding:
 
 
 def read_shell_launcher(path: Path, text: str, modules: tuple[ModuleFacts, ...] = ()) -> LauncherFile:
-    interp = read_events(text, str(path), path.parent, modules)
+    try:
+        interp = read_events(text, str(path), path.parent, modules)
+    except RecursionError:
+        raise SpecError(f"--launcher {str(path)[:120]}: nested too deeply to read (no job script nests "
+                        f"hundreds of blocks)") from None
     main = main_launch(interp)
     mpi = main is not None and main.event.name in MPI_LAUNCHERS
     rank_state = main.rank_state if mpi and main.rank_state is not None else interp.final

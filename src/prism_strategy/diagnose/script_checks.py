@@ -53,6 +53,12 @@ class ScriptFile:
         return out
 
     def check(self, ctx: Context) -> list[Finding]:
+        try:
+            return self._check(ctx)
+        except RecursionError:
+            raise SpecError(f"--script {self.path}: an expression nested too deeply to follow") from None
+
+    def _check(self, ctx: Context) -> list[Finding]:
         vals = self.values(ctx)
         out = []
         for check in (_device_id, _unused_and_static, _compile, _empty_cache, _loader_after_mesh, _one_element_probe,
@@ -118,8 +124,13 @@ def read_script(path: Path) -> ScriptFile:
         raise SpecError(f"cannot read --script {path}: {e.strerror}") from None
     except SyntaxError as e:
         raise SpecError(f"--script {path} is not valid Python (line {e.lineno}: {e.msg})") from None
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise SpecError(f"--script {path} cannot be read as Python ({type(e).__name__})") from None
     c = Collector()
-    c.visit(tree)
+    try:
+        c.visit(tree)
+    except RecursionError:
+        raise SpecError(f"--script {path}: nested too deeply to read") from None
     return ScriptFile(path=path, calls=c.calls, assigns=c.assigns, words=frozenset(c.words), modules=frozenset(c.modules))
 
 
