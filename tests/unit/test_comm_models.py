@@ -10,7 +10,7 @@ import math
 import pytest
 
 from prism_strategy.estimate.comm import (
-    collective_call, collective_seconds, comm_readings, estimate_comm, nodes_beyond_fit,
+    collective_call, collective_seconds, comm_readings, estimate_comm,
 )
 from prism_strategy.estimate.comm_nccl import channels, latency_us, nccl_choice
 from prism_strategy.specs.parts import model_parts
@@ -126,4 +126,3 @@ def test_the_two_readings_of_the_cross_node_cost_agree_at_two_nodes_only():
     gap = at_10["cross-node cost per peer node"] - at_10["shipped"]
     assert gap == pytest.approx(8 * AURORA.scaleout_overhead_us * 1e-6)
     assert set(comm_readings(H100)) == {"shipped"}  # NCCL's model has no undecided fitted term
-    assert nodes_beyond_fit(AURORA, 10) == 5 and nodes_beyond_fit(H100, 10) is None

@@ -111,13 +111,6 @@ def collective_call(op: str, size: float, ranks: int, nodes: int, concurrent: in
     return alpha_beta_seconds(op, size, ranks, nodes, concurrent, p), f"{p.backend} {algo}"
 
 
-def nodes_beyond_fit(p: PlatformSpec, nodes: int) -> float | None:
-    """How far a node count lies beyond the records the platform's comm terms were fitted to:
-    nodes / comm_fitted_max_nodes (<= 1 inside), None when no comm term was fitted (priors only).
-    For ranges (issue 16 item 6): widen with this and the option's comm share."""
-    return nodes / p.comm_fitted_max_nodes if p.comm_fitted_max_nodes else None
-
-
 def comm_readings(p: PlatformSpec) -> dict[str, PlatformSpec]:
     """The platform as shipped, plus each reading of its comm terms the fitted records could not
     rule out. oneCCL: a cross-node collective's fixed cost fitted at 2 nodes, where (nodes-1) = 1,

@@ -102,9 +102,6 @@ class PlatformSpec:
     """NVLinks per GPU (0: GPUs talk over PCI): the bandwidth NCCL's channel search can use."""
     cpu_vendor: Literal["intel", "amd", "other"] = "intel"
     """Host CPU: NCCL's network overhead per step (1 us Intel, 2 us AMD)."""
-    comm_fitted_max_nodes: int = 0
-    """Largest node count among the records the comm terms were fitted to (0: none, priors only);
-    how far a plan's node count lies beyond what was measured."""
     compile_multinode_ok: bool = True
     cpu_cores_per_node: int = 0
     sources: dict[str, str] = field(default_factory=dict)
@@ -121,8 +118,8 @@ class PlatformSpec:
             raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
         if self.allocator_cache_factor < 0:
             raise SpecError(f"platform {self.name!r}: allocator_cache_factor must be >= 0, got {self.allocator_cache_factor}")
-        if self.nvlink_links < 0 or self.comm_fitted_max_nodes < 0:
-            raise SpecError(f"platform {self.name!r}: nvlink_links and comm_fitted_max_nodes must be >= 0")
+        if self.nvlink_links < 0:
+            raise SpecError(f"platform {self.name!r}: nvlink_links must be >= 0, got {self.nvlink_links}")
         if any(v < 0 for v in self.grad_path_us_per_tensor.values()):
             raise SpecError(f"platform {self.name!r}: grad_path_us_per_tensor values must be >= 0")
         if not 0 <= self.comm_overlap <= 1:
