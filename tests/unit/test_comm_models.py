@@ -126,3 +126,17 @@ def test_the_two_readings_of_the_cross_node_cost_agree_at_two_nodes_only():
     gap = at_10["cross-node cost per peer node"] - at_10["shipped"]
     assert gap == pytest.approx(8 * AURORA.scaleout_overhead_us * 1e-6)
     assert set(comm_readings(H100)) == {"shipped"}  # NCCL's model has no undecided fitted term
+
+
+def test_plan_beyond_the_measured_nodes_prices_every_reading():
+    """At 10 Aurora nodes (the fit measured 2) each option carries its step under both readings of
+    the cross-node cost, the per-peer one slower for a collective-heavy strategy; at 2 nodes none."""
+    from prism_strategy.planning.planner import plan
+
+    far = plan("qwen3-0.6b", platform="aurora", nodes=10, seq_len=512, micro_batch=8).option("fsdp_full_shard")
+    r = far.step_time_s_readings
+    assert r["shipped"] == pytest.approx(far.step_time_s)
+    assert r["cross-node cost per peer node"] > r["shipped"]
+    assert "measure it at 10 nodes" in far.provenance["communication_beyond_fit"]
+    near = plan("qwen3-0.6b", platform="aurora", nodes=2, seq_len=512, micro_batch=8).option("fsdp_full_shard")
+    assert near.step_time_s_readings == {} and "communication_beyond_fit" not in near.provenance

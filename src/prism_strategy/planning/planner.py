@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from prism_strategy.estimate.comm import CommEstimate, estimate_comm
+from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
 from prism_strategy.estimate.comm import model_description as comm_model_description
 from prism_strategy.estimate.compute import optimizer_time_s, phase_times
 from prism_strategy.estimate.host import host_terms
@@ -14,7 +14,7 @@ from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_
 from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch
-from prism_strategy.estimate.ranges import prediction_range
+from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.planning.recommend import annotate, recommend
 from prism_strategy.planning.scenario import Scenario, build_scenario
@@ -56,6 +56,9 @@ class Option:
     step_time_s_range: list[float] | None = None
     """[low, high]: the fit's leave-one-out range, widened beyond what was measured (estimate/ranges.py)."""
     samples_per_s_range: list[float] | None = None
+    step_time_s_readings: dict[str, float] = field(default_factory=dict)
+    """Beyond the node count the fit measured: the step time under each reading of the comm terms
+    its records could not rule out (estimate/comm.comm_readings); empty where there is one."""
 
     @property
     def comm_fraction(self) -> float:
@@ -136,12 +139,30 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     sc, parts = timed_view(sc, parts)
     _time(sc, parts, s, o, lay)
     _set_range(o, sc.platform, lay.nodes)
+    _set_readings(sc, parts, s, o, lay)
     if lay.nodes > 1:
         one = _time_only(sc, parts, s, mb, ga, Layout(nodes=1, ranks_per_node=lay.ranks_per_node))
         o.scaling_efficiency = (o.samples_per_s / lay.nodes) / one if one else None
     else:
         o.scaling_efficiency = 1.0
     return o
+
+
+def _set_readings(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay: Layout) -> None:
+    """The step under each reading of the comm terms the fit could not rule out, said in provenance."""
+    readings = comm_readings(sc.platform)
+    measured = max_measured_nodes(sc.platform)
+    if len(readings) < 2 or lay.nodes <= measured:
+        return
+    for label, p in readings.items():
+        x = Option(strategy=s.name, feasible=True, why_not=None, memory=None,  # type: ignore[arg-type]
+                   max_micro_batch=0, micro_batch=o.micro_batch, grad_accum=o.grad_accum)
+        _time(sc.with_platform(p), parts, s, x, lay)
+        o.step_time_s_readings[label] = x.step_time_s
+    each = ", ".join(f"{k} {v:.3f} s" for k, v in o.step_time_s_readings.items())
+    o.provenance["communication_beyond_fit"] = (
+        f"predicted at {lay.nodes} nodes, beyond the {measured} the fit measured, where its records cannot tell how "
+        f"the cross-node cost grows (estimate/comm.comm_readings): step {each}; measure it at {lay.nodes} nodes")
 
 
 def _set_range(o: Option, platform: PlatformSpec, nodes: int) -> None:
@@ -333,6 +354,7 @@ def option_dict(o: Option) -> dict[str, Any]:
         "step_time_s_range": o.step_time_s_range, "samples_per_s_range": o.samples_per_s_range,
         "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s, "optimizer_s": o.optimizer_s,
         "comm_fraction": o.comm_fraction, "bound": o.bound, "scaling_efficiency": o.scaling_efficiency,
+        "step_time_s_readings": o.step_time_s_readings,
         "collectives": [
             {"op": c.op, "group": c.group, "link": c.link, "ranks": c.ranks, "bytes_per_call": c.bytes_per_call,
              "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step, "algorithm": c.algorithm}
