@@ -612,6 +612,40 @@ def census(
         raise typer.Exit(1)
 
 
+@app.command()
+@cli_errors
+def commbench(
+    model: BenchModel = "tiny-llama",
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard",
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
+    seq_len: Annotated[int, typer.Option()] = 32, grad_accum: Annotated[int, typer.Option()] = 1,
+    precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "bf16-mixed",
+    bucket_mb: Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")] = None,
+    reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")] = None,
+    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per strategy")] = 300,
+    db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Replay each strategy's collectives of one step (no model compute) on the real backend;
+    time each kind, store it, and show it beside the link model's prediction."""
+    from prism_strategy.bench.commbench import commbench_base, run_commbench
+    from prism_strategy.bench.store import Store
+    from prism_strategy.report.commbench_table import print_commbench
+    from prism_strategy.specs.presets import load_platform
+    from prism_strategy.strategies import parse_strategies
+
+    names = [s.name for s in parse_strategies(strategies)]
+    base = commbench_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
+                          seq_len=seq_len, grad_accum=grad_accum, precision=precision, bucket_mb=bucket_mb,
+                          reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+    report = run_commbench(base, names, load_platform(platform), Store(db))
+    if json_out:
+        _print_json(report.as_dict())
+    else:
+        print_commbench(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prism_strategy.engines import StepCollective, step_collectives
+from prism_strategy.estimate.comm_measured import measured_seconds
 from prism_strategy.estimate.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.training import TrainingSpec
@@ -94,6 +95,8 @@ def price(c: StepCollective, layout: Layout, p: PlatformSpec) -> CollectiveCost:
     """Seconds per step of one kind of collective: calls x the alpha-beta time of one call."""
     ranks, nodes, conc = group_geometry(c.group, layout)
     one = collective_seconds(c.op, c.bytes_per_call, ranks, nodes, conc, p)
+    hit = measured_seconds(p.measured_collectives, c.op, c.bytes_per_call, ranks, nodes, conc)
+    one = one if hit is None else hit.seconds  # a matching measured curve wins (estimate/comm_measured.py)
     link = "intra-node" if nodes == 1 else ("inter-node" if ranks == nodes else "spans nodes")
     return CollectiveCost(op=c.op, group=c.group, link=link, ranks=ranks, bytes_per_call=c.bytes_per_call,
                           calls_per_step=c.calls, seconds_per_step=one * c.calls, overlappable=c.overlappable)

@@ -1,0 +1,131 @@
+"""Measured collective points in the results store (table `collective_points`), and the curves
+the planner prices with (specs/measured.MeasuredCurve).
+
+One row per (run, op, group shape, size): seconds per call, with the run's fingerprint. A run is
+one commbench launch (run_key "commbench:<id>") or one imported log ("imported:<content hash>"):
+writing a run replaces its rows in one IMMEDIATE transaction, so a re-import updates instead of
+duplicating and a failed write leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prism_strategy.bench.store import Store
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.measured import MeasuredCurve
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS collective_points (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_at TEXT NOT NULL,
+    run_key TEXT NOT NULL,          -- commbench:<uuid> | imported:<sha256 of the log>
+    format TEXT NOT NULL,           -- commbench | nccl-tests | oneccl-benchmark
+    source TEXT NOT NULL,           -- the strategy and group kind, or the log's path
+    platform TEXT NOT NULL,
+    nodes INTEGER NOT NULL,         -- of the launch
+    ranks_per_node INTEGER NOT NULL,
+    backend TEXT NOT NULL,
+    op TEXT NOT NULL,
+    group_ranks INTEGER NOT NULL,
+    group_nodes INTEGER NOT NULL,
+    concurrent INTEGER NOT NULL,    -- groups of this shape running at once per node
+    dtype TEXT NOT NULL,
+    bytes REAL NOT NULL,            -- payload per call (census convention)
+    seconds REAL NOT NULL,          -- per call: median of repetitions (commbench) or the log's time
+    spread REAL,                    -- (max - min) / median over repetitions, where known
+    repetitions INTEGER,
+    fingerprint TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS collective_points_platform ON collective_points (platform, op);
+"""
+_COLUMNS = ("created_at", "run_key", "format", "source", "platform", "nodes", "ranks_per_node", "backend", "op",
+            "group_ranks", "group_nodes", "concurrent", "dtype", "bytes", "seconds", "spread", "repetitions",
+            "fingerprint")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Point:
+    op: str
+    group_ranks: int
+    group_nodes: int
+    dtype: str
+    bytes: float
+    seconds: float
+    concurrent: int = 1
+    spread: float | None = None
+    repetitions: int | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Run:
+    """One measurement run: where, with what, and its points."""
+
+    run_key: str
+    format: str
+    platform: str
+    nodes: int
+    ranks_per_node: int
+    backend: str
+    points: tuple[Point, ...]
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+def write_run(store: Store, run: Run) -> tuple[int, str]:
+    """Store a run's points, replacing an earlier write of the same run; (rows, added | replaced)."""
+    if not run.points:
+        raise SpecError(f"{run.source or run.run_key}: no measured points to store")
+    now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    rows = [(now, run.run_key, run.format, p.source or run.source, run.platform, run.nodes, run.ranks_per_node,
+             run.backend, p.op, p.group_ranks, p.group_nodes, p.concurrent, p.dtype, p.bytes, p.seconds, p.spread,
+             p.repetitions, json.dumps(run.fingerprint, sort_keys=True)) for p in run.points]
+
+    def write(con: sqlite3.Connection) -> tuple[int, str]:
+        con.executescript(SCHEMA)
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            gone = con.execute("DELETE FROM collective_points WHERE run_key = ?", (run.run_key,)).rowcount
+            con.executemany(f"INSERT INTO collective_points ({', '.join(_COLUMNS)}) "
+                            f"VALUES ({','.join('?' * len(_COLUMNS))})", rows)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return len(rows), "replaced" if gone else "added"
+    return store.run(write)
+
+
+def _rows(store: Store, platform: str) -> list[tuple[Any, ...]]:
+    if not store.path.exists():
+        return []
+
+    def read(con: sqlite3.Connection) -> list[tuple[Any, ...]]:
+        con.executescript(SCHEMA)
+        return con.execute("SELECT run_key, format, source, op, group_ranks, group_nodes, concurrent, bytes, seconds,"
+                           " created_at FROM collective_points WHERE platform = ? ORDER BY id", (platform,)).fetchall()
+    return store.run(read)
+
+
+def load_curves(store: Store, platform: str) -> tuple[MeasuredCurve, ...]:
+    """Every stored curve for `platform`: one per (run, op, group shape); repeated sizes averaged."""
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for run_key, fmt, source, op, gr, gn, conc, nbytes, secs, created in _rows(store, platform):
+        g = groups.setdefault((run_key, op, gr, gn, conc), {"fmt": fmt, "source": source, "date": created[:10],
+                                                            "sizes": {}})
+        g["sizes"].setdefault(float(nbytes), []).append(float(secs))
+    return tuple(MeasuredCurve(op=op, ranks=gr, nodes=gn, concurrent=conc, label=g["fmt"], date=g["date"],
+                               source=g["source"],
+                               points=tuple((b, sum(ts) / len(ts)) for b, ts in sorted(g["sizes"].items())))
+                 for (_, op, gr, gn, conc), g in groups.items())
+
+
+def curves_for(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...]:
+    """The curves `plan --db` attaches (the default store when db is None; none when it is absent)."""
+    return load_curves(Store(db), platform)
