@@ -105,16 +105,21 @@ def plan(
                                                            "reduce/allgather bucket (default: 25)")] = None,
     reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed "
                                                           "communication_data_type (default: engine's)")] = None,
+    db: Annotated[Optional[str], typer.Option(help="Results store whose measured collective curves (commbench, "
+                                                   "imported nccl-tests / oneCCL logs) price matching collectives; "
+                                                   "default: the user's store")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
+    from prism_strategy.bench.curves import curves_for
     from prism_strategy.planner import plan as make_plan, plan_dict
+    from prism_strategy.specs.presets import load_platform
 
     p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
                   micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, ckpt_freq=ckpt_freq,
                   precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens, compile=compile,
                   ranks_per_node=ranks_per_node, calibration=calibration, traced=traced, sweep_nodes=sweep_nodes,
-                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype)
+                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, comm_curves=curves_for(db, load_platform(platform).name))
     if markdown is not None:
         from prism_strategy.report.markdown import write_markdown
 
@@ -328,9 +333,16 @@ def results_import(
     seq_len: Annotated[Optional[int], Opt(help="Text tokens per sample (max length)")] = None,
     ckpt_freq: Annotated[Optional[int], Opt(help="Activation checkpointing every k-th block; 0 = none")] = None,
     precision: Annotated[Optional[str], Opt(help="bf16-mixed | bf16-pure | fp32")] = None,
+    log_format: Annotated[Optional[str], Opt("--format", help="nccl-tests | oneccl-benchmark: PATH is a "
+                                             "collective benchmark's output (needs --platform, --nodes)")] = None,
+    ranks_per_node: Annotated[Optional[int], Opt(help="Collective logs: ranks per node (default: the log's "
+                                                     "ranks / --nodes)")] = None,
     db: Db = None, json_out: Annotated[bool, Opt("--json")] = False,
 ) -> None:
     """Store a run measured elsewhere (flags win over what the log says), or a published set.
+
+    With --format nccl-tests or oneccl-benchmark, PATH is a collective benchmark's output: its
+    times per size are stored as a measured curve, and `plan` prices that collective with it.
 
     Steady state: the first 10% of logged windows (at least 1) are warm-up; then windows beyond
     median +/- 3 x max(1.4826 MAD, 2% of median) are outliers. Both are dropped and counted.
@@ -340,6 +352,20 @@ def results_import(
 
     if (path is None) == (published is None):
         raise SpecError("give either a PATH to a log or --published NAME (e.g. aurora-prism), not both")
+    if log_format is not None:
+        from prism_strategy.bench.curves import import_collective_log
+
+        if path is None or platform is None:
+            raise SpecError(f"--format {log_format} imports a log: give its PATH and --platform")
+        done = import_collective_log(path, log_format, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
+                                     store=Store(db))
+        if json_out:
+            _print_json(done)
+        else:
+            typer.echo(f"{done['action']} {done['points']} {done['format']} {done['op']} points "
+                       f"({done['bytes_min']:.0f}..{done['bytes_max']:.0f} B) for {done['platform']} "
+                       f"{done['nodes']}x{done['ranks_per_node']} ranks; plan prices {done['op']} with them")
+        return
     if published is not None:
         from prism_strategy.bench.importers.published_records import import_published
         from prism_strategy.report.bench_tables import published_lines

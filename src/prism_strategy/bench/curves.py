@@ -129,3 +129,44 @@ def load_curves(store: Store, platform: str) -> tuple[MeasuredCurve, ...]:
 def curves_for(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...]:
     """The curves `plan --db` attaches (the default store when db is None; none when it is absent)."""
     return load_curves(Store(db), platform)
+
+
+def import_collective_log(path: str | Path, fmt: str, *, platform: str, nodes: int | None,
+                          ranks_per_node: int | None, store: Store) -> dict[str, Any]:
+    """Read an nccl-tests / oneCCL benchmark log, check it against the flags, store it as one run
+    (replacing an earlier import of the same log). Nothing is written unless all of it reads."""
+    import hashlib
+
+    from prism_strategy.readers import COLLECTIVE_FORMATS
+    from prism_strategy.specs.presets import load_platform
+
+    reader = COLLECTIVE_FORMATS.get(fmt)
+    if reader is None:
+        raise SpecError(f"--format {fmt!r}: collective logs are one of {', '.join(COLLECTIVE_FORMATS)}")
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such file")
+    if nodes is None or nodes < 1:
+        raise SpecError(f"--nodes is required (>= 1) for a {fmt} log: how many nodes the benchmark spanned")
+    plat = load_platform(platform)
+    if not reader.looks_like(path):
+        raise SpecError(f"{path}: not {fmt} output (see `prism-strategy results import --help`)")
+    log = reader.read(path)
+    rpn = ranks_per_node or (log.ranks // nodes if log.ranks else plat.devices_per_node)
+    if log.ranks is not None and rpn * nodes != log.ranks:
+        raise SpecError(f"{path}: the log ran {log.ranks} ranks, not --nodes {nodes} x {rpn} ranks per node")
+    if log.hosts and len(log.hosts) != nodes:
+        raise SpecError(f"{path}: the log's ranks ran on {len(log.hosts)} hosts, not --nodes {nodes}")
+    if rpn * nodes < 2:
+        raise SpecError(f"{path}: one rank moves nothing; a collective curve needs at least 2 ranks")
+    points = tuple(Point(op=log.op, group_ranks=rpn * nodes, group_nodes=nodes, dtype=log.dtype or "unknown",
+                         bytes=s.bytes, seconds=s.seconds, source=s.where) for s in log.samples)
+    key = "imported:" + hashlib.sha256(path.read_bytes()).hexdigest()[:32]
+    fp = {"platform": plat.name, "nodes": nodes, "ranks_per_node": rpn, "backend": plat.backend, "format": fmt,
+          "hosts": list(log.hosts)}
+    n, action = write_run(store, Run(run_key=key, format=fmt, platform=plat.name, nodes=nodes, ranks_per_node=rpn,
+                                     backend=plat.backend, points=points, fingerprint=fp, source=str(path.resolve())))
+    return {"format": fmt, "op": log.op, "dtype": log.dtype, "platform": plat.name, "nodes": nodes,
+            "ranks_per_node": rpn, "points": n, "action": action, "run_key": key,
+            "bytes_min": points[0].bytes, "bytes_max": points[-1].bytes,
+            "seconds_at_max": points[-1].seconds}
