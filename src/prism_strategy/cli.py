@@ -649,11 +649,13 @@ def commbench(
     bucket_mb: Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")] = None,
     reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")] = None,
     platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per strategy")] = 300,
+    launched: Annotated[bool, typer.Option("--launched", help="This process is one of --nproc ranks a scheduler "
+                                                              "started (emit's commbench.pbs / .sbatch)")] = False,
     db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Replay each strategy's collectives of one step (no model compute) on the real backend;
     time each kind, store it, and show it beside the link model's prediction."""
-    from prism_strategy.bench.commbench import commbench_base, run_commbench
+    from prism_strategy.bench.commbench import commbench_base, run_commbench, run_launched
     from prism_strategy.bench.store import Store
     from prism_strategy.report.commbench_table import print_commbench
     from prism_strategy.specs.presets import load_platform
@@ -663,7 +665,9 @@ def commbench(
     base = commbench_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
                           seq_len=seq_len, grad_accum=grad_accum, precision=precision, bucket_mb=bucket_mb,
                           reduce_dtype=reduce_dtype, timeout_s=timeout_s)
-    report = run_commbench(base, names, load_platform(platform), Store(db))
+    report = (run_launched if launched else run_commbench)(base, names, load_platform(platform), Store(db))
+    if report is None:  # a rank other than 0 of a launched run: rank 0 reports
+        return
     if json_out:
         _print_json(report.as_dict())
     else:

@@ -180,11 +180,8 @@ def _fingerprint(platform: Any, base: dict[str, Any], ranks: list[dict[str, Any]
                  "backend_version": first.get("backend_version"), "device": first.get("device")}
 
 
-def run_commbench(base: dict[str, Any], strategies: list[str], platform: Any, store: Any) -> CommbenchReport:
-    """Every strategy's step replayed in ONE launch; measured kinds stored as one run."""
+def _configs(base: dict[str, Any], strategies: list[str], platform: Any) -> tuple[list[Any], list[dict[str, Any]]]:
     from prism_strategy.bench.census import config_scenario
-    from prism_strategy.bench.curves import Run, write_run
-    from prism_strategy.bench.harness import launch_many
 
     if not strategies:
         raise SpecError("--strategies is empty; give a comma-separated list or 'all'")
@@ -198,8 +195,15 @@ def run_commbench(base: dict[str, Any], strategies: list[str], platform: Any, st
                 "strategy": spec.name, "engine": spec.engine, "warmup": WARMUP, "repetitions": REPETITIONS,
                 "collectives": [{"op": k.op, "group": k.group, "dtype": k.dtype, "bytes_per_call": k.bytes_per_call,
                                  "calls": k.calls} for k in kinds]} for spec, kinds in planned]
-    outcomes = launch_many(configs, timeout_s=float(base["timeout_s"]) * len(configs),
-                           module="prism_strategy.bench.commbench_worker")
+    return planned, configs
+
+
+def _report(base: dict[str, Any], planned: list[Any], outcomes: list[Any], platform: Any, store: Any) -> CommbenchReport:
+    """Measured kinds beside the prediction; stored as one run when any strategy was measured."""
+    from prism_strategy.bench.census import config_scenario
+    from prism_strategy.bench.curves import Run, write_run
+
+    layout = config_scenario(base).layout
     results = tuple(_measured(spec, kinds, o) for (spec, kinds), o in zip(planned, outcomes))
     fp = _fingerprint(platform, base, next((o.ranks for o in outcomes if o.status == "ok"), []))
     key = f"commbench:{uuid.uuid4().hex[:16]}"
@@ -213,3 +217,48 @@ def run_commbench(base: dict[str, Any], strategies: list[str], platform: Any, st
     return CommbenchReport(world=layout.world, nodes=layout.nodes, ranks_per_node=layout.ranks_per_node,
                            platform=platform.name, backend=fp["backend"], fingerprint=fp, strategies=results,
                            stored=stored, run_key=key if stored else "", config=base)
+
+
+def run_commbench(base: dict[str, Any], strategies: list[str], platform: Any, store: Any) -> CommbenchReport:
+    """Every strategy's step replayed in ONE local torchrun launch; measured kinds stored as one run."""
+    from prism_strategy.bench.harness import launch_many
+
+    planned, configs = _configs(base, strategies, platform)
+    outcomes = launch_many(configs, timeout_s=float(base["timeout_s"]) * len(configs),
+                           module="prism_strategy.bench.commbench_worker")
+    return _report(base, planned, outcomes, platform, store)
+
+
+def run_launched(base: dict[str, Any], strategies: list[str], platform: Any, store: Any) -> CommbenchReport | None:
+    """Inside ranks a scheduler launched (emit's commbench.pbs / commbench.sbatch): every rank
+    replays, rank 0 gathers the ranks' rows, stores and reports (None on the other ranks)."""
+    import time
+
+    import torch.distributed as dist
+
+    from prism_strategy.bench.commbench_worker import run as run_rank
+    from prism_strategy.bench.harness import Outcome
+
+    planned, configs = _configs(base, strategies, platform)
+    outcomes = []
+    for cfg in configs:
+        t0 = time.perf_counter()
+        try:
+            row = run_rank(cfg)
+        except Exception as e:  # noqa: BLE001 - this strategy's failure, reported by rank 0
+            row = {"rank": dist.get_rank() if dist.is_initialized() else -1, "status": "failed",
+                   "error": f"{type(e).__name__}: {e}"}
+        if not dist.is_initialized():
+            raise SpecError(f"commbench --launched: no process group ({row.get('error', '')}); launch it with "
+                            "mpiexec / srun / torchrun, one process per device")
+        if dist.get_world_size() != int(base["nproc"]):
+            raise SpecError(f"commbench --launched --nproc {base['nproc']}: the launcher started "
+                            f"{dist.get_world_size()} ranks")
+        rows: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(rows, row)
+        bad = [r for r in rows if r["status"] != "ok"]
+        outcomes.append(Outcome(status="failed" if bad else "ok", ranks=rows, seconds=time.perf_counter() - t0,
+                                error="; ".join(f"rank {r['rank']}: {r.get('error', '?')}" for r in bad)))
+    if dist.get_rank() != 0:
+        return None
+    return _report(base, planned, outcomes, platform, store)

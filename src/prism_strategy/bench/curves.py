@@ -103,8 +103,12 @@ def write_run(store: Store, run: Run) -> tuple[int, str]:
 
 
 def _rows(store: Store, platform: str) -> list[tuple[Any, ...]]:
-    if not store.path.exists():
-        return []
+    try:
+        if not store.path.exists():
+            return []
+    except OSError as e:  # e.g. a file name too long
+        raise SpecError(f"cannot open results store {str(store.path)[:80]}: {e.strerror}; pass --db with a "
+                        "usable path") from None
 
     def read(con: sqlite3.Connection) -> list[tuple[Any, ...]]:
         con.executescript(SCHEMA)
