@@ -87,3 +87,25 @@ def test_one_rank_is_bad_input():
     res = CliRunner().invoke(app, ["commbench", "--nproc", "1", "--ranks-per-node", "1"])
     assert res.exit_code == 2
     assert res.stderr.count("\n") == 1 and "at least 2" in res.stderr
+
+
+def test_launched_mode_as_emitted_jobs_run_it(tmp_path):
+    """emit's commbench.pbs / .sbatch run `commbench --launched` on every rank a scheduler
+    started; here torchrun starts the 4 ranks (2x2): rank 0 alone prints the report and stores."""
+    import subprocess
+    import sys
+
+    from prism_strategy.bench.harness import free_port
+
+    db = tmp_path / "r.db"
+    cmd = (f"exec {sys.executable} -m prism_strategy.cli commbench --launched --model tiny-llama "
+           f"--strategies hsdp_shard_grad_op --nproc 4 --ranks-per-node 2 --db {db} --json")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
+                          f"--master-port={free_port()}", "--no-python", "bash", "-c", cmd],
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout)  # one JSON document: the other ranks print nothing
+    (s,) = data["strategies"]
+    assert s["ok"] and [(c["op"], c["group"]) for c in s["collectives"]] == \
+        [(w.op, w.group) for w in _engine_kinds("hsdp_shard_grad_op")]
+    assert data["stored"] == len(s["collectives"]) == sum(len(c.points) for c in load_curves(Store(db), "cpu"))
