@@ -65,8 +65,9 @@ class Kind:
         dtype = _DTYPES[c["dtype"]]
         size = dist.get_world_size(group)
         n = elements(c["op"], float(c["bytes_per_call"]), torch.finfo(dtype).bits // 8, size)
-        self.big = torch.ones(n, dtype=dtype, device=device)
-        self.small = torch.ones(n // size, dtype=dtype, device=device) if c["op"] != "all_reduce" else None
+        # zeros: repeated sums stay finite (ones would overflow bf16 after ~64 all-reduces over 4 ranks)
+        self.big = torch.zeros(n, dtype=dtype, device=device)
+        self.small = torch.zeros(n // size, dtype=dtype, device=device) if c["op"] != "all_reduce" else None
         self.src = dist.get_global_rank(group, 0) if group is not None else 0
 
     def issue(self) -> None:
