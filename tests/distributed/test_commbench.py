@@ -22,7 +22,7 @@ from prism_strategy.bench.curves import load_curves
 from prism_strategy.bench.store import Store
 from prism_strategy.cli import app
 from prism_strategy.engines import step_collectives
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 
 pytestmark = pytest.mark.distributed

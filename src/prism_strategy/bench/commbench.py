@@ -110,7 +110,7 @@ def predicted_kinds(base: dict[str, Any], strategy: str, platform: Any) -> tuple
     from prism_strategy.bench.census import config_scenario
     from prism_strategy.engines import step_collectives
     from prism_strategy.estimate.comm import group_geometry, price
-    from prism_strategy.estimate.parts import model_parts
+    from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
 
     sc = config_scenario(base)
