@@ -291,6 +291,8 @@ def results(
     ctx: typer.Context, db: Db = None, platform: Annotated[Optional[str], typer.Option()] = None,
     export_format: Annotated[Optional[str], typer.Option("--export", help="csv | json")] = None,
     out: Annotated[Optional[str], typer.Option(help="Write the export here instead of stdout")] = None,
+    curves: Annotated[bool, typer.Option("--curves", help="List the measured collective curves instead "
+                                                          "(commbench runs, imported nccl-tests / oneCCL logs)")] = False,
 ) -> None:
     """List stored results; export them as CSV or JSON. `results import` adds runs measured elsewhere."""
     from pathlib import Path
@@ -299,6 +301,12 @@ def results(
     from prism_strategy.report.bench_tables import WIDTH, print_table, results_table
 
     if ctx.invoked_subcommand is not None:
+        return
+    if curves:
+        from prism_strategy.bench.curves import stored_curves
+        from prism_strategy.report.commbench_table import curves_table
+
+        print_table(curves_table(stored_curves(Store(db), platform)), WIDTH)
         return
     rows = Store(db).query(platform=platform)
     if export_format is None:

@@ -47,6 +47,8 @@ def test_imported_nccl_tests_log_prices_the_plans_all_reduce(tmp_path):
                "--db", db, "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["points"] == 16 and json.loads(res.stdout)["ranks_per_node"] == 8
+    listed = _cli("results", "--curves", "--db", db).stdout.splitlines()
+    assert any(x.split()[:5] == ["dgx-h100", "nccl-tests", "all_reduce", "2x8", "1"] for x in listed), listed
     before = json.loads(_cli(*PLAN, "--db", str(tmp_path / "empty.db")).stdout)
     after = json.loads(_cli(*PLAN, "--db", db).stdout)
     _, c, per_call = _ddp_all_reduce(after)

@@ -130,6 +130,22 @@ def load_curves(store: Store, platform: str) -> tuple[MeasuredCurve, ...]:
                  for (_, op, gr, gn, conc), g in groups.items())
 
 
+def stored_curves(store: Store, platform: str | None = None) -> list[tuple[str, MeasuredCurve]]:
+    """(platform, curve) for every stored curve, or one platform's."""
+    if platform is not None:
+        return [(platform, c) for c in load_curves(store, platform)]
+    try:
+        if not store.path.exists():
+            return []
+    except OSError as e:
+        raise SpecError(f"cannot open results store {str(store.path)[:80]}: {e.strerror}") from None
+
+    def names(con: sqlite3.Connection) -> list[str]:
+        con.executescript(SCHEMA)
+        return [r[0] for r in con.execute("SELECT DISTINCT platform FROM collective_points ORDER BY platform")]
+    return [(p, c) for p in store.run(names) for c in load_curves(store, p)]
+
+
 def curves_for(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...]:
     """The curves `plan --db` attaches (the default store when db is None; none when it is absent)."""
     return load_curves(Store(db), platform)

@@ -9,13 +9,17 @@ from rich.table import Table
 from prism_strategy.bench.commbench import CommbenchReport
 from prism_strategy.report.census_table import _bytes
 from prism_strategy.report.console import table_console
+from prism_strategy.specs.measured import MeasuredCurve
 
 
 _GROUP = {"world": "world", "node": "node", "across_nodes": "across"}
 
 
 def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1e3:.3f}"
+    if v is None:
+        return "-"
+    ms = v * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.2f}" if ms >= 1 else f"{ms:.3f}"
 
 
 def commbench_table(r: CommbenchReport) -> Table:
@@ -47,3 +51,16 @@ def print_commbench(r: CommbenchReport) -> None:
     if r.stored:
         console.print(f"stored {r.stored} measured points as run {r.run_key} (plan --db prices with them)",
                       markup=False, highlight=False)
+
+
+def curves_table(rows: list[tuple[str, MeasuredCurve]]) -> Table:
+    """`results --curves`: every stored collective curve (commbench runs, imported logs)."""
+    t = Table(title="measured collective curves (plan prices matching collectives with them)", box=box.SIMPLE_HEAD,
+              pad_edge=False, caption="shape: nodes x ranks per node of one group; conc: such groups at once per node")
+    for col, just in (("platform", "left"), ("from", "left"), ("op", "left"), ("shape", "right"),
+                      ("conc", "right"), ("sizes", "right"), ("bytes", "right"), ("date", "left")):
+        t.add_column(col, justify=just, no_wrap=True, min_width=10 if col == "date" else None)  # type: ignore[arg-type]
+    for platform, c in rows:
+        t.add_row(platform, c.label, c.op, c.shape, str(c.concurrent), str(len(c.points)),
+                  f"{_bytes(c.points[0][0])}..{_bytes(c.points[-1][0])}", c.date)
+    return t
