@@ -98,11 +98,20 @@ def commbench_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_
     """The scenario of one commbench launch (census's checks); bad input raises SpecError."""
     from prism_strategy.bench.census import census_base
 
+    from prism_strategy.bench.census import config_scenario
+
     if nproc < 2:
         raise SpecError(f"--nproc {nproc}: commbench times collectives between ranks; launch at least 2")
-    return census_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
-                       seq_len=seq_len, grad_accum=grad_accum, precision=precision, bucket_mb=bucket_mb,
-                       reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+    # census builds and trains the model (fp32 or bf16-mixed); commbench builds none, so bf16-pure's
+    # collectives (bf16 gradients) replay as well
+    pure = precision == "bf16-pure"
+    base = census_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
+                       seq_len=seq_len, grad_accum=grad_accum, precision="bf16-mixed" if pure else precision,
+                       bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+    if pure:
+        base["precision"] = precision
+        config_scenario(base)
+    return base
 
 
 def predicted_kinds(base: dict[str, Any], strategy: str, platform: Any) -> tuple[Any, list[Kind]]:

@@ -24,7 +24,7 @@ WALLTIME = "00:15:00"
 
 def _run_line(job: "_Job") -> str:
     req = job.req
-    opts = [f"--grad-accum {req.grad_accum}", f"--precision {sh_quote(_precision(req.precision))}",
+    opts = [f"--grad-accum {req.grad_accum}", f"--precision {sh_quote(req.precision)}",
             f"--platform {sh_quote(job.platform.name)}"]
     if req.bucket_mb is not None:
         opts.append(f"--bucket-mb {req.bucket_mb:g}")
@@ -33,10 +33,6 @@ def _run_line(job: "_Job") -> str:
     return ('exec python3 -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
             '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" ' + " ".join(opts)
             + " --json")
-
-
-def _precision(p: str) -> str:
-    return "fp32" if p == "fp32" else "bf16-mixed"  # commbench replays fp32 or bf16-mixed collectives
 
 
 def _scenario_lines(job: "_Job", submit: str) -> list[str]:
