@@ -14,10 +14,18 @@ per call, measured and predicted: the collectives run back to back, nothing over
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from prism_strategy.bench.census import census_base, config_scenario
+from prism_strategy.bench.curves import Point, Run, write_run
+from prism_strategy.bench.fingerprint import fingerprint
+from prism_strategy.bench.harness import Outcome, launch_many
+from prism_strategy.engines import step_collectives
+from prism_strategy.estimate.comm import group_geometry, price
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.parts import model_parts
+from prism_strategy.strategies import get_strategy
 
 WARMUP, REPETITIONS = 2, 5
 
@@ -96,10 +104,6 @@ def commbench_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_
                    grad_accum: int = 1, precision: str = "bf16-mixed", bucket_mb: float | None = None,
                    reduce_dtype: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
     """The scenario of one commbench launch (census's checks); bad input raises SpecError."""
-    from prism_strategy.bench.census import census_base
-
-    from prism_strategy.bench.census import config_scenario
-
     if nproc < 2:
         raise SpecError(f"--nproc {nproc}: commbench times collectives between ranks; launch at least 2")
     # census builds and trains the model (fp32 or bf16-mixed); commbench builds none, so bf16-pure's
@@ -116,12 +120,6 @@ def commbench_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_
 
 def predicted_kinds(base: dict[str, Any], strategy: str, platform: Any) -> tuple[Any, list[Kind]]:
     """The strategy's spec and its step's collectives, each priced by the link model."""
-    from prism_strategy.bench.census import config_scenario
-    from prism_strategy.engines import step_collectives
-    from prism_strategy.estimate.comm import group_geometry, price
-    from prism_strategy.specs.parts import model_parts
-    from prism_strategy.strategies import get_strategy
-
     sc = config_scenario(base)
     opts = {k: base[k] for k in ("bucket_mb", "reduce_dtype") if base.get(k) is not None}
     spec = get_strategy(strategy)
@@ -151,8 +149,6 @@ def replay_mismatch(kinds: list[Kind], replayed: list[dict[str, Any]], census: l
 
 
 def _measured(spec: Any, kinds: list[Kind], outcome: Any) -> StrategyBench:
-    from dataclasses import replace
-
     if outcome.status != "ok":
         return StrategyBench(strategy=spec.name, engine=spec.engine, collectives=tuple(kinds),
                              error=f"{outcome.status}: {outcome.error}")
@@ -167,9 +163,6 @@ def _measured(spec: Any, kinds: list[Kind], outcome: Any) -> StrategyBench:
 
 
 def _points(s: StrategyBench, layout: Any) -> list[Any]:
-    from prism_strategy.bench.curves import Point
-    from prism_strategy.estimate.comm import group_geometry
-
     out = []
     for k in s.collectives:
         ranks, nodes, conc = group_geometry(k.group, layout)
@@ -180,8 +173,6 @@ def _points(s: StrategyBench, layout: Any) -> list[Any]:
 
 
 def _fingerprint(platform: Any, base: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    from prism_strategy.bench.fingerprint import fingerprint
-
     first = ranks[0] if ranks else {}
     fp = fingerprint(platform=platform.name, backend=first.get("backend") or platform.backend)
     rpn = int(base["ranks_per_node"])
@@ -190,8 +181,6 @@ def _fingerprint(platform: Any, base: dict[str, Any], ranks: list[dict[str, Any]
 
 
 def _configs(base: dict[str, Any], strategies: list[str], platform: Any) -> tuple[list[Any], list[dict[str, Any]]]:
-    from prism_strategy.bench.census import config_scenario
-
     if not strategies:
         raise SpecError("--strategies is empty; give a comma-separated list or 'all'")
     layout = config_scenario(base).layout
@@ -209,9 +198,6 @@ def _configs(base: dict[str, Any], strategies: list[str], platform: Any) -> tupl
 
 def _report(base: dict[str, Any], planned: list[Any], outcomes: list[Any], platform: Any, store: Any) -> CommbenchReport:
     """Measured kinds beside the prediction; stored as one run when any strategy was measured."""
-    from prism_strategy.bench.census import config_scenario
-    from prism_strategy.bench.curves import Run, write_run
-
     layout = config_scenario(base).layout
     results = tuple(_measured(spec, kinds, o) for (spec, kinds), o in zip(planned, outcomes))
     fp = _fingerprint(platform, base, next((o.ranks for o in outcomes if o.status == "ok"), []))
@@ -230,8 +216,6 @@ def _report(base: dict[str, Any], planned: list[Any], outcomes: list[Any], platf
 
 def run_commbench(base: dict[str, Any], strategies: list[str], platform: Any, store: Any) -> CommbenchReport:
     """Every strategy's step replayed in ONE local torchrun launch; measured kinds stored as one run."""
-    from prism_strategy.bench.harness import launch_many
-
     planned, configs = _configs(base, strategies, platform)
     outcomes = launch_many(configs, timeout_s=float(base["timeout_s"]) * len(configs),
                            module="prism_strategy.bench.commbench_worker")
@@ -246,7 +230,6 @@ def run_launched(base: dict[str, Any], strategies: list[str], platform: Any, sto
     import torch.distributed as dist
 
     from prism_strategy.bench.commbench_worker import run as run_rank
-    from prism_strategy.bench.harness import Outcome
 
     planned, configs = _configs(base, strategies, platform)
     outcomes = []
