@@ -18,6 +18,7 @@ import sys
 
 from prism_strategy.bench import fit_terms as ft
 from prism_strategy.bench.published import load_published
+from prism_strategy.estimate.comm import comm_readings
 from prism_strategy.specs.presets import load_platform
 
 
@@ -51,6 +52,32 @@ def step_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
         "shipped_values": {k: ft.get_value(shipped, k) for k in ft.KNOBS},
     }
     return {"rows": rows, "summary": summary}
+
+
+SCALE_NODES = (1, 2, 4, 10, 16, 64)
+
+
+def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
+    """A3's scenario (Qwen3-0.6B + SigLIP2, micro-batch 4) and E2 beyond the fitted 1-2 nodes, under
+    each reading of the cross-node cost the records cannot tell apart (estimate/comm.comm_readings):
+    per operation (shipped) or per peer node. Predictions only; nothing here is measured but E2."""
+    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.strategies import get_strategy
+
+    records = {r.id: r for r in load_published(name)}
+    a3, e2 = records["A3-fsdp"], records["E2"]
+    out: dict = {}
+    for label, p in comm_readings(load_platform(platform)).items():
+        rows = []
+        for n in SCALE_NODES:
+            kw = dict(a3.scenario_kwargs(), platform=p, nodes=n, global_batch=a3.scenario.micro_batch * 12 * n)
+            sc = build_scenario(**kw)
+            rows.append({"nodes": n} | {s: evaluate(sc, get_strategy(s)).samples_per_s
+                                       for s in ("ddp", "fsdp_full_shard", "hsdp_full_shard", "hsdp_shard_grad_op")})
+        (o,) = [x for x in ft.record_observations(e2) if x.what == "step_s"]
+        out[label] = {"rows": rows, "e2_err_pct": 100 * (o.predict(p) / o.measured - 1)}
+    return out
 
 
 def memory_rows(name: str = "aurora-prism") -> list[dict]:
@@ -117,11 +144,11 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", action="store_true", help="store the error summary plan's ranges read (data/fits)")
     args = ap.parse_args()
-    steps, mem = step_rows(), memory_rows()
+    steps, mem, scale = step_rows(), memory_rows(), scale_rows()
     if args.write:
         write_fit_errors(steps)
     if args.json:
-        json.dump({"step": steps, "memory": mem}, sys.stdout, indent=2)
+        json.dump({"step": steps, "memory": mem, "scale": scale}, sys.stdout, indent=2)
         return
     print(f"{'record':10s} {'strategy':16s} {'nodes':>5s} {'meas s':>7s} {'before':>7s} {'err%':>6s} "
           f"{'after':>7s} {'err%':>6s} {'LOO%':>6s}  fit")
@@ -138,6 +165,13 @@ def main() -> None:
     print("fitted values (shipped -> refit now):")
     for k, v in s["shipped_values"].items():
         print(f"  {k:32s} {v:10.4g} -> {s['refit_values'][k]:10.4g}")
+    print("\nbeyond the fit (A3's scenario, micro-batch 4, predicted samples/s; E2 measured at 64 nodes):")
+    for label, v in scale.items():
+        print(f"  {label}: E2 error {v['e2_err_pct']:+.1f}%")
+        print(f"    {'nodes':>5s} {'ddp':>8s} {'full_shard':>11s} {'hsdp_full':>10s} {'hsdp_sgo':>9s}")
+        for r in v["rows"]:
+            print(f"    {r['nodes']:5d} {r['ddp']:8.1f} {r['fsdp_full_shard']:11.1f} {r['hsdp_full_shard']:10.1f} "
+                  f"{r['hsdp_shard_grad_op']:9.1f}")
     print(f"\n{'record':10s} {'measured GiB: peak / allocated / reserved':44s} {'predicted alloc':>15s} {'reserved':>9s}")
     for m in mem:
         g = m["measured_gib"]

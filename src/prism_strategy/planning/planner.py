@@ -6,14 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from prism_strategy.estimate.comm import CommEstimate, estimate_comm
+from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
+from prism_strategy.estimate.comm import model_description as comm_model_description
 from prism_strategy.estimate.compute import optimizer_time_s, phase_times
 from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch
-from prism_strategy.estimate.ranges import prediction_range
+from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.planning.recommend import annotate, recommend
 from prism_strategy.planning.scenario import Scenario, build_scenario
@@ -55,6 +56,9 @@ class Option:
     step_time_s_range: list[float] | None = None
     """[low, high]: the fit's leave-one-out range, widened beyond what was measured (estimate/ranges.py)."""
     samples_per_s_range: list[float] | None = None
+    step_time_s_readings: dict[str, float] = field(default_factory=dict)
+    """Beyond the node count the fit measured: the step time under each reading of the comm terms
+    its records could not rule out (estimate/comm.comm_readings); empty where there is one."""
 
     @property
     def comm_fraction(self) -> float:
@@ -137,6 +141,7 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     if p.measured_collectives:
         o.provenance["communication"] = _measured_provenance(o, lay, p)
     _set_range(o, sc.platform, lay.nodes)
+    _set_readings(sc, parts, s, o, lay)
     if lay.nodes > 1:
         one = _time_only(sc, parts, s, mb, ga, Layout(nodes=1, ranks_per_node=lay.ranks_per_node))
         o.scaling_efficiency = (o.samples_per_s / lay.nodes) / one if one else None
@@ -163,6 +168,23 @@ def _measured_provenance(o: Option, layout: Layout, p: PlatformSpec) -> str:
     if not notes:
         return f"{model}; no measured curve matches these collectives' op and group shape"
     return "; ".join(notes) + (f"; other collectives {model}" if rest else "")
+
+
+def _set_readings(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay: Layout) -> None:
+    """The step under each reading of the comm terms the fit could not rule out, said in provenance."""
+    readings = comm_readings(sc.platform)
+    measured = max_measured_nodes(sc.platform)
+    if len(readings) < 2 or lay.nodes <= measured:
+        return
+    for label, p in readings.items():
+        x = Option(strategy=s.name, feasible=True, why_not=None, memory=None,  # type: ignore[arg-type]
+                   max_micro_batch=0, micro_batch=o.micro_batch, grad_accum=o.grad_accum)
+        _time(sc.with_platform(p), parts, s, x, lay)
+        o.step_time_s_readings[label] = x.step_time_s
+    each = ", ".join(f"{k} {v:.3f} s" for k, v in o.step_time_s_readings.items())
+    o.provenance["communication_beyond_fit"] = (
+        f"predicted at {lay.nodes} nodes, beyond the {measured} the fit measured, where its records cannot tell how "
+        f"the cross-node cost grows (estimate/comm.comm_readings): step {each}; measure it at {lay.nodes} nodes")
 
 
 def _set_range(o: Option, platform: PlatformSpec, nodes: int) -> None:
@@ -230,8 +252,7 @@ def _provenance(sc: Scenario) -> dict[str, str]:
                    + (_shape_text(p) if p.compute_terms else "")
                    + f"), kernels x {p.kernel_launch_us:g} us launch); peak: {p.source('peak_tflops_bf16')}; "
                    f"fraction: {p.source('achievable_fraction')}; launch: {p.source('kernel_launch_us')}",
-        "communication": f"{kind}: alpha-beta model (estimate/comm.py) on platform {p.name}: "
-                         f"intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}, "
+        "communication": f"{kind}: {comm_model_description(p)} on platform {p.name}, "
                          f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})"
                          + ("; collectives block the host" if p.host_blocking_collectives else "")
                          + "; gradient path per tensor: " + (", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
@@ -359,9 +380,10 @@ def option_dict(o: Option) -> dict[str, Any]:
         "step_time_s_range": o.step_time_s_range, "samples_per_s_range": o.samples_per_s_range,
         "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s, "optimizer_s": o.optimizer_s,
         "comm_fraction": o.comm_fraction, "bound": o.bound, "scaling_efficiency": o.scaling_efficiency,
+        "step_time_s_readings": o.step_time_s_readings,
         "collectives": [
             {"op": c.op, "group": c.group, "link": c.link, "ranks": c.ranks, "bytes_per_call": c.bytes_per_call,
-             "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step}
+             "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step, "algorithm": c.algorithm}
             for c in (o.comm.collectives if o.comm else ())
         ],
         "notes": o.notes, "provenance": o.provenance | ({"traced_memory": o.traced["traced_method"]} if o.traced else {}),

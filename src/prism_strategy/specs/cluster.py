@@ -97,6 +97,12 @@ class PlatformSpec:
     (caching allocator with varying batch shapes); estimate/memory_runtime.py."""
     activation_factor: float = 1.0
     """Measured / predicted saved-activation bytes; 1.0 until `prism-strategy calibrate` fits it."""
+    gpu_arch: Literal["", "volta", "ampere", "hopper", "blackwell"] = ""
+    """GPU generation: picks NCCL's per-generation tuning constants (data/nccl_tuning.toml)."""
+    nvlink_links: int = 0
+    """NVLinks per GPU (0: GPUs talk over PCI): the bandwidth NCCL's channel search can use."""
+    cpu_vendor: Literal["intel", "amd", "other"] = "intel"
+    """Host CPU: NCCL's network overhead per step (1 us Intel, 2 us AMD)."""
     compile_multinode_ok: bool = True
     cpu_cores_per_node: int = 0
     sources: dict[str, str] = field(default_factory=dict)
@@ -116,6 +122,8 @@ class PlatformSpec:
             raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
         if self.allocator_cache_factor < 0:
             raise SpecError(f"platform {self.name!r}: allocator_cache_factor must be >= 0, got {self.allocator_cache_factor}")
+        if self.nvlink_links < 0:
+            raise SpecError(f"platform {self.name!r}: nvlink_links must be >= 0, got {self.nvlink_links}")
         if any(v < 0 for v in self.grad_path_us_per_tensor.values()):
             raise SpecError(f"platform {self.name!r}: grad_path_us_per_tensor values must be >= 0")
         if not 0 <= self.comm_overlap <= 1:
