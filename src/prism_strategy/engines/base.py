@@ -87,6 +87,9 @@ class Engine(ABC):
     """The caller can declare the graph fixed (DDP static_graph=True): the plan and emit say when."""
     unit_wrapped: ClassVar[bool] = False
     """Wraps transformer blocks as units (FSDP2): wrapping only the root is a rule fact."""
+    world_on_mesh: ClassVar[bool] = False
+    """Its world collectives run on the DeviceMesh's group (FSDP2's 1-D mesh), not the default
+    process group (DDP, DeepSpeed): what commbench replays them on."""
     config_file: ClassVar[str | None] = None
     """The engine's own config file, written by emit and passed to wrap (ds_config.json)."""
 

@@ -91,6 +91,7 @@ class FSDP2Engine(Engine):
     traced_with = "fake_pg"
     options = ("reduce_dtype",)
     unit_wrapped = True
+    world_on_mesh = True
 
     def states(self, parts, t, s, layout) -> Rows:
         return sharded_states(parts, t, s, layout)
