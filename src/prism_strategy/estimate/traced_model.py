@@ -37,7 +37,7 @@ from torch import nn
 from prism_strategy.estimate.parts import image_tokens
 from prism_strategy.runtime.blocks import find_blocks
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.hf import to_hf_config
+from prism_strategy.specs.hf import build_hf_model
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
 
@@ -195,13 +195,8 @@ def _weight_init(enabled: bool) -> Iterator[None]:
 
 
 def _hf_model(spec: TransformerSpec, init: bool) -> nn.Module:
-    import transformers
-
     with _weight_init(init):
-        if spec.kind == "vision":
-            model = transformers.SiglipVisionModel(to_hf_config(spec))
-        else:
-            model = transformers.AutoModelForCausalLM.from_config(to_hf_config(spec))
+        model = build_hf_model(spec)
     model.tie_weights()  # no_init_weights skips the tying post_init would do
     return model
 
