@@ -14,7 +14,7 @@ _LAZY = {
     "init_distributed": ("prism_strategy.runtime.dist", "init_distributed"),
     "wrap": ("prism_strategy.runtime.wrap", "wrap"),
     "wrap_from_file": ("prism_strategy.runtime.wrap", "wrap_from_file"),
-    "WrapConfig": ("prism_strategy.specs.wrap_config", "WrapConfig"),
+    "WrapConfig": ("prism_strategy.wrap_config", "WrapConfig"),
     "StepMonitor": ("prism_strategy.runtime.monitor", "StepMonitor"),
 }
 

@@ -151,7 +151,7 @@ def _predicted(spec: Any, sc: Any, *, grad_accum: int, bucket_mb: float | None,
                reduce_dtype: str | None) -> tuple[list[dict[str, Any]], str]:
     """The engine model's collectives of one optimizer step, as (rows, where they came from).
     Rows: op, group_size, dtype, calls, bytes (summed over the step)."""
-    from prism_strategy.estimate.parts import model_parts
+    from prism_strategy.specs.parts import model_parts
 
     from prism_strategy.engines import step_collectives
 

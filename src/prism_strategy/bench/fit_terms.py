@@ -90,7 +90,7 @@ def fit_reason(r: PublishedRecord) -> str | None:
 
 
 def record_observations(r: PublishedRecord) -> list[Observation]:
-    from prism_strategy.estimate.parts import model_parts
+    from prism_strategy.specs.parts import model_parts
     from prism_strategy.planner import Option, _time
     from prism_strategy.scenario import build_scenario
     from prism_strategy.strategies import get_strategy

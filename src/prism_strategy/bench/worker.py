@@ -13,7 +13,7 @@ process start once).
 
 A config with "census": true records instead every collective of one optimizer step after the
 warm-up (bench/census_record.py) and skips the timed steps. A config with "mode" other than
-e2e or a "vision_spec" builds vision + projector + backbone (estimate/traced_model.py), with
+e2e or a "vision_spec" builds vision + projector + backbone (traced/model.py), with
 the parts that do not train frozen.
 """
 
@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from prism_strategy.engines import engine_of
+from prism_strategy.strategies import get_strategy
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,9 +84,9 @@ def is_multimodal(config: dict[str, Any]) -> bool:
 
 
 def build_multimodal(config: dict[str, Any]) -> Any:
-    """Vision + projector + backbone as the traced estimate builds it (estimate/traced_model.py)."""
+    """Vision + projector + backbone as the traced estimate builds it (traced/model.py)."""
     from prism_strategy.bench.census import config_scenario
-    from prism_strategy.estimate.traced_model import build_from_spec
+    from prism_strategy.traced.model import build_from_spec
 
     sc = config_scenario(config)
     torch.manual_seed(0)
@@ -141,7 +144,7 @@ class Runner:
         return times
 
     def zero_grad(self) -> None:
-        if self.cfg["strategy"] == "ddp":
+        if engine_of(get_strategy(self.cfg["strategy"])).grads_are_bucket_views:
             self.job.optimizer.zero_grad(set_to_none=False)  # grads stay bucket views: the buckets are counted
         else:
             self.job.zero_grad()

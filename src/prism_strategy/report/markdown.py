@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.planner import Plan, sweep_rows
 from prism_strategy.recommend import TIE
 from prism_strategy.report.plan_table import CAPTION, option_notes, plan_title

@@ -1,7 +1,7 @@
 """The real model a traced estimate runs: built from a spec through transformers, or from a
 user's `module:function` factory, with its batch and its loss.
 
-Imported only by `estimate/traced.py` inside its functions (it imports torch at the top), so
+Imported only by `traced/estimate.py` inside its functions (it imports torch at the top), so
 `import prism_strategy.planner` stays free of torch.
 
 Conventions, each the same as the training step the trace stands for:
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_strategy.estimate.parts import image_tokens
+from prism_strategy.specs.parts import image_tokens
 from prism_strategy.runtime.blocks import find_blocks
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf import build_hf_model
