@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from prism_strategy.estimate.parts import transformer_tensors
+from prism_strategy.specs.parts import transformer_tensors
 from prism_strategy.specs import SpecError, load_model
 from prism_strategy.specs.hf import build_meta_model, spec_from_hf_dict, supported_model_types
 

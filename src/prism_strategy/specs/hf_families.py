@@ -94,11 +94,16 @@ def _dense_layers(c: Config, layers: int) -> int:
     return sum(1 for i in range(layers) if i in only or (i + 1) % step)
 
 
-def _moe(c: Config, layers: int, experts_key: str, ffn_key: str) -> dict[str, Any]:
+def _moe(c: Config, layers: int, experts_key: str, ffn_key: str, sparse_step: bool = False) -> dict[str, Any]:
+    """MoE fields; none when no block is sparse (no experts, or every block dense)."""
     e = c.int(experts_key, minimum=0)
-    if e == 0:
+    dense = _dense_layers(c, layers) if sparse_step else 0
+    if e == 0 or dense == layers:
         return {}
-    return dict(experts=e, experts_per_token=c.int("num_experts_per_tok"), expert_ffn=c.int(ffn_key))
+    k = c.int("num_experts_per_tok")
+    if k > e:
+        raise SpecError(f"{c.where}: num_experts_per_tok {k} is more than the {e} experts")
+    return dict(experts=e, experts_per_token=k, expert_ffn=c.int(ffn_key), dense_layers=dense)
 
 
 def _llama(c: Config) -> dict[str, Any]:
@@ -112,18 +117,15 @@ def _attention_bias(c: Config) -> dict[str, Any]:
 
 
 def _qwen2_moe(c: Config, layers: int) -> dict[str, Any]:
-    moe = _moe(c, layers, "num_experts", "moe_intermediate_size")
+    moe = _moe(c, layers, "num_experts", "moe_intermediate_size", sparse_step=True)
     if moe:
         moe |= dict(shared_expert_ffn=c.int("shared_expert_intermediate_size", minimum=0), shared_expert_gate=True)
-        moe["dense_layers"] = _dense_layers(c, layers)
     return dict(qkv_bias=c.bool("qkv_bias", True), **moe)
 
 
 def _qwen3_moe(c: Config, layers: int) -> dict[str, Any]:
-    moe = _moe(c, layers, "num_experts", "moe_intermediate_size")
-    if moe:
-        moe["dense_layers"] = _dense_layers(c, layers)
-    return dict(qk_norm="per_head", **_attention_bias(c), **moe)
+    return dict(qk_norm="per_head", **_attention_bias(c),
+                **_moe(c, layers, "num_experts", "moe_intermediate_size", sparse_step=True))
 
 
 def _gpt2(c: Config) -> dict[str, Any]:
@@ -178,6 +180,30 @@ ALIASES = {
 }
 
 
+SLIDING_PATTERN = {"gemma2": 2, "gemma3_text": 6}
+"""Without layer_types, layer i slides when (i + 1) % pattern != 0 (Gemma2Config / Gemma3TextConfig
+__post_init__; Gemma 3's sliding_window_pattern); the Mistral-like families slide on every layer
+when sliding_window is set (their masks: create_sliding_window_causal_mask)."""
+SLIDING_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096}
+
+
+def _sliding(c: Config, model_type: str, layers: int) -> dict[str, Any]:
+    types = c.cfg.get("layer_types")
+    window = c.cfg.get("sliding_window", SLIDING_DEFAULT.get(model_type))
+    if isinstance(types, list) and len(types) == layers:
+        n = sum(t == "sliding_attention" for t in types)
+    elif model_type in SLIDING_PATTERN:
+        pattern = c.int("sliding_window_pattern", SLIDING_PATTERN[model_type])
+        n = sum(1 for i in range(layers) if (i + 1) % pattern)
+    elif model_type in ("mistral", "mixtral", "starcoder2", "phi3"):
+        n = layers
+    else:
+        n = 0  # the Qwen families slide only with use_sliding_window, above max_window_layers: not read
+    if not n or window is None:
+        return {}
+    return dict(sliding_window=c.int("sliding_window", window), sliding_layers=n)
+
+
 def read_family(cfg: dict, model_type: str, where: str) -> dict[str, Any]:
     """TransformerSpec fields of a decoder config.json of a known family."""
     defaults, honours_head_dim, reader = DECODERS[model_type]
@@ -185,7 +211,7 @@ def read_family(cfg: dict, model_type: str, where: str) -> dict[str, Any]:
     if model_type == "gpt2":
         c.defaults = defaults | {"intermediate_size": 4 * c.int("hidden_size")}
     sizes = _sizes(c, honours_head_dim)
-    return sizes | reader(c, sizes["layers"])
+    return sizes | reader(c, sizes["layers"]) | _sliding(c, model_type, sizes["layers"])
 
 
 def hf_kwargs(spec: Any) -> dict[str, Any]:

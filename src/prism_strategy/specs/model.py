@@ -68,6 +68,10 @@ class TransformerSpec:
     position_embeddings: int = 0
     """Rows of a learned absolute position table (GPT-2's wpe); 0 with rotary positions."""
     max_positions: int = 0
+    sliding_window: int = 0
+    """Tokens a sliding-window attention layer attends to (0 = none); no parameters, only reach."""
+    sliding_layers: int = 0
+    """Layers that attend within sliding_window (Gemma 2: every other one; Gemma 3: 5 of 6)."""
     experts: int = 0
     """Routed experts per MoE block; 0 = dense model. Every expert is a gated MLP of expert_ffn."""
     experts_per_token: int = 0
