@@ -127,3 +127,8 @@ def test_unsupported_family_names_the_supported_ones_and_the_preset_route(tmp_pa
 def test_gpt2_cross_attention_refused():
     with pytest.raises(SpecError, match="cross-attention"):
         spec_from_hf_dict({"model_type": "gpt2", "add_cross_attention": True} | SMALL["gpt2"], name="g")
+
+
+def test_vision_image_smaller_than_a_patch_refused():
+    with pytest.raises(SpecError, match="no patch fits"):
+        spec_from_hf_dict({"model_type": "clip", "vision_config": {"image_size": 4, "patch_size": 14}}, name="c")

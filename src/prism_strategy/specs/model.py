@@ -105,6 +105,9 @@ class TransformerSpec:
             raise SpecError(f"model {self.name!r}: a decoder needs vocab > 0 and max_positions > 0")
         if self.kind == "vision" and (self.image_size <= 0 or self.patch_size <= 0):
             raise SpecError(f"model {self.name!r}: a vision encoder needs image_size and patch_size > 0")
+        if self.kind == "vision" and self.image_size < self.patch_size:
+            raise SpecError(f"model {self.name!r}: image_size {self.image_size} is smaller than patch_size "
+                            f"{self.patch_size}: no patch fits")
         if self.block_norms not in (2, 4):
             raise SpecError(f"model {self.name!r}: block_norms must be 2 or 4, got {self.block_norms}")
         if self.experts and not (0 < self.experts_per_token <= self.experts and self.expert_ffn > 0
