@@ -78,7 +78,9 @@ def assumptions(model: MultimodalSpec, seq_len: int) -> list[str]:
                 f"{spec.moe_layers} of {spec.layers} blocks sparse): planned with data parallelism only, every rank "
                 f"holds all experts (their states sharded as the strategy shards them); expert parallelism is not "
                 f"modelled; FLOPs and activations count the {spec.experts_per_token} routed experts per token "
-                f"(balanced routing, no dropped tokens)")
+                f"(balanced routing, no dropped tokens), priced at the compute dtype, though transformers' grouped_mm "
+                f"experts are not autocast-enabled and run at the parameters' dtype (fp32 under bf16-mixed: measured "
+                f"on CPU, transformers 5.24; bf16-pure runs them in bf16)")
         if spec.sliding_layers and seq_len > spec.sliding_window:
             out.append(
                 f"assumption: attention FLOPs count the full causal context on every layer; {spec.sliding_layers} of "

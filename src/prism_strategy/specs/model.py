@@ -210,28 +210,31 @@ class TransformerSpec:
     def stack_params(self) -> int:
         return sum(self._count(b) for b in self.stack)
 
-    def _matmul(self, sparse: bool, active: bool) -> int:
+    def _matmul(self, sparse: bool, routed: int) -> int:
+        """Matmul weights of one block, with `routed` experts of each sparse block."""
         h, q, kv = self.hidden, self.q_width, self.kv_width
         n = h * q + 2 * h * kv + q * h
         if not sparse:
             return n + (3 if self.mlp == "swiglu" else 2) * h * self.ffn
-        routed = self.experts_per_token if active else self.experts
         n += self.experts * h + routed * 3 * h * self.expert_ffn + 3 * h * self.shared_expert_ffn
         return n + (h if self.shared_expert_gate else 0)
 
+    def _mean_matmul(self, routed: int) -> float:
+        d = self.layers - self.moe_layers
+        return (d * self._matmul(False, 0) + self.moe_layers * self._matmul(True, routed)) / self.layers
+
     @property
     def block_matmul_params(self) -> float:
-        """Weights in matmuls, mean over the blocks (MoE: the router and every expert: what autocast
-        casts to the compute dtype)."""
-        d = self.layers - self.moe_layers
-        return (d * self._matmul(False, False) + self.moe_layers * self._matmul(True, False)) / self.layers
+        """Weights of the block's F.linear calls, mean over the blocks: what autocast casts to the
+        compute dtype. MoE experts are not among them: transformers' grouped_mm experts are not
+        autocast-enabled and run at the weights' dtype (integrations/moe.py, _grouped_mm)."""
+        return self._mean_matmul(0)
 
     @property
     def active_matmul_params(self) -> float:
         """Weights one token passes through per block (2 FLOPs each in forward), mean over the
         blocks: MoE blocks count the router, the top-k experts and the shared expert."""
-        d = self.layers - self.moe_layers
-        return (d * self._matmul(False, True) + self.moe_layers * self._matmul(True, True)) / self.layers
+        return self._mean_matmul(self.experts_per_token)
 
     @property
     def active_ffn(self) -> float:
