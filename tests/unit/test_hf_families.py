@@ -132,3 +132,13 @@ def test_gpt2_cross_attention_refused():
 def test_vision_image_smaller_than_a_patch_refused():
     with pytest.raises(SpecError, match="no patch fits"):
         spec_from_hf_dict({"model_type": "clip", "vision_config": {"image_size": 4, "patch_size": 14}}, name="c")
+
+
+@pytest.mark.parametrize("name", ["gemma-2-9b", "mixtral-8x7b", "qwen3-30b-a3b", "clip-vit-large-patch14-336"])
+def test_family_presets_equal_their_config_and_transformers(name):
+    from prism_strategy.specs import model_names
+
+    assert name in model_names()
+    preset, config = load_model(name), load_model(str(FIXTURES / name / "config.json"))
+    assert preset.total_params == config.total_params == PUBLISHED[name]
+    assert sum(p.numel() for p in unique_params(build_meta_model(preset))) == PUBLISHED[name]
