@@ -253,7 +253,7 @@ def plan(
         trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
-    reasons += assumptions(sc.model, sc.training.seq_len)  # MoE: data parallelism only; Gemma's attention
+    reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
     result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings)
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)

@@ -74,12 +74,20 @@ def test_moe_plan_states_data_parallelism_only_and_dense_does_not():
                 if r.startswith("assumption")]
 
 
+def test_moe_precision_line_only_when_params_and_compute_differ():
+    mixed = plan(MOE, platform="cpu", ranks_per_node=2, seq_len=32, micro_batch=1).reasons
+    pure = plan(MOE, platform="cpu", ranks_per_node=2, seq_len=32, micro_batch=1, precision="bf16-pure").reasons
+    assert any("grouped_mm" in r and "bf16-pure" in r for r in mixed)
+    assert not any("grouped_mm" in r for r in pure)
+
+
 def test_sliding_window_assumption_only_past_the_window():
     g = load_model(str(HF / "gemma-2-9b" / "config.json"))
     from prism_strategy.estimate.families import assumptions
 
     assert (g.sliding_window, g.sliding_layers) == (4096, 21)  # Gemma 2: every other layer of 42
-    short, long = assumptions(MultimodalSpec(backbone=g), 2048), assumptions(MultimodalSpec(backbone=g), 8192)
+    at = lambda n: assumptions(MultimodalSpec(backbone=g), dataclasses.replace(T, seq_len=n))  # noqa: E731
+    short, long = at(2048), at(8192)
     assert not any("window" in a for a in short) and any("4096-token window" in a for a in long)
     assert any("eager" in a for a in short)  # Gemma 2's attention implementation, at any length
 

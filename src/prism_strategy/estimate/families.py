@@ -20,6 +20,7 @@ the stack (an MoE stack may mix dense and sparse blocks), and 0 for a Llama-like
 from __future__ import annotations
 
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
+from prism_strategy.specs.training import TrainingSpec
 
 FP32, INT64 = 4, 8
 ROUTING_KERNELS = 18
@@ -68,9 +69,9 @@ def extra_block_kernels(spec: TransformerSpec, compiled: bool) -> tuple[float, f
     return kernels, gemms
 
 
-def assumptions(model: MultimodalSpec, seq_len: int) -> list[str]:
+def assumptions(model: MultimodalSpec, training: TrainingSpec) -> list[str]:
     """What the plan assumes about these families, one line each, for the plan's reasons."""
-    out = []
+    out, seq_len = [], training.seq_len
     for spec in filter(None, (model.backbone, model.vision)):
         if spec.moe:
             out.append(
@@ -78,9 +79,14 @@ def assumptions(model: MultimodalSpec, seq_len: int) -> list[str]:
                 f"{spec.moe_layers} of {spec.layers} blocks sparse): planned with data parallelism only, every rank "
                 f"holds all experts (their states sharded as the strategy shards them); expert parallelism is not "
                 f"modelled; FLOPs and activations count the {spec.experts_per_token} routed experts per token "
-                f"(balanced routing, no dropped tokens), priced at the compute dtype, though transformers' grouped_mm "
-                f"experts are not autocast-enabled and run at the parameters' dtype (fp32 under bf16-mixed: measured "
-                f"on CPU, transformers 5.24; bf16-pure runs them in bf16)")
+                f"(balanced routing, no dropped tokens)")
+        if spec.moe and training.param_dtype != training.compute_dtype:
+            out.append(
+                f"assumption: the experts' FLOPs and activations are priced in {training.compute_dtype}, but "
+                "transformers' default grouped_mm experts are not autocast-enabled and run at the parameters' dtype "
+                f"({training.param_dtype} here: seen on CPU); on CUDA torch's grouped_mm takes bf16 only (from "
+                "torch/_meta_registrations.py, which mirrors _grouped_mm_cuda; not run here): train MoEs with "
+                "--precision bf16-pure, or experts_implementation='eager'")
         if spec.sliding_layers and seq_len > spec.sliding_window:
             out.append(
                 f"assumption: attention FLOPs count the full causal context on every layer; {spec.sliding_layers} of "
