@@ -142,3 +142,30 @@ def test_family_presets_equal_their_config_and_transformers(name):
     preset, config = load_model(name), load_model(str(FIXTURES / name / "config.json"))
     assert preset.total_params == config.total_params == PUBLISHED[name]
     assert sum(p.numel() for p in unique_params(build_meta_model(preset))) == PUBLISHED[name]
+
+
+@pytest.mark.parametrize("model_type", sorted(SMALL) + ["clip"])
+def test_blocks_the_runtime_wraps_hold_the_spec_blocks(model_type):
+    """FSDP2 units: runtime/blocks.find_blocks on the real model gives the blocks (and, for CLIP, the
+    embeddings) the engines' model shards, each with the spec's parameters; the rest is the root."""
+    from prism_strategy.engines.base import part_modules
+    from prism_strategy.runtime.blocks import find_blocks
+    from prism_strategy.specs.parts import Part
+
+    if model_type == "clip":
+        d = json.loads((FIXTURES / "clip-vit-large-patch14-336" / "config.json").read_text())
+        cfg = transformers.CLIPVisionConfig(**(d["vision_config"] | {"num_hidden_layers": 2}))
+        with torch.device("meta"):
+            model = transformers.CLIPVisionModel(cfg)
+        spec = spec_from_hf_dict(cfg.to_dict(), name="clip")
+    else:
+        cfg = transformers.AutoConfig.for_model(model_type, **SMALL[model_type])
+        model, spec = meta_causal_lm(cfg), spec_from_hf_dict(cfg.to_dict(), name=model_type)
+    real = [sum(p.numel() for p in b.module.parameters()) for b in find_blocks(model)]
+    pm = part_modules(Part(name="m", spec=spec, params=spec.total_params, trains=True, backward=True, tokens=1, tensors=0))
+    units = ([pm.embed] if pm.embed_unit else []) + pm.blocks
+    spec_units = [sum(n for m in u for n, _ in m) for u in units]
+    assert sorted(real) == sorted(spec_units)  # the spec keeps an MoE's dense-block count, not their positions
+    assert real == spec_units or spec.dense_layers
+    assert sum(p.numel() for p in unique_params(model)) - sum(real) == (spec.root_params if not pm.embed_unit
+                                                                        else spec.root_params - spec.embed_params)
