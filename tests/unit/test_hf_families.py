@@ -169,3 +169,14 @@ def test_blocks_the_runtime_wraps_hold_the_spec_blocks(model_type):
     assert real == spec_units or spec.dense_layers
     assert sum(p.numel() for p in unique_params(model)) - sum(real) == (spec.root_params if not pm.embed_unit
                                                                         else spec.root_params - spec.embed_params)
+
+
+def test_gemma3_text_config_leaning_on_class_defaults():
+    # Gemma 3 4B's text_config names only what differs from Gemma3TextConfig (no heads, kv heads,
+    # head_dim or vocabulary): the class's 8 heads, 4 kv heads, head_dim 256 and 262,208 tokens apply
+    text = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
+            "sliding_window": 1024}
+    spec = spec_from_hf_dict({"model_type": "gemma3", "text_config": text}, name="g")
+    model = meta_causal_lm(transformers.Gemma3TextConfig(**{k: v for k, v in text.items() if k != "model_type"}))
+    assert (spec.heads, spec.kv_heads, spec.head_dim, spec.vocab) == (8, 4, 256, 262208)
+    assert spec.total_params == sum(p.numel() for p in unique_params(model))

@@ -150,7 +150,7 @@ DECODERS: dict[str, tuple[dict[str, Any], bool, Reader]] = {
     "olmo": ({}, True, lambda c, n: dict(norm="layernorm_noparam") | _attention_bias(c)),
     "olmo2": ({}, True, lambda c, n: _RMS | dict(qk_norm="full") | _attention_bias(c)),
     "olmo3": ({}, True, lambda c, n: _RMS | dict(qk_norm="full") | _attention_bias(c)),
-    "gpt2": ({"tie_word_embeddings": True, "vocab_size": 50257, "max_position_embeddings": 1024}, False,
+    "gpt2": ({"tie_word_embeddings": True}, False,
              lambda c, n: _gpt2(c)),
     "gpt_neox": ({}, False, lambda c, n: dict(norm="layernorm", mlp="gelu", fused_qkv=True, mlp_bias=True,
                                               qkv_bias=c.bool("attention_bias", True), o_bias=c.bool("attention_bias", True))),
@@ -204,12 +204,26 @@ def _sliding(c: Config, model_type: str, layers: int) -> dict[str, Any]:
     return dict(sliding_window=c.int("sliding_window", window), sliding_layers=n)
 
 
+SECONDARY = {  # (num_attention_heads, vocab_size, max_position_embeddings) of each config class
+    "llama": (32, 32000, 2048), "mistral": (32, 32000, 131072), "qwen2": (32, 151936, 32768),
+    "qwen3": (32, 151936, 32768), "olmo": (32, 50304, 2048), "olmo2": (32, 50304, 2048), "olmo3": (32, 50304, 2048),
+    "gpt2": (12, 50257, 1024), "gpt_neox": (64, 50432, 2048), "gemma2": (8, 256000, 8192),
+    "gemma3_text": (8, 262208, 131072), "phi3": (32, 32064, 4096), "starcoder2": (24, 49152, 4096),
+    "mixtral": (32, 32000, 131072), "qwen2_moe": (16, 151936, 32768), "qwen3_moe": (32, 151936, 32768),
+    "olmoe": (16, 50304, 4096),
+}
+"""Defaults a config.json may lean on (Gemma 3's text_config omits its 8 heads and its vocabulary);
+hidden_size, num_hidden_layers and intermediate_size stay required (a config without them is not
+one of these models)."""
+
+
 def read_family(cfg: dict, model_type: str, where: str) -> dict[str, Any]:
     """TransformerSpec fields of a decoder config.json of a known family."""
     defaults, honours_head_dim, reader = DECODERS[model_type]
+    defaults = dict(zip(("num_attention_heads", "vocab_size", "max_position_embeddings"), SECONDARY[model_type])) | defaults
     c = Config(cfg, where, defaults, ALIASES.get(model_type))
     if model_type == "gpt2":
-        c.defaults = defaults | {"intermediate_size": 4 * c.int("hidden_size")}
+        c.defaults |= {"intermediate_size": 4 * c.int("hidden_size")}
     sizes = _sizes(c, honours_head_dim)
     return sizes | reader(c, sizes["layers"]) | _sliding(c, model_type, sizes["layers"])
 
