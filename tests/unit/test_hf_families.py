@@ -180,3 +180,14 @@ def test_gemma3_text_config_leaning_on_class_defaults():
     model = meta_causal_lm(transformers.Gemma3TextConfig(**{k: v for k, v in text.items() if k != "model_type"}))
     assert (spec.heads, spec.kv_heads, spec.head_dim, spec.vocab) == (8, 4, 256, 262208)
     assert spec.total_params == sum(p.numel() for p in unique_params(model))
+
+
+def test_preset_of_an_unbuildable_family_is_one_clear_error():
+    from prism_strategy.specs.hf import to_hf_config
+    from prism_strategy.specs.model import TransformerSpec
+
+    spec = TransformerSpec(name="mine", hf_model_type="mamba", layers=2, hidden=8, heads=2, kv_heads=2, head_dim=4,
+                           ffn=16, vocab=10, max_positions=32)
+    assert spec.total_params > 0  # planning needs no transformers family
+    with pytest.raises(SpecError, match="--traced and bench need one of these"):
+        to_hf_config(spec)

@@ -231,6 +231,9 @@ def read_family(cfg: dict, model_type: str, where: str) -> dict[str, Any]:
 def hf_kwargs(spec: Any) -> dict[str, Any]:
     """The family's config arguments that rebuild this spec (the inverse of read_family)."""
     mt = spec.hf_model_type
+    if mt not in DECODERS:
+        raise SpecError(f"model {spec.name!r}: hf_model_type {mt!r} is not a family this tool builds with transformers "
+                        f"({', '.join(DECODERS)}); plan works from the preset alone, --traced and bench need one of these")
     kw: dict[str, Any] = dict(
         vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.ffn, num_hidden_layers=spec.layers,
         num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads, max_position_embeddings=spec.max_positions,
