@@ -41,7 +41,7 @@ def ddp() -> TracedMemory:
 
 
 def test_importing_the_planner_and_traced_module_loads_no_torch():
-    code = ("import sys, prism_strategy.planner, prism_strategy.traced.estimate; "
+    code = ("import sys, prism_strategy.planning.planner, prism_strategy.traced.estimate; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -131,7 +131,7 @@ def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
 def config_scenario(config: dict[str, Any]) -> Any:
     """The planner's scenario for a census / bench config (model, training, layout)."""
     from prism_strategy.bench.predict import config_model
-    from prism_strategy.scenario import build_scenario
+    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.model import TransformerSpec
     from prism_strategy.specs.presets import build
 

@@ -53,7 +53,7 @@ def build_model(config: dict[str, Any]) -> torch.nn.Module:
     import transformers
 
     from prism_strategy.bench.predict import config_model
-    from prism_strategy.scenario import resolve_model
+    from prism_strategy.planning.scenario import resolve_model
     from prism_strategy.specs.hf import to_hf_config
 
     cfg = to_hf_config(resolve_model(config_model(config)))
@@ -99,7 +99,7 @@ class Runner:
     def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace, built: Any = None):
         self.cfg, self.job, self.ctx, self.args, self.built = config, job, ctx, args, built
         from prism_strategy.bench.predict import config_model
-        from prism_strategy.scenario import resolve_model
+        from prism_strategy.planning.scenario import resolve_model
 
         accum, mb = int(config.get("grad_accum", 1)), int(config["micro_batch"])
         if built is not None:

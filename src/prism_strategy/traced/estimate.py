@@ -22,7 +22,7 @@ Fake tensors run the meta kernels, which allocate what the fused GPU/XPU kernels
 runs the composite `_chunk_cat` for FSDP's reduce-scatter copy-in and gloo's reduce-scatter,
 whose extra copies at the end of backward the trace does not see (README, traced estimates).
 
-Nothing here imports torch at module level: `import prism_strategy.planner` stays torch-free.
+Nothing here imports torch at module level: `import prism_strategy.planning.planner` stays torch-free.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 user's `module:function` factory, with its batch and its loss.
 
 Imported only by `traced/estimate.py` inside its functions (it imports torch at the top), so
-`import prism_strategy.planner` stays free of torch.
+`import prism_strategy.planning.planner` stays free of torch.
 
 Conventions, each the same as the training step the trace stands for:
 - Decoders (a TransformerSpec, or a MultimodalSpec without vision) are transformers'
