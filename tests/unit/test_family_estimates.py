@@ -99,3 +99,10 @@ def test_ddp_autocast_copies_no_expert_weights():
     copies = sum(b for _, label, b in mem.items if label.startswith("autocast"))
     attn_mm, h = 16 * 16 + 2 * 16 * 8 + 16 * 16, 16
     assert copies == (2 * (attn_mm + 4 * h) + 50 * h) * T.compute_bytes  # attention + router per block, LM head
+
+
+def test_moe_block_gemms_carry_the_routed_flops():
+    from prism_strategy.estimate.compute import block_gemms
+
+    assert sum(i * o for i, o in block_gemms(MOE)) == MOE.active_matmul_params  # shapes and FLOPs agree
+    assert sum(i * o for i, o in block_gemms(DENSE)) == DENSE.active_matmul_params

@@ -135,6 +135,8 @@ def block_gemms(spec: TransformerSpec) -> tuple[tuple[int, int], ...]:
     """(in, out) widths of each block matmul in forward order: q, k, v, o, then SwiGLU's gate
     (w1), up (w3), down (w2), as torchtitan's `w2(silu(w1(x)) * w3(x))` runs them, or GELU's up, down."""
     h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.ffn
+    if spec.moe:  # router, routed experts, shared expert (estimate/families.py)
+        return ((h, q), (h, kv), (h, kv), (q, h)) + families.moe_block_gemms(spec)
     mlp = ((h, f), (h, f), (f, h)) if spec.mlp == "swiglu" else ((h, f), (f, h))
     return ((h, q), (h, kv), (h, kv), (q, h)) + mlp
 

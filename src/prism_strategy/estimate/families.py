@@ -69,6 +69,19 @@ def extra_block_kernels(spec: TransformerSpec, compiled: bool) -> tuple[float, f
     return kernels, gemms
 
 
+def moe_block_gemms(spec: TransformerSpec) -> tuple[tuple[int, int], ...]:
+    """(in, out) widths of a sparse block's MLP matmuls, each run over every token of the micro-batch
+    (estimate/compute_shape.py): the router, each of the top-k experts' gate|up and down (so the
+    FLOPs are exact), the shared expert and its gate. The thin-matmul curve then sees the whole token
+    count, while grouped_mm's per-expert groups hold tokens x k / E rows: its loss is understated.
+    A stack that mixes dense blocks is timed as if every block were sparse (by shape; the FLOPs path
+    of estimate/compute.py averages exactly)."""
+    h, i, k, s = spec.hidden, spec.expert_ffn, spec.experts_per_token, spec.shared_expert_ffn
+    routed = ((h, 2 * i),) * k + ((i, h),) * k
+    shared = ((h, s), (h, s), (s, h)) if s else ()
+    return ((h, spec.experts),) + routed + shared + (((h, 1),) if spec.shared_expert_gate else ())
+
+
 def assumptions(model: MultimodalSpec, training: TrainingSpec) -> list[str]:
     """What the plan assumes about these families, one line each, for the plan's reasons."""
     out, seq_len = [], training.seq_len
