@@ -5,6 +5,7 @@ only `to_hf_config` / `build_meta_model` import it."""
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ __all__ = ["MAX_SIZE", "build_hf_model", "build_meta_model", "load_hf_config", "
 _VISION_TYPES = ("siglip_vision_model", "siglip", "siglip2_vision_model", "siglip2", "clip_vision_model", "clip")
 _TEXT_WRAPPERS = {"gemma3": "gemma3_text"}
 """Multimodal configs whose text_config is a supported decoder (Gemma 3 4B and larger)."""
-PRESET_EXAMPLE = "src/prism_strategy/data/models/llama-2-7b.toml"
+def preset_example() -> str:
+    """The installed path of a preset TOML a user can copy and edit (data/models/llama-2-7b.toml)."""
+    return str(resources.files("prism_strategy") / "data" / "models" / "llama-2-7b.toml")
 
 
 def supported_model_types() -> tuple[str, ...]:
@@ -28,7 +31,7 @@ def supported_model_types() -> tuple[str, ...]:
 def unsupported(where: str, model_type: Any) -> SpecError:
     what = f"model_type {model_type!r} is not supported" if model_type is not None else "config has no model_type"
     return SpecError(f"{where}: {what}; supported: {', '.join(supported_model_types())}; or describe the model as a "
-                     f"preset TOML (TransformerSpec fields, e.g. {PRESET_EXAMPLE}) and pass its path to --model")
+                     f"preset TOML (TransformerSpec fields: copy {preset_example()}) and pass its path to --model")
 
 
 def load_hf_config(path: Path) -> TransformerSpec:
