@@ -92,7 +92,8 @@ def plan(
     ckpt_freq: Annotated[str, typer.Option(help="Activation checkpointing every k-th block, 0 = none; "
                                                 "auto = fastest that fits, per option")] = "auto",
     precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
-    optimizer: Annotated[str, typer.Option(help="adamw | sgd")] = "adamw",
+    optimizer: Annotated[str, typer.Option(help="adamw (torch's default: foreach on cuda/xpu, loop on cpu) | "
+                                                "adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
     vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset (adds it and a projector)")] = None,
     image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile on")] = False,

@@ -10,7 +10,7 @@ from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.presets import load_model, load_platform, spec_from_module
-from prism_strategy.specs.training import TrainingSpec
+from prism_strategy.specs.training import TrainingSpec, parse_optimizer
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,7 +37,8 @@ class Scenario:
             "world_size": self.layout.world, "seq_len": t.seq_len, "mean_seq_len": t.mean_seq_len,
             "image_tokens": _image_tokens(m, t), "micro_batch": t.micro_batch, "global_batch": t.global_batch,
             "grad_accum": t.grad_accum, "ckpt_freq": "auto" if t.ckpt_auto else t.ckpt_freq,
-            "precision": t.precision, "optimizer": t.optimizer, "compile": t.compile,
+            "precision": t.precision, "optimizer": t.optimizer_name,
+            "optimizer_impl": t.optimizer_impl_on(self.platform.device), "compile": t.compile,
             "params": {"total": m.total_params, "trainable": m.trainable_params, "frozen": m.frozen_params,
                        "source": m.backbone.source},
         }
@@ -108,9 +109,10 @@ def build_scenario(
     k = parse_ckpt_freq(ckpt_freq)
     if image_tokens is not None:
         _int("--image-tokens", image_tokens, 0)
+    algo, impl = parse_optimizer(optimizer)
     training = TrainingSpec.from_precision(
         precision, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum,
-        mean_seq_len=mean_seq_len, ckpt_freq=k or 0, ckpt_auto=k is None, optimizer=optimizer,
+        mean_seq_len=mean_seq_len, ckpt_freq=k or 0, ckpt_auto=k is None, optimizer=algo, optimizer_impl=impl,
         image_tokens=image_tokens, compile=bool(compile), bucket_mb=bucket_mb)
     total = seq_len + _image_tokens(mm, training)
     if total > mm.backbone.max_positions:

@@ -193,8 +193,9 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         tag_collectives()
     built = build_multimodal(config) if is_multimodal(config) else None
     model = built.module if built is not None else build_model(config)
-    opt = torch.optim.AdamW if config.get("optimizer", "adamw") == "adamw" else torch.optim.SGD
-    job = wrap(model, config["strategy"], ctx=ctx, optimizer=lambda ps: opt(ps, lr=1e-4),
+    from prism_strategy.runtime.optim import optimizer_factory
+
+    job = wrap(model, config["strategy"], ctx=ctx, optimizer=optimizer_factory(config.get("optimizer", "adamw")),
                mixed_precision=None if config.get("precision", "fp32") == "fp32" else "bf16",
                ckpt_freq=int(config.get("ckpt_freq", 0)), block_types=built.block_types if built else None,
                **engine_options(config))

@@ -8,6 +8,11 @@ The peak is the largest of a few moments of the training step, each a sum of liv
   head's unsharded grad) and end of backward (the root unit's unsharded grads with their
   reduce-scatter copy). zero_grad(set_to_none=True) leaves no grads at the start of backward
   unless gradients accumulate over micro-batches.
+- optimizer step, every engine: params + grads + optimizer state + the optimizer's own
+  temporaries (engines/base.py step_transient: foreach AdamW holds a state-sized temporary per
+  (device, dtype) group, the per-tensor loop two of its largest tensor, fused none), with the
+  activations freed; the implementation is torch's default on the platform's device unless
+  `--optimizer adamw-foreach|adamw-fused|adamw-loop` says which.
 The estimate reports the items of the moment that peaks.
 
 Sources of the formulas:
@@ -163,7 +168,8 @@ def moments(parts: tuple[Part, ...], t: TrainingSpec, platform: PlatformSpec, la
     acts = activation_rows(parts, t, s, platform)
     reserve: Rows = [("reserve", "framework reserve (runtime, collective buffers)", platform.framework_reserve_gib * GiB)]
     return s.impl.moments(parts, t, s, layout, states=states, acts=acts, reserve=reserve, wrap=wrap,
-                          accumulating=accumulating, saved_acts=saved_activation_rows(parts, t, s, platform))
+                          accumulating=accumulating, saved_acts=saved_activation_rows(parts, t, s, platform),
+                          step_impl=t.optimizer_impl_on(platform.device))
 
 
 # --- the estimate ------------------------------------------------------------------------
