@@ -95,9 +95,10 @@ class Engine(ABC):
     @abstractmethod
     def moments(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, *,
                 states: Rows, acts: Rows, reserve: Rows, wrap: str, accumulating: bool,
-                saved_acts: Rows = (), step_impl: str = "loop") -> list[Moment]:
+                saved_acts: Rows = (), late_acts: Rows = (), step_impl: str = "loop") -> list[Moment]:
         """The moments of one step that can hold the peak. acts: per-sample activations at the
-        start of backward (with the loss / recompute transient); saved_acts: without it.
+        start of backward (with the loss / recompute transient); saved_acts: without it;
+        late_acts: what is still alive when the top part's bottom block runs backward.
         step_impl: the optimizer implementation that runs (TrainingSpec.optimizer_impl_on)."""
 
     def residual_bytes(self, s: "StrategySpec", t: TrainingSpec) -> int:

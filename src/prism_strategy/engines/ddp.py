@@ -57,7 +57,7 @@ class DDPEngine(Engine):
         return t.param_bytes if t.compute_dtype != t.param_dtype else t.compute_bytes
 
     def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=(),
-                step_impl="loop") -> list[Moment]:
+                late_acts=(), step_impl="loop") -> list[Moment]:
         """Start of backward (autocast copies and activations alive); the optimizer step (every
         gradient still in its bucket, the activations and autocast copies freed, the optimizer's
         own temporaries over every trainable tensor, full size)."""

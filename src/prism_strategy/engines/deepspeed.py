@@ -94,7 +94,7 @@ class DeepSpeedEngine(Engine):
         ]
 
     def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=(),
-                step_impl="loop") -> list[Moment]:
+                late_acts=(), step_impl="loop") -> list[Moment]:
         """Start of backward (activations, no gradients unless accumulating); ZeRO-1/2: the
         first gradient hook, once the loss buffers are freed (stage_1_and_2's process_gradients
         calls setup_buckets there, in both stages: the ipg buckets now exist, most activations
@@ -108,8 +108,13 @@ class DeepSpeedEngine(Engine):
         start = no_grads + (grads if accumulating else []) + gathered + persistent + reserve
         out = [Moment("start of backward", start, list(acts)),
                Moment("end of backward", states + gathered + buckets + reserve, [])]
-        if st in (1, 2):
+        if st == 1:
             out.append(Moment("first gradient hook", start + buckets, list(saved_acts)))
+        elif st == 2:  # copy_grads_in_partition allocates the partition's buffer at its first reduce,
+            # in backward: the rank owning the last parameters gets it with the first bucket
+            part = [("grads", f"grad partition buffer ({t.compute_dtype}, 1/{layout.world}, from the first bucket)",
+                     trainable(parts) * t.compute_bytes / layout.world)]
+            out.append(Moment("first gradient hook", start + buckets + part, list(saved_acts)))
         return out + [self._step_moment(parts, t, s, layout, no_grads, grads, buckets if st < 3 else persistent,
                                         reserve, step_impl)]
 

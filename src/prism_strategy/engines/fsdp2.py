@@ -97,10 +97,10 @@ class FSDP2Engine(Engine):
         return sharded_states(parts, t, s, layout)
 
     def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=(),
-                step_impl="loop") -> list[Moment]:
+                late_acts=(), step_impl="loop") -> list[Moment]:
         step = Moment("optimizer step", states + _step_rows(parts, t, s, layout, step_impl) + reserve, [])
         if wrap == "block":
-            return _block_moments(parts, t, s, layout, states, acts, reserve, accumulating) + [step]
+            return _block_moments(parts, t, s, layout, states, acts, reserve, accumulating, list(late_acts)) + [step]
         return [Moment("start of backward", states + _root_wrap_rows(parts, t, s) + reserve, acts), step]
 
     def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
@@ -175,7 +175,7 @@ def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layo
 
 
 def _block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, states: Rows,
-                   acts: Rows, reserve: Rows, accumulating: bool) -> list[Moment]:
+                   acts: Rows, reserve: Rows, accumulating: bool, late_acts: Rows) -> list[Moment]:
     """Per-block units: start of backward, late backward, end of backward."""
     e, gb = t.compute_bytes, t.grad_bytes
     params_optim = [r for r in states if r[0] != "grads"]
@@ -203,5 +203,5 @@ def _block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", 
         # observed, torch 2.13 (traces and a real gloo run): with a tied LM head the root's
         # gathered params are still allocated when its reduce-scatter runs
         end.append(("buffers", "root unit still gathered (tied LM head)", root * e))
-    return [Moment("start of backward", start + reserve, acts), Moment("late backward", late + reserve, []),
+    return [Moment("start of backward", start + reserve, acts), Moment("late backward", late + reserve, late_acts),
             Moment("end of backward", end + reserve, [])]

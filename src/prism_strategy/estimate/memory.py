@@ -5,7 +5,9 @@ The peak is the largest of a few moments of the training step, each a sum of liv
   checkpointing, one recomputed block, whichever is larger: the loss is freed first);
 - FSDP2 only (per-block units): late backward (every block's sharded grads, the root and two
   blocks still gathered, one block's unsharded grads with their reduce-scatter copy, the LM
-  head's unsharded grad) and end of backward (the root unit's unsharded grads with their
+  head's unsharded grad, while the bottom block's activations and the lower parts' are alive:
+  sharded grads grow and activations shrink block by block, so the extremes are this moment
+  and the start of backward) and end of backward (the root unit's unsharded grads with their
   reduce-scatter copy). zero_grad(set_to_none=True) leaves no grads at the start of backward
   unless gradients accumulate over micro-batches.
 - optimizer step, every engine: params + grads + optimizer state + the optimizer's own
@@ -155,6 +157,19 @@ def saved_activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategyS
             for p in parts if (a := part_activation_bytes_per_sample(p, t, res))]
 
 
+def late_backward_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
+    """Per sample, alive while the top part's bottom block runs backward (the blocks above it have
+    made their gradients): that block's activations (saved, or recomputed under checkpointing)
+    and all that the parts below it saved (their backward comes later)."""
+    *below, top = parts
+    rows = saved_activation_rows(tuple(below), t, s, platform)
+    if top.backward and top.spec is not None:
+        a = block_activation_bytes_per_token(top.spec, t.compute_bytes, top.trains) * top.tokens
+        rows.append(("activations", f"{top.name} bottom block's activations (saved or recomputed)",
+                     a * platform.activation_factor))
+    return rows
+
+
 # --- model states and moments: the engine's (engines/*) ----------------------------------
 def model_state_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, layout: Layout) -> Rows:
     """Params, grads and optimizer state, as they stand once the first step has run."""
@@ -169,6 +184,7 @@ def moments(parts: tuple[Part, ...], t: TrainingSpec, platform: PlatformSpec, la
     reserve: Rows = [("reserve", "framework reserve (runtime, collective buffers)", platform.framework_reserve_gib * GiB)]
     return s.impl.moments(parts, t, s, layout, states=states, acts=acts, reserve=reserve, wrap=wrap,
                           accumulating=accumulating, saved_acts=saved_activation_rows(parts, t, s, platform),
+                          late_acts=late_backward_rows(parts, t, s, platform),
                           step_impl=t.optimizer_impl_on(platform.device))
 
 
