@@ -177,6 +177,10 @@ def _context(config: dict[str, Any]) -> Any:
     return _CTX
 
 
+def _ckpt(value: Any) -> int | str:
+    return "sac" if value == "sac" else int(value)
+
+
 def engine_options(config: dict[str, Any]) -> dict[str, Any]:
     """wrap() keywords for the config's bucket size and reduce dtype, given only when set."""
     return {k: config[k] for k in ("bucket_mb", "reduce_dtype") if config.get(k) is not None}
@@ -197,7 +201,8 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
 
     job = wrap(model, config["strategy"], ctx=ctx, optimizer=optimizer_factory(config.get("optimizer", "adamw")),
                mixed_precision=None if config.get("precision", "fp32") == "fp32" else "bf16",
-               ckpt_freq=int(config.get("ckpt_freq", 0)), block_types=built.block_types if built else None,
+               ckpt_freq=_ckpt(config.get("ckpt_freq", 0)), block_types=built.block_types if built else None,
+               loss=config.get("loss", "upcast"),
                **engine_options(config))
     runner = Runner(config, job, ctx, args, built)
     warmup, steps = int(config.get("warmup", 1)), int(config.get("steps", 3))

@@ -43,6 +43,12 @@ def parse_optimizer(name: str) -> tuple[str, str]:
     algo, _, impl = name.strip().lower().partition("-")
     return algo, impl or "auto"
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+CKPT_POLICIES: tuple[str, ...] = ("full", "sac")
+LOSSES: tuple[str, ...] = ("upcast", "fused", "chunked")
+"""`--loss`: the cross-entropy kernel (estimate/memory.py loss_bytes_per_token has each one's buffers).
+upcast: logits materialised and cast to fp32 (HF transformers' ForCausalLMLoss, torchtitan);
+fused: low-precision logits, no fp32 copies (flash-attn's CrossEntropyLoss, llm-foundry's default);
+chunked: no full logits (Liger's fused linear cross-entropy, or runtime/loss.py's chunked loss)."""
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
 """Tensors of optimizer state per parameter: AdamW's two moments; SGD's momentum buffer
 (SGD without momentum keeps none: the estimate assumes momentum is on)."""
@@ -73,8 +79,13 @@ class TrainingSpec:
     optimizer: Literal["adamw", "sgd"] = "adamw"
     optimizer_impl: Literal["auto", "foreach", "fused", "loop"] = "auto"
     """torch's implementation of the update (OPTIMIZER_IMPLS): sets the optimizer step's temporaries."""
+    loss: Literal["upcast", "fused", "chunked"] = "upcast"
+    """The cross-entropy kernel (LOSSES)."""
     ckpt_freq: int = 0
     """Activation checkpointing: every k-th block; 0 = none."""
+    ckpt_policy: Literal["full", "sac"] = "full"
+    """What a checkpointed block keeps: its input only ("full"), or torchtitan's selective per-op
+    policy ("sac": `--ckpt-freq sac`, every block; estimate/memory.py sac_saved_bytes_per_token)."""
     ckpt_auto: bool = False
     """`--ckpt-freq auto`: the planner searches ckpt_freq per option (ckpt_freq is the value tried)."""
     compile: bool = False
@@ -98,8 +109,14 @@ class TrainingSpec:
         check_options(self.bucket_mb, None)
         if self.ckpt_freq < 0:
             raise SpecError(f"--ckpt-freq must be >= 0 (0 = no checkpointing), got {self.ckpt_freq}")
+        if self.ckpt_policy not in CKPT_POLICIES:
+            raise SpecError(f"unknown checkpointing policy {self.ckpt_policy!r}; choose one of {', '.join(CKPT_POLICIES)}")
+        if self.ckpt_policy == "sac" and self.ckpt_freq != 1:
+            raise SpecError(f"selective checkpointing (sac) wraps every block: ckpt_freq must be 1, got {self.ckpt_freq}")
         if self.optimizer not in OPTIMIZERS:
             raise SpecError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZER_NAMES)}")
+        if self.loss not in LOSSES:
+            raise SpecError(f"unknown loss {self.loss!r} (--loss); choose one of {', '.join(LOSSES)}")
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise SpecError(f"unknown optimizer implementation {self.optimizer_impl!r}; choose one of "
                             f"{', '.join(OPTIMIZER_IMPLS)}")
@@ -129,6 +146,11 @@ class TrainingSpec:
     def optimizer_name(self) -> str:
         """The `--optimizer` value this spec was built from."""
         return self.optimizer if self.optimizer_impl == "auto" else f"{self.optimizer}-{self.optimizer_impl}"
+
+    @property
+    def ckpt_name(self) -> int | str:
+        """The `--ckpt-freq` value: "sac" or the block interval."""
+        return "sac" if self.ckpt_policy == "sac" else self.ckpt_freq
 
     @property
     def timed_seq_len(self) -> int:
