@@ -508,8 +508,10 @@ def emit(
     nodes: Annotated[Optional[int], typer.Option(help="Number of nodes [default: 1]")] = None,
     env_profile: Annotated[Optional[str], typer.Option(help="Env profile name or .toml; default: the platform's")] = None,
     precision: Annotated[Optional[str], typer.Option(help="bf16-mixed | bf16-pure | fp32 [default: bf16-mixed]")] = None,
-    ckpt_freq: Annotated[Optional[int], typer.Option(help="Activation checkpointing every k-th block; 0 = none "
-                                                          "[default: 0]")] = None,
+    ckpt_freq: Annotated[Optional[str], typer.Option(help="Activation checkpointing every k-th block; 0 = none; "
+                                                          "sac = selective on every block [default: 0]")] = None,
+    loss: Annotated[Optional[str], typer.Option(help="Loss kernel wrap() installs: upcast | fused | chunked "
+                                                     "[default: upcast]")] = None,
     micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device (ds_config) [default: 1]")] = None,
     grad_accum: Annotated[Optional[int], typer.Option(help="Gradient accumulation steps (ds_config) [default: 1]")] = None,
     static_graph: Annotated[Optional[bool], typer.Option("--static-graph/--no-static-graph",
@@ -541,6 +543,7 @@ def emit(
 
     req, _ = emit_request(
         from_plan=from_plan, strategy=strategy, platform=platform, nodes=nodes, precision=precision, ckpt_freq=ckpt_freq,
+        loss=loss,
         micro_batch=micro_batch, grad_accum=grad_accum, env_profile=env_profile, static_graph=static_graph,
         compile=compile, bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, account=account, queue=queue, walltime=walltime, filesystems=filesystems, job_name=job_name,
         script=script, script_args=tuple(script_args or ()))

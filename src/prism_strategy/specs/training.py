@@ -35,6 +35,13 @@ FOREACH_DEVICES: tuple[str, ...] = ("cuda", "xpu", "mtia")
 """torch/utils/_foreach_utils.py _get_foreach_kernels_supported_devices (torch 2.13), less privateuse1."""
 
 
+def parse_loss(name: str) -> str:
+    """`--loss`: one of LOSSES; SpecError naming the choices otherwise."""
+    if name not in LOSSES:
+        raise SpecError(f"unknown loss {name!r} (--loss); choose one of {', '.join(LOSSES)}")
+    return name
+
+
 def parse_optimizer(name: str) -> tuple[str, str]:
     """`--optimizer` -> (algorithm, implementation): "adamw" -> ("adamw", "auto"),
     "adamw-fused" -> ("adamw", "fused"); SpecError naming the choices otherwise."""
@@ -115,8 +122,7 @@ class TrainingSpec:
             raise SpecError(f"selective checkpointing (sac) wraps every block: ckpt_freq must be 1, got {self.ckpt_freq}")
         if self.optimizer not in OPTIMIZERS:
             raise SpecError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZER_NAMES)}")
-        if self.loss not in LOSSES:
-            raise SpecError(f"unknown loss {self.loss!r} (--loss); choose one of {', '.join(LOSSES)}")
+        parse_loss(self.loss)
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise SpecError(f"unknown optimizer implementation {self.optimizer_impl!r}; choose one of "
                             f"{', '.join(OPTIMIZER_IMPLS)}")
