@@ -54,8 +54,8 @@ def step_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
 
 def memory_rows(name: str = "aurora-prism") -> list[dict]:
     from prism_strategy.estimate.memory_runtime import runtime_memory
-    from prism_strategy.planner import evaluate
-    from prism_strategy.scenario import build_scenario
+    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.cluster import GiB
     from prism_strategy.strategies import get_strategy
 

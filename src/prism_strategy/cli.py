@@ -112,7 +112,7 @@ def plan(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
-    from prism_strategy.planner import plan as make_plan, plan_dict
+    from prism_strategy.planning.planner import plan as make_plan, plan_dict
 
     p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
                   micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, ckpt_freq=ckpt_freq,
@@ -147,7 +147,7 @@ def estimate(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Memory of the real training step traced on fake tensors, beside the analytic estimate."""
-    from prism_strategy.planner import estimate_traced
+    from prism_strategy.planning.planner import estimate_traced
 
     d = estimate_traced(model, strategy, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, ckpt_freq=ckpt_freq, precision=precision,
@@ -383,7 +383,7 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
     """Prediction beside measurement for every stored configuration, with error %."""
     from prism_strategy.bench.compare import compare as make_rows
     from prism_strategy.bench.store import Store
-    from prism_strategy.planner import calibrated_platform
+    from prism_strategy.planning.planner import calibrated_platform
     from prism_strategy.report.bench_tables import WIDTH, compare_table, print_table
     from prism_strategy.specs.presets import load_platform
 
@@ -453,7 +453,7 @@ def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "pris
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
     from prism_strategy.bench.compare import compare as make_rows
     from prism_strategy.bench.store import Store
-    from prism_strategy.planner import plan as make_plan
+    from prism_strategy.planning.planner import plan as make_plan
     from prism_strategy.report.plots import breakdown_plot, check_out_dir, scaling_plot, throughput_plot
 
     outdir = check_out_dir(out)

@@ -11,7 +11,7 @@ from prism_strategy.estimate.compute import flops_per_sample, part_flops_per_sam
 from prism_strategy.estimate.memory import (
     block_activation_bytes_per_token, estimate_memory, max_micro_batch, model_state_rows, moments,
 )
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, TransformerSpec, load_model, load_platform
 from prism_strategy.strategies import get_strategy
 

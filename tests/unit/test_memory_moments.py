@@ -5,7 +5,7 @@ engines/*.py docstrings)."""
 from __future__ import annotations
 
 from prism_strategy.estimate.memory import block_activation_bytes_per_token, estimate_memory, moments
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, TransformerSpec, load_platform
 from prism_strategy.strategies import get_strategy
 

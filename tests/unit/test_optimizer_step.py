@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from prism_strategy.estimate.memory import moments
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.runtime.optim import optimizer_factory
 from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, load_model, load_platform
 from prism_strategy.strategies import get_strategy

@@ -12,7 +12,7 @@ where the pre-fit preset gave >1.25x and <0.7; the decisions (who wins, which is
 
 import pytest
 
-from prism_strategy.planner import plan
+from prism_strategy.planning.planner import plan
 from prism_strategy.specs.cluster import GiB
 
 VISION = "siglip2-so400m-patch14-384"

@@ -90,9 +90,9 @@ def fit_reason(r: PublishedRecord) -> str | None:
 
 
 def record_observations(r: PublishedRecord) -> list[Observation]:
-    from prism_strategy.estimate.parts import model_parts
-    from prism_strategy.planner import Option, _time
-    from prism_strategy.scenario import build_scenario
+    from prism_strategy.specs.parts import model_parts
+    from prism_strategy.planning.planner import Option, _time
+    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
     sc = build_scenario(**r.scenario_kwargs())
@@ -182,8 +182,8 @@ def memory_points(records: tuple[PublishedRecord, ...] | list[PublishedRecord],
     trainer computes peak_gb as max_memory_allocated() / 1e9 (AI-ModCon/PRISM src/utils/perf_log.py);
     read that way, A4 and B1 are allocated peaks the model misses by 60-70%."""
     from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
-    from prism_strategy.planner import evaluate
-    from prism_strategy.scenario import build_scenario
+    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
     out = []

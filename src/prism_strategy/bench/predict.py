@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from prism_strategy.planner import evaluate
-from prism_strategy.scenario import build_scenario
+from prism_strategy.planning.planner import evaluate
+from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import TransformerSpec

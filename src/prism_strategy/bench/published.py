@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from prism_strategy.engines import engine_of
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import DATA, build, model_names, read_toml
+from prism_strategy.strategies import get_strategy
 
 Range = float | tuple[float, float]
 
@@ -99,7 +101,7 @@ class PublishedRecord:
         kw: dict[str, Any] = dict(mode=s.mode, platform=self.platform, nodes=s.nodes, ranks_per_node=s.ranks_per_node,
                                   seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.samples_per_step,
                                   ckpt_freq=s.ckpt_freq, precision=s.precision, compile=s.compile)
-        if s.bucket_mb is not None and s.strategy == "ddp":
+        if s.bucket_mb is not None and "bucket_mb" in engine_of(get_strategy(self.planner_strategy)).options:
             kw["bucket_mb"] = s.bucket_mb
         return {"model": s.model, **kw} | ({"vision": s.vision} if s.vision else {})
 

@@ -10,11 +10,10 @@ from prism_strategy.bench.harness import check_config, launch, launch_many, to_r
 from prism_strategy.bench.predict import predict
 from prism_strategy.bench.store import Result, Store
 from prism_strategy.bench.tune import Candidate, TuneResult, tune
-from prism_strategy.scenario import parse_ckpt
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_model, load_platform
-from prism_strategy.specs.training import TrainingSpec, parse_optimizer
+from prism_strategy.specs.training import TrainingSpec, parse_ckpt, parse_optimizer
 
 OnResult = Callable[[int, int, Result], None]
 
@@ -132,7 +131,7 @@ def run_tune(base: dict[str, Any], strategies: list[str], micro_batches: list[in
              calibration: str | None = "auto") -> TuneResult:
     """Candidates are ranked with the calibrated platform when a calibration applies (`calibration`:
     a file, "auto" or "none"); results are stored with the uncalibrated prediction, as bench does."""
-    from prism_strategy.planner import calibrated_platform
+    from prism_strategy.planning.planner import calibrated_platform
 
     plat = load_platform(platform)
     ranking = calibrated_platform(plat, calibration)

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.emit.launch import EmitRequest
-from prism_strategy.scenario import parse_ckpt
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.training import parse_loss
+from prism_strategy.specs.training import parse_ckpt, parse_loss
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prism_strategy.engines import StepCollective, step_collectives
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec
+from prism_strategy.engines import engine_of
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,5 +106,5 @@ def estimate_comm(
 ) -> CommEstimate:
     out = tuple(price(c, layout, p) for c in step_collectives(s, parts, t, layout, grad_accum, wrap))
     tensors = sum(x.tensors for x in parts if x.trains)
-    hooks = tensors * p.per_tensor_overhead_us * 1e-6 * grad_accum if s.impl.per_tensor_hooks and layout.world > 1 else 0.0
+    hooks = tensors * p.per_tensor_overhead_us * 1e-6 * grad_accum if engine_of(s).per_tensor_hooks and layout.world > 1 else 0.0
     return CommEstimate(collectives=out, per_tensor_s=hooks)

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from prism_strategy.estimate.memory import checkpointed_blocks, sac_linears
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import TrainingSpec

@@ -6,8 +6,8 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from prism_strategy.planner import Plan
-from prism_strategy.recommend import ckpt_text
+from prism_strategy.planning.planner import Plan
+from prism_strategy.planning.recommend import ckpt_text
 from prism_strategy.report.console import Column, fitted_table, footnotes, table_console
 from prism_strategy.specs.cluster import GiB
 

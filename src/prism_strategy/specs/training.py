@@ -35,6 +35,21 @@ FOREACH_DEVICES: tuple[str, ...] = ("cuda", "xpu", "mtia")
 """torch/utils/_foreach_utils.py _get_foreach_kernels_supported_devices (torch 2.13), less privateuse1."""
 
 
+def parse_ckpt(value: int | str) -> tuple[int | None, str]:
+    """--ckpt-freq: "auto" ((None, "full"): searched per option), "sac" ((1, "sac"): torchtitan's
+    selective per-op policy on every block) or a block interval k >= 0 ((k, "full"); 0 = none)."""
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("auto", "sac"):
+            return (None, "full") if v == "auto" else (1, "sac")
+        if not v.isdigit():
+            raise SpecError(f"--ckpt-freq must be 'auto', 'sac' or an integer >= 0 (0 = none), got {value!r}")
+        value = int(v)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**24:
+        raise SpecError(f"--ckpt-freq must be 'auto', 'sac' or an integer >= 0 (0 = none), got {value!r}")
+    return value, "full"
+
+
 def parse_loss(name: str) -> str:
     """`--loss`: one of LOSSES; SpecError naming the choices otherwise."""
     if name not in LOSSES:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from prism_strategy.plan_search import batch_problem
+from prism_strategy.planning.search import batch_problem
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.presets import load_model, load_platform, spec_from_module
-from prism_strategy.specs.training import TrainingSpec, parse_optimizer
+from prism_strategy.specs.training import TrainingSpec, parse_ckpt, parse_optimizer
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,19 +63,6 @@ def _int(name: str, v: Any, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
     if v > maximum:
         raise SpecError(f"{name} must be <= {maximum:,} (no real job is larger), got {v}")
     return v
-
-
-def parse_ckpt(value: int | str) -> tuple[int | None, str]:
-    """--ckpt-freq: "auto" ((None, "full"): searched per option), "sac" ((1, "sac"): torchtitan's
-    selective per-op policy on every block) or a block interval k >= 0 ((k, "full"); 0 = none)."""
-    if isinstance(value, str):
-        v = value.strip().lower()
-        if v in ("auto", "sac"):
-            return (None, "full") if v == "auto" else (1, "sac")
-        if not v.isdigit():
-            raise SpecError(f"--ckpt-freq must be 'auto', 'sac' or an integer >= 0 (0 = none), got {value!r}")
-        value = int(v)
-    return _int("--ckpt-freq", value, 0), "full"
 
 
 

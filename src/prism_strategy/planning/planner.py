@@ -11,16 +11,17 @@ from prism_strategy.estimate.compute import optimizer_time_s, phase_times
 from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
-from prism_strategy.estimate.parts import Part, model_parts
-from prism_strategy.plan_search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
+from prism_strategy.specs.parts import Part, model_parts
+from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
 from prism_strategy.rules import RuleFacts, check
-from prism_strategy.recommend import annotate, recommend
-from prism_strategy.scenario import Scenario, build_scenario
+from prism_strategy.planning.recommend import annotate, recommend
+from prism_strategy.planning.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.specs.values import int_list
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
+from prism_strategy.engines import engine_of
 
 @dataclass(kw_only=True)
 class Option:
@@ -46,7 +47,7 @@ class Option:
     scaling_efficiency: float | None = None
     comm: CommEstimate | None = None
     traced: dict[str, Any] | None = None
-    """`plan --traced`: traced_memory_gib, traced_max_micro_batch, ... (estimate/traced.py)."""
+    """`plan --traced`: traced_memory_gib, traced_max_micro_batch, ... (traced/estimate.py)."""
     notes: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
     memory_runtime: dict[str, Any] = field(default_factory=dict)
@@ -73,7 +74,7 @@ class Plan:
 def _situation(sc: Scenario, s: StrategySpec) -> RuleFacts:
     """The planner's rule facts; the engine contributes its own."""
     return RuleFacts(device=sc.platform.device, backend=sc.platform.backend, compile=sc.training.compile,
-                     multi_node=sc.layout.multi_node, **s.impl.facts(s))
+                     multi_node=sc.layout.multi_node, **engine_of(s).facts(s))
 
 
 def timed_view(sc: Scenario, parts: tuple[Part, ...]) -> tuple[Scenario, tuple[Part, ...]]:
@@ -262,7 +263,7 @@ def plan(
 
 def trace_options(sc: Scenario, options: list[Option]) -> None:
     """Trace every option's real training step on fake tensors (slow: seconds to a minute each)."""
-    from prism_strategy.estimate.traced import trace_option, traced_fields
+    from prism_strategy.traced.estimate import trace_option, traced_fields
 
     reserve = sc.platform.framework_reserve_gib * GiB
     for o in options:
@@ -327,7 +328,7 @@ def plan_dict(p: Plan) -> dict[str, Any]:
 def estimate_traced(model: Any, strategy: str, **kw: Any) -> dict[str, Any]:
     """`prism-strategy estimate`: analytic and traced memory of one strategy side by side.
     model may also be a "pkg.mod:make_model" factory (traced only: no spec to model analytically)."""
-    from prism_strategy.estimate.traced import trace_option, traced_fields
+    from prism_strategy.traced.estimate import trace_option, traced_fields
 
     s = get_strategy(strategy)
     if isinstance(model, str) and ":" in model and not model.endswith(".json"):

@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.strategies import all_strategies, get_strategy
+from prism_strategy.engines import engine_of
 
 if TYPE_CHECKING:
-    from prism_strategy.planner import Option
-    from prism_strategy.scenario import Scenario
+    from prism_strategy.planning.planner import Option
+    from prism_strategy.planning.scenario import Scenario
 
 TIE = 0.10
 """Options within 10% of the best predicted throughput are tied: an uncalibrated prediction is not
@@ -24,7 +25,7 @@ sits in the band of the named faster one and why it won."""
 
 def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str | None:
     s = get_strategy(o.strategy)
-    if not s.impl.unit_wrapped:
+    if not engine_of(s).unit_wrapped:
         return None
     root = estimate_memory(parts, sc.training, sc.platform, sc.layout, s, o.micro_batch, wrap="root")
     extra = (root.total - o.memory.total) / GiB
@@ -52,10 +53,10 @@ def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
         notes.append(n)
     if (n := _loss_note(o)) is not None:
         notes.append(n)
-    if "static_graph" in s.impl.options and sc.model.mode != "e2e":
+    if engine_of(s).declares_static_graph and sc.model.mode != "e2e":
         notes.append(f"only the {sc.model.trainable_params / 1e6:.1f}M trainable params are all-reduced; "
                      "static_graph=True when every batch uses the same modalities")
-    if (n := s.impl.precision_note(t.precision)) is not None:
+    if (n := engine_of(s).precision_note(t.precision)) is not None:
         notes.append(n)
     if o.comm is not None and o.comm_s > 0:
         links = sorted({c.link for c in o.comm.collectives if c.seconds_per_step > 0})
