@@ -571,6 +571,9 @@ def doctor(
     settle_s: Annotated[float, typer.Option(help="Seconds to wait after --clean (XCCL state settles)")] = 10.0,
     device_glob: Annotated[Optional[list[str]], typer.Option(help="Device files a leftover process may hold; "
                                                                   "repeatable (default /dev/dri/*, /dev/nvidia*)")] = None,
+    module_show: Annotated[Optional[list[str]], typer.Option(help="`module show <module>` output (Lmod or Tcl), or "
+                                                                  "'live' to run it here: what each module load sets, "
+                                                                  "exactly; repeatable")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output: findings, environment, summary")] = False,
 ) -> None:
     """Find launch mistakes in the live environment, launchers and scripts; exit 1 on an error."""
@@ -584,7 +587,8 @@ def doctor(
     report = diagnose(DoctorRequest(
         launchers=tuple(Path(p) for p in launcher or ()), scripts=tuple(Path(p) for p in script or ()),
         platform=platform, strategy=strategy, nodes=nodes, env_profile=env_profile,
-        live=True if clean else live, clean=clean, settle_s=settle_s, device_globs=tuple(device_glob or ())))
+        live=True if clean else live, clean=clean, settle_s=settle_s, device_globs=tuple(device_glob or ()),
+        module_show=tuple(Path(p) for p in module_show or ())))
     if json_out:
         typer.echo(doctor_json(report))
     else:
