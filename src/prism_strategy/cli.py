@@ -283,6 +283,8 @@ def ceiling(
     else:
         typer.echo(f"{strategy}: largest micro-batch that runs = {c.ceiling} (measured; predicted "
                    f"{data['predicted']}); {c.runs} trial runs: {c.trials}")
+    if c.ceiling == 0:  # a valid question with a negative answer: even micro-batch 1 does not run
+        raise typer.Exit(1)
 
 
 results_app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
