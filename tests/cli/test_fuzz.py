@@ -144,7 +144,7 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
     return {
         "plan": {**common_plan, "--global-batch": num + ["7"], "--optimizer": names + ["sgd"],
                  "--image-tokens": num, "--sweep-nodes": num + ["1,2,x", ",", "1,,2", "0,1", "-1", "1,2,4"],
-                 "--calibration": paths + names + ["none", "auto"], "--json": []},
+                 "--calibration": paths + names + ["none", "auto"], "--db": db, "--json": []},
         "estimate": {k: [x for x in v if _must_fail_estimate(k, x)] for k, v in {**common_plan, "--strategy": names}.items()},
         "emit": {"--strategy": names + ["zero3", "fsdp_full_shard"], "--platform": platform,
                  "--nodes": num + ["4", "600"], "--env-profile": names + paths + ["cpu-gloo"],
@@ -161,7 +161,8 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
                    "--settle-s": num, "--json": []},
         "analyze": {"PATH": logs + paths + HOSTILE, "--plot": paths + [str(out / "t.png"), f["binary.bin"]],
                     "--json": []},
-        "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths},
+        "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths,
+                    "--curves": []},
         "compare": {"--db": db, "--calibration": paths + names + ["none"], "--json": []},
         "calibrate": {"--platform": platform, "--db": db, "--out": paths, "--json": []},
         "report": {"--out": paths + [f["text.txt"], f["binary.bin"]], "--db": db, "--model": names + cfgs + paths,

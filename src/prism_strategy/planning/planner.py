@@ -139,6 +139,8 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
         o.feasible, o.why_not = False, _oom_reason(mem, p.usable_bytes, mb, max_mb, _searched_batch(t))
     sc, parts = timed_view(sc, parts)
     _time(sc, parts, s, o, lay)
+    if p.measured_collectives:
+        o.provenance["communication"] = _measured_provenance(o, lay, p)
     _set_range(o, sc.platform, lay.nodes)
     _set_readings(sc, parts, s, o, lay)
     if lay.nodes > 1:
@@ -147,6 +149,26 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     else:
         o.scaling_efficiency = 1.0
     return o
+
+
+def _measured_provenance(o: Option, layout: Layout, p: PlatformSpec) -> str:
+    """Which collectives a measured curve priced (estimate/comm_measured.py), and the model's
+    provenance for the rest."""
+    from prism_strategy.estimate.comm import group_geometry
+    from prism_strategy.estimate.comm_measured import describe, measured_seconds
+
+    notes, rest = [], 0
+    for c in o.comm.collectives if o.comm else ():
+        ranks, nodes, conc = group_geometry(c.group, layout)
+        hit = measured_seconds(p.measured_collectives, c.op, c.bytes_per_call, ranks, nodes, conc)
+        if hit is None:
+            rest += 1
+        elif (note := f"{c.op}({c.group}) {describe(hit, ranks, nodes)}") not in notes:
+            notes.append(note)
+    model = o.provenance["communication"]
+    if not notes:
+        return f"{model}; no measured curve matches these collectives' op and group shape"
+    return "; ".join(notes) + (f"; other collectives {model}" if rest else "")
 
 
 def _set_readings(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay: Layout) -> None:
@@ -247,7 +269,7 @@ def plan(
     precision: str = "bf16-mixed", optimizer: str = "adamw", vision: Any = None, image_tokens: int | None = None,
     compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
     calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
-    reduce_dtype: str | None = None, loss: str = "upcast",
+    reduce_dtype: str | None = None, loss: str = "upcast", comm_curves: Sequence[Any] = (),
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -276,6 +298,8 @@ def plan(
     bucket_mb: gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket).
     reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
     loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
+    comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
+        CLI loads them from the results store: bench/curves.py); a matching one prices its collective.
     """
     sc = build_scenario(model, mode=mode, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
@@ -285,6 +309,8 @@ def plan(
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = int_list(sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
+    if comm_curves:
+        sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(comm_curves)))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
     fits = [o for o in options if o.memory.total <= sc.platform.usable_bytes]
