@@ -97,7 +97,8 @@ def plan(
     precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
     optimizer: Annotated[str, typer.Option(help="adamw (torch's default: foreach on cuda/xpu, loop on cpu) | "
                                                 "adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
-    vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset (adds it and a projector)")] = None,
+    vision: Annotated[Optional[str], typer.Option(
+        help="Vision encoder: preset or path to a config.json (SigLIP, CLIP); adds it and a projector")] = None,
     image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile on")] = False,
     ranks_per_node: Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")] = None,

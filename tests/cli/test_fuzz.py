@@ -64,6 +64,19 @@ def _write_inputs(d: Path) -> dict[str, str]:
     for name, change in variants.items():
         put(f"cfg_{name}/config.json", json.dumps({**base, **change}))
     put("cfg_missing/config.json", json.dumps({"model_type": "llama"}))
+    families = {"moe_k_over": {"model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3},
+                "moe_step0": {"model_type": "qwen2_moe", "decoder_sparse_step": 0},
+                "moe_only_str": {"model_type": "qwen3_moe", "mlp_only_layers": "all"},
+                "moe_all_dense": {"model_type": "qwen2_moe", "mlp_only_layers": [0, 1]},
+                "moe_neg": {"model_type": "olmoe", "num_experts": -1},
+                "gpt2_cross": {"model_type": "gpt2", "add_cross_attention": True},
+                "gemma_pattern0": {"model_type": "gemma2", "sliding_window_pattern": 0, "sliding_window": "wide"},
+                "gemma3_wrapped": {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "head_dim": 0}},
+                "clip_list": {"model_type": "clip_vision_model", "image_size": [336, 336]},
+                "clip_tiny": {"model_type": "clip", "vision_config": {"image_size": 4, "patch_size": 14}},
+                "unknown": {"model_type": "mamba"}, "no_type": {"model_type": None}}
+    for name, change in families.items():
+        put(f"cfg_{name}/config.json", json.dumps({**base, **change}))
     put("bad.toml", "[[[ not toml")
     put("types.toml", 'name = 1\ndevices_per_node = "many"\npeak_tflops = -5\n')
     put("empty.toml", "")

@@ -21,7 +21,7 @@ from prism_strategy.bench.census import census_base, config_scenario
 from prism_strategy.bench.curves import Point, Run, write_run
 from prism_strategy.bench.fingerprint import fingerprint
 from prism_strategy.bench.harness import Outcome, launch_many
-from prism_strategy.engines import step_collectives
+from prism_strategy.engines import engine_of, step_collectives
 from prism_strategy.estimate.comm import group_geometry, price
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.parts import model_parts
@@ -190,7 +190,8 @@ def _configs(base: dict[str, Any], strategies: list[str], platform: Any) -> tupl
         raise SpecError(f"{', '.join(empty)} issue no collective at {layout.nodes}x{layout.ranks_per_node} ranks; "
                         "nothing to time")
     configs = [{"nproc": base["nproc"], "ranks_per_node": base["ranks_per_node"], "timeout_s": base["timeout_s"],
-                "strategy": spec.name, "engine": spec.engine, "warmup": WARMUP, "repetitions": REPETITIONS,
+                "strategy": spec.name, "engine": spec.engine, "world_on_mesh": engine_of(spec).world_on_mesh,
+                "warmup": WARMUP, "repetitions": REPETITIONS,
                 "collectives": [{"op": k.op, "group": k.group, "dtype": k.dtype, "bytes_per_call": k.bytes_per_call,
                                  "calls": k.calls} for k in kinds]} for spec, kinds in planned]
     return planned, configs

@@ -37,12 +37,12 @@ MAX_CALLS = 64
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def group_of(ctx: Any, engine: str, kind: str) -> Any:
+def group_of(ctx: Any, world_on_mesh: bool, kind: str) -> Any:
     """The process group of a group kind, as the engines build it (None: the default group)."""
     from prism_strategy.strategies import MeshAxis
 
     if kind == "world":
-        return ctx.mesh_1d.get_group() if engine == "fsdp2" else None
+        return ctx.mesh_1d.get_group() if world_on_mesh else None
     if ctx.nodes == 1:
         return None  # one node: the node is the world
     axis = MeshAxis.SHARD if kind == "node" else MeshAxis.REPLICATE
@@ -112,7 +112,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
 
     ctx = _context(config)
     tag_collectives()
-    kinds = [Kind(c, group_of(ctx, config["engine"], c["group"]), ctx.device) for c in config["collectives"]]
+    kinds = [Kind(c, group_of(ctx, config["world_on_mesh"], c["group"]), ctx.device) for c in config["collectives"]]
     for _ in range(int(config.get("warmup", 2))):
         _replay(kinds, ctx.device, [[] for _ in kinds])
     times: list[list[float]] = [[] for _ in kinds]

@@ -8,6 +8,7 @@ from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
 from prism_strategy.estimate.comm import model_description as comm_model_description
+from prism_strategy.estimate.families import assumptions
 from prism_strategy.estimate.compute import optimizer_time_s, phase_times
 from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
@@ -325,6 +326,7 @@ def plan(
         trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
+    reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
     result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings)
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
