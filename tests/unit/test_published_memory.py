@@ -1,16 +1,17 @@
 """Published memory records held against the memory model (issue 20 item 3, issue 17).
 
-Each case is one published figure: the counter it measured (allocated = max_memory_allocated,
-active = the allocator's active bytes, about the same; reserved = max_memory_reserved; oom = the run died; ran = it fitted,
-no figure), the tolerance the measurement supports, and, where the scenario is uncertain, why.
-Records the model still misses are xfail(strict=True) with the gap and its size: the suite fails
-when one starts passing, so the xfail comes off with the fix.
+Each case is one published figure: the counter it measured (allocated = max_memory_allocated;
+active = the allocator's active bytes, about the same; reserved = max_memory_reserved; oom = the
+run died; ran = it fitted, no figure), the tolerance the measurement supports, and, where the
+scenario is uncertain, why. Records the model still misses are xfail(strict=True) with the gap
+and its size: the suite fails when one starts passing, so the xfail comes off with the fix.
 
-Sources: data/measurements/aurora-prism.toml (PRISM, via ../shared/data/aurora_measurements.md) and
-data/measurements/cuda-published.toml (torchtitan benchmarks/llama3_h100_202412_torchtitan.md and
-PR #165; llm-foundry scripts/train/benchmarking/README.md; via ../shared/data/cuda_measurements.md). PRISM's trainer reports
-peak_gb as max_memory_allocated() (AI-ModCon/PRISM src/utils/perf_log.py, as bench/fit_terms.py
-notes), so a PRISM "peak" is read as allocated; torchtitan logs max_reserved.
+Sources: data/measurements/aurora-prism.toml (PRISM, via ../shared/data/aurora_measurements.md)
+and data/measurements/cuda-published.toml (torchtitan benchmarks/llama3_h100_202412_torchtitan.md
+and PR #165; llm-foundry scripts/train/benchmarking/README.md; via
+../shared/data/cuda_measurements.md). PRISM's trainer reports peak_gb as max_memory_allocated()
+(AI-ModCon/PRISM src/utils/perf_log.py, as bench/fit_terms.py notes), so a PRISM "peak" is read as
+allocated; torchtitan logs max_reserved.
 """
 
 from __future__ import annotations

@@ -149,7 +149,8 @@ def part_activation_bytes_per_sample(part: Part, training: TrainingSpec, residua
     spec = part.spec
     a = block_activation_bytes_per_token(spec, e, part.trains)
     k = checkpointed_blocks(spec.layers, training.ckpt_freq)
-    kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if training.ckpt_policy == "sac" else residual_bytes * spec.hidden
+    sac = training.ckpt_policy == "sac"
+    kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if sac else residual_bytes * spec.hidden
     per_token = (spec.layers - k) * a + k * kept
     per_token += FP32 * spec.hidden + e * spec.hidden  # final norm input, LM-head / post-norm input
     return part.tokens * per_token
