@@ -61,14 +61,31 @@ QUICK_ROWS = (("ddp", 1, 0), ("fsdp_full_shard", 2, 1), ("fsdp_shard_grad_op", 2
 """--quick: (strategy, micro-batch, ckpt freq) on tiny-llama."""
 
 
+VARIANTS = (("adamw-foreach", "chunked", 0), ("adamw-fused", "chunked", 0), ("adamw", "chunked", 0),
+            ("adamw", "fused", 0), ("adamw", "upcast", "sac"))
+"""--variants: (optimizer, loss, ckpt) beside the defaults, each a memory moment of issue 17: the
+optimizer step (foreach's state-sized temporary, fused's none), each loss kernel, selective
+checkpointing. The optimizer rows run the chunked loss at micro-batch 1, so that the step (not
+the loss buffers) holds the peak. The fused loss needs flash-attn (device-only); without it that
+row is left out."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Row:
     model: str
     strategy: str
     micro_batch: int
-    ckpt_freq: int
+    ckpt_freq: int | str
     probe: str = ""
     """"" a plain point; "ceiling": the predicted max micro-batch; "oom": deliberately above it."""
+    optimizer: str = "adamw"
+    loss: str = "upcast"
+
+    @property
+    def variant(self) -> str:
+        """What differs from the default run (optimizer, loss), for the table; "" for none."""
+        return " ".join(x for x in (self.optimizer if self.optimizer != "adamw" else "",
+                                    f"loss {self.loss}" if self.loss != "upcast" else "") if x)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,6 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--strategies", default=GPU_STRATEGIES, help="world-1 strategies; zero1-3 need DeepSpeed")
     p.add_argument("--micro-batches", default="auto", help="comma list, or auto: 1, 4 and the predicted ceiling")
     p.add_argument("--ckpt-freqs", default="0,1")
+    p.add_argument("--variants", choices=("auto", "none", "all"), default="auto",
+                   help="optimizer / loss / sac rows (VARIANTS); auto: on a device, not with --quick")
     p.add_argument("--seq-len", type=int, default=None, help="default 2048 (64 with --quick)")
     p.add_argument("--precision", default="auto", help="bf16-mixed | fp32 | auto (bf16-mixed on a GPU, fp32 on CPU)")
     p.add_argument("--warmup", type=int, default=2, help="burn-in steps before timing")
@@ -139,7 +158,8 @@ def row_config(row: Row, a: argparse.Namespace, device: str) -> dict[str, Any]:
     probe = row.probe == "oom"  # one step is enough to see whether it fits
     cfg = base_config(model=row.model, nproc=1, ranks_per_node=1, micro_batch=row.micro_batch, seq_len=a.seq_len,
                       steps=1 if probe else a.steps, warmup=1 if probe else a.warmup, precision=a.precision,
-                      ckpt_freq=row.ckpt_freq, grad_accum=1, timeout_s=a.budget_s)
+                      ckpt_freq=row.ckpt_freq, grad_accum=1, timeout_s=a.budget_s, optimizer=row.optimizer,
+                      loss=row.loss)
     return cfg | {"strategy": row.strategy, "device": device, "probe": row.probe, "suite": SUITE}
 
 
@@ -149,8 +169,9 @@ def predict_row(config: dict[str, Any], platform: PlatformSpec) -> dict[str, Any
     buffers: outside the allocator); allocator caching (reserved - allocated) is not modelled."""
     mb = int(config["micro_batch"])
     sc = build_scenario(config["model"], platform=platform, nodes=1, ranks_per_node=1, seq_len=int(config["seq_len"]),
-                        micro_batch=mb, global_batch=mb, ckpt_freq=int(config["ckpt_freq"]),
-                        precision=config["precision"])
+                        micro_batch=mb, global_batch=mb, ckpt_freq=config["ckpt_freq"],
+                        precision=config["precision"], optimizer=config.get("optimizer", "adamw"),
+                        loss=config.get("loss", "upcast"))
     o = evaluate(sc, get_strategy(config["strategy"]))
     return {"step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "memory_bytes": o.memory.total,
             "allocated_bytes": o.memory.total - o.memory.reserve, "reserve_bytes": o.memory.reserve,
@@ -187,8 +208,27 @@ def build_matrix(a: argparse.Namespace, platform: PlatformSpec, device: str) -> 
             if top < MAX_MICRO_BATCH_SHOWN and wanted:
                 probe_mb = math.ceil(a.oom_probe_factor * (top + 1))
                 rows.append(Row(model=m, strategy=s, micro_batch=probe_mb, ckpt_freq=k0, probe="oom"))
+    rows += variant_rows(a, platform, device)
     key = {r: predict_row(row_config(r, a, device), platform)["step_time_s"] for r in rows}
     return sorted(rows, key=lambda r: key[r])
+
+
+def variant_rows(a: argparse.Namespace, platform: PlatformSpec, device: str) -> list[Row]:
+    """VARIANTS on the first model, for ddp and fsdp_full_shard where asked, at micro-batch 4 (or
+    the predicted ceiling, if lower; 1 for the optimizer rows)."""
+    if a.variants == "none" or (a.variants == "auto" and (a.quick or device == "cpu")):
+        return []
+    has_flash = importlib.util.find_spec("flash_attn") is not None
+    m, rows = a.model_list[0], []
+    for s in (x for x in ("ddp", "fsdp_full_shard") if x in a.strategy_list):
+        for opt, loss, k in VARIANTS:
+            if loss == "fused" and not has_flash:
+                continue
+            probe = Row(model=m, strategy=s, micro_batch=1, ckpt_freq=k, optimizer=opt, loss=loss)
+            top = int(predict_row(row_config(probe, a, device), platform)["max_micro_batch"])
+            if top >= 1:  # micro-batch 1 for the optimizer rows: the step's moment peaks when activations are small
+                rows.append(dataclasses.replace(probe, micro_batch=1 if opt != "adamw" else min(4, top)))
+    return rows
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -210,8 +250,12 @@ def measure_row(config: dict[str, Any], ctx: Any, limit_bytes: float | None) -> 
     accel = _accel(ctx.device)
     with torch.device(ctx.device):
         model = build_model(config)
-    job = wrap(model, config["strategy"], ctx=ctx, optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-4),
-               mixed_precision=None if config["precision"] == "fp32" else "bf16", ckpt_freq=int(config["ckpt_freq"]))
+    from prism_strategy.runtime.optim import optimizer_factory
+
+    ckpt = config["ckpt_freq"] if config["ckpt_freq"] == "sac" else int(config["ckpt_freq"])
+    job = wrap(model, config["strategy"], ctx=ctx, optimizer=optimizer_factory(config.get("optimizer", "adamw")),
+               mixed_precision=None if config["precision"] == "fp32" else "bf16", ckpt_freq=ckpt,
+               loss=config.get("loss", "upcast"))
     runner = Runner(config, job, ctx, argparse.Namespace(fault=None))
     warmup, steps = int(config["warmup"]), int(config["steps"])
     for i in range(warmup):
@@ -332,7 +376,8 @@ def run(a: argparse.Namespace, platform: PlatformSpec, device: str, argv: list[s
     if a.dry_run:
         for r in rows:
             p = predictions[r]
-            print(f"{r.model:<12} {r.strategy:<19} mb {r.micro_batch:>4} ckpt {r.ckpt_freq} {r.probe or '-':<7} "
+            print(f"{r.model:<12} {r.strategy:<19} mb {r.micro_batch:>4} ckpt {r.ckpt_freq} "
+                  f"{r.probe or r.variant or '-':<7} "
                   f"pred {p['step_time_s']:.3f} s {gib(p['memory_bytes']):>7} GiB {'fits' if p['fits'] else 'no fit'}")
         busy = sum(predictions[r]["step_time_s"] * (configs[r]["warmup"] + configs[r]["steps"]) for r in rows)
         print(f"{len(rows)} rows; predicted time in steps {busy:.0f} s (model building and start-up not included)")

@@ -32,7 +32,7 @@ def table_line(r: Result | None, row: Any, predicted: dict[str, Any]) -> str:
     reached = m.get("peak_allocated_before_error_bytes")
     meas_step = m.get("step_time_s") if r and r.status == "ok" else None
     note = (m.get("error") or "").replace("|", "/").replace("\n", " ")[:90] if r and r.status != "ok" else ""
-    cells = [row.model, row.strategy, row.micro_batch, row.ckpt_freq, row.probe or "-",
+    cells = [row.model, row.strategy, row.micro_batch, row.ckpt_freq, row.probe or row.variant or "-",
              "fits" if p["fits"] else "does not fit", status, gib(p["allocated_bytes"]),
              f"> {gib(reached)}" if reached and not meas_alloc else gib(meas_alloc),
              _err(p["allocated_bytes"], meas_alloc), gib(m.get("peak_reserved_bytes")) if r else "",

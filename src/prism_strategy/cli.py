@@ -89,10 +89,14 @@ def plan(
     global_batch: Annotated[Optional[int], typer.Option(help="Samples per optimizer step, exactly: "
                                                               "micro-batch x grad accumulation x world")] = None,
     grad_accum: Annotated[Optional[int], typer.Option(help="Micro-batches per optimizer step")] = None,
-    ckpt_freq: Annotated[str, typer.Option(help="Activation checkpointing every k-th block, 0 = none; "
-                                                "auto = fastest that fits, per option")] = "auto",
+    ckpt_freq: Annotated[str, typer.Option(help="Activation checkpointing every k-th block, 0 = none; sac = "
+                                                "torchtitan's selective per-op policy on every block; auto = fastest "
+                                                "that fits, per option")] = "auto",
+    loss: Annotated[str, typer.Option(help="Loss kernel: upcast (fp32 logits, HF) | fused (flash-attn CE) | "
+                                           "chunked (Liger / chunked CE)")] = "upcast",
     precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
-    optimizer: Annotated[str, typer.Option(help="adamw | sgd")] = "adamw",
+    optimizer: Annotated[str, typer.Option(help="adamw (torch's default: foreach on cuda/xpu, loop on cpu) | "
+                                                "adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
     vision: Annotated[Optional[str], typer.Option(
         help="Vision encoder: preset or path to a config.json (SigLIP, CLIP); adds it and a projector")] = None,
     image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
@@ -120,7 +124,8 @@ def plan(
                   micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, ckpt_freq=ckpt_freq,
                   precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens, compile=compile,
                   ranks_per_node=ranks_per_node, calibration=calibration, traced=traced, sweep_nodes=sweep_nodes,
-                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, comm_curves=curves_for(db, load_platform(platform).name))
+                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, loss=loss,
+                  comm_curves=curves_for(db, load_platform(platform).name))
     if markdown is not None:
         from prism_strategy.report.markdown import write_markdown
 
@@ -140,9 +145,12 @@ def estimate(
     strategy: Annotated[str, typer.Option()] = "fsdp_full_shard",
     platform: Annotated[str, typer.Option()] = "aurora", nodes: Annotated[int, typer.Option()] = 1,
     ranks_per_node: Annotated[Optional[int], typer.Option()] = None, seq_len: Annotated[int, typer.Option()] = 1024,
-    micro_batch: Annotated[Optional[int], typer.Option()] = None, ckpt_freq: Annotated[int, typer.Option()] = 0,
+    micro_batch: Annotated[Optional[int], typer.Option()] = None,
+    ckpt_freq: Annotated[str, typer.Option(help="k (every k-th block, 0 = none) or sac")] = "0",
     precision: Annotated[str, typer.Option()] = "bf16-mixed", mode: Annotated[str, typer.Option()] = "e2e",
     vision: Annotated[Optional[str], typer.Option()] = None,
+    optimizer: Annotated[str, typer.Option(help="adamw | adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
+    loss: Annotated[str, typer.Option(help="upcast | fused | chunked")] = "upcast",
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Memory of the real training step traced on fake tensors, beside the analytic estimate."""
@@ -150,7 +158,7 @@ def estimate(
 
     d = estimate_traced(model, strategy, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, ckpt_freq=ckpt_freq, precision=precision,
-                        mode=mode, vision=vision)
+                        mode=mode, vision=vision, optimizer=optimizer, loss=loss)
     if json_out:
         _print_json(d)
         return
@@ -200,12 +208,12 @@ def strategies(json_out: Annotated[bool, typer.Option("--json")] = False) -> Non
 
 # --- bench / ceiling / results / compare / calibrate / tune / report ---
 def _bench_base(model, nproc, ranks_per_node, micro_batch, seq_len, steps, warmup, precision, ckpt_freq, grad_accum,
-                timeout_s):
+                timeout_s, **run_options):
     from prism_strategy.bench.run import base_config
 
     return base_config(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
                        seq_len=seq_len, steps=steps, warmup=warmup, precision=precision, ckpt_freq=ckpt_freq,
-                       grad_accum=grad_accum, timeout_s=timeout_s)
+                       grad_accum=grad_accum, timeout_s=timeout_s, **run_options)
 
 
 BenchModel = Annotated[str, typer.Option(help="Model preset or config path (tiny-llama / small-llama fit a CPU)")]
@@ -223,7 +231,10 @@ def bench(
     nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
     seq_len: Annotated[int, typer.Option()] = 128, steps: Annotated[int, typer.Option()] = 3,
     warmup: Annotated[int, typer.Option()] = 1, precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32",
-    ckpt_freq: Annotated[int, typer.Option()] = 0, grad_accum: Annotated[int, typer.Option()] = 1,
+    ckpt_freq: Annotated[str, typer.Option(help="k (every k-th block, 0 = none) or sac")] = "0",
+    grad_accum: Annotated[int, typer.Option()] = 1,
+    optimizer: Annotated[str, typer.Option(help="adamw | adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
+    loss: Annotated[str, typer.Option(help="upcast | fused | chunked")] = "upcast",
     platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per run")] = 300,
     db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -235,7 +246,7 @@ def bench(
 
     names = [s.name for s in parse_strategies(strategies)]
     base = _bench_base(model, nproc, ranks_per_node, micro_batch, seq_len, steps, warmup, precision, ckpt_freq,
-                       grad_accum, timeout_s)
+                       grad_accum, timeout_s, optimizer=optimizer, loss=loss)
     bar, task = progress(len(names), "bench")
     with bar:
         results = run_bench(base, names, platform, Store(db), on_result=lambda i, n, r: bar.update(task, completed=i))
@@ -535,8 +546,10 @@ def emit(
     nodes: Annotated[Optional[int], typer.Option(help="Number of nodes [default: 1]")] = None,
     env_profile: Annotated[Optional[str], typer.Option(help="Env profile name or .toml; default: the platform's")] = None,
     precision: Annotated[Optional[str], typer.Option(help="bf16-mixed | bf16-pure | fp32 [default: bf16-mixed]")] = None,
-    ckpt_freq: Annotated[Optional[int], typer.Option(help="Activation checkpointing every k-th block; 0 = none "
-                                                          "[default: 0]")] = None,
+    ckpt_freq: Annotated[Optional[str], typer.Option(help="Activation checkpointing every k-th block; 0 = none; "
+                                                          "sac = selective on every block [default: 0]")] = None,
+    loss: Annotated[Optional[str], typer.Option(help="Loss kernel wrap() installs: upcast | fused | chunked "
+                                                     "[default: upcast]")] = None,
     micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device (ds_config) [default: 1]")] = None,
     grad_accum: Annotated[Optional[int], typer.Option(help="Gradient accumulation steps (ds_config) [default: 1]")] = None,
     static_graph: Annotated[Optional[bool], typer.Option("--static-graph/--no-static-graph",
@@ -568,6 +581,7 @@ def emit(
 
     req, _ = emit_request(
         from_plan=from_plan, strategy=strategy, platform=platform, nodes=nodes, precision=precision, ckpt_freq=ckpt_freq,
+        loss=loss,
         micro_batch=micro_batch, grad_accum=grad_accum, env_profile=env_profile, static_graph=static_graph,
         compile=compile, bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, account=account, queue=queue, walltime=walltime, filesystems=filesystems, job_name=job_name,
         script=script, script_args=tuple(script_args or ()))

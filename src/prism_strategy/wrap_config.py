@@ -5,7 +5,8 @@ export PRISM_STRATEGY_FILE, and `wrap_from_file()` reads them back:
 
     strategy = "hsdp_shard_grad_op"      # required: a registered strategy name
     mixed_precision = "bf16"             # "bf16" or "none" (fp32 throughout)
-    ckpt_freq = 1                        # checkpoint every k-th block; 0 = none
+    ckpt_freq = 1                        # checkpoint every k-th block; 0 = none; "sac" = selective
+    loss = "upcast"                      # upcast | chunked | fused: the loss kernel (runtime/loss.py)
     micro_batch = 8                      # what the plan chose (the training script's batch)
     grad_accum = 1                       # micro-batches per optimizer step
     bucket_mb = 25                       # optional: DDP bucket_cap_mb / DeepSpeed bucket size
@@ -29,7 +30,7 @@ from typing import Any, Literal
 
 from prism_strategy.engines import engine_of
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.training import check_options
+from prism_strategy.specs.training import LOSSES, check_options
 from prism_strategy.strategies import get_strategy
 
 ENV_VAR = "PRISM_STRATEGY_FILE"
@@ -46,8 +47,11 @@ class WrapConfig:
     """A registered strategy name (strategies.py)."""
     mixed_precision: Literal["bf16"] | None = "bf16"
     """"bf16": bf16 compute; None: fp32 throughout ("none" in the file)."""
-    ckpt_freq: int = 0
-    """Activation checkpointing on every k-th transformer block; 0 = off."""
+    ckpt_freq: int | Literal["sac"] = 0
+    """Activation checkpointing on every k-th transformer block; 0 = off; "sac": every block with
+    torchtitan's selective per-op policy (runtime/sac.py)."""
+    loss: Literal["upcast", "fused", "chunked"] = "upcast"
+    """The loss kernel wrap() installs (runtime/loss.py): upcast = the model's own."""
     bucket_mb: float | None = None
     """Gradient bucket MiB (DDP bucket_cap_mb; DeepSpeed buckets); None: the engine's default."""
     reduce_dtype: Literal["fp32", "bf16"] | None = None
@@ -73,9 +77,12 @@ class WrapConfig:
         spec = get_strategy(self.strategy)
         if self.mixed_precision not in ("bf16", None):
             raise SpecError(f"mixed_precision must be 'bf16' or None (full fp32), got {self.mixed_precision!r}")
-        if not _is_int(self.ckpt_freq) or self.ckpt_freq < 0:
-            raise SpecError(f"ckpt_freq must be an int >= 0 (checkpoint every k-th block; 0 = none), got {self.ckpt_freq!r}")
+        if self.ckpt_freq != "sac" and (not _is_int(self.ckpt_freq) or self.ckpt_freq < 0):
+            raise SpecError(f"ckpt_freq must be an int >= 0 (checkpoint every k-th block; 0 = none) or \"sac\", "
+                            f"got {self.ckpt_freq!r}")
         check_options(self.bucket_mb, self.reduce_dtype)
+        if self.loss not in LOSSES:
+            raise SpecError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         for name in ("find_unused_parameters", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"{name} must be True or False, got {getattr(self, name)!r}")

@@ -5,7 +5,7 @@ a timed step, then one step under torch's MemTracker (tensor memory of the rank:
 gradients, optimizer state, activations, the engine's own buffers). The prediction is the
 planner's (`bench.predict.predict` -> `planner.evaluate` -> the memory model) for the same
 config, with DeepSpeed's own buffers (its ipg / reduce buckets) from engines/deepspeed.py. Each must
-be within 10% of the measurement.
+be within 10% of the measurement; so must issue 17's run options (VARIANTS), in the same launch.
 """
 
 from __future__ import annotations
@@ -21,16 +21,28 @@ pytestmark = pytest.mark.distributed
 TOLERANCE = 0.10
 
 
+VARIANTS = {
+    "fsdp_full_shard+adamw-foreach": {"strategy": "fsdp_full_shard", "optimizer": "adamw-foreach"},
+    "ddp+loss-chunked": {"strategy": "ddp", "loss": "chunked"},
+    "fsdp_full_shard+sac": {"strategy": "fsdp_full_shard", "ckpt_freq": "sac"},
+    "zero3+bf16-mixed": {"strategy": "zero3", "precision": "bf16-mixed"},
+}
+"""Issue 17's run options in the same launch: foreach AdamW forced on CPU (the CUDA/XPU default),
+runtime/loss.py's chunked loss, torchtitan's selective checkpointing (runtime/sac.py), and the
+held-out shape of item 8 (ZeRO-3 bf16-mixed, 24% over when the issue was filed)."""
+
+
 @pytest.fixture(scope="module")
 def benched(tmp_path_factory):
     base = base_config(model="tiny-llama", nproc=4, ranks_per_node=2, micro_batch=4, seq_len=128, steps=1, warmup=1,
                        precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=240)
     store = Store(tmp_path_factory.mktemp("db") / "results.db")
-    results = run_many([base | {"strategy": s} for s in STRATEGY_NAMES], load_platform("cpu"), store)
-    return {r.strategy: r for r in results}
+    cases = {s: {"strategy": s} for s in STRATEGY_NAMES} | VARIANTS
+    results = run_many([base | c for c in cases.values()], load_platform("cpu"), store)
+    return dict(zip(cases, results))
 
 
-@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+@pytest.mark.parametrize("strategy", [*STRATEGY_NAMES, *VARIANTS])
 def test_peak_memory_within_10_percent_of_prediction(benched, strategy):
     r = benched[strategy]
     assert r.status == "ok", (r.measured.get("error"), r.measured.get("log_tail"))

@@ -156,3 +156,16 @@ def test_bad_platform_command_exits_2(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: unknown platform 'dgx-h2000'")
     assert all(name in lines[0] for name in platform_names())  # the fix: the names that exist
     assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_lists_the_issue_17_moments_with_their_predictions(tmp_path):
+    """--variants all: the optimizer step with foreach and fused, the chunked loss and sac, for ddp
+    and fsdp_full_shard (the fused loss only where flash-attn is installed); nothing is run or written."""
+    proc = run_kit(tmp_path, "--quick", "--dry-run", "--variants", "all", "--strategies", "ddp,fsdp_full_shard")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    for strategy in ("ddp", "fsdp_full_shard"):
+        mine = [ln for ln in lines if f" {strategy} " in ln]
+        assert any("adamw-foreach" in ln for ln in mine) and any("adamw-fused" in ln for ln in mine)
+        assert any("loss chunked" in ln for ln in mine) and any("ckpt sac" in ln for ln in mine)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "r.db").exists()

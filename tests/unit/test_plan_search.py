@@ -59,10 +59,10 @@ def test_valid_batches_have_no_problem():
     assert nearest_multiples(100, 24) == [96, 120]
 
 
-def test_ckpt_candidates_none_every_block_every_second_and_small_divisors():
-    assert ckpt_candidates(32) == [0, 1, 2, 4]
-    assert ckpt_candidates(27) == [0, 1, 2, 3]
-    assert ckpt_candidates(1) == [0, 1]
+def test_ckpt_candidates_none_sac_every_block_every_second_and_small_divisors():
+    assert ckpt_candidates(32) == [0, "sac", 1, 2, 4]
+    assert ckpt_candidates(27) == [0, "sac", 1, 2, 3]
+    assert ckpt_candidates(1) == [0, "sac", 1]
 
 
 def test_mean_seq_len_must_not_exceed_seq_len():

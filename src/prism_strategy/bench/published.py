@@ -116,7 +116,8 @@ class PublishedRecord:
         s = self.scenario
         kw: dict[str, Any] = dict(mode=s.mode, platform=self.platform, nodes=s.nodes, ranks_per_node=s.ranks_per_node,
                                   seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.samples_per_step,
-                                  ckpt_freq=s.ckpt_freq, precision=s.precision, compile=s.compile)
+                                  ckpt_freq="sac" if s.ckpt_policy == "sac" else s.ckpt_freq, precision=s.precision,
+                                  compile=s.compile, loss=s.loss)
         if s.bucket_mb is not None and "bucket_mb" in engine_of(get_strategy(self.planner_strategy)).options:
             kw["bucket_mb"] = s.bucket_mb
         return {"model": s.model, **kw} | ({"vision": s.vision} if s.vision else {})

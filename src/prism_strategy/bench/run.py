@@ -13,13 +13,14 @@ from prism_strategy.bench.tune import Candidate, TuneResult, tune
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_model, load_platform
+from prism_strategy.specs.training import TrainingSpec, parse_ckpt, parse_optimizer
 
 OnResult = Callable[[int, int, Result], None]
 
 
 def base_config(*, model: str, nproc: int, ranks_per_node: int | None, micro_batch: int, seq_len: int,
-                steps: int, warmup: int, precision: str, ckpt_freq: int, grad_accum: int,
-                timeout_s: float) -> dict[str, Any]:
+                steps: int, warmup: int, precision: str, ckpt_freq: int | str, grad_accum: int,
+                timeout_s: float, optimizer: str = "adamw", loss: str = "upcast") -> dict[str, Any]:
     spec = load_model(model)
     if seq_len > spec.max_positions:
         raise SpecError(f"--seq-len {seq_len} exceeds {spec.name}'s max positions {spec.max_positions}")
@@ -27,12 +28,21 @@ def base_config(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
                     ("--grad-accum", grad_accum)):
         if v < 1:
             raise SpecError(f"{name} must be >= 1, got {v}")
-    if warmup < 0 or ckpt_freq < 0:
-        raise SpecError("--warmup and --ckpt-freq must be >= 0")
+    if warmup < 0:
+        raise SpecError("--warmup must be >= 0")
+    k, policy = parse_ckpt(ckpt_freq)
+    if k is None:
+        raise SpecError("--ckpt-freq auto is a plan search; bench runs one setting: give k or sac")
+    parse_optimizer(optimizer)
+    TrainingSpec(loss=loss)  # type: ignore[arg-type]  # validates the name
     cfg = {"model": model, "model_spec": {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)},
            "nproc": nproc, "ranks_per_node": ranks_per_node or nproc, "micro_batch": micro_batch, "seq_len": seq_len,
-           "steps": steps, "warmup": warmup, "precision": precision, "ckpt_freq": ckpt_freq, "grad_accum": grad_accum,
-           "timeout_s": timeout_s}
+           "steps": steps, "warmup": warmup, "precision": precision, "ckpt_freq": "sac" if policy == "sac" else k,
+           "grad_accum": grad_accum, "timeout_s": timeout_s}
+    if optimizer != "adamw":  # stored only when set, so earlier runs' configs compare equal
+        cfg["optimizer"] = optimizer
+    if loss != "upcast":
+        cfg["loss"] = loss
     check_config(cfg | {"strategy": "ddp"})
     return cfg
 

@@ -182,6 +182,10 @@ def _context(config: dict[str, Any]) -> Any:
     return _CTX
 
 
+def _ckpt(value: Any) -> int | str:
+    return "sac" if value == "sac" else int(value)
+
+
 def engine_options(config: dict[str, Any]) -> dict[str, Any]:
     """wrap() keywords for the config's bucket size and reduce dtype, given only when set."""
     return {k: config[k] for k in ("bucket_mb", "reduce_dtype") if config.get(k) is not None}
@@ -198,10 +202,12 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         tag_collectives()
     built = build_multimodal(config) if is_multimodal(config) else None
     model = built.module if built is not None else build_model(config)
-    opt = torch.optim.AdamW if config.get("optimizer", "adamw") == "adamw" else torch.optim.SGD
-    job = wrap(model, config["strategy"], ctx=ctx, optimizer=lambda ps: opt(ps, lr=1e-4),
+    from prism_strategy.runtime.optim import optimizer_factory
+
+    job = wrap(model, config["strategy"], ctx=ctx, optimizer=optimizer_factory(config.get("optimizer", "adamw")),
                mixed_precision=None if config.get("precision", "fp32") == "fp32" else "bf16",
-               ckpt_freq=int(config.get("ckpt_freq", 0)), block_types=built.block_types if built else None,
+               ckpt_freq=_ckpt(config.get("ckpt_freq", 0)), block_types=built.block_types if built else None,
+               loss=config.get("loss", "upcast"),
                **engine_options(config))
     runner = Runner(config, job, ctx, args, built)
     warmup, steps = int(config.get("warmup", 1)), int(config.get("steps", 3))

@@ -10,6 +10,7 @@ from typing import Any
 
 from prism_strategy.emit.launch import EmitRequest
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.training import parse_ckpt, parse_loss
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,9 +23,11 @@ class PlanChoice:
     precision: str
     micro_batch: int
     grad_accum: int
-    ckpt_freq: int
+    ckpt_freq: int | str
+    """k, or "sac" (selective checkpointing on every block)."""
     compile: bool
     plan_file: str
+    loss: str = "upcast"
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -64,29 +67,35 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
         raise SpecError(f"{where}: inputs need 'platform' and 'precision' strings")
     return PlanChoice(strategy=name, platform=inputs["platform"], nodes=_int(inputs, "nodes", where, 1),
                       precision=inputs["precision"], micro_batch=_int(option, "micro_batch", where, 1),
-                      grad_accum=_int(option, "grad_accum", where, 1), ckpt_freq=_int(option, "ckpt_freq", where, 0),
-                      compile=bool(inputs.get("compile", False)), plan_file=path.name)
+                      grad_accum=_int(option, "grad_accum", where, 1),
+                      ckpt_freq="sac" if option.get("ckpt_freq") == "sac" else _int(option, "ckpt_freq", where, 0),
+                      compile=bool(inputs.get("compile", False)), plan_file=path.name,
+                      loss=str(inputs.get("loss", "upcast")))
 
 
 def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
     """`base` (the launcher options: account, queue, env profile, ...) with the plan's choices."""
     return replace(base, strategy=choice.strategy, platform=choice.platform, nodes=choice.nodes,
                    precision=choice.precision, micro_batch=choice.micro_batch, grad_accum=choice.grad_accum,
-                   ckpt_freq=choice.ckpt_freq, compile=choice.compile or base.compile)
+                   ckpt_freq=choice.ckpt_freq, compile=choice.compile or base.compile, loss=choice.loss)
 
 
 def emit_request(*, from_plan: str | None, strategy: str | None, platform: str | None, nodes: int | None,
-                 precision: str | None, ckpt_freq: int | None, micro_batch: int | None, grad_accum: int | None,
-                 **launcher: Any) -> tuple[EmitRequest, PlanChoice | None]:
+                 precision: str | None, ckpt_freq: int | str | None, micro_batch: int | None, grad_accum: int | None,
+                 loss: str | None = None, **launcher: Any) -> tuple[EmitRequest, PlanChoice | None]:
     """The request `emit` runs: from its options, or from a plan (whose choices the options may not
     contradict). `launcher`: the other EmitRequest fields (account, queue, env_profile, ...)."""
     chosen = {"--platform": platform, "--nodes": nodes, "--precision": precision, "--ckpt-freq": ckpt_freq,
-              "--micro-batch": micro_batch, "--grad-accum": grad_accum}
+              "--micro-batch": micro_batch, "--grad-accum": grad_accum, "--loss": loss}
     if from_plan is None:
         if strategy is None or platform is None:
             raise SpecError("emit needs --strategy and --platform, or --from-plan PLAN.json (from `plan --json`)")
+        k, policy = parse_ckpt(0 if ckpt_freq is None else ckpt_freq)
+        if k is None:
+            raise SpecError("emit --ckpt-freq auto: plan searches it; give k or sac, or emit --from-plan")
         req = EmitRequest(strategy=strategy, platform=platform, nodes=1 if nodes is None else nodes,
-                          precision=precision or "bf16-mixed", ckpt_freq=0 if ckpt_freq is None else ckpt_freq,
+                          precision=precision or "bf16-mixed", ckpt_freq="sac" if policy == "sac" else k,
+                          loss=parse_loss(loss or "upcast"),
                           micro_batch=1 if micro_batch is None else micro_batch,
                           grad_accum=1 if grad_accum is None else grad_accum, **launcher)
         return req, None

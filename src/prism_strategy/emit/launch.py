@@ -48,7 +48,10 @@ class EmitRequest:
     env_profile: str | None = None
     """None: the platform's own profile."""
     precision: str = "bf16-mixed"
-    ckpt_freq: int = 0
+    ckpt_freq: int | str = 0
+    """k (every k-th block, 0 = none) or "sac"."""
+    loss: str = "upcast"
+    """The loss kernel wrap() installs (strategy.toml `loss`)."""
     micro_batch: int = 1
     grad_accum: int = 1
     static_graph: bool | None = None
@@ -132,7 +135,7 @@ def _validate(req: EmitRequest, out: Path) -> _Job:
     profile = load_env_profile(req.env_profile or platform.env_profile or "")
     if req.precision not in PRECISIONS:
         raise SpecError(f"--precision must be one of {', '.join(PRECISIONS)}, got {req.precision!r}")
-    if req.ckpt_freq < 0 or req.micro_batch < 1 or req.grad_accum < 1:
+    if (req.ckpt_freq != "sac" and req.ckpt_freq < 0) or req.micro_batch < 1 or req.grad_accum < 1:  # type: ignore[operator]
         raise SpecError("--ckpt-freq must be >= 0, --micro-batch and --grad-accum >= 1")
     if req.static_graph is not None and not engine_of(strategy).declares_static_graph:
         raise SpecError(f"--static-graph applies to ddp only, not {strategy.name}")
@@ -176,6 +179,7 @@ def _strategy_file(job: _Job) -> WrapConfig:
     req, engine = job.req, engine_of(job.strategy)
     return WrapConfig(
         strategy=job.strategy.name, mixed_precision=precision_to_mixed(req.precision), ckpt_freq=req.ckpt_freq,
+        loss=req.loss,  # type: ignore[arg-type]
         static_graph=bool(req.static_graph) if engine.declares_static_graph else None,
         bucket_mb=req.bucket_mb, reduce_dtype=req.reduce_dtype,  # type: ignore[arg-type]
         find_unused_parameters=False, compile=req.compile, ranks_per_node=job.layout.ranks_per_node,

@@ -103,9 +103,11 @@ class Engine(ABC):
     @abstractmethod
     def moments(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, *,
                 states: Rows, acts: Rows, reserve: Rows, wrap: str, accumulating: bool,
-                saved_acts: Rows = ()) -> list[Moment]:
+                saved_acts: Rows = (), late_acts: Rows = (), step_impl: str = "loop") -> list[Moment]:
         """The moments of one step that can hold the peak. acts: per-sample activations at the
-        start of backward (with the loss / recompute transient); saved_acts: without it."""
+        start of backward (with the loss / recompute transient); saved_acts: without it;
+        late_acts: what is still alive when the top part's bottom block runs backward.
+        step_impl: the optimizer implementation that runs (TrainingSpec.optimizer_impl_on)."""
 
     def residual_bytes(self, s: "StrategySpec", t: TrainingSpec) -> int:
         """Bytes per element of the residual stream saved between blocks."""
@@ -158,6 +160,27 @@ def sharded_states(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", 
         ("optimizer", f"{t.optimizer} state ({t.optim_state_dtype}{', + fp32 master' if t.master_weights else ''}, 1/{do})",
          pt * t.optim_bytes / do),
     ]
+
+
+def step_transient(tensors: list[float], t: TrainingSpec, impl: str, state_bytes: int, what: str = "") -> Rows:
+    """The optimizer's own temporaries inside step(), for the tensors (elements) it updates on a
+    rank, with state in `state_bytes` per element. torch 2.13, torch/optim/adam.py (AdamW is Adam
+    with decoupled weight decay, applied in place):
+    - foreach (_multi_tensor_adam): `exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)`
+      allocates one new tensor per state tensor of the (device, dtype) group, whole, and keeps it
+      through the in-place div_/add_ and the addcdiv_ (every other op is in place): the group's
+      state-sized temporary. One param group of one dtype is assumed (the factory's parameters);
+    - loop (_single_tensor_adam): `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`:
+      the sqrt and the quotient of one tensor are both alive for the division: two of the largest;
+    - fused (_fused_adamw_): one kernel updates in place, no temporaries.
+    SGD (momentum, no weight decay; torch/optim/sgd.py) updates its buffer in place: none."""
+    if t.optimizer != "adamw" or not tensors or impl == "fused":
+        return []
+    if impl == "foreach":
+        return [("buffers", f"foreach AdamW temporary: _foreach_sqrt of the whole state group{what}",
+                 sum(tensors) * state_bytes)]
+    return [("buffers", f"per-tensor AdamW temporaries: sqrt + quotient of the largest tensor{what}",
+             2 * max(tensors) * state_bytes)]
 
 
 def adam_states(t: TrainingSpec) -> int:

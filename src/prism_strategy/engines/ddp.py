@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prism_strategy.engines.base import (MiB, TORCH_DTYPE, Engine, Moment, Rows, StepCollective, numels, part_modules,
-                                         sharded_states, trainable)
+                                         sharded_states, step_transient, trainable)
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout
-from prism_strategy.specs.training import TrainingSpec
+from prism_strategy.specs.training import DTYPE_BYTES, TrainingSpec
 
 if TYPE_CHECKING:
     from prism_strategy.strategies import StrategySpec
@@ -63,8 +63,15 @@ class DDPEngine(Engine):
     def residual_bytes(self, s, t) -> int:
         return t.param_bytes if t.compute_dtype != t.param_dtype else t.compute_bytes
 
-    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
-        return [Moment("start of backward", states + _autocast_copies(parts, t) + reserve, acts)]
+    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=(),
+                late_acts=(), step_impl="loop") -> list[Moment]:
+        """Start of backward (autocast copies and activations alive); the optimizer step (every
+        gradient still in its bucket, the activations and autocast copies freed, the optimizer's
+        own temporaries over every trainable tensor, full size)."""
+        tensors = [n for p in parts if p.trains for n in numels(part_modules(p).forward_order())]
+        step = step_transient(tensors, t, step_impl, DTYPE_BYTES[t.optim_state_dtype])
+        return [Moment("start of backward", states + _autocast_copies(parts, t) + reserve, acts),
+                Moment("optimizer step", states + step + reserve, [])]
 
     def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
                          grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prism_strategy.engines.base import (FP32, MiB, TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective,
-                                         adam_states, ceil_div, numels, part_modules, trainable)
+                                         adam_states, ceil_div, numels, part_modules, step_transient, trainable)
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
@@ -42,6 +42,8 @@ PERSISTENCE_THRESHOLD = 100_000
 """stage3_param_persistence_threshold (DeepSpeed's default), elements."""
 MAX_REUSE_DISTANCE = 1_000_000_000
 """stage3_max_reuse_distance (DeepSpeed's default), elements."""
+SUB_GROUP_SIZE = 1_000_000_000
+"""zero_optimization.sub_group_size (DeepSpeed's default, deepspeed/runtime/zero/config.py), elements."""
 OVERLAP_COMM = {1: False, 2: True, 3: False}
 """overlap_comm per stage: DeepSpeed allows it with caller-owned accumulation only in stage 2."""
 
@@ -90,11 +92,13 @@ class DeepSpeedEngine(Engine):
             ("optimizer", f"{t.optimizer} state (fp32{' + fp32 master' if low else ''}, 1/{n})", optim),
         ]
 
-    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
+    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=(),
+                late_acts=(), step_impl="loop") -> list[Moment]:
         """Start of backward (activations, no gradients unless accumulating); ZeRO-1/2: the
         first gradient hook, once the loss buffers are freed (stage_1_and_2's process_gradients
         calls setup_buckets there, in both stages: the ipg buckets now exist, most activations
-        still do); end of backward / step (gradients and buckets, no activations)."""
+        still do); end of backward (gradients and buckets, no activations); the optimizer step
+        (self._step_moment)."""
         no_grads = [r for r in states if r[0] != "grads"]
         grads = [r for r in states if r[0] == "grads"]
         gathered, buckets = self.buffers(parts, t, s)
@@ -103,9 +107,34 @@ class DeepSpeedEngine(Engine):
         start = no_grads + (grads if accumulating else []) + gathered + persistent + reserve
         out = [Moment("start of backward", start, list(acts)),
                Moment("end of backward", states + gathered + buckets + reserve, [])]
-        if st in (1, 2):
+        if st == 1:
             out.append(Moment("first gradient hook", start + buckets, list(saved_acts)))
-        return out
+        elif st == 2:  # copy_grads_in_partition allocates the partition's buffer at its first reduce,
+            # in backward: the rank owning the last parameters gets it with the first bucket
+            part = [("grads", f"grad partition buffer ({t.compute_dtype}, 1/{layout.world}, from the first bucket)",
+                     trainable(parts) * t.compute_bytes / layout.world)]
+            out.append(Moment("first gradient hook", start + buckets + part, list(saved_acts)))
+        return out + [self._step_moment(parts, t, s, layout, no_grads, grads, buckets if st < 3 else persistent,
+                                        reserve, step_impl)]
+
+    def _step_moment(self, parts, t, s, layout, no_grads: Rows, grads: Rows, buckets: Rows, reserve: Rows,
+                     impl: str) -> Moment:
+        """The client torch optimizer steps DeepSpeed's flat fp32 partition, one tensor per param
+        group (ZeRO-1/2, stage_1_and_2.py step: the rank's gradients are flattened and cast to an
+        fp32 partition, the model's gradients freed, then optimizer.step()) or per sub-group of
+        sub_group_size elements (ZeRO-3, stage3.py step: _prepare_sub_group flattens one sub-group's
+        gradients to fp32, steps it, releases it). The ipg buckets stay allocated."""
+        n, st, pt = layout.world, _stage(s), trainable(parts)
+        part = -(-pt // n)
+        if st == 1:
+            held: Rows = [("grads", f"fp32 flat gradient partition (1/{n})", part * FP32)]
+        else:
+            held = grads
+        flat = min(part, SUB_GROUP_SIZE) if st == 3 else part
+        if st == 3 and pt:
+            held = held + [("buffers", "one sub-group's gradients flattened to fp32", flat * FP32)]
+        step = step_transient([flat] if pt else [], t, impl, FP32, " (the flat fp32 partition)")
+        return Moment("optimizer step", no_grads + held + buckets + step + reserve, [])
 
     def buffers(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec") -> tuple[Rows, Rows]:
         """(gathered params, ipg reduce buckets): the buffers DeepSpeed allocates for our ds_config."""

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prism_strategy.engines.base import (TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective, padded,
-                                         part_modules, sharded_states, trainable)
+                                         part_modules, sharded_states, step_transient, trainable)
 from prism_strategy.specs.parts import Part, largest_block, root_unit
 from prism_strategy.specs.cluster import Layout
-from prism_strategy.specs.training import TrainingSpec
+from prism_strategy.specs.training import DTYPE_BYTES as SPEC_DTYPE_BYTES, TrainingSpec
 
 if TYPE_CHECKING:
     from prism_strategy.strategies import StrategySpec
@@ -96,10 +96,12 @@ class FSDP2Engine(Engine):
     def states(self, parts, t, s, layout) -> Rows:
         return sharded_states(parts, t, s, layout)
 
-    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=()) -> list[Moment]:
+    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=(),
+                late_acts=(), step_impl="loop") -> list[Moment]:
+        step = Moment("optimizer step", states + _step_rows(parts, t, s, layout, step_impl) + reserve, [])
         if wrap == "block":
-            return _block_moments(parts, t, s, layout, states, acts, reserve, accumulating)
-        return [Moment("start of backward", states + _root_wrap_rows(parts, t, s) + reserve, acts)]
+            return _block_moments(parts, t, s, layout, states, acts, reserve, accumulating, list(late_acts)) + [step]
+        return [Moment("start of backward", states + _root_wrap_rows(parts, t, s) + reserve, acts), step]
 
     def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
                          grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
@@ -164,8 +166,17 @@ def _root_wrap_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec")
     return rows + [_gathered_whole_model(parts, t)]
 
 
+def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, impl: str) -> Rows:
+    """The optimizer steps the local shards (DTensors: foreach ops run on each local tensor), every
+    unit resharded after backward: each trainable tensor's dim 0 padded to the shard count, then split."""
+    n = s.degree(s.optim_shard, layout)
+    local = [-(-rows // n) * (numel // rows) for p in parts if p.trains for m in part_modules(p).forward_order()
+             for numel, rows in m]
+    return step_transient(local, t, impl, SPEC_DTYPE_BYTES[t.optim_state_dtype], f" (local shards, 1/{n})")
+
+
 def _block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, states: Rows,
-                   acts: Rows, reserve: Rows, accumulating: bool) -> list[Moment]:
+                   acts: Rows, reserve: Rows, accumulating: bool, late_acts: Rows) -> list[Moment]:
     """Per-block units: start of backward, late backward, end of backward."""
     e, gb = t.compute_bytes, t.grad_bytes
     params_optim = [r for r in states if r[0] != "grads"]
@@ -193,5 +204,5 @@ def _block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", 
         # observed, torch 2.13 (traces and a real gloo run): with a tied LM head the root's
         # gathered params are still allocated when its reduce-scatter runs
         end.append(("buffers", "root unit still gathered (tied LM head)", root * e))
-    return [Moment("start of backward", start + reserve, acts), Moment("late backward", late + reserve, []),
+    return [Moment("start of backward", start + reserve, acts), Moment("late backward", late + reserve, late_acts),
             Moment("end of backward", end + reserve, [])]

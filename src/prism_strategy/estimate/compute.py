@@ -6,9 +6,11 @@ halved for causal masks (flash attention skips the masked half). Backward: 2x fo
 trainable part (activation and weight gradients); 1x for the matmuls of a frozen part that
 gradients flow through (activation gradients only) and 2x its attention; 0 for a frozen part
 with nothing trainable below it. Activation checkpointing recomputes the forward of the
-checkpointed blocks; selective checkpointing (torchtitan's per-op policy) every second matmul of
-each block. A platform with `compute_terms` times each matmul by its shape, attention and the
-eager kernels apart (estimate/compute_shape.py); without, every FLOP runs at one fraction.
+checkpointed blocks; selective checkpointing (sac, torchtitan's per-op policy) only the linears its
+policy does not save (estimate/memory.py sac_linears: every second bias-free matmul of each block);
+the chunked loss recomputes the LM head's logits. A platform with `compute_terms` times each matmul
+by its shape, attention and the eager kernels apart (estimate/compute_shape.py); without, every FLOP
+runs at one fraction.
 
 Kernels (launch-bound steps, PRISM A1/A2/B1 on Aurora: a 0.6B model launches ~6,900 kernels a
 step at ~45 us of host time each, more time than its FLOPs take) are counted from the block's
@@ -24,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from prism_strategy.estimate import families
-from prism_strategy.estimate.memory import checkpointed_blocks
+from prism_strategy.estimate.memory import checkpointed_blocks, sac_linears
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.model import TransformerSpec
@@ -103,8 +105,12 @@ def _part_kernels(part: Part, training: TrainingSpec) -> tuple[int, int, int, in
     if not part.backward:
         return fwd, 0, spec.layers * blk.gemms + root_gemms, 0
     k = checkpointed_blocks(spec.layers, training.ckpt_freq)
-    bwd = spec.layers * blk.backward(part.trains) + 2 * root + k * blk.kernels
-    g_bwd = (spec.layers * blk.gemms + root_gemms) * (2 if part.trains else 1) + k * blk.gemms
+    again, again_gemms = blk.kernels, blk.gemms
+    if selective_ac(training):  # saved linears and attention are not launched again
+        kept = sum(1 for *_, saved in sac_linears(spec) if saved)
+        again, again_gemms = blk.kernels - kept - 1, blk.gemms - kept
+    bwd = spec.layers * blk.backward(part.trains) + 2 * root + k * again
+    g_bwd = (spec.layers * blk.gemms + root_gemms) * (2 if part.trains else 1) + k * again_gemms
     return fwd, bwd, spec.layers * blk.gemms + root_gemms, g_bwd
 
 
@@ -170,11 +176,13 @@ def part_flops_per_sample(part: Part, training: TrainingSpec) -> PartFlops:
         bwd = 2 * fwd
     else:
         bwd = spec.layers * (block_mm + 2 * block_attn) + head
-    if part.backward and selective_ac(training):
-        sac_mm = 2.0 * sum(i * o for i, o in block_gemms(spec)[SAC_RECOMPUTED_GEMMS]) * t
-        return PartFlops(name=part.name, forward=fwd, backward=bwd, recompute=spec.layers * sac_mm)
     k = checkpointed_blocks(spec.layers, training.ckpt_freq) if part.backward else 0
-    return PartFlops(name=part.name, forward=fwd, backward=bwd, recompute=k * (block_mm + block_attn))
+    per_block = block_mm + block_attn
+    if part.backward and selective_ac(training):  # only the linears the policy does not save run again
+        k, per_block = spec.layers, 2.0 * t * sum(o * i for o, i, saved in sac_linears(spec) if not saved)
+    # the chunked loss recomputes each chunk's logits in backward (runtime/loss.py)
+    loss = head if training.loss == "chunked" and part.backward else 0.0
+    return PartFlops(name=part.name, forward=fwd, backward=bwd, recompute=k * per_block + loss)
 
 
 def flops_per_sample(parts: tuple[Part, ...], training: TrainingSpec) -> float:

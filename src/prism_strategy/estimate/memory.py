@@ -5,9 +5,16 @@ The peak is the largest of a few moments of the training step, each a sum of liv
   checkpointing, one recomputed block, whichever is larger: the loss is freed first);
 - FSDP2 only (per-block units): late backward (every block's sharded grads, the root and two
   blocks still gathered, one block's unsharded grads with their reduce-scatter copy, the LM
-  head's unsharded grad) and end of backward (the root unit's unsharded grads with their
+  head's unsharded grad, while the bottom block's activations and the lower parts' are alive:
+  sharded grads grow and activations shrink block by block, so the extremes are this moment
+  and the start of backward) and end of backward (the root unit's unsharded grads with their
   reduce-scatter copy). zero_grad(set_to_none=True) leaves no grads at the start of backward
   unless gradients accumulate over micro-batches.
+- optimizer step, every engine: params + grads + optimizer state + the optimizer's own
+  temporaries (engines/base.py step_transient: foreach AdamW holds a state-sized temporary per
+  (device, dtype) group, the per-tensor loop two of its largest tensor, fused none), with the
+  activations freed; the implementation is torch's default on the platform's device unless
+  `--optimizer adamw-foreach|adamw-fused|adamw-loop` says which.
 The estimate reports the items of the moment that peaks.
 
 Sources of the formulas:
@@ -15,11 +22,14 @@ Sources of the formulas:
   optimizer-state dtype; DeepSpeed engines follow DeepSpeed's own accounting
   (`estimate_zero2_model_states_mem_needs`: 2P + 18P/N; `estimate_zero3_...`: L + 18P/N).
 - Activations: the saved-tensor count of Korthikanti et al. 2022 ("Reducing Activation
-  Recomputation"), redone for pre-norm blocks with fp32 norm statistics (HF RMSNorm/LayerNorm),
+  Recomputation"; selective checkpointing: sac_saved_bytes_per_token), redone for pre-norm
+  blocks with fp32 norm statistics (HF RMSNorm/LayerNorm),
   SwiGLU or GELU MLPs, GQA, and flash / memory-efficient attention (no s^2 score matrix).
   Frozen linears save no inputs (autograd saves a matmul input only when the weight needs a grad).
-- Loss: HF casts logits to fp32; cross-entropy keeps fp32 log-probs and, in backward, an fp32
-  gradient in and out: tokens x vocab x 12 bytes (the low-precision logits are not kept).
+- Loss (--loss, loss_bytes_per_token): upcast, as HF: logits cast to fp32; cross-entropy keeps
+  fp32 log-probs and, in backward, an fp32 gradient in and out: tokens x vocab x 12 bytes (the
+  low-precision logits are not kept); fused: low-precision logits and their grad; chunked: one
+  chunk of tokens' logits at a time.
 - FSDP2 (torch.distributed.fsdp.fully_shard): sharded params in their storage dtype; gathered
   units in the compute dtype; the root unit is not resharded after forward; a unit reshards
   before its reduce-scatter, whose input is always a fresh buffer in the reduce dtype.
@@ -96,6 +106,33 @@ def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool
     return n
 
 
+def sac_linears(spec: TransformerSpec) -> list[tuple[int, int, bool]]:
+    """(out width, in width, saved) of each linear of a block in forward order, under torchtitan's
+    selective per-op policy (torchtitan/distributed/activation_checkpoint.py SelectiveAC at
+    b5bcd76): outputs of ops in the save list are kept, "except every second mm": a linear
+    without bias dispatches to aten.mm, counted from 1 within the block's forward, saved when the
+    count is odd, recomputed when even; a linear with bias dispatches to aten.addmm (in the save
+    list, not counted): always saved."""
+    h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.ffn
+    mlp = [(f, h), (f, h), (h, f)] if spec.mlp == "swiglu" else [(f, h), (h, f)]
+    linears = [(q, h, spec.qkv_bias), (kv, h, spec.qkv_bias), (kv, h, spec.qkv_bias), (h, q, spec.o_bias)]
+    linears += [(o, i, spec.mlp_bias) for o, i in mlp]
+    out, count = [], 0
+    for o, i, bias in linears:
+        if not bias:
+            count += 1
+        out.append((o, i, bias or count % 2 == 1))
+    return out
+
+
+def sac_saved_bytes_per_token(spec: TransformerSpec, e: int, residual: int) -> float:
+    """What one block keeps under selective checkpointing, per token: its input (the checkpoint's
+    argument), the saved linears' outputs and attention's outputs (output and fp32 logsumexp per
+    head; the attention kernels are in the save list). Everything else is recomputed."""
+    saved = sum(o for o, _, keep in sac_linears(spec) if keep)
+    return residual * spec.hidden + e * (saved + spec.q_width) + FP32 * spec.heads
+
+
 def checkpointed_blocks(layers: int, ckpt_freq: int) -> int:
     """Checkpoint every k-th block (blocks 0, k, 2k, ...); 0 = none."""
     return 0 if ckpt_freq <= 0 else math.ceil(layers / ckpt_freq)
@@ -112,21 +149,41 @@ def part_activation_bytes_per_sample(part: Part, training: TrainingSpec, residua
     spec = part.spec
     a = block_activation_bytes_per_token(spec, e, part.trains)
     k = checkpointed_blocks(spec.layers, training.ckpt_freq)
-    per_token = (spec.layers - k) * a + k * residual_bytes * spec.hidden
+    sac = training.ckpt_policy == "sac"
+    kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if sac else residual_bytes * spec.hidden
+    per_token = (spec.layers - k) * a + k * kept
     per_token += FP32 * spec.hidden + e * spec.hidden  # final norm input, LM-head / post-norm input
     return part.tokens * per_token
 
 
+def loss_bytes_per_token(spec: TransformerSpec, training: TrainingSpec) -> tuple[str, float]:
+    """The loss kernel's buffers at their largest, per token (TrainingSpec.loss):
+    - upcast: fp32 log-probs saved, fp32 grad in and out: vocab x 12 bytes (module docstring);
+    - fused (flash-attn's CrossEntropyLoss, inplace_backward=False as llm-foundry builds it): the
+      low-precision logits saved and their gradient, a new tensor: vocab x 2 x compute bytes;
+    - chunked: logits only for a chunk of tokens, sized as Liger's fused linear cross-entropy
+      does (chunk x vocab ~ tokens x hidden, liger_kernel/ops/fused_linear_cross_entropy.py);
+      one chunk recomputed in backward (runtime/loss.py) holds the upcast kernel's 12 bytes per
+      logit (the chunk's low-precision logits are freed once cast): hidden x 12 per token.
+      Liger's own kernel writes the gradient in place into the chunk's logits, below this."""
+    e, v, h = training.compute_bytes, spec.vocab, spec.hidden
+    if training.loss == "fused":
+        return "loss: low-precision logits + their grad (fused cross-entropy)", v * 2 * e
+    if training.loss == "chunked":
+        return "loss: one chunk of logits (chunked cross-entropy)", h * CE_BYTES
+    return "loss: fp32 log-probs + fp32 logit grads", v * CE_BYTES
+
+
 def transient_bytes_per_sample(parts: tuple[Part, ...], training: TrainingSpec) -> tuple[str, float]:
-    """The largest buffer backward adds on top of the saved activations, per sample: the loss's
-    fp32 buffers, or one checkpointed block recomputed (the loss is freed before that)."""
+    """The largest buffer backward adds on top of the saved activations, per sample: the loss
+    kernel's buffers, or one checkpointed block recomputed (the loss is freed before that)."""
     best = ("", 0.0)
     for p in parts:
         if not p.backward or p.spec is None:
             continue
         if p.spec.kind == "decoder":
-            best = max(best, ("loss: fp32 log-probs + fp32 logit grads", p.tokens * p.spec.vocab * CE_BYTES),
-                       key=lambda r: r[1])
+            label, per_token = loss_bytes_per_token(p.spec, training)
+            best = max(best, (label, p.tokens * per_token), key=lambda r: r[1])
         if training.ckpt_freq > 0:
             a = block_activation_bytes_per_token(p.spec, training.compute_bytes, p.trains)
             best = max(best, (f"{p.name} block recomputed in backward", p.tokens * a), key=lambda r: r[1])
@@ -152,6 +209,19 @@ def saved_activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategyS
             for p in parts if (a := part_activation_bytes_per_sample(p, t, res))]
 
 
+def late_backward_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
+    """Per sample, alive while the top part's bottom block runs backward (the blocks above it have
+    made their gradients): that block's activations (saved, or recomputed under checkpointing)
+    and all that the parts below it saved (their backward comes later)."""
+    *below, top = parts
+    rows = saved_activation_rows(tuple(below), t, s, platform)
+    if top.backward and top.spec is not None:
+        a = block_activation_bytes_per_token(top.spec, t.compute_bytes, top.trains) * top.tokens
+        rows.append(("activations", f"{top.name} bottom block's activations (saved or recomputed)",
+                     a * platform.activation_factor))
+    return rows
+
+
 # --- model states and moments: the engine's (engines/*) ----------------------------------
 def model_state_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, layout: Layout) -> Rows:
     """Params, grads and optimizer state, as they stand once the first step has run."""
@@ -165,7 +235,9 @@ def moments(parts: tuple[Part, ...], t: TrainingSpec, platform: PlatformSpec, la
     acts = activation_rows(parts, t, s, platform)
     reserve: Rows = [("reserve", "framework reserve (runtime, collective buffers)", platform.framework_reserve_gib * GiB)]
     return engine_of(s).moments(parts, t, s, layout, states=states, acts=acts, reserve=reserve, wrap=wrap,
-                          accumulating=accumulating, saved_acts=saved_activation_rows(parts, t, s, platform))
+                                accumulating=accumulating, saved_acts=saved_activation_rows(parts, t, s, platform),
+                                late_acts=late_backward_rows(parts, t, s, platform),
+                                step_impl=t.optimizer_impl_on(platform.device))
 
 
 # --- the estimate ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from prism_strategy.estimate.overlap import schedules_overlap
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.specs.parts import Part, model_parts
-from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch
+from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
 from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.planning.recommend import annotate, recommend
@@ -39,8 +39,9 @@ class Option:
     grad_accum: int
     global_batch: int = 0
     """micro_batch x grad_accum x world: samples per optimizer step."""
-    ckpt_freq: int = 0
-    """Activation checkpointing this option runs with (searched under --ckpt-freq auto)."""
+    ckpt_freq: int | str = 0
+    """Activation checkpointing this option runs with: k (every k-th block, 0 = none) or "sac"
+    (searched under --ckpt-freq auto)."""
     compute_s: float = 0.0
     comm_s: float = 0.0
     exposed_comm_s: float = 0.0
@@ -134,7 +135,7 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     mb, ga, max_mb = batch.micro_batch, batch.grad_accum, batch.max_micro_batch
     mem = estimate_memory(parts, t, p, lay, s, mb, accumulating=ga > 1)
     o = Option(strategy=s.name, feasible=True, why_not=None, memory=mem, max_micro_batch=max_mb,
-               micro_batch=mb, grad_accum=ga, global_batch=mb * ga * lay.world, ckpt_freq=t.ckpt_freq,
+               micro_batch=mb, grad_accum=ga, global_batch=mb * ga * lay.world, ckpt_freq=t.ckpt_name,
                provenance=_provenance(sc), memory_runtime=memory_fields(mem, p))
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
     if blocked:
@@ -274,7 +275,7 @@ def plan(
     precision: str = "bf16-mixed", optimizer: str = "adamw", vision: Any = None, image_tokens: int | None = None,
     compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
     calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
-    reduce_dtype: str | None = None, comm_curves: Sequence[Any] = (),
+    reduce_dtype: str | None = None, loss: str = "upcast", comm_curves: Sequence[Any] = (),
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -302,13 +303,15 @@ def plan(
     traced: also trace each option's real training step on fake tensors (slow).
     bucket_mb: gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket).
     reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
+    loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
     comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
         CLI loads them from the results store: bench/curves.py); a matching one prices its collective.
     """
     sc = build_scenario(model, mode=mode, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
                         precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens,
-                        compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len, bucket_mb=bucket_mb)
+                        compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len, bucket_mb=bucket_mb,
+                        loss=loss)
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = int_list(sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
@@ -341,7 +344,7 @@ def trace_options(sc: Scenario, options: list[Option]) -> None:
 
     reserve = sc.platform.framework_reserve_gib * GiB
     for o in options:
-        t = trace_option(sc.model, replace(sc.training, ckpt_freq=o.ckpt_freq), sc.layout, o.strategy, o.micro_batch,
+        t = trace_option(sc.model, with_ckpt(sc, o.ckpt_freq).training, sc.layout, o.strategy, o.micro_batch,
                          usable_bytes=sc.platform.usable_bytes, reserve_bytes=reserve)
         o.traced = traced_fields(t.memory, reserve_bytes=reserve, search=t.search, analytic=o.memory)
         o.notes.extend(o.traced.get("traced_notes", []))

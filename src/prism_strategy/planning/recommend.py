@@ -75,7 +75,9 @@ FRUGAL = 0.05
 """A pick is called more memory-frugal than the faster option only when it leaves 5% more room."""
 
 
-def ckpt_text(k: int) -> str:
+def ckpt_text(k: int | str) -> str:
+    if k == "sac":
+        return "selective checkpointing (sac) on every block"
     return {0: "no checkpointing", 1: "checkpointing every block", 2: "checkpointing every 2nd block",
             3: "checkpointing every 3rd block"}.get(k, f"checkpointing every {k}th block")
 

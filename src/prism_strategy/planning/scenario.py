@@ -10,7 +10,7 @@ from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.presets import load_model, load_platform, spec_from_module
-from prism_strategy.specs.training import TrainingSpec
+from prism_strategy.specs.training import TrainingSpec, parse_ckpt, parse_optimizer
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -36,8 +36,9 @@ class Scenario:
             "platform": self.platform.name, "nodes": self.layout.nodes, "ranks_per_node": self.layout.ranks_per_node,
             "world_size": self.layout.world, "seq_len": t.seq_len, "mean_seq_len": t.mean_seq_len,
             "image_tokens": _image_tokens(m, t), "micro_batch": t.micro_batch, "global_batch": t.global_batch,
-            "grad_accum": t.grad_accum, "ckpt_freq": "auto" if t.ckpt_auto else t.ckpt_freq,
-            "precision": t.precision, "optimizer": t.optimizer, "compile": t.compile,
+            "grad_accum": t.grad_accum, "ckpt_freq": "auto" if t.ckpt_auto else t.ckpt_name,
+            "precision": t.precision, "optimizer": t.optimizer_name,
+            "optimizer_impl": t.optimizer_impl_on(self.platform.device), "loss": t.loss, "compile": t.compile,
             "params": {"total": m.total_params, "trainable": m.trainable_params, "frozen": m.frozen_params,
                        "source": m.backbone.source},
         }
@@ -64,16 +65,6 @@ def _int(name: str, v: Any, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
     return v
 
 
-def parse_ckpt_freq(value: int | str) -> int | None:
-    """--ckpt-freq: "auto" (None: searched per option) or a block interval k >= 0 (0 = none)."""
-    if isinstance(value, str):
-        if value.strip().lower() == "auto":
-            return None
-        if not value.strip().isdigit():
-            raise SpecError(f"--ckpt-freq must be 'auto' or an integer >= 0 (0 = none), got {value!r}")
-        value = int(value)
-    return _int("--ckpt-freq", value, 0)
-
 
 def resolve_model(model: Any) -> TransformerSpec:
     if isinstance(model, TransformerSpec):
@@ -91,7 +82,7 @@ def build_scenario(
     global_batch: int | None = None, ckpt_freq: int | str = 0, precision: str = "bf16-mixed",
     optimizer: str = "adamw", vision: str | TransformerSpec | None = None, image_tokens: int | None = None,
     compile: bool = False, grad_accum: int | None = None, mean_seq_len: int | None = None,
-    bucket_mb: float | None = None,
+    bucket_mb: float | None = None, loss: str = "upcast",
 ) -> Scenario:
     """Validated scenario; the arguments are `plan()`'s (see its docstring). ckpt_freq "auto" marks
     the training for the planner's checkpointing search."""
@@ -105,13 +96,14 @@ def build_scenario(
                     ("--mean-seq-len", mean_seq_len)):
         if v is not None:
             _int(name, v)
-    k = parse_ckpt_freq(ckpt_freq)
+    k, policy = parse_ckpt(ckpt_freq)
     if image_tokens is not None:
         _int("--image-tokens", image_tokens, 0)
+    algo, impl = parse_optimizer(optimizer)
     training = TrainingSpec.from_precision(
         precision, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum,
-        mean_seq_len=mean_seq_len, ckpt_freq=k or 0, ckpt_auto=k is None, optimizer=optimizer,
-        image_tokens=image_tokens, compile=bool(compile), bucket_mb=bucket_mb)
+        mean_seq_len=mean_seq_len, ckpt_freq=k or 0, ckpt_policy=policy, ckpt_auto=k is None, optimizer=algo, optimizer_impl=impl,
+        image_tokens=image_tokens, compile=bool(compile), bucket_mb=bucket_mb, loss=loss)
     total = seq_len + _image_tokens(mm, training)
     if total > mm.backbone.max_positions:
         extra = f" ({seq_len} text + {total - seq_len} image tokens)" if total != seq_len else ""

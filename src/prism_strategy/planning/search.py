@@ -86,16 +86,27 @@ def resolve_batch(t: TrainingSpec, world: int, max_mb_at: Callable[[bool], int])
     return BatchChoice(max_micro_batch=accumulating, micro_batch=mb, grad_accum=per_rank // mb)
 
 
-def ckpt_candidates(layers: int) -> list[int]:
-    """Checkpointing frequencies tried by `--ckpt-freq auto`: none, every block, every 2nd, and the
-    other divisors of the block count up to CKPT_DIVISORS_UP_TO."""
+def ckpt_candidates(layers: int) -> list[int | str]:
+    """Checkpointing tried by `--ckpt-freq auto`: none, selective (sac: torchtitan's per-op policy
+    on every block), every block, every 2nd, and the other divisors of the block count up to
+    CKPT_DIVISORS_UP_TO."""
     ks = {0, 1} | ({2} if layers >= 2 else set())
     ks |= {k for k in range(3, CKPT_DIVISORS_UP_TO + 1) if k <= layers and layers % k == 0}
-    return sorted(ks)
+    return [0, "sac", *sorted(ks - {0})]
 
 
-def with_ckpt(sc: "Scenario", k: int) -> "Scenario":
-    return sc.with_training(replace(sc.training, ckpt_freq=k))
+def with_ckpt(sc: "Scenario", k: int | str) -> "Scenario":
+    if k == "sac":
+        return sc.with_training(replace(sc.training, ckpt_freq=1, ckpt_policy="sac"))
+    return sc.with_training(replace(sc.training, ckpt_freq=int(k), ckpt_policy="full"))
+
+
+def recompute_rank(k: int | str) -> tuple[int, int]:
+    """Ties go to less recompute: none, then sparser full checkpointing, then sac (it recomputes
+    less than every block but more than every 2nd block's share, roughly)."""
+    if k == "sac":
+        return (1, 0)
+    return (2, 0) if k == 0 else (0, int(k))
 
 
 def evaluate_searched(sc: "Scenario", s: "StrategySpec", parts, evaluate: Callable[..., "Option"]) -> "Option":
@@ -106,5 +117,5 @@ def evaluate_searched(sc: "Scenario", s: "StrategySpec", parts, evaluate: Callab
     tried = [evaluate(with_ckpt(sc, k), s, parts) for k in ckpt_candidates(sc.model.backbone.layers)]
     fits = [o for o in tried if o.feasible]
     if fits:  # ties go to less recompute: none, then the sparsest checkpointing
-        return max(fits, key=lambda o: (o.samples_per_s, o.ckpt_freq == 0, o.ckpt_freq))
+        return max(fits, key=lambda o: (o.samples_per_s, recompute_rank(o.ckpt_freq)))
     return min(tried, key=lambda o: o.memory.total if o.memory is not None else float("inf"))

@@ -62,7 +62,9 @@ def compare_table(rows: list[dict[str, Any]]) -> Table:
 def _scenario_text(c: dict[str, Any], platform: str) -> str:
     model = c["model"] + (f" + {c['vision']}" if c.get("vision") else "")
     nodes = c["nproc"] // c["ranks_per_node"]
-    ckpt = f"ckpt every {c['ckpt_freq']}" if c["ckpt_freq"] else "no checkpointing"
+    ckpt = ("selective checkpointing (sac)" if c["ckpt_freq"] == "sac" else
+            f"ckpt every {c['ckpt_freq']}" if c["ckpt_freq"] else "no checkpointing")
+    ckpt += "".join(f", {k} {c[k]}" for k in ("optimizer", "loss") if c.get(k))
     return (f"{model}, {c['mode']}, {c['strategy']}, {nodes} node(s) x {c['ranks_per_node']} ranks, micro-batch "
             f"{c['micro_batch']}, grad accum {c['grad_accum']}, seq {c['seq_len']}, {ckpt}, {c['precision']}, "
             f"platform {platform}")

@@ -16,7 +16,7 @@ def _fmt_items(o) -> str:
     return "; ".join(f"{label} {b / GiB:.1f}" for label, b in o.memory.largest_items(2))
 
 
-def _ckpt(k: int | None) -> str:
+def _ckpt(k: int | str | None) -> str:
     return "-" if k is None else str(k)
 
 
@@ -34,15 +34,16 @@ def _range(o) -> str:
 def plan_title(p: Plan) -> str:
     sc, t = p.scenario, p.scenario.training
     seq = f"seq {t.seq_len}" + (f" (mean {t.mean_seq_len})" if t.mean_seq_len else "")
-    ckpt = "checkpointing: fastest that fits per option" if t.ckpt_auto else ckpt_text(t.ckpt_freq)
+    ckpt = "checkpointing: fastest that fits per option" if t.ckpt_auto else ckpt_text(t.ckpt_name)
     batch = f", global batch {t.global_batch}" if t.global_batch else ""
+    run = f", {t.optimizer} ({t.optimizer_impl_on(sc.platform.device)})" + (f", loss {t.loss}" if t.loss != "upcast" else "")
     return (f"{sc.model.name} ({sc.model.mode}) on {sc.layout.nodes} x {sc.platform.name} ({sc.layout.world} ranks), "
-            f"{seq}, {t.precision}{batch}, {ckpt}")
+            f"{seq}, {t.precision}{batch}, {ckpt}{run}")
 
 
 CAPTION = ("predicted by the analytic model (provenance in --json); GiB per device; mb x accum x ranks = global "
-           "samples per step; ckpt k = checkpoint every k-th block, 0 = none; range = 80% range of samples/s "
-           "(fit's leave-one-out errors, widened beyond what was measured; provenance.range); comm = exposed share "
+           "samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; range = 80% range of "
+           "samples/s (fit's leave-one-out errors, widened beyond what was measured; provenance.range); comm = exposed share "
            "of the step")
 
 

@@ -83,18 +83,23 @@ def find_blocks(model: nn.Module, block_types: BlockTypes = None) -> list[BlockS
     return blocks
 
 
-def apply_checkpointing(blocks: list[BlockSlot], *, every: int) -> list[BlockSlot]:
+def apply_checkpointing(blocks: list[BlockSlot], *, every: int | str) -> list[BlockSlot]:
     """Activation checkpointing on blocks every, 2*every, ... (1-based, as torchtitan's
-    ac_freq), non-reentrant; each block is replaced in its parent by its checkpoint wrapper
+    ac_freq), non-reentrant; every="sac": every block with torchtitan's selective per-op policy
+    (runtime/sac.py). Each block is replaced in its parent by its checkpoint wrapper
     (state-dict names are unchanged through torch.distributed.checkpoint.state_dict)."""
     if every == 0:
         return blocks
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
+    from prism_strategy.runtime.sac import sac_wrapper
+
+    wrap = sac_wrapper if every == "sac" else checkpoint_wrapper
+    k = 1 if every == "sac" else int(every)
     out = []
     for i, slot in enumerate(blocks):
-        if (i + 1) % every == 0:
-            wrapped = checkpoint_wrapper(slot.module)
+        if (i + 1) % k == 0:
+            wrapped = wrap(slot.module)
             slot.parent.register_module(slot.name, wrapped)
             slot = BlockSlot(slot.parent, slot.name, wrapped)
         out.append(slot)

@@ -32,10 +32,12 @@ class WrapSummary:
     blocks: int
     block_class: str
     checkpointed: int
-    ckpt_freq: int
+    ckpt_freq: int | str
     precision: str
     compiled: bool
     engine_options: str
+    loss: str = "upcast"
+    """The loss kernel that runs (runtime/loss.py apply_loss)."""
 
 
 def local_numel(p: torch.Tensor) -> int:
@@ -96,11 +98,13 @@ class Job:
         s, spec = self._summary, self.strategy
         local, total = self.param_storage()
         trainable = sum(global_numel(p) for p in self._module.parameters() if p.requires_grad)
-        ckpt = f"on {s.checkpointed} (every {s.ckpt_freq})" if s.ckpt_freq else "off"
+        ckpt = f"on {s.checkpointed} ({'selective, every block' if s.ckpt_freq == 'sac' else f'every {s.ckpt_freq}'})" \
+            if s.ckpt_freq else "off"
         return "\n".join((
             f"strategy   {spec.name} ({spec.engine}): {spec.description}",
             f"mesh       {s.mesh} over {self.ctx.backend} on {self.ctx.device.type}; {self.ctx.layout}",
-            f"blocks     {s.blocks} x {s.block_class}; activation checkpointing {ckpt}; compile {'on' if s.compiled else 'off'}",
+            f"blocks     {s.blocks} x {s.block_class}; activation checkpointing {ckpt}; compile {'on' if s.compiled else 'off'}; "
+            f"loss {s.loss}",
             f"precision  {s.precision}",
             f"engine     {s.engine_options}",
             f"params     {local:,} stored on this rank of {total:,} ({100 * local / max(total, 1):.1f}%); {trainable:,} trainable",

@@ -23,6 +23,7 @@ from prism_strategy.runtime.apply import WRAP_BY_ENGINE, OptimizerFactory, deeps
 from prism_strategy.runtime.blocks import BlockTypes, apply_checkpointing, apply_compile, checkpointed_count, find_blocks
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.job import Job
+from prism_strategy.runtime.loss import apply_loss
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.wrap_config import WrapConfig
 from prism_strategy.strategies import StrategySpec
@@ -30,17 +31,18 @@ from prism_strategy.engines import engine_of
 
 
 def wrap(model: nn.Module, strategy: str | StrategySpec | None = None, *, ctx: DistContext, optimizer: OptimizerFactory,
-         block_types: BlockTypes = None, mixed_precision: str | None = "bf16", ckpt_freq: int = 0,
+         block_types: BlockTypes = None, mixed_precision: str | None = "bf16", ckpt_freq: int | str = 0,
          static_graph: bool | None = None, find_unused_parameters: bool = False, bucket_mb: float | None = None,
          reduce_dtype: str | None = None, ds_config: dict[str, Any] | str | Path | None = None,
-         compile: bool = False, config: WrapConfig | None = None) -> Job:
+         compile: bool = False, loss: str = "upcast", config: WrapConfig | None = None) -> Job:
     """Apply `strategy` to `model` (in place) and return the Job handle.
 
     optimizer: a factory, e.g. `lambda params: torch.optim.AdamW(params, lr=1e-4)`; it gets the
     trainable parameters after wrapping (FSDP2 replaces them by DTensors). mixed_precision:
     "bf16" (bf16 compute, fp32 params and gradient reduction) or None (fp32 throughout).
     bucket_mb: DDP bucket_cap_mb / DeepSpeed bucket size; reduce_dtype: "fp32" | "bf16" (FSDP2
-    reduce_dtype / DeepSpeed communication_data_type). `config` replaces all the settings at once.
+    reduce_dtype / DeepSpeed communication_data_type). loss: "upcast" (the model's own), "chunked"
+    or "fused" (runtime/loss.py replaces a causal LM's loss). `config` replaces all the settings at once.
     """
     if config is None:
         name = strategy.name if isinstance(strategy, StrategySpec) else strategy
@@ -49,7 +51,7 @@ def wrap(model: nn.Module, strategy: str | StrategySpec | None = None, *, ctx: D
             reduce_dtype = strategy.reduce_dtype if reduce_dtype is None else reduce_dtype
         config = WrapConfig(strategy=name, mixed_precision=mixed_precision, ckpt_freq=ckpt_freq,  # type: ignore[arg-type]
                             static_graph=static_graph, find_unused_parameters=find_unused_parameters,
-                            bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, compile=compile)  # type: ignore[arg-type]
+                            bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, compile=compile, loss=loss)  # type: ignore[arg-type]
     elif not isinstance(config, WrapConfig):
         raise SpecError(f"config must be a WrapConfig, got {type(config).__name__}")
     return _wrap(model, config, ctx=ctx, optimizer=optimizer, block_types=block_types,
@@ -87,6 +89,8 @@ def _wrap(model: nn.Module, config: WrapConfig, *, ctx: DistContext, optimizer: 
         model.config.use_cache = False
     blocks = apply_checkpointing(blocks, every=config.ckpt_freq)
     summary["checkpointed"] = checkpointed_count(blocks)
+    # 1b. the loss kernel: the root's forward, before any wrapper holds the module
+    summary["loss"] = apply_loss(model, config.loss)
     # 2. torch.compile per block (after checkpointing, before data parallelism: torchtitan's order)
     if config.compile:
         apply_compile(model, blocks)

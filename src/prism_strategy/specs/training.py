@@ -23,7 +23,54 @@ Dtype = Literal["fp32", "bf16"]
 Precision = Literal["bf16-mixed", "bf16-pure", "fp32"]
 PRECISIONS: tuple[str, ...] = ("bf16-mixed", "bf16-pure", "fp32")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+OPTIMIZER_IMPLS: tuple[str, ...] = ("auto", "foreach", "fused", "loop")
+"""How torch runs the optimizer's update (torch/optim/adam.py, torch 2.13): `foreach`
+(_multi_tensor_adam, one kernel per op over a (device, dtype) group), `fused` (_fused_adamw_, one
+kernel per group), `loop` (_single_tensor_adam, tensor by tensor); `auto` = what torch picks when
+neither foreach nor fused is passed (optimizer.py _default_to_fused_or_foreach, use_fused=False):
+foreach on the devices in _get_foreach_kernels_supported_devices (cuda, xpu, ...), the loop on cpu."""
+OPTIMIZER_NAMES: tuple[str, ...] = ("adamw", "adamw-foreach", "adamw-fused", "adamw-loop", "sgd")
+"""`--optimizer` values: the algorithm, then optionally its torch implementation."""
+FOREACH_DEVICES: tuple[str, ...] = ("cuda", "xpu", "mtia")
+"""torch/utils/_foreach_utils.py _get_foreach_kernels_supported_devices (torch 2.13), less privateuse1."""
+
+
+def parse_ckpt(value: int | str) -> tuple[int | None, str]:
+    """--ckpt-freq: "auto" ((None, "full"): searched per option), "sac" ((1, "sac"): torchtitan's
+    selective per-op policy on every block) or a block interval k >= 0 ((k, "full"); 0 = none)."""
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("auto", "sac"):
+            return (None, "full") if v == "auto" else (1, "sac")
+        if not v.isdigit():
+            raise SpecError(f"--ckpt-freq must be 'auto', 'sac' or an integer >= 0 (0 = none), got {value!r}")
+        value = int(v)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**24:
+        raise SpecError(f"--ckpt-freq must be 'auto', 'sac' or an integer >= 0 (0 = none), got {value!r}")
+    return value, "full"
+
+
+def parse_loss(name: str) -> str:
+    """`--loss`: one of LOSSES; SpecError naming the choices otherwise."""
+    if name not in LOSSES:
+        raise SpecError(f"unknown loss {name!r} (--loss); choose one of {', '.join(LOSSES)}")
+    return name
+
+
+def parse_optimizer(name: str) -> tuple[str, str]:
+    """`--optimizer` -> (algorithm, implementation): "adamw" -> ("adamw", "auto"),
+    "adamw-fused" -> ("adamw", "fused"); SpecError naming the choices otherwise."""
+    if not isinstance(name, str) or name.strip().lower() not in OPTIMIZER_NAMES:
+        raise SpecError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZER_NAMES)}")
+    algo, _, impl = name.strip().lower().partition("-")
+    return algo, impl or "auto"
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+CKPT_POLICIES: tuple[str, ...] = ("full", "sac")
+LOSSES: tuple[str, ...] = ("upcast", "fused", "chunked")
+"""`--loss`: the cross-entropy kernel (estimate/memory.py loss_bytes_per_token has each one's buffers).
+upcast: logits materialised and cast to fp32 (HF transformers' ForCausalLMLoss, torchtitan);
+fused: low-precision logits, no fp32 copies (flash-attn's CrossEntropyLoss, llm-foundry's default);
+chunked: no full logits (Liger's fused linear cross-entropy, or runtime/loss.py's chunked loss)."""
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
 """Tensors of optimizer state per parameter: AdamW's two moments; SGD's momentum buffer
 (SGD without momentum keeps none: the estimate assumes momentum is on)."""
@@ -52,8 +99,15 @@ class TrainingSpec:
     master_weights: bool = False
     """An extra fp32 copy of low-precision params (DeepSpeed-style mixed precision)."""
     optimizer: Literal["adamw", "sgd"] = "adamw"
+    optimizer_impl: Literal["auto", "foreach", "fused", "loop"] = "auto"
+    """torch's implementation of the update (OPTIMIZER_IMPLS): sets the optimizer step's temporaries."""
+    loss: Literal["upcast", "fused", "chunked"] = "upcast"
+    """The cross-entropy kernel (LOSSES)."""
     ckpt_freq: int = 0
     """Activation checkpointing: every k-th block; 0 = none."""
+    ckpt_policy: Literal["full", "sac"] = "full"
+    """What a checkpointed block keeps: its input only ("full"), or torchtitan's selective per-op
+    policy ("sac": `--ckpt-freq sac`, every block; estimate/memory.py sac_saved_bytes_per_token)."""
     ckpt_auto: bool = False
     """`--ckpt-freq auto`: the planner searches ckpt_freq per option (ckpt_freq is the value tried)."""
     compile: bool = False
@@ -77,8 +131,18 @@ class TrainingSpec:
         check_options(self.bucket_mb, None)
         if self.ckpt_freq < 0:
             raise SpecError(f"--ckpt-freq must be >= 0 (0 = no checkpointing), got {self.ckpt_freq}")
+        if self.ckpt_policy not in CKPT_POLICIES:
+            raise SpecError(f"unknown checkpointing policy {self.ckpt_policy!r}; "
+                            f"choose one of {', '.join(CKPT_POLICIES)}")
+        if self.ckpt_policy == "sac" and self.ckpt_freq != 1:
+            raise SpecError(f"selective checkpointing (sac) wraps every block: ckpt_freq must be 1, "
+                            f"got {self.ckpt_freq}")
         if self.optimizer not in OPTIMIZERS:
-            raise SpecError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+            raise SpecError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZER_NAMES)}")
+        parse_loss(self.loss)
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise SpecError(f"unknown optimizer implementation {self.optimizer_impl!r}; choose one of "
+                            f"{', '.join(OPTIMIZER_IMPLS)}")
 
     @classmethod
     def from_precision(cls, precision: str, **kw) -> "TrainingSpec":
@@ -93,6 +157,23 @@ class TrainingSpec:
         if precision not in presets:
             raise SpecError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         return cls(precision=precision, **presets[precision], **kw)  # type: ignore[arg-type]
+
+    def optimizer_impl_on(self, device: str) -> str:
+        """The implementation that runs on `device`: the explicit one, else torch's default
+        (foreach on cuda/xpu, the per-tensor loop on cpu; OPTIMIZER_IMPLS)."""
+        if self.optimizer_impl != "auto":
+            return self.optimizer_impl
+        return "foreach" if device in FOREACH_DEVICES else "loop"
+
+    @property
+    def optimizer_name(self) -> str:
+        """The `--optimizer` value this spec was built from."""
+        return self.optimizer if self.optimizer_impl == "auto" else f"{self.optimizer}-{self.optimizer_impl}"
+
+    @property
+    def ckpt_name(self) -> int | str:
+        """The `--ckpt-freq` value: "sac" or the block interval."""
+        return "sac" if self.ckpt_policy == "sac" else self.ckpt_freq
 
     @property
     def timed_seq_len(self) -> int:

@@ -38,6 +38,7 @@ from prism_strategy.traced.model import BuiltModel, default_dtype, eager_hf_mask
 from prism_strategy.runtime.blocks import apply_checkpointing, find_blocks
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.apply import _autocast_hooks
+from prism_strategy.runtime.loss import apply_loss
 from prism_strategy.runtime.wrap import wrap
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
@@ -248,12 +249,14 @@ class TraceSession:
         if fake_pg:
             _materialise(model)
             job = wrap(model, self.strategy, ctx=ctx, optimizer=optimizer_factory(t),
-                       block_types=self.built.block_types, mixed_precision=mixed_precision_for(t), ckpt_freq=t.ckpt_freq)
+                       block_types=self.built.block_types, mixed_precision=mixed_precision_for(t), ckpt_freq=t.ckpt_name,
+                       loss=t.loss)
             self.optimizer = job.optimizer
         else:  # DDP: what wrap() does before DistributedDataParallel, on one process
             _materialise(model)
             blocks = find_blocks(model, self.built.block_types)
-            apply_checkpointing(blocks, every=t.ckpt_freq)
+            apply_checkpointing(blocks, every=t.ckpt_name)
+            apply_loss(model, t.loss)
             if mixed_precision_for(t):
                 _autocast_hooks(model, "cpu", torch.bfloat16)
             trainable = [p for p in model.parameters() if p.requires_grad]
