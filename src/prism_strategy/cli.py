@@ -493,9 +493,11 @@ def emit(
     strategy: Annotated[Optional[str], typer.Option(help="Strategy name (see `prism-strategy strategies`); "
                                                          "with --from-plan: default the plan's pick")] = None,
     platform: Annotated[Optional[str], typer.Option(help="Platform preset or path to a platform .toml")] = None,
-    from_plan: Annotated[Optional[str], typer.Option(help="A `plan --json` file: its nodes, platform, precision, "
-                                                          "micro-batch, accumulation and checkpointing")] = None,
+    from_plan: Annotated[Optional[str], typer.Option(help="A `plan --json` file: its nodes, ranks per node, platform, "
+                                                          "precision, micro-batch, accumulation and checkpointing")] = None,
     nodes: Annotated[Optional[int], typer.Option(help="Number of nodes [default: 1]")] = None,
+    ranks_per_node: Annotated[Optional[int], typer.Option(help="Ranks per node [default: the platform's devices "
+                                                               "per node]")] = None,
     env_profile: Annotated[Optional[str], typer.Option(help="Env profile name or .toml; default: the platform's")] = None,
     precision: Annotated[Optional[str], typer.Option(help="bf16-mixed | bf16-pure | fp32 [default: bf16-mixed]")] = None,
     ckpt_freq: Annotated[Optional[int], typer.Option(help="Activation checkpointing every k-th block; 0 = none "
@@ -530,7 +532,8 @@ def emit(
     from prism_strategy.report.findings import emit_json, render_emit
 
     req, _ = emit_request(
-        from_plan=from_plan, strategy=strategy, platform=platform, nodes=nodes, precision=precision, ckpt_freq=ckpt_freq,
+        from_plan=from_plan, strategy=strategy, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
+        precision=precision, ckpt_freq=ckpt_freq,
         micro_batch=micro_batch, grad_accum=grad_accum, env_profile=env_profile, static_graph=static_graph,
         compile=compile, bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, account=account, queue=queue, walltime=walltime, filesystems=filesystems, job_name=job_name,
         script=script, script_args=tuple(script_args or ()))

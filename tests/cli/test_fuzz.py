@@ -145,7 +145,7 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
                  "--calibration": paths + names + ["none", "auto"], "--json": []},
         "estimate": {k: [x for x in v if _must_fail_estimate(k, x)] for k, v in {**common_plan, "--strategy": names}.items()},
         "emit": {"--strategy": names + ["zero3", "fsdp_full_shard"], "--platform": platform,
-                 "--nodes": num + ["4", "600"], "--env-profile": names + paths + ["cpu-gloo"],
+                 "--nodes": num + ["4", "600"], "--ranks-per-node": num + ["6", "13"], "--env-profile": names + paths + ["cpu-gloo"],
                  "--precision": names, "--ckpt-freq": num, "--micro-batch": num, "--grad-accum": num,
                  "--queue": HOSTILE + ["prod", "debug"], "--walltime": HOSTILE + num + ["25:00:00", "1:2", "99:99:99"],
                  "--filesystems": HOSTILE, "--job-name": HOSTILE, "--script": HOSTILE + paths, "--account": HOSTILE,

@@ -1,0 +1,71 @@
+"""What a new user's walk-through found (issue 18): each command as a user types it, and what
+the user must get back (exit code, the one line that names the problem, the figures)."""
+
+import json
+import warnings
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from prism_strategy.cli import app
+from prism_strategy.runtime.dist import DistContext
+from prism_strategy.runtime.strategy_file import read_strategy_file
+from prism_strategy.specs.errors import SpecError
+
+runner = CliRunner()
+
+
+def _plan_file(tmp_path, *extra):
+    r = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--nodes", "2", "--seq-len", "512",
+                            "--ckpt-freq", "0", *extra, "--json"])
+    assert r.exit_code == 0, r.output
+    path = tmp_path / "plan.json"
+    path.write_text(r.stdout)
+    return path, json.loads(r.stdout)
+
+
+def test_emit_from_plan_keeps_the_plans_ranks_per_node(tmp_path):
+    path, d = _plan_file(tmp_path, "--ranks-per-node", "6", "--global-batch", "48")
+    assert d["inputs"]["world_size"] == 12
+    out = tmp_path / "job"
+    r = runner.invoke(app, ["emit", "--from-plan", str(path), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    f = read_strategy_file(out / "strategy.toml")
+    assert (f.nodes, f.ranks_per_node) == (2, 6)
+    assert f.micro_batch * f.grad_accum * f.nodes * f.ranks_per_node == 48  # the plan's global batch
+    assert "RANKS_PER_NODE=6" in (out / "launch.pbs").read_text()
+
+
+def test_emit_takes_ranks_per_node_and_refuses_more_than_the_devices(tmp_path):
+    r = runner.invoke(app, ["emit", "--strategy", "ddp", "--platform", "aurora", "--nodes", "2", "--ranks-per-node", "6",
+                            "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    assert read_strategy_file(tmp_path / "a" / "strategy.toml").ranks_per_node == 6
+    r = runner.invoke(app, ["emit", "--strategy", "ddp", "--platform", "aurora", "--ranks-per-node", "13",
+                            "--out", str(tmp_path / "b")])
+    assert r.exit_code == 2 and "12 devices per node" in r.stderr and not (tmp_path / "b").exists()
+    path, _ = _plan_file(tmp_path)
+    r = runner.invoke(app, ["emit", "--from-plan", str(path), "--ranks-per-node", "6", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "--ranks-per-node comes from the plan" in r.stderr
+
+
+def _ctx(nodes, rpn):
+    return DistContext(rank=0, local_rank=0, world_size=nodes * rpn, nodes=nodes, ranks_per_node=rpn,
+                       device=torch.device("cpu"), backend="gloo", launcher="torchrun")
+
+
+def test_wrap_from_file_warns_when_the_running_layout_differs(tmp_path):
+    from prism_strategy.runtime.wrap import wrap_from_file
+
+    f = tmp_path / "strategy.toml"
+    f.write_text('strategy = "ddp"\nmicro_batch = 2\ngrad_accum = 2\nnodes = 2\nranks_per_node = 6\n')
+    model = torch.nn.Linear(2, 2)
+    with pytest.warns(UserWarning, match=r"planned 2 nodes x 6 ranks per node, this job runs 2 x 12; "
+                                         r"global batch 48 planned, 96 now"):
+        with pytest.raises(SpecError, match="no process group"):  # no group here: the check runs first
+            wrap_from_file(model, f, ctx=_ctx(2, 12), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(SpecError, match="no process group"):
+            wrap_from_file(model, f, ctx=_ctx(2, 6), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
