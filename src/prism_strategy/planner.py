@@ -291,7 +291,22 @@ def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nod
             rows.append({"nodes": n, "strategy": name, "feasible": e.feasible, "why_not": e.why_not,
                          "micro_batch": e.micro_batch, "grad_accum": e.grad_accum, "global_batch": e.global_batch,
                          "ckpt_freq": e.ckpt_freq, "step_time_s": e.step_time_s, "samples_per_s": e.samples_per_s,
-                         "scaling_efficiency": e.scaling_efficiency, "bound": e.bound})
+                         "scaling_efficiency": None, "bound": e.bound})
+    return row_efficiency(rows)
+
+
+def row_efficiency(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each sweep row's scaling efficiency against the rows beside it: its samples/s per node over
+    the same strategy's first feasible row (the fewest nodes), each at its own batch and
+    checkpointing. `efficiency_vs_nodes` names the row it is compared with."""
+    base: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if not r["feasible"] or not r["samples_per_s"]:
+            r["efficiency_vs_nodes"] = None
+            continue
+        b = base.setdefault(r["strategy"], r)
+        r["scaling_efficiency"] = (r["samples_per_s"] / r["nodes"]) / (b["samples_per_s"] / b["nodes"])
+        r["efficiency_vs_nodes"] = b["nodes"]
     return rows
 
 

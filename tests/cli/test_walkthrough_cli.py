@@ -69,3 +69,20 @@ def test_wrap_from_file_warns_when_the_running_layout_differs(tmp_path):
         warnings.simplefilter("error")
         with pytest.raises(SpecError, match="no process group"):
             wrap_from_file(model, f, ctx=_ctx(2, 6), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+
+
+def test_sweep_efficiency_is_that_of_the_rows_beside_it():
+    r = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--seq-len", "512",
+                            "--global-batch", "96", "--sweep-nodes", "1,2,4", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["sweep"]
+    for s in {x["strategy"] for x in rows}:
+        mine = [x for x in rows if x["strategy"] == s and x["feasible"]]
+        base = mine[0]
+        for x in mine:  # strong scaling at a fixed global batch: per-node throughput over the first row's
+            assert x["efficiency_vs_nodes"] == base["nodes"]
+            assert x["scaling_efficiency"] == pytest.approx((x["samples_per_s"] / x["nodes"]) /
+                                                            (base["samples_per_s"] / base["nodes"]))
+    table = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--seq-len", "512",
+                                "--global-batch", "96", "--sweep-nodes", "1,2,4"]).stdout
+    assert "eff = samples/s per node over the same strategy's first feasible row" in " ".join(table.split())

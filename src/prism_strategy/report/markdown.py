@@ -12,7 +12,7 @@ from typing import Any
 from prism_strategy.estimate.parts import model_parts
 from prism_strategy.planner import Plan, sweep_rows
 from prism_strategy.recommend import TIE
-from prism_strategy.report.plan_table import CAPTION, option_notes, plan_title
+from prism_strategy.report.plan_table import CAPTION, SWEEP_CAPTION, option_notes, plan_title
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.errors import SpecError
 
@@ -63,7 +63,7 @@ def _sweep(sweep: list[dict[str, Any]], png: str) -> list[str]:
              "-" if r["scaling_efficiency"] is None else f"{r['scaling_efficiency']:.2f}", r.get("why_not") or ""]
             for r in sweep]
     head = ["nodes", "strategy", "fits", "ckpt", "mb", "accum", "global", "samples/s", "eff", "why not"]
-    return [*_table(head, rows), "", f"![scaling (predicted)]({png})"]
+    return [*_table(head, rows), "", SWEEP_CAPTION + ".", "", f"![scaling (predicted)]({png})"]
 
 
 def render_markdown(p: Plan, sweep: list[dict[str, Any]], png_name: str) -> str:

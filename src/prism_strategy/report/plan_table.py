@@ -30,7 +30,8 @@ def plan_title(p: Plan) -> str:
 
 
 CAPTION = ("predicted by the analytic model (provenance in --json); GiB per device; mb x accum x ranks = global "
-           "samples per step; ckpt k = checkpoint every k-th block, 0 = none; comm = exposed share of the step")
+           "samples per step; ckpt k = checkpoint every k-th block, 0 = none; comm = exposed share of the step; eff = "
+           "samples/s per node vs the same option (mb, accum, ckpt) on 1 node")
 
 
 def option_notes(p: Plan) -> tuple[list[str], list[str]]:
@@ -81,7 +82,7 @@ SWEEP_COLUMNS = [
     Column(header="nodes", justify="right"), Column(header="strategy"), Column(header="fits"),
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"), Column(header="accum", justify="right"),
     Column(header="global", justify="right"), Column(header="step s", justify="right", drop=2),
-    Column(header="samples/s", justify="right"), Column(header="eff vs 1 node", justify="right"),
+    Column(header="samples/s", justify="right"), Column(header="eff", justify="right"),
     Column(header="bound", drop=1), Column(header="why not", footnote=True),
 ]
 
@@ -98,7 +99,11 @@ def sweep_table(p: Plan, width: int = 120) -> RenderableType:
              r.get("why_not") or ""] for r in p.sweep]
     cols = SWEEP_COLUMNS if any(r[-1] for r in rows) else SWEEP_COLUMNS[:-1]
     return fitted_table("scaling (predicted): the leading strategies and the pick (*) over node counts", cols,
-                        [r[:len(cols)] for r in rows], width)
+                        [r[:len(cols)] for r in rows], width, caption=SWEEP_CAPTION)
+
+
+SWEEP_CAPTION = ("eff = samples/s per node over the same strategy's first feasible row above (fewest nodes), "
+                 "each row at its own micro-batch, accumulation and checkpointing")
 
 
 def _bullets(lines: list[str], mark: str = "-") -> Table:
