@@ -86,3 +86,34 @@ def test_sweep_efficiency_is_that_of_the_rows_beside_it():
     table = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--seq-len", "512",
                                 "--global-batch", "96", "--sweep-nodes", "1,2,4"]).stdout
     assert "eff = samples/s per node over the same strategy's first feasible row" in " ".join(table.split())
+
+
+IMPORTS = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "imports"
+
+
+def test_a_store_with_a_relative_model_path_works_from_any_directory(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = {"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
+           "max_position_embeddings": 40960, "tie_word_embeddings": True}
+    (work / "my-qwen.json").write_text(json.dumps(cfg))
+    db = tmp_path / "r.db"
+    monkeypatch.chdir(work)
+    r = runner.invoke(app, ["results", "import", str(IMPORTS / "prism" / "train.log"), "--model", "my-qwen.json",
+                            "--vision", "siglip2-base-patch16-224", "--platform", "aurora", "--seq-len", "512",
+                            "--ckpt-freq", "1", "--precision", "bf16-pure", "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    (work / "my-qwen.json").unlink()  # the file may even move: the row holds the architecture
+    from prism_strategy.specs.presets import load_model
+
+    load_model.cache_clear()  # as a fresh process: nothing remembered from the import
+    r = runner.invoke(app, ["compare", "--db", str(db), "--json", "--calibration", "none"])
+    assert r.exit_code == 0, r.output
+    [row] = json.loads(r.stdout)
+    assert row["config"]["model"] == str(work / "my-qwen.json") and row["predicted"]["samples_per_s"] > 0
+    r = runner.invoke(app, ["report", "--db", str(db), "--out", str(tmp_path / "rep"), "--platform", "aurora"])
+    assert r.exit_code == 0, r.output

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from prism_strategy.bench.ceiling import Ceiling, search_ceiling
 from prism_strategy.bench.harness import check_config, launch, launch_many, to_result
-from prism_strategy.bench.predict import predict
+from prism_strategy.bench.predict import predict, stored_model
 from prism_strategy.bench.store import Result, Store
 from prism_strategy.bench.tune import Candidate, TuneResult, tune
 from prism_strategy.specs.cluster import GiB, PlatformSpec
@@ -29,7 +29,7 @@ def base_config(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
             raise SpecError(f"{name} must be >= 1, got {v}")
     if warmup < 0 or ckpt_freq < 0:
         raise SpecError("--warmup and --ckpt-freq must be >= 0")
-    cfg = {"model": model, "model_spec": {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)},
+    cfg = {"model": model, **stored_model(model),
            "nproc": nproc, "ranks_per_node": ranks_per_node or nproc, "micro_batch": micro_batch, "seq_len": seq_len,
            "steps": steps, "warmup": warmup, "precision": precision, "ckpt_freq": ckpt_freq, "grad_accum": grad_accum,
            "timeout_s": timeout_s}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from prism_strategy.bench.importers.common import ParsedLog
+from prism_strategy.bench.predict import stored_model
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MODES
@@ -109,4 +110,5 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
               "grad_accum": int(s["grad_accum"]), "seq_len": int(s["seq_len"]), "ckpt_freq": int(s["ckpt_freq"]),
               "precision": s["precision"]}
     config |= {k: log.scenario[k] for k in ENGINE_OPTIONS if k in log.scenario}
-    return config, plat, origin
+    return config | stored_model(s["model"], s.get("vision")), plat, origin
+
