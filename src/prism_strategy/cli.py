@@ -395,16 +395,12 @@ def calibrate(platform: Annotated[str, typer.Option()] = "cpu", db: Db = None,
     report = run_calibrate(platform, db, out)
     if json_out:
         _print_json(report)
-        return
-    b, a = report["before"], report["after"]
-    typer.echo(f"calibrated {report['platform']} on {report['runs']} runs -> {report['file']}\n"
-               f"  step time median error: {b['step_time_median']:.1f}% before, {a['step_time_median']:.1f}% after")
-    if "memory_median" in a:
-        typer.echo(f"  peak memory median error: {b['memory_median']:.1f}% before, {a['memory_median']:.1f}% after")
-    for row in report.get("records", []):
-        typer.echo(f"  {row['id']:12s} step error {row['before_err_pct']:+7.1f}% before, {row['after_err_pct']:+7.1f}% after")
-    for row in report.get("not_fitted", []):
-        typer.echo(f"  {row['id']:12s} not fitted: {row['why'][:78]}")
+    else:
+        from prism_strategy.report.bench_tables import calibrate_lines
+
+        typer.echo("\n".join(calibrate_lines(report)))
+    if not report["written"]:
+        raise typer.Exit(1)
 
 
 @app.command()

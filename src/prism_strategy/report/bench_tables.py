@@ -113,6 +113,27 @@ def published_lines(name: str, done: list[tuple[Result, str]]) -> list[str]:
     return textwrap.wrap(head, WIDTH, subsequent_indent="    ") + rows
 
 
+def calibrate_lines(report: dict[str, Any]) -> list[str]:
+    """What `calibrate` prints: where the fit went (or why it did not), its errors before and after
+    beside what it replaces, the values held at a physical bound, and per record the errors."""
+    import textwrap
+
+    b, a, rep = report["before"], report["after"], report["replaces"]
+    head = (f"calibrated {report['platform']} on {report['runs']} runs -> {report['file']}" if report["written"]
+            else f"{report['platform']}: {report['refused']}")
+    lines = [head]
+    for key, what in (("step_time_median", "step time"), ("memory_median", "peak memory")):
+        if key in a:
+            was = f", {rep[key]:.1f}% with {rep['what']}" if key in rep and "calibration" in rep["what"] else ""
+            lines.append(f"  {what} median error: {b[key]:.1f}% preset, {a[key]:.1f}% fitted{was}")
+    lines += [f"  held at a bound: {n}" for n in report.get("held_at_bounds", [])]
+    for row in report.get("records", []):
+        lines.append(f"  {row['id']:12s} step error {row['before_err_pct']:+7.1f}% before, "
+                     f"{row['after_err_pct']:+7.1f}% after")
+    lines += [f"  {row['id']:12s} not fitted: {row['why']}" for row in report.get("not_fitted", [])]
+    return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="      ")]
+
+
 def failures(results: list[Result]) -> list[str]:
     return [f"{r.strategy}: {r.status}: {r.measured.get('error', '')}" for r in results if r.status != "ok"]
 

@@ -12,7 +12,7 @@ from typing import Any
 from prism_strategy.estimate.parts import model_parts
 from prism_strategy.planner import Plan, sweep_rows
 from prism_strategy.recommend import TIE
-from prism_strategy.report.plan_table import CAPTION, SWEEP_CAPTION, option_notes, plan_title
+from prism_strategy.report.plan_table import SWEEP_CAPTION, caption, option_notes, plan_title
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.errors import SpecError
 
@@ -40,7 +40,7 @@ def _options(p: Plan) -> list[str]:
             for o, ref in zip(p.options, refs)]
     head = ["strategy", "fits", "GiB/dev", "max mb", "ckpt", "mb", "accum", "global", "step s", "samples/s", "comm",
             "bound", "eff", "note"]
-    return [*_table(head, rows), "", f"_{CAPTION}._", "", *(f"{n}. {_cell(t)}" for n, t in enumerate(notes, 1))]
+    return [*_table(head, rows), "", f"_{caption(p)}._", "", *(f"{n}. {_cell(t)}" for n, t in enumerate(notes, 1))]
 
 
 def _assumptions(p: Plan) -> list[str]:

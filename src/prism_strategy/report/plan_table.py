@@ -29,7 +29,7 @@ def plan_title(p: Plan) -> str:
             f"{seq}, {t.precision}{batch}, {ckpt}")
 
 
-CAPTION = ("predicted by the analytic model (provenance in --json); GiB per device; mb x accum x ranks = global "
+CAPTION = ("predicted by the analytic model{calibrated} (provenance in --json); GiB per device; mb x accum x ranks = global "
            "samples per step; ckpt k = checkpoint every k-th block, 0 = none; comm = exposed share of the step; eff = "
            "samples/s per node vs the same option (mb, accum, ckpt) on 1 node")
 
@@ -75,7 +75,14 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
             row.insert(3, "-" if not o.traced else
                        f"{o.traced['traced_memory_gib']['total']:.1f} / {o.traced['traced_max_micro_batch']}")
         rows.append(row)
-    return fitted_table(plan_title(p), cols, rows, width, caption=CAPTION)
+    return fitted_table(plan_title(p), cols, rows, width, caption=caption(p))
+
+
+def caption(p: Plan) -> str:
+    """CAPTION, naming the calibration file when the platform's values come from one."""
+    cal = p.options[0].provenance.get("calibration", "none") if p.options else "none"
+    where = cal.rsplit(", ", 1)[-1] if cal != "none" else ""
+    return CAPTION.format(calibrated=f", calibrated ({where})" if where else "")
 
 
 SWEEP_COLUMNS = [

@@ -99,6 +99,21 @@ def _dedup_key(files: list[Path]) -> str:
     return "imported:" + h.hexdigest()[:32]
 
 
+def import_fingerprint(log: ParsedLog, plat: Any) -> dict[str, Any]:
+    """What the calibration cache matches (platform, backend, torch), as for a bench run: the
+    platform's backend, and the log's torch, else this machine's (said in `torch_from`)."""
+    from importlib import metadata
+
+    torch, source = log.torch, "the log"
+    if not torch:
+        try:
+            torch, source = metadata.version("torch"), "the importing machine (the log does not say)"
+        except metadata.PackageNotFoundError:
+            torch, source = None, "unknown"
+    return {"host": log.host, "platform": plat.name, "backend": plat.backend, "torch": torch, "torch_from": source,
+            "format": log.format}
+
+
 def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
     """Read, resolve and check one run; nothing is written."""
     path = Path(path)
@@ -113,7 +128,7 @@ def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
         raise SpecError(f"{path}: the scenario cannot be modelled: {e}") from None
     result = Result(kind="bench", status="ok", strategy=config["strategy"], platform=plat.name, config=config,
                     measured=_measured(config, log, steady), predicted=predicted,
-                    fingerprint={"host": log.host, "torch": log.torch, "format": log.format},
+                    fingerprint=import_fingerprint(log, plat),
                     provenance="imported", source=", ".join(str(f.resolve()) for f in log.files),
                     peak_allocated_bytes=log.peak_allocated_bytes, peak_reserved_bytes=log.peak_reserved_bytes,
                     dedup_key=_dedup_key(log.files))
