@@ -227,9 +227,13 @@ def bench(
     from prism_strategy.report.bench_tables import failures, print_table, progress, results_table
     from prism_strategy.strategies import parse_strategies
 
+    from prism_strategy.bench.run import check_memory
+    from prism_strategy.specs.presets import load_platform
+
     names = [s.name for s in parse_strategies(strategies)]
     base = _bench_base(model, nproc, ranks_per_node, micro_batch, seq_len, steps, warmup, precision, ckpt_freq,
                        grad_accum, timeout_s)
+    check_memory(base, names, load_platform(platform))  # before the progress bar: exit 2 is one line
     bar, task = progress(len(names), "bench")
     with bar:
         results = run_bench(base, names, platform, Store(db), on_result=lambda i, n, r: bar.update(task, completed=i))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Callable
 
 from prism_strategy.bench.ceiling import Ceiling, search_ceiling
@@ -80,9 +81,52 @@ def scan_ceiling_runs(base: dict[str, Any], strategy: str, platform: str, store:
                     kind="ceiling-trial")
 
 
+def host_memory_available() -> float | None:
+    """Bytes this host can still give (MemAvailable, /proc/meminfo: the kernel's estimate of what
+    can be allocated without swapping); None where it is not known."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def memory_problem(config: dict[str, Any], platform: PlatformSpec, available: float | None) -> str | None:
+    """Why this run cannot fit, with the figures; None when it fits. On CPU every rank shares this
+    host's memory (`available` bytes, MemAvailable); on a device, each rank has the platform's."""
+    p = predict(config, platform)
+    need, nproc = float(p["memory_bytes"]), int(config["nproc"])
+    what = f"{config['strategy']} at micro-batch {config['micro_batch']} needs {need / GiB:.1f} GiB per rank (predicted)"
+    fix = "a smaller --model (tiny-llama and small-llama fit a CPU), --micro-batch, --seq-len or --nproc"
+    if config.get("device", "cpu") == "cpu":
+        if available is not None and need * nproc > available:
+            return (f"{what} x {nproc} ranks = {need * nproc / GiB:.1f} GiB > {available / GiB:.1f} GiB available on "
+                    f"this host (MemAvailable); not launched: {fix}")
+        return None
+    if need > platform.usable_bytes:
+        return f"{what} > {platform.usable_bytes / GiB:.1f} GiB usable per device on {platform.name}; not launched: {fix}"
+    return None
+
+
+def check_memory(base: dict[str, Any], strategies: list[str], platform: PlatformSpec,
+                 available: float | None = None) -> None:
+    """Refuse (SpecError, exit 2) before anything is launched when a strategy's run cannot fit."""
+    available = host_memory_available() if available is None else available
+    for s in strategies:
+        try:
+            problem = memory_problem(base | {"strategy": s}, platform, available)
+        except SpecError:
+            continue  # not modelled: the run itself will say
+        if problem is not None:
+            raise SpecError(f"{base['model']}: {problem}")
+
+
 def run_bench(base: dict[str, Any], strategies: list[str], platform: str, store: Store,
               on_result: OnResult | None = None, extra_args: list[str] | None = None) -> list[Result]:
     plat = load_platform(platform)
+    check_memory(base, strategies, plat)
     out = []
     for i, s in enumerate(strategies):
         r = run_one(base | {"strategy": s}, plat, store, extra_args=extra_args)
