@@ -121,10 +121,12 @@ def plan(
         write_markdown(p, markdown)
     if json_out:
         _print_json(plan_dict(p))
-        return
-    from prism_strategy.report.plan_table import print_plan
+    else:
+        from prism_strategy.report.plan_table import print_plan
 
-    print_plan(p)
+        print_plan(p)
+    if p.recommended is None:  # a valid question, answered "nothing fits / nothing viable": a finding
+        raise typer.Exit(1)
 
 
 @app.command()

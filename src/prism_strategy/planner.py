@@ -239,14 +239,6 @@ def plan(
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
-    fits = [o for o in options if o.memory.total <= sc.platform.usable_bytes]
-    if sc.training.micro_batch is not None and not fits:
-        best = min(options, key=lambda o: o.memory.total)
-        hint = "" if sc.training.ckpt_auto else " or --ckpt-freq auto"
-        raise SpecError(
-            f"micro-batch {sc.training.micro_batch} fits no strategy: the smallest, {best.strategy}, needs "
-            f"{best.memory.total / GiB:.1f} GiB > {sc.platform.usable_bytes / GiB:.1f} GiB usable; "
-            f"try --micro-batch {max(1, best.max_micro_batch)}{hint}")
     if traced:
         trace_options(sc, options)
     annotate(sc, parts, options)

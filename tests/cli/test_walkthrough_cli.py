@@ -117,3 +117,23 @@ def test_a_store_with_a_relative_model_path_works_from_any_directory(tmp_path, m
     assert row["config"]["model"] == str(work / "my-qwen.json") and row["predicted"]["samples_per_s"] > 0
     r = runner.invoke(app, ["report", "--db", str(db), "--out", str(tmp_path / "rep"), "--platform", "aurora"])
     assert r.exit_code == 0, r.output
+
+
+def test_nothing_fits_at_the_asked_micro_batch_is_a_finding_with_the_table():
+    r = runner.invoke(app, ["plan", "--model", "olmo-7b", "--platform", "cpu", "--micro-batch", "1"])
+    assert r.exit_code == 1, r.output
+    out = " ".join(r.stdout.split())
+    assert "recommended: none" in out and "needs 116.2 GiB at micro-batch 1" in out  # the table, with the needs
+    assert "--micro-batch" not in out.split("recommended: none")[1].split("- ddp")[0]  # no smaller batch exists
+    d = json.loads(runner.invoke(app, ["plan", "--model", "olmo-7b", "--platform", "cpu", "--micro-batch", "8",
+                                       "--json"]).stdout)
+    assert d["recommended"] is None and all(not o["feasible"] and "GiB" in o["why_not"] for o in d["options"])
+
+
+def test_compile_across_aurora_nodes_advises_dropping_compile_once_and_exits_1():
+    r = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--nodes", "2", "--compile"])
+    assert r.exit_code == 1, r.output
+    out = " ".join(r.stdout.split())
+    assert "drop --compile" in out and "shorter --seq-len" not in out
+    assert out.count("multi-node torch.compile on XPU deadlocks") == 2  # the footnote and one reason line
+    assert "warning: xpu-multinode-compile" not in out
