@@ -211,6 +211,23 @@ Db = Annotated[Optional[str], typer.Option(help="Results store (SQLite); default
 Platform = Annotated[str, typer.Option(help="Platform the runs stand for (its model is compared)")]
 
 
+def _existing_store(db: str | None):
+    """The store a read-only command reads: an explicit --db that does not exist is bad input."""
+    from pathlib import Path
+
+    from prism_strategy.bench.store import Store
+
+    if db is not None:
+        try:
+            missing = not Path(db).is_file()
+        except (OSError, ValueError):
+            missing = True
+        if missing:
+            raise SpecError(f"--db {db[:200]}: no results store there; check the path, or store runs first with "
+                            "`prism-strategy bench` or `results import`")
+    return Store(db)
+
+
 @app.command()
 @cli_errors
 def bench(
@@ -226,7 +243,7 @@ def bench(
     """Launch real multi-process runs, one job per strategy; store every result."""
     from prism_strategy.bench.run import run_bench
     from prism_strategy.bench.store import Store, export
-    from prism_strategy.report.bench_tables import failures, print_table, progress, results_table
+    from prism_strategy.report.bench_tables import failures, print_table, progress, results_table, store_line
     from prism_strategy.strategies import parse_strategies
 
     from prism_strategy.bench.run import check_memory
@@ -236,13 +253,15 @@ def bench(
     base = _bench_base(model, nproc, ranks_per_node, micro_batch, seq_len, steps, warmup, precision, ckpt_freq,
                        grad_accum, timeout_s)
     check_memory(base, names, load_platform(platform))  # before the progress bar: exit 2 is one line
+    store = Store(db)
     bar, task = progress(len(names), "bench")
     with bar:
-        results = run_bench(base, names, platform, Store(db), on_result=lambda i, n, r: bar.update(task, completed=i))
+        results = run_bench(base, names, platform, store, on_result=lambda i, n, r: bar.update(task, completed=i))
     if json_out:
         typer.echo(export(results, "json"))
     else:
         print_table(results_table(results, "bench (measured)"))
+        typer.echo(store_line(store))
     for line in failures(results):
         typer.echo(f"failed: {line}", err=True)
     if failures(results):
@@ -292,18 +311,28 @@ def results(
     ctx: typer.Context, db: Db = None, platform: Annotated[Optional[str], typer.Option()] = None,
     export_format: Annotated[Optional[str], typer.Option("--export", help="csv | json")] = None,
     out: Annotated[Optional[str], typer.Option(help="Write the export here instead of stdout")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine output: the store (path, journal mode and why) "
+                                                          "and its results")] = False,
 ) -> None:
     """List stored results; export them as CSV or JSON. `results import` adds runs measured elsewhere."""
     from pathlib import Path
 
     from prism_strategy.bench.store import Store, export
-    from prism_strategy.report.bench_tables import WIDTH, print_table, results_table
+    from prism_strategy.report.bench_tables import WIDTH, print_table, results_table, store_line
 
     if ctx.invoked_subcommand is not None:
         return
-    rows = Store(db).query(platform=platform)
+    store = _existing_store(db)
+    rows = store.query(platform=platform)
+    if json_out:
+        import json
+
+        typer.echo(json.dumps({"store": {"path": str(store.path)} | store.journal.as_dict(),
+                               "results": json.loads(export(rows, "json"))}, indent=2))
+        return
     if export_format is None:
         print_table(results_table(rows), WIDTH)
+        typer.echo(store_line(store))
         return
     text = export(rows, export_format)
     if out is None:
@@ -383,7 +412,7 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
     from prism_strategy.report.bench_tables import WIDTH, compare_table, print_table
     from prism_strategy.specs.presets import load_platform
 
-    rows = make_rows(Store(db).query(), platform_for=lambda name: calibrated_platform(load_platform(name), calibration))
+    rows = make_rows(_existing_store(db).query(), platform_for=lambda name: calibrated_platform(load_platform(name), calibration))
     if json_out:
         _print_json(rows)
     else:
@@ -449,7 +478,7 @@ def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "pris
     from prism_strategy.report.plots import breakdown_plot, check_out_dir, scaling_plot, throughput_plot
 
     outdir = check_out_dir(out)
-    results = Store(db).query()
+    results = _existing_store(db).query()
     rows = make_rows(results)
     written = [scaling_plot(make_plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32]).sweep,
                             outdir / "scaling.png")]

@@ -157,7 +157,8 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
                    "--settle-s": num, "--json": []},
         "analyze": {"PATH": logs + paths + HOSTILE, "--plot": paths + [str(out / "t.png"), f["binary.bin"]],
                     "--json": []},
-        "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths},
+        "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths,
+                    "--json": []},
         "compare": {"--db": db, "--calibration": paths + names + ["none"], "--json": []},
         "calibrate": {"--platform": platform, "--db": db, "--out": paths, "--json": []},
         "report": {"--out": paths + [f["text.txt"], f["binary.bin"]], "--db": db, "--model": names + cfgs + paths,
@@ -201,6 +202,10 @@ def generate(cmd: str, n: int, out: Path, f: dict[str, str]) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
+    from prism_strategy.bench.store import Store
+
+    (root / "out").mkdir()
+    Store(root / "out" / "fresh.db")._run(lambda con: None)  # an empty store: read commands get past --db
     return root / "out", _write_inputs(root / "in")
 
 

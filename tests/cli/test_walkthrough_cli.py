@@ -137,3 +137,22 @@ def test_compile_across_aurora_nodes_advises_dropping_compile_once_and_exits_1()
     assert "drop --compile" in out and "shorter --seq-len" not in out
     assert out.count("multi-node torch.compile on XPU deadlocks") == 2  # the footnote and one reason line
     assert "warning: xpu-multinode-compile" not in out
+
+
+@pytest.mark.parametrize("cmd", [["results"], ["compare"], ["report", "--out", "{tmp}/rep"]])
+def test_read_commands_on_a_missing_store_exit_2_naming_it(tmp_path, cmd):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in cmd] + ["--db", "/nonexistent/x.db"]
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 2 and "--db /nonexistent/x.db: no results store there" in r.stderr, r.output
+    assert not (tmp_path / "rep").exists()
+
+
+def test_results_says_its_journal_mode_and_takes_json(tmp_path):
+    from prism_strategy.bench.store import Result, Store
+
+    db = tmp_path / "r.db"
+    Store(db).add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"nproc": 2}, measured={}))
+    r = runner.invoke(app, ["results", "--db", str(db)])
+    assert r.exit_code == 0 and "store: " in r.stdout and ("WAL" in r.stdout or "rollback journal" in r.stdout)
+    d = json.loads(runner.invoke(app, ["results", "--db", str(db), "--json"]).stdout)
+    assert d["store"]["journal_mode"] in ("wal", "delete") and d["store"]["filesystem"] and len(d["results"]) == 1

@@ -113,6 +113,13 @@ def published_lines(name: str, done: list[tuple[Result, str]]) -> list[str]:
     return textwrap.wrap(head, WIDTH, subsequent_indent="    ") + rows
 
 
+def store_line(store: Any) -> str:
+    """Where the results live and in which SQLite journal mode, and why (bench/store.py)."""
+    import textwrap
+
+    return textwrap.fill(f"store: {store.path}: {store.journal.why}", WIDTH, subsequent_indent="    ")
+
+
 def calibrate_lines(report: dict[str, Any]) -> list[str]:
     """What `calibrate` prints: where the fit went (or why it did not), its errors before and after
     beside what it replaces, the values held at a physical bound, and per record the errors."""
