@@ -576,6 +576,20 @@ def emit(
         render_emit(emitted, written)
 
 
+def _refuse_plan_file(path: str) -> None:
+    """`doctor --launcher plan.json`: a plan is not a launcher; say what to do with it."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text()) if path.endswith(".json") and Path(path).is_file() else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return
+    if isinstance(data, dict) and "inputs" in data and "options" in data:
+        raise SpecError(f"--launcher {path} is a `plan --json` file, not a launcher; write the launchers with "
+                        f"`prism-strategy emit --from-plan {path} --out DIR` and check those")
+
+
 @app.command()
 @cli_errors
 def doctor(
@@ -602,6 +616,8 @@ def doctor(
 
     if settle_s < 0:
         raise SpecError(f"--settle-s must be >= 0, got {settle_s}")
+    for p in launcher or ():
+        _refuse_plan_file(p)
     report = diagnose(DoctorRequest(
         launchers=tuple(Path(p) for p in launcher or ()), scripts=tuple(Path(p) for p in script or ()),
         platform=platform, strategy=strategy, nodes=nodes, env_profile=env_profile,

@@ -234,6 +234,7 @@ def plan(
                         seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
                         precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens,
                         compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len, bucket_mb=bucket_mb)
+    check_ranks_per_node(sc, ranks_per_node)
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = int_list(sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
@@ -247,6 +248,14 @@ def plan(
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
     return result
+
+
+def check_ranks_per_node(sc: Scenario, asked: int | None) -> None:
+    """A planned job places one rank per device: more ranks per node than devices is bad input."""
+    dev = sc.platform.devices_per_node
+    if asked is not None and asked > dev:
+        raise SpecError(f"--ranks-per-node {asked} exceeds {sc.platform.name}'s {dev} devices per node "
+                        f"(one rank per device); use 1..{dev}")
 
 
 def trace_options(sc: Scenario, options: list[Option]) -> None:
@@ -342,6 +351,7 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> dict[str, Any]:
         return {"strategy": s.name, "micro_batch": mb, "memory_gib": None,
                 **traced_fields(t.memory, reserve_bytes=sc.platform.framework_reserve_gib * GiB, search=t.search)}
     sc = build_scenario(model, **kw)
+    check_ranks_per_node(sc, kw.get("ranks_per_node"))
     o = evaluate(sc, s)
     trace_options(sc, [o])
     return option_dict(o)

@@ -156,3 +156,23 @@ def test_results_says_its_journal_mode_and_takes_json(tmp_path):
     assert r.exit_code == 0 and "store: " in r.stdout and ("WAL" in r.stdout or "rollback journal" in r.stdout)
     d = json.loads(runner.invoke(app, ["results", "--db", str(db), "--json"]).stdout)
     assert d["store"]["journal_mode"] in ("wal", "delete") and d["store"]["filesystem"] and len(d["results"]) == 1
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["plan", "--platform", "aurora", "--ranks-per-node", "13"], "--ranks-per-node 13 exceeds aurora's 12 devices"),
+    (["plan", "--image-tokens", "64"], "--image-tokens 64 needs --vision"),
+    (["plan", "--model", "{tmp}/x.json"], "model file '{tmp}/x.json' does not exist"),
+    (["plan", "--vision", "{tmp}/clip/config.json"], "does not exist"),
+    (["plan", "--platform", "{tmp}/mine.toml"], "platform file '{tmp}/mine.toml' does not exist"),
+])
+def test_misleading_inputs_are_exit_2_naming_the_problem(tmp_path, argv, fragment):
+    r = runner.invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and len(err) == 1 and fragment.replace("{tmp}", str(tmp_path)) in err[0], r.output
+    assert "use a preset (" not in err[0]  # a missing file is not an unknown preset
+
+
+def test_doctor_on_a_plan_file_says_it_is_not_a_launcher(tmp_path):
+    path, _ = _plan_file(tmp_path)
+    r = runner.invoke(app, ["doctor", "--launcher", str(path), "--no-live"])
+    assert r.exit_code == 2 and "is a `plan --json` file, not a launcher" in r.stderr and "emit --from-plan" in r.stderr
