@@ -363,7 +363,9 @@ def results_import(
     seq_len: Annotated[Optional[int], Opt(help="Text tokens per sample (max length)")] = None,
     ckpt_freq: Annotated[Optional[int], Opt(help="Activation checkpointing every k-th block; 0 = none")] = None,
     precision: Annotated[Optional[str], Opt(help="bf16-mixed | bf16-pure | fp32")] = None,
-    db: Db = None, json_out: Annotated[bool, Opt("--json")] = False,
+    timing: Annotated[str, Opt(help="PRISM [TIMING] lines: running (means since the last reset, PRISM's "
+                                    "trainer), interval (means since the previous line) or auto")] = "auto",
+    db: Db = None, json_out: Annotated[bool, Opt("--json", help="Machine output: the stored result")] = False,
 ) -> None:
     """Store a run measured elsewhere (flags win over what the log says), or a published set.
 
@@ -390,7 +392,7 @@ def results_import(
 
     flags = dict(model=model, vision=vision, mode=mode, strategy=strategy, platform=platform, nodes=nodes,
                  micro_batch=micro_batch, grad_accum=grad_accum, seq_len=seq_len, ckpt_freq=ckpt_freq,
-                 precision=precision)
+                 precision=precision, timing=timing)
     imp = import_run(path, flags, Store(db))
     if json_out:
         _print_json({"id": imp.result.id, "action": imp.action, "format": imp.format, "config": imp.result.config,
