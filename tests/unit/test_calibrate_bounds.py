@@ -128,3 +128,17 @@ def test_plan_with_a_calibration_file_says_calibrated_in_its_table(tmp_path):
     assert f"predicted by the analytic model, calibrated ({cal})" in " ".join(r.stdout.split())
     plain = runner.invoke(app, [*args, "--calibration", "none"]).stdout
     assert "calibrated" not in plain
+
+
+def test_a_worse_memory_refit_keeps_the_memory_values_it_would_replace(tmp_path, monkeypatch):
+    db, out = tmp_path / "r.db", tmp_path / "cpu.toml"
+    base = load_platform("cpu")
+    truth = dataclasses.replace(base, achievable_fraction=0.2)
+    Store(db).add_many(runs_of(truth, CONFIGS[:3]))
+    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs: truth)
+    monkeypatch.setattr(calibrate_mod, "fit_memory", lambda p, runs: dataclasses.replace(p, activation_factor=3.0))
+    r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out), "--json"])
+    report = json.loads(r.stdout)
+    assert r.exit_code == 0 and report["written"] and "kept from the cpu preset" in report["kept"]
+    assert report["values"]["activation_factor"] == base.activation_factor
+    assert report["after"]["memory_median"] <= report["replaces"]["memory_median"] + 0.05

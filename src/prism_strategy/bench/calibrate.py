@@ -220,6 +220,8 @@ def replaced_platform(base: PlatformSpec, path: Any) -> tuple[PlatformSpec, str]
     return base, f"the {base.name} preset"
 
 
+MEMORY_VALUES = ("activation_factor", "framework_reserve_gib")
+"""What fit_memory sets; step time does not depend on them, so they are kept or replaced apart."""
 WORSE_BY_PCT = 0.05
 """Percentage points an error must grow by to count as worse: below the 0.1% the report prints,
 a refit that reproduces what it replaces (float round-off) is not refused."""
@@ -262,6 +264,12 @@ def run_calibrate(platform: str, db: str | None, out: str | None) -> dict[str, A
     replaced, label = replaced_platform(base, path)
     score = report.pop("score")
     report["replaces"] = {"what": label} | score(replaced)
+    if worse_than({k: v for k, v in report["after"].items() if k == "memory_median"}, report["replaces"]):
+        fitted = dataclasses.replace(fitted, **{k: getattr(replaced, k) for k in MEMORY_VALUES})
+        report["kept"] = (f"memory values ({', '.join(MEMORY_VALUES)}) kept from {label}: the refit's median "
+                          f"peak-memory error was {report['after']['memory_median']:.1f}% vs "
+                          f"{report['replaces']['memory_median']:.1f}%")
+        report["after"] = score(fitted)
     worse = worse_than(report["after"], report["replaces"])
     report |= {"platform": base.name, "file": str(path), "values": fitted_values(fitted), "written": worse is None}
     if worse is not None:
