@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate, estimate_comm
-from prism_strategy.estimate.compute import optimizer_time_s, phase_times
+from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
 from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
@@ -41,6 +41,11 @@ class Option:
     optimizer_s: float = 0.0
     step_time_s: float = 0.0
     samples_per_s: float = 0.0
+    tokens_per_s_per_device: float = 0.0
+    """Decoder tokens (text + image) per second on one device: samples/s / world x tokens per sample."""
+    mfu: float = 0.0
+    """Model FLOPs utilisation: forward + backward FLOPs (estimate/compute.py, recompute excluded, as
+    PaLM's MFU) per second on one device over the platform's peak for the compute dtype."""
     bound: str = "compute"
     scaling_efficiency: float | None = None
     comm: CommEstimate | None = None
@@ -106,7 +111,18 @@ def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay
     o.optimizer_s = optimizer_time_s(trainable, opt_bytes, p, tensors)
     o.step_time_s = o.compute_s + o.exposed_comm_s + o.optimizer_s
     o.samples_per_s = o.micro_batch * o.grad_accum * layout.world / o.step_time_s
+    o.tokens_per_s_per_device, o.mfu = per_device_rates(parts, t, p, o.samples_per_s / layout.world)
     o.bound = "comm" if o.comm_s > o.compute_s else "compute"
+
+
+def per_device_rates(parts: tuple[Part, ...], t: TrainingSpec, p: PlatformSpec,
+                     samples_per_s_per_device: float) -> tuple[float, float]:
+    """(tokens/s per device, MFU): decoder tokens per sample, and model FLOPs per sample (forward
+    + backward from estimate/compute.py, recompute excluded) against the platform's peak."""
+    tokens = sum(x.tokens for x in parts if x.spec is not None and x.spec.kind == "decoder")
+    flops = sum(f.forward + f.backward for f in (part_flops_per_sample(x, t) for x in parts))
+    peak = (p.peak_tflops_bf16 if t.compute_dtype == "bf16" else p.peak_tflops_fp32) * 1e12
+    return samples_per_s_per_device * tokens, samples_per_s_per_device * flops / peak
 
 
 def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = None) -> Option:
@@ -191,6 +207,9 @@ def _provenance(sc: Scenario) -> dict[str, str]:
                          + "; gradient path per tensor: " + (", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
                                                                or f"{p.per_tensor_overhead_us:g} us") + " (estimate/host.py)",
         "calibration": calibrated or "none",
+        "mfu": f"{kind}: model FLOPs per sample (estimate/compute.py: 2 x matmul params x tokens + causal attention, "
+               f"backward 2 x forward, recompute excluded, as PaLM's MFU) x samples/s per device / peak "
+               f"{p.peak_tflops_bf16:g} TF/s bf16 or {p.peak_tflops_fp32:g} fp32 ({p.source('peak_tflops_bf16')})",
     }
 
 
@@ -319,7 +338,8 @@ def option_dict(o: Option) -> dict[str, Any]:
         "memory_peak_at": o.memory.moment, **o.memory_runtime,
         "max_micro_batch": o.max_micro_batch, "micro_batch": o.micro_batch, "grad_accum": o.grad_accum,
         "global_batch": o.global_batch, "ckpt_freq": o.ckpt_freq,
-        "step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "compute_s": o.compute_s,
+        "step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s,
+        "tokens_per_s_per_device": o.tokens_per_s_per_device, "mfu": o.mfu, "compute_s": o.compute_s,
         "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s, "optimizer_s": o.optimizer_s,
         "comm_fraction": o.comm_fraction, "bound": o.bound, "scaling_efficiency": o.scaling_efficiency,
         "collectives": [

@@ -115,6 +115,9 @@ def test_a_store_with_a_relative_model_path_works_from_any_directory(tmp_path, m
     assert r.exit_code == 0, r.output
     [row] = json.loads(r.stdout)
     assert row["config"]["model"] == str(work / "my-qwen.json") and row["predicted"]["samples_per_s"] > 0
+    ratio = row["measured"]["samples_per_s"] / row["predicted"]["samples_per_s"]  # the same FLOPs per sample
+    assert row["measured"]["mfu"] == pytest.approx(row["predicted"]["mfu"] * ratio) and row["predicted"]["mfu"] > 0
+    assert row["measured"]["tokens_per_s_per_device"] > 0
     r = runner.invoke(app, ["report", "--db", str(db), "--out", str(tmp_path / "rep"), "--platform", "aurora"])
     assert r.exit_code == 0, r.output
 

@@ -142,7 +142,9 @@ def measured(config: dict[str, Any], o: Outcome) -> dict[str, Any]:
                 "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in o.ranks), default=None) or None}
     step = max(r["step_s"] for r in o.ranks)  # the slowest rank sets the pace
     samples = int(config["micro_batch"]) * int(config.get("grad_accum", 1)) * int(config["nproc"])
-    return {"step_time_s": step, "samples_per_s": samples / step, "tokens_per_s": samples * int(config["seq_len"]) / step,
+    tokens_per_s = samples * int(config["seq_len"]) / step
+    return {"step_time_s": step, "samples_per_s": samples / step, "tokens_per_s": tokens_per_s,
+            "tokens_per_s_per_device": tokens_per_s / int(config["nproc"]),
             "forward_s": max(r["forward_s"] for r in o.ranks), "backward_s": max(r["backward_s"] for r in o.ranks),
             "optimizer_s": max(r["optimizer_s"] for r in o.ranks),
             "step_time_spread": max(_spread(r["step_times"]) for r in o.ranks),

@@ -16,7 +16,8 @@ def _f(v: Any, fmt: str = "{:.3f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-QUANTITY = {"samples_per_s": "samples/s", "step_time_s": "step s", "memory_gib": "peak GiB",
+QUANTITY = {"samples_per_s": "samples/s", "step_time_s": "step s", "tokens_per_s_per_device": "tok/s/dev",
+            "mfu": "MFU", "memory_gib": "peak GiB",
             "alloc_gib": "alloc GiB", "reserved_gib": "reserved GiB", "max_micro_batch": "max mb"}
 WIDTH = 100
 
@@ -46,7 +47,8 @@ def results_table(results: list[Result], title: str = "measured results") -> Tab
 def compare_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="predicted vs measured", box=None, padding=(0, 1, 0, 0), pad_edge=False,
               caption="error % = (predicted - measured) / measured; predicted: "
-                                                     "analytic model; alloc/reserved: peak allocated/reserved "
+                                                     "analytic model; MFU: model FLOPs (estimate/compute.py) / "
+                                                     "the platform's peak; alloc/reserved: peak allocated/reserved "
                                                      "memory, each beside the predicted peak")
     for col in ("id", "from", "strategy", "ranks x mb", "seq", "quantity", "predicted", "measured", "error %"):
         t.add_column(col, no_wrap=True)
@@ -134,6 +136,7 @@ def calibrate_lines(report: dict[str, Any]) -> list[str]:
             was = f", {rep[key]:.1f}% with {rep['what']}" if key in rep and "calibration" in rep["what"] else ""
             lines.append(f"  {what} median error: {b[key]:.1f}% preset, {a[key]:.1f}% fitted{was}")
     lines += [f"  held at a bound: {n}" for n in report.get("held_at_bounds", [])]
+    lines += [f"  {report['kept']}"] if report.get("kept") else []
     for row in report.get("records", []):
         lines.append(f"  {row['id']:12s} step error {row['before_err_pct']:+7.1f}% before, "
                      f"{row['after_err_pct']:+7.1f}% after")

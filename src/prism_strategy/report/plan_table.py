@@ -16,6 +16,15 @@ def _fmt_items(o) -> str:
     return "; ".join(f"{label} {b / GiB:.1f}" for label, b in o.memory.largest_items(2))
 
 
+def _compact(v: float) -> str:
+    """4 significant-ish characters: 950, 9.5k, 95k, 1.2M."""
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if v >= div:
+            x = v / div
+            return f"{x:.1f}{suffix}" if x < 10 else f"{x:.0f}{suffix}"
+    return f"{v:.0f}" if v >= 10 else f"{v:.2g}"
+
+
 def _ckpt(k: int | None) -> str:
     return "-" if k is None else str(k)
 
@@ -30,7 +39,8 @@ def plan_title(p: Plan) -> str:
 
 
 CAPTION = ("predicted by the analytic model{calibrated} (provenance in --json); GiB per device; mb x accum x ranks = global "
-           "samples per step; ckpt k = checkpoint every k-th block, 0 = none; comm = exposed share of the step; eff = "
+           "samples per step; ckpt k = checkpoint every k-th block, 0 = none; tok/s/dev = tokens/s per device; MFU = model FLOPs "
+           "(no recompute) / the {peak} peak; comm = exposed share of the step; eff = "
            "samples/s per node vs the same option (mb, accum, ckpt) on 1 node")
 
 
@@ -49,11 +59,12 @@ def option_notes(p: Plan) -> tuple[list[str], list[str]]:
 
 OPTION_COLUMNS = [
     Column(header="strategy"), Column(header="fits"), Column(header="GiB", justify="right"),
-    Column(header="largest items (GiB)", drop=5, max_width=36), Column(header="max mb", justify="right", drop=4),
+    Column(header="largest items (GiB)", drop=7, max_width=36), Column(header="max mb", justify="right", drop=6),
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"),
     Column(header="accum", justify="right"), Column(header="global", justify="right"),
-    Column(header="step s", justify="right", drop=1), Column(header="samples/s", justify="right"),
-    Column(header="comm", justify="right"), Column(header="bound", drop=3), Column(header="eff", justify="right", drop=2),
+    Column(header="step s", justify="right", drop=3), Column(header="samples/s", justify="right"),
+    Column(header="tok/s/dev", justify="right", drop=2), Column(header="MFU", justify="right", drop=1),
+    Column(header="comm", justify="right"), Column(header="bound", drop=5), Column(header="eff", justify="right", drop=4),
     Column(header="note"),
 ]
 
@@ -69,7 +80,8 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
         mark = "*" if o.strategy == p.recommended else ""
         row = [mark + o.strategy, "yes" if o.feasible else "no", f"{o.memory.total / GiB:.1f}", _fmt_items(o),
                str(o.max_micro_batch), str(o.ckpt_freq), str(o.micro_batch), str(o.grad_accum), str(o.global_batch),
-               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", f"{o.comm_fraction:.0%}", o.bound,
+               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", _compact(o.tokens_per_s_per_device),
+               f"{o.mfu:.0%}", f"{o.comm_fraction:.0%}", o.bound,
                "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}", ref]
         if traced:
             row.insert(3, "-" if not o.traced else
@@ -82,7 +94,9 @@ def caption(p: Plan) -> str:
     """CAPTION, naming the calibration file when the platform's values come from one."""
     cal = p.options[0].provenance.get("calibration", "none") if p.options else "none"
     where = cal.rsplit(", ", 1)[-1] if cal != "none" else ""
-    return CAPTION.format(calibrated=f", calibrated ({where})" if where else "")
+    pf, t = p.scenario.platform, p.scenario.training
+    peak = f"{pf.peak_tflops_bf16:g} TF/s bf16" if t.compute_dtype == "bf16" else f"{pf.peak_tflops_fp32:g} TF/s fp32"
+    return CAPTION.format(calibrated=f", calibrated ({where})" if where else "", peak=peak)
 
 
 SWEEP_COLUMNS = [
