@@ -52,7 +52,8 @@ def _assumptions(p: Plan) -> list[str]:
     pick = next((o for o in p.options if o.strategy == p.recommended), p.options[0])
     lines += [f"- {k}: {v}" for k, v in pick.provenance.items()]
     lines.append(f"- options within {TIE:.0%} of the fastest are a tie (an uncalibrated prediction is not more "
-                 "accurate); the catalogue order breaks it: simpler and more memory-frugal first")
+                 "accurate); the simplest engine in the band wins, and among its options the fastest unless another "
+                 "leaves 5% more room (a 5% larger max micro-batch, or at the same max micro-batch 5% less memory)")
     return lines
 
 
