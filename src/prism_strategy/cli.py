@@ -296,8 +296,9 @@ def ceiling(
     if json_out:
         _print_json(data)
     else:
-        typer.echo(f"{strategy}: largest micro-batch that runs = {c.ceiling} (measured; predicted "
-                   f"{data['predicted']}); {c.runs} trial runs: {c.trials}")
+        from prism_strategy.report.bench_tables import ceiling_lines
+
+        typer.echo("\n".join(ceiling_lines(data, max_micro_batch)))
 
 
 results_app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -465,7 +466,9 @@ def tune(
     if json_out:
         _print_json(data)
     else:
-        typer.echo(f"best (measured): {data['best']}\n{res.runs} runs of a {res.grid_size}-run grid; {res.stop_reason}")
+        from prism_strategy.report.bench_tables import tune_lines
+
+        typer.echo("\n".join(tune_lines(data)))
 
 
 @app.command()
@@ -475,22 +478,18 @@ def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "pris
            platform: Annotated[str, typer.Option()] = "aurora") -> None:
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
     from prism_strategy.bench.compare import compare as make_rows
-    from prism_strategy.bench.store import Store
     from prism_strategy.planner import plan as make_plan
-    from prism_strategy.report.plots import breakdown_plot, check_out_dir, scaling_plot, throughput_plot
+    from prism_strategy.report.plots import check_out_dir, write_report
 
     outdir = check_out_dir(out)
-    results = _existing_store(db).query()
-    rows = make_rows(results)
-    written = [scaling_plot(make_plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32]).sweep,
-                            outdir / "scaling.png")]
-    if rows:
-        written.append(throughput_plot(rows, outdir / "throughput.png"))
-        bench_runs = [r for r in results if r.kind == "bench" and r.status == "ok"]
-        written.append(breakdown_plot([r.measured | {"label": f"{r.strategy}#{r.id}"} for r in bench_runs],
-                                      outdir / "breakdown.png"))
+    store = _existing_store(db)
+    rows = make_rows(store.query())
+    scaling = make_plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32])
+    written, notes = write_report(rows, scaling, outdir, str(store.path))
     for p in written:
         typer.echo(str(p))
+    for n in notes:
+        typer.echo(f"note: {n}")
 
 
 # --- analyze ---

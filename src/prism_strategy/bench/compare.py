@@ -67,10 +67,15 @@ def compare_row(r: Result, platform: PlatformSpec) -> dict[str, Any]:
         measured = ({"samples_per_s": m.get("samples_per_s"), "step_time_s": m.get("step_time_s")}
                     | _rates(p, m.get("samples_per_s")) | mem_m)
     errors = {k: _err(predicted[k], measured[k]) for k in predicted}
+    phases = {} if r.kind == "ceiling" else {
+        "measured": {k: m.get(f"{k}_s") for k in ("forward", "backward", "optimizer", "step_time")},
+        "predicted": {"compute": p["compute_s"], "exposed_comm": p.get("exposed_comm_s"),
+                      "optimizer": p.get("optimizer_s"), "step_time": p["step_time_s"]}}
     calibrated = any(v.startswith("calibrated") for v in platform.sources.values())
     return {"id": r.id, "strategy": r.strategy, "kind": r.kind, "status": r.status, "config": r.config,
             "provenance": r.provenance, "record": (m.get("published") or {}).get("id"),
-            "predicted": predicted, "measured": measured, "error_pct": errors,
+            "predicted": predicted, "measured": measured, "error_pct": errors, "phases": phases,
+            "platform": platform.name,
             "sources": {"predicted": f"analytic model, platform {platform.name}{' (calibrated)' if calibrated else ''}",
                         "measured": measured_from(r)}}
 

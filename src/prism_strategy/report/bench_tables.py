@@ -115,6 +115,42 @@ def published_lines(name: str, done: list[tuple[Result, str]]) -> list[str]:
     return textwrap.wrap(head, WIDTH, subsequent_indent="    ") + rows
 
 
+def tune_lines(data: dict[str, Any]) -> list[str]:
+    """`tune`: every measured candidate beside its prediction, the best marked, and why it stopped."""
+    import textwrap
+
+    best = data["best"]
+    lines = [f"tune (measured): {data['runs']} runs of a {data['grid_size']}-run grid",
+             f"  {'strategy':<20} {'mb':>4} {'ckpt':>4} {'predicted/s':>12} {'measured/s':>11}"]
+    for m in data["measured"]:
+        mark = "*" if best and (m["strategy"], m["micro_batch"], m["ckpt_freq"]) == (
+            best["strategy"], best["micro_batch"], best["ckpt_freq"]) else " "
+        lines.append(f"{mark} {m['strategy']:<20} {m['micro_batch']:>4} {m['ckpt_freq']:>4} "
+                     f"{m['predicted_samples_per_s']:>12.2f} {m['samples_per_s']:>11.2f}")
+    lines.append("best (measured): " + (f"{best['strategy']} at micro-batch {best['micro_batch']}, ckpt "
+                                        f"{best['ckpt_freq']}: {best['samples_per_s']:.2f} samples/s (*)"
+                                        if best else "none ran"))
+    lines.append(f"stopped: {data['stop_reason']}")
+    return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="    ")]
+
+
+def ceiling_lines(data: dict[str, Any], max_micro_batch: int) -> list[str]:
+    """`ceiling`: the largest micro-batch that ran, or that every size tried ran up to the cap,
+    and each trial."""
+    ok_all = all(status == "ok" for _, status in data["trials"])
+    if data["ceiling"] >= max_micro_batch and ok_all:
+        head = (f"{data['strategy']}: runs at every size tried up to {max_micro_batch}, the search cap (predicted "
+                f"ceiling {data['predicted']}); raise --max-micro-batch to search further")
+    else:
+        head = (f"{data['strategy']}: largest micro-batch that runs = {data['ceiling']} (measured; predicted "
+                f"{data['predicted']})")
+    lines = [head, f"  {data['runs']} trial runs, in order:", f"  {'micro-batch':>11} status"]
+    lines += [f"  {mb:>11} {status}" for mb, status in data["trials"]]
+    import textwrap
+
+    return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="    ")]
+
+
 def store_line(store: Any) -> str:
     """Where the results live and in which SQLite journal mode, and why (bench/store.py)."""
     import textwrap
