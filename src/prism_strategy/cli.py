@@ -25,11 +25,29 @@ _USAGE_ERROR, _CLICK_EXCEPTION = (next(c for c in typer.BadParameter.__mro__ if 
                                   for name in ("UsageError", "ClickException"))
 
 
+def _flags_as_flags(cmd) -> None:
+    """Help shows a flag as a flag (`--json`, `--compile/--no-compile`), not as `--json <bool>`."""
+    for p in cmd.params:
+        if getattr(p, "is_flag", False):
+            p.metavar = ""
+    made = cmd.get_help_option  # click builds --help per context: blank its type column too
+
+    def help_option(ctx, made=made):
+        opt = made(ctx)
+        if opt is not None:
+            opt.metavar = ""
+        return opt
+    cmd.get_help_option = help_option
+    for sub in getattr(cmd, "commands", {}).values():
+        _flags_as_flags(sub)
+
+
 class OneLineErrors(TyperGroup):
     """A usage error (unknown option, a value of the wrong type) is one line on stderr and exit
     code 2, like every other bad input, instead of click's usage block."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        _flags_as_flags(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -50,8 +68,24 @@ class OneLineErrors(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors,
+                  context_settings=HELP_OPTIONS,
                   help="Pick, configure, launch, measure and debug the data-parallel strategy of a PyTorch job.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from prism_strategy import __version__
+
+        typer.echo(f"prism-strategy {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", help="Print the version and exit", is_eager=True,
+                                                callback=_print_version)] = False) -> None:
+    """Pick, configure, launch, measure and debug the data-parallel strategy of a PyTorch job."""
 
 
 def cli_errors(fn):
@@ -66,6 +100,9 @@ def cli_errors(fn):
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON) instead of tables")]
 
 
 # --- plan / presets ---
@@ -133,13 +170,18 @@ def plan(
 @cli_errors
 def estimate(
     model: Annotated[str, typer.Option(help="Preset, config.json, or a pkg.mod:make_model factory")] = "tiny-llama",
-    strategy: Annotated[str, typer.Option()] = "fsdp_full_shard",
-    platform: Annotated[str, typer.Option()] = "aurora", nodes: Annotated[int, typer.Option()] = 1,
-    ranks_per_node: Annotated[Optional[int], typer.Option()] = None, seq_len: Annotated[int, typer.Option()] = 1024,
-    micro_batch: Annotated[Optional[int], typer.Option()] = None, ckpt_freq: Annotated[int, typer.Option()] = 0,
-    precision: Annotated[str, typer.Option()] = "bf16-mixed", mode: Annotated[str, typer.Option()] = "e2e",
-    vision: Annotated[Optional[str], typer.Option()] = None,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    strategy: Annotated[str, typer.Option(help="Strategy to trace (see `prism-strategy strategies`)")] = "fsdp_full_shard",
+    platform: Annotated[str, typer.Option(help="Platform preset or path to a platform .toml")] = "aurora",
+    nodes: Annotated[int, typer.Option(help="Number of nodes")] = 1,
+    ranks_per_node: Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")] = None,
+    seq_len: Annotated[int, typer.Option(help="Text tokens per sample")] = 1024,
+    micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device; default: the largest that fits "
+                                                            "(searched)")] = None,
+    ckpt_freq: Annotated[int, typer.Option(help="Activation checkpointing every k-th block, 0 = none")] = 0,
+    precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
+    mode: Annotated[str, typer.Option(help="e2e | projector | encoder-projector")] = "e2e",
+    vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset or config path")] = None,
+    json_out: JsonOut = False,
 ) -> None:
     """Memory of the real training step traced on fake tensors, beside the analytic estimate."""
     from prism_strategy.planner import estimate_traced
@@ -153,8 +195,6 @@ def estimate(
     from prism_strategy.report.plan_table import estimate_lines
 
     typer.echo("\n".join(estimate_lines(d)))
-    for n in d.get("traced_notes", []):
-        typer.echo(f"  note: {n}")
 
 
 def _catalog(title: str, rows_fn, json_out: bool) -> None:
@@ -169,7 +209,7 @@ def _catalog(title: str, rows_fn, json_out: bool) -> None:
 
 @app.command()
 @cli_errors
-def models(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def models(json_out: JsonOut = False) -> None:
     """List the model presets (exact architectures)."""
     from prism_strategy.report.catalog import models_rows
 
@@ -178,7 +218,7 @@ def models(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 @app.command()
 @cli_errors
-def platforms(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def platforms(json_out: JsonOut = False) -> None:
     """List the platform presets."""
     from prism_strategy.report.catalog import platforms_rows
 
@@ -187,7 +227,7 @@ def platforms(json_out: Annotated[bool, typer.Option("--json")] = False) -> None
 
 @app.command()
 @cli_errors
-def strategies(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def strategies(json_out: JsonOut = False) -> None:
     """List the strategies and what each shards over which group."""
     from prism_strategy.report.catalog import strategies_rows
 
@@ -209,6 +249,9 @@ Nproc = Annotated[int, typer.Option(help="Ranks to launch on this machine")]
 Rpn = Annotated[Optional[int], typer.Option(help="Ranks per node: 2 of 4 makes a 2x2 mesh standing in for 2 nodes")]
 Db = Annotated[Optional[str], typer.Option(help="Results store (SQLite); default in the user cache dir")]
 Platform = Annotated[str, typer.Option(help="Platform the runs stand for (its model is compared)")]
+SeqLen = Annotated[int, typer.Option(help="Text tokens per sample")]
+CkptFreq = Annotated[int, typer.Option(help="Activation checkpointing every k-th block, 0 = none")]
+TimeoutS = Annotated[float, typer.Option(help="Seconds per run before it is killed")]
 
 
 def _existing_store(db: str | None):
@@ -233,12 +276,13 @@ def _existing_store(db: str | None):
 def bench(
     model: BenchModel = "tiny-llama",
     strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
-    seq_len: Annotated[int, typer.Option()] = 128, steps: Annotated[int, typer.Option()] = 3,
-    warmup: Annotated[int, typer.Option()] = 1, precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32",
-    ckpt_freq: Annotated[int, typer.Option()] = 0, grad_accum: Annotated[int, typer.Option()] = 1,
-    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per run")] = 300,
-    db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option(help="Samples per rank")] = 2,
+    seq_len: SeqLen = 128, steps: Annotated[int, typer.Option(help="Timed optimizer steps per run")] = 3,
+    warmup: Annotated[int, typer.Option(help="Untimed steps first")] = 1,
+    precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32",
+    ckpt_freq: CkptFreq = 0, grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step")] = 1,
+    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Seconds per run before it is killed")] = 300,
+    db: Db = None, json_out: JsonOut = False,
 ) -> None:
     """Launch real multi-process runs, one job per strategy; store every result."""
     from prism_strategy.bench.run import run_bench
@@ -271,13 +315,12 @@ def bench(
 @app.command()
 @cli_errors
 def ceiling(
-    strategy: Annotated[str, typer.Option()] = "ddp", model: BenchModel = "tiny-llama", nproc: Nproc = 4,
-    ranks_per_node: Rpn = None, seq_len: Annotated[int, typer.Option()] = 128,
-    precision: Annotated[str, typer.Option()] = "fp32", ckpt_freq: Annotated[int, typer.Option()] = 0,
+    strategy: Annotated[str, typer.Option(help="Strategy to search")] = "ddp", model: BenchModel = "tiny-llama",
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, seq_len: SeqLen = 128,
+    precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32", ckpt_freq: CkptFreq = 0,
     memory_limit: Annotated[Optional[float], typer.Option(help="CPU: GiB of tracked tensor memory per rank")] = None,
-    max_micro_batch: Annotated[int, typer.Option()] = 1024, platform: Platform = "cpu",
-    timeout_s: Annotated[float, typer.Option()] = 300, db: Db = None,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    max_micro_batch: Annotated[int, typer.Option(help="Search cap: no larger micro-batch is tried")] = 1024,
+    platform: Platform = "cpu", timeout_s: TimeoutS = 300, db: Db = None, json_out: JsonOut = False,
 ) -> None:
     """Largest micro-batch that runs, by bisection seeded with the planner's prediction."""
     from prism_strategy.bench.run import run_ceiling
@@ -302,6 +345,7 @@ def ceiling(
 
 
 results_app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+                          context_settings=HELP_OPTIONS,
                           help="List stored results; export them; import runs measured elsewhere.")
 app.add_typer(results_app, name="results")
 
@@ -309,7 +353,8 @@ app.add_typer(results_app, name="results")
 @results_app.callback(invoke_without_command=True)
 @cli_errors
 def results(
-    ctx: typer.Context, db: Db = None, platform: Annotated[Optional[str], typer.Option()] = None,
+    ctx: typer.Context, db: Db = None,
+    platform: Annotated[Optional[str], typer.Option(help="Only results of this platform")] = None,
     export_format: Annotated[Optional[str], typer.Option("--export", help="csv | json")] = None,
     out: Annotated[Optional[str], typer.Option(help="Write the export here instead of stdout")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output: the store (path, journal mode and why) "
@@ -407,7 +452,7 @@ def results_import(
 @app.command()
 @cli_errors
 def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 'auto' or 'none'")] = "auto",
-            json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+            json_out: JsonOut = False) -> None:
     """Prediction beside measurement for every stored configuration, with error %."""
     from prism_strategy.bench.compare import compare as make_rows
     from prism_strategy.bench.store import Store
@@ -424,9 +469,10 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
 
 @app.command()
 @cli_errors
-def calibrate(platform: Annotated[str, typer.Option()] = "cpu", db: Db = None,
+def calibrate(platform: Annotated[str, typer.Option(help="Platform preset to fit (as plan's --platform)")] = "aurora",
+              db: Db = None,
               out: Annotated[Optional[str], typer.Option(help="Default: the user cache, used by plan automatically")] = None,
-              json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+              json_out: JsonOut = False) -> None:
     """Fit the platform's terms to its published records and stored results; write a calibration file."""
     from prism_strategy.bench.calibrate import run_calibrate
 
@@ -444,13 +490,14 @@ def calibrate(platform: Annotated[str, typer.Option()] = "cpu", db: Db = None,
 @app.command()
 @cli_errors
 def tune(
-    model: BenchModel = "tiny-llama", strategies: Annotated[str, typer.Option()] = "ddp,fsdp_full_shard,zero2",
+    model: BenchModel = "tiny-llama",
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard,zero2",
     micro_batches: Annotated[str, typer.Option(help="e.g. 1,2,4")] = "1,2,4",
     ckpt_freqs: Annotated[str, typer.Option(help="e.g. 0,1")] = "0", nproc: Nproc = 4, ranks_per_node: Rpn = None,
-    seq_len: Annotated[int, typer.Option()] = 128, precision: Annotated[str, typer.Option()] = "fp32",
-    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option()] = 300, db: Db = None,
+    seq_len: SeqLen = 128, precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32",
+    platform: Platform = "cpu", timeout_s: TimeoutS = 300, db: Db = None,
     calibration: Annotated[str, typer.Option(help="Rank with: file, 'auto' or 'none'")] = "auto",
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    json_out: JsonOut = False,
 ) -> None:
     """Measure the most promising configurations first; stop when none left can win."""
     from prism_strategy.bench.run import run_tune
@@ -475,7 +522,7 @@ def tune(
 @cli_errors
 def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "prism-report", db: Db = None,
            model: Annotated[str, typer.Option(help="Model for the predicted scaling curve")] = "qwen3-0.6b",
-           platform: Annotated[str, typer.Option()] = "aurora") -> None:
+           platform: Annotated[str, typer.Option(help="Platform for the predicted scaling curve")] = "aurora") -> None:
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
     from prism_strategy.bench.compare import compare as make_rows
     from prism_strategy.planner import plan as make_plan
@@ -635,15 +682,15 @@ def doctor(
 def census(
     model: BenchModel = "tiny-llama",
     strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "all",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
-    seq_len: Annotated[int, typer.Option()] = 32, grad_accum: Annotated[int, typer.Option()] = 1,
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option(help="Samples per rank")] = 2,
+    seq_len: SeqLen = 32, grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step")] = 1,
     precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "bf16-mixed",
     mode: Annotated[str, typer.Option(help="e2e | projector | encoder-projector")] = "e2e",
     vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset or config path")] = None,
     bucket_mb: Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")] = None,
     reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")] = None,
     timeout_s: Annotated[float, typer.Option(help="Per strategy")] = 300,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    json_out: JsonOut = False,
 ) -> None:
     """Run each strategy for real and compare the collectives of one step with the engine model."""
     from prism_strategy.bench.census import census_base, run_census

@@ -161,4 +161,7 @@ def estimate_lines(d: dict) -> list[str]:
         lines.append(f"  {k:12s} analytic {'-' if a is None else f'{a:9.3f}'} GiB   traced {t:9.3f} GiB")
     lines.append(f"  peak at:     analytic {d.get('memory_peak_at', '-')}, traced {d['traced_phase']}")
     lines.append(f"  max micro-batch: analytic {d.get('max_micro_batch', '-')}, traced {d['traced_max_micro_batch']}")
-    return lines
+    lines += [f"  note: {n}" for n in d.get("traced_notes", [])]
+    import textwrap
+
+    return [w for line in lines for w in textwrap.wrap(line, 100, subsequent_indent="        ")]
