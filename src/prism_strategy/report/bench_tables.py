@@ -30,8 +30,8 @@ def _from(provenance: str, record: str | None = None) -> str:
 def results_table(results: list[Result], title: str = "measured results") -> Table:
     t = Table(title=title, box=None, padding=(0, 1, 0, 0), pad_edge=False, caption="from: bench = this tool, import = a log, pub = a "
                                                         "published record; predictions in --json")
-    for col in ("id", "from", "strategy", "status", "ranks x mb", "seq", "step s", "samp/s", "fwd/bwd/opt s",
-                "peak GiB"):
+    for col in ("id", "from", "strategy", "status", "ranks x mb", "seq", "step s", "samp/s",
+                "fwd/bwd/opt s", "peak GiB"):
         t.add_column(col, no_wrap=True)
     for r in results:
         m, c = r.measured, r.config
@@ -191,5 +191,5 @@ def progress(total: int, label: str):
     return p, p.add_task(label, total=total or None)
 
 
-def print_table(t: Table, width: int = 140) -> None:
+def print_table(t: Table, width: int = WIDTH) -> None:
     table_console(width).print(t)
