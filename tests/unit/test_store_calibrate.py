@@ -121,5 +121,5 @@ def test_compare_rows(tmp_path):
     rows = compare(runs)
     assert [r["strategy"] for r in rows] == ["ddp", "zero2"]
     for r in rows:
-        assert set(r["error_pct"]) == {"samples_per_s", "step_time_s", "memory_gib"}
+        assert set(r["error_pct"]) == {"samples_per_s", "step_time_s", "tokens_per_s_per_device", "mfu", "memory_gib"}
         assert r["error_pct"]["step_time_s"] == pytest.approx(0, abs=1e-9)
