@@ -28,6 +28,7 @@ run: setup
 	$(VENV)/bin/prism-strategy compare --db $(RUN_DB)
 
 test: setup
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -x --durations=15 tests
 
 bench: setup

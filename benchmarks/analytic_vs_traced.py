@@ -7,7 +7,7 @@
 Scenario (PRISM's): platform aurora, 2 nodes x 12 ranks (world 24; HSDP is 2 x 12), seq 1024,
 bf16-mixed, AdamW, activation checkpointing of every block, micro-batch 1. Each row traces one
 training step of the real transformers model under FakeTensorMode with a fake process group
-(estimate/traced.py) and compares it with estimate/memory.py item by item at the traced peak;
+(traced/estimate.py) and compares it with estimate/memory.py item by item at the traced peak;
 the reserve is left out of both. zero1/2/3 cannot be traced (analytic on both sides) and are
 listed once. "multimodal" adds qwen3-0.6b + siglip2-so400m in projector mode.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from prism_strategy.estimate.memory import KEYS, estimate_memory  # noqa: E402
-from prism_strategy.estimate.parts import model_parts  # noqa: E402
-from prism_strategy.estimate.traced import TOLERANCE, trace_memory  # noqa: E402
+from prism_strategy.specs.parts import model_parts  # noqa: E402
+from prism_strategy.traced.estimate import TOLERANCE, trace_memory  # noqa: E402
 from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, load_model, load_platform, model_names  # noqa: E402
 from prism_strategy.strategies import STRATEGIES, get_strategy  # noqa: E402
 

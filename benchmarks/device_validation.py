@@ -44,9 +44,9 @@ from device_validation_report import gib, render, write_atomic  # noqa: E402
 
 from prism_strategy.bench.run import base_config, platform_with_limit  # noqa: E402
 from prism_strategy.bench.store import Result, Store  # noqa: E402
-from prism_strategy.plan_search import MAX_MICRO_BATCH_SHOWN  # noqa: E402
-from prism_strategy.planner import evaluate  # noqa: E402
-from prism_strategy.scenario import build_scenario  # noqa: E402
+from prism_strategy.planning.search import MAX_MICRO_BATCH_SHOWN  # noqa: E402
+from prism_strategy.planning.planner import evaluate  # noqa: E402
+from prism_strategy.planning.scenario import build_scenario  # noqa: E402
 from prism_strategy.specs.cluster import GiB, PlatformSpec  # noqa: E402
 from prism_strategy.specs.errors import SpecError  # noqa: E402
 from prism_strategy.specs.presets import load_model, load_platform  # noqa: E402

@@ -7,7 +7,7 @@ miss (bytes off > 2% or calls off > 1).
 import json, sys
 from collections import defaultdict
 from prism_strategy.engines import step_collectives
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec, ProjectorSpec
 from prism_strategy.specs.training import TrainingSpec

@@ -10,11 +10,11 @@ __version__ = "0.1.0"
 __all__ = ["plan", "init_distributed", "wrap", "wrap_from_file", "WrapConfig", "read_strategy_file", "StepMonitor"]
 
 _LAZY = {
-    "plan": ("prism_strategy.planner", "plan"),
+    "plan": ("prism_strategy.planning.planner", "plan"),
     "init_distributed": ("prism_strategy.runtime.dist", "init_distributed"),
     "wrap": ("prism_strategy.runtime.wrap", "wrap"),
     "wrap_from_file": ("prism_strategy.runtime.wrap", "wrap_from_file"),
-    "WrapConfig": ("prism_strategy.specs.wrap_config", "WrapConfig"),
+    "WrapConfig": ("prism_strategy.wrap_config", "WrapConfig"),
     "read_strategy_file": ("prism_strategy.runtime.strategy_file", "read_strategy_file"),
     "StepMonitor": ("prism_strategy.runtime.monitor", "StepMonitor"),
 }

@@ -145,7 +145,7 @@ def plan(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
-    from prism_strategy.planner import plan as make_plan, plan_dict
+    from prism_strategy.planning.planner import plan as make_plan, plan_dict
 
     p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
                   micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, ckpt_freq=ckpt_freq,
@@ -184,7 +184,7 @@ def estimate(
     json_out: JsonOut = False,
 ) -> None:
     """Memory of the real training step traced on fake tensors, beside the analytic estimate."""
-    from prism_strategy.planner import estimate_traced
+    from prism_strategy.planning.planner import estimate_traced
 
     d = estimate_traced(model, strategy, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, ckpt_freq=ckpt_freq, precision=precision,
@@ -456,7 +456,7 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
     """Prediction beside measurement for every stored configuration, with error %."""
     from prism_strategy.bench.compare import compare as make_rows
     from prism_strategy.bench.store import Store
-    from prism_strategy.planner import calibrated_platform
+    from prism_strategy.planning.planner import calibrated_platform
     from prism_strategy.report.bench_tables import WIDTH, compare_table, print_table
     from prism_strategy.specs.presets import load_platform
 
@@ -525,7 +525,7 @@ def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "pris
            platform: Annotated[str, typer.Option(help="Platform for the predicted scaling curve")] = "aurora") -> None:
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
     from prism_strategy.bench.compare import compare as make_rows
-    from prism_strategy.planner import plan as make_plan
+    from prism_strategy.planning.planner import plan as make_plan
     from prism_strategy.report.plots import check_out_dir, write_report
 
     outdir = check_out_dir(out)
@@ -654,6 +654,9 @@ def doctor(
     settle_s: Annotated[float, typer.Option(help="Seconds to wait after --clean (XCCL state settles)")] = 10.0,
     device_glob: Annotated[Optional[list[str]], typer.Option(help="Device files a leftover process may hold; "
                                                                   "repeatable (default /dev/dri/*, /dev/nvidia*)")] = None,
+    module_show: Annotated[Optional[list[str]], typer.Option(help="`module show <module>` output (Lmod or Tcl), or "
+                                                                  "'live' to run it here: what each module load sets, "
+                                                                  "exactly; repeatable")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output: findings, environment, summary")] = False,
 ) -> None:
     """Find launch mistakes in the live environment, launchers and scripts; exit 1 on an error."""
@@ -669,7 +672,8 @@ def doctor(
     report = diagnose(DoctorRequest(
         launchers=tuple(Path(p) for p in launcher or ()), scripts=tuple(Path(p) for p in script or ()),
         platform=platform, strategy=strategy, nodes=nodes, env_profile=env_profile,
-        live=True if clean else live, clean=clean, settle_s=settle_s, device_globs=tuple(device_glob or ())))
+        live=True if clean else live, clean=clean, settle_s=settle_s, device_globs=tuple(device_glob or ()),
+        module_show=tuple(Path(p) for p in module_show or ())))
     if json_out:
         typer.echo(doctor_json(report))
     else:

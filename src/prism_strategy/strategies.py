@@ -11,15 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, get_args
 
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import check_options
-
-if TYPE_CHECKING:
-    from prism_strategy.engines.base import Engine as EngineModel
-
 
 class MeshAxis(StrEnum):
     REPLICATE = "dp_replicate"
@@ -28,6 +24,8 @@ class MeshAxis(StrEnum):
 
 Group = Literal["none", "world", "node"]
 Engine = Literal["ddp", "fsdp2", "deepspeed"]
+ENGINE_NAMES: tuple[str, ...] = get_args(Engine)
+"""The engines a strategy can name; engines/ models each one (engines.engine_of(spec))."""
 ReduceDtype = Literal["fp32", "bf16"]
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StrategySpec:
@@ -53,14 +51,8 @@ class StrategySpec:
 
     def __post_init__(self) -> None:
         check_options(self.bucket_mb, self.reduce_dtype)
-        self.impl  # an unknown engine is a SpecError naming the known ones
-
-    @property
-    def impl(self) -> "EngineModel":
-        """The engine module that models, applies and emits this strategy."""
-        from prism_strategy.engines import get_engine
-
-        return get_engine(self.engine)
+        if self.engine not in ENGINE_NAMES:
+            raise SpecError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINE_NAMES)}")
 
     def with_options(self, *, bucket_mb: float | None = None, reduce_dtype: str | None = None) -> "StrategySpec":
         """This strategy with per-run options (None keeps the entry's own)."""

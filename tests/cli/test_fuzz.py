@@ -70,6 +70,8 @@ def _write_inputs(d: Path) -> dict[str, str]:
     put("huge.toml", "name = 'x'\ndevices_per_node = 99999999999999999999999\n")
     put("launch.sh", "#!/bin/bash\nmpiexec -n $(( 1/0 )) --cpu-bind list:a:b python train.py '\"\n"
         + "export CCL_X=\x00\x01\n" + "module load frameworks\n" * 3 + "#PBS -l select=-4\n")
+    put("launch_heredoc.sh", "mpiexec -n 12 -ppn 12 bash -lc '\nmodule load frameworks\npython3 - <<EOF\n    print()\n")
+    put("launch_aurora.py", "#!/usr/bin/env python3\nimport subprocess\nprint('module load frameworks')\n")
     put("strategy.toml", "[strategy]\nname = 7\n[[[")
     put("ds_config.json", '{"zero_optimization": {"stage": "three"}, "train_batch_size": -1}')
     put("bad_syntax.py", "def f(:\n    torch.cuda.empty_cache(\n")
@@ -151,7 +153,9 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
                  "--filesystems": HOSTILE, "--job-name": HOSTILE, "--script": HOSTILE + paths, "--account": HOSTILE,
                  "--out": paths + [f["text.txt"], f["a_good"]], "--compile": [], "--force": [],
                  "--static-graph": [], "--": HOSTILE},
-        "doctor": {"--launcher": paths + [f["launch.sh"], f["strategy.toml"], f["ds_config.json"]],
+        "doctor": {"--launcher": paths + [f["launch.sh"], f["strategy.toml"], f["ds_config.json"], f["launch_heredoc.sh"],
+                                          f["launch_aurora.py"]],
+                   "--module-show": paths + [f["launch.sh"]],
                    "--script": paths + [f["bad_syntax.py"], f["train_ok.py"]], "--platform": platform,
                    "--strategy": names + ["ddp"], "--nodes": num + ["3"], "--env-profile": names + paths,
                    "--settle-s": num, "--json": []},
@@ -274,3 +278,71 @@ def test_issue_cases_are_one_line_errors(argv, fragment, world, monkeypatch):
     assert res.exception is None or isinstance(res.exception, SystemExit), res.output
     assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.output
     assert fragment in res.stderr and "Traceback" not in res.output
+
+
+SHELL_PIECES = ["export ", "A=1 ", "B=$A ", "${X:-12} ", "${Y:?no} ", "$((1+)) ", "$(", ")", "`", "'", '"', "\\\n",
+                "if [ -z \"$N\" ]; then ", "elif ", "else ", "fi ", "case $S in a) ", ";; ", "esac ", "<<EOF\n", "EOF\n",
+                "<<'X'\n", "f() { ", "} ", "module load frameworks ", "mpiexec -n 1 -ppn ", "bash -lc '", "bash -c \"",
+                "ssh h \"", "source ./x.sh ", "unset A ", "&& ", "|| ", "| ", "; ", "\n", "for i in 1 2; do ", "done ",
+                "while true; do ", "declare -x Z=", "--cpu-bind depth -d ", "LD_PRELOAD=/usr/lib64/libpil4dfs.so ",
+                "python3 - <<EOF\n", "print()\n", "#PBS -l select=", "{", "}", "(", ")", "[[ ", " ]] ", "\x00", "ü"]
+
+
+def _shell_cases(rng: random.Random) -> list[bytes]:
+    fixtures = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "launchers").glob("*.pbs"))
+    cases = [b"", bytes(rng.randrange(256) for _ in range(2048)), b"\xff\xfe" + "export A=1\n".encode("utf-16-le"),
+             ("if [ 1 ]; then " * 1500 + "export A=1; " + "fi; " * 1500).encode(), b"(" * 3000 + b"x" + b")" * 3000]
+    for _ in range(120):
+        cases.append("".join(rng.choice(SHELL_PIECES) for _ in range(rng.randrange(1, 60))).encode())
+    for path in fixtures:
+        data = path.read_bytes()
+        cases += [data[: rng.randrange(len(data))] for _ in range(4)]
+    return cases
+
+
+def test_the_shell_reader_ends_cleanly_on_random_truncated_and_binary_input(tmp_path):
+    """Random shell from the constructs the reader follows, every fixture cut at random points,
+    and binary bytes: each gives findings or one SpecError, never another exception."""
+    from prism_strategy.diagnose.doctor import DoctorRequest, diagnose
+    from prism_strategy.specs import SpecError
+
+    rng = random.Random(SEED)
+    (tmp_path / "x.sh").write_text("module load frameworks\nexport CCL_WORKER_COUNT=8\nsource ./x.sh\n")
+    failures, t0 = [], time.perf_counter()
+    for i, data in enumerate(_shell_cases(rng)):
+        path = tmp_path / f"case{i}.sh"
+        path.write_bytes(data)
+        for strategy in (None, "fsdp_full_shard"):
+            try:
+                diagnose(DoctorRequest(launchers=(path,), platform="aurora", strategy=strategy))
+            except SpecError:
+                pass
+            except Exception as e:  # noqa: BLE001 - the point of the test
+                failures.append(f"case {i} {data[:80]!r}: {type(e).__name__}: {e}")
+    assert not failures, "\n".join(failures[:20])
+    assert time.perf_counter() - t0 < 30
+
+
+def test_the_script_value_reader_ends_cleanly_on_truncated_scripts(tmp_path):
+    from prism_strategy.diagnose.doctor import DoctorRequest, diagnose
+    from prism_strategy.specs import SpecError
+
+    rng = random.Random(SEED)
+    scripts = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "scripts").glob("*.py"))
+    failures = []
+    deep = tmp_path / "deep.py"
+    deep.write_text("import torch\nx = " + "+".join(["1"] * 20000) + "\ntorch.compile(x)\n")
+    with pytest.raises(SpecError):
+        diagnose(DoctorRequest(scripts=(deep,)))
+    for k, src in enumerate(scripts):
+        text = src.read_text()
+        for j in range(6):
+            path = tmp_path / f"s{k}_{j}.py"
+            path.write_text(text[: rng.randrange(len(text) + 1)])
+            try:
+                diagnose(DoctorRequest(scripts=(path,), platform="aurora", nodes=2))
+            except SpecError:
+                pass
+            except Exception as e:  # noqa: BLE001
+                failures.append(f"{path.name}: {type(e).__name__}: {e}")
+    assert not failures, "\n".join(failures[:20])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from _harness import run_torchrun
 
-from prism_strategy.estimate.traced import trace_memory
+from prism_strategy.traced.estimate import trace_memory
 from prism_strategy.specs.cluster import Layout
 
 pytestmark = pytest.mark.distributed

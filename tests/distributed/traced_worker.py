@@ -1,6 +1,6 @@
 """One rank of the traced-vs-real check: `python traced_worker.py OUT_DIR CASES_JSON`.
 
-For each case it builds the model the trace builds (estimate/traced_model.py, real tensors this
+For each case it builds the model the trace builds (traced/model.py, real tensors this
 time), wraps it with the real `wrap()` on the real gloo process group, runs two warm-up steps
 (optimizer state; DDP rebuilds its buckets in the second forward) and two profiled steps, and
 measures the peak of the last one with the CPU allocator itself, not with the trackers the
@@ -21,8 +21,8 @@ import torch
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from prism_strategy.estimate.traced_model import build_from_spec
-from prism_strategy.estimate.traced_run import mixed_precision_for, optimizer_factory
+from prism_strategy.traced.model import build_from_spec
+from prism_strategy.traced.run import mixed_precision_for, optimizer_factory
 from prism_strategy.runtime.dist import init_distributed
 from prism_strategy.runtime.wrap import wrap
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec

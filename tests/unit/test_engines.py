@@ -11,12 +11,13 @@ import pytest
 from prism_strategy.engines import ENGINES, StepCollective, get_engine, step_collectives
 from prism_strategy.engines.ddp import bucket_count
 from prism_strategy.engines.deepspeed import bucket_elements
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs import Layout, SpecError
 from prism_strategy.specs.model import MultimodalSpec
 from prism_strategy.specs.presets import load_model
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import STRATEGY_NAMES, get_strategy
+from prism_strategy.engines import engine_of
 
 T = TrainingSpec.from_precision("bf16-mixed", seq_len=32)
 LAY = Layout(nodes=2, ranks_per_node=2)
@@ -111,14 +112,14 @@ def test_zero3_gathers_per_module_and_persistent_params_per_tensor():
 
 def test_ds_config_buckets_are_the_models():
     s = get_strategy("zero3").with_options(bucket_mb=40)
-    cfg = s.impl.engine_config(s, micro_batch=2, world_size=8)
+    cfg = engine_of(s).engine_config(s, micro_batch=2, world_size=8)
     z = cfg["zero_optimization"]
     assert z["reduce_bucket_size"] == z["stage3_prefetch_bucket_size"] == bucket_elements(s, T) == 40 * 2**20 // 2
-    assert get_strategy("ddp").impl.engine_config(get_strategy("ddp"), micro_batch=1, world_size=2) is None
+    assert engine_of(get_strategy("ddp")).engine_config(get_strategy("ddp"), micro_batch=1, world_size=2) is None
 
 
 def test_engine_facts():
-    facts = {n: get_strategy(n).impl.facts(get_strategy(n), has_blocks=False) for n in STRATEGY_NAMES}
+    facts = {n: engine_of(get_strategy(n)).facts(get_strategy(n), has_blocks=False) for n in STRATEGY_NAMES}
     assert facts["ddp"] == {"engine": "ddp", "reshard_or_sharded": False, "root_only_wrap": None}
     assert facts["fsdp_full_shard"]["root_only_wrap"] is True and facts["zero1"]["reshard_or_sharded"] is True
 

@@ -13,9 +13,9 @@ from prism_strategy.estimate.comm import estimate_comm
 from prism_strategy.estimate.compute import block_kernels, phase_times, step_kernels
 from prism_strategy.estimate.host import grad_path_s, host_terms
 from prism_strategy.estimate.memory_runtime import runtime_memory
-from prism_strategy.estimate.parts import model_parts
-from prism_strategy.planner import evaluate, option_dict
-from prism_strategy.scenario import build_scenario
+from prism_strategy.specs.parts import model_parts
+from prism_strategy.planning.planner import evaluate, option_dict
+from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs import load_model, load_platform
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.strategies import get_strategy
@@ -123,7 +123,7 @@ def _obs(ids=("A1", "A2", "B1", "C3")):
 def test_fit_is_deterministic_and_improves_the_error():
     base = ft.prior_platform(load_platform("aurora"))
     obs = _obs()
-    knobs = ("kernel_launch_us", "achievable_fraction", "grad_path_us_per_tensor.ddp")
+    knobs = ("kernel_launch_us", "achievable_fraction", "grad_path_us_per_tensor.ddp", "intra_ring_bw_gbps")
     a, b = ft.fit(base, obs, knobs), ft.fit(base, obs, knobs)
     assert [ft.get_value(a, k) for k in knobs] == [ft.get_value(b, k) for k in knobs]
     assert ft.loss(a, obs) < ft.loss(base, obs)

@@ -4,9 +4,9 @@ import inspect
 
 import pytest
 
-from prism_strategy.plan_search import batch_problem, ckpt_candidates, nearest_multiples, resolve_batch
-from prism_strategy.planner import plan
-from prism_strategy.scenario import build_scenario
+from prism_strategy.planning.search import batch_problem, ckpt_candidates, nearest_multiples, resolve_batch
+from prism_strategy.planning.planner import plan
+from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import TrainingSpec
 

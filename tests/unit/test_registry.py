@@ -14,7 +14,7 @@ import torch.distributed as dist
 from prism_strategy import WrapConfig, plan, wrap
 from prism_strategy.emit.launch import EmitRequest, emit_files
 from prism_strategy.engines import step_collectives
-from prism_strategy.estimate.parts import model_parts
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.specs import Layout, SpecError
 from prism_strategy.specs.model import MultimodalSpec

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from prism_strategy.planner import _situation
+from prism_strategy.planning.planner import _situation
 from prism_strategy.rules import FACT_NAMES, RuleFacts, check, load_rules, parse_rules
-from prism_strategy.scenario import build_scenario
+from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs import SpecError
 from prism_strategy.strategies import get_strategy
 

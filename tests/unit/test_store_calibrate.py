@@ -7,7 +7,8 @@ import pytest
 
 from prism_strategy.bench.calibrate import calibrate, errors_pct, fitted_values
 from prism_strategy.bench.compare import compare
-from prism_strategy.bench.fingerprint import fingerprint, same_setup
+from prism_strategy.bench.fingerprint import fingerprint
+from prism_strategy.estimate.calibration import same_setup
 from prism_strategy.bench.predict import predict
 from prism_strategy.bench.store import Result, Store, export
 from prism_strategy.estimate.calibration import apply_calibration, load_calibration, write_calibration

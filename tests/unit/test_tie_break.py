@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from prism_strategy.recommend import FRUGAL, pick_in_band
+from prism_strategy.planning.recommend import FRUGAL, pick_in_band
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

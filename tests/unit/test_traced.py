@@ -1,4 +1,4 @@
-"""Traced memory (estimate/traced.py) on a tiny Llama-style config, world 4 fake process group.
+"""Traced memory (traced/estimate.py) on a tiny Llama-style config, world 4 fake process group.
 
 Numbers a reader can check by hand: sharded fp32 params are exactly 4 bytes x params / world,
 AdamW keeps two fp32 moments, DDP's buckets are the fp32 grads of every trainable parameter.
@@ -13,8 +13,8 @@ import pytest
 from torch import nn
 
 from prism_strategy.estimate.memory import KEYS, estimate_memory
-from prism_strategy.estimate.parts import model_parts, transformer_tensors
-from prism_strategy.estimate.traced import (
+from prism_strategy.specs.parts import model_parts, transformer_tensors
+from prism_strategy.traced.estimate import (
     TraceError, TracedMemory, differences, search_max_micro_batch, trace_memory, trace_option, traced_fields,
 )
 from prism_strategy.specs import Layout, MultimodalSpec, SpecError, TrainingSpec, TransformerSpec, load_platform
@@ -41,7 +41,7 @@ def ddp() -> TracedMemory:
 
 
 def test_importing_the_planner_and_traced_module_loads_no_torch():
-    code = ("import sys, prism_strategy.planner, prism_strategy.estimate.traced; "
+    code = ("import sys, prism_strategy.planning.planner, prism_strategy.traced.estimate; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,10 +1,10 @@
-"""The micro-batch search (estimate/traced_search.py) against known memory curves, no torch."""
+"""The micro-batch search (traced/search.py) against known memory curves, no torch."""
 
 from __future__ import annotations
 
 import pytest
 
-from prism_strategy.estimate.traced_search import find_max_micro_batch
+from prism_strategy.traced.search import find_max_micro_batch
 
 
 def affine(base: float, per: float):

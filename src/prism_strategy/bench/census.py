@@ -131,7 +131,7 @@ def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
 def config_scenario(config: dict[str, Any]) -> Any:
     """The planner's scenario for a census / bench config (model, training, layout)."""
     from prism_strategy.bench.predict import config_model
-    from prism_strategy.scenario import build_scenario
+    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.model import TransformerSpec
     from prism_strategy.specs.presets import build
 
@@ -151,7 +151,7 @@ def _predicted(spec: Any, sc: Any, *, grad_accum: int, bucket_mb: float | None,
                reduce_dtype: str | None) -> tuple[list[dict[str, Any]], str]:
     """The engine model's collectives of one optimizer step, as (rows, where they came from).
     Rows: op, group_size, dtype, calls, bytes (summed over the step)."""
-    from prism_strategy.estimate.parts import model_parts
+    from prism_strategy.specs.parts import model_parts
 
     from prism_strategy.engines import step_collectives
 

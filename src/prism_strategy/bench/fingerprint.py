@@ -46,9 +46,3 @@ def fingerprint(*, platform: str, backend: str, strategy_config: dict[str, Any] 
         "code": code_revision(),
         "date": time.strftime("%Y-%m-%d"),
     }
-
-
-def same_setup(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """A calibration applies automatically only to the same platform, torch and backend (host names
-    differ between the nodes of one cluster, so they are recorded, not matched)."""
-    return all(a.get(k) == b.get(k) for k in ("platform", "torch", "backend"))

@@ -13,7 +13,7 @@ process start once).
 
 A config with "census": true records instead every collective of one optimizer step after the
 warm-up (bench/census_record.py) and skips the timed steps. A config with "mode" other than
-e2e or a "vision_spec" builds vision + projector + backbone (estimate/traced_model.py), with
+e2e or a "vision_spec" builds vision + projector + backbone (traced/model.py), with
 the parts that do not train frozen.
 """
 
@@ -33,6 +33,9 @@ from typing import Any
 
 import torch
 
+from prism_strategy.engines import engine_of
+from prism_strategy.strategies import get_strategy
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
@@ -50,7 +53,7 @@ def build_model(config: dict[str, Any]) -> torch.nn.Module:
     import transformers
 
     from prism_strategy.bench.predict import config_model
-    from prism_strategy.scenario import resolve_model
+    from prism_strategy.planning.scenario import resolve_model
     from prism_strategy.specs.hf import to_hf_config
 
     cfg = to_hf_config(resolve_model(config_model(config)))
@@ -81,9 +84,9 @@ def is_multimodal(config: dict[str, Any]) -> bool:
 
 
 def build_multimodal(config: dict[str, Any]) -> Any:
-    """Vision + projector + backbone as the traced estimate builds it (estimate/traced_model.py)."""
+    """Vision + projector + backbone as the traced estimate builds it (traced/model.py)."""
     from prism_strategy.bench.census import config_scenario
-    from prism_strategy.estimate.traced_model import build_from_spec
+    from prism_strategy.traced.model import build_from_spec
 
     sc = config_scenario(config)
     torch.manual_seed(0)
@@ -94,7 +97,7 @@ class Runner:
     def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace, built: Any = None):
         self.cfg, self.job, self.ctx, self.args, self.built = config, job, ctx, args, built
         from prism_strategy.bench.predict import config_model
-        from prism_strategy.scenario import resolve_model
+        from prism_strategy.planning.scenario import resolve_model
 
         accum, mb = int(config.get("grad_accum", 1)), int(config["micro_batch"])
         if built is not None:
@@ -141,7 +144,7 @@ class Runner:
         return times
 
     def zero_grad(self) -> None:
-        if self.cfg["strategy"] == "ddp":
+        if engine_of(get_strategy(self.cfg["strategy"])).grads_are_bucket_views:
             self.job.optimizer.zero_grad(set_to_none=False)  # grads stay bucket views: the buckets are counted
         else:
             self.job.zero_grad()

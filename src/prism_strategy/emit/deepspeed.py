@@ -9,6 +9,7 @@ from typing import Any
 
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import StrategySpec
+from prism_strategy.engines import engine_of
 
 
 def build_ds_config(strategy: StrategySpec, *, micro_batch: int, world_size: int, grad_accum: int = 1,
@@ -20,7 +21,7 @@ def build_ds_config(strategy: StrategySpec, *, micro_batch: int, world_size: int
     reproduced under ZeRO."""
     if micro_batch <= 0 or world_size <= 0 or grad_accum <= 0:
         raise SpecError("micro_batch, world_size and grad_accum must be > 0")
-    cfg = strategy.impl.engine_config(strategy, micro_batch=micro_batch, world_size=world_size, grad_accum=grad_accum,
+    cfg = engine_of(strategy).engine_config(strategy, micro_batch=micro_batch, world_size=world_size, grad_accum=grad_accum,
                                       precision=precision)
     if cfg is None:
         raise SpecError(f"strategy {strategy.name!r} is not a DeepSpeed ZeRO stage; choose zero1, zero2 or zero3")

@@ -28,8 +28,9 @@ from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.specs.training import PRECISIONS, check_options
-from prism_strategy.specs.wrap_config import WrapConfig
+from prism_strategy.wrap_config import WrapConfig
 from prism_strategy.strategies import StrategySpec, get_strategy
+from prism_strategy.engines import engine_of
 
 MASTER_PORT = 29500
 """torch.distributed's default rendezvous port."""
@@ -116,7 +117,7 @@ def emit_files(req: EmitRequest, out: Path) -> Emitted:
         FileText(name=STRATEGY_FILE, text=render_strategy_toml(_strategy_file(job), job.header),
                  description=f"wrap() settings: job = {WRAP_CALL}"),
     ]
-    engine = job.strategy.impl
+    engine = engine_of(job.strategy)
     if engine.config_file is not None:
         cfg = build_ds_config(job.strategy, micro_batch=req.micro_batch, world_size=job.layout.world,
                               grad_accum=req.grad_accum, precision=req.precision)
@@ -135,7 +136,7 @@ def _validate(req: EmitRequest, out: Path) -> _Job:
         raise SpecError(f"--precision must be one of {', '.join(PRECISIONS)}, got {req.precision!r}")
     if req.ckpt_freq < 0 or req.micro_batch < 1 or req.grad_accum < 1:
         raise SpecError("--ckpt-freq must be >= 0, --micro-batch and --grad-accum >= 1")
-    if req.static_graph is not None and "static_graph" not in strategy.impl.options:
+    if req.static_graph is not None and not engine_of(strategy).declares_static_graph:
         raise SpecError(f"--static-graph applies to ddp only, not {strategy.name}")
     if not _WALLTIME.match(req.walltime):
         raise SpecError(f"--walltime must be HH:MM:SS, got {req.walltime!r}")
@@ -178,17 +179,17 @@ def _queue(platform: PlatformSpec, site: SiteSpec, req: EmitRequest) -> tuple[st
 def _refuse_not_viable(strategy: StrategySpec, platform: PlatformSpec, req: EmitRequest) -> None:
     facts = RuleFacts(device=platform.device, backend=platform.backend, compile=req.compile, multi_node=req.nodes > 1,
                       find_unused_parameters=False, preloads_pil4dfs=False, static_graph=bool(req.static_graph),
-                      **strategy.impl.facts(strategy))
+                      **engine_of(strategy).facts(strategy))
     for v in rules.check(facts):
         if v.rule.blocks:
             raise SpecError(f"not viable ({v.rule.id}): {v.message}")
 
 
 def _strategy_file(job: _Job) -> WrapConfig:
-    req, engine = job.req, job.strategy.impl
+    req, engine = job.req, engine_of(job.strategy)
     return WrapConfig(
         strategy=job.strategy.name, mixed_precision=precision_to_mixed(req.precision), ckpt_freq=req.ckpt_freq,
-        static_graph=bool(req.static_graph) if "static_graph" in engine.options else None,
+        static_graph=bool(req.static_graph) if engine.declares_static_graph else None,
         bucket_mb=req.bucket_mb, reduce_dtype=req.reduce_dtype,  # type: ignore[arg-type]
         find_unused_parameters=False, compile=req.compile, nodes=job.layout.nodes, ranks_per_node=job.layout.ranks_per_node,
         micro_batch=req.micro_batch, grad_accum=req.grad_accum, ds_config=engine.config_file,
@@ -202,7 +203,7 @@ def _notes(job: _Job) -> list[str]:
                      ("" if job.queue else "; add --queue or let PBS use its default queue"))
     if job.platform.launcher in ("pbs", "slurm") and not job.req.account:
         notes.append("no --account given: add your project before submitting")
-    notes += job.strategy.impl.emit_notes(job.strategy, precision=job.req.precision, world=job.layout.world,
+    notes += engine_of(job.strategy).emit_notes(job.strategy, precision=job.req.precision, world=job.layout.world,
                                           nodes=job.layout.nodes)
     if job.platform.launcher == "torchrun" and job.layout.nodes > 1:
         notes.append(f"{job.platform.name} has no scheduler launcher: torchrun.sh runs one node of the {job.layout.nodes}")

@@ -1,10 +1,10 @@
-"""strategy.toml as emit writes it: `WrapConfig.to_toml` (specs/wrap_config.py, one schema)."""
+"""strategy.toml as emit writes it: `WrapConfig.to_toml` (wrap_config.py, one schema)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from prism_strategy.specs.wrap_config import WrapConfig
+from prism_strategy.wrap_config import WrapConfig
 
 STRATEGY_FILE = "strategy.toml"
 DS_CONFIG_FILE = "ds_config.json"

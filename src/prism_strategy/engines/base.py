@@ -4,7 +4,7 @@ An engine owns, for a named strategy (strategies.py: engine + options):
 - its model states and memory moments (estimate/memory.py sums them);
 - the collectives of one optimizer step (`step_collectives`; estimate/comm.py prices them and
   `census` holds them against what the real engine issued);
-- apply (runtime/wrap.py calls `apply`), the emitted engine config (`engine_config`: ds_config),
+- the emitted engine config (`engine_config`: ds_config),
   and the rule facts it contributes (`facts`).
 Prediction code here never imports torch; `apply` imports it when called.
 """
@@ -16,14 +16,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import OPTIMIZER_STATES, TrainingSpec
 
 if TYPE_CHECKING:
-    from prism_strategy.runtime.job import Job
-    from prism_strategy.specs.wrap_config import WrapConfig
     from prism_strategy.strategies import StrategySpec
 
 FP32 = 4
@@ -78,10 +76,15 @@ class Engine(ABC):
     """The name people know it by ("DeepSpeed")."""
     per_tensor_hooks: ClassVar[bool] = True
     """A per-parameter autograd hook / AccumulateGrad runs on the host each backward (DDP, DeepSpeed)."""
-    trace: ClassVar[Literal["fake_pg", "single_process", "analytic"]] = "analytic"
-    """How estimate/traced.py can trace it: fake process group, one process, or not at all."""
+    traced_with: ClassVar[Literal["fake_pg", "single_process", "analytic"]] = "analytic"
+    """How traced/estimate.py can trace it: fake process group, one process, or not at all."""
     options: ClassVar[tuple[str, ...]] = ()
     """wrap() options only this engine honours (others warn that they are ignored)."""
+    grads_are_bucket_views: ClassVar[bool] = False
+    """Gradients live inside the engine's communication buckets (DDP gradient_as_bucket_view):
+    zeroing them in place keeps the buckets, set_to_none would not free them."""
+    declares_static_graph: ClassVar[bool] = False
+    """The caller can declare the graph fixed (DDP static_graph=True): the plan and emit say when."""
     unit_wrapped: ClassVar[bool] = False
     """Wraps transformer blocks as units (FSDP2): wrapping only the root is a rule fact."""
     config_file: ClassVar[str | None] = None
@@ -109,10 +112,6 @@ class Engine(ABC):
         """Every collective of one optimizer step (grad_accum micro-steps)."""
 
     # --- runtime, emit, rules -----------------------------------------------------------
-    @abstractmethod
-    def apply(self, model: Any, s: "StrategySpec", *, ctx: Any, optimizer: Any, summary: dict[str, Any],
-              config: "WrapConfig", blocks: list[Any], ds_config: Any = None) -> "Job":
-        """Wrap `model` in place for this strategy and return the Job (runtime/wrap.py)."""
 
     def engine_config(self, s: "StrategySpec", *, micro_batch: int, world_size: int, grad_accum: int = 1,
                       precision: str = "bf16-mixed") -> dict[str, Any] | None:

@@ -19,13 +19,11 @@ from typing import TYPE_CHECKING
 
 from prism_strategy.engines.base import (MiB, TORCH_DTYPE, Engine, Moment, Rows, StepCollective, numels, part_modules,
                                          sharded_states, trainable)
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
-    from prism_strategy.runtime.job import Job
-    from prism_strategy.specs.wrap_config import WrapConfig
     from prism_strategy.strategies import StrategySpec
 
 DEFAULT_BUCKET_MB = 25.0
@@ -47,7 +45,9 @@ def bucket_count(tensor_bytes: list[float], first_cap: float, cap: float) -> int
 class DDPEngine(Engine):
     name = "ddp"
     title = "DDP"
-    trace = "single_process"
+    traced_with = "single_process"
+    declares_static_graph = True
+    grads_are_bucket_views = True
     options = ("static_graph", "find_unused_parameters", "bucket_mb")
 
     def states(self, parts, t, s, layout) -> Rows:
@@ -78,10 +78,6 @@ class DDPEngine(Engine):
                                       what="module buffers from rank 0 (rotary inv_freq)"))
         return tuple(out)
 
-    def apply(self, model, s, *, ctx, optimizer, summary, config: "WrapConfig", blocks, ds_config=None) -> "Job":
-        from prism_strategy.runtime.wrap import wrap_ddp
-
-        return wrap_ddp(model, s, ctx, optimizer, summary, config=config)
 
     def describe(self, s) -> str:
         return f"DistributedDataParallel(bucket_cap_mb={s.bucket_mb or DEFAULT_BUCKET_MB:g})"

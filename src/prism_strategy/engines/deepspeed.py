@@ -27,13 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from prism_strategy.engines.base import (FP32, MiB, TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective,
                                          adam_states, ceil_div, numels, part_modules, trainable)
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
-    from prism_strategy.runtime.job import Job
     from prism_strategy.strategies import StrategySpec
 
 DEFAULT_BUCKET_MB = 25.0
@@ -72,7 +71,7 @@ def _stage(s: "StrategySpec") -> int:
 class DeepSpeedEngine(Engine):
     name = "deepspeed"
     title = "DeepSpeed"
-    trace = "analytic"
+    traced_with = "analytic"
     config_file = "ds_config.json"
     options = ("bucket_mb", "reduce_dtype")
 
@@ -156,10 +155,6 @@ class DeepSpeedEngine(Engine):
                 "persistent small params, one call each, after the step")
         return tuple(out)
 
-    def apply(self, model, s, *, ctx, optimizer, summary, config, blocks, ds_config=None) -> "Job":
-        from prism_strategy.runtime.wrap import wrap_deepspeed
-
-        return wrap_deepspeed(model, s, ctx, optimizer, summary, config=config, ds_config=ds_config)
 
     def engine_config(self, s, *, micro_batch, world_size, grad_accum=1, precision="bf16-mixed") -> dict[str, Any]:
         from prism_strategy.specs.training import TrainingSpec as T

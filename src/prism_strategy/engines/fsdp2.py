@@ -5,7 +5,7 @@ with runtime/wrap.py's units (each transformer block, then the root with what is
 - forward: one all_gather_into_tensor per unit, every micro-step, in the param dtype of the
   MixedPrecisionPolicy; frozen parameters are gathered too (they are sharded);
 - backward: units resharded after forward are gathered again, if gradients flow through them;
-  the last block and the root are never resharded after forward (runtime/wrap.py apply_fsdp);
+  the last block and the root are never resharded after forward (runtime/apply.py apply_fsdp);
 - one reduce_scatter_tensor per unit that holds trainable parameters, in reduce_dtype, once
   per optimizer step (set_requires_gradient_sync(False) on the other micro-steps);
 - HSDP: the reduce-scatter runs over the shard dim (ranks of a node), then an all_reduce of
@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING
 
 from prism_strategy.engines.base import (TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective, padded,
                                          part_modules, sharded_states, trainable)
-from prism_strategy.estimate.parts import Part, largest_block, root_unit
+from prism_strategy.specs.parts import Part, largest_block, root_unit
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
-    from prism_strategy.runtime.job import Job
     from prism_strategy.strategies import StrategySpec
 
 
@@ -89,7 +88,7 @@ class FSDP2Engine(Engine):
     name = "fsdp2"
     title = "FSDP2"
     per_tensor_hooks = False
-    trace = "fake_pg"
+    traced_with = "fake_pg"
     options = ("reduce_dtype",)
     unit_wrapped = True
 
@@ -131,10 +130,6 @@ class FSDP2Engine(Engine):
                 len(reduced), "backward", True, "reduced shards across the replicas")
         return tuple(out)
 
-    def apply(self, model, s, *, ctx, optimizer, summary, config, blocks, ds_config=None) -> "Job":
-        from prism_strategy.runtime.wrap import wrap_fsdp
-
-        return wrap_fsdp(model, s, ctx, optimizer, summary, blocks=blocks, config=config)
 
     def describe(self, s) -> str:
         return f"fully_shard(reshard_after_forward={s.reshard_after_forward}, reduce_dtype={s.reduce_dtype or 'grad dtype'})"

@@ -64,10 +64,14 @@ def apply_calibration(platform: PlatformSpec, data: dict[str, Any], source: str)
     return dataclasses.replace(platform, **values, **tables, sources=sources)
 
 
+def same_setup(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """A calibration applies automatically only to the same platform, torch and backend (host names
+    differ between the nodes of one cluster, so they are recorded, not matched)."""
+    return all(a.get(k) == b.get(k) for k in ("platform", "torch", "backend"))
+
+
 def find_calibration(platform: PlatformSpec, current: dict[str, Any]) -> Path | None:
     """The cached calibration for this platform when its fingerprint matches `current`."""
-    from prism_strategy.bench.fingerprint import same_setup
-
     path = default_calibration_dir() / f"{platform.name}.toml"
     if not path.exists():
         return None

@@ -6,7 +6,9 @@ halved for causal masks (flash attention skips the masked half). Backward: 2x fo
 trainable part (activation and weight gradients); 1x for the matmuls of a frozen part that
 gradients flow through (activation gradients only) and 2x its attention; 0 for a frozen part
 with nothing trainable below it. Activation checkpointing recomputes the forward of the
-checkpointed blocks.
+checkpointed blocks; selective checkpointing (torchtitan's per-op policy) every second matmul of
+each block. A platform with `compute_terms` times each matmul by its shape, attention and the
+eager kernels apart (estimate/compute_shape.py); without, every FLOP runs at one fraction.
 
 Kernels (launch-bound steps, PRISM A1/A2/B1 on Aurora: a 0.6B model launches ~6,900 kernels a
 step at ~45 us of host time each, more time than its FLOPs take) are counted from the block's
@@ -22,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from prism_strategy.estimate.memory import checkpointed_blocks
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
@@ -117,6 +119,24 @@ def step_kernels(parts: tuple[Part, ...], training: TrainingSpec, grad_accum: in
     return PhaseKernels(forward=f * grad_accum, backward=b * grad_accum, optimizer=opt, gemms=g * grad_accum)
 
 
+def selective_ac(training: TrainingSpec) -> bool:
+    """The run uses torchtitan's per-op selective checkpointing on every block. Read from the
+    training spec's `ckpt_policy == "sac"` or `ckpt_freq == "sac"` (whichever the spec carries)."""
+    return getattr(training, "ckpt_policy", None) == "sac" or getattr(training, "ckpt_freq", None) == "sac"
+
+
+SAC_RECOMPUTED_GEMMS = slice(1, None, 2)
+"""Per block, torchtitan's per-op policy recomputes the 2nd, 4th, 6th ... matmul (estimate/compute_shape.py)."""
+
+
+def block_gemms(spec: TransformerSpec) -> tuple[tuple[int, int], ...]:
+    """(in, out) widths of each block matmul in forward order: q, k, v, o, then SwiGLU's gate
+    (w1), up (w3), down (w2), as torchtitan's `w2(silu(w1(x)) * w3(x))` runs them, or GELU's up, down."""
+    h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.ffn
+    mlp = ((h, f), (h, f), (f, h)) if spec.mlp == "swiglu" else ((h, f), (f, h))
+    return ((h, q), (h, kv), (h, kv), (q, h)) + mlp
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PartFlops:
     name: str
@@ -146,6 +166,9 @@ def part_flops_per_sample(part: Part, training: TrainingSpec) -> PartFlops:
         bwd = 2 * fwd
     else:
         bwd = spec.layers * (block_mm + 2 * block_attn) + head
+    if part.backward and selective_ac(training):
+        sac_mm = 2.0 * sum(i * o for i, o in block_gemms(spec)[SAC_RECOMPUTED_GEMMS]) * t
+        return PartFlops(name=part.name, forward=fwd, backward=bwd, recompute=spec.layers * sac_mm)
     k = checkpointed_blocks(spec.layers, training.ckpt_freq) if part.backward else 0
     return PartFlops(name=part.name, forward=fwd, backward=bwd, recompute=k * (block_mm + block_attn))
 
@@ -181,10 +204,16 @@ class PhaseTimes:
 
 def phase_times(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int,
                 grad_accum: int = 1) -> PhaseTimes:
-    rate = achieved_flops(platform, training)
-    fl = [part_flops_per_sample(p, training) for p in parts]
-    f_fwd = micro_batch * grad_accum * sum(x.forward for x in fl) / rate
-    f_bwd = micro_batch * grad_accum * sum(x.backward + x.recompute for x in fl) / rate
+    if platform.compute_terms is not None:  # achievable fraction by matmul shape and operation
+        from prism_strategy.estimate.compute_shape import shaped_seconds
+
+        fwd, bwd = shaped_seconds(parts, training, platform, micro_batch)
+        f_fwd, f_bwd = grad_accum * fwd, grad_accum * bwd
+    else:
+        rate = achieved_flops(platform, training)
+        fl = [part_flops_per_sample(p, training) for p in parts]
+        f_fwd = micro_batch * grad_accum * sum(x.forward for x in fl) / rate
+        f_bwd = micro_batch * grad_accum * sum(x.backward + x.recompute for x in fl) / rate
     k = step_kernels(parts, training, grad_accum)
     launch = platform.kernel_launch_us * 1e-6
     return PhaseTimes(forward=max(f_fwd, k.forward * launch), backward=max(f_bwd, k.backward * launch),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prism_strategy.estimate.comm import CommEstimate
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 
 

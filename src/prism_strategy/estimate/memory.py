@@ -36,11 +36,12 @@ from dataclasses import dataclass
 
 from prism_strategy.engines.base import Moment, Rows
 from prism_strategy.engines.fsdp2 import gathered_model_bytes
-from prism_strategy.estimate.parts import Part
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec
+from prism_strategy.engines import engine_of
 
 FP32 = 4
 CE_BYTES = 3 * FP32  # per token x vocab: fp32 log-probs saved, fp32 grad in, fp32 grad out
@@ -133,7 +134,7 @@ def transient_bytes_per_sample(parts: tuple[Part, ...], training: TrainingSpec) 
 
 def residual_bytes(strategy: StrategySpec, training: TrainingSpec) -> int:
     """Bytes per element of the residual stream (fp32 under DDP autocast: the engine says)."""
-    return strategy.impl.residual_bytes(strategy, training)
+    return engine_of(strategy).residual_bytes(strategy, training)
 
 
 def activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
@@ -153,7 +154,7 @@ def saved_activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategyS
 # --- model states and moments: the engine's (engines/*) ----------------------------------
 def model_state_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, layout: Layout) -> Rows:
     """Params, grads and optimizer state, as they stand once the first step has run."""
-    return s.impl.states(parts, t, s, layout)
+    return engine_of(s).states(parts, t, s, layout)
 
 
 def moments(parts: tuple[Part, ...], t: TrainingSpec, platform: PlatformSpec, layout: Layout, s: StrategySpec,
@@ -162,7 +163,7 @@ def moments(parts: tuple[Part, ...], t: TrainingSpec, platform: PlatformSpec, la
     states = model_state_rows(parts, t, s, layout)
     acts = activation_rows(parts, t, s, platform)
     reserve: Rows = [("reserve", "framework reserve (runtime, collective buffers)", platform.framework_reserve_gib * GiB)]
-    return s.impl.moments(parts, t, s, layout, states=states, acts=acts, reserve=reserve, wrap=wrap,
+    return engine_of(s).moments(parts, t, s, layout, states=states, acts=acts, reserve=reserve, wrap=wrap,
                           accumulating=accumulating, saved_acts=saved_activation_rows(parts, t, s, platform))
 
 

@@ -6,8 +6,8 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from prism_strategy.planner import Plan
-from prism_strategy.recommend import ckpt_text
+from prism_strategy.planning.planner import Plan
+from prism_strategy.planning.recommend import ckpt_text
 from prism_strategy.report.console import Column, fitted_table, footnotes, table_console
 from prism_strategy.specs.cluster import GiB
 
@@ -29,6 +29,17 @@ def _ckpt(k: int | None) -> str:
     return "-" if k is None else str(k)
 
 
+def _range_pct(rng: list[float] | None, value: float | None) -> str:
+    """A samples/s range as percent below / above the prediction ("-11/+13%")."""
+    if not rng or not value:
+        return "-"
+    return f"-{100 * (1 - rng[0] / value):.0f}/+{100 * (rng[1] / value - 1):.0f}%"
+
+
+def _range(o) -> str:
+    return _range_pct(o.samples_per_s_range, o.samples_per_s)
+
+
 def plan_title(p: Plan) -> str:
     sc, t = p.scenario, p.scenario.training
     seq = f"seq {t.seq_len}" + (f" (mean {t.mean_seq_len})" if t.mean_seq_len else "")
@@ -38,9 +49,10 @@ def plan_title(p: Plan) -> str:
             f"{seq}, {t.precision}{batch}, {ckpt}")
 
 
-CAPTION = ("predicted by the analytic model{calibrated} (provenance in --json); GiB per device; mb x accum x ranks = global "
-           "samples per step; ckpt k = checkpoint every k-th block, 0 = none; tok/s/dev = tokens/s per device; MFU = model FLOPs "
-           "(no recompute) / the {peak} peak; comm = exposed share of the step; eff = "
+CAPTION = ("predicted by the analytic model{calibrated} (provenance in --json); GiB per device; mb x accum x ranks = "
+           "global samples per step; ckpt k = checkpoint every k-th block, 0 = none; range = 80% range of samples/s "
+           "(fit's leave-one-out errors, widened beyond what was measured; provenance.range); tok/s/dev = tokens/s "
+           "per device; MFU = model FLOPs (no recompute) / the {peak} peak; comm = exposed share of the step; eff = "
            "samples/s per node vs the same option (mb, accum, ckpt) on 1 node")
 
 
@@ -59,12 +71,13 @@ def option_notes(p: Plan) -> tuple[list[str], list[str]]:
 
 OPTION_COLUMNS = [
     Column(header="strategy"), Column(header="fits"), Column(header="GiB", justify="right"),
-    Column(header="largest items (GiB)", drop=7, max_width=36), Column(header="max mb", justify="right", drop=6),
+    Column(header="largest items (GiB)", drop=8, max_width=36), Column(header="max mb", justify="right", drop=7),
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"),
     Column(header="accum", justify="right"), Column(header="global", justify="right"),
     Column(header="step s", justify="right", drop=3), Column(header="samples/s", justify="right"),
+    Column(header="range", justify="right", drop=4),
     Column(header="tok/s/dev", justify="right", drop=2), Column(header="MFU", justify="right", drop=1),
-    Column(header="comm", justify="right"), Column(header="bound", drop=5), Column(header="eff", justify="right", drop=4),
+    Column(header="comm", justify="right"), Column(header="bound", drop=6), Column(header="eff", justify="right", drop=5),
     Column(header="note"),
 ]
 
@@ -80,7 +93,7 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
         mark = "*" if o.strategy == p.recommended else ""
         row = [mark + o.strategy, "yes" if o.feasible else "no", f"{o.memory.total / GiB:.1f}", _fmt_items(o),
                str(o.max_micro_batch), str(o.ckpt_freq), str(o.micro_batch), str(o.grad_accum), str(o.global_batch),
-               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", _compact(o.tokens_per_s_per_device),
+               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", _range(o), _compact(o.tokens_per_s_per_device),
                f"{o.mfu:.0%}", f"{o.comm_fraction:.0%}", o.bound,
                "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}", ref]
         if traced:
@@ -103,8 +116,9 @@ SWEEP_COLUMNS = [
     Column(header="nodes", justify="right"), Column(header="strategy"), Column(header="fits"),
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"), Column(header="accum", justify="right"),
     Column(header="global", justify="right"), Column(header="step s", justify="right", drop=2),
-    Column(header="samples/s", justify="right"), Column(header="eff", justify="right"),
-    Column(header="bound", drop=1), Column(header="why not", footnote=True),
+    Column(header="samples/s", justify="right"), Column(header="range", justify="right", drop=3),
+    Column(header="eff", justify="right"), Column(header="bound", drop=1),
+    Column(header="why not", footnote=True),
 ]
 
 
@@ -116,7 +130,8 @@ def sweep_table(p: Plan, width: int = 120) -> RenderableType:
     rows = [[str(r["nodes"]), ("*" if r["strategy"] == p.recommended else "") + r["strategy"],
              "yes" if r["feasible"] else "no", _ckpt(r["ckpt_freq"]), _num(r["micro_batch"], "d"),
              _num(r["grad_accum"], "d"), _num(r["global_batch"], "d"), _num(r["step_time_s"], ".3f"),
-             _num(r["samples_per_s"], ".1f"), _num(r["scaling_efficiency"], ".2f"), r["bound"] or "-",
+             _num(r["samples_per_s"], ".1f"), _range_pct(r.get("samples_per_s_range"), r["samples_per_s"]),
+             _num(r["scaling_efficiency"], ".2f"), r["bound"] or "-",
              r.get("why_not") or ""] for r in p.sweep]
     cols = SWEEP_COLUMNS if any(r[-1] for r in rows) else SWEEP_COLUMNS[:-1]
     return fitted_table("scaling (predicted): the leading strategies and the pick (*) over node counts", cols,

@@ -20,8 +20,9 @@ from prism_strategy.runtime.blocks import BlockSlot
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.job import DDPJob, DeepSpeedJob, FSDPJob, Job, WrapSummary
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.wrap_config import WrapConfig
+from prism_strategy.wrap_config import WrapConfig
 from prism_strategy.strategies import StrategySpec
+from prism_strategy.engines import engine_of
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 _MIXED = {"bf16": torch.bfloat16, None: None}
@@ -80,7 +81,7 @@ def apply_deepspeed(model: nn.Module, optimizer: torch.optim.Optimizer, *, confi
 
 
 def wrap_ddp(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer: OptimizerFactory,
-             summary: dict[str, Any], *, config: WrapConfig) -> Job:
+             summary: dict[str, Any], *, config: WrapConfig, blocks: list[BlockSlot], ds_config: Any = None) -> Job:
     model.to(ctx.device)
     if config.mixed_precision:
         _autocast_hooks(model, ctx.device.type, _MIXED[config.mixed_precision])
@@ -89,14 +90,14 @@ def wrap_ddp(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer: 
                     bucket_cap_mb=spec.bucket_mb)
     opt = _build_optimizer(optimizer, model)
     opts = (f"static_graph={static} find_unused_parameters={config.find_unused_parameters} "
-            f"gradient_as_bucket_view=True; {spec.impl.describe(spec)}")
+            f"gradient_as_bucket_view=True; {engine_of(spec).describe(spec)}")
     precision = "bf16 autocast compute, fp32 params and grads" if config.mixed_precision else "fp32"
     return DDPJob(model=ddp, optimizer=opt, strategy=spec, ctx=ctx, module=model,
                   summary=WrapSummary(mesh=f"dp={ctx.world_size}", precision=precision, engine_options=opts, **summary))
 
 
 def wrap_fsdp(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer: OptimizerFactory,
-              summary: dict[str, Any], *, blocks: list[BlockSlot], config: WrapConfig) -> Job:
+              summary: dict[str, Any], *, config: WrapConfig, blocks: list[BlockSlot], ds_config: Any = None) -> Job:
     mesh = ctx.mesh_2d if spec.hybrid else ctx.mesh_1d
     dtype = _MIXED[config.mixed_precision]
     reduce = _REDUCE[spec.reduce_dtype] if spec.reduce_dtype else (torch.float32 if dtype else None)
@@ -107,12 +108,12 @@ def wrap_fsdp(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer:
     precision = "bf16 params/compute, fp32 sharded params and reduce" if dtype else "fp32"
     return FSDPJob(model=model, optimizer=opt, strategy=spec, ctx=ctx, module=model,
                    summary=WrapSummary(mesh=mesh_text, precision=precision,
-                                       engine_options=spec.impl.describe(spec),
+                                       engine_options=engine_of(spec).describe(spec),
                                        **summary))
 
 
 def wrap_deepspeed(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer: OptimizerFactory,
-                   summary: dict[str, Any], *, config: WrapConfig,
+                   summary: dict[str, Any], *, config: WrapConfig, blocks: list[BlockSlot],
                    ds_config: dict[str, Any] | str | Path | None) -> Job:
     _import_deepspeed(ctx.device.type)
     cfg = deepspeed_config(spec, ctx, mixed_precision=config.mixed_precision, ds_config=ds_config)
@@ -124,7 +125,11 @@ def wrap_deepspeed(model: nn.Module, spec: StrategySpec, ctx: DistContext, optim
     precision = "bf16 params with fp32 master weights, float inputs cast to bf16" if bf16 else "fp32"
     return DeepSpeedJob(model=engine, optimizer=engine.optimizer, strategy=spec, ctx=ctx, module=engine.module,
                         summary=WrapSummary(mesh=f"dp={ctx.world_size}", precision=precision,
-                                            engine_options=spec.impl.describe(spec), **summary))
+                                            engine_options=engine_of(spec).describe(spec), **summary))
+
+
+WRAP_BY_ENGINE: dict[str, Callable[..., Job]] = {"ddp": wrap_ddp, "fsdp2": wrap_fsdp, "deepspeed": wrap_deepspeed}
+"""How runtime applies each engine of strategies.Engine: one wrap_<engine> each, same arguments."""
 
 
 def _cast_floats_hook(dtype: torch.dtype) -> Callable[..., Any]:
@@ -147,7 +152,7 @@ def deepspeed_config(spec: StrategySpec, ctx: DistContext, *, mixed_precision: s
     DeepSpeed's micro-step counting is off."""
     if ds_config is None:
         # micro_batch=1: DeepSpeed uses batch sizes only for its own dataloader and logging.
-        cfg = spec.impl.engine_config(spec, micro_batch=1, world_size=ctx.world_size,
+        cfg = engine_of(spec).engine_config(spec, micro_batch=1, world_size=ctx.world_size,
                                       precision="bf16-mixed" if mixed_precision else "fp32")
     else:
         cfg = copy.deepcopy(_load_ds_config(ds_config))
@@ -156,7 +161,7 @@ def deepspeed_config(spec: StrategySpec, ctx: DistContext, *, mixed_precision: s
             raise SpecError(f"ds_config bf16.enabled={str(bf16).lower()} contradicts mixed_precision={mixed_precision!r}; "
                             "make them agree")
     stage = cfg.get("zero_optimization", {}).get("stage")
-    want = spec.impl.engine_config(spec, micro_batch=1, world_size=1)["zero_optimization"]
+    want = engine_of(spec).engine_config(spec, micro_batch=1, world_size=1)["zero_optimization"]
     if stage != want["stage"]:
         raise SpecError(f"ds_config has zero_optimization.stage={stage!r} but the strategy is {spec.name}; "
                         f"set stage {want['stage']} or choose the matching zero strategy")

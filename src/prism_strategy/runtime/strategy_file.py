@@ -1,10 +1,10 @@
-"""strategy.toml as the runtime reads it: one schema, `WrapConfig` (specs/wrap_config.py)."""
+"""strategy.toml as the runtime reads it: one schema, `WrapConfig` (wrap_config.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from prism_strategy.specs.wrap_config import WrapConfig
+from prism_strategy.wrap_config import WrapConfig
 
 StrategyFile = WrapConfig
 """The old name: a strategy.toml's settings are a WrapConfig."""

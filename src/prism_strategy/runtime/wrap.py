@@ -1,9 +1,9 @@
 """`wrap(model, strategy, ...)`: apply a named strategy for real.
 
 `wrap()` composes the steps in a fixed order (torchtitan's parallelize_llama): check guardrails
--> activation checkpointing -> compile -> data parallelism (the strategy's engine: `Engine.apply`,
-runtime/apply.py) -> optimizer on the wrapped parameters. Its settings are one `WrapConfig`
-(specs/wrap_config.py), which is also what strategy.toml holds.
+-> activation checkpointing -> compile -> data parallelism (the strategy's engine: runtime/apply.py's
+wrap_<engine>) -> optimizer on the wrapped parameters. Its settings are one `WrapConfig`
+(wrap_config.py), which is also what strategy.toml holds.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from torch import nn
 
 from prism_strategy import rules
 from prism_strategy.rules import RuleFacts
-from prism_strategy.runtime.apply import (OptimizerFactory, _autocast_hooks, apply_ddp, apply_deepspeed,  # noqa: F401
-                                          apply_fsdp, deepspeed_config, wrap_ddp, wrap_deepspeed, wrap_fsdp)
+from prism_strategy.runtime.apply import WRAP_BY_ENGINE, OptimizerFactory, deepspeed_config  # noqa: F401
 from prism_strategy.runtime.blocks import BlockTypes, apply_checkpointing, apply_compile, checkpointed_count, find_blocks
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.job import Job
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.wrap_config import WrapConfig
+from prism_strategy.wrap_config import WrapConfig
 from prism_strategy.strategies import StrategySpec
+from prism_strategy.engines import engine_of
 
 
 def wrap(model: nn.Module, strategy: str | StrategySpec | None = None, *, ctx: DistContext, optimizer: OptimizerFactory,
@@ -109,8 +109,8 @@ def _wrap(model: nn.Module, config: WrapConfig, *, ctx: DistContext, optimizer: 
     if config.compile:
         apply_compile(model, blocks)
     # 3. data parallelism: the strategy's engine; 4. the optimizer (inside the engine's apply)
-    return spec.impl.apply(model, spec, ctx=ctx, optimizer=optimizer, summary=summary, config=config, blocks=blocks,
-                           ds_config=ds_config)
+    return WRAP_BY_ENGINE[spec.engine](model, spec, ctx, optimizer, summary, config=config, blocks=blocks,
+                                       ds_config=ds_config)
 
 
 # ----------------------------------------------------------------------------- guardrails
@@ -121,7 +121,7 @@ def situation(spec: StrategySpec, ctx: DistContext, *, compile: bool, static_gra
     return RuleFacts(device=ctx.device.type, backend=ctx.backend, compile=compile, multi_node=ctx.nodes > 1,
                      find_unused_parameters=find_unused_parameters, static_graph=static_graph, passes_device_id=False,
                      preloads_pil4dfs="libpil4dfs" in os.environ.get("LD_PRELOAD", ""),
-                     **spec.impl.facts(spec, has_blocks=has_blocks))
+                     **engine_of(spec).facts(spec, has_blocks=has_blocks))
 
 
 def enforce_guardrails(facts: RuleFacts) -> None:
@@ -149,7 +149,7 @@ def _validate(model: Any, ctx: Any, optimizer: Any) -> None:
 def _warn_ignored(spec: StrategySpec, config: WrapConfig) -> None:
     given = [n for n, v in (("static_graph", config.static_graph), ("find_unused_parameters", config.find_unused_parameters),
                             ("bucket_mb", config.bucket_mb), ("reduce_dtype", config.reduce_dtype))
-             if v and n not in spec.impl.options]
+             if v and n not in engine_of(spec).options]
     if given:
         warnings.warn(f"{', '.join(given)} do not apply to {spec.name} ({spec.engine}); ignored",
                       UserWarning, stacklevel=4)

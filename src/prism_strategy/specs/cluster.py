@@ -12,6 +12,29 @@ GiB = 1024**3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ComputeTerms:
+    """How the achievable fraction varies with the work (estimate/compute_shape.py): a matmul's
+    fraction rises with its smallest dimension, attention has its own, and the non-matmul kernels
+    of eager PyTorch are bound by memory bandwidth. Fitted per GPU (benchmarks/cuda_fit.py)."""
+
+    gemm_half_dim: float = 128.0
+    """A matmul whose smallest dimension (tokens per micro-batch, in or out width) is this reaches
+    half of `achievable_fraction`: fraction x d / (d + gemm_half_dim)."""
+    attention_ratio: float = 1.0
+    """Flash attention's sustained fraction of peak, relative to a large matmul's."""
+    elementwise_bytes: float = 0.0
+    """Bytes each non-matmul kernel moves per token, in units of hidden x compute-dtype bytes
+    (read + write); its time is bytes / hbm_bw_gbps. 0 = not modelled."""
+    fitted_on: str = ""
+    """The measurement set the terms were fitted to (data/measurements/NAME.toml), or empty."""
+
+    def __post_init__(self) -> None:
+        for f in ("gemm_half_dim", "attention_ratio", "elementwise_bytes"):
+            if getattr(self, f) < 0 or (f == "attention_ratio" and self.attention_ratio == 0):
+                raise SpecError(f"compute_terms.{f} must be > 0 (elementwise_bytes >= 0), got {getattr(self, f)}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PlatformSpec:
     """One node type. Every number has an entry in `sources` saying where it came from."""
 
@@ -31,7 +54,14 @@ class PlatformSpec:
     peak_tflops_bf16: float
     peak_tflops_fp32: float
     achievable_fraction: float = 0.5
-    """Sustained fraction of peak in a training step's matmuls."""
+    """Sustained fraction of peak in a training step's matmuls (with `compute_terms`: in a large
+    matmul; smaller ones and attention are scaled from it)."""
+    compute_terms: ComputeTerms | None = None
+    """Shape-dependent achievable fraction ([compute_terms] in the platform file); None = one
+    fraction for every FLOP."""
+    fit_platform: str = ""
+    """The fitted platform whose leave-one-out errors set this one's prediction ranges (data/fits);
+    empty = its own name. Another name means another GPU than the fit's (the range widens)."""
     kernel_launch_us: float = 5.0
     intra_bw_gbps: float
     """Per-rank bandwidth inside a node for topology-aware collectives, one way (GB/s)."""
@@ -66,6 +96,12 @@ class PlatformSpec:
     (caching allocator with varying batch shapes); estimate/memory_runtime.py."""
     activation_factor: float = 1.0
     """Measured / predicted saved-activation bytes; 1.0 until `prism-strategy calibrate` fits it."""
+    gpu_arch: Literal["", "volta", "ampere", "hopper", "blackwell"] = ""
+    """GPU generation: picks NCCL's per-generation tuning constants (data/nccl_tuning.toml)."""
+    nvlink_links: int = 0
+    """NVLinks per GPU (0: GPUs talk over PCI): the bandwidth NCCL's channel search can use."""
+    cpu_vendor: Literal["intel", "amd", "other"] = "intel"
+    """Host CPU: NCCL's network overhead per step (1 us Intel, 2 us AMD)."""
     compile_multinode_ok: bool = True
     cpu_cores_per_node: int = 0
     sources: dict[str, str] = field(default_factory=dict)
@@ -82,6 +118,8 @@ class PlatformSpec:
             raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
         if self.allocator_cache_factor < 0:
             raise SpecError(f"platform {self.name!r}: allocator_cache_factor must be >= 0, got {self.allocator_cache_factor}")
+        if self.nvlink_links < 0:
+            raise SpecError(f"platform {self.name!r}: nvlink_links must be >= 0, got {self.nvlink_links}")
         if any(v < 0 for v in self.grad_path_us_per_tensor.values()):
             raise SpecError(f"platform {self.name!r}: grad_path_us_per_tensor values must be >= 0")
         if not 0 <= self.comm_overlap <= 1:

@@ -1,8 +1,8 @@
 """The real model a traced estimate runs: built from a spec through transformers, or from a
 user's `module:function` factory, with its batch and its loss.
 
-Imported only by `estimate/traced.py` inside its functions (it imports torch at the top), so
-`import prism_strategy.planner` stays free of torch.
+Imported only by `traced/estimate.py` inside its functions (it imports torch at the top), so
+`import prism_strategy.planning.planner` stays free of torch.
 
 Conventions, each the same as the training step the trace stands for:
 - Decoders (a TransformerSpec, or a MultimodalSpec without vision) are transformers'
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_strategy.estimate.parts import image_tokens
+from prism_strategy.specs.parts import image_tokens
 from prism_strategy.runtime.blocks import find_blocks
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf import to_hf_config

@@ -28,8 +28,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from prism_strategy.engines import engine_of
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import check_options
+from prism_strategy.strategies import get_strategy
 
 ENV_VAR = "PRISM_STRATEGY_FILE"
 """The launchers `emit` writes export it: wrap_from_file() with no path reads it."""
@@ -69,8 +71,6 @@ class WrapConfig:
     """DeepSpeed only: the ds_config JSON (relative to strategy.toml in the file)."""
 
     def __post_init__(self) -> None:
-        from prism_strategy.strategies import get_strategy
-
         if not isinstance(self.strategy, str):
             raise SpecError(f"strategy must be a strategy name (str), got {type(self.strategy).__name__}")
         spec = get_strategy(self.strategy)
@@ -90,14 +90,12 @@ class WrapConfig:
                 raise SpecError(f"{name} must be a positive integer, got {v!r}")
         if not _is_int(self.grad_accum) or self.grad_accum < 1:
             raise SpecError(f"grad_accum must be a positive integer, got {self.grad_accum!r}")
-        if self.ds_config is not None and spec.impl.config_file is None:
+        if self.ds_config is not None and engine_of(spec).config_file is None:
             raise SpecError(f"ds_config is only for zero* strategies, not {self.strategy}; remove it")
 
     @property
     def spec(self):
         """The registered strategy with this config's bucket size and reduce dtype."""
-        from prism_strategy.strategies import get_strategy
-
         return get_strategy(self.strategy).with_options(bucket_mb=self.bucket_mb, reduce_dtype=self.reduce_dtype)
 
     def with_changes(self, **kw: Any) -> "WrapConfig":

@@ -1,7 +1,7 @@
 """One traced session: a fake process group of the target world, FakeTensorMode, the model
 wrapped as `wrap()` wraps it, and full training steps run under torch's memory trackers.
 
-Imported only inside `estimate/traced.py` functions (it imports torch at the top).
+Imported only inside `traced/estimate.py` functions (it imports torch at the top).
 
 Order (each step avoids a pitfall seen with torch 2.13 on CPU):
 1. fake process group (rank 0 of `world`) and the device mesh, *outside* fake mode;
@@ -34,14 +34,16 @@ from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPStat
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils._pytree import tree_map_only
 
-from prism_strategy.estimate.traced_model import BuiltModel, default_dtype, eager_hf_masks
+from prism_strategy.traced.model import BuiltModel, default_dtype, eager_hf_masks
 from prism_strategy.runtime.blocks import apply_checkpointing, find_blocks
 from prism_strategy.runtime.dist import DistContext
-from prism_strategy.runtime.wrap import _autocast_hooks, wrap
+from prism_strategy.runtime.apply import _autocast_hooks
+from prism_strategy.runtime.wrap import wrap
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec
+from prism_strategy.engines import engine_of
 
 _TOTAL = "Total"
 # Tracker categories -> the analytic model's keys (estimate/memory.py KEYS).
@@ -209,7 +211,7 @@ class TraceSession:
     """
 
     def __init__(self, build, training: TrainingSpec, layout: Layout, strategy: StrategySpec) -> None:
-        if strategy.impl.trace == "analytic":
+        if engine_of(strategy).traced_with == "analytic":
             raise SpecError(f"{strategy.name}: {strategy.engine} cannot run under fake tensors; use the analytic estimate")
         self._build, self.training, self.layout, self.strategy = build, training, layout, strategy
         self._stack = contextlib.ExitStack()
@@ -231,8 +233,8 @@ class TraceSession:
         self._stack.close()
 
     def _setup(self) -> None:
-        fsdp = self.strategy.impl.trace == "fake_pg"
-        if fsdp:
+        fake_pg = engine_of(self.strategy).traced_with == "fake_pg"
+        if fake_pg:
             ctx = _fake_context(self.layout, self.strategy.hybrid)
             self._stack.callback(dist.destroy_process_group)
         self._stack.enter_context(warnings.catch_warnings())
@@ -243,7 +245,7 @@ class TraceSession:
             self._stack.enter_context(default_dtype(torch.bfloat16))
         self.built = self._build()
         model, t = self.built.module, self.training
-        if fsdp:
+        if fake_pg:
             _materialise(model)
             job = wrap(model, self.strategy, ctx=ctx, optimizer=optimizer_factory(t),
                        block_types=self.built.block_types, mixed_precision=mixed_precision_for(t), ckpt_freq=t.ckpt_freq)
@@ -274,7 +276,7 @@ class TraceSession:
     def measure(self, micro_batch: int) -> Peak:
         """Peak tracked bytes of one full training step at this micro-batch."""
         assert self.model is not None
-        if self.strategy.impl.trace == "fake_pg":
+        if engine_of(self.strategy).traced_with == "fake_pg":
             tracker: Any = _FSDPPeakTracker(self.model, self.optimizer)
             tracker.grad_category = "Sharded Grad"
         else:

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
-from prism_strategy.estimate.parts import Part
+from prism_strategy.estimate.ranges import max_measured_nodes
+from prism_strategy.specs.parts import Part
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.strategies import all_strategies, get_strategy
+from prism_strategy.engines import engine_of
 
 if TYPE_CHECKING:
-    from prism_strategy.planner import Option
-    from prism_strategy.scenario import Scenario
+    from prism_strategy.planning.planner import Option
+    from prism_strategy.planning.scenario import Scenario
 
 TIE = 0.10
 """Options within 10% of the best predicted throughput are tied: an uncalibrated prediction is not
@@ -24,7 +26,7 @@ sits in the band of the named faster one and why it won."""
 
 def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str | None:
     s = get_strategy(o.strategy)
-    if not s.impl.unit_wrapped:
+    if not engine_of(s).unit_wrapped:
         return None
     root = estimate_memory(parts, sc.training, sc.platform, sc.layout, s, o.micro_batch, wrap="root")
     extra = (root.total - o.memory.total) / GiB
@@ -52,10 +54,10 @@ def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
         notes.append(n)
     if (n := _loss_note(o)) is not None:
         notes.append(n)
-    if "static_graph" in s.impl.options and sc.model.mode != "e2e":
+    if engine_of(s).declares_static_graph and sc.model.mode != "e2e":
         notes.append(f"only the {sc.model.trainable_params / 1e6:.1f}M trainable params are all-reduced; "
                      "static_graph=True when every batch uses the same modalities")
-    if (n := s.impl.precision_note(t.precision)) is not None:
+    if (n := engine_of(s).precision_note(t.precision)) is not None:
         notes.append(n)
     if o.comm is not None and o.comm_s > 0:
         links = sorted({c.link for c in o.comm.collectives if c.seconds_per_step > 0})
@@ -163,6 +165,8 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
     if runner is not None:
         reasons.append(f"next below it: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
                        f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}")
+    if (overlap := _range_reason(sc, pick, best if best is not pick else runner)) is not None:
+        reasons.append(overlap)
     return pick.strategy, reasons + infeasible, warnings
 
 
@@ -176,7 +180,7 @@ def _blocking_rules(sc: "Scenario", options: list["Option"]) -> dict[str, Any]:
     for o in options:
         s = get_strategy(o.strategy)
         facts = RuleFacts(device=sc.platform.device, backend=sc.platform.backend, compile=sc.training.compile,
-                          multi_node=sc.layout.multi_node, **s.impl.facts(s))
+                          multi_node=sc.layout.multi_node, **engine_of(s).facts(s))
         per_option.append({v.rule.id: v.rule for v in check(facts) if v.rule.blocks})
     if not per_option or not all(per_option):
         return {}
@@ -208,6 +212,27 @@ def _grouped_reasons(infeasible: list["Option"], total: int) -> list[str]:
         groups.setdefault(o.why_not or "", []).append(o.strategy)
     return [f"{'every option' if len(names) == total and total > 1 else ', '.join(names)}: {why}"
             for why, names in groups.items()]
+
+
+def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str | None:
+    """Say when the rival's predicted throughput lies inside the pick's range (the ranking between
+    them is not decided by the model), and what to measure to decide it."""
+    if rival is None or pick.samples_per_s_range is None:
+        return None
+    lo, hi = pick.samples_per_s_range
+    if not lo <= rival.samples_per_s <= hi:
+        return None
+    lay = sc.layout
+    if lay.nodes > max_measured_nodes(sc.platform):
+        how = (f"measure their collectives at this scale: prism-strategy commbench --model {sc.model.backbone.name} "
+               f"--strategies {pick.strategy},{rival.strategy} --nproc {lay.world} "
+               f"--ranks-per-node {lay.ranks_per_node} "
+               f"(emit writes commbench.pbs / commbench.sbatch for {lay.nodes} nodes)")
+    else:
+        how = (f"run both on one node: prism-strategy bench --model {sc.model.backbone.name} --strategies "
+               f"{pick.strategy},{rival.strategy} --nproc {lay.ranks_per_node} --platform {sc.platform.name}")
+    return (f"{rival.strategy}'s {rival.samples_per_s:.2f} samples/s lies inside {pick.strategy}'s predicted range "
+            f"({lo:.2f}-{hi:.2f}, provenance.range): the model cannot rank these two; {how}")
 
 
 def _warnings(sc: "Scenario") -> list[str]:

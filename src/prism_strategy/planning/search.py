@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from prism_strategy.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
-    from prism_strategy.planner import Option
-    from prism_strategy.scenario import Scenario
+    from prism_strategy.planning.planner import Option
+    from prism_strategy.planning.scenario import Scenario
     from prism_strategy.strategies import StrategySpec
 
 MAX_MICRO_BATCH_SHOWN = 4096

@@ -5,7 +5,7 @@ The model (transformers from a spec or a config.json, or a user's `module:functi
 built under `FakeTensorMode` and run for full training steps (forward, loss, backward,
 optimizer step) with a fake process group of the target world size and mesh, and with the
 wrapping, mixed precision and activation checkpointing `wrap()` applies; torch's
-`FSDPMemTracker` / `MemTracker` account every tensor (estimate/traced_run.py has the details).
+`FSDPMemTracker` / `MemTracker` account every tensor (traced/run.py has the details).
 
 - fsdp_full_shard, fsdp_shard_grad_op, hsdp_*: traced directly (the real `wrap()` under a fake
   process group; this process plays rank 0).
@@ -22,7 +22,7 @@ Fake tensors run the meta kernels, which allocate what the fused GPU/XPU kernels
 runs the composite `_chunk_cat` for FSDP's reduce-scatter copy-in and gloo's reduce-scatter,
 whose extra copies at the end of backward the trace does not see (README, traced estimates).
 
-Nothing here imports torch at module level: `import prism_strategy.planner` stays torch-free.
+Nothing here imports torch at module level: `import prism_strategy.planning.planner` stays torch-free.
 """
 
 from __future__ import annotations
@@ -34,13 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prism_strategy.estimate.memory import KEYS, MemoryEstimate, estimate_memory, max_micro_batch
-from prism_strategy.estimate.parts import model_parts
-from prism_strategy.estimate.traced_search import find_max_micro_batch
+from prism_strategy.specs.parts import model_parts
+from prism_strategy.traced.search import find_max_micro_batch
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec, get_strategy
+from prism_strategy.engines import engine_of
 
 ModelSource = MultimodalSpec | TransformerSpec | str | Callable[[], Any]
 TOLERANCE = 0.15
@@ -55,7 +56,7 @@ ANALYTIC_METHOD = "analytic ({engine} cannot be traced): estimate/memory.py, {op
 
 
 def _analytic_method(s: StrategySpec) -> str:
-    return ANALYTIC_METHOD.format(engine=s.impl.title, options=s.impl.describe(s))
+    return ANALYTIC_METHOD.format(engine=engine_of(s).title, options=engine_of(s).describe(s))
 
 
 class TraceError(SpecError):
@@ -140,7 +141,7 @@ def search_max_micro_batch(model_spec: ModelSource, training: TrainingSpec, layo
                            device: str = "cpu") -> MicroBatchSearch:
     """Largest micro-batch whose traced peak + reserve_bytes <= usable_bytes, by bisection
     seeded with `seed` (default: the analytic max micro-batch) over traced steps of one model
-    build; at most `max_traces` traced steps (see estimate/traced_search.py)."""
+    build; at most `max_traces` traced steps (see traced/search.py)."""
     opt = trace_option(model_spec, training, layout, strategy, None, usable_bytes=usable_bytes,
                        reserve_bytes=reserve_bytes, seed=seed, max_traces=max_traces, cap=cap, device=device)
     assert opt.search is not None
@@ -165,7 +166,7 @@ def trace_option(model_spec: ModelSource, training: TrainingSpec, layout: Layout
         _check_micro_batch(micro_batch)
     if micro_batch is None and usable_bytes is None:
         raise SpecError("give a micro_batch, a usable_bytes budget to search under, or both")
-    if s.impl.trace == "analytic":
+    if engine_of(s).traced_with == "analytic":
         return _analytic_option(model_spec, training, layout, s, micro_batch, usable_bytes, reserve_bytes, cap)
     spec, factory, name = _as_source(model_spec)
     session = _session(spec, factory, name, training, layout, s, device)
@@ -254,7 +255,7 @@ def _as_source(model_spec: ModelSource) -> tuple[MultimodalSpec | None, Callable
         return MultimodalSpec(backbone=model_spec), None, model_spec.name
     if isinstance(model_spec, str):
         if ":" in model_spec and not model_spec.endswith((".json", ".toml")):
-            from prism_strategy.estimate.traced_model import resolve_factory
+            from prism_strategy.traced.model import resolve_factory
 
             return None, resolve_factory(model_spec), model_spec
         spec = load_model(model_spec)
@@ -270,8 +271,8 @@ def _session(spec: MultimodalSpec | None, factory: Callable[[], Any] | None, nam
     if device != "cpu":
         raise SpecError(f"device={device!r}: traces run on the fake 'cpu' device (a fake 'cuda' fails in backward "
                         "without a GPU); tensor bytes are the same on any device")
-    from prism_strategy.estimate import traced_model
-    from prism_strategy.estimate.traced_run import TraceSession
+    from prism_strategy.traced import model as traced_model
+    from prism_strategy.traced.run import TraceSession
 
     if spec is not None:
         build = lambda: traced_model.build_from_spec(spec, training, init=False)  # noqa: E731
@@ -306,9 +307,9 @@ def _measure(session: Any, micro_batch: int) -> Any:
 
 def _from_peak(peak: Any, strategy: StrategySpec, micro_batch: int, method: str, seconds: float,
                what: str) -> TracedMemory:
-    from prism_strategy.estimate.traced_run import PLAIN_KEYS, fsdp_key_map
+    from prism_strategy.traced.run import PLAIN_KEYS, fsdp_key_map
 
-    keymap = fsdp_key_map(strategy) if strategy.impl.trace == "fake_pg" else PLAIN_KEYS
+    keymap = fsdp_key_map(strategy) if engine_of(strategy).traced_with == "fake_pg" else PLAIN_KEYS
     by_key = dict.fromkeys(KEYS, 0.0)
     for cat, b in peak.categories.items():
         by_key[keymap.get(cat, "buffers")] += b
@@ -319,7 +320,7 @@ def _from_peak(peak: Any, strategy: StrategySpec, micro_batch: int, method: str,
 
 def _method(strategy: StrategySpec, layout: Layout, spec: MultimodalSpec | None) -> str:
     extra = "; vision + projector + backbone built whole" if spec is not None and spec.vision is not None else ""
-    if strategy.impl.trace == "single_process":
+    if engine_of(strategy).traced_with == "single_process":
         return ("traced single process + DDP bucket copy (DDP cannot run on fake tensors; grads counted as its "
                 f"persistent gradient_as_bucket_view buckets), MemTracker{extra}")
     mesh = f"{layout.nodes}x{layout.ranks_per_node}" if strategy.hybrid else f"{layout.world}"
@@ -348,7 +349,7 @@ def _spec_for_analytic(model_spec: ModelSource) -> MultimodalSpec:
         return spec
     import torch
 
-    from prism_strategy.estimate.traced_model import call_factory
+    from prism_strategy.traced.model import call_factory
     from prism_strategy.specs.presets import spec_from_module
 
     with torch.device("meta"):
