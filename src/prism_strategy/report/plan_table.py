@@ -74,9 +74,9 @@ OPTION_COLUMNS = [
     Column(header="largest items (GiB)", drop=8, max_width=36), Column(header="max mb", justify="right", drop=7),
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"),
     Column(header="accum", justify="right"), Column(header="global", justify="right"),
-    Column(header="step s", justify="right", drop=3), Column(header="samples/s", justify="right"),
-    Column(header="range", justify="right", drop=4),
-    Column(header="tok/s/dev", justify="right", drop=2), Column(header="MFU", justify="right", drop=1),
+    Column(header="step s", justify="right", drop=4), Column(header="samples/s", justify="right"),
+    Column(header="range", justify="right", drop=2),
+    Column(header="tok/s/dev", justify="right", drop=3), Column(header="MFU", justify="right", drop=1),
     Column(header="comm", justify="right"), Column(header="bound", drop=6), Column(header="eff", justify="right", drop=5),
     Column(header="note"),
 ]
