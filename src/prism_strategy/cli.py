@@ -342,6 +342,8 @@ def ceiling(
         from prism_strategy.report.bench_tables import ceiling_lines
 
         typer.echo("\n".join(ceiling_lines(data, max_micro_batch)))
+    if c.ceiling == 0:  # a valid question with a negative answer: even micro-batch 1 does not run
+        raise typer.Exit(1)
 
 
 results_app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,

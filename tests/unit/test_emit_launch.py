@@ -132,9 +132,13 @@ def test_refusals_are_one_line_spec_errors(tmp_path, changes, match):
     assert "\n" not in str(err.value)
 
 
-def test_compile_is_allowed_on_one_xpu_node_and_on_cuda(tmp_path):
-    emit_files(EmitRequest(strategy="fsdp_full_shard", platform="aurora", nodes=1, compile=True), tmp_path)
-    emit_files(EmitRequest(strategy="ddp", platform="dgx-h100", nodes=4, compile=True), tmp_path)
+@pytest.mark.parametrize(("strategy", "platform", "nodes"), [("fsdp_full_shard", "aurora", 1), ("ddp", "dgx-h100", 4)])
+def test_compile_is_emitted_on_one_xpu_node_and_on_cuda(tmp_path, strategy, platform, nodes):
+    # xpu-multinode-compile (rules.toml, PRISM) is about several XPU nodes only: one XPU node and
+    # any CUDA job keep compile, and the runtime reads it back from strategy.toml
+    out = emit(tmp_path / "out", strategy=strategy, platform=platform, nodes=nodes, compile=True)
+    f = read_strategy_file(out / "strategy.toml")
+    assert (f.strategy, f.compile) == (strategy, True)
 
 
 @pytest.mark.parametrize(("strategy", "kw", "expected"), [

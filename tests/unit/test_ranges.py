@@ -47,6 +47,15 @@ def test_beyond_the_measured_nodes_the_range_widens_with_the_comm_share():
     assert line is not None and "commbench" in line and "--nproc 512" in line
 
 
+def test_strategies_that_differ_across_nodes_are_not_sent_to_a_one_node_bench():
+    # make run's scenario: fsdp and hsdp shard_grad_op are one strategy on one node (the same
+    # 1-D shard group), so only a run at the plan's layout can rank them
+    p = plan("qwen3-0.6b", platform="aurora", nodes=2, seq_len=512, micro_batch=8)
+    line = next((r for r in p.reasons if "inside" in r), None)
+    assert line is not None and "commbench" in line and "--nproc 24 --ranks-per-node 12" in line
+    assert "one node" not in line
+
+
 def test_an_uncalibrated_preset_takes_the_pre_fit_error_of_its_device():
     (o, *_) = plan("qwen3-0.6b", platform="polaris", nodes=1, seq_len=512).options
     assert _halfwidth(o) == pytest.approx(uncalibrated_halfwidth("cuda"))

@@ -223,9 +223,10 @@ def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str
     if not lo <= rival.samples_per_s <= hi:
         return None
     lay = sc.layout
-    if lay.nodes > max_measured_nodes(sc.platform):
-        how = (f"measure their collectives at this scale: prism-strategy commbench --model {sc.model.backbone.name} "
-               f"--strategies {pick.strategy},{rival.strategy} --nproc {lay.world} "
+    if lay.multi_node:  # what sets them apart crosses nodes: one node cannot decide it
+        beyond = " (beyond the nodes the fit measured)" if lay.nodes > max_measured_nodes(sc.platform) else ""
+        how = (f"measure their collectives at this scale{beyond}: prism-strategy commbench --model "
+               f"{sc.model.backbone.name} --strategies {pick.strategy},{rival.strategy} --nproc {lay.world} "
                f"--ranks-per-node {lay.ranks_per_node} "
                f"(emit writes commbench.pbs / commbench.sbatch for {lay.nodes} nodes)")
     else:
