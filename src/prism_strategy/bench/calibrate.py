@@ -56,6 +56,8 @@ def bounds_for(base: PlatformSpec, name: str) -> tuple[float, float]:
         hi = min(hi, v * b["max_vs_preset"])
     if datasheet and "max_vs_spec" in b:
         hi = min(hi, v * b["max_vs_spec"])
+    if datasheet and "min_vs_spec" in b:
+        lo = max(lo, v * b["min_vs_spec"])
     if "max_vs_memory" in b:
         hi = min(hi, base.memory_gib * b["max_vs_memory"])
     return lo, hi

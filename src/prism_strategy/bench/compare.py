@@ -36,12 +36,15 @@ def _memory(r: Result, predicted_bytes: float) -> tuple[dict[str, float], dict[s
     return {"memory_gib": pred}, {"memory_gib": _gib(r.measured.get("peak_memory_bytes"))}
 
 
-def _rates(p: dict[str, Any], measured_samples_per_s: float | None = None) -> dict[str, float | None]:
+PREDICTED = object()
+
+
+def _rates(p: dict[str, Any], measured_samples_per_s: Any = PREDICTED) -> dict[str, float | None]:
     """Tokens/s per device and MFU: predicted, or of the measured samples/s (the same tokens and
-    model FLOPs per sample, estimate/compute.py, against the same peak)."""
+    model FLOPs per sample, estimate/compute.py, against the same peak; None when none was measured)."""
     if "mfu" not in p:
         return {}
-    if measured_samples_per_s is None:
+    if measured_samples_per_s is PREDICTED:
         return {"tokens_per_s_per_device": p["tokens_per_s_per_device"], "mfu": p["mfu"]}
     scale = measured_samples_per_s / p["samples_per_s"] if measured_samples_per_s and p["samples_per_s"] else None
     return {k: None if scale is None else p[k] * scale for k in ("tokens_per_s_per_device", "mfu")}
