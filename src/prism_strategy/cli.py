@@ -130,7 +130,8 @@ def plan(
                                                 "auto = fastest that fits, per option")] = "auto",
     precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
     optimizer: Annotated[str, typer.Option(help="adamw | sgd")] = "adamw",
-    vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset (adds it and a projector)")] = None,
+    vision: Annotated[Optional[str], typer.Option(
+        help="Vision encoder: preset or path to a config.json (SigLIP, CLIP); adds it and a projector")] = None,
     image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile on")] = False,
     ranks_per_node: Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")] = None,
@@ -142,16 +143,21 @@ def plan(
                                                            "reduce/allgather bucket (default: 25)")] = None,
     reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed "
                                                           "communication_data_type (default: engine's)")] = None,
+    db: Annotated[Optional[str], typer.Option(help="Results store whose measured collective curves (commbench, "
+                                                   "imported nccl-tests / oneCCL logs) price matching collectives; "
+                                                   "default: the user's store")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
+    from prism_strategy.bench.curves import curves_for
     from prism_strategy.planning.planner import plan as make_plan, plan_dict
+    from prism_strategy.specs.presets import load_platform
 
     p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
                   micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, ckpt_freq=ckpt_freq,
                   precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens, compile=compile,
                   ranks_per_node=ranks_per_node, calibration=calibration, traced=traced, sweep_nodes=sweep_nodes,
-                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype)
+                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, comm_curves=curves_for(db, load_platform(platform).name))
     if markdown is not None:
         from prism_strategy.report.markdown import write_markdown
 
@@ -361,6 +367,8 @@ def results(
     out: Annotated[Optional[str], typer.Option(help="Write the export here instead of stdout")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output: the store (path, journal mode and why) "
                                                           "and its results")] = False,
+    curves: Annotated[bool, typer.Option("--curves", help="List the measured collective curves instead "
+                                                          "(commbench runs, imported nccl-tests / oneCCL logs)")] = False,
 ) -> None:
     """List stored results; export them as CSV or JSON. `results import` adds runs measured elsewhere."""
     from pathlib import Path
@@ -369,6 +377,12 @@ def results(
     from prism_strategy.report.bench_tables import WIDTH, print_table, results_table, store_line
 
     if ctx.invoked_subcommand is not None:
+        return
+    if curves:
+        from prism_strategy.bench.curves import stored_curves
+        from prism_strategy.report.commbench_table import curves_table
+
+        print_table(curves_table(stored_curves(_existing_store(db), platform)), WIDTH)
         return
     store = _existing_store(db)
     rows = store.query(platform=platform)
@@ -413,9 +427,16 @@ def results_import(
     precision: Annotated[Optional[str], Opt(help="bf16-mixed | bf16-pure | fp32")] = None,
     timing: Annotated[str, Opt(help="PRISM [TIMING] lines: running (means since the last reset, PRISM's "
                                     "trainer), interval (means since the previous line) or auto")] = "auto",
+    log_format: Annotated[Optional[str], Opt("--format", help="nccl-tests | oneccl-benchmark: PATH is a "
+                                             "collective benchmark's output (needs --platform, --nodes)")] = None,
+    ranks_per_node: Annotated[Optional[int], Opt(help="Collective logs: ranks per node (default: the log's "
+                                                     "ranks / --nodes)")] = None,
     db: Db = None, json_out: Annotated[bool, Opt("--json", help="Machine output: the stored result")] = False,
 ) -> None:
     """Store a run measured elsewhere (flags win over what the log says), or a published set.
+
+    With --format nccl-tests or oneccl-benchmark, PATH is a collective benchmark's output: its
+    times per size are stored as a measured curve, and `plan` prices that collective with it.
 
     Steady state: the first 10% of logged windows (at least 1) are warm-up; then windows beyond
     median +/- 3 x max(1.4826 MAD, 2% of median) are outliers. Both are dropped and counted.
@@ -425,6 +446,20 @@ def results_import(
 
     if (path is None) == (published is None):
         raise SpecError("give either a PATH to a log or --published NAME (e.g. aurora-prism), not both")
+    if log_format is not None:
+        from prism_strategy.bench.curves import import_collective_log
+
+        if path is None or platform is None:
+            raise SpecError(f"--format {log_format} imports a log: give its PATH and --platform")
+        done = import_collective_log(path, log_format, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
+                                     store=Store(db))
+        if json_out:
+            _print_json(done)
+        else:
+            typer.echo(f"{done['action']} {done['points']} {done['format']} {done['op']} points "
+                       f"({done['bytes_min']:.0f}..{done['bytes_max']:.0f} B) for {done['platform']} "
+                       f"{done['nodes']}x{done['ranks_per_node']} ranks; plan prices {done['op']} with them")
+        return
     if published is not None:
         from prism_strategy.bench.importers.published_records import import_published
         from prism_strategy.report.bench_tables import published_lines
@@ -712,6 +747,44 @@ def census(
         _print_json(report.as_dict())
     else:
         print_census(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@cli_errors
+def commbench(
+    model: BenchModel = "tiny-llama",
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard",
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
+    seq_len: Annotated[int, typer.Option()] = 32, grad_accum: Annotated[int, typer.Option()] = 1,
+    precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed | bf16-pure")] = "bf16-mixed",
+    bucket_mb: Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")] = None,
+    reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")] = None,
+    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per strategy")] = 300,
+    launched: Annotated[bool, typer.Option("--launched", help="This process is one of --nproc ranks a scheduler "
+                                                              "started (emit's commbench.pbs / .sbatch)")] = False,
+    db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Replay each strategy's collectives of one step (no model compute) on the real backend;
+    time each kind, store it, and show it beside the link model's prediction."""
+    from prism_strategy.bench.commbench import commbench_base, run_commbench, run_launched
+    from prism_strategy.bench.store import Store
+    from prism_strategy.report.commbench_table import print_commbench
+    from prism_strategy.specs.presets import load_platform
+    from prism_strategy.strategies import parse_strategies
+
+    names = [s.name for s in parse_strategies(strategies)]
+    base = commbench_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
+                          seq_len=seq_len, grad_accum=grad_accum, precision=precision, bucket_mb=bucket_mb,
+                          reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+    report = (run_launched if launched else run_commbench)(base, names, load_platform(platform), Store(db))
+    if report is None:  # a rank other than 0 of a launched run: rank 0 reports
+        return
+    if json_out:
+        _print_json(report.as_dict())
+    else:
+        print_commbench(report)
     if not report.ok:
         raise typer.Exit(1)
 

@@ -23,7 +23,7 @@ def test_emit_writes_the_files_and_summarises_them(tmp_path):
                  "--account", "proj", "--script", "train.py", "--", "--lr", "1e-4", "--name", "a b")
     assert res.exit_code == 0, res.output
     written = sorted(p.name for p in out.iterdir())
-    assert written == ["ds_config.json", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]
+    assert written == ["commbench.pbs", "ds_config.json", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]
     for name in written:
         assert name in res.output
     assert "exec python3 train.py --lr 1e-4 --name \"a b\"" in (out / "launch.pbs").read_text()
@@ -36,7 +36,8 @@ def test_emit_json_summary_and_options(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["strategy"] == "ddp" and data["ranks_per_node"] == 8 and data["env_profile"] == "cuda-nccl"
-    assert [f["name"] for f in data["files"]] == ["env.sh", "launch.slurm", "torchrun.sh", "strategy.toml"]
+    assert [f["name"] for f in data["files"]] == ["env.sh", "launch.slurm", "commbench.sbatch", "torchrun.sh",
+                                                  "strategy.toml"]
     toml = (out / "strategy.toml").read_text()
     for line in ("static_graph = true", 'mixed_precision = "none"', "ckpt_freq = 2", "compile = true"):
         assert line in toml.splitlines()

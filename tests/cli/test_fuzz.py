@@ -64,6 +64,19 @@ def _write_inputs(d: Path) -> dict[str, str]:
     for name, change in variants.items():
         put(f"cfg_{name}/config.json", json.dumps({**base, **change}))
     put("cfg_missing/config.json", json.dumps({"model_type": "llama"}))
+    families = {"moe_k_over": {"model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3},
+                "moe_step0": {"model_type": "qwen2_moe", "decoder_sparse_step": 0},
+                "moe_only_str": {"model_type": "qwen3_moe", "mlp_only_layers": "all"},
+                "moe_all_dense": {"model_type": "qwen2_moe", "mlp_only_layers": [0, 1]},
+                "moe_neg": {"model_type": "olmoe", "num_experts": -1},
+                "gpt2_cross": {"model_type": "gpt2", "add_cross_attention": True},
+                "gemma_pattern0": {"model_type": "gemma2", "sliding_window_pattern": 0, "sliding_window": "wide"},
+                "gemma3_wrapped": {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "head_dim": 0}},
+                "clip_list": {"model_type": "clip_vision_model", "image_size": [336, 336]},
+                "clip_tiny": {"model_type": "clip", "vision_config": {"image_size": 4, "patch_size": 14}},
+                "unknown": {"model_type": "mamba"}, "no_type": {"model_type": None}}
+    for name, change in families.items():
+        put(f"cfg_{name}/config.json", json.dumps({**base, **change}))
     put("bad.toml", "[[[ not toml")
     put("types.toml", 'name = 1\ndevices_per_node = "many"\npeak_tflops = -5\n')
     put("empty.toml", "")
@@ -144,7 +157,7 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
     return {
         "plan": {**common_plan, "--global-batch": num + ["7"], "--optimizer": names + ["sgd"],
                  "--image-tokens": num, "--sweep-nodes": num + ["1,2,x", ",", "1,,2", "0,1", "-1", "1,2,4"],
-                 "--calibration": paths + names + ["none", "auto"], "--json": []},
+                 "--calibration": paths + names + ["none", "auto"], "--db": db, "--json": []},
         "estimate": {k: [x for x in v if _must_fail_estimate(k, x)] for k, v in {**common_plan, "--strategy": names}.items()},
         "emit": {"--strategy": names + ["zero3", "fsdp_full_shard"], "--platform": platform,
                  "--nodes": num + ["4", "600"], "--ranks-per-node": num + ["6", "13"], "--env-profile": names + paths + ["cpu-gloo"],
@@ -162,7 +175,7 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
         "analyze": {"PATH": logs + paths + HOSTILE, "--plot": paths + [str(out / "t.png"), f["binary.bin"]],
                     "--json": []},
         "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths,
-                    "--json": []},
+                    "--json": [], "--curves": []},
         "compare": {"--db": db, "--calibration": paths + names + ["none"], "--json": []},
         "calibrate": {"--platform": platform, "--db": db, "--out": paths, "--json": []},
         "report": {"--out": paths + [f["text.txt"], f["binary.bin"]], "--db": db, "--model": names + cfgs + paths,

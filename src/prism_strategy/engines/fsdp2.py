@@ -56,7 +56,7 @@ def fsdp_units(parts: tuple[Part, ...], shards: int, wrap: str) -> list[Unit]:
     for p in parts:
         pm = part_modules(p)
         head_rest = pm.head[1:] if pm.head_unit else []
-        groups = [(pm.embed, pm.embed_unit)] + [(pm.block, True)] * pm.layers
+        groups = [(pm.embed, pm.embed_unit)] + [(b, True) for b in pm.blocks]
         groups += [(pm.head[:1] if pm.head_unit else pm.head, False), (head_rest, True)]
         for modules, unit in groups:
             if not modules:
@@ -91,6 +91,7 @@ class FSDP2Engine(Engine):
     traced_with = "fake_pg"
     options = ("reduce_dtype",)
     unit_wrapped = True
+    world_on_mesh = True
 
     def states(self, parts, t, s, layout) -> Rows:
         return sharded_states(parts, t, s, layout)

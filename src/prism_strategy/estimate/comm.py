@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from prism_strategy.engines import StepCollective, step_collectives
+from prism_strategy.estimate.comm_measured import measured_seconds
 from prism_strategy.estimate.comm_nccl import nccl_choice
 from prism_strategy.estimate.comm_oneccl import oneccl_seconds
 from prism_strategy.specs.parts import Part
@@ -147,6 +148,9 @@ def price(c: StepCollective, layout: Layout, p: PlatformSpec) -> CollectiveCost:
     """Seconds per step of one kind of collective: calls x the time of one call."""
     ranks, nodes, conc = group_geometry(c.group, layout)
     one, algorithm = collective_call(c.op, c.bytes_per_call, ranks, nodes, conc, p)
+    hit = measured_seconds(p.measured_collectives, c.op, c.bytes_per_call, ranks, nodes, conc)
+    if hit is not None:  # a matching measured curve wins (estimate/comm_measured.py)
+        one, algorithm = hit.seconds, f"measured: {hit.curve.label} {hit.curve.shape} ({hit.how})"
     link = "intra-node" if nodes == 1 else ("inter-node" if ranks == nodes else "spans nodes")
     return CollectiveCost(op=c.op, group=c.group, link=link, ranks=ranks, bytes_per_call=c.bytes_per_call,
                           calls_per_step=c.calls, seconds_per_step=one * c.calls, overlappable=c.overlappable,

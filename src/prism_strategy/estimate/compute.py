@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from prism_strategy.estimate import families
 from prism_strategy.estimate.memory import checkpointed_blocks
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import PlatformSpec
@@ -66,13 +67,14 @@ def block_kernels(spec: TransformerSpec, compiled: bool = False) -> BlockKernels
     """Kernels of one block's forward, from its structure: 2 norms (+ q/k norms), q/k/v/o GEMMs,
     rope (decoders), attention, MLP GEMMs and activation (+ SwiGLU's gate product), residual adds."""
     gemms = 4 + (3 if spec.mlp == "swiglu" else 2)
+    extra, extra_gemms = families.extra_block_kernels(spec, compiled)  # Gemma's norms, MoE routing
     if compiled:
-        return BlockKernels(kernels=gemms + ATTENTION_KERNELS, gemms=gemms)
+        return BlockKernels(kernels=gemms + ATTENTION_KERNELS + extra, gemms=gemms + extra_gemms)
     n = 2 * NORM_KERNELS[spec.norm] + (0 if spec.qk_norm == "none" else 2 * NORM_KERNELS["rmsnorm"])
     n += gemms + ATTENTION_KERNELS + RESIDUAL_KERNELS + (2 if spec.mlp == "swiglu" else 1)
     if spec.kind == "decoder":
         n += ROPE_KERNELS + (GQA_KERNELS if spec.kv_heads < spec.heads else 0)
-    return BlockKernels(kernels=n, gemms=gemms)
+    return BlockKernels(kernels=n + extra, gemms=gemms + extra_gemms)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -133,6 +135,8 @@ def block_gemms(spec: TransformerSpec) -> tuple[tuple[int, int], ...]:
     """(in, out) widths of each block matmul in forward order: q, k, v, o, then SwiGLU's gate
     (w1), up (w3), down (w2), as torchtitan's `w2(silu(w1(x)) * w3(x))` runs them, or GELU's up, down."""
     h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.ffn
+    if spec.moe:  # router, routed experts, shared expert (estimate/families.py)
+        return ((h, q), (h, kv), (h, kv), (q, h)) + families.moe_block_gemms(spec)
     mlp = ((h, f), (h, f), (f, h)) if spec.mlp == "swiglu" else ((h, f), (f, h))
     return ((h, q), (h, kv), (h, kv), (q, h)) + mlp
 
@@ -155,7 +159,7 @@ def part_flops_per_sample(part: Part, training: TrainingSpec) -> PartFlops:
         return PartFlops(name=part.name, forward=fwd, backward=2 * fwd, recompute=0.0)
     spec, t = part.spec, part.tokens
     causal = 0.5 if spec.kind == "decoder" else 1.0
-    block_mm = 2.0 * spec.block_matmul_params * t
+    block_mm = 2.0 * spec.active_matmul_params * t  # MoE: router + top-k experts + shared expert
     block_attn = 4.0 * t * t * spec.q_width * causal
     head = 2.0 * spec.vocab * spec.hidden * t if spec.kind == "decoder" else 0.0
     embed = 2.0 * spec.channels * spec.patch_size**2 * spec.hidden * t if spec.kind == "vision" else 0.0

@@ -42,6 +42,7 @@ from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec
 from prism_strategy.engines import engine_of
+from prism_strategy.estimate import families
 
 FP32 = 4
 CE_BYTES = 3 * FP32  # per token x vocab: fp32 log-probs saved, fp32 grad in, fp32 grad out
@@ -82,8 +83,8 @@ class MemoryEstimate:
 # --- activations -------------------------------------------------------------------------
 def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool) -> float:
     """Saved tensors of one block for one token (see module docstring)."""
-    h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.ffn
-    n = 2 * FP32 * h  # fp32 inputs of the two norms
+    h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.active_ffn  # MoE: top-k x expert width
+    n = 2 * FP32 * h + families.extra_activation_bytes_per_token(spec, e, trains)  # fp32 inputs of the two norms
     n += e * (q + 2 * kv) + e * q  # attention q, k, v and its output (flash/SDPA)
     if spec.qk_norm != "none":
         n += FP32 * (q + kv)

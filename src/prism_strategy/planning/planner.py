@@ -8,6 +8,7 @@ from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
 from prism_strategy.estimate.comm import model_description as comm_model_description
+from prism_strategy.estimate.families import assumptions
 from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
 from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
@@ -154,6 +155,8 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
         o.feasible, o.why_not = False, _oom_reason(mem, p.usable_bytes, mb, max_mb, _searched_batch(t))
     sc, parts = timed_view(sc, parts)
     _time(sc, parts, s, o, lay)
+    if p.measured_collectives:
+        o.provenance["communication"] = _measured_provenance(o, lay, p)
     _set_range(o, sc.platform, lay.nodes)
     _set_readings(sc, parts, s, o, lay)
     if lay.nodes > 1:
@@ -162,6 +165,26 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     else:
         o.scaling_efficiency = 1.0
     return o
+
+
+def _measured_provenance(o: Option, layout: Layout, p: PlatformSpec) -> str:
+    """Which collectives a measured curve priced (estimate/comm_measured.py), and the model's
+    provenance for the rest."""
+    from prism_strategy.estimate.comm import group_geometry
+    from prism_strategy.estimate.comm_measured import describe, measured_seconds
+
+    notes, rest = [], 0
+    for c in o.comm.collectives if o.comm else ():
+        ranks, nodes, conc = group_geometry(c.group, layout)
+        hit = measured_seconds(p.measured_collectives, c.op, c.bytes_per_call, ranks, nodes, conc)
+        if hit is None:
+            rest += 1
+        elif (note := f"{c.op}({c.group}) {describe(hit, ranks, nodes)}") not in notes:
+            notes.append(note)
+    model = o.provenance["communication"]
+    if not notes:
+        return f"{model}; no measured curve matches these collectives' op and group shape"
+    return "; ".join(notes) + (f"; other collectives {model}" if rest else "")
 
 
 def _set_readings(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay: Layout) -> None:
@@ -265,7 +288,7 @@ def plan(
     precision: str = "bf16-mixed", optimizer: str = "adamw", vision: Any = None, image_tokens: int | None = None,
     compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
     calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
-    reduce_dtype: str | None = None,
+    reduce_dtype: str | None = None, comm_curves: Sequence[Any] = (),
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -293,6 +316,8 @@ def plan(
     traced: also trace each option's real training step on fake tensors (slow).
     bucket_mb: gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket).
     reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
+    comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
+        CLI loads them from the results store: bench/curves.py); a matching one prices its collective.
     """
     sc = build_scenario(model, mode=mode, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
@@ -302,12 +327,15 @@ def plan(
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = int_list(sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
+    if comm_curves:
+        sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(comm_curves)))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
     if traced:
         trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
+    reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
     result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings)
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)

@@ -157,6 +157,8 @@ def print_plan(p: Plan, console: Console | None = None) -> None:
     _, notes = option_notes(p)
     if notes:
         c.print(footnotes(notes))
+    for line in measured_comm_lines(p):
+        c.print(line, markup=False, highlight=False)
     c.print()
     c.print(Text.assemble(("recommended: ", "bold"), p.recommended or "none"))
     c.print(_bullets(p.reasons))
@@ -165,6 +167,16 @@ def print_plan(p: Plan, console: Console | None = None) -> None:
     if p.sweep:
         c.print()
         c.print(sweep_table(p, c.width))
+
+
+def measured_comm_lines(p: Plan) -> list[str]:
+    """Which options' collectives were priced from measured curves (estimate/comm_measured.py)."""
+    by_text: dict[str, list[str]] = {}
+    for o in p.options:
+        head = o.provenance.get("communication", "").split("; other collectives ")[0]
+        if " measured: " in head:
+            by_text.setdefault(head, []).append(o.strategy)
+    return [f"communication of {', '.join(names)}: {text}" for text, names in by_text.items()]
 
 
 def estimate_lines(d: dict) -> list[str]:

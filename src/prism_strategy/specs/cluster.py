@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.measured import MeasuredCurve
 
 GiB = 1024**3
 
@@ -105,6 +106,9 @@ class PlatformSpec:
     compile_multinode_ok: bool = True
     cpu_cores_per_node: int = 0
     sources: dict[str, str] = field(default_factory=dict)
+    measured_collectives: tuple[MeasuredCurve, ...] = ()
+    """Collective curves measured on this platform (commbench, nccl-tests, oneCCL benchmark),
+    attached from the results store by `plan --db`; estimate/comm_measured.py prices with them."""
 
     def __post_init__(self) -> None:
         for f in ("devices_per_node", "memory_gib", "peak_tflops_bf16", "peak_tflops_fp32",
