@@ -756,15 +756,16 @@ def census(
 def commbench(
     model: BenchModel = "tiny-llama",
     strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
-    seq_len: Annotated[int, typer.Option()] = 32, grad_accum: Annotated[int, typer.Option()] = 1,
+    nproc: Nproc = 4, ranks_per_node: Rpn = None,
+    micro_batch: Annotated[int, typer.Option(help="Samples per rank (sizes the activations' collectives)")] = 2,
+    seq_len: SeqLen = 32, grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step")] = 1,
     precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed | bf16-pure")] = "bf16-mixed",
     bucket_mb: Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")] = None,
     reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")] = None,
     platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per strategy")] = 300,
     launched: Annotated[bool, typer.Option("--launched", help="This process is one of --nproc ranks a scheduler "
                                                               "started (emit's commbench.pbs / .sbatch)")] = False,
-    db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
+    db: Db = None, json_out: JsonOut = False,
 ) -> None:
     """Replay each strategy's collectives of one step (no model compute) on the real backend;
     time each kind, store it, and show it beside the link model's prediction."""
