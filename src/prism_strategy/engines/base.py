@@ -49,6 +49,9 @@ class StepCollective:
     overlappable: bool
     what: str = ""
     """What it moves, for people ("gradient buckets", "per-block all-gather", ...)."""
+    sizes: tuple[float, ...] = ()
+    """Bytes of each call of one micro-step in the order they are issued, where they differ (FSDP2's
+    root unit and its blocks, DDP's buckets): estimate/overlap.py's schedule. Empty: all bytes_per_call."""
 
     @property
     def bytes(self) -> float:

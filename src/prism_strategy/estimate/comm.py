@@ -20,12 +20,13 @@ node's NICs in every model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from prism_strategy.engines import StepCollective, step_collectives
 from prism_strategy.estimate.comm_measured import measured_seconds
-from prism_strategy.estimate.comm_nccl import nccl_choice
+from prism_strategy.estimate.comm_nccl import nccl_choice, nccl_choice_by_topology, nccl_topology
 from prism_strategy.estimate.comm_oneccl import oneccl_seconds
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
@@ -47,6 +48,13 @@ class CollectiveCost:
     overlappable: bool
     algorithm: str = ""
     """What the backend runs for it ("nccl ring/LL128", "oneccl host ring over 24", ...)."""
+    phase: str = "backward"
+    """When the engine issues it (forward, backward, step): estimate/overlap.py's schedule."""
+    channels: int = 0
+    """SMs its kernel occupies while it runs (NCCL: one CUDA block per channel); 0 = none modelled."""
+    call_seconds: tuple[float, ...] = ()
+    """Seconds of each call of one micro-step in issue order, when the engine gives their sizes
+    (scaled so they add up to seconds_per_step); empty: every call the same."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,15 +109,20 @@ def alpha_beta_seconds(op: str, size: float, ranks: int, nodes: int, concurrent:
 
 def collective_call(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> tuple[float, str]:
     """(seconds of one call, the algorithm the backend runs for it)."""
+    return _call(op, size, ranks, nodes, concurrent, p)[:2]
+
+
+def _call(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> tuple[float, str, int]:
+    """(seconds of one call, the algorithm, the SMs its kernel occupies: NCCL's channels, else 0)."""
     if ranks <= 1 or size <= 0:
-        return 0.0, "none"
+        return 0.0, "none", 0
     if p.backend == "nccl" and p.gpu_arch:
         c = nccl_choice(p, op, size, ranks, nodes, concurrent)
-        return c.seconds, c.name
+        return c.seconds, c.name, c.channels
     if p.backend == "xccl":
-        return oneccl_seconds(op, size, ranks, nodes, concurrent, p)
+        return (*oneccl_seconds(op, size, ranks, nodes, concurrent, p), 0)
     algo = "ring" if nodes == 1 or p.scaleout_algorithm == "ring" else "hierarchical ring"
-    return alpha_beta_seconds(op, size, ranks, nodes, concurrent, p), f"{p.backend} {algo}"
+    return alpha_beta_seconds(op, size, ranks, nodes, concurrent, p), f"{p.backend} {algo}", 0
 
 
 def comm_readings(p: PlatformSpec) -> dict[str, PlatformSpec]:
@@ -147,14 +160,56 @@ def collective_seconds(op: str, size: float, ranks: int, nodes: int, concurrent:
 def price(c: StepCollective, layout: Layout, p: PlatformSpec) -> CollectiveCost:
     """Seconds per step of one kind of collective: calls x the time of one call."""
     ranks, nodes, conc = group_geometry(c.group, layout)
-    one, algorithm = collective_call(c.op, c.bytes_per_call, ranks, nodes, conc, p)
+    one, algorithm, channels = _call(c.op, c.bytes_per_call, ranks, nodes, conc, p)
     hit = measured_seconds(p.measured_collectives, c.op, c.bytes_per_call, ranks, nodes, conc)
-    if hit is not None:  # a matching measured curve wins (estimate/comm_measured.py)
+    if hit is not None:  # a matching measured curve wins (estimate/comm_measured.py); the kernel's channels stay the model's
         one, algorithm = hit.seconds, f"measured: {hit.curve.label} {hit.curve.shape} ({hit.how})"
     link = "intra-node" if nodes == 1 else ("inter-node" if ranks == nodes else "spans nodes")
     return CollectiveCost(op=c.op, group=c.group, link=link, ranks=ranks, bytes_per_call=c.bytes_per_call,
                           calls_per_step=c.calls, seconds_per_step=one * c.calls, overlappable=c.overlappable,
-                          algorithm=algorithm)
+                          algorithm=algorithm, phase=c.phase, channels=channels,
+                          call_seconds=_call_seconds(c, one * c.calls, ranks, nodes, conc, p))
+
+
+LOG_BAND = math.log(1.02)
+
+
+def schedules_overlap(p: PlatformSpec) -> bool:
+    """NCCL platforms whose collectives do not hold the host: overlap comes from the engine's
+    schedule (estimate/overlap.py), not from `comm_overlap`."""
+    return p.backend == "nccl" and not p.host_blocking_collectives
+
+
+def _call_seconds(c: StepCollective, total: float, ranks: int, nodes: int, conc: int, p: PlatformSpec) -> tuple[float, ...]:
+    """Each call of one micro-step priced at its own size, scaled to the kind's total (priced at the
+    mean size, as census counts it): the schedule sees the large root unit apart from the blocks."""
+    sizes = getattr(c, "sizes", ())
+    if not sizes or total <= 0 or not schedules_overlap(p):
+        return ()
+    if p.gpu_arch:
+        raw = _nccl_calls(sizes, c.op, ranks, nodes, conc, nccl_topology(p))
+    else:
+        raw = _banded_calls(sizes, lambda b: _call(c.op, b, ranks, nodes, conc, p)[0])
+    scale = total / (sum(raw) * (c.calls / len(sizes))) if sum(raw) > 0 else 0.0
+    return tuple(x * scale for x in raw)
+
+
+def _banded_calls(sizes: tuple[float, ...], seconds) -> tuple[float, ...]:
+    """One price per 2% band of sizes (DDP's buckets differ by a few bytes)."""
+    priced: dict[int, float] = {}
+    out = []
+    for b in sizes:
+        band = round(math.log(max(b, 1.0)) / LOG_BAND)
+        if band not in priced:
+            priced[band] = seconds(b)
+        out.append(priced[band])
+    return tuple(out)
+
+
+@lru_cache(maxsize=1024)
+def _nccl_calls(sizes: tuple[float, ...], op: str, ranks: int, nodes: int, conc: int, topo: tuple) -> tuple[float, ...]:
+    """The same calls recur for every batch and checkpointing a plan tries: priced once."""
+    return _banded_calls(sizes, lambda b: nccl_choice_by_topology(topo, op, b, ranks, nodes, conc).seconds)
 
 
 @lru_cache(maxsize=1024)

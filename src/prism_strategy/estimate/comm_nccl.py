@@ -35,6 +35,8 @@ class Choice:
     seconds: float
     algorithm: str
     protocol: str
+    channels: int = 0
+    """CUDA blocks (one SM each) the call's kernel runs on: call_channels()."""
 
     @property
     def name(self) -> str:
@@ -64,6 +66,29 @@ def channels(p: PlatformSpec, nodes: int, ppn: int) -> tuple[int, float]:
         doubled = min(2 * n, s["max_channels"])
         speed, n = speed / math.ceil(doubled / n), doubled
     return n, speed
+
+
+def compute_channels(p: PlatformSpec, nodes: int, ppn: int) -> int:
+    """The communicator's channels, each one CUDA block (so one SM) of every collective kernel
+    (data/nccl_tuning.toml [kernel]): connect.cc ncclTopoPostset doubles the search's channels
+    (capped at MAXCHANNELS) and, on Hopper across nodes at > 45 GB/s per channel, doubles again below 16."""
+    k, a = tuning()["kernel"], arch_index(p)
+    search, speed = channels(p, nodes, ppn)
+    nc = min(k["max_channels"], k["postset_factor"] * search)
+    if a >= 2 and nodes > 1 and speed > k["hopper_nodes_min_gbps"] and nc < k["hopper_nodes_below"]:
+        nc = min(k["max_channels"], 2 * nc)
+    return nc
+
+
+def call_channels(nc: int, algo: str, proto: str, size: float, ranks: int) -> int:
+    """Channels one call runs on: enqueue.cc topoGetAlgoInfo drops channels while
+    bytes < channels x threads x threshold (ring LL's threshold x ranks)."""
+    k = tuning()["kernel"]
+    threshold = k["thread_threshold"][proto] * (ranks if (algo, proto) == ("ring", "LL") else 1)
+    per_channel = k["max_threads"][proto] * threshold
+    while size < nc * per_channel and nc >= 2:
+        nc -= 1
+    return nc
 
 
 def _index2(nodes: int) -> int:
@@ -126,9 +151,10 @@ Rows = tuple[tuple[str, str, float, float], ...]
 
 
 @lru_cache(maxsize=4096)
-def _table(topo: tuple, op: str, ranks: int, nodes: int, concurrent: int) -> tuple[Rows, float, float]:
-    """((algorithm, protocol, latency us, bandwidth GB/s) per enabled pair, and the ring plateau:
-    the bytes per call from which ring/Simple all-reduce latency is multiplied, and by how much)."""
+def _table(topo: tuple, op: str, ranks: int, nodes: int, concurrent: int) -> tuple[Rows, float, float, int]:
+    """((algorithm, protocol, latency us, bandwidth GB/s) per enabled pair, the ring plateau:
+    the bytes per call from which ring/Simple all-reduce latency is multiplied, and by how much,
+    and the communicator's compute channels)."""
     p = PlatformSpec(name="nccl-topology", device="cuda", backend="nccl", memory_gib=1.0, peak_tflops_bf16=1.0,
                      peak_tflops_fp32=1.0, hbm_bw_gbps=1.0, intra_ring_bw_gbps=1.0, intra_latency_us=0.0,
                      inter_latency_us=0.0, **dict(zip(TOPOLOGY, topo)))
@@ -140,14 +166,24 @@ def _table(topo: tuple, op: str, ranks: int, nodes: int, concurrent: int) -> tup
             rows.append((algo, proto, latency_us(p, op, algo, proto, ranks, nodes), bw))
     factor = ref["ring_plateau_factor"] if arch_index(p) >= 1 else ref["ring_plateau_factor_pre_ampere"]
     start = n * ranks * ref["ring_plateau_min_bytes"] if nodes > 1 and op == "all_reduce" else math.inf
-    return tuple(rows), start, factor
+    return tuple(rows), start, factor, compute_channels(p, nodes, max(1, ranks // nodes))
 
 
 def nccl_choice(p: PlatformSpec, op: str, size: float, ranks: int, nodes: int, concurrent: int = 1) -> Choice:
     """The (algorithm, protocol) NCCL picks for one call of `size` bytes (the gathered output of an
     all-gather, the unscattered input of a reduce-scatter: NCCL's nBytes) and its time."""
-    topo = (p.gpu_arch, p.nvlink_links, p.intra_bw_gbps, p.nic_bw_gbps, p.nics_per_node, p.devices_per_node, p.cpu_vendor)
-    rows, plateau_from, plateau = _table(topo, op, ranks, nodes, concurrent)
+    return nccl_choice_by_topology(nccl_topology(p), op, size, ranks, nodes, concurrent)
+
+
+def nccl_topology(p: PlatformSpec) -> tuple:
+    """The platform fields NCCL's model reads (TOPOLOGY), as a cache key."""
+    return (p.gpu_arch, p.nvlink_links, p.intra_bw_gbps, p.nic_bw_gbps, p.nics_per_node, p.devices_per_node, p.cpu_vendor)
+
+
+@lru_cache(maxsize=8192)
+def nccl_choice_by_topology(topo: tuple, op: str, size: float, ranks: int, nodes: int, concurrent: int) -> Choice:
+    """nccl_choice by value: a plan prices the same calls for every batch and checkpointing it tries."""
+    rows, plateau_from, plateau, nc = _table(topo, op, ranks, nodes, concurrent)
     corrections = tuning()["refinements"]["tree_correction"]
     log_size = int(math.log2(max(size, 64) / 64))
     best, pick = math.inf, ("ring", "Simple")
@@ -159,4 +195,4 @@ def nccl_choice(p: PlatformSpec, op: str, size: float, ranks: int, nodes: int, c
         us = lat + size / (1000 * bw)
         if us < best:
             best, pick = us, (algo, proto)
-    return Choice(best * 1e-6, *pick)
+    return Choice(best * 1e-6, *pick, channels=call_channels(nc, *pick, size, ranks))

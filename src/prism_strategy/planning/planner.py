@@ -11,6 +11,8 @@ from prism_strategy.estimate.comm import model_description as comm_model_descrip
 from prism_strategy.estimate.families import assumptions
 from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
 from prism_strategy.estimate.host import host_terms
+from prism_strategy.estimate.overlap import description as overlap_description
+from prism_strategy.estimate.overlap import schedules_overlap
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.specs.parts import Part, model_parts
@@ -113,8 +115,10 @@ def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay
     s = _with_run_options(s, t)
     comm = comm or estimate_comm(parts, t, p, layout, s, o.grad_accum)
     o.comm = comm
-    o.compute_s = phase_times(parts, t, p, o.micro_batch, o.grad_accum).total  # max(FLOPs, launches) per phase
-    host = host_terms(parts, comm, s.engine, layout, o.grad_accum, o.compute_s, p)  # grad path, blocking collectives
+    phases = phase_times(parts, t, p, o.micro_batch, o.grad_accum)  # max(FLOPs, launches) per phase
+    o.compute_s = phases.total
+    host = host_terms(parts, comm, s.engine, layout, o.grad_accum, o.compute_s, p,  # grad path, overlap, blocking
+                      (phases.forward, phases.backward))
     o.comm_s = comm.total_s + host.grad_path_s
     o.exposed_comm_s = host.exposed_s
     opt_bytes = t.param_bytes + t.grad_bytes + t.optim_bytes
@@ -270,7 +274,8 @@ def _provenance(sc: Scenario) -> dict[str, str]:
                    + f"), kernels x {p.kernel_launch_us:g} us launch); peak: {p.source('peak_tflops_bf16')}; "
                    f"fraction: {p.source('achievable_fraction')}; launch: {p.source('kernel_launch_us')}",
         "communication": f"{kind}: {comm_model_description(p)} on platform {p.name}, "
-                         f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})"
+                         + (overlap_description(p) if schedules_overlap(p) else
+                            f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})")
                          + ("; collectives block the host" if p.host_blocking_collectives else "")
                          + "; gradient path per tensor: " + (", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
                                                                or f"{p.per_tensor_overhead_us:g} us") + " (estimate/host.py)",

@@ -85,7 +85,11 @@ class PlatformSpec:
     collective_overhead_us: float = 20.0
     per_tensor_overhead_us: float = 5.0
     comm_overlap: float = 0.8
-    """Fraction of communication a backward pass can hide behind compute (0 when collectives block)."""
+    """Fraction of communication a backward pass can hide behind compute (0 when collectives block).
+    Not read on NCCL platforms: there the engine's schedule sets it (estimate/overlap.py)."""
+    sm_count: int = 0
+    """Streaming multiprocessors per GPU: a collective's kernel holds one per NCCL channel while
+    compute runs beside it (estimate/overlap.py); 0 = not modelled."""
     grad_path_us_per_tensor: dict[str, float] = field(default_factory=dict)
     """Host time per trainable tensor and micro-step of each engine's gradient path (AccumulateGrad
     + hook), keyed by engine name (ddp, fsdp2, deepspeed); estimate/host.py. An engine missing
@@ -122,6 +126,8 @@ class PlatformSpec:
             raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
         if self.allocator_cache_factor < 0:
             raise SpecError(f"platform {self.name!r}: allocator_cache_factor must be >= 0, got {self.allocator_cache_factor}")
+        if self.sm_count < 0:
+            raise SpecError(f"platform {self.name!r}: sm_count must be >= 0, got {self.sm_count}")
         if self.nvlink_links < 0:
             raise SpecError(f"platform {self.name!r}: nvlink_links must be >= 0, got {self.nvlink_links}")
         if any(v < 0 for v in self.grad_path_us_per_tensor.values()):
