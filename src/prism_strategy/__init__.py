@@ -7,7 +7,7 @@ Light imports only at package import time: `plan` is pure Python; the runtime pi
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["plan", "init_distributed", "wrap", "wrap_from_file", "WrapConfig", "StepMonitor"]
+__all__ = ["plan", "init_distributed", "wrap", "wrap_from_file", "WrapConfig", "read_strategy_file", "StepMonitor"]
 
 _LAZY = {
     "plan": ("prism_strategy.planning.planner", "plan"),
@@ -15,6 +15,7 @@ _LAZY = {
     "wrap": ("prism_strategy.runtime.wrap", "wrap"),
     "wrap_from_file": ("prism_strategy.runtime.wrap", "wrap_from_file"),
     "WrapConfig": ("prism_strategy.wrap_config", "WrapConfig"),
+    "read_strategy_file": ("prism_strategy.runtime.strategy_file", "read_strategy_file"),
     "StepMonitor": ("prism_strategy.runtime.monitor", "StepMonitor"),
 }
 

@@ -25,11 +25,29 @@ _USAGE_ERROR, _CLICK_EXCEPTION = (next(c for c in typer.BadParameter.__mro__ if 
                                   for name in ("UsageError", "ClickException"))
 
 
+def _flags_as_flags(cmd) -> None:
+    """Help shows a flag as a flag (`--json`, `--compile/--no-compile`), not as `--json <bool>`."""
+    for p in cmd.params:
+        if getattr(p, "is_flag", False):
+            p.metavar = ""
+    made = cmd.get_help_option  # click builds --help per context: blank its type column too
+
+    def help_option(ctx, made=made):
+        opt = made(ctx)
+        if opt is not None:
+            opt.metavar = ""
+        return opt
+    cmd.get_help_option = help_option
+    for sub in getattr(cmd, "commands", {}).values():
+        _flags_as_flags(sub)
+
+
 class OneLineErrors(TyperGroup):
     """A usage error (unknown option, a value of the wrong type) is one line on stderr and exit
     code 2, like every other bad input, instead of click's usage block."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        _flags_as_flags(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -50,8 +68,24 @@ class OneLineErrors(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors,
+                  context_settings=HELP_OPTIONS,
                   help="Pick, configure, launch, measure and debug the data-parallel strategy of a PyTorch job.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from prism_strategy import __version__
+
+        typer.echo(f"prism-strategy {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", help="Print the version and exit", is_eager=True,
+                                                callback=_print_version)] = False) -> None:
+    """Pick, configure, launch, measure and debug the data-parallel strategy of a PyTorch job."""
 
 
 def cli_errors(fn):
@@ -66,6 +100,21 @@ def cli_errors(fn):
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON) instead of tables")]
+BenchModel = Annotated[str, typer.Option(help="Model preset or config path (tiny-llama / small-llama fit a CPU)")]
+Nproc = Annotated[int, typer.Option(help="Ranks to launch on this machine")]
+Rpn = Annotated[Optional[int], typer.Option(help="Ranks per node: 2 of 4 makes a 2x2 mesh standing in for 2 nodes")]
+Db = Annotated[Optional[str], typer.Option(help="Results store (SQLite); default in the user cache dir")]
+Platform = Annotated[str, typer.Option(help="Platform the runs stand for (its model is compared)")]
+SeqLen = Annotated[int, typer.Option(help="Text tokens per sample")]
+CkptFreq = Annotated[str, typer.Option(help="Activation checkpointing: k (every k-th block, 0 = none) or sac "
+                                             "(selective, every block)")]
+Optimizer = Annotated[str, typer.Option(help="adamw (torch's default for the device) | adamw-foreach | "
+                                             "adamw-fused | adamw-loop | sgd")]
+Loss = Annotated[str, typer.Option(help="Loss kernel: upcast (fp32 logits) | fused | chunked")]
+TimeoutS = Annotated[float, typer.Option(help="Seconds per run before it is killed")]
 
 
 # --- plan / presets ---
@@ -132,26 +181,31 @@ def plan(
         write_markdown(p, markdown)
     if json_out:
         _print_json(plan_dict(p))
-        return
-    from prism_strategy.report.plan_table import print_plan
+    else:
+        from prism_strategy.report.plan_table import print_plan
 
-    print_plan(p)
+        print_plan(p)
+    if p.recommended is None:  # a valid question, answered "nothing fits / nothing viable": a finding
+        raise typer.Exit(1)
 
 
 @app.command()
 @cli_errors
 def estimate(
     model: Annotated[str, typer.Option(help="Preset, config.json, or a pkg.mod:make_model factory")] = "tiny-llama",
-    strategy: Annotated[str, typer.Option()] = "fsdp_full_shard",
-    platform: Annotated[str, typer.Option()] = "aurora", nodes: Annotated[int, typer.Option()] = 1,
-    ranks_per_node: Annotated[Optional[int], typer.Option()] = None, seq_len: Annotated[int, typer.Option()] = 1024,
-    micro_batch: Annotated[Optional[int], typer.Option()] = None,
-    ckpt_freq: Annotated[str, typer.Option(help="k (every k-th block, 0 = none) or sac")] = "0",
-    precision: Annotated[str, typer.Option()] = "bf16-mixed", mode: Annotated[str, typer.Option()] = "e2e",
-    vision: Annotated[Optional[str], typer.Option()] = None,
-    optimizer: Annotated[str, typer.Option(help="adamw | adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
-    loss: Annotated[str, typer.Option(help="upcast | fused | chunked")] = "upcast",
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    strategy: Annotated[str, typer.Option(help="Strategy to trace (see `prism-strategy strategies`)")] = "fsdp_full_shard",
+    platform: Annotated[str, typer.Option(help="Platform preset or path to a platform .toml")] = "aurora",
+    nodes: Annotated[int, typer.Option(help="Number of nodes")] = 1,
+    ranks_per_node: Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")] = None,
+    seq_len: Annotated[int, typer.Option(help="Text tokens per sample")] = 1024,
+    micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device; default: the largest that fits "
+                                                            "(searched)")] = None,
+    ckpt_freq: CkptFreq = "0",
+    precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
+    mode: Annotated[str, typer.Option(help="e2e | projector | encoder-projector")] = "e2e",
+    vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset or config path")] = None,
+    optimizer: Optimizer = "adamw", loss: Loss = "upcast",
+    json_out: JsonOut = False,
 ) -> None:
     """Memory of the real training step traced on fake tensors, beside the analytic estimate."""
     from prism_strategy.planning.planner import estimate_traced
@@ -165,8 +219,6 @@ def estimate(
     from prism_strategy.report.plan_table import estimate_lines
 
     typer.echo("\n".join(estimate_lines(d)))
-    for n in d.get("traced_notes", []):
-        typer.echo(f"  note: {n}")
 
 
 def _catalog(title: str, rows_fn, json_out: bool) -> None:
@@ -181,7 +233,7 @@ def _catalog(title: str, rows_fn, json_out: bool) -> None:
 
 @app.command()
 @cli_errors
-def models(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def models(json_out: JsonOut = False) -> None:
     """List the model presets (exact architectures)."""
     from prism_strategy.report.catalog import models_rows
 
@@ -190,7 +242,7 @@ def models(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 @app.command()
 @cli_errors
-def platforms(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def platforms(json_out: JsonOut = False) -> None:
     """List the platform presets."""
     from prism_strategy.report.catalog import platforms_rows
 
@@ -199,7 +251,7 @@ def platforms(json_out: Annotated[bool, typer.Option("--json")] = False) -> None
 
 @app.command()
 @cli_errors
-def strategies(json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def strategies(json_out: JsonOut = False) -> None:
     """List the strategies and what each shards over which group."""
     from prism_strategy.report.catalog import strategies_rows
 
@@ -216,11 +268,23 @@ def _bench_base(model, nproc, ranks_per_node, micro_batch, seq_len, steps, warmu
                        grad_accum=grad_accum, timeout_s=timeout_s, **run_options)
 
 
-BenchModel = Annotated[str, typer.Option(help="Model preset or config path (tiny-llama / small-llama fit a CPU)")]
-Nproc = Annotated[int, typer.Option(help="Ranks to launch on this machine")]
-Rpn = Annotated[Optional[int], typer.Option(help="Ranks per node: 2 of 4 makes a 2x2 mesh standing in for 2 nodes")]
-Db = Annotated[Optional[str], typer.Option(help="Results store (SQLite); default in the user cache dir")]
-Platform = Annotated[str, typer.Option(help="Platform the runs stand for (its model is compared)")]
+
+
+def _existing_store(db: str | None):
+    """The store a read-only command reads: an explicit --db that does not exist is bad input."""
+    from pathlib import Path
+
+    from prism_strategy.bench.store import Store
+
+    if db is not None:
+        try:
+            missing = not Path(db).is_file()
+        except (OSError, ValueError):
+            missing = True
+        if missing:
+            raise SpecError(f"--db {db[:200]}: no results store there; check the path, or store runs first with "
+                            "`prism-strategy bench` or `results import`")
+    return Store(db)
 
 
 @app.command()
@@ -228,32 +292,37 @@ Platform = Annotated[str, typer.Option(help="Platform the runs stand for (its mo
 def bench(
     model: BenchModel = "tiny-llama",
     strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
-    seq_len: Annotated[int, typer.Option()] = 128, steps: Annotated[int, typer.Option()] = 3,
-    warmup: Annotated[int, typer.Option()] = 1, precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32",
-    ckpt_freq: Annotated[str, typer.Option(help="k (every k-th block, 0 = none) or sac")] = "0",
-    grad_accum: Annotated[int, typer.Option()] = 1,
-    optimizer: Annotated[str, typer.Option(help="adamw | adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
-    loss: Annotated[str, typer.Option(help="upcast | fused | chunked")] = "upcast",
-    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per run")] = 300,
-    db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option(help="Samples per rank")] = 2,
+    seq_len: SeqLen = 128, steps: Annotated[int, typer.Option(help="Timed optimizer steps per run")] = 3,
+    warmup: Annotated[int, typer.Option(help="Untimed steps first")] = 1,
+    precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32",
+    ckpt_freq: CkptFreq = "0", grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step")] = 1,
+    optimizer: Optimizer = "adamw", loss: Loss = "upcast",
+    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Seconds per run before it is killed")] = 300,
+    db: Db = None, json_out: JsonOut = False,
 ) -> None:
     """Launch real multi-process runs, one job per strategy; store every result."""
     from prism_strategy.bench.run import run_bench
     from prism_strategy.bench.store import Store, export
-    from prism_strategy.report.bench_tables import failures, print_table, progress, results_table
+    from prism_strategy.report.bench_tables import failures, print_table, progress, results_table, store_line
     from prism_strategy.strategies import parse_strategies
+
+    from prism_strategy.bench.run import check_memory
+    from prism_strategy.specs.presets import load_platform
 
     names = [s.name for s in parse_strategies(strategies)]
     base = _bench_base(model, nproc, ranks_per_node, micro_batch, seq_len, steps, warmup, precision, ckpt_freq,
                        grad_accum, timeout_s, optimizer=optimizer, loss=loss)
+    check_memory(base, names, load_platform(platform))  # before the progress bar: exit 2 is one line
+    store = Store(db)
     bar, task = progress(len(names), "bench")
     with bar:
-        results = run_bench(base, names, platform, Store(db), on_result=lambda i, n, r: bar.update(task, completed=i))
+        results = run_bench(base, names, platform, store, on_result=lambda i, n, r: bar.update(task, completed=i))
     if json_out:
         typer.echo(export(results, "json"))
     else:
         print_table(results_table(results, "bench (measured)"))
+        typer.echo(store_line(store))
     for line in failures(results):
         typer.echo(f"failed: {line}", err=True)
     if failures(results):
@@ -263,13 +332,12 @@ def bench(
 @app.command()
 @cli_errors
 def ceiling(
-    strategy: Annotated[str, typer.Option()] = "ddp", model: BenchModel = "tiny-llama", nproc: Nproc = 4,
-    ranks_per_node: Rpn = None, seq_len: Annotated[int, typer.Option()] = 128,
-    precision: Annotated[str, typer.Option()] = "fp32", ckpt_freq: Annotated[int, typer.Option()] = 0,
+    strategy: Annotated[str, typer.Option(help="Strategy to search")] = "ddp", model: BenchModel = "tiny-llama",
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, seq_len: SeqLen = 128,
+    precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32", ckpt_freq: CkptFreq = "0",
     memory_limit: Annotated[Optional[float], typer.Option(help="CPU: GiB of tracked tensor memory per rank")] = None,
-    max_micro_batch: Annotated[int, typer.Option()] = 1024, platform: Platform = "cpu",
-    timeout_s: Annotated[float, typer.Option()] = 300, db: Db = None,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    max_micro_batch: Annotated[int, typer.Option(help="Search cap: no larger micro-batch is tried")] = 1024,
+    platform: Platform = "cpu", timeout_s: TimeoutS = 300, db: Db = None, json_out: JsonOut = False,
 ) -> None:
     """Largest micro-batch that runs, by bisection seeded with the planner's prediction."""
     from prism_strategy.bench.run import run_ceiling
@@ -288,13 +356,15 @@ def ceiling(
     if json_out:
         _print_json(data)
     else:
-        typer.echo(f"{strategy}: largest micro-batch that runs = {c.ceiling} (measured; predicted "
-                   f"{data['predicted']}); {c.runs} trial runs: {c.trials}")
+        from prism_strategy.report.bench_tables import ceiling_lines
+
+        typer.echo("\n".join(ceiling_lines(data, max_micro_batch)))
     if c.ceiling == 0:  # a valid question with a negative answer: even micro-batch 1 does not run
         raise typer.Exit(1)
 
 
 results_app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+                          context_settings=HELP_OPTIONS,
                           help="List stored results; export them; import runs measured elsewhere.")
 app.add_typer(results_app, name="results")
 
@@ -302,9 +372,12 @@ app.add_typer(results_app, name="results")
 @results_app.callback(invoke_without_command=True)
 @cli_errors
 def results(
-    ctx: typer.Context, db: Db = None, platform: Annotated[Optional[str], typer.Option()] = None,
+    ctx: typer.Context, db: Db = None,
+    platform: Annotated[Optional[str], typer.Option(help="Only results of this platform")] = None,
     export_format: Annotated[Optional[str], typer.Option("--export", help="csv | json")] = None,
     out: Annotated[Optional[str], typer.Option(help="Write the export here instead of stdout")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine output: the store (path, journal mode and why) "
+                                                          "and its results")] = False,
     curves: Annotated[bool, typer.Option("--curves", help="List the measured collective curves instead "
                                                           "(commbench runs, imported nccl-tests / oneCCL logs)")] = False,
 ) -> None:
@@ -312,7 +385,7 @@ def results(
     from pathlib import Path
 
     from prism_strategy.bench.store import Store, export
-    from prism_strategy.report.bench_tables import WIDTH, print_table, results_table
+    from prism_strategy.report.bench_tables import WIDTH, print_table, results_table, store_line
 
     if ctx.invoked_subcommand is not None:
         return
@@ -320,11 +393,19 @@ def results(
         from prism_strategy.bench.curves import stored_curves
         from prism_strategy.report.commbench_table import curves_table
 
-        print_table(curves_table(stored_curves(Store(db), platform)), WIDTH)
+        print_table(curves_table(stored_curves(_existing_store(db), platform)), WIDTH)
         return
-    rows = Store(db).query(platform=platform)
+    store = _existing_store(db)
+    rows = store.query(platform=platform)
+    if json_out:
+        import json
+
+        typer.echo(json.dumps({"store": {"path": str(store.path)} | store.journal.as_dict(),
+                               "results": json.loads(export(rows, "json"))}, indent=2))
+        return
     if export_format is None:
         print_table(results_table(rows), WIDTH)
+        typer.echo(store_line(store))
         return
     text = export(rows, export_format)
     if out is None:
@@ -355,11 +436,13 @@ def results_import(
     seq_len: Annotated[Optional[int], Opt(help="Text tokens per sample (max length)")] = None,
     ckpt_freq: Annotated[Optional[int], Opt(help="Activation checkpointing every k-th block; 0 = none")] = None,
     precision: Annotated[Optional[str], Opt(help="bf16-mixed | bf16-pure | fp32")] = None,
+    timing: Annotated[str, Opt(help="PRISM [TIMING] lines: running (means since the last reset, PRISM's "
+                                    "trainer), interval (means since the previous line) or auto")] = "auto",
     log_format: Annotated[Optional[str], Opt("--format", help="nccl-tests | oneccl-benchmark: PATH is a "
                                              "collective benchmark's output (needs --platform, --nodes)")] = None,
     ranks_per_node: Annotated[Optional[int], Opt(help="Collective logs: ranks per node (default: the log's "
                                                      "ranks / --nodes)")] = None,
-    db: Db = None, json_out: Annotated[bool, Opt("--json")] = False,
+    db: Db = None, json_out: Annotated[bool, Opt("--json", help="Machine output: the stored result")] = False,
 ) -> None:
     """Store a run measured elsewhere (flags win over what the log says), or a published set.
 
@@ -403,7 +486,7 @@ def results_import(
 
     flags = dict(model=model, vision=vision, mode=mode, strategy=strategy, platform=platform, nodes=nodes,
                  micro_batch=micro_batch, grad_accum=grad_accum, seq_len=seq_len, ckpt_freq=ckpt_freq,
-                 precision=precision)
+                 precision=precision, timing=timing)
     imp = import_run(path, flags, Store(db))
     if json_out:
         _print_json({"id": imp.result.id, "action": imp.action, "format": imp.format, "config": imp.result.config,
@@ -417,7 +500,7 @@ def results_import(
 @app.command()
 @cli_errors
 def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 'auto' or 'none'")] = "auto",
-            json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+            json_out: JsonOut = False) -> None:
     """Prediction beside measurement for every stored configuration, with error %."""
     from prism_strategy.bench.compare import compare as make_rows
     from prism_strategy.bench.store import Store
@@ -425,7 +508,7 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
     from prism_strategy.report.bench_tables import WIDTH, compare_table, print_table
     from prism_strategy.specs.presets import load_platform
 
-    rows = make_rows(Store(db).query(), platform_for=lambda name: calibrated_platform(load_platform(name), calibration))
+    rows = make_rows(_existing_store(db).query(), platform_for=lambda name: calibrated_platform(load_platform(name), calibration))
     if json_out:
         _print_json(rows)
     else:
@@ -434,37 +517,35 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
 
 @app.command()
 @cli_errors
-def calibrate(platform: Annotated[str, typer.Option()] = "cpu", db: Db = None,
+def calibrate(platform: Annotated[str, typer.Option(help="Platform preset to fit (as plan's --platform)")] = "aurora",
+              db: Db = None,
               out: Annotated[Optional[str], typer.Option(help="Default: the user cache, used by plan automatically")] = None,
-              json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+              json_out: JsonOut = False) -> None:
     """Fit the platform's terms to its published records and stored results; write a calibration file."""
     from prism_strategy.bench.calibrate import run_calibrate
 
     report = run_calibrate(platform, db, out)
     if json_out:
         _print_json(report)
-        return
-    b, a = report["before"], report["after"]
-    typer.echo(f"calibrated {report['platform']} on {report['runs']} runs -> {report['file']}\n"
-               f"  step time median error: {b['step_time_median']:.1f}% before, {a['step_time_median']:.1f}% after")
-    if "memory_median" in a:
-        typer.echo(f"  peak memory median error: {b['memory_median']:.1f}% before, {a['memory_median']:.1f}% after")
-    for row in report.get("records", []):
-        typer.echo(f"  {row['id']:12s} step error {row['before_err_pct']:+7.1f}% before, {row['after_err_pct']:+7.1f}% after")
-    for row in report.get("not_fitted", []):
-        typer.echo(f"  {row['id']:12s} not fitted: {row['why'][:78]}")
+    else:
+        from prism_strategy.report.bench_tables import calibrate_lines
+
+        typer.echo("\n".join(calibrate_lines(report)))
+    if not report["written"]:
+        raise typer.Exit(1)
 
 
 @app.command()
 @cli_errors
 def tune(
-    model: BenchModel = "tiny-llama", strategies: Annotated[str, typer.Option()] = "ddp,fsdp_full_shard,zero2",
+    model: BenchModel = "tiny-llama",
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard,zero2",
     micro_batches: Annotated[str, typer.Option(help="e.g. 1,2,4")] = "1,2,4",
     ckpt_freqs: Annotated[str, typer.Option(help="e.g. 0,1")] = "0", nproc: Nproc = 4, ranks_per_node: Rpn = None,
-    seq_len: Annotated[int, typer.Option()] = 128, precision: Annotated[str, typer.Option()] = "fp32",
-    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option()] = 300, db: Db = None,
+    seq_len: SeqLen = 128, precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "fp32",
+    platform: Platform = "cpu", timeout_s: TimeoutS = 300, db: Db = None,
     calibration: Annotated[str, typer.Option(help="Rank with: file, 'auto' or 'none'")] = "auto",
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    json_out: JsonOut = False,
 ) -> None:
     """Measure the most promising configurations first; stop when none left can win."""
     from prism_strategy.bench.run import run_tune
@@ -480,32 +561,30 @@ def tune(
     if json_out:
         _print_json(data)
     else:
-        typer.echo(f"best (measured): {data['best']}\n{res.runs} runs of a {res.grid_size}-run grid; {res.stop_reason}")
+        from prism_strategy.report.bench_tables import tune_lines
+
+        typer.echo("\n".join(tune_lines(data)))
 
 
 @app.command()
 @cli_errors
 def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "prism-report", db: Db = None,
            model: Annotated[str, typer.Option(help="Model for the predicted scaling curve")] = "qwen3-0.6b",
-           platform: Annotated[str, typer.Option()] = "aurora") -> None:
+           platform: Annotated[str, typer.Option(help="Platform for the predicted scaling curve")] = "aurora") -> None:
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
     from prism_strategy.bench.compare import compare as make_rows
-    from prism_strategy.bench.store import Store
     from prism_strategy.planning.planner import plan as make_plan
-    from prism_strategy.report.plots import breakdown_plot, check_out_dir, scaling_plot, throughput_plot
+    from prism_strategy.report.plots import check_out_dir, write_report
 
     outdir = check_out_dir(out)
-    results = Store(db).query()
-    rows = make_rows(results)
-    written = [scaling_plot(make_plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32]).sweep,
-                            outdir / "scaling.png")]
-    if rows:
-        written.append(throughput_plot(rows, outdir / "throughput.png"))
-        bench_runs = [r for r in results if r.kind == "bench" and r.status == "ok"]
-        written.append(breakdown_plot([r.measured | {"label": f"{r.strategy}#{r.id}"} for r in bench_runs],
-                                      outdir / "breakdown.png"))
+    store = _existing_store(db)
+    rows = make_rows(store.query())
+    scaling = make_plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32])
+    written, notes = write_report(rows, scaling, outdir, str(store.path))
     for p in written:
         typer.echo(str(p))
+    for n in notes:
+        typer.echo(f"note: {n}")
 
 
 # --- analyze ---
@@ -541,9 +620,11 @@ def emit(
     strategy: Annotated[Optional[str], typer.Option(help="Strategy name (see `prism-strategy strategies`); "
                                                          "with --from-plan: default the plan's pick")] = None,
     platform: Annotated[Optional[str], typer.Option(help="Platform preset or path to a platform .toml")] = None,
-    from_plan: Annotated[Optional[str], typer.Option(help="A `plan --json` file: its nodes, platform, precision, "
-                                                          "micro-batch, accumulation and checkpointing")] = None,
+    from_plan: Annotated[Optional[str], typer.Option(help="A `plan --json` file: its nodes, ranks per node, platform, "
+                                                          "precision, micro-batch, accumulation and checkpointing")] = None,
     nodes: Annotated[Optional[int], typer.Option(help="Number of nodes [default: 1]")] = None,
+    ranks_per_node: Annotated[Optional[int], typer.Option(help="Ranks per node [default: the platform's devices "
+                                                               "per node]")] = None,
     env_profile: Annotated[Optional[str], typer.Option(help="Env profile name or .toml; default: the platform's")] = None,
     precision: Annotated[Optional[str], typer.Option(help="bf16-mixed | bf16-pure | fp32 [default: bf16-mixed]")] = None,
     ckpt_freq: Annotated[Optional[str], typer.Option(help="Activation checkpointing every k-th block; 0 = none; "
@@ -580,8 +661,8 @@ def emit(
     from prism_strategy.report.findings import emit_json, render_emit
 
     req, _ = emit_request(
-        from_plan=from_plan, strategy=strategy, platform=platform, nodes=nodes, precision=precision, ckpt_freq=ckpt_freq,
-        loss=loss,
+        from_plan=from_plan, strategy=strategy, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
+        precision=precision, ckpt_freq=ckpt_freq, loss=loss,
         micro_batch=micro_batch, grad_accum=grad_accum, env_profile=env_profile, static_graph=static_graph,
         compile=compile, bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, account=account, queue=queue, walltime=walltime, filesystems=filesystems, job_name=job_name,
         script=script, script_args=tuple(script_args or ()))
@@ -591,6 +672,20 @@ def emit(
         typer.echo(emit_json(emitted, written))
     else:
         render_emit(emitted, written)
+
+
+def _refuse_plan_file(path: str) -> None:
+    """`doctor --launcher plan.json`: a plan is not a launcher; say what to do with it."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text()) if path.endswith(".json") and Path(path).is_file() else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return
+    if isinstance(data, dict) and "inputs" in data and "options" in data:
+        raise SpecError(f"--launcher {path} is a `plan --json` file, not a launcher; write the launchers with "
+                        f"`prism-strategy emit --from-plan {path} --out DIR` and check those")
 
 
 @app.command()
@@ -622,6 +717,8 @@ def doctor(
 
     if settle_s < 0:
         raise SpecError(f"--settle-s must be >= 0, got {settle_s}")
+    for p in launcher or ():
+        _refuse_plan_file(p)
     report = diagnose(DoctorRequest(
         launchers=tuple(Path(p) for p in launcher or ()), scripts=tuple(Path(p) for p in script or ()),
         platform=platform, strategy=strategy, nodes=nodes, env_profile=env_profile,
@@ -639,15 +736,15 @@ def doctor(
 def census(
     model: BenchModel = "tiny-llama",
     strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "all",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
-    seq_len: Annotated[int, typer.Option()] = 32, grad_accum: Annotated[int, typer.Option()] = 1,
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option(help="Samples per rank")] = 2,
+    seq_len: SeqLen = 32, grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step")] = 1,
     precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed")] = "bf16-mixed",
     mode: Annotated[str, typer.Option(help="e2e | projector | encoder-projector")] = "e2e",
     vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset or config path")] = None,
     bucket_mb: Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")] = None,
     reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")] = None,
     timeout_s: Annotated[float, typer.Option(help="Per strategy")] = 300,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    json_out: JsonOut = False,
 ) -> None:
     """Run each strategy for real and compare the collectives of one step with the engine model."""
     from prism_strategy.bench.census import census_base, run_census
@@ -672,15 +769,16 @@ def census(
 def commbench(
     model: BenchModel = "tiny-llama",
     strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
-    seq_len: Annotated[int, typer.Option()] = 32, grad_accum: Annotated[int, typer.Option()] = 1,
+    nproc: Nproc = 4, ranks_per_node: Rpn = None,
+    micro_batch: Annotated[int, typer.Option(help="Samples per rank (sizes the activations' collectives)")] = 2,
+    seq_len: SeqLen = 32, grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step")] = 1,
     precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed | bf16-pure")] = "bf16-mixed",
     bucket_mb: Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")] = None,
     reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")] = None,
     platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per strategy")] = 300,
     launched: Annotated[bool, typer.Option("--launched", help="This process is one of --nproc ranks a scheduler "
                                                               "started (emit's commbench.pbs / .sbatch)")] = False,
-    db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
+    db: Db = None, json_out: JsonOut = False,
 ) -> None:
     """Replay each strategy's collectives of one step (no model compute) on the real backend;
     time each kind, store it, and show it beside the link model's prediction."""

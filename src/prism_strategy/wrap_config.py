@@ -14,7 +14,8 @@ export PRISM_STRATEGY_FILE, and `wrap_from_file()` reads them back:
     static_graph = true                  # optional, ddp only
     find_unused_parameters = false       # ddp
     compile = false
-    ranks_per_node = 12                  # informational: what the plan assumed
+    nodes = 2                            # the layout the plan assumed: wrap_from_file() warns
+    ranks_per_node = 12                  #   when the running world differs
     ds_config = "ds_config.json"         # deepspeed only: relative to this file
 
 Missing keys take the defaults below; unknown keys and wrong types are a SpecError.
@@ -66,8 +67,10 @@ class WrapConfig:
     """Samples per rank per micro-step, as planned (carried for the training script)."""
     grad_accum: int = 1
     """Micro-batches per optimizer step, as planned."""
+    nodes: int | None = None
+    """The nodes the plan assumed (its global batch is micro_batch x grad_accum x nodes x ranks_per_node)."""
     ranks_per_node: int | None = None
-    """Informational: the ranks per node the plan assumed."""
+    """The ranks per node the plan assumed; wrap_from_file() warns when the running layout differs."""
     ds_config: str | None = None
     """DeepSpeed only: the ds_config JSON (relative to strategy.toml in the file)."""
 
@@ -88,7 +91,7 @@ class WrapConfig:
                 raise SpecError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.static_graph is not None and not isinstance(self.static_graph, bool):
             raise SpecError(f"static_graph must be True or False (or None: not declared), got {self.static_graph!r}")
-        for name in ("micro_batch", "ranks_per_node"):
+        for name in ("micro_batch", "nodes", "ranks_per_node"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
                 raise SpecError(f"{name} must be a positive integer, got {v!r}")

@@ -40,9 +40,13 @@ def test_stored_runs_join_the_fit_and_published_copies_do_not(tmp_path):
     own = a1.as_config() | {"published": None, "micro_batch": 8}
     store.add(Result(kind="imported", status="ok", strategy="ddp", platform="aurora", config=own,
                      measured={"step_time_s": 4.0}, fingerprint={"host": "x4000c0s0b0n0", "torch": "2.8"}))
-    report, _ = _calibrate(tmp_path, db)
+    r = runner.invoke(app, ["calibrate", "--platform", "aurora", "--db", str(db), "--out", str(tmp_path / "c.toml"),
+                            "--json"])
+    report = json.loads(r.stdout)
     db_rows = [row for row in report["records"] if row["id"].startswith("db:")]
     assert len(db_rows) == 1
+    # this made-up 4.0 s run pulls the fit away from the records: worse than the preset, so not written
+    assert r.exit_code == 1 and not report["written"] and not (tmp_path / "c.toml").exists()
 
 
 def test_unknown_platform_is_exit_2(tmp_path):

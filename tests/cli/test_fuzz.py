@@ -160,7 +160,7 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
                  "--calibration": paths + names + ["none", "auto"], "--db": db, "--json": []},
         "estimate": {k: [x for x in v if _must_fail_estimate(k, x)] for k, v in {**common_plan, "--strategy": names}.items()},
         "emit": {"--strategy": names + ["zero3", "fsdp_full_shard"], "--platform": platform,
-                 "--nodes": num + ["4", "600"], "--env-profile": names + paths + ["cpu-gloo"],
+                 "--nodes": num + ["4", "600"], "--ranks-per-node": num + ["6", "13"], "--env-profile": names + paths + ["cpu-gloo"],
                  "--precision": names, "--ckpt-freq": num, "--micro-batch": num, "--grad-accum": num,
                  "--queue": HOSTILE + ["prod", "debug"], "--walltime": HOSTILE + num + ["25:00:00", "1:2", "99:99:99"],
                  "--filesystems": HOSTILE, "--job-name": HOSTILE, "--script": HOSTILE + paths, "--account": HOSTILE,
@@ -175,7 +175,7 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
         "analyze": {"PATH": logs + paths + HOSTILE, "--plot": paths + [str(out / "t.png"), f["binary.bin"]],
                     "--json": []},
         "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths,
-                    "--curves": []},
+                    "--json": [], "--curves": []},
         "compare": {"--db": db, "--calibration": paths + names + ["none"], "--json": []},
         "calibrate": {"--platform": platform, "--db": db, "--out": paths, "--json": []},
         "report": {"--out": paths + [f["text.txt"], f["binary.bin"]], "--db": db, "--model": names + cfgs + paths,
@@ -219,6 +219,10 @@ def generate(cmd: str, n: int, out: Path, f: dict[str, str]) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
+    from prism_strategy.bench.store import Store
+
+    (root / "out").mkdir()
+    Store(root / "out" / "fresh.db")._run(lambda con: None)  # an empty store: read commands get past --db
     return root / "out", _write_inputs(root / "in")
 
 

@@ -179,7 +179,6 @@ BAD = [
     (["--micro-batch", "-2"], "--micro-batch"),
     (["--seq-len", "0"], "--seq-len"),
     (["--model", "olmo-1b", "--seq-len", "4096"], "max positions"),
-    (["--model", "olmo-7b", "--micro-batch", "100000"], "fits no strategy"),
     (["--mode", "projector"], "--vision"),
     (["--vision", "qwen3-0.6b"], "not a vision encoder"),
     (["--precision", "fp8"], "unknown precision"),

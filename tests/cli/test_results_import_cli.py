@@ -61,7 +61,7 @@ def test_bad_log_exits_2_on_one_line_and_stores_nothing(tmp_path, path, where):
 def test_missing_scenario_field_and_bad_arguments_exit_2(tmp_path):
     db = tmp_path / "r.db"
     res = invoke("results", "import", F / "torchtitan" / "train.log", "--platform", "aurora", "--db", db)
-    assert res.exit_code == 2 and "pass --model, --mode, --strategy, --ckpt-freq, --precision" in flat(res.output)
+    assert res.exit_code == 2 and "pass --model, --strategy, --ckpt-freq, --precision" in flat(res.output)  # mode: e2e
     res = invoke("results", "import", F / "prism" / "train.log", *A1, "--strategy", "dpp", "--db", db)
     assert res.exit_code == 2 and "dpp" in res.output
     res = invoke("results", "import", "--db", db)

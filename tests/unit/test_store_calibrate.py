@@ -142,7 +142,7 @@ def test_compare_puts_a_published_record_beside_its_prediction(tmp_path):
     pred = a1["predicted"]["step_time_s"]
     assert a1["error_pct"]["step_time_s"] == pytest.approx((pred - 2.50) / 2.50 * 100)
     c6 = rows["C6-b2"]
-    assert c6["measured"] == {"samples_per_s": None, "step_time_s": None, "alloc_gib": pytest.approx(13.6),
-                              "reserved_gib": pytest.approx(34.5)}
+    assert c6["measured"] == {"samples_per_s": None, "step_time_s": None, "tokens_per_s_per_device": None,
+                              "mfu": None, "alloc_gib": pytest.approx(13.6), "reserved_gib": pytest.approx(34.5)}
     assert c6["error_pct"]["reserved_gib"] == pytest.approx((c6["predicted"]["reserved_gib"] - 34.5) / 34.5 * 100)
     assert "A4" in rows and "E2" in rows  # every record with a step time or a peak gets a row

@@ -5,6 +5,12 @@ platform's achieved FLOP/s, link bandwidths, latencies and per-operation / per-t
 overheads; coordinate descent on log-factors minimises the squared log error of step time
 over all runs (the model is not linear once overlap is capped by compute, so no closed form).
 Memory: least squares for measured = states_and_buffers + factor x activations + reserve.
+
+Every fitted value stays inside physical bounds (data/calibration_bounds.toml, each with its
+source): a step that would leave them is not taken, and a value a fit still puts outside is held
+at the bound and named in the report. A fit whose median error on the same rows is worse than
+what it would replace (the calibration file already at the target, else the preset) is not
+written: the report says so and `calibrate` exits 1.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from typing import Any
+from functools import cache
+from typing import Any, Callable
 
 import numpy as np
 
@@ -24,6 +31,55 @@ from prism_strategy.specs.errors import SpecError
 TIME_KNOBS = ("achieved", "intra_bw", "inter_bw", "latency", "collective_overhead_us", "per_tensor_overhead_us",
               "kernel_launch_us")
 GRID = (0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 2.0, 4.0)
+
+
+NOT_A_DATASHEET = ("assumption", "fitted", "calibrated")
+"""A preset value whose source starts so is a guess or an earlier fit, not a hardware figure."""
+
+
+@cache
+def calibration_bounds() -> dict[str, dict[str, Any]]:
+    """data/calibration_bounds.toml: per fitted value, its bounds and their source."""
+    from prism_strategy.specs.presets import DATA, read_toml
+
+    return read_toml(DATA / "calibration_bounds.toml")
+
+
+def bounds_for(base: PlatformSpec, name: str) -> tuple[float, float]:
+    """(low, high) of one fitted value of `base` (the preset), from calibration_bounds()."""
+    b, v = calibration_bounds()[name], float(getattr(base, name))
+    lo, hi = float(b.get("min", 0.0)), float(b.get("max", math.inf))
+    datasheet = name in base.sources and not base.sources[name].lower().startswith(NOT_A_DATASHEET)
+    if "min_vs_preset" in b:
+        lo = max(lo, v * b["min_vs_preset"])
+    if "max_vs_preset" in b:
+        hi = min(hi, v * b["max_vs_preset"])
+    if datasheet and "max_vs_spec" in b:
+        hi = min(hi, v * b["max_vs_spec"])
+    if datasheet and "min_vs_spec" in b:
+        lo = max(lo, v * b["min_vs_spec"])
+    if "max_vs_memory" in b:
+        hi = min(hi, base.memory_gib * b["max_vs_memory"])
+    return lo, hi
+
+
+def _outside(base: PlatformSpec, p: PlatformSpec) -> list[tuple[str, float, float, float]]:
+    out = []
+    for name in calibration_bounds():
+        v, (lo, hi) = float(getattr(p, name)), bounds_for(base, name)
+        if not lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9):
+            out.append((name, v, lo, hi))
+    return out
+
+
+def held_in_bounds(base: PlatformSpec, p: PlatformSpec) -> tuple[PlatformSpec, list[str]]:
+    """p with every bounded value inside its bounds; a note per value that was held."""
+    changes, notes = {}, []
+    for name, v, lo, hi in _outside(base, p):
+        changes[name] = min(hi, max(lo, v))
+        notes.append(f"{name}: the fit gave {v:.4g}, held at {changes[name]:.4g} "
+                     f"({calibration_bounds()[name]['source']})")
+    return dataclasses.replace(p, **changes) if changes else p, notes
 
 
 def scaled_platform(base: PlatformSpec, f: dict[str, float]) -> PlatformSpec:
@@ -53,7 +109,10 @@ def fit_time(base: PlatformSpec, runs: list[Result], rounds: int = 4) -> Platfor
         for k in TIME_KNOBS:
             for g in GRID:
                 trial = f | {k: f[k] * g}
-                loss = _time_loss(scaled_platform(base, trial), runs)
+                scaled = scaled_platform(base, trial)
+                if _outside(base, scaled):
+                    continue
+                loss = _time_loss(scaled, runs)
                 if loss < best - 1e-12:
                     best, f = loss, trial
     return scaled_platform(base, f)
@@ -71,16 +130,17 @@ def fit_memory(platform: PlatformSpec, runs: list[Result]) -> PlatformSpec:
     if len(runs) < 2:
         return platform
     (factor, reserve), *_ = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)
-    return dataclasses.replace(platform, activation_factor=max(float(factor), 0.05),
-                               framework_reserve_gib=max(float(reserve), 0.0) / GiB)
+    return dataclasses.replace(platform, activation_factor=float(factor), framework_reserve_gib=float(reserve) / GiB)
 
 
 def errors_pct(platform: PlatformSpec, runs: list[Result]) -> dict[str, float]:
+    """Median absolute error in percent of step time, and of peak memory where the runs have it
+    (absent, not NaN, when none has)."""
     t = [abs(predict(r.config, platform)["step_time_s"] / r.measured["step_time_s"] - 1) * 100 for r in runs]
     m = [abs(predict(r.config, platform)["memory_bytes"] / r.measured["peak_memory_bytes"] - 1) * 100
          for r in runs if r.measured.get("peak_memory_bytes")]
-    return {"step_time_median": statistics.median(t) if t else float("nan"),
-            "memory_median": statistics.median(m) if m else float("nan")}
+    out = {"step_time_median": statistics.median(t)} if t else {}
+    return out | ({"memory_median": statistics.median(m)} if m else {})
 
 
 def calibrate(base: PlatformSpec, results: list[Result]) -> tuple[PlatformSpec, dict[str, Any]]:
@@ -89,9 +149,10 @@ def calibrate(base: PlatformSpec, results: list[Result]) -> tuple[PlatformSpec, 
         raise SpecError(f"calibration needs at least 3 successful runs on platform {base.name}, found {len(runs)}; "
                         "measure some with `prism-strategy bench`")
     before = errors_pct(base, runs)
-    fitted = fit_memory(fit_time(base, runs), runs)
+    fitted, held = held_in_bounds(base, fit_memory(fit_time(base, runs), runs))
     after = errors_pct(fitted, runs)
-    report = {"runs": len(runs), "before": before, "after": after}
+    report = {"runs": len(runs), "before": before, "after": after, "held_at_bounds": held,
+              "score": lambda p: errors_pct(p, runs)}  # run_calibrate scores what the fit replaces
     return fitted, report
 
 
@@ -138,18 +199,50 @@ def calibrate_terms(base: PlatformSpec, results: list[Result], names: list[str])
     prior = ft.prior_platform(base)
     fitted = ft.fit(prior, obs)
     fitted = dataclasses.replace(fitted, allocator_cache_factor=ft.fit_allocator_cache(ft.memory_points(records, fitted)))
+    fitted, held = held_in_bounds(base, fitted)
     before, after = ft.errors(base, obs), ft.errors(fitted, obs)
     rows = [{"id": k, "before_err_pct": before[k], "after_err_pct": after[k]} for k in after]
-    held = [{"id": r.id, "why": ft.fit_reason(r)} for r in records if ft.fit_reason(r)]
-    report = {"runs": len(rows), "records": rows, "not_fitted": held,
+    report = {"runs": len(rows), "records": rows, "held_at_bounds": held,
+              "not_fitted": [{"id": r.id, "why": ft.fit_reason(r)} for r in records if ft.fit_reason(r)],
               "before": {"step_time_median": ft.median_abs(before)}, "after": {"step_time_median": ft.median_abs(after)}}
+    report["score"] = lambda p: {"step_time_median": ft.median_abs(ft.errors(p, obs))}
     return fitted, report
+
+
+def replaced_platform(base: PlatformSpec, path: Any) -> tuple[PlatformSpec, str]:
+    """What a new calibration at `path` would replace: the file already there (when it is a
+    calibration of this platform), else the preset."""
+    from prism_strategy.estimate.calibration import apply_calibration, load_calibration
+
+    try:
+        if path.is_file():
+            return apply_calibration(base, load_calibration(path), str(path)), f"the calibration in {path}"
+    except (SpecError, OSError):
+        pass
+    return base, f"the {base.name} preset"
+
+
+MEMORY_VALUES = ("activation_factor", "framework_reserve_gib")
+"""What fit_memory sets; step time does not depend on them, so they are kept or replaced apart."""
+WORSE_BY_PCT = 0.05
+"""Percentage points an error must grow by to count as worse: below the 0.1% the report prints,
+a refit that reproduces what it replaces (float round-off) is not refused."""
+
+
+def worse_than(after: dict[str, float], replaced: dict[str, float]) -> str | None:
+    """The first error the fit makes worse than what it replaces, in words; None when none is."""
+    for key, what in (("step_time_median", "step-time"), ("memory_median", "peak-memory")):
+        if key in after and key in replaced and after[key] > replaced[key] + WORSE_BY_PCT:
+            return f"median {what} error {after[key]:.1f}% vs {replaced[key]:.1f}%"
+    return None
 
 
 def run_calibrate(platform: str, db: str | None, out: str | None) -> dict[str, Any]:
     """`prism-strategy calibrate`: fit, write the calibration file, return the report. A platform
     with published records (data/measurements) fits the step-time terms to them and to every
-    stored run; otherwise the efficiency factors to this tool's own bench runs."""
+    stored run; otherwise the efficiency factors to this tool's own bench runs. Nothing is written
+    when the fit is worse, on the same rows, than what it replaces (report["written"] is False
+    and report["refused"] says why)."""
     from pathlib import Path
 
     from prism_strategy.bench.store import Store
@@ -170,6 +263,20 @@ def run_calibrate(platform: str, db: str | None, out: str | None) -> dict[str, A
         fitted, report = calibrate(base, rows)
         fp = rows[-1].fingerprint
     path = Path(out) if out else default_calibration_dir() / f"{base.name}.toml"
-    write_calibration(path, platform=base.name, fingerprint=fp, values=fitted_values(fitted), runs=report["runs"],
-                      errors={k: v for k, v in report["after"].items() if v == v})
-    return report | {"platform": base.name, "file": str(path), "values": fitted_values(fitted)}
+    replaced, label = replaced_platform(base, path)
+    score = report.pop("score")
+    report["replaces"] = {"what": label} | score(replaced)
+    if worse_than({k: v for k, v in report["after"].items() if k == "memory_median"}, report["replaces"]):
+        fitted = dataclasses.replace(fitted, **{k: getattr(replaced, k) for k in MEMORY_VALUES})
+        report["kept"] = (f"memory values ({', '.join(MEMORY_VALUES)}) kept from {label}: the refit's median "
+                          f"peak-memory error was {report['after']['memory_median']:.1f}% vs "
+                          f"{report['replaces']['memory_median']:.1f}%")
+        report["after"] = score(fitted)
+    worse = worse_than(report["after"], report["replaces"])
+    report |= {"platform": base.name, "file": str(path), "values": fitted_values(fitted), "written": worse is None}
+    if worse is not None:
+        report["refused"] = f"not written: the fit is worse than {label} on the same {report['runs']} runs ({worse})"
+        return report
+    write_calibration(path, platform=base.name, fingerprint=fp | {"platform": base.name, "backend": base.backend},
+                      values=fitted_values(fitted), runs=report["runs"], errors=report["after"])
+    return report

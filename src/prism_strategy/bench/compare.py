@@ -36,6 +36,20 @@ def _memory(r: Result, predicted_bytes: float) -> tuple[dict[str, float], dict[s
     return {"memory_gib": pred}, {"memory_gib": _gib(r.measured.get("peak_memory_bytes"))}
 
 
+PREDICTED = object()
+
+
+def _rates(p: dict[str, Any], measured_samples_per_s: Any = PREDICTED) -> dict[str, float | None]:
+    """Tokens/s per device and MFU: predicted, or of the measured samples/s (the same tokens and
+    model FLOPs per sample, estimate/compute.py, against the same peak; None when none was measured)."""
+    if "mfu" not in p:
+        return {}
+    if measured_samples_per_s is PREDICTED:
+        return {"tokens_per_s_per_device": p["tokens_per_s_per_device"], "mfu": p["mfu"]}
+    scale = measured_samples_per_s / p["samples_per_s"] if measured_samples_per_s and p["samples_per_s"] else None
+    return {k: None if scale is None else p[k] * scale for k in ("tokens_per_s_per_device", "mfu")}
+
+
 def measured_from(r: Result) -> str:
     if r.provenance == "published":
         return f"published: {r.source}"
@@ -52,13 +66,19 @@ def compare_row(r: Result, platform: PlatformSpec) -> dict[str, Any]:
         measured = {"max_micro_batch": m.get("ceiling")}
     else:
         mem_p, mem_m = _memory(r, p["memory_bytes"])
-        predicted = {"samples_per_s": p["samples_per_s"], "step_time_s": p["step_time_s"]} | mem_p
-        measured = {"samples_per_s": m.get("samples_per_s"), "step_time_s": m.get("step_time_s")} | mem_m
+        predicted = {"samples_per_s": p["samples_per_s"], "step_time_s": p["step_time_s"]} | _rates(p) | mem_p
+        measured = ({"samples_per_s": m.get("samples_per_s"), "step_time_s": m.get("step_time_s")}
+                    | _rates(p, m.get("samples_per_s")) | mem_m)
     errors = {k: _err(predicted[k], measured[k]) for k in predicted}
+    phases = {} if r.kind == "ceiling" else {
+        "measured": {k: m.get(f"{k}_s") for k in ("forward", "backward", "optimizer", "step_time")},
+        "predicted": {"compute": p["compute_s"], "exposed_comm": p.get("exposed_comm_s"),
+                      "optimizer": p.get("optimizer_s"), "step_time": p["step_time_s"]}}
     calibrated = any(v.startswith("calibrated") for v in platform.sources.values())
     return {"id": r.id, "strategy": r.strategy, "kind": r.kind, "status": r.status, "config": r.config,
             "provenance": r.provenance, "record": (m.get("published") or {}).get("id"),
-            "predicted": predicted, "measured": measured, "error_pct": errors,
+            "predicted": predicted, "measured": measured, "error_pct": errors, "phases": phases,
+            "platform": platform.name,
             "sources": {"predicted": f"analytic model, platform {platform.name}{' (calibrated)' if calibrated else ''}",
                         "measured": measured_from(r)}}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -100,8 +101,24 @@ def launch_many(configs: list[dict[str, Any]], *, timeout_s: float, memory_limit
             for i in range(len(configs))]
 
 
+_KILLED = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*-9\b")
+"""torchrun's failure summary (torch/distributed/elastic/multiprocessing/errors: `rank : R
+(local_rank: L)` then `exitcode : -9 (pid: P) SIGKILL`) for a rank the kernel killed."""
+
+
+def sigkilled_ranks(tail: str) -> list[int]:
+    """Ranks torchrun reports killed by SIGKILL (exit -9): on a host without a scheduler's limits,
+    most likely the kernel's OOM killer."""
+    return sorted({int(m.group(1)) for m in _KILLED.finditer(tail)})
+
+
 def _outcome(rc: int | None, ranks: list[dict], nproc: int, seconds: float, tail: str, timeout_s: float) -> Outcome:
     missing = sorted(set(range(nproc)) - {r["rank"] for r in ranks})
+    killed = [r for r in sigkilled_ranks(tail) if r in missing] if rc is not None else []
+    if killed:
+        return Outcome(status="oom", ranks=ranks, seconds=seconds, log_tail=tail,
+                       error=f"rank(s) {killed} killed by SIGKILL (exit -9): killed, most likely out of host memory "
+                             "(the kernel's OOM killer; `dmesg` says)")
     if any(r["status"] == "oom" for r in ranks):
         bad = [r["rank"] for r in ranks if r["status"] == "oom"]
         return Outcome(status="oom", ranks=ranks, seconds=seconds, error=f"out of memory on rank(s) {bad}", log_tail=tail)
@@ -129,7 +146,9 @@ def measured(config: dict[str, Any], o: Outcome) -> dict[str, Any]:
                 "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in o.ranks), default=None) or None}
     step = max(r["step_s"] for r in o.ranks)  # the slowest rank sets the pace
     samples = int(config["micro_batch"]) * int(config.get("grad_accum", 1)) * int(config["nproc"])
-    return {"step_time_s": step, "samples_per_s": samples / step, "tokens_per_s": samples * int(config["seq_len"]) / step,
+    tokens_per_s = samples * int(config["seq_len"]) / step
+    return {"step_time_s": step, "samples_per_s": samples / step, "tokens_per_s": tokens_per_s,
+            "tokens_per_s_per_device": tokens_per_s / int(config["nproc"]),
             "forward_s": max(r["forward_s"] for r in o.ranks), "backward_s": max(r["backward_s"] for r in o.ranks),
             "optimizer_s": max(r["optimizer_s"] for r in o.ranks),
             "step_time_spread": max(_spread(r["step_times"]) for r in o.ranks),

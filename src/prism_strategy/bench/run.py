@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Callable
 
 from prism_strategy.bench.ceiling import Ceiling, search_ceiling
 from prism_strategy.bench.harness import check_config, launch, launch_many, to_result
-from prism_strategy.bench.predict import predict
+from prism_strategy.bench.predict import predict, stored_model
 from prism_strategy.bench.store import Result, Store
 from prism_strategy.bench.tune import Candidate, TuneResult, tune
 from prism_strategy.specs.cluster import GiB, PlatformSpec
@@ -35,7 +36,7 @@ def base_config(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
         raise SpecError("--ckpt-freq auto is a plan search; bench runs one setting: give k or sac")
     parse_optimizer(optimizer)
     TrainingSpec(loss=loss)  # type: ignore[arg-type]  # validates the name
-    cfg = {"model": model, "model_spec": {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)},
+    cfg = {"model": model, **stored_model(model),
            "nproc": nproc, "ranks_per_node": ranks_per_node or nproc, "micro_batch": micro_batch, "seq_len": seq_len,
            "steps": steps, "warmup": warmup, "precision": precision, "ckpt_freq": "sac" if policy == "sac" else k,
            "grad_accum": grad_accum, "timeout_s": timeout_s}
@@ -90,9 +91,52 @@ def scan_ceiling_runs(base: dict[str, Any], strategy: str, platform: str, store:
                     kind="ceiling-trial")
 
 
+def host_memory_available() -> float | None:
+    """Bytes this host can still give (MemAvailable, /proc/meminfo: the kernel's estimate of what
+    can be allocated without swapping); None where it is not known."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def memory_problem(config: dict[str, Any], platform: PlatformSpec, available: float | None) -> str | None:
+    """Why this run cannot fit, with the figures; None when it fits. On CPU every rank shares this
+    host's memory (`available` bytes, MemAvailable); on a device, each rank has the platform's."""
+    p = predict(config, platform)
+    need, nproc = float(p["memory_bytes"]), int(config["nproc"])
+    what = f"{config['strategy']} at micro-batch {config['micro_batch']} needs {need / GiB:.1f} GiB per rank (predicted)"
+    fix = "a smaller --model (tiny-llama and small-llama fit a CPU), --micro-batch, --seq-len or --nproc"
+    if config.get("device", "cpu") == "cpu":
+        if available is not None and need * nproc > available:
+            return (f"{what} x {nproc} ranks = {need * nproc / GiB:.1f} GiB > {available / GiB:.1f} GiB available on "
+                    f"this host (MemAvailable); not launched: {fix}")
+        return None
+    if need > platform.usable_bytes:
+        return f"{what} > {platform.usable_bytes / GiB:.1f} GiB usable per device on {platform.name}; not launched: {fix}"
+    return None
+
+
+def check_memory(base: dict[str, Any], strategies: list[str], platform: PlatformSpec,
+                 available: float | None = None) -> None:
+    """Refuse (SpecError, exit 2) before anything is launched when a strategy's run cannot fit."""
+    available = host_memory_available() if available is None else available
+    for s in strategies:
+        try:
+            problem = memory_problem(base | {"strategy": s}, platform, available)
+        except SpecError:
+            continue  # not modelled: the run itself will say
+        if problem is not None:
+            raise SpecError(f"{base['model']}: {problem}")
+
+
 def run_bench(base: dict[str, Any], strategies: list[str], platform: str, store: Store,
               on_result: OnResult | None = None, extra_args: list[str] | None = None) -> list[Result]:
     plat = load_platform(platform)
+    check_memory(base, strategies, plat)
     out = []
     for i, s in enumerate(strategies):
         r = run_one(base | {"strategy": s}, plat, store, extra_args=extra_args)

@@ -1,4 +1,13 @@
-"""Results store: SQLite in WAL mode, one row per measured run.
+"""Results store: SQLite, one row per measured run.
+
+Journal mode by filesystem: WAL on a local disk; on a network filesystem (NFS, Lustre, GPFS,
+DAOS through dfuse, CIFS, BeeGFS, ...: the fstype of the longest /proc/mounts prefix of the
+store's path) the rollback journal (journal_mode=DELETE). SQLite's WAL keeps its index in shared
+memory (the -shm file, mmap'd), which works only when every process is on one host
+(sqlite.org/wal.html: "WAL does not work over a network filesystem"); a bench in a PBS job on a
+compute node and a `compare` on a login node would corrupt it. The rollback journal needs only
+the filesystem's POSIX advisory locks (NFS lockd, Lustre with -o flock, GPFS), as SQLite
+documents for network use. `Store.journal` says which mode and why.
 
 Each write is one short IMMEDIATE transaction with a generous busy timeout (and retried whole when
 SQLite reports the lock anyway), so several processes can write at once and nothing is lost; a
@@ -24,6 +33,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -58,6 +68,67 @@ V2_COLUMNS = (
 )
 STATUSES = ("ok", "oom", "failed", "timeout")
 PROVENANCES = ("bench", "imported", "published")
+
+
+MOUNTS = Path("/proc/mounts")
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "fuse.dfuse", "dfuse", "daos", "cifs", "smb3", "smbfs",
+                       "beegfs", "fuse.beegfs", "ceph", "fuse.ceph", "ceph-fuse", "glusterfs", "fuse.glusterfs",
+                       "panfs", "wekafs", "fuse.sshfs", "afs", "9p", "orangefs", "pvfs2", "fuse.juicefs")
+"""fstypes (the third field of /proc/mounts) that are shared between hosts."""
+
+
+def _unescape(field_: str) -> str:
+    """/proc/mounts writes space, tab, newline and backslash as octal escapes (\\040 ...)."""
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
+
+
+def mount_of(path: Path, mounts: Path = MOUNTS) -> tuple[str, str] | None:
+    """(mount point, fstype) of the longest mount-point prefix of `path` (its nearest existing
+    parent, resolved); None when the mounts file cannot be read."""
+    try:
+        lines = mounts.read_text().splitlines()
+    except OSError:
+        return None
+    target = path.absolute()
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    target = target.resolve()
+    best: tuple[str, str] | None = None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = Path(_unescape(parts[1]))
+        if (target == point or point in target.parents) and (best is None or len(str(point)) > len(best[0])):
+            best = (str(point), parts[2])
+    return best
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Journal:
+    mode: str
+    """"wal" (local disk) or "delete" (rollback journal: network filesystem)."""
+    fstype: str
+    mount: str
+
+    @property
+    def why(self) -> str:
+        if self.mode == "wal":
+            return f"WAL: {self.fstype or 'unknown'} at {self.mount or '?'} is a local filesystem"
+        return (f"rollback journal (DELETE), not WAL: {self.fstype} at {self.mount} is a network filesystem, where "
+                "WAL's shared-memory index breaks across hosts")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"journal_mode": self.mode, "filesystem": self.fstype, "mount": self.mount, "why": self.why}
+
+
+def journal_for(path: Path, mounts: Path = MOUNTS) -> Journal:
+    found = mount_of(path, mounts)
+    point, fstype = found or ("", "")
+    network = fstype in NETWORK_FILESYSTEMS or fstype.startswith(("nfs", "fuse.dfuse"))
+    return Journal(mode="delete" if network else "wal", fstype=fstype, mount=point)
 
 
 def default_db_path() -> Path:
@@ -162,8 +233,17 @@ def _is_contention(e: sqlite3.OperationalError) -> bool:
 
 
 class Store:
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, *, mounts: Path = MOUNTS):
         self.path = Path(path) if path else default_db_path()
+        self.mounts = mounts
+
+    @cached_property
+    def journal(self) -> Journal:
+        """The journal mode this store runs in, from the filesystem it is on."""
+        try:
+            return journal_for(self.path, self.mounts)
+        except OSError:
+            return Journal(mode="wal", fstype="", mount="")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -173,8 +253,9 @@ class Store:
         except (OSError, sqlite3.Error) as e:
             raise SpecError(f"cannot open results store {self.path}: {e}; pass --db with a writable path") from None
         try:
-            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                con.execute("PRAGMA journal_mode=WAL")
+            want = self.journal.mode
+            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != want:
+                con.execute(f"PRAGMA journal_mode={want.upper()}")
             con.executescript(SCHEMA)
             migrate(con)
             yield con

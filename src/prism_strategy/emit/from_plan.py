@@ -1,5 +1,6 @@
 """`emit --from-plan PLAN.json`: the launch files for a plan's pick (or another of its options),
-with the nodes, platform, precision, micro-batch, grad accumulation and checkpointing it chose."""
+with the plan's whole layout (nodes and ranks per node: the world its global batch was planned
+for), platform, precision, micro-batch, grad accumulation and checkpointing."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class PlanChoice:
     strategy: str
     platform: str
     nodes: int
+    ranks_per_node: int | None
+    """None: an older plan file without it (the platform's devices per node)."""
     precision: str
     micro_batch: int
     grad_accum: int
@@ -65,7 +68,8 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
         raise SpecError(f"{where}: the plan found {name} infeasible ({option.get('why_not')}); pick a feasible option")
     if not isinstance(inputs.get("platform"), str) or not isinstance(inputs.get("precision"), str):
         raise SpecError(f"{where}: inputs need 'platform' and 'precision' strings")
-    return PlanChoice(strategy=name, platform=inputs["platform"], nodes=_int(inputs, "nodes", where, 1),
+    rpn = None if inputs.get("ranks_per_node") is None else _int(inputs, "ranks_per_node", where, 1)
+    return PlanChoice(strategy=name, platform=inputs["platform"], nodes=_int(inputs, "nodes", where, 1), ranks_per_node=rpn,
                       precision=inputs["precision"], micro_batch=_int(option, "micro_batch", where, 1),
                       grad_accum=_int(option, "grad_accum", where, 1),
                       ckpt_freq="sac" if option.get("ckpt_freq") == "sac" else _int(option, "ckpt_freq", where, 0),
@@ -76,17 +80,19 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
 def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
     """`base` (the launcher options: account, queue, env profile, ...) with the plan's choices."""
     return replace(base, strategy=choice.strategy, platform=choice.platform, nodes=choice.nodes,
-                   precision=choice.precision, micro_batch=choice.micro_batch, grad_accum=choice.grad_accum,
-                   ckpt_freq=choice.ckpt_freq, compile=choice.compile or base.compile, loss=choice.loss)
+                   ranks_per_node=choice.ranks_per_node, precision=choice.precision, micro_batch=choice.micro_batch,
+                   grad_accum=choice.grad_accum, ckpt_freq=choice.ckpt_freq, compile=choice.compile or base.compile,
+                   loss=choice.loss)
 
 
 def emit_request(*, from_plan: str | None, strategy: str | None, platform: str | None, nodes: int | None,
-                 precision: str | None, ckpt_freq: int | str | None, micro_batch: int | None, grad_accum: int | None,
-                 loss: str | None = None, **launcher: Any) -> tuple[EmitRequest, PlanChoice | None]:
+                 ranks_per_node: int | None = None, precision: str | None, ckpt_freq: int | str | None,
+                 micro_batch: int | None, grad_accum: int | None, loss: str | None = None,
+                 **launcher: Any) -> tuple[EmitRequest, PlanChoice | None]:
     """The request `emit` runs: from its options, or from a plan (whose choices the options may not
     contradict). `launcher`: the other EmitRequest fields (account, queue, env_profile, ...)."""
-    chosen = {"--platform": platform, "--nodes": nodes, "--precision": precision, "--ckpt-freq": ckpt_freq,
-              "--micro-batch": micro_batch, "--grad-accum": grad_accum, "--loss": loss}
+    chosen = {"--platform": platform, "--nodes": nodes, "--ranks-per-node": ranks_per_node, "--precision": precision,
+              "--ckpt-freq": ckpt_freq, "--micro-batch": micro_batch, "--grad-accum": grad_accum, "--loss": loss}
     if from_plan is None:
         if strategy is None or platform is None:
             raise SpecError("emit needs --strategy and --platform, or --from-plan PLAN.json (from `plan --json`)")
@@ -94,6 +100,7 @@ def emit_request(*, from_plan: str | None, strategy: str | None, platform: str |
         if k is None:
             raise SpecError("emit --ckpt-freq auto: plan searches it; give k or sac, or emit --from-plan")
         req = EmitRequest(strategy=strategy, platform=platform, nodes=1 if nodes is None else nodes,
+                          ranks_per_node=ranks_per_node,
                           precision=precision or "bf16-mixed", ckpt_freq="sac" if policy == "sac" else k,
                           loss=parse_loss(loss or "upcast"),
                           micro_batch=1 if micro_batch is None else micro_batch,

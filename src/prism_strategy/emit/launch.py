@@ -45,6 +45,8 @@ class EmitRequest:
     strategy: str
     platform: str
     nodes: int
+    ranks_per_node: int | None = None
+    """None: the platform's devices per node."""
     env_profile: str | None = None
     """None: the platform's own profile."""
     precision: str = "bf16-mixed"
@@ -131,7 +133,7 @@ def _validate(req: EmitRequest, out: Path) -> _Job:
     check_options(req.bucket_mb, req.reduce_dtype)
     strategy = get_strategy(req.strategy).with_options(bucket_mb=req.bucket_mb, reduce_dtype=req.reduce_dtype)
     platform = load_platform(req.platform)
-    layout = Layout.for_platform(platform, req.nodes)
+    layout = _layout(platform, req)
     profile = load_env_profile(req.env_profile or platform.env_profile or "")
     if req.precision not in PRECISIONS:
         raise SpecError(f"--precision must be one of {', '.join(PRECISIONS)}, got {req.precision!r}")
@@ -153,6 +155,17 @@ def _validate(req: EmitRequest, out: Path) -> _Job:
     queue, note = _queue(platform, site, req)
     return _Job(req=req, platform=platform, strategy=strategy, profile=profile, layout=layout,
                 strategy_file=str(Path(out).absolute() / STRATEGY_FILE), site=site, queue=queue, queue_note=note)
+
+
+def _layout(platform: PlatformSpec, req: EmitRequest) -> Layout:
+    """The job's nodes x ranks per node; more ranks than devices per node cannot be placed."""
+    rpn = req.ranks_per_node
+    if rpn is None:
+        return Layout.for_platform(platform, req.nodes)
+    if rpn > platform.devices_per_node:
+        raise SpecError(f"--ranks-per-node {rpn} exceeds {platform.name}'s {platform.devices_per_node} devices per "
+                        f"node; use 1..{platform.devices_per_node}")
+    return Layout(nodes=req.nodes, ranks_per_node=rpn)
 
 
 def _queue(platform: PlatformSpec, site: SiteSpec, req: EmitRequest) -> tuple[str | None, str]:
@@ -182,7 +195,7 @@ def _strategy_file(job: _Job) -> WrapConfig:
         loss=req.loss,  # type: ignore[arg-type]
         static_graph=bool(req.static_graph) if engine.declares_static_graph else None,
         bucket_mb=req.bucket_mb, reduce_dtype=req.reduce_dtype,  # type: ignore[arg-type]
-        find_unused_parameters=False, compile=req.compile, ranks_per_node=job.layout.ranks_per_node,
+        find_unused_parameters=False, compile=req.compile, nodes=job.layout.nodes, ranks_per_node=job.layout.ranks_per_node,
         micro_batch=req.micro_batch, grad_accum=req.grad_accum, ds_config=engine.config_file,
     )
 

@@ -9,7 +9,7 @@ from typing import Any
 from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
 from prism_strategy.estimate.comm import model_description as comm_model_description
 from prism_strategy.estimate.families import assumptions
-from prism_strategy.estimate.compute import optimizer_time_s, phase_times
+from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
 from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.overlap import description as overlap_description
 from prism_strategy.estimate.overlap import schedules_overlap
@@ -48,6 +48,11 @@ class Option:
     optimizer_s: float = 0.0
     step_time_s: float = 0.0
     samples_per_s: float = 0.0
+    tokens_per_s_per_device: float = 0.0
+    """Decoder tokens (text + image) per second on one device: samples/s / world x tokens per sample."""
+    mfu: float = 0.0
+    """Model FLOPs utilisation: forward + backward FLOPs (estimate/compute.py, recompute excluded, as
+    PaLM's MFU) per second on one device over the platform's peak for the compute dtype."""
     bound: str = "compute"
     scaling_efficiency: float | None = None
     comm: CommEstimate | None = None
@@ -123,7 +128,18 @@ def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay
     o.optimizer_s = optimizer_time_s(trainable, opt_bytes, p, tensors)
     o.step_time_s = o.compute_s + o.exposed_comm_s + o.optimizer_s
     o.samples_per_s = o.micro_batch * o.grad_accum * layout.world / o.step_time_s
+    o.tokens_per_s_per_device, o.mfu = per_device_rates(parts, t, p, o.samples_per_s / layout.world)
     o.bound = "comm" if o.comm_s > o.compute_s else "compute"
+
+
+def per_device_rates(parts: tuple[Part, ...], t: TrainingSpec, p: PlatformSpec,
+                     samples_per_s_per_device: float) -> tuple[float, float]:
+    """(tokens/s per device, MFU): decoder tokens per sample, and model FLOPs per sample (forward
+    + backward from estimate/compute.py, recompute excluded) against the platform's peak."""
+    tokens = sum(x.tokens for x in parts if x.spec is not None and x.spec.kind == "decoder")
+    flops = sum(f.forward + f.backward for f in (part_flops_per_sample(x, t) for x in parts))
+    peak = (p.peak_tflops_bf16 if t.compute_dtype == "bf16" else p.peak_tflops_fp32) * 1e12
+    return samples_per_s_per_device * tokens, samples_per_s_per_device * flops / peak
 
 
 def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = None) -> Option:
@@ -265,6 +281,9 @@ def _provenance(sc: Scenario) -> dict[str, str]:
                          + "; gradient path per tensor: " + (", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
                                                                or f"{p.per_tensor_overhead_us:g} us") + " (estimate/host.py)",
         "calibration": calibrated or "none",
+        "mfu": f"{kind}: model FLOPs per sample (estimate/compute.py: 2 x matmul params x tokens + causal attention, "
+               f"backward 2 x forward, recompute excluded, as PaLM's MFU) x samples/s per device / peak "
+               f"{p.peak_tflops_bf16:g} TF/s bf16 or {p.peak_tflops_fp32:g} fp32 ({p.source('peak_tflops_bf16')})",
     }
 
 
@@ -312,6 +331,7 @@ def plan(
                         precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens,
                         compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len, bucket_mb=bucket_mb,
                         loss=loss)
+    check_ranks_per_node(sc, ranks_per_node)
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = int_list(sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
@@ -319,14 +339,6 @@ def plan(
         sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(comm_curves)))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
-    fits = [o for o in options if o.memory.total <= sc.platform.usable_bytes]
-    if sc.training.micro_batch is not None and not fits:
-        best = min(options, key=lambda o: o.memory.total)
-        hint = "" if sc.training.ckpt_auto else " or --ckpt-freq auto"
-        raise SpecError(
-            f"micro-batch {sc.training.micro_batch} fits no strategy: the smallest, {best.strategy}, needs "
-            f"{best.memory.total / GiB:.1f} GiB > {sc.platform.usable_bytes / GiB:.1f} GiB usable; "
-            f"try --micro-batch {max(1, best.max_micro_batch)}{hint}")
     if traced:
         trace_options(sc, options)
     annotate(sc, parts, options)
@@ -336,6 +348,14 @@ def plan(
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
     return result
+
+
+def check_ranks_per_node(sc: Scenario, asked: int | None) -> None:
+    """A planned job places one rank per device: more ranks per node than devices is bad input."""
+    dev = sc.platform.devices_per_node
+    if asked is not None and asked > dev:
+        raise SpecError(f"--ranks-per-node {asked} exceeds {sc.platform.name}'s {dev} devices per node "
+                        f"(one rank per device); use 1..{dev}")
 
 
 def trace_options(sc: Scenario, options: list[Option]) -> None:
@@ -373,8 +393,23 @@ def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nod
             rows.append({"nodes": n, "strategy": name, "feasible": e.feasible, "why_not": e.why_not,
                          "micro_batch": e.micro_batch, "grad_accum": e.grad_accum, "global_batch": e.global_batch,
                          "ckpt_freq": e.ckpt_freq, "step_time_s": e.step_time_s, "samples_per_s": e.samples_per_s,
-                         "scaling_efficiency": e.scaling_efficiency, "bound": e.bound,
+                         "scaling_efficiency": None, "bound": e.bound,
                          "step_time_s_range": e.step_time_s_range, "samples_per_s_range": e.samples_per_s_range})
+    return row_efficiency(rows)
+
+
+def row_efficiency(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each sweep row's scaling efficiency against the rows beside it: its samples/s per node over
+    the same strategy's first feasible row (the fewest nodes), each at its own batch and
+    checkpointing. `efficiency_vs_nodes` names the row it is compared with."""
+    base: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if not r["feasible"] or not r["samples_per_s"]:
+            r["efficiency_vs_nodes"] = None
+            continue
+        b = base.setdefault(r["strategy"], r)
+        r["scaling_efficiency"] = (r["samples_per_s"] / r["nodes"]) / (b["samples_per_s"] / b["nodes"])
+        r["efficiency_vs_nodes"] = b["nodes"]
     return rows
 
 
@@ -386,7 +421,8 @@ def option_dict(o: Option) -> dict[str, Any]:
         "memory_peak_at": o.memory.moment, **o.memory_runtime,
         "max_micro_batch": o.max_micro_batch, "micro_batch": o.micro_batch, "grad_accum": o.grad_accum,
         "global_batch": o.global_batch, "ckpt_freq": o.ckpt_freq,
-        "step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "compute_s": o.compute_s,
+        "step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s,
+        "tokens_per_s_per_device": o.tokens_per_s_per_device, "mfu": o.mfu, "compute_s": o.compute_s,
         "step_time_s_range": o.step_time_s_range, "samples_per_s_range": o.samples_per_s_range,
         "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s, "optimizer_s": o.optimizer_s,
         "comm_fraction": o.comm_fraction, "bound": o.bound, "scaling_efficiency": o.scaling_efficiency,
@@ -420,6 +456,7 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> dict[str, Any]:
         return {"strategy": s.name, "micro_batch": mb, "memory_gib": None,
                 **traced_fields(t.memory, reserve_bytes=sc.platform.framework_reserve_gib * GiB, search=t.search)}
     sc = build_scenario(model, **kw)
+    check_ranks_per_node(sc, kw.get("ranks_per_node"))
     o = evaluate(sc, s)
     trace_options(sc, [o])
     return option_dict(o)

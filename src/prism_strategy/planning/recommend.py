@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
 from prism_strategy.estimate.ranges import max_measured_nodes
@@ -152,12 +152,11 @@ def _batch_lead(sc: "Scenario", pick: "Option", feasible: list["Option"]) -> str
 
 def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list[str], list[str]]:
     feasible = sorted((o for o in options if o.feasible), key=lambda o: -o.samples_per_s)
-    warnings = _warnings(sc)
-    infeasible = [f"{o.strategy}: {o.why_not}" for o in options if not o.feasible]
+    infeasible = _grouped_reasons([o for o in options if not o.feasible], len(options))
+    blocking = _blocking_rules(sc, options)
+    warnings = [w for w in _warnings(sc) if not (feasible == [] and w.split(":", 1)[0] in blocking)]
     if not feasible:
-        ckpt = "" if sc.training.ckpt_auto else "--ckpt-freq auto, "
-        return None, [f"no strategy fits this scenario; try {ckpt}a shorter --seq-len, a smaller --micro-batch "
-                      "or --global-batch, or more nodes", *infeasible], warnings
+        return None, [_nothing_viable_advice(sc, options, blocking), *infeasible], warnings
     best = feasible[0]
     tied = [o for o in feasible if o.samples_per_s >= best.samples_per_s * (1 - TIE)]
     pick = pick_in_band(tied)
@@ -171,6 +170,50 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
     if (overlap := _range_reason(sc, pick, best if best is not pick else runner)) is not None:
         reasons.append(overlap)
     return pick.strategy, reasons + infeasible, warnings
+
+
+FLAG_OF_FACT = {"compile": "--compile"}
+"""Rule facts a plan option sets from one of its flags: a rule they trip is fixed by dropping it."""
+
+
+def _blocking_rules(sc: "Scenario", options: list["Option"]) -> dict[str, Any]:
+    """Rules that make every option not viable, by id (empty when some option escapes them all)."""
+    per_option = []
+    for o in options:
+        s = get_strategy(o.strategy)
+        facts = RuleFacts(device=sc.platform.device, backend=sc.platform.backend, compile=sc.training.compile,
+                          multi_node=sc.layout.multi_node, **engine_of(s).facts(s))
+        per_option.append({v.rule.id: v.rule for v in check(facts) if v.rule.blocks})
+    if not per_option or not all(per_option):
+        return {}
+    return {k: r for d in per_option for k, r in d.items()}
+
+
+def _nothing_viable_advice(sc: "Scenario", options: list["Option"], blocking: dict[str, Any]) -> str:
+    """What to change when no option is feasible: the flag a blocking rule names, else memory advice
+    that only suggests what can still shrink."""
+    flags = sorted({FLAG_OF_FACT[k] for r in blocking.values() for k in r.when if k in FLAG_OF_FACT})
+    if blocking:
+        fixes = "; ".join(f"{r.fix} [{r.id}]" for r in blocking.values())
+        drop = f"drop {' and '.join(flags)}: " if flags else ""
+        return f"no strategy is viable with these settings; {drop}{fixes}"
+    t, tries = sc.training, []
+    if not t.ckpt_auto:
+        tries.append("--ckpt-freq auto")
+    best = max((o.max_micro_batch for o in options), default=0)
+    if t.micro_batch is not None and 1 <= best < t.micro_batch:  # at micro-batch 1 nothing smaller exists
+        tries.append(f"--micro-batch {best}")
+    tries += ["a shorter --seq-len", "more nodes (sharded strategies divide the model states)"]
+    return f"no strategy fits this scenario; try {', '.join(tries)}"
+
+
+def _grouped_reasons(infeasible: list["Option"], total: int) -> list[str]:
+    """One line per distinct reason, naming the options it applies to (all of them: 'every option')."""
+    groups: dict[str, list[str]] = {}
+    for o in infeasible:
+        groups.setdefault(o.why_not or "", []).append(o.strategy)
+    return [f"{'every option' if len(names) == total and total > 1 else ', '.join(names)}: {why}"
+            for why, names in groups.items()]
 
 
 def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str | None:

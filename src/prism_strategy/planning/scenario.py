@@ -99,6 +99,9 @@ def build_scenario(
     k, policy = parse_ckpt(ckpt_freq)
     if image_tokens is not None:
         _int("--image-tokens", image_tokens, 0)
+        if mm.vision is None:
+            raise SpecError(f"--image-tokens {image_tokens} needs --vision ENCODER: image tokens come from a vision "
+                            "encoder; add one (e.g. --vision siglip2-base-patch16-224) or drop --image-tokens")
     algo, impl = parse_optimizer(optimizer)
     training = TrainingSpec.from_precision(
         precision, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum,

@@ -16,7 +16,8 @@ def _f(v: Any, fmt: str = "{:.3f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-QUANTITY = {"samples_per_s": "samples/s", "step_time_s": "step s", "memory_gib": "peak GiB",
+QUANTITY = {"samples_per_s": "samples/s", "step_time_s": "step s", "tokens_per_s_per_device": "tok/s/dev",
+            "mfu": "MFU", "memory_gib": "peak GiB",
             "alloc_gib": "alloc GiB", "reserved_gib": "reserved GiB", "max_micro_batch": "max mb"}
 WIDTH = 100
 
@@ -29,8 +30,8 @@ def _from(provenance: str, record: str | None = None) -> str:
 def results_table(results: list[Result], title: str = "measured results") -> Table:
     t = Table(title=title, box=None, padding=(0, 1, 0, 0), pad_edge=False, caption="from: bench = this tool, import = a log, pub = a "
                                                         "published record; predictions in --json")
-    for col in ("id", "from", "strategy", "status", "ranks x mb", "seq", "step s", "samp/s", "fwd/bwd/opt s",
-                "peak GiB"):
+    for col in ("id", "from", "strategy", "status", "ranks x mb", "seq", "step s", "samp/s",
+                "fwd/bwd/opt s", "peak GiB"):
         t.add_column(col, no_wrap=True)
     for r in results:
         m, c = r.measured, r.config
@@ -46,7 +47,8 @@ def results_table(results: list[Result], title: str = "measured results") -> Tab
 def compare_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="predicted vs measured", box=None, padding=(0, 1, 0, 0), pad_edge=False,
               caption="error % = (predicted - measured) / measured; predicted: "
-                                                     "analytic model; alloc/reserved: peak allocated/reserved "
+                                                     "analytic model; MFU: model FLOPs (estimate/compute.py) / "
+                                                     "the platform's peak; alloc/reserved: peak allocated/reserved "
                                                      "memory, each beside the predicted peak")
     for col in ("id", "from", "strategy", "ranks x mb", "seq", "quantity", "predicted", "measured", "error %"):
         t.add_column(col, no_wrap=True)
@@ -115,6 +117,71 @@ def published_lines(name: str, done: list[tuple[Result, str]]) -> list[str]:
     return textwrap.wrap(head, WIDTH, subsequent_indent="    ") + rows
 
 
+def tune_lines(data: dict[str, Any]) -> list[str]:
+    """`tune`: every measured candidate beside its prediction, the best marked, and why it stopped."""
+    import textwrap
+
+    best = data["best"]
+    lines = [f"tune (measured): {data['runs']} runs of a {data['grid_size']}-run grid",
+             f"  {'strategy':<20} {'mb':>4} {'ckpt':>4} {'predicted/s':>12} {'measured/s':>11}"]
+    for m in data["measured"]:
+        mark = "*" if best and (m["strategy"], m["micro_batch"], m["ckpt_freq"]) == (
+            best["strategy"], best["micro_batch"], best["ckpt_freq"]) else " "
+        lines.append(f"{mark} {m['strategy']:<20} {m['micro_batch']:>4} {m['ckpt_freq']:>4} "
+                     f"{m['predicted_samples_per_s']:>12.2f} {m['samples_per_s']:>11.2f}")
+    lines.append("best (measured): " + (f"{best['strategy']} at micro-batch {best['micro_batch']}, ckpt "
+                                        f"{best['ckpt_freq']}: {best['samples_per_s']:.2f} samples/s (*)"
+                                        if best else "none ran"))
+    lines.append(f"stopped: {data['stop_reason']}")
+    return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="    ")]
+
+
+def ceiling_lines(data: dict[str, Any], max_micro_batch: int) -> list[str]:
+    """`ceiling`: the largest micro-batch that ran, or that every size tried ran up to the cap,
+    and each trial."""
+    ok_all = all(status == "ok" for _, status in data["trials"])
+    if data["ceiling"] >= max_micro_batch and ok_all:
+        head = (f"{data['strategy']}: runs at every size tried up to {max_micro_batch}, the search cap (predicted "
+                f"ceiling {data['predicted']}); raise --max-micro-batch to search further")
+    else:
+        head = (f"{data['strategy']}: largest micro-batch that runs = {data['ceiling']} (measured; predicted "
+                f"{data['predicted']})")
+    lines = [head, f"  {data['runs']} trial runs, in order:", f"  {'micro-batch':>11} status"]
+    lines += [f"  {mb:>11} {status}" for mb, status in data["trials"]]
+    import textwrap
+
+    return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="    ")]
+
+
+def store_line(store: Any) -> str:
+    """Where the results live and in which SQLite journal mode, and why (bench/store.py)."""
+    import textwrap
+
+    return textwrap.fill(f"store: {store.path}: {store.journal.why}", WIDTH, subsequent_indent="    ")
+
+
+def calibrate_lines(report: dict[str, Any]) -> list[str]:
+    """What `calibrate` prints: where the fit went (or why it did not), its errors before and after
+    beside what it replaces, the values held at a physical bound, and per record the errors."""
+    import textwrap
+
+    b, a, rep = report["before"], report["after"], report["replaces"]
+    head = (f"calibrated {report['platform']} on {report['runs']} runs -> {report['file']}" if report["written"]
+            else f"{report['platform']}: {report['refused']}")
+    lines = [head]
+    for key, what in (("step_time_median", "step time"), ("memory_median", "peak memory")):
+        if key in a:
+            was = f", {rep[key]:.1f}% with {rep['what']}" if key in rep and "calibration" in rep["what"] else ""
+            lines.append(f"  {what} median error: {b[key]:.1f}% preset, {a[key]:.1f}% fitted{was}")
+    lines += [f"  held at a bound: {n}" for n in report.get("held_at_bounds", [])]
+    lines += [f"  {report['kept']}"] if report.get("kept") else []
+    for row in report.get("records", []):
+        lines.append(f"  {row['id']:12s} step error {row['before_err_pct']:+7.1f}% before, "
+                     f"{row['after_err_pct']:+7.1f}% after")
+    lines += [f"  {row['id']:12s} not fitted: {row['why']}" for row in report.get("not_fitted", [])]
+    return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="      ")]
+
+
 def failures(results: list[Result]) -> list[str]:
     return [f"{r.strategy}: {r.status}: {r.measured.get('error', '')}" for r in results if r.status != "ok"]
 
@@ -126,5 +193,5 @@ def progress(total: int, label: str):
     return p, p.add_task(label, total=total or None)
 
 
-def print_table(t: Table, width: int = 140) -> None:
+def print_table(t: Table, width: int = WIDTH) -> None:
     table_console(width).print(t)

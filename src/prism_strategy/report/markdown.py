@@ -12,7 +12,7 @@ from typing import Any
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.planning.planner import Plan, sweep_rows
 from prism_strategy.planning.recommend import TIE
-from prism_strategy.report.plan_table import CAPTION, option_notes, plan_title
+from prism_strategy.report.plan_table import SWEEP_CAPTION, caption, option_notes, plan_title
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.errors import SpecError
 
@@ -40,7 +40,7 @@ def _options(p: Plan) -> list[str]:
             for o, ref in zip(p.options, refs)]
     head = ["strategy", "fits", "GiB/dev", "max mb", "ckpt", "mb", "accum", "global", "step s", "samples/s", "comm",
             "bound", "eff", "note"]
-    return [*_table(head, rows), "", f"_{CAPTION}._", "", *(f"{n}. {_cell(t)}" for n, t in enumerate(notes, 1))]
+    return [*_table(head, rows), "", f"_{caption(p)}._", "", *(f"{n}. {_cell(t)}" for n, t in enumerate(notes, 1))]
 
 
 def _assumptions(p: Plan) -> list[str]:
@@ -52,7 +52,8 @@ def _assumptions(p: Plan) -> list[str]:
     pick = next((o for o in p.options if o.strategy == p.recommended), p.options[0])
     lines += [f"- {k}: {v}" for k, v in pick.provenance.items()]
     lines.append(f"- options within {TIE:.0%} of the fastest are a tie (an uncalibrated prediction is not more "
-                 "accurate); the catalogue order breaks it: simpler and more memory-frugal first")
+                 "accurate); the simplest engine in the band wins, and among its options the fastest unless another "
+                 "leaves 5% more room (a 5% larger max micro-batch, or at the same max micro-batch 5% less memory)")
     return lines
 
 
@@ -63,7 +64,7 @@ def _sweep(sweep: list[dict[str, Any]], png: str) -> list[str]:
              "-" if r["scaling_efficiency"] is None else f"{r['scaling_efficiency']:.2f}", r.get("why_not") or ""]
             for r in sweep]
     head = ["nodes", "strategy", "fits", "ckpt", "mb", "accum", "global", "samples/s", "eff", "why not"]
-    return [*_table(head, rows), "", f"![scaling (predicted)]({png})"]
+    return [*_table(head, rows), "", SWEEP_CAPTION + ".", "", f"![scaling (predicted)]({png})"]
 
 
 def render_markdown(p: Plan, sweep: list[dict[str, Any]], png_name: str) -> str:

@@ -16,6 +16,15 @@ def _fmt_items(o) -> str:
     return "; ".join(f"{label} {b / GiB:.1f}" for label, b in o.memory.largest_items(2))
 
 
+def _compact(v: float) -> str:
+    """4 significant-ish characters: 950, 9.5k, 95k, 1.2M."""
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if v >= div:
+            x = v / div
+            return f"{x:.1f}{suffix}" if x < 10 else f"{x:.0f}{suffix}"
+    return f"{v:.0f}" if v >= 10 else f"{v:.2g}"
+
+
 def _ckpt(k: int | str | None) -> str:
     return "-" if k is None else str(k)
 
@@ -41,10 +50,11 @@ def plan_title(p: Plan) -> str:
             f"{seq}, {t.precision}{batch}, {ckpt}{run}")
 
 
-CAPTION = ("predicted by the analytic model (provenance in --json); GiB per device; mb x accum x ranks = global "
-           "samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; range = 80% range of "
-           "samples/s (fit's leave-one-out errors, widened beyond what was measured; provenance.range); comm = exposed share "
-           "of the step")
+CAPTION = ("predicted by the analytic model{calibrated} (provenance in --json); GiB per device; mb x accum x ranks = "
+           "global samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; range = 80% range "
+           "of samples/s (fit's leave-one-out errors, widened beyond what was measured; provenance.range); tok/s/dev = "
+           "tokens/s per device; MFU = model FLOPs (no recompute) / the {peak} peak; comm = exposed share of the step; "
+           "eff = samples/s per node vs the same option (mb, accum, ckpt) on 1 node")
 
 
 def option_notes(p: Plan) -> tuple[list[str], list[str]]:
@@ -62,12 +72,13 @@ def option_notes(p: Plan) -> tuple[list[str], list[str]]:
 
 OPTION_COLUMNS = [
     Column(header="strategy"), Column(header="fits"), Column(header="GiB", justify="right"),
-    Column(header="largest items (GiB)", drop=5, max_width=36), Column(header="max mb", justify="right", drop=4),
+    Column(header="largest items (GiB)", drop=8, max_width=36), Column(header="max mb", justify="right", drop=7),
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"),
     Column(header="accum", justify="right"), Column(header="global", justify="right"),
-    Column(header="step s", justify="right", drop=1), Column(header="samples/s", justify="right"),
+    Column(header="step s", justify="right", drop=4), Column(header="samples/s", justify="right"),
     Column(header="range", justify="right", drop=2),
-    Column(header="comm", justify="right"), Column(header="bound", drop=3), Column(header="eff", justify="right", drop=2),
+    Column(header="tok/s/dev", justify="right", drop=3), Column(header="MFU", justify="right", drop=1),
+    Column(header="comm", justify="right"), Column(header="bound", drop=6), Column(header="eff", justify="right", drop=5),
     Column(header="note"),
 ]
 
@@ -83,13 +94,23 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
         mark = "*" if o.strategy == p.recommended else ""
         row = [mark + o.strategy, "yes" if o.feasible else "no", f"{o.memory.total / GiB:.1f}", _fmt_items(o),
                str(o.max_micro_batch), str(o.ckpt_freq), str(o.micro_batch), str(o.grad_accum), str(o.global_batch),
-               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", _range(o), f"{o.comm_fraction:.0%}", o.bound,
+               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", _range(o), _compact(o.tokens_per_s_per_device),
+               f"{o.mfu:.0%}", f"{o.comm_fraction:.0%}", o.bound,
                "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}", ref]
         if traced:
             row.insert(3, "-" if not o.traced else
                        f"{o.traced['traced_memory_gib']['total']:.1f} / {o.traced['traced_max_micro_batch']}")
         rows.append(row)
-    return fitted_table(plan_title(p), cols, rows, width, caption=CAPTION)
+    return fitted_table(plan_title(p), cols, rows, width, caption=caption(p))
+
+
+def caption(p: Plan) -> str:
+    """CAPTION, naming the calibration file when the platform's values come from one."""
+    cal = p.options[0].provenance.get("calibration", "none") if p.options else "none"
+    where = cal.rsplit(", ", 1)[-1] if cal != "none" else ""
+    pf, t = p.scenario.platform, p.scenario.training
+    peak = f"{pf.peak_tflops_bf16:g} TF/s bf16" if t.compute_dtype == "bf16" else f"{pf.peak_tflops_fp32:g} TF/s fp32"
+    return CAPTION.format(calibrated=f", calibrated ({where})" if where else "", peak=peak)
 
 
 SWEEP_COLUMNS = [
@@ -97,7 +118,7 @@ SWEEP_COLUMNS = [
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"), Column(header="accum", justify="right"),
     Column(header="global", justify="right"), Column(header="step s", justify="right", drop=2),
     Column(header="samples/s", justify="right"), Column(header="range", justify="right", drop=3),
-    Column(header="eff vs 1 node", justify="right"), Column(header="bound", drop=1),
+    Column(header="eff", justify="right"), Column(header="bound", drop=1),
     Column(header="why not", footnote=True),
 ]
 
@@ -115,7 +136,11 @@ def sweep_table(p: Plan, width: int = 120) -> RenderableType:
              r.get("why_not") or ""] for r in p.sweep]
     cols = SWEEP_COLUMNS if any(r[-1] for r in rows) else SWEEP_COLUMNS[:-1]
     return fitted_table("scaling (predicted): the leading strategies and the pick (*) over node counts", cols,
-                        [r[:len(cols)] for r in rows], width)
+                        [r[:len(cols)] for r in rows], width, caption=SWEEP_CAPTION)
+
+
+SWEEP_CAPTION = ("eff = samples/s per node over the same strategy's first feasible row above (fewest nodes), "
+                 "each row at its own micro-batch, accumulation and checkpointing")
 
 
 def _bullets(lines: list[str], mark: str = "-") -> Table:
@@ -164,4 +189,7 @@ def estimate_lines(d: dict) -> list[str]:
         lines.append(f"  {k:12s} analytic {'-' if a is None else f'{a:9.3f}'} GiB   traced {t:9.3f} GiB")
     lines.append(f"  peak at:     analytic {d.get('memory_peak_at', '-')}, traced {d['traced_phase']}")
     lines.append(f"  max micro-batch: analytic {d.get('max_micro_batch', '-')}, traced {d['traced_max_micro_batch']}")
-    return lines
+    lines += [f"  note: {n}" for n in d.get("traced_notes", [])]
+    import textwrap
+
+    return [w for line in lines for w in textwrap.wrap(line, 100, subsequent_indent="        ")]

@@ -41,40 +41,111 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def model_name(config: dict[str, Any]) -> str:
+    """The model a stored config ran: its architecture's name, else the preset or the file's name."""
+    spec = config.get("model_spec") or {}
+    name = spec.get("name") or Path(str(config.get("model", "?"))).name
+    vision = (config.get("vision_spec") or {}).get("name") or config.get("vision")
+    return f"{name}+{Path(str(vision)).name}" if vision else name
+
+
+def _run_label(r: dict[str, Any]) -> str:
+    """One run, as a rotated tick label: id, strategy, backbone, ranks x micro-batch, sequence."""
+    c = r["config"]
+    backbone = model_name(c).split("+")[0]
+    return f"#{r['id']} {r['strategy']}, {backbone}, {c.get('nproc')} ranks x mb {c.get('micro_batch')}, seq {c.get('seq_len')}"
+
+
+def _ticks(ax, rows: list[dict[str, Any]]) -> None:
+    ax.set_xticks(range(len(rows)), [_run_label(r) for r in rows], fontsize=7, rotation=35, ha="right",
+                  rotation_mode="anchor")
+
+
+def _scenario(rows: list[dict[str, Any]]) -> str:
+    """What the plotted runs have in common, for the title: models and platforms."""
+    models = sorted({model_name(r["config"]) for r in rows})
+    platforms = sorted({r.get("platform", "?") for r in rows})
+    return f"{', '.join(models)} on {', '.join(platforms)}"
+
+
+def _wrap(title: str) -> str:
+    import textwrap
+
+    return textwrap.fill(title, 100)
+
+
+def measured_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Compare rows that measured a throughput (bench runs, imported or published ones)."""
+    return [r for r in rows if r["kind"] == "bench" and (r["measured"].get("samples_per_s") or 0) > 0]
+
+
 def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path:
-    """rows: compare rows of bench runs."""
-    rows = [r for r in rows if "samples_per_s" in r["predicted"]]
-    labels = [f"{r['strategy']}\nmb{r['config'].get('micro_batch')} s{r['config'].get('seq_len')}" for r in rows]
+    """rows: compare rows with a measured throughput (measured_rows), each bar pair named by its run."""
     x = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows)), 4.8))
     ax.bar([i - 0.2 for i in x], [r["predicted"]["samples_per_s"] for r in rows], 0.4, label="predicted")
-    ax.bar([i + 0.2 for i in x], [r["measured"]["samples_per_s"] or 0 for r in rows], 0.4, label="measured")
-    ax.set_xticks(list(x), labels, fontsize=7)
-    ax.set_ylabel("samples/s")
-    ax.set_title("throughput per strategy: predicted vs measured")
-    ax.legend()
+    ax.bar([i + 0.2 for i in x], [r["measured"]["samples_per_s"] for r in rows], 0.4, label="measured")
+    _ticks(ax, rows)
+    values = [v for r in rows for v in (r["predicted"]["samples_per_s"], r["measured"]["samples_per_s"]) if v]
+    if values and max(values) > 20 * min(values):  # runs of very different sizes: each bar pair readable
+        ax.set_yscale("log")
+        ax.set_ylabel("samples/s (whole job, log scale)")
+    else:
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("samples/s (whole job)")
+    ax.set_title(_wrap(f"throughput, predicted vs measured: {_scenario(rows)}"), fontsize=9)
+    ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+MEASURED = (("forward", "forward"), ("backward", "backward (incl. its communication)"), ("optimizer", "optimizer"),
+            ("other", "rest of the step (data, sync, ...)"))
+PREDICTED = (("compute", "compute"), ("exposed_comm", "communication (exposed)"), ("optimizer", "optimizer"))
+
+
+def _phase(phases: dict[str, float | None], key: str) -> float:
+    if key != "other":
+        return phases.get(key) or 0.0
+    timed = sum(phases.get(k) or 0.0 for k in ("forward", "backward", "optimizer"))
+    return max(0.0, (phases.get("step_time") or 0.0) - timed)
 
 
 def breakdown_plot(rows: list[dict[str, Any]], path: Path) -> Path:
-    """rows: measured dicts with strategy, forward_s, backward_s, optimizer_s, step_time_s."""
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
-    bottom = [0.0] * len(rows)
-    for phase in ("forward_s", "backward_s", "optimizer_s"):
-        vals = [r.get(phase) or 0.0 for r in rows]
-        ax.bar(range(len(rows)), vals, bottom=bottom, label=phase[:-2])
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_xticks(range(len(rows)), [r["label"] for r in rows], fontsize=7)
-    ax.set_ylabel("seconds per step (measured)")
-    ax.set_title("step-time breakdown")
-    ax.legend()
+    """rows: compare rows with measured phases. Per run, the measured step (forward, backward,
+    optimizer) beside the predicted one (compute, exposed communication, optimizer), the
+    communication share of the predicted step written on its bar."""
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4.8))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for j, (side, parts, dx) in enumerate((("measured", MEASURED, -0.2), ("predicted", PREDICTED, 0.2))):
+        bottom = [0.0] * len(rows)
+        for k, (key, label) in enumerate(parts):
+            vals = [_phase(r["phases"][side], key) for r in rows]
+            ax.bar([i + dx for i in range(len(rows))], vals, 0.38, bottom=bottom, color=colors[(4 * j + k) % 10],
+                   label=f"{side}: {label}", hatch="//" if key == "exposed_comm" else None)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        if side == "predicted":
+            for i, r in enumerate(rows):
+                step = r["phases"]["predicted"]["step_time"] or 0.0
+                share = (r["phases"]["predicted"].get("exposed_comm") or 0.0) / step if step else 0.0
+                ax.annotate(f"comm {share:.0%}", (i + dx, bottom[i]), ha="center", va="bottom", fontsize=7)
+    _ticks(ax, rows)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("seconds per step")
+    ax.set_title(_wrap(f"step-time breakdown, measured (left) vs predicted (right): {_scenario(rows)}"), fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(fig, path)
+
+
+def breakdown_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Compare rows whose measurement has phases (forward/backward/optimizer)."""
+    return [r for r in measured_rows(rows) if any(r["phases"]["measured"].get(k) for k in ("forward", "backward"))]
 
 
 def scaling_plot(sweep: list[dict[str, Any]], path: Path, *, highlight: str | None = None,
                  title: str = "scaling curve") -> Path:
-    """sweep: plan sweep rows (nodes, strategy, feasible, samples_per_s); `highlight`: the pick, drawn bold."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    """sweep: plan sweep rows (nodes, strategy, feasible, samples_per_s); `highlight`: the pick, drawn bold.
+    `title` names the scenario (model, platform, ranks per node, batch)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for s in dict.fromkeys(r["strategy"] for r in sweep):
         pts = [(r["nodes"], r["samples_per_s"]) for r in sweep if r["strategy"] == s and r["feasible"]]
         bold = s == highlight
@@ -83,8 +154,33 @@ def scaling_plot(sweep: list[dict[str, Any]], path: Path, *, highlight: str | No
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("nodes")
-    ax.set_ylabel("samples/s (predicted)")
-    ax.set_title(title, fontsize=9)
+    ax.set_ylabel("samples/s (predicted, whole job)")
+    ax.set_title(title, fontsize=8)
     if sweep:
         ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def write_report(rows: list[dict[str, Any]], scaling: Any, outdir: Path, store: str) -> tuple[list[Path], list[str]]:
+    """`prism-strategy report`: the predicted scaling curve of `scaling` (a Plan with a sweep), and
+    from the compare rows of `store` the throughput and step-time breakdown of the measured runs.
+    Returns (files written, notes: what was not drawn and why)."""
+    import textwrap
+
+    from prism_strategy.report.plan_table import plan_title
+
+    title = textwrap.fill(f"predicted scaling: {plan_title(scaling)}", 90)
+    written = [scaling_plot(scaling.sweep, outdir / "scaling.png", highlight=scaling.recommended, title=title)]
+    notes = []
+    measured = measured_rows(rows)
+    if not measured:
+        notes.append(f"no measured runs in {store}: the throughput and breakdown plots need some (`prism-strategy "
+                     "bench`, or `results import`); only the predicted scaling curve was drawn")
+        return written, notes
+    written.append(throughput_plot(measured, outdir / "throughput.png"))
+    phased = breakdown_rows(rows)
+    if phased:
+        written.append(breakdown_plot(phased, outdir / "breakdown.png"))
+    else:
+        notes.append("no measured run has forward/backward/optimizer times: no breakdown plot")
+    return written, notes

@@ -61,8 +61,26 @@ def wrap(model: nn.Module, strategy: str | StrategySpec | None = None, *, ctx: D
 def wrap_from_file(model: nn.Module, path: str | Path | None = None, *, ctx: DistContext,
                    optimizer: OptimizerFactory, block_types: BlockTypes = None) -> Job:
     """wrap() with the settings of a strategy.toml written by `prism-strategy emit`; with no
-    path, the file named by $PRISM_STRATEGY_FILE (the emitted launchers export it)."""
-    return wrap(model, ctx=ctx, optimizer=optimizer, block_types=block_types, config=WrapConfig.from_toml(path))
+    path, the file named by $PRISM_STRATEGY_FILE (the emitted launchers export it). A file whose
+    layout (nodes x ranks per node) differs from the running world is warned about: the run works,
+    but not at the plan's global batch and memory."""
+    config = WrapConfig.from_toml(path)
+    if (mismatch := layout_mismatch(config, ctx)) is not None:
+        warnings.warn(mismatch, UserWarning, stacklevel=2)
+    return wrap(model, ctx=ctx, optimizer=optimizer, block_types=block_types, config=config)
+
+
+def layout_mismatch(config: WrapConfig, ctx: DistContext) -> str | None:
+    """Why the strategy file's planned layout is not the running one (None: it is, or it names none)."""
+    planned = (config.nodes or ctx.nodes, config.ranks_per_node or ctx.ranks_per_node)
+    running = (ctx.nodes, ctx.ranks_per_node)
+    if planned == running:
+        return None
+    per_step = config.micro_batch * config.grad_accum if config.micro_batch else None
+    batch = (f"; global batch {per_step * planned[0] * planned[1]} planned, {per_step * ctx.world_size} now"
+             if per_step else "")
+    return (f"strategy file planned {planned[0]} nodes x {planned[1]} ranks per node, this job runs {running[0]} x "
+            f"{running[1]}{batch}: launch with the emitted launcher, or plan and emit again for this layout")
 
 
 def _wrap(model: nn.Module, config: WrapConfig, *, ctx: DistContext, optimizer: OptimizerFactory,

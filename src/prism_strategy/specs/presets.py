@@ -59,6 +59,11 @@ def platform_names() -> list[str]:
     return _names("platforms")
 
 
+def _looks_like_path(name: str) -> bool:
+    """A name meant as a file (a suffix or a folder in it), not a mistyped preset name."""
+    return name.endswith((".json", ".toml")) or "/" in name or name.startswith(".")
+
+
 def _kind(p: Path, what: str) -> str:
     """'dir', 'file' or 'missing'; a name the file system refuses (too long) is bad input."""
     try:
@@ -76,6 +81,9 @@ def load_model(name_or_path: str) -> TransformerSpec:
         path = DATA / "models" / f"{name_or_path}.toml"
         return build(TransformerSpec, read_toml(path), f"model preset {name_or_path}")
     kind = _kind(p, "model")
+    if kind == "missing" and _looks_like_path(name_or_path):
+        raise SpecError(f"model file {name_or_path!r} does not exist ({p.absolute()}); give the path to a config.json "
+                        "(or its folder), a preset .toml, or a preset name (`prism-strategy models`)")
     if p.suffix == ".toml" and kind == "file":
         return build(TransformerSpec, read_toml(p), str(p))
     if kind == "dir" and (p / "config.json").exists():
@@ -90,7 +98,11 @@ def load_platform(name_or_path: str) -> PlatformSpec:
     p = Path(name_or_path)
     if name_or_path in platform_names():
         return build(PlatformSpec, read_toml(DATA / "platforms" / f"{name_or_path}.toml"), f"platform {name_or_path}")
-    if p.suffix == ".toml" and _kind(p, "platform") == "file":
+    kind = _kind(p, "platform")
+    if kind == "missing" and _looks_like_path(name_or_path):
+        raise SpecError(f"platform file {name_or_path!r} does not exist ({p.absolute()}); give the path to a platform "
+                        "TOML or a preset name (`prism-strategy platforms`)")
+    if p.suffix == ".toml" and kind == "file":
         return build(PlatformSpec, read_toml(p), str(p))
     raise SpecError(f"unknown platform {name_or_path!r}; use one of {', '.join(platform_names())} or a path to a platform .toml")
 

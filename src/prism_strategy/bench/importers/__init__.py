@@ -39,17 +39,18 @@ class Imported:
     files: list[Path] = field(default_factory=list)
 
 
-def _read_text(path: Path) -> ParsedLog:
+def _read_text(path: Path, timing: str = "auto") -> ParsedLog:
     if prism.looks_like(path):
-        return prism.read_text(path)
+        return prism.read_text(path, timing)
     if torchtitan.looks_like(path):
         return torchtitan.read(path)
     raise SpecError(f"{path}: not a PRISM log ([TIMING] lines) nor a torchtitan log ('step: N  loss: ...  tps: N' "
                     "lines); see `prism-strategy results import --help`")
 
 
-def read_log(path: Path) -> ParsedLog:
-    """Pick the reader for a file or folder."""
+def read_log(path: Path, timing: str = "auto") -> ParsedLog:
+    """Pick the reader for a file or folder. timing: how PRISM [TIMING] lines average (auto,
+    running, interval: bench/importers/prism.py)."""
     if not path.exists():
         raise SpecError(f"{path}: no such file or directory")
     if path.is_dir():
@@ -63,12 +64,12 @@ def read_log(path: Path) -> ParsedLog:
             found = ", ".join(p.name for p in logs) or "none"
             raise SpecError(f"{path}: expected rank*.jsonl (StepMonitor), perf.jsonl or one PRISM/torchtitan log; "
                             f"found {found}: pass the file itself")
-        return _read_text(logs[0])
+        return _read_text(logs[0], timing)
     if monitor.RANK_FILE.fullmatch(path.name):
         raise SpecError(f"{path}: a StepMonitor rank file; pass its folder ({path.parent}) to read every rank")
     if path.suffix == ".jsonl":
         return prism.read_perf(path)
-    return _read_text(path)
+    return _read_text(path, timing)
 
 
 def _measured(config: dict[str, Any], log: ParsedLog, steady: Steady) -> dict[str, Any]:
@@ -99,10 +100,25 @@ def _dedup_key(files: list[Path]) -> str:
     return "imported:" + h.hexdigest()[:32]
 
 
+def import_fingerprint(log: ParsedLog, plat: Any) -> dict[str, Any]:
+    """What the calibration cache matches (platform, backend, torch), as for a bench run: the
+    platform's backend, and the log's torch, else this machine's (said in `torch_from`)."""
+    from importlib import metadata
+
+    torch, source = log.torch, "the log"
+    if not torch:
+        try:
+            torch, source = metadata.version("torch"), "the importing machine (the log does not say)"
+        except metadata.PackageNotFoundError:
+            torch, source = None, "unknown"
+    return {"host": log.host, "platform": plat.name, "backend": plat.backend, "torch": torch, "torch_from": source,
+            "format": log.format}
+
+
 def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
     """Read, resolve and check one run; nothing is written."""
-    path = Path(path)
-    log = read_log(path)
+    path, flags = Path(path), dict(flags)
+    log = read_log(path, flags.pop("timing", None) or "auto")
     config, plat, origin = resolve(flags, log, str(path))
     if log.format == "torchtitan-log":
         torchtitan.set_step_times(log, config["micro_batch"] * config["grad_accum"] * config["seq_len"])
@@ -113,7 +129,7 @@ def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
         raise SpecError(f"{path}: the scenario cannot be modelled: {e}") from None
     result = Result(kind="bench", status="ok", strategy=config["strategy"], platform=plat.name, config=config,
                     measured=_measured(config, log, steady), predicted=predicted,
-                    fingerprint={"host": log.host, "torch": log.torch, "format": log.format},
+                    fingerprint=import_fingerprint(log, plat),
                     provenance="imported", source=", ".join(str(f.resolve()) for f in log.files),
                     peak_allocated_bytes=log.peak_allocated_bytes, peak_reserved_bytes=log.peak_reserved_bytes,
                     dedup_key=_dedup_key(log.files))

@@ -102,6 +102,50 @@ def unrun_means(points: list[tuple[int, str, list[float]]]) -> list[Window]:
     return out
 
 
+TIMING_MODES = ("auto", "running", "interval")
+ROUNDING_S = 0.0005
+"""PRISM prints [TIMING] seconds to 3 decimals: each value is known to +-0.5 ms."""
+
+
+def first_impossible_interval(points: list[tuple[int, str, list[float]]]) -> str | None:
+    """Where undoing running means gives a negative interval time beyond the print rounding: such
+    values cannot be running means (a running mean's n-step sum never falls). None: all consistent."""
+    prev: tuple[int, list[float]] | None = None
+    for step, where, vals in points:
+        start = window_start(step)
+        if prev is not None and window_start(prev[0]) == start and prev[0] < step:
+            n, m = step - start, prev[0] - start
+            if any(v * n - p * m < -ROUNDING_S * (n + m) for v, p in zip(vals, prev[1])):
+                return where
+        prev = (step, vals)
+    return None
+
+
+def interval_windows(points: list[tuple[int, str, list[float]]]) -> list[Window]:
+    """Per-interval means (each [TIMING] line the mean over the steps since the previous one)."""
+    out, prev_step = [], None
+    for step, where, vals in points:
+        steps = step - prev_step if prev_step is not None and prev_step < step else max(1, step - window_start(step))
+        out.append(Window(last_step=step, steps=steps, where=where, step_s=sum(vals),
+                          phases=dict(zip(("data", "forward", "backward", "optimizer"), vals))))
+        prev_step = step
+    return out
+
+
+def timing_windows(points: list[tuple[int, str, list[float]]], mode: str, log: ParsedLog) -> list[Window]:
+    """[TIMING] lines as windows: running means (PRISM's native trainer) or per-interval means;
+    `auto` reads them as running means unless that is impossible (a negative interval)."""
+    if mode not in TIMING_MODES:
+        raise SpecError(f"--timing must be one of {', '.join(TIMING_MODES)}, got {mode!r}")
+    if mode == "auto":
+        bad = first_impossible_interval(points)
+        mode = "interval" if bad else "running"
+        log.notes.append(f"[TIMING] read as per-interval means: as running means they give a negative time at {bad}"
+                         if bad else "[TIMING] read as running means since the last 50-step reset (PRISM's native "
+                                     "trainer); pass --timing interval if your trainer logs per-interval means")
+    return unrun_means(points) if mode == "running" else interval_windows(points)
+
+
 def _scenario_line(line: str, where: str, log: ParsedLog) -> None:
     if m := WORLD.search(line):
         log.state("world_size", int(m.group(1)), where)
@@ -129,7 +173,7 @@ def _scenario_line(line: str, where: str, log: ParsedLog) -> None:
         log.state("ranks_per_node", int(m.group(2)), where)
 
 
-def read_text(path: Path) -> ParsedLog:
+def read_text(path: Path, timing: str = "auto") -> ParsedLog:
     log = ParsedLog(format="prism-log", files=[path])
     per_log: list[tuple[int, str, list[float]]] = []
     per_50: list[tuple[int, str, list[float]]] = []
@@ -156,7 +200,7 @@ def read_text(path: Path) -> ParsedLog:
             log.peak("peak_allocated_bytes", float(m.group(1)) * GB)
         elif m := MEM50.search(line):
             log.peak("peak_reserved_bytes", float(m.group(2)) * MiB)
-    log.windows = unrun_means(per_log) if per_log else [
+    log.windows = timing_windows(per_log, timing, log) if per_log else [
         Window(last_step=s, steps=s - window_start(s), where=w, step_s=sum(v), phases=dict(zip(
             ("data", "forward", "backward", "optimizer"), v))) for s, w, v in per_50]
     if not per_log and per_50:

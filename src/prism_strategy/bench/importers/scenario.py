@@ -2,7 +2,8 @@
 
 Required: model, mode, strategy, platform, nodes, micro_batch, seq_len, ckpt_freq, precision.
 A field neither given nor stated by the log is bad input naming its flag. ``grad_accum``
-defaults to 1 (said in the report). Nodes and ranks per node come from ``--nodes`` and the log's
+defaults to 1 and a torchtitan log's mode to e2e (torchtitan trains the whole LLM), both said in
+the report. Nodes and ranks per node come from ``--nodes`` and the log's
 world size, else from the log's world size and the platform's devices per node.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from prism_strategy.bench.importers.common import ParsedLog
+from prism_strategy.bench.predict import stored_model
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MODES
@@ -93,6 +95,8 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
         raise SpecError(f"{log.scenario_where['dist_strategy']}: the log says dist_strategy "
                         f"{log.scenario['dist_strategy']!r} but not how it shards; pass --strategy (e.g. "
                         "fsdp_full_shard, fsdp_shard_grad_op, hsdp_full_shard, hsdp_shard_grad_op)")
+    if "mode" not in s and log.format == "torchtitan-log":
+        s["mode"], origin["mode"] = "e2e", "torchtitan trains the whole LLM (e2e)"
     if "grad_accum" not in s:
         s["grad_accum"], origin["grad_accum"] = 1, "assumed 1 (neither --grad-accum nor the log says)"
     plat = load_platform(s["platform"]) if "platform" in s else None
@@ -109,4 +113,5 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
               "grad_accum": int(s["grad_accum"]), "seq_len": int(s["seq_len"]), "ckpt_freq": int(s["ckpt_freq"]),
               "precision": s["precision"]}
     config |= {k: log.scenario[k] for k in ENGINE_OPTIONS if k in log.scenario}
-    return config, plat, origin
+    return config | stored_model(s["model"], s.get("vision")), plat, origin
+

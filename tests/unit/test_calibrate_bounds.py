@@ -1,0 +1,144 @@
+"""calibrate keeps every fitted value inside its physical bounds (data/calibration_bounds.toml),
+never writes a fit worse than what it replaces on the same rows, prints no NaN, and a calibration
+fitted to imported runs is the one `plan --calibration auto` finds."""
+
+import dataclasses
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from prism_strategy.bench import calibrate as calibrate_mod
+from prism_strategy.bench.calibrate import bounds_for, calibration_bounds, errors_pct, fit_time, held_in_bounds
+from prism_strategy.bench.predict import predict
+from prism_strategy.bench.store import Result, Store
+from prism_strategy.cli import app
+from prism_strategy.specs import load_platform
+
+TINY = dict(name="tiny", hf_model_type="llama", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128,
+            vocab=512, max_positions=512)
+runner = CliRunner()
+
+
+def config(strategy="ddp", mb=2, seq=64, nproc=4, rpn=2):
+    return dict(model_spec=TINY, strategy=strategy, micro_batch=mb, seq_len=seq, nproc=nproc, ranks_per_node=rpn,
+                precision="fp32")
+
+
+def runs_of(truth, configs, memory=True):
+    out = []
+    for c in configs:
+        p = predict(c, truth)
+        out.append(Result(kind="bench", status="ok", strategy=c["strategy"], platform="cpu", config=c,
+                          measured={"step_time_s": p["step_time_s"], "samples_per_s": p["samples_per_s"]}
+                          | ({"peak_memory_bytes": p["memory_bytes"]} if memory else {}),
+                          fingerprint={"host": "h", "platform": "cpu", "backend": "gloo", "torch": "2.13.0"}))
+    return out
+
+
+CONFIGS = [config(s, mb=mb, seq=seq) for s in ("ddp", "fsdp_full_shard", "zero2") for mb, seq in ((1, 64), (4, 128))]
+
+
+def test_every_bound_has_a_source_and_the_presets_sit_inside_their_bounds():
+    for name, b in calibration_bounds().items():
+        assert b["source"], name
+    for plat in ("cpu", "aurora", "dgx-h100", "polaris"):
+        p = load_platform(plat)
+        fitted, held = held_in_bounds(p, p)
+        assert held == [], (plat, held)
+
+
+def test_a_fit_that_wants_an_impossible_value_stays_at_the_bound():
+    base = load_platform("dgx-h100")
+    lo, hi = bounds_for(base, "intra_bw_gbps")
+    assert (lo, hi) == (225.0, 450.0)  # half the NVLink rate .. the datasheet's 450 GB/s, never above
+    wild = dataclasses.replace(base, intra_latency_us=0.00026, intra_bw_gbps=150.0, peak_tflops_bf16=2000.0)
+    fixed, held = held_in_bounds(base, wild)
+    assert fixed.intra_latency_us == 0.4 and fixed.intra_bw_gbps == 225.0
+    assert fixed.peak_tflops_bf16 == base.peak_tflops_bf16  # the datasheet peak is not beaten
+    assert len(held) == 3 and any("tuning.cc" in n for n in held)
+
+
+def test_the_fit_of_latency_on_runs_that_cannot_see_it_stays_bounded():
+    """Runs that barely see latency: coordinate descent used to drive it towards 0 (0.00026 us)."""
+    base = load_platform("cpu")
+    truth = dataclasses.replace(base, achievable_fraction=0.2, intra_latency_us=1e-4)
+    fitted = fit_time(base, runs_of(truth, CONFIGS[:3]), rounds=2)
+    for name in calibration_bounds():
+        lo, hi = bounds_for(base, name)
+        assert lo <= getattr(fitted, name) <= hi, name
+
+
+def test_no_nan_when_the_runs_have_no_memory():
+    base = load_platform("cpu")
+    errs = errors_pct(base, runs_of(base, CONFIGS, memory=False))
+    assert "memory_median" not in errs and errs["step_time_median"] == pytest.approx(0, abs=1e-6)
+
+
+def test_a_fit_worse_than_the_calibration_it_replaces_is_not_written(tmp_path, monkeypatch):
+    db, out = tmp_path / "r.db", tmp_path / "cpu.toml"
+    truth = dataclasses.replace(load_platform("cpu"), achievable_fraction=0.2)
+    Store(db).add_many(runs_of(truth, CONFIGS[:3]))
+    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs: truth)  # a fit that finds the truth
+    r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "nan" not in r.output and all(len(line) <= 100 for line in r.output.splitlines())
+    good = out.read_text()
+    off = dataclasses.replace(truth, achievable_fraction=0.3)  # a refit that lands beside it
+    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs: off)
+    r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out), "--json"])
+    report = json.loads(r.stdout)
+    assert r.exit_code == 1 and not report["written"] and out.read_text() == good
+    assert f"worse than the calibration in {out} on the same 3 runs" in report["refused"]
+    assert report["replaces"]["step_time_median"] < 1 < report["after"]["step_time_median"]
+    text = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out)]).output
+    assert "not written" in text and "nan" not in text
+
+
+def test_calibration_from_imported_runs_is_found_by_plan_auto(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from prism_strategy.bench.importers import build_import
+    from prism_strategy.planning.planner import calibrated_platform
+
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "imports" / "prism" / "train.log"
+    imp = build_import(log, dict(model="qwen3-0.6b", vision="siglip2-base-patch16-224", platform="aurora",
+                                 seq_len=512, ckpt_freq=1, precision="bf16-pure"))
+    fp = imp.result.fingerprint
+    assert (fp["platform"], fp["backend"]) == ("aurora", "xccl") and fp["torch"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from prism_strategy.estimate.calibration import default_calibration_dir, write_calibration
+
+    write_calibration(default_calibration_dir() / "aurora.toml", platform="aurora",
+                      fingerprint=fp | {"platform": "aurora", "backend": "xccl"}, values={"kernel_launch_us": 44.0},
+                      runs=3, errors={})
+    if fp["torch_from"].startswith("the importing machine"):
+        assert calibrated_platform(load_platform("aurora"), "auto").kernel_launch_us == 44.0
+
+
+def test_plan_with_a_calibration_file_says_calibrated_in_its_table(tmp_path):
+    from prism_strategy.estimate.calibration import write_calibration
+
+    cal = tmp_path / "cpu.toml"
+    write_calibration(cal, platform="cpu", fingerprint={"host": "h"}, values={"achievable_fraction": 0.2}, runs=3,
+                      errors={})
+    args = ["plan", "--model", "tiny-llama", "--platform", "cpu", "--seq-len", "64"]
+    r = runner.invoke(app, [*args, "--calibration", str(cal)])
+    assert r.exit_code == 0, r.output
+    assert f"predicted by the analytic model, calibrated ({cal})" in " ".join(r.stdout.split())
+    plain = runner.invoke(app, [*args, "--calibration", "none"]).stdout
+    assert "calibrated" not in plain
+
+
+def test_a_worse_memory_refit_keeps_the_memory_values_it_would_replace(tmp_path, monkeypatch):
+    db, out = tmp_path / "r.db", tmp_path / "cpu.toml"
+    base = load_platform("cpu")
+    truth = dataclasses.replace(base, achievable_fraction=0.2)
+    Store(db).add_many(runs_of(truth, CONFIGS[:3]))
+    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs: truth)
+    monkeypatch.setattr(calibrate_mod, "fit_memory", lambda p, runs: dataclasses.replace(p, activation_factor=3.0))
+    r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out), "--json"])
+    report = json.loads(r.stdout)
+    assert r.exit_code == 0 and report["written"] and "kept from the cpu preset" in report["kept"]
+    assert report["values"]["activation_factor"] == base.activation_factor
+    assert report["after"]["memory_median"] <= report["replaces"]["memory_median"] + 0.05
