@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from prism_strategy.diagnose.doctor import DOCTOR_RULES, Context, DoctorRequest, diagnose, evaluate
+from prism_strategy.diagnose.doctor import DoctorRequest, diagnose
+from prism_strategy.diagnose.findings import DOCTOR_RULES, Context, evaluate
 from prism_strategy.diagnose.live_checks import load_known_bad
 from prism_strategy.emit.files import write_files_atomically
 from prism_strategy.emit.launch import EmitRequest, emit_files

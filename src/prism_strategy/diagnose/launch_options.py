@@ -12,6 +12,41 @@ _MODULE_NON_LOADS = frozenset({"use", "unuse", "list", "avail", "show", "display
                                "is-loaded", "-t", "--terse"})
 
 
+RUN_TIME = re.compile(r"^(PALS_|PMI_|PMIX_|OMPI_|SLURM_|PBS_|MPI_LOCALRANKID|RANK$|LOCAL_RANK$|WORLD_SIZE$|"
+                      r"LOCAL_WORLD_SIZE$|HOSTNAME$|MASTER_ADDR$)")
+"""Variables the launcher or scheduler sets when the job runs: a test on them is true for some
+ranks or jobs, not a choice left to whoever submits."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cond:
+    """One `if`/`case`/`&&` branch an event sits on, left open by the script."""
+
+    text: str
+    """The test as written, e.g. [ -z "$NO_PIL4DFS" ] (negated: the else side)."""
+    file: str
+    line: int
+    names: tuple[str, ...]
+    """Variables the test reads that the script does not fix."""
+    default: bool | None
+    """Whether this side runs when those variables are unset (None: the test is unknowable);
+    True for a test on what the launcher sets per rank at run time (some ranks run it)."""
+
+    @property
+    def at_run_time(self) -> bool:
+        return bool(self.names) and all(RUN_TIME.match(n) for n in self.names)
+
+    def describe(self) -> str:
+        at = f"{self.text} ({self.file}:{self.line})"
+        names = ", ".join(self.names)
+        if not self.names:
+            return f"on the branch where {at} holds, which the doctor cannot decide"
+        if self.at_run_time:
+            return f"on the ranks or jobs where {at} holds ({names}: set at run time by the launcher or scheduler)"
+        when = "unless the job is submitted with" if self.default else "only if the job is submitted with"
+        return f"on the branch where {at} holds: the script leaves {names} open, so it runs {when} {names} set"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Event:
     kind: str
@@ -21,6 +56,12 @@ class Event:
     args: tuple[str, ...] = ()
     file: str
     line: int
+    branch: tuple[Cond, ...] = ()
+    """The open branches it runs on (() = it always runs, or on a branch the script fixes)."""
+
+    @property
+    def runs_by_default(self) -> bool:
+        return all(c.default or c.at_run_time for c in self.branch)
 
 
 def is_module_load(e: Event) -> bool:
@@ -29,14 +70,17 @@ def is_module_load(e: Event) -> bool:
 
 
 def launch_env_options(launch: Event) -> dict[str, tuple[str, str, int]]:
-    """Variables a launch command sets for its ranks: --env NAME=V, -x NAME=V, -genv NAME V."""
+    """Variables a launch command sets for its ranks: --env NAME=V, -x NAME=V, -genv NAME V, and
+    `env NAME=V program` as the rank command."""
     out, args = {}, launch.args
+    in_env = False
     for k, a in enumerate(args):
         m = ASSIGN.match(a)
-        if m and k and args[k - 1] in ("--env", "-env", "-x", "--export"):
+        if m and k and (args[k - 1] in ("--env", "-env", "-x", "--export") or in_env):
             out[m.group(1)] = (m.group(2), launch.file, launch.line)
         if a in ("-genv", "-env") and k + 2 < len(args) and not ASSIGN.match(args[k + 1]):
             out[args[k + 1]] = (args[k + 2], launch.file, launch.line)
+        in_env = (a.rsplit("/", 1)[-1] == "env" or (in_env and bool(m)))
     return out
 
 

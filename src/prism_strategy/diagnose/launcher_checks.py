@@ -2,183 +2,33 @@
 (exports, unsets, module loads, the launch command) for the job script and for the per-rank
 command it ships to each rank, then check the order and values against the rules.
 
-The reader is a line-level model of shell, not a shell: it follows `source` of files next to
-the launcher, shell functions (called directly or shipped with `declare -f`), `bash -c` strings
-and `--env NAME=VALUE` options. What it cannot follow, it leaves unknown rather than guess.
+The shell is parsed with bash's grammar (diagnose/shell_syntax.py) and read by a small
+interpreter (diagnose/shell_eval.py): heredocs are data, `bash -c BODY` is the per-rank script,
+branches the script leaves open are reported as such. What it cannot follow, it leaves
+unknown rather than guess. A Python launcher (a program that writes the job script) is refused
+with the fix: pass the job script it writes.
 """
 
 from __future__ import annotations
 
+import ast
 import re
-import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from prism_strategy.diagnose.doctor import (Context, DsConfigFile, Finding, StrategyTomlFile, check_rule, context_facts,
-                                            parse_header)
-from prism_strategy.diagnose.launch_options import (ASSIGN, Event, directives, is_module_load, launch_env_options,
-                                                    option_int, option_str, resolve)
-from prism_strategy.diagnose.live_checks import check_env_values, check_modules, load_known_bad
+from prism_strategy.diagnose.config_checks import DsConfigFile, StrategyTomlFile
+from prism_strategy.diagnose.findings import Context, Finding, check_observed, check_rule, make_finding, parse_header
+from prism_strategy.diagnose.launch_options import Event, directives, launch_env_options, option_int, option_str, resolve
+from prism_strategy.diagnose.live_checks import check_env_values, check_modules
+from prism_strategy.diagnose.module_checks import check_module_order
+from prism_strategy.diagnose.modules import ModuleFacts
+from prism_strategy.diagnose.shell_eval import MPI_LAUNCHERS, main_launch, read_events
+from prism_strategy.diagnose.shell_syntax import Binding
 from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
+from prism_strategy.rules import get_rule
 from prism_strategy.specs.errors import SpecError
 
-MPI_LAUNCHERS = frozenset({"mpiexec", "mpirun", "srun", "aprun"})
-PROGRAMS = frozenset({"torchrun", "deepspeed", "python", "python3", "accelerate"})
-_FUNC_START = re.compile(r"^\s*(?:function\s+)?([A-Za-z_][\w-]*)\s*\(\s*\)\s*\{?\s*$|^\s*function\s+([A-Za-z_][\w-]*)\s*\{?\s*$")
 _COMPILE_FLAG = re.compile(r"^--(?:torch[-_])?compile(?:=(?:1|true|True|yes))?$")
-_SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;"})
-_KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for", "{", "}", "(", ")",
-                       "!", "exec", "time", "nohup", "command", "builtin", "env"})
-
-
-@dataclass(kw_only=True, slots=True)
-class _Reader:
-    """State while reading one launcher (and the files it sources)."""
-
-    root: Path
-    functions: dict[str, list[tuple[str, int, str]]] = field(default_factory=dict)
-    depth: int = 0
-
-    def read_text(self, text: str, file: str, first_line: int = 1) -> list[Event]:
-        events: list[Event] = []
-        lines = _logical_lines(text, first_line)
-        i = 0
-        while i < len(lines):
-            lineno, line = lines[i]
-            m = _FUNC_START.match(line)
-            if m:
-                body, i = _function_body(lines, i + 1)
-                self.functions[m.group(1) or m.group(2)] = [(file, n, t) for n, t in body]
-                continue
-            for words in _commands(line):
-                events += self._command(words, file, lineno)
-            i += 1
-        return events
-
-    def _command(self, words: list[str], file: str, line: int) -> list[Event]:
-        while words and words[0] in _KEYWORDS:
-            words = words[1:]
-        out: list[Event] = []
-        while words and ASSIGN.match(words[0]):
-            name, value = ASSIGN.match(words[0]).groups()
-            out.append(Event(kind="export", name=name, value=value, file=file, line=line))
-            words = words[1:]
-        if not words:
-            return out
-        cmd, args = Path(words[0]).name, words[1:]
-        if cmd in ("export", "declare", "typeset"):
-            if cmd == "export" or any(a.startswith("-") and "x" in a for a in args):
-                out += [Event(kind="export", name=a.split("=", 1)[0], value=a.split("=", 1)[1] if "=" in a else "",
-                              file=file, line=line) for a in args if ASSIGN.match(a)]
-        elif cmd == "unset":
-            out += [Event(kind="unset", name=a, file=file, line=line) for a in args if not a.startswith("-")]
-        elif cmd in ("module", "ml"):
-            out.append(Event(kind="module", args=tuple(args), file=file, line=line))
-        elif cmd in ("source", ".") and args:
-            out += self._source(args[0])
-        elif cmd in self.functions and self.depth < 3:
-            out += self._inline_function(cmd)
-        else:
-            out.append(Event(kind="launch", name=cmd, args=tuple(args), file=file, line=line))
-        return out
-
-    def _source(self, target: str) -> list[Event]:
-        path = self.root / Path(target.replace("\\", "/")).name
-        if self.depth >= 3 or not path.is_file():
-            return []
-        self.depth += 1
-        try:
-            return self.read_text(path.read_text(errors="replace"), str(path))
-        finally:
-            self.depth -= 1
-
-    def _inline_function(self, name: str) -> list[Event]:
-        self.depth += 1
-        try:
-            out = []
-            for file, n, text in self.functions[name]:
-                for words in _commands(text):
-                    out += self._command(words, file, n)
-            return out
-        finally:
-            self.depth -= 1
-
-    def per_rank(self, launch: Event) -> list[Event] | None:
-        """Events of the command each rank runs; [] when it runs a program directly; None
-        when it cannot be followed (a wrapper the doctor cannot read)."""
-        args = list(launch.args)
-        for k, word in enumerate(args):
-            base = Path(word).name
-            if base in ("bash", "sh", "zsh"):
-                return self._shell_string(args[k + 1:], launch)
-            if base in PROGRAMS or base.startswith("python"):
-                return []
-            if word.endswith(".sh") and (self.root / base).is_file():
-                return self._source(word)
-        return None
-
-    def _shell_string(self, rest: list[str], launch: Event) -> list[Event] | None:
-        flags = [w for w in rest if w.startswith("-")]
-        strings = [w for w in rest if not w.startswith("-")]
-        if strings and not any("c" in f for f in flags):  # bash rank.sh: read it when it sits beside us
-            return self._source(strings[0]) if (self.root / Path(strings[0]).name).is_file() else None
-        if not strings:
-            return None
-        text = strings[0]
-        called = re.findall(r"(?:declare|typeset)\s+-f\s+([A-Za-z_][\w-]*)", text)
-        events = []
-        for name in called:
-            if name in self.functions:
-                events += self._inline_function(name)
-        remainder = re.sub(r"\$\((?:declare|typeset)\s+-f\s+[\w-]+\)", "", text)
-        for words in _commands(remainder):
-            if words and words[0] not in called:
-                events += self._command(words, launch.file, launch.line)
-        return events
-
-
-def _logical_lines(text: str, first_line: int) -> list[tuple[int, str]]:
-    """Lines with backslash continuations joined, each with its first line number."""
-    out, buf, start = [], "", first_line
-    for n, raw in enumerate(text.splitlines(), start=first_line):
-        if not buf:
-            start = n
-        if raw.endswith("\\") and not raw.lstrip().startswith("#"):
-            buf += raw[:-1] + " "
-            continue
-        out.append((start, buf + raw))
-        buf = ""
-    if buf:
-        out.append((start, buf))
-    return out
-
-
-def _function_body(lines: list[tuple[int, str]], i: int) -> tuple[list[tuple[int, str]], int]:
-    body = []
-    while i < len(lines) and lines[i][1].strip() not in ("}", "};"):
-        if lines[i][1].strip() != "{":
-            body.append(lines[i])
-        i += 1
-    return body, i + 1
-
-
-def _commands(line: str) -> list[list[str]]:
-    """Simple commands of one line, split at ; && || | & (quotes respected)."""
-    lex = shlex.shlex(line, posix=True, punctuation_chars=";&|")
-    lex.whitespace_split = True
-    try:
-        tokens = list(lex)
-    except ValueError:
-        return []
-    out, cur = [], []
-    for t in tokens:
-        if t in _SEPARATORS:
-            out.append(cur)
-            cur = []
-        else:
-            cur.append(t)
-    out.append(cur)
-    return [c for c in out if c]
 
 
 # --- what one launcher says --------------------------------------------------------------------
@@ -193,6 +43,10 @@ class LauncherFile:
     directives: dict[str, int]
     """nodes / ranks_per_node read from #PBS / #SBATCH lines."""
     pbs: PbsDirectives
+    modules: tuple[ModuleFacts, ...] = ()
+    """What --module-show says the modules set."""
+    rank_env: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
+    """Each rank's variables after its command ran (the job script's, without an MPI launch)."""
 
     @property
     def timeline(self) -> list[Event]:
@@ -210,9 +64,11 @@ class LauncherFile:
         if self._deepspeed_line():
             engines.add("deepspeed")
         nodes = int(self.header["nodes"]) if self.header.get("nodes", "").isdigit() else self.nodes()
-        return ctx.refined(platform=self.header.get("platform"), strategy=self.header.get("strategy"), nodes=nodes,
-                           devices=frozenset(devices), engines=frozenset(engines),
-                           env_profile=self.header.get("env-profile"))
+        ctx = ctx.refined(platform=self.header.get("platform"), strategy=self.header.get("strategy"), nodes=nodes,
+                          devices=frozenset(devices), engines=frozenset(engines),
+                          env_profile=self.header.get("env-profile"))
+        known = tuple((n, v, str(self.path)) for n, v in sorted(self.known_env().items()))
+        return replace(ctx, launcher_env=ctx.launcher_env + known)
 
     def nodes(self) -> int | None:
         if "nodes" in self.directives:
@@ -240,28 +96,11 @@ class LauncherFile:
                     None)
 
     def check(self, ctx: Context) -> list[Finding]:
-        lost = self._check_per_rank(ctx)  # every export lost: one finding, not one per variable
-        return ((lost or self._check_module_order()) + self._check_ranks_per_node(ctx)
-                + check_env_values(self.final_env(), ctx) + check_site(self, ctx)
-                + check_modules([(" ".join(e.args), e.file, e.line) for e in self.timeline if e.kind == "module"])
-                + self._check_compile(ctx))
-
-    def _check_module_order(self) -> list[Finding]:
-        kb, tl, out = load_known_bad(), self.timeline, []
-        loads = [i for i, e in enumerate(tl) if is_module_load(e)]
-        if not loads:
-            return []
-        seen: set[str] = set()
-        for i, e in enumerate(tl):
-            if e.kind != "export" or not kb.is_tracked(e.name) or e.name in seen or i > loads[-1]:
-                continue
-            seen.add(e.name)
-            again = any(x.kind == "export" and x.name == e.name for x in tl[loads[-1] + 1:])
-            if not again:
-                out += check_rule("launcher-export-before-module-load", {"exported_before_module_load": (True,)},
-                                  file=e.file, line=e.line, detail=f"{e.name} is exported before `module load` "
-                                  f"({tl[loads[-1]].file}:{tl[loads[-1]].line}) and not again after it")
-        return out
+        out = (check_module_order(self.rank_timeline(), self.launch, self.per_rank, self.modules, ctx)
+               + self._check_ranks_per_node(ctx) + self._check_env(ctx) + check_site(self, ctx)
+               + check_modules([(" ".join(e.args), e.file, e.line) for e in self.timeline if e.kind == "module"])
+               + self._check_compile(ctx))
+        return [on_branch(f, self.timeline) for f in out]
 
     def rank_timeline(self) -> list[Event]:
         """What each rank inherits, in order: the job script up to the launch, the variables the
@@ -269,37 +108,29 @@ class LauncherFile:
         if self.launch is None or self.launch not in self.outer:
             return self.timeline
         before = self.outer[: self.outer.index(self.launch)]
-        passed = [Event(kind="export", name=n, value=v, file=f, line=ln)
+        passed = [Event(kind="export", name=n, value=v, file=f, line=ln, branch=self.launch.branch)
                   for n, (v, f, ln) in launch_env_options(self.launch).items()]
         return before + passed + (self.per_rank or [])
 
-    def _check_per_rank(self, ctx: Context) -> list[Finding]:
-        """A module load that runs after the last CCL/FI export resets what the ranks get. ALCF's
-        style (load once in the job script, export, let mpiexec pass the environment on) and
-        PRISM's (each rank loads, then exports again) both end with the exports: no finding."""
-        if self.launch is None or self.launch.name not in MPI_LAUNCHERS or self.per_rank is None:
-            return []
-        kb, tl = load_known_bad(), self.rank_timeline()
-        exports = [i for i, e in enumerate(tl) if e.kind == "export" and kb.is_tracked(e.name)]
-        loads = [i for i, e in enumerate(tl) if is_module_load(e)]
-        if not exports or not loads or loads[-1] < exports[-1]:
-            return []
-        load, in_rank = tl[loads[-1]], loads[-1] >= len(tl) - len(self.per_rank)
-        where = f"{load.file}:{load.line}"
-        detail = (f"each rank runs `module {' '.join(load.args)}` ({where}) after the last CCL/FI export" if in_rank
-                  else f"the CCL/FI exports come before `module {' '.join(load.args)}` ({where}) and none after it")
-        return check_rule("launcher-no-per-rank-export", context_facts(ctx, per_rank_exports=False),
-                          file=self.launch.file, line=self.launch.line, detail=detail)
-
     def _check_ranks_per_node(self, ctx: Context) -> list[Finding]:
+        """One rank per device; a job that fits on one node with fewer ranks (a single tile, a
+        small test) is legitimate: an info line."""
         rpn = self.ranks_per_node()
         if ctx.platform is None or rpn is None:
             return []
         want = ctx.platform.devices_per_node
         line = self.launch.line if self.launch else 1
+        file = self.launch.file if self.launch else str(self.path)
+        detail = f"{rpn} ranks per node, {ctx.platform.name} has {want} devices per node"
+        nodes = self.nodes() or ctx.nodes
+        if rpn < want and nodes == 1:
+            r = get_rule("launcher-ranks-per-node-mismatch")
+            return [make_finding("launcher-ranks-per-node-mismatch", "info", set(), file=file, line=line,
+                                 detail=f"{detail} on one node: a single-node job using {rpn} of them",
+                                 reason="fine for a deliberate small or single-device run; the other devices sit idle",
+                                 fix=r.fix, source=r.source)]
         return check_rule("launcher-ranks-per-node-mismatch", {"ranks_per_node_matches": (rpn == want,)},
-                          file=str(self.path), line=line,
-                          detail=f"{rpn} ranks per node, {ctx.platform.name} has {want} devices per node")
+                          file=file, line=line, detail=detail)
 
     def cpu_bind(self) -> str | None:
         """The launch's --cpu-bind as depth:D or list:..., variables resolved; None when absent."""
@@ -315,37 +146,99 @@ class LauncherFile:
             return f"depth:{depth}" if depth else None
         return mode
 
-    def final_env(self) -> dict[str, tuple[str, str, int]]:
-        env: dict[str, tuple[str, str, int]] = {}
+    def env_values(self) -> list[tuple[str, str, str, int]]:
+        """(name, value, file, line) of every value a rank may run with: each side of a branch
+        the script leaves open counts; a value the doctor cannot know is given as written."""
+        out = [(n, b.value if b.value is not None else b.raw, *b.where) for n, bound in self.rank_env.items()
+               for b in bound if b.exported and not b.unset and b.where is not None and (b.value is not None or b.raw)]
         for e in self.timeline:
-            if e.kind == "export":
-                env[e.name] = (e.value, e.file, e.line)
-            elif e.kind == "unset":
-                env.pop(e.name, None)
-            elif e.kind == "launch":
-                env.update(launch_env_options(e))
-        return env
+            if e.kind == "launch":
+                out += [(n, v, f, ln) for n, (v, f, ln) in launch_env_options(e).items()]
+        return out
+
+    def final_env(self) -> dict[str, tuple[str, str, int]]:
+        return {n: (v, f, ln) for n, v, f, ln in self.env_values()}
+
+    def known_env(self) -> dict[str, str]:
+        """Variables each rank surely runs with (one known value): what a script's
+        os.environ.get reads."""
+        return {n: bound[0].value for n, bound in self.rank_env.items()
+                if len(bound) == 1 and bound[0].exported and bound[0].value is not None and not bound[0].unset}
+
+    def _check_env(self, ctx: Context) -> list[Finding]:
+        out: list[Finding] = []
+        for name, value, file, line in self.env_values():
+            out += [f for f in check_env_values({name: (value, file, line)}, ctx) if f not in out]
+        return out
 
     def _check_compile(self, ctx: Context) -> list[Finding]:
         line = self._compile_line()
         if line is None:
             return []
-        facts = context_facts(ctx, compile=True)
-        where = dict(file=str(self.path), line=line, detail="the launch passes a torch.compile flag")
-        return check_rule("deepspeed-compile", facts, **where) + check_rule("xpu-multinode-compile", facts, **where)
+        return check_observed({"compile": True}, ctx, file=str(self.path), line=line,
+                              detail="the launch passes a torch.compile flag")
 
 
-def read_shell_launcher(path: Path, text: str) -> LauncherFile:
-    reader = _Reader(root=path.parent)
-    outer = reader.read_text(text, str(path))
-    launch = next((e for e in outer if e.kind == "launch" and e.name in MPI_LAUNCHERS | PROGRAMS), None)
-    per_rank = reader.per_rank(launch) if launch is not None and launch.name in MPI_LAUNCHERS else None
-    return LauncherFile(path=path, header=parse_header(text), outer=outer, per_rank=per_rank, launch=launch,
-                        directives=directives(text), pbs=PbsDirectives.read(text))
+def on_branch(f: Finding, timeline: list[Event]) -> Finding:
+    """A finding about events the script runs only on an open branch says which branch; when
+    that branch does not run by default it is a warning."""
+    at = [e for e in timeline if e.file == f.file and e.line == f.line]
+    if not at or any(not e.branch for e in at):
+        return f
+    conds = list(dict.fromkeys(c for c in at[0].branch))
+    message = f"{f.message} [{'; '.join(c.describe() for c in conds)}]"
+    severity = f.severity if all(e.runs_by_default for e in at) or f.severity != "error" else "warning"
+    return replace(f, message=message, severity=severity)
 
 
-def read_launcher(path: Path) -> "LauncherFile | StrategyTomlFile | DsConfigFile":
-    """A shell launcher, a strategy.toml or a ds_config.json (by suffix)."""
+def read_shell_launcher(path: Path, text: str, modules: tuple[ModuleFacts, ...] = ()) -> LauncherFile:
+    try:
+        interp = read_events(text, str(path), path.parent, modules)
+    except RecursionError:
+        raise SpecError(f"--launcher {str(path)[:120]}: nested too deeply to read (no job script nests "
+                        f"hundreds of blocks)") from None
+    main = main_launch(interp)
+    mpi = main is not None and main.event.name in MPI_LAUNCHERS
+    rank_state = main.rank_state if mpi and main.rank_state is not None else interp.final
+    return LauncherFile(path=path, header=parse_header(text), outer=interp.events,
+                        per_rank=main.per_rank if mpi else None, launch=main.event if main else None,
+                        directives=directives(text), pbs=PbsDirectives.read(text), modules=modules,
+                        rank_env=rank_state.env)
+
+
+PYTHON_SHEBANG = re.compile(r"^#!.*\bpython[\d.]*\b")
+
+
+def looks_like_python(path: Path, text: str) -> bool:
+    """A .py file, a Python shebang, or text that parses as Python with an import, a def or a
+    class (a shell script never does; `true` alone parses as both and is read as shell)."""
+    if path.suffix == ".py" or PYTHON_SHEBANG.match(text):
+        return True
+    if re.match(r"^#!.*\b(ba|z|da|k)?sh\b", text):
+        return False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return any(isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)) for n in tree.body)
+
+
+_JOB_MARKERS = re.compile(r"^\s*(#PBS|#SBATCH|mpiexec|mpirun|srun|torchrun)\b", re.M)
+
+
+def job_template_line(text: str) -> int | None:
+    """Line of the first string literal that reads like a job script (#PBS, mpiexec, ...)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    return next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and _JOB_MARKERS.search(n.value)), None)
+
+
+def read_launcher(path: Path, modules: tuple[ModuleFacts, ...] = ()) -> "LauncherFile | StrategyTomlFile | DsConfigFile":
+    """A shell launcher, a strategy.toml or a ds_config.json (by suffix); a Python program is
+    refused: the doctor reads the job script it writes, never Python as shell."""
     path = Path(path)
     try:
         if path.is_dir() or not path.exists():
@@ -357,4 +250,9 @@ def read_launcher(path: Path) -> "LauncherFile | StrategyTomlFile | DsConfigFile
         return StrategyTomlFile.read(path, text)
     if path.suffix == ".json":
         return DsConfigFile.read(path, text)
-    return read_shell_launcher(path, text)
+    if looks_like_python(path, text):
+        template = job_template_line(text)
+        holds = f" (it holds a job-script template at line {template})" if template else ""
+        raise SpecError(f"--launcher {str(path)[:120]} is a Python program{holds}, not a job script: pass the job "
+                        f"script it writes (e.g. its dry-run output) as --launcher, or the training script as --script")
+    return read_shell_launcher(path, text, modules)

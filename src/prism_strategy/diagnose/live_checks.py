@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from prism_strategy.diagnose.doctor import Context, Finding, Severity, check_rule, context_facts, evaluate, make_finding
+from prism_strategy.diagnose.findings import Context, Finding, Severity, check_rule, context_facts, evaluate, make_finding
 from prism_strategy.emit.env import load_env_profile
 from prism_strategy.rules import Rule, get_rule
 from prism_strategy.specs.presets import DATA, build, read_toml

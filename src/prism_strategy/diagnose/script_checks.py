@@ -1,17 +1,21 @@
 """Script checks: static analysis of a training script with `ast` (nothing is imported or run).
 
-The reader records every call with its resolved dotted name (import aliases expanded), the
-function it sits in and whether a loop encloses it; each check turns what it finds into facts
-for one rule of data/rules.toml.
+The reader (diagnose/script_reader.py) records every call and assignment; values are followed
+through variables, `if` tests and `**kwargs` within a function (diagnose/py_values.py), and
+`os.environ.get(NAME, default)` reads the exports of the launchers given with the script. Each
+check turns what it finds into facts for one rule of data/rules.toml; a finding on code that an
+environment variable switches says so, and is a warning when the switch is off by default.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from prism_strategy.diagnose.doctor import Context, Finding, check_rule, context_facts
+from prism_strategy.diagnose.findings import Context, Finding, check_observed, check_rule, context_facts
+from prism_strategy.diagnose.py_values import UNKNOWN, Alt, Assignment, Symbol, Values
+from prism_strategy.diagnose.script_reader import Call, Collector
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import STRATEGY_NAMES, get_strategy
 
@@ -23,114 +27,10 @@ _FP32 = {"float32", "float"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Call:
-    name: str
-    """Dotted name with import aliases expanded, e.g. torch.distributed.init_process_group."""
-    node: ast.Call
-    scope: str
-    """Enclosing function ('<module>' at top level)."""
-    in_loop: bool
-
-    @property
-    def last(self) -> str:
-        return self.name.rsplit(".", 1)[-1]
-
-    @property
-    def line(self) -> int:
-        return self.node.lineno
-
-    def kwarg(self, name: str) -> ast.expr | None:
-        return next((k.value for k in self.node.keywords if k.arg == name), None)
-
-    def kw_true(self, name: str) -> bool:
-        v = self.kwarg(name)
-        return isinstance(v, ast.Constant) and v.value is True
-
-
-@dataclass(kw_only=True, slots=True)
-class _Collector(ast.NodeVisitor):
-    aliases: dict[str, str] = field(default_factory=dict)
-    modules: set[str] = field(default_factory=set)
-    calls: list[Call] = field(default_factory=list)
-    assigns: dict[tuple[str, str], list[tuple[int, ast.expr]]] = field(default_factory=dict)
-    words: set[str] = field(default_factory=set)
-    scope: str = "<module>"
-    loops: int = 0
-
-    def visit_Import(self, node: ast.Import) -> None:
-        for a in node.names:
-            bound = a.asname or a.name.split(".")[0]
-            self.aliases[bound] = a.name if a.asname else bound
-            self.modules.add(bound)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        for a in node.names:
-            self.aliases[a.asname or a.name] = f"{node.module or ''}.{a.name}"
-
-    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        outer, loops = self.scope, self.loops
-        self.scope, self.loops = node.name, 0
-        for d in node.decorator_list:
-            self._note_decorator(d)
-        for stmt in node.body:
-            self.visit(stmt)
-        self.scope, self.loops = outer, loops
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def _loop(self, node: ast.AST) -> None:
-        self.loops += 1
-        self.generic_visit(node)
-        self.loops -= 1
-
-    visit_For = visit_While = visit_AsyncFor = visit_ListComp = visit_GeneratorExp = _loop
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        for t in node.targets:
-            if isinstance(t, ast.Name):
-                self.assigns.setdefault((self.scope, t.id), []).append((node.lineno, node.value))
-        self.generic_visit(node)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        name = self.dotted(node.func)
-        if name:
-            self.calls.append(Call(name=name, node=node, scope=self.scope, in_loop=self.loops > 0))
-        self.generic_visit(node)
-
-    def visit_Name(self, node: ast.Name) -> None:
-        self.words.add(node.id.lower())
-
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        self.words.add(node.attr.lower())
-        self.generic_visit(node)
-
-    def visit_Constant(self, node: ast.Constant) -> None:
-        if isinstance(node.value, str) and len(node.value) < 40:
-            self.words.add(node.value.lower())
-
-    def _note_decorator(self, d: ast.expr) -> None:
-        target = d.func if isinstance(d, ast.Call) else d
-        name = self.dotted(target)
-        if name:
-            fake = ast.Call(func=target, args=[], keywords=[], lineno=d.lineno, col_offset=0)
-            self.calls.append(Call(name=name, node=fake, scope=self.scope, in_loop=False))
-
-    def dotted(self, node: ast.expr) -> str:
-        parts = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
-            return ""
-        parts.append(self.aliases.get(node.id, node.id))
-        return ".".join(reversed(parts))
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class ScriptFile:
     path: Path
     calls: list[Call]
-    assigns: dict[tuple[str, str], list[tuple[int, ast.expr]]]
+    assigns: dict[tuple[str, str], list[Assignment]]
     words: frozenset[str]
     modules: frozenset[str]
     """Names bound to imported modules (their .compile() is not torch's)."""
@@ -153,8 +53,61 @@ class ScriptFile:
         return out
 
     def check(self, ctx: Context) -> list[Finding]:
-        return [f for check in (_device_id, _unused_and_static, _compile, _empty_cache, _loader_after_mesh,
-                                _one_element_probe, _root_only_wrap) for f in check(self, ctx)]
+        try:
+            return self._check(ctx)
+        except RecursionError:
+            raise SpecError(f"--script {self.path}: an expression nested too deeply to follow") from None
+
+    def _check(self, ctx: Context) -> list[Finding]:
+        vals = self.values(ctx)
+        out = []
+        for check in (_device_id, _unused_and_static, _compile, _empty_cache, _loader_after_mesh, _one_element_probe,
+                      _root_only_wrap):
+            for f in check(self, ctx):
+                switched = self._switched(f, vals)
+                if switched is not None:
+                    out.append(switched)
+        return out
+
+    def values(self, ctx: Context) -> Values:
+        return Values(assigns=self.assigns, env={n: (v, f) for n, v, f in ctx.launcher_env})
+
+    def call_kwargs(self, call: Call, vals: Values) -> list[Alt]:
+        """The keywords a call gets, as dict alternatives: written ones and **dicts merged;
+        UNKNOWN when a ** value is not a dict the doctor can read."""
+        named = [k for k in call.node.keywords if k.arg]
+        spread = [k for k in call.node.keywords if k.arg is None]
+
+        def merge(*values: object) -> object:
+            out = {k.arg: v for k, v in zip(named, values)}
+            for d in values[len(named):]:
+                if not isinstance(d, dict):
+                    return UNKNOWN
+                out.update(d)
+            return out
+
+        return vals._combine([k.value for k in (*named, *spread)], call.scope, call.line, merge, keep_unknown=True)
+
+    def kwarg_values(self, call: Call, name: str, vals: Values, absent: object = UNKNOWN) -> list[Alt]:
+        """A keyword's values, passed directly or through **kwargs; `absent` when not passed."""
+        return [replace(a, value=a.value.get(name, absent) if isinstance(a.value, dict) else UNKNOWN)
+                for a in self.call_kwargs(call, vals)]
+
+    def _switched(self, f: Finding, vals: Values) -> Finding | None:
+        """A finding on a call under `if` tests that an environment variable decides: dropped
+        when the test fails, noted when it holds, a warning when it holds only if the job sets
+        the variable. Tests nothing decides (a parameter, args.x) leave the finding as it was."""
+        call = next((c for c in self.calls if c.line == f.line and c.conds), None)
+        if call is None:
+            return f
+        d = vals.conditions(call.conds, call.scope, call.line)
+        if d.taken is False:
+            return None
+        notes = [n for n in d.notes if "cannot decide" not in n]
+        if not notes:
+            return f
+        severity = "warning" if f.severity == "error" and not d.by_default else f.severity
+        return replace(f, severity=severity, message=f"{f.message} [{'; '.join(notes)}]")
 
     def find(self, *lasts: str) -> list[Call]:
         return [c for c in self.calls if c.last in lasts]
@@ -171,9 +124,18 @@ def read_script(path: Path) -> ScriptFile:
         raise SpecError(f"cannot read --script {path}: {e.strerror}") from None
     except SyntaxError as e:
         raise SpecError(f"--script {path} is not valid Python (line {e.lineno}: {e.msg})") from None
-    c = _Collector()
-    c.visit(tree)
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise SpecError(f"--script {path} cannot be read as Python ({type(e).__name__})") from None
+    c = Collector()
+    try:
+        c.visit(tree)
+    except RecursionError:
+        raise SpecError(f"--script {path}: nested too deeply to read") from None
     return ScriptFile(path=path, calls=c.calls, assigns=c.assigns, words=frozenset(c.words), modules=frozenset(c.modules))
+
+
+def _notes(alt: Alt) -> str:
+    return f" ({'; '.join(alt.notes)})" if alt.notes else ""
 
 
 def _wrap_strategy(c: Call) -> str | None:
@@ -189,17 +151,26 @@ def _device_id(s: ScriptFile, ctx: Context) -> list[Finding]:
 
 
 def _unused_and_static(s: ScriptFile, ctx: Context) -> list[Finding]:
+    """find_unused_parameters=True, written so or through a variable, **kwargs or an
+    environment switch (its default, or the launcher's export)."""
     out = []
     set_static = any(c.last == "_set_static_graph" for c in s.calls)
+    vals = s.values(ctx)
     for c in s.calls:
-        if not c.kw_true("find_unused_parameters"):
+        if c.last not in _DDP and not c.kw_true("find_unused_parameters"):
             continue
-        static = c.kw_true("static_graph") or set_static
+        on = next((a for a in s.kwarg_values(c, "find_unused_parameters", vals, absent=False) if a.value is True), None)
+        if on is None:
+            continue
+        static = any(a.value is True for a in s.kwarg_values(c, "static_graph", vals, absent=False)) or set_static
         facts = context_facts(ctx, find_unused_parameters=True, static_graph=static,
                               **({"engine": "ddp"} if c.last in _DDP else {}))
         rule = "find-unused-vs-static-graph" if static else "find-unused-cost"
         detail = "find_unused_parameters=True with static_graph" if static else "find_unused_parameters=True"
-        out += check_rule(rule, facts, **s.where(c, detail))
+        found = check_rule(rule, facts, **s.where(c, detail + _notes(on)))
+        if not on.by_default:
+            found = [replace(f, severity="warning") if f.severity == "error" else f for f in found]
+        out += found
     return out
 
 
@@ -211,12 +182,13 @@ def _is_compile(s: ScriptFile, c: Call) -> bool:
 
 
 def _compile(s: ScriptFile, ctx: Context) -> list[Finding]:
-    first = next((c for c in s.calls if _is_compile(s, c)), None)
+    """The first torch.compile that can run (one under a test the values decide false cannot)."""
+    vals = s.values(ctx)
+    first = next((c for c in s.calls if _is_compile(s, c) and vals.conditions(c.conds, c.scope, c.line).taken
+                  is not False), None)
     if first is None:
         return []
-    facts = context_facts(ctx, compile=True)
-    where = s.where(first, f"{first.name}(...) compiles the model")
-    return check_rule("deepspeed-compile", facts, **where) + check_rule("xpu-multinode-compile", facts, **where)
+    return check_observed({"compile": True}, ctx, **s.where(first, f"{first.name}(...) compiles the model"))
 
 
 def _empty_cache(s: ScriptFile, ctx: Context) -> list[Finding]:
@@ -260,8 +232,8 @@ def _loader_after_mesh(s: ScriptFile, ctx: Context) -> list[Finding]:
 def _one_element(s: ScriptFile, node: ast.expr, scope: str, line: int) -> bool:
     """A 1-element fp32 tensor: torch.ones(1), torch.tensor([1.0]), or a name bound to one."""
     if isinstance(node, ast.Name):
-        bound = [v for n, v in s.assigns.get((scope, node.id), []) if n <= line]
-        return bool(bound) and _one_element(s, bound[-1], scope, line)
+        bound = [a.value for a in s.assigns.get((scope, node.id), []) if a.line <= line]
+        return bool(bound) and bound[-1] is not None and _one_element(s, bound[-1], scope, line)
     if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Attribute, ast.Name)):
         return False
     fn = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
@@ -295,8 +267,29 @@ def _root_only_wrap(s: ScriptFile, ctx: Context) -> list[Finding]:
     fsdp2 = s.find("fully_shard")
     fsdp1 = [c for c in s.calls if c.last in _FSDP1]
     out = []
-    for calls, per_block in ((fsdp2, lambda c: c.in_loop), (fsdp1, lambda c: c.kwarg("auto_wrap_policy") is not None)):
-        if len(calls) == 1 and not per_block(calls[0]):
-            out += check_rule("fsdp-root-only-wrap", {"engine": ("fsdp2",), "root_only_wrap": (True,)},
-                              **s.where(calls[0], f"{calls[0].last}() is applied once, to the root module only"))
+    if len(fsdp2) == 1 and not fsdp2[0].in_loop:
+        out += check_rule("fsdp-root-only-wrap", {"engine": ("fsdp2",), "root_only_wrap": (True,)},
+                          **s.where(fsdp2[0], "fully_shard() is applied once, to the root module only"))
+    if len(fsdp1) == 1:
+        out += _root_only_fsdp1(s, fsdp1[0], s.values(ctx))
     return out
+
+
+def _root_only_fsdp1(s: ScriptFile, call: Call, vals: Values) -> list[Finding]:
+    """FSDP(..., auto_wrap_policy=P) with P None on some path: the variable, the `if` that
+    chose it and the environment default behind that test are named with their lines."""
+    paths = [a for a in s.call_kwargs(call, vals) if isinstance(a.value, dict) and a.value.get("auto_wrap_policy") is None]
+    if not paths:
+        return []
+    root = next((a for a in paths if a.by_default), paths[0])
+    sharding = root.value.get("sharding_strategy")
+    how = "auto_wrap_policy is None" if "auto_wrap_policy" in root.value else "no auto_wrap_policy"
+    detail = f"{call.last}() at line {call.line} wraps only the root module: {how}{_notes(root)}"
+    if isinstance(sharding, Symbol) and sharding.name.upper().endswith("SHARD_GRAD_OP"):
+        detail += (f"; under {sharding.name} the whole model's parameters stay gathered from forward to backward "
+                   f"(PRISM's 7B out-of-memory)")
+    found = check_rule("fsdp-root-only-wrap", {"engine": ("fsdp2",), "root_only_wrap": (True,)},
+                       **s.where(call, detail))
+    if not root.by_default:
+        found = [replace(f, message=f"{f.message} (only on a path the job's environment must select)") for f in found]
+    return found

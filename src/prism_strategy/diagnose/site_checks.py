@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
-from prism_strategy.diagnose.doctor import Context, Finding, check_rule, make_finding
-from prism_strategy.emit.site import SiteSpec, load_site
+from prism_strategy.diagnose.findings import Context, Finding, check_rule, make_finding
+from prism_strategy.emit.site import SiteSpec
+from prism_strategy.emit.site import load_site as _load_site
 from prism_strategy.rules import get_rule
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.presets import load_platform, platform_names
@@ -24,6 +26,16 @@ if TYPE_CHECKING:
     from prism_strategy.diagnose.launcher_checks import LauncherFile
 
 _PBS = re.compile(r"^#PBS\s+(.*)$")
+
+
+@cache
+def _preset_site(name: str) -> SiteSpec:
+    return _load_site(name)
+
+
+def load_site(name: str) -> SiteSpec:
+    """The platform's site (queues, filesystems, sockets); a preset's is read once per process."""
+    return _preset_site(name) if name in platform_names() else _load_site(name)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
