@@ -78,6 +78,7 @@ def _print_json(data) -> None:
 @app.command()
 @cli_errors
 def plan(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option(help="Preset name or path to a config.json")] = "qwen3-0.6b",
     mode: Annotated[str, typer.Option(help="e2e | projector | encoder-projector")] = "e2e",
     platform: Annotated[str, typer.Option(help="Platform preset or path to a platform .toml")] = "aurora",
@@ -109,16 +110,27 @@ def plan(
                                                            "reduce/allgather bucket (default: 25)")] = None,
     reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed "
                                                           "communication_data_type (default: engine's)")] = None,
+    script: Annotated[Optional[str], typer.Option(help="Your training script: its loss kernel, checkpointing, "
+                                                       "optimizer, precision and compile become the inputs "
+                                                       "(flags given here win)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
     from prism_strategy.planning.planner import plan as make_plan, plan_dict
 
+    scripted = dict(loss=loss, ckpt_freq=ckpt_freq, optimizer=optimizer, precision=precision,
+                    reduce_dtype=reduce_dtype, compile=compile)
+    section = None
+    if script is not None:
+        from prism_strategy.diagnose.script_inputs import read_plan_inputs
+
+        given = {k for k in scripted if ctx.get_parameter_source(k).name == "COMMANDLINE"}
+        read, section = read_plan_inputs(script).plan_inputs(scripted, given)
+        scripted |= read
     p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
-                  micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, ckpt_freq=ckpt_freq,
-                  precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens, compile=compile,
-                  ranks_per_node=ranks_per_node, calibration=calibration, traced=traced, sweep_nodes=sweep_nodes,
-                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, loss=loss)
+                  micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, vision=vision,
+                  image_tokens=image_tokens, ranks_per_node=ranks_per_node, calibration=calibration, traced=traced,
+                  sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, script=section, **scripted)
     if markdown is not None:
         from prism_strategy.report.markdown import write_markdown
 

@@ -66,6 +66,8 @@ class Plan:
     reasons: list[str]
     warnings: list[str]
     sweep: list[dict[str, Any]] = field(default_factory=list)
+    script: dict[str, Any] | None = None
+    """`plan --script`: what was read from the script, per input (diagnose/script_inputs.py)."""
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.strategy == name)
@@ -203,7 +205,7 @@ def plan(
     precision: str = "bf16-mixed", optimizer: str = "adamw", vision: Any = None, image_tokens: int | None = None,
     compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
     calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
-    reduce_dtype: str | None = None, loss: str = "upcast",
+    reduce_dtype: str | None = None, loss: str = "upcast", script: dict[str, Any] | None = None,
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -232,6 +234,8 @@ def plan(
     bucket_mb: gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket).
     reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
     loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
+    script: what a training script said about these inputs, kept as given for `inputs.script` of the
+        JSON (`plan --script` reads it: diagnose/script_inputs.py; the values arrive as the keywords above).
     """
     sc = build_scenario(model, mode=mode, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
@@ -255,7 +259,8 @@ def plan(
         trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
-    result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings)
+    result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings,
+                  script=script)
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
     return result
@@ -321,7 +326,8 @@ def option_dict(o: Option) -> dict[str, Any]:
 
 def plan_dict(p: Plan) -> dict[str, Any]:
     """The pinned JSON shape of `prism-strategy plan --json`."""
-    return {"inputs": p.scenario.inputs(), "options": [option_dict(o) for o in p.options],
+    inputs = p.scenario.inputs() | ({"script": p.script} if p.script is not None else {})
+    return {"inputs": inputs, "options": [option_dict(o) for o in p.options],
             "recommended": p.recommended, "reasons": p.reasons, "warnings": p.warnings, "sweep": p.sweep}
 
 
