@@ -64,6 +64,11 @@ def test_a_branch_the_values_rule_out_does_not_count():
     assert r.value == 2 and "one block in 2" in r.note
 
 
+PRISM_WRAP = ("from prism_strategy import init_distributed, wrap\nctx = init_distributed()\n"
+              'job = wrap(model, "hsdp_full_shard", ctx=ctx, optimizer=make_opt, ckpt_freq="sac", loss="chunked", '
+              "compile=True)\n")
+
+
 @pytest.mark.parametrize("code, key, value, note", [
     ("from liger_kernel.transformers import apply_liger_kernel_to_qwen2\n"
      "apply_liger_kernel_to_qwen2(fused_linear_cross_entropy=False, cross_entropy=True)\n", "loss", "fused", "cross_entropy"),
@@ -90,6 +95,20 @@ def test_a_branch_the_values_rule_out_does_not_count():
     ("from transformers import TrainingArguments\na = TrainingArguments(output_dir='o', use_liger_kernel=True,"
      " gradient_checkpointing=True, torch_compile=True)\n", "loss", "chunked", "use_liger_kernel"),
     ("import torch\nmodel = torch.compile(model)\n", "compile", True, ""),
+    ("from transformers import TrainingArguments\na = TrainingArguments(output_dir='o', bf16=args.bf16)\n",
+     "precision", None, "nothing in the script sets it"),
+    ("if args.gc:\n    model.gradient_checkpointing_enable()\n", "ckpt_freq", None,
+     "runs only under a test the script leaves open"),
+    ("import os\nif os.environ.get('CKPT', '1') == '1':\n    model.gradient_checkpointing_enable()\n", "ckpt_freq", 1,
+     "CKPT unset: the default"),
+    ("class Cfg:\n    pass\nprint(args.loss, self.loss)\n", "loss", None, "nothing in the script sets it"),
+    (PRISM_WRAP, "ckpt_freq", "sac", "wrap(ckpt_freq='sac')"),
+    (PRISM_WRAP, "loss", "chunked", ""),
+    (PRISM_WRAP, "compile", True, ""),
+    (PRISM_WRAP, "strategy", "hsdp_full_shard", ""),
+    (PRISM_WRAP.replace('ckpt_freq="sac", ', ""), "ckpt_freq", 0, "its default"),
+    ("import deepspeed\nds = {'zero_optimization': {'stage': 2}}\ne, *_ = deepspeed.initialize(model=m, config=ds)\n",
+     "strategy", "zero2", "DeepSpeed"),
 ])
 def test_each_rule(tmp_path, code, key, value, note):
     path = tmp_path / "train.py"

@@ -109,16 +109,17 @@ def _is_binary(path: Path) -> bool:
 
 
 def decide(name: str, found: list[Found]) -> ScriptRead:
-    """Told when every candidate agrees on a value; otherwise could not tell, naming each."""
+    """Told when every candidate agrees on a value and surely runs; otherwise could not tell, naming each."""
     if not found:
         return ScriptRead(input=name, value=None, note=NOTHING)
     values = {repr(f.value) for f in found}
     first = found[0]
-    if len(values) == 1 and first.value is not None:
+    if len(values) == 1 and first.value is not None and all(f.sure for f in found):
         also = [f.line for f in found[1:] if f.line != first.line]
         note = "; ".join(x for x in (first.note, f"also line {', '.join(map(str, also))}" if also else "") if x)
         return ScriptRead(input=name, value=first.value, line=first.line, evidence=first.evidence, note=note)
     cands = "; ".join(f"line {f.line}: {'unreadable' if f.value is None else f.value}"
                       + (f" ({f.note})" if f.note else "") for f in found[:4])
-    why = "the script's candidates disagree" if len(values) > 1 else "its value is not one the script fixes"
+    why = ("the script's candidates disagree" if len(values) > 1 else "its value is not one the script fixes"
+           if first.value is None else "it runs only under a test the script leaves open")
     return ScriptRead(input=name, value=None, line=first.line, evidence=first.evidence, note=f"{why}: {cands}")

@@ -56,7 +56,7 @@ class Reader:
         """A candidate from call c; when an `if` the script leaves open decides whether c runs, the
         note says so (conds=False: the reader has read that test itself)."""
         d = self.vals.conditions(c.conds, c.scope, c.line)
-        if conds and (d.taken is None or not d.by_default):
+        if conds and (d.taken is None or not d.by_default or d.open_env):
             note = "; ".join(x.replace("which the doctor cannot decide", "which the script leaves open")
                              for x in (note, *d.notes) if x)
         return Found(value=value, line=c.line, evidence=self.text(c.line), note=note,
@@ -84,6 +84,21 @@ class Reader:
         return None
 
 
+def prism_wraps(r: Reader) -> list[Call]:
+    """prism_strategy.wrap(model, ...) calls: their keywords are the plan's inputs by name."""
+    return r.calls(lambda c: c.last == "wrap" and c.name.startswith("prism_strategy"))
+
+
+def wrap_reads(r: Reader, key: str, default: object, to_value) -> list[Found]:
+    """One candidate per prism wrap(): its `key` (runtime/wrap.py's default when absent) as a plan value."""
+    out = []
+    for c in prism_wraps(r):
+        v = r.kwarg(c, key, default)
+        got = to_value(v) if v is not UNKNOWN else None
+        out.append(r.found(c, got, f"wrap({key}={v!r})" + ("" if c.kwarg(key) is not None else ", its default")))
+    return out
+
+
 # --- loss ----------------------------------------------------------------------------------
 def loss(r: Reader) -> list[Found]:
     """The cross-entropy kernel. Liger's patches replace the HF model's own loss (liger_kernel/
@@ -107,8 +122,11 @@ def loss(r: Reader) -> list[Found]:
             out.append(r.found(c, "chunked", "TrainingArguments(use_liger_kernel=True) applies Liger's defaults"))
     for c in r.calls(lambda c: c.last == "CrossEntropyLoss" and "flash_attn" in c.name):
         out.append(r.found(c, "fused", "flash-attn's CrossEntropyLoss (flash_attn/losses/cross_entropy.py)"))
+    out += [f for f in wrap_reads(r, "loss", None, lambda v: v if v in ("upcast", "fused", "chunked") else None)
+            if f.value not in ("upcast", None)]  # wrap's upcast is the model's own loss, whatever kernel that is
     for c in r.calls(lambda c: "chunked" in c.last.lower() and ("entropy" in c.last.lower() or "ce" in c.last.lower())):
-        out.append(r.found(c, "chunked", f"{c.last}: a chunked cross-entropy (e.g. torchtune's CEWithChunkedOutputLoss)"))
+        out.append(r.found(c, "chunked", f"{c.last}: a chunked cross-entropy (as torchtune's "
+                                          "CEWithChunkedOutputLoss)"))
     if out and all(f.sure for f in out):
         return out
     for c in r.calls(lambda c: c.name in ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss")):
@@ -122,12 +140,17 @@ def loss(r: Reader) -> list[Found]:
                          "ForCausalLMLoss casts the logits to fp32)") for n in _model_loss_lines(r)[:1]]
 
 
+_NOT_OUTPUTS = {"self", "args", "cfg", "config", "opts", "hparams", "metrics"}
+"""Objects whose `.loss` is a setting or a record, not a model's output."""
+
+
 def _model_loss_lines(r: Reader) -> list[int]:
     """`outputs.loss` / `out["loss"]` (a causal LM called with labels returns its own loss), or
     an HF Trainer, which trains on the model's own loss."""
     lines = [c.line for c in r.calls(lambda c: c.last in ("Trainer", "SFTTrainer", "Seq2SeqTrainer"))]
     for node in ast.walk(r.tree):
-        if isinstance(node, ast.Attribute) and node.attr == "loss" and isinstance(node.ctx, ast.Load):
+        if (isinstance(node, ast.Attribute) and node.attr == "loss" and isinstance(node.ctx, ast.Load)
+                and not (isinstance(node.value, ast.Name) and node.value.id in _NOT_OUTPUTS)):
             lines.append(node.lineno)
         elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
               and node.slice.value == "loss"):
@@ -146,7 +169,8 @@ def ckpt(r: Reader) -> list[Found]:
     apply_activation_checkpointing (torch/distributed/algorithms/_checkpoint/checkpoint_wrapper.py),
     torch.utils.checkpoint.checkpoint, HF's gradient_checkpointing_enable (every decoder layer) or
     TrainingArguments(gradient_checkpointing=True); every k-th block when a test `i % k` picks them."""
-    sac = r.calls(lambda c: c.last == "create_selective_checkpoint_contexts" or _mentions(c, "create_selective_checkpoint_contexts"))
+    sac_fn = "create_selective_checkpoint_contexts"
+    sac = r.calls(lambda c: c.last == sac_fn or _mentions(c, sac_fn))
     if sac:
         return [r.found(sac[0], "sac", "a per-op selective policy (torchtitan's op-level SAC)")]
     out = []
@@ -155,6 +179,7 @@ def ckpt(r: Reader) -> list[Found]:
         k = _every_kth(r, c)
         out.append(r.found(c, k or 1, f"a test `% {k}` picks one block in {k}" if k else "every block",
                            conds=k is None))
+    out += wrap_reads(r, "ckpt_freq", 0, lambda v: v if v == "sac" or (isinstance(v, int) and v >= 0) else None)
     for c in r.calls(lambda c: c.last == "TrainingArguments"):
         if True in (r.kwarg(c, "gradient_checkpointing", False), r.kwarg(c, "activation_checkpointing", False)):
             out.append(r.found(c, 1, "TrainingArguments(gradient_checkpointing=True): every decoder layer"))
@@ -237,13 +262,18 @@ def precision(r: Reader) -> tuple[list[Found], list[Found]]:
         param, red = r.dtype(c, "param_dtype"), r.dtype(c, "reduce_dtype")
         if param in ("bf16", "fp16"):
             mixed.append(r.found(c, "bf16-mixed", f"{c.last}(param_dtype={param})"))
-            reduce.append(r.found(c, "bf16" if red in (None, "bf16", "fp16") else "fp32",
-                                  f"{c.last}: no reduce_dtype, so the reduction runs in param_dtype" if red is None else ""))
+            why = f"{c.last}: no reduce_dtype, so the reduction runs in param_dtype" if red is None else ""
+            reduce.append(r.found(c, "bf16" if red in (None, "bf16", "fp16") else "fp32", why))
         elif red is not None:
             reduce.append(r.found(c, "bf16" if red != "fp32" else "fp32"))
+    mixed += wrap_reads(r, "mixed_precision", "bf16", lambda v: {"bf16": "bf16-mixed", None: "fp32"}.get(v))
+    reduce += [f for f in wrap_reads(r, "reduce_dtype", None, lambda v: v if v in ("fp32", "bf16") else None)
+               if f.value is not None]
     for c in r.calls(lambda c: c.last in ("TrainingArguments", "Accelerator")):
-        key = "mixed_precision" if c.last == "Accelerator" else None
-        on = r.kwarg(c, key) in ("bf16", "fp16") if key else (True in (r.kwarg(c, "bf16", False), r.kwarg(c, "fp16", False)))
+        if c.last == "Accelerator":
+            on = r.kwarg(c, "mixed_precision") in ("bf16", "fp16")
+        else:
+            on = True in (r.kwarg(c, "bf16", False), r.kwarg(c, "fp16", False))
         if on:
             mixed.append(r.found(c, "bf16-mixed", f"{c.last}: autocast over fp32 parameters"))
     if pure:
@@ -274,7 +304,8 @@ def compile_(r: Reader) -> list[Found]:
         c.last == "compile" and "." in c.name and c.name.split(".")[0] not in r.s.modules))]
     out += [r.found(c, True) for c in r.calls(lambda c: c.last == "TrainingArguments")
             if r.kwarg(c, "torch_compile", False) is True]
-    return out
+    return out + [f for f in wrap_reads(r, "compile", False, lambda v: v if isinstance(v, bool) else None)
+                  if f.value is not False or not out]
 
 
 def strategy(r: Reader) -> list[Found]:
@@ -292,10 +323,16 @@ def strategy(r: Reader) -> list[Found]:
     shards = r.calls(lambda c: c.last == "fully_shard")
     if shards:
         reshard = r.kwarg(shards[-1], "reshard_after_forward", True)
-        name = {True: "fsdp_full_shard", False: "fsdp_shard_grad_op"}.get(reshard) if isinstance(reshard, bool) else None
+        by_reshard = {True: "fsdp_full_shard", False: "fsdp_shard_grad_op"}
+        name = by_reshard.get(reshard) if isinstance(reshard, bool) else None
         out.append(r.found(shards[-1], name, "FSDP2 (fully_shard); on a 2-D mesh it is the hsdp_ variant"))
     out += [r.found(c, "ddp") for c in r.calls(lambda c: c.last in ("DistributedDataParallel", "DDP"))]
-    for c in r.calls(lambda c: c.last == "wrap" and c.name.startswith("prism_strategy")):
+    for c in r.calls(lambda c: c.name == "deepspeed.initialize"):
+        conf = r.kwarg(c, "config")
+        stage = conf.get("zero_optimization", {}).get("stage") if isinstance(conf, dict) else None
+        zero = {1: "zero1", 2: "zero2", 3: "zero3"}.get(stage) if isinstance(stage, int) else None
+        out.append(r.found(c, zero, "DeepSpeed" + ("" if zero else ": a ZeRO stage not in a dict the script fixes")))
+    for c in prism_wraps(r):
         named = [*c.node.args[1:2], c.kwarg("strategy")]
         got = next((a.value for a in named if isinstance(a, ast.Constant) and a.value in STRATEGY_NAMES), None)
         out.append(r.found(c, got))
