@@ -100,7 +100,8 @@ def plan(
                                                 "adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
     vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset (adds it and a projector)")] = None,
     image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
-    compile: Annotated[bool, typer.Option("--compile", help="torch.compile on")] = False,
+    compile: Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile on (--no-compile: eager, "
+                                                                      "whatever --script says)")] = False,
     ranks_per_node: Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")] = None,
     sweep_nodes: Annotated[Optional[str], typer.Option(help="Node counts for a scaling table, e.g. 1,2,4,8")] = None,
     calibration: Annotated[str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")] = "auto",

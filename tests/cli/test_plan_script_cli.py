@@ -64,6 +64,13 @@ def test_a_flag_given_wins_and_the_json_says_so():
     assert f"the script's chunked (line {line_of('liger_sac.py', 'apply_liger_kernel_to_llama()')}) is not used" in e["note"]
 
 
+def test_no_compile_overrides_the_scripts_compile():
+    d = plan_json("--script", str(SCRIPTS / "torchtitan_style.py"), "--no-compile")
+    e = d["inputs"]["script"]["inputs"]["compile"]
+    assert d["inputs"]["compile"] is False and (e["read"], e["by"]) == (True, "command line")
+    assert e["note"].startswith("--no-compile given on the command line; the script's on (line ")
+
+
 def test_torchtitan_style_and_hf_trainer_scripts():
     t = plan_json("--script", str(SCRIPTS / "torchtitan_style.py"))["inputs"]
     assert (t["ckpt_freq"], t["optimizer"], t["precision"], t["compile"], t["loss"]) == (

@@ -102,6 +102,9 @@ PRISM_WRAP = ("from prism_strategy import init_distributed, wrap\nctx = init_dis
     ("import os\nif os.environ.get('CKPT', '1') == '1':\n    model.gradient_checkpointing_enable()\n", "ckpt_freq", 1,
      "CKPT unset: the default"),
     ("class Cfg:\n    pass\nprint(args.loss, self.loss)\n", "loss", None, "nothing in the script sets it"),
+    ("from torch.distributed.device_mesh import init_device_mesh\nfrom torch.distributed.fsdp import fully_shard\n"
+     "mesh = init_device_mesh('cuda', (2, 4))\nfully_shard(m, mesh=mesh, reshard_after_forward=False)\n",
+     "strategy", "hsdp_shard_grad_op", "2-D mesh"),
     (PRISM_WRAP, "ckpt_freq", "sac", "wrap(ckpt_freq='sac')"),
     (PRISM_WRAP, "loss", "chunked", ""),
     (PRISM_WRAP, "compile", True, ""),

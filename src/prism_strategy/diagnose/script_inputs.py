@@ -67,10 +67,10 @@ class ScriptInputs:
             r = self.get(name)
             entry: dict[str, Any] = {"read": r.value, "line": r.line, "evidence": r.evidence}
             if name in given:
-                said = (f"; the script's {r.value} (line {r.line}) is not used" if r.value not in (None, current[name])
-                        else "")
-                entry |= {"planned": current[name], "by": "command line",
-                          "note": f"{FLAGS[name]} given on the command line{said}"}
+                said = (f"; the script's {_shown(r.value)} (line {r.line}) is not used"
+                        if r.value not in (None, current[name]) else "")
+                flag = "--no-compile" if current[name] is False else FLAGS[name]
+                entry |= {"planned": current[name], "by": "command line", "note": f"{flag} given on the command line{said}"}
             elif name not in FLAGS:
                 entry |= {"planned": "every strategy", "by": "script" if r.value is not None else "assumed"}
             elif r.value is not None:
@@ -84,6 +84,10 @@ class ScriptInputs:
                 entry["note"] = r.note
             entries[name] = entry
         return kwargs, {"file": str(self.path), "inputs": entries, "could_not_tell": untold}
+
+
+def _shown(v: Any) -> str:
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
 
 
 def _label(name: str) -> str:

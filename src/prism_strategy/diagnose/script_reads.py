@@ -297,6 +297,16 @@ def _low_params(r: Reader) -> list[Found]:
     return out
 
 
+def _mesh_dims(r: Reader) -> set[int]:
+    """The dimensions of the meshes init_device_mesh(device, shape) builds, where the shape is read."""
+    dims = set()
+    for c in r.calls(lambda c: c.last == "init_device_mesh"):
+        shape = c.node.args[1] if len(c.node.args) > 1 else c.kwarg("mesh_shape")
+        for a in r.vals.eval(shape, c.scope, c.line) if shape is not None else []:
+            dims.add(len(a.value) if isinstance(a.value, tuple) else 0)
+    return dims
+
+
 # --- compile, strategy -------------------------------------------------------------------------
 def compile_(r: Reader) -> list[Found]:
     """torch.compile (or a module's .compile()), TrainingArguments(torch_compile=True)."""
@@ -323,9 +333,13 @@ def strategy(r: Reader) -> list[Found]:
     shards = r.calls(lambda c: c.last == "fully_shard")
     if shards:
         reshard = r.kwarg(shards[-1], "reshard_after_forward", True)
-        by_reshard = {True: "fsdp_full_shard", False: "fsdp_shard_grad_op"}
-        name = by_reshard.get(reshard) if isinstance(reshard, bool) else None
-        out.append(r.found(shards[-1], name, "FSDP2 (fully_shard); on a 2-D mesh it is the hsdp_ variant"))
+        dims = _mesh_dims(r)
+        flat, hybrid = ("fsdp_full_shard", "fsdp_shard_grad_op"), ("hsdp_full_shard", "hsdp_shard_grad_op")
+        names = dict(zip((True, False), hybrid if dims == {2} else flat))
+        name = names.get(reshard) if isinstance(reshard, bool) else None
+        where = {frozenset({1}): " on a 1-D mesh", frozenset({2}): " on a 2-D mesh (HSDP)"}.get(frozenset(dims), "")
+        out.append(r.found(shards[-1], name, f"FSDP2 (fully_shard){where}" + (
+            "" if where else "; on a 2-D (replicate, shard) mesh it would be the hsdp_ variant")))
     out += [r.found(c, "ddp") for c in r.calls(lambda c: c.last in ("DistributedDataParallel", "DDP"))]
     for c in r.calls(lambda c: c.name == "deepspeed.initialize"):
         conf = r.kwarg(c, "config")
