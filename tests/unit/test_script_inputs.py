@@ -143,3 +143,12 @@ def test_nothing_told_plans_the_defaults_and_says_so():
     assert "loss: could not tell; assumed upcast (HF default: transformers' ForCausalLMLoss casts the logits to fp32)" \
         in section["could_not_tell"]
     assert len(section["could_not_tell"]) == len(FLAGS)
+
+
+def test_plan_for_script_from_python_keywords_win():
+    from prism_strategy.diagnose.script_inputs import plan_for_script
+
+    p = plan_for_script(SCRIPTS / "liger_sac.py", model="tiny-llama", platform="cpu", seq_len=256, loss="fused")
+    t = p.scenario.training
+    assert (t.loss, t.ckpt_name, t.ckpt_policy) == ("fused", "sac", "sac")
+    assert p.script["inputs"]["loss"]["by"] == "keyword" and p.script["inputs"]["ckpt_freq"]["by"] == "script"

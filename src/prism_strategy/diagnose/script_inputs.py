@@ -59,9 +59,11 @@ class ScriptInputs:
     def get(self, name: str) -> ScriptRead:
         return next(r for r in self.reads if r.input == name)
 
-    def plan_inputs(self, current: Mapping[str, Any], given: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def plan_inputs(self, current: Mapping[str, Any], given: set[str], *,
+                    source: str = "command line") -> tuple[dict[str, Any], dict[str, Any]]:
         """(plan() keywords, the JSON section). current: plan()'s values of FLAGS' keywords as the
-        command line has them; given: the keywords whose flags were given there (those win)."""
+        command line has them; given: the keywords whose flags were given there (those win);
+        source: where they were given ("command line", or "keyword" from Python)."""
         kwargs, entries, untold = {}, {}, []
         for name in (*FLAGS, "strategy"):
             r = self.get(name)
@@ -70,7 +72,8 @@ class ScriptInputs:
                 said = (f"; the script's {_shown(r.value)} (line {r.line}) is not used"
                         if r.value not in (None, current[name]) else "")
                 flag = "--no-compile" if current[name] is False else FLAGS[name]
-                entry |= {"planned": current[name], "by": "command line", "note": f"{flag} given on the command line{said}"}
+                given_as = f"{flag} given on the command line" if source == "command line" else f"{name}= given"
+                entry |= {"planned": current[name], "by": source, "note": f"{given_as}{said}"}
             elif name not in FLAGS:
                 entry |= {"planned": "every strategy", "by": "script" if r.value is not None else "assumed"}
             elif r.value is not None:
@@ -102,6 +105,17 @@ def read_plan_inputs(path: str | Path) -> ScriptInputs:
     source = Path(path).read_text(errors="replace").splitlines()
     r = Reader(s=s, vals=s.values(Context()), source=source, tree=ast.parse("\n".join(source)))
     return ScriptInputs(path=Path(path), reads=tuple(decide(name, fn(r)) for name, fn in READERS.items()))
+
+
+def plan_for_script(path: str | Path, **kw: Any):
+    """`plan --script` from Python: plan() with what the script says, keywords given here winning
+    (planning.planner.plan's keywords; the result's `script` is the JSON section)."""
+    from prism_strategy.planning.planner import plan
+
+    defaults = dict(loss="upcast", ckpt_freq="auto", optimizer="adamw", precision="bf16-mixed", reduce_dtype=None,
+                    compile=False)
+    read, section = read_plan_inputs(path).plan_inputs(defaults | kw, given=set(kw) & set(FLAGS), source="keyword")
+    return plan(**(kw | read), script=section)
 
 
 def _is_binary(path: Path) -> bool:
