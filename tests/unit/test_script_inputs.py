@@ -75,6 +75,16 @@ PRISM_WRAP = ("from prism_strategy import init_distributed, wrap\nctx = init_dis
     ("from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss\nce = LigerFusedLinearCrossEntropyLoss()\n",
      "loss", "chunked", ""),
     ("from torchtune.modules.loss import CEWithChunkedOutputLoss\nce = CEWithChunkedOutputLoss()\n", "loss", "chunked", ""),
+    ("batches = chunked_sequence(ids)\nout = model(ids, labels=ids)\nout.loss.backward()\n", "loss", "upcast",
+     "the HF model's own loss"),
+    ("import os\nif os.environ.get('LIGER') == '1':\n    from liger_kernel.transformers import apply_liger_kernel_to_llama\n"
+     "    apply_liger_kernel_to_llama()\nout = model(ids, labels=ids)\nout.loss.backward()\n", "loss", None,
+     "line 6: upcast"),
+    ("from liger_kernel.transformers import AutoLigerKernelForCausalLM\n"
+     "m = AutoLigerKernelForCausalLM.from_pretrained('x')\nout = m(ids, labels=ids)\nout.loss.backward()\n",
+     "loss", "chunked", "its default"),
+    ("from liger_kernel.transformers import LigerCrossEntropyLoss\nce = LigerCrossEntropyLoss()\n", "loss", "fused",
+     "gradient in place"),
     ("import torch.nn.functional as F\nloss = F.cross_entropy(logits, y)\n", "loss", "upcast", "dtype is not read"),
     ("import torch\nopt = torch.optim.AdamW(ps, foreach=True)\n", "optimizer", "adamw-foreach", ""),
     ("import torch\nopt = torch.optim.AdamW(ps, fused=args.fused)\n", "optimizer", None, "not values the script fixes"),
