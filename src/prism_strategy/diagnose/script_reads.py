@@ -181,7 +181,8 @@ def ckpt(r: Reader) -> list[Found]:
     sac_fn = "create_selective_checkpoint_contexts"
     sac = r.calls(lambda c: c.last == sac_fn or _mentions(c, sac_fn))
     if sac:
-        return [r.found(sac[0], "sac", "a per-op selective policy (torchtitan's op-level SAC)")]
+        return [r.found(sac[0], "sac", "a per-op selective policy, planned as torchtitan's (save matmul, attention "
+                        "and reduction outputs, recompute every second matmul); the script's own may keep more or less")]
     out = []
     for c in r.calls(lambda c: c.last in _FULL_CKPT or c.name == "torch.utils.checkpoint.checkpoint"
                      or c.name == "deepspeed.checkpointing.checkpoint"):
@@ -352,7 +353,8 @@ def strategy(r: Reader) -> list[Found]:
     out += [r.found(c, "ddp") for c in r.calls(lambda c: c.last in ("DistributedDataParallel", "DDP"))]
     for c in r.calls(lambda c: c.name == "deepspeed.initialize"):
         conf = r.kwarg(c, "config")
-        stage = conf.get("zero_optimization", {}).get("stage") if isinstance(conf, dict) else None
+        zo = conf.get("zero_optimization") if isinstance(conf, dict) else None
+        stage = zo.get("stage") if isinstance(zo, dict) else None
         zero = {1: "zero1", 2: "zero2", 3: "zero3"}.get(stage) if isinstance(stage, int) else None
         out.append(r.found(c, zero, "DeepSpeed" + ("" if zero else ": a ZeRO stage not in a dict the script fixes")))
     for c in prism_wraps(r):
