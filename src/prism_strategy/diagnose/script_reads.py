@@ -138,9 +138,20 @@ def loss(r: Reader) -> list[Found]:
                                 "the logits' dtype is not read: fp32 under autocast (its fp32 list has log_softmax, "
                                 "torch include/ATen/autocast_mode.h); bf16 logits outside autocast keep bf16 "
                                 "log-probs, nearer --loss fused"))
-    own = [Found(value="upcast", line=n, evidence=r.text(n), note="the HF model's own loss (transformers' "
-                 "ForCausalLMLoss casts the logits to fp32)") for n in _model_loss_lines(r)[:1]]
-    return out + (explicit or own)  # a patch that may not run leaves the other kernel a candidate
+    return out + (explicit or _model_loss(r)[:1])  # a patch that may not run leaves the other kernel a candidate
+
+
+def _model_loss(r: Reader) -> list[Found]:
+    """The model's own loss where a line reads it; a call on that line carries its `if` tests."""
+    out = []
+    for n in _model_loss_lines(r):
+        on_line = [c for c in r.s.calls if c.line == n]
+        if on_line and not any(r.runs(c) for c in on_line):
+            continue
+        note = "the HF model's own loss (transformers' ForCausalLMLoss casts the logits to fp32)"
+        out.append(r.found(on_line[0], "upcast", note) if on_line else Found(value="upcast", line=n,
+                                                                            evidence=r.text(n), note=note))
+    return out
 
 
 def _chunked_ce(c: Call) -> bool:
