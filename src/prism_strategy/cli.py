@@ -123,15 +123,18 @@ def plan(
                     reduce_dtype=reduce_dtype, compile=compile)
     section = None
     if script is not None:
-        from prism_strategy.diagnose.script_inputs import read_plan_inputs
+        from prism_strategy.diagnose.script_inputs import read_plan_inputs, script_error
 
         given = {k for k in scripted if ctx.get_parameter_source(k).name == "COMMANDLINE"}
         read, section = read_plan_inputs(script).plan_inputs(scripted, given)
         scripted |= read
-    p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
-                  micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, vision=vision,
-                  image_tokens=image_tokens, ranks_per_node=ranks_per_node, calibration=calibration, traced=traced,
-                  sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, script=section, **scripted)
+    try:
+        p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
+                      micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, vision=vision,
+                      image_tokens=image_tokens, ranks_per_node=ranks_per_node, calibration=calibration,
+                      traced=traced, sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, script=section, **scripted)
+    except SpecError as e:
+        raise (script_error(e, section) if section else e) from None
     if markdown is not None:
         from prism_strategy.report.markdown import write_markdown
 

@@ -34,7 +34,8 @@ def test_liger_and_selective_checkpointing_plan_chunked_and_sac_and_say_so():
     for key, value in (("loss", "chunked"), ("ckpt_freq", "sac")):
         e = section["inputs"][key]
         assert (e["read"], e["planned"], e["by"]) == (value, value, "script")
-        assert e["evidence"] == (SCRIPTS / "liger_sac.py").read_text().splitlines()[e["line"] - 1].strip()[:100]
+        code = (SCRIPTS / "liger_sac.py").read_text().splitlines()[e["line"] - 1].strip()
+        assert e["evidence"] in (code, code[:97] + "...")
     # the read values are the plan's inputs: the same plan as the flags that say the same
     flags = plan_json("--loss", "chunked", "--ckpt-freq", "sac", "--reduce-dtype", "fp32")
     assert memory(d) == memory(flags)
@@ -53,6 +54,7 @@ def test_human_output_names_the_lines():
     assert f"  loss chunked (line {flce}: apply_liger_kernel_to_llama())" in block
     assert any(b.startswith(f"  checkpointing sac (line {sac}: ") for b in block)
     assert "  compile: could not tell; assumed eager (no torch.compile read)" in block
+    assert "    the plan for it: fits: " in block[block.index(next(b for b in block if "the script runs" in b)) + 2]
     assert max(map(len, block)) <= 100
 
 
@@ -110,3 +112,15 @@ def test_an_unreadable_script_is_one_line_and_exit_2(tmp_path, content, fragment
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "--script" in err[0] and fragment in err[0]
     assert r.stdout == ""
+
+
+def test_a_bad_value_read_from_the_script_is_one_line_naming_the_script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("for i, layer in enumerate(layers):\n    if i % 7 == 0:\n        layers[i] = checkpoint_wrapper(layer)\n")
+    r = runner.invoke(app, [*BASE, "--script", str(path)])  # tiny-llama has 2 blocks
+    assert r.exit_code == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "--ckpt-freq 7 is larger than the model's" in err[0]
+    assert f"--script {path} set ckpt_freq 7 (line 3)" in err[0]
+    ok = runner.invoke(app, [*BASE, "--script", str(path), "--ckpt-freq", "1", "--json"])
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["inputs"]["ckpt_freq"] == 1

@@ -46,7 +46,7 @@ def test_fixture_scripts_are_read_with_their_lines(name, expected, lines):
         got = si.get(key)
         # the ckpt_freq line of torchtitan_style is the wrapper under the `%` test, one below it
         assert got.line in (line_of(name, text), line_of(name, text) + 1), (key, got)
-        assert got.evidence and got.evidence in (SCRIPTS / name).read_text()
+        assert got.evidence and got.evidence.removesuffix("...") in (SCRIPTS / name).read_text()
 
 
 def test_a_switch_the_job_may_flip_is_named_not_guessed():

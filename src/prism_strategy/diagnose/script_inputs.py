@@ -107,6 +107,15 @@ def read_plan_inputs(path: str | Path) -> ScriptInputs:
     return ScriptInputs(path=Path(path), reads=tuple(decide(name, fn(r)) for name, fn in READERS.items()))
 
 
+def script_error(e: SpecError, section: dict[str, Any]) -> SpecError:
+    """A plan's bad-input error, saying which of its inputs the script set (a flag overrides them)."""
+    by_script = [f"{k} {e_['planned']} (line {e_['line']})" for k, e_ in section["inputs"].items()
+                 if e_["by"] == "script" and k in FLAGS]
+    if not by_script:
+        return e
+    return SpecError(f"{e} [--script {section['file']} set {', '.join(by_script)}; a flag given overrides it]")
+
+
 def plan_for_script(path: str | Path, **kw: Any):
     """`plan --script` from Python: plan() with what the script says, keywords given here winning
     (planning.planner.plan's keywords; the result's `script` is the JSON section)."""

@@ -51,7 +51,9 @@ class Reader:
         return [c for c in self.s.calls if test(c) and self.runs(c)]
 
     def text(self, line: int) -> str:
-        return self.source[line - 1].strip()[:100] if 0 < line <= len(self.source) else ""
+        """The line's code, up to 100 characters ("..." where cut)."""
+        code = self.source[line - 1].strip() if 0 < line <= len(self.source) else ""
+        return code if len(code) <= 100 else code[:97] + "..."
 
     def found(self, c: Call, value: object, note: str = "", *, conds: bool = True) -> Found:
         """A candidate from call c; when an `if` the script leaves open decides whether c runs, the

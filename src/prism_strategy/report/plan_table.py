@@ -127,10 +127,10 @@ def print_plan(p: Plan, console: Console | None = None) -> None:
         c.print()
         c.print(sweep_table(p, c.width))
     if p.script is not None:
-        from prism_strategy.report.plan_script import script_lines
+        from prism_strategy.report.plan_script import option_verdicts, script_lines
 
         c.print()
-        c.print(Text("\n".join(script_lines(p.script))))
+        c.print(Text("\n".join(script_lines(p.script, option_verdicts(p.options)))))
 
 
 def estimate_lines(d: dict) -> list[str]:
