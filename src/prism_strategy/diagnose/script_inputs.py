@@ -11,6 +11,7 @@ module: the CLI passes plain keywords and the section down to plan().
 from __future__ import annotations
 
 import ast
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,8 +122,7 @@ def plan_for_script(path: str | Path, **kw: Any):
     (planning.planner.plan's keywords; the result's `script` is the JSON section)."""
     from prism_strategy.planning.planner import plan
 
-    defaults = dict(loss="upcast", ckpt_freq="auto", optimizer="adamw", precision="bf16-mixed", reduce_dtype=None,
-                    compile=False)
+    defaults = {k: inspect.signature(plan).parameters[k].default for k in FLAGS}
     read, section = read_plan_inputs(path).plan_inputs(defaults | kw, given=set(kw) & set(FLAGS), source="keyword")
     return plan(**(kw | read), script=section)
 
