@@ -162,3 +162,14 @@ def test_plan_for_script_from_python_keywords_win():
     t = p.scenario.training
     assert (t.loss, t.ckpt_name, t.ckpt_policy) == ("fused", "sac", "sac")
     assert p.script["inputs"]["loss"]["by"] == "keyword" and p.script["inputs"]["ckpt_freq"]["by"] == "script"
+
+
+def test_a_deepspeed_json_named_by_the_script_is_read_beside_it(tmp_path):
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3}, "bf16": {"enabled": true}}')
+    (tmp_path / "train.py").write_text("import deepspeed\nengine, *_ = deepspeed.initialize(model=m, config='ds.json')\n")
+    si = read_plan_inputs(tmp_path / "train.py")
+    assert (si.get("strategy").value, si.get("precision").value) == ("zero3", "bf16-mixed")
+    assert str(tmp_path / "ds.json") in si.get("strategy").note
+    (tmp_path / "ds.json").write_text("not json")
+    r = read_plan_inputs(tmp_path / "train.py").get("strategy")
+    assert r.value is None and "ds.json: not found or not JSON" in r.note

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.diagnose import script_reads as reads
+from prism_strategy.diagnose import script_wrapping as wrapping
 from prism_strategy.diagnose.findings import Context
 from prism_strategy.diagnose.script_checks import read_script
 from prism_strategy.diagnose.script_reads import Found, Reader
@@ -37,8 +38,8 @@ ASSUMED = {
 NOTHING = "nothing in the script sets it"
 READERS: dict[str, Callable[[Reader], list[Found]]] = {
     "loss": reads.loss, "ckpt_freq": reads.ckpt, "optimizer": reads.optimizer,
-    "precision": lambda r: reads.precision(r)[0], "reduce_dtype": lambda r: reads.precision(r)[1],
-    "compile": reads.compile_, "strategy": reads.strategy,
+    "precision": lambda r: wrapping.precision(r)[0], "reduce_dtype": lambda r: wrapping.precision(r)[1],
+    "compile": reads.compile_, "strategy": wrapping.strategy,
 }
 
 

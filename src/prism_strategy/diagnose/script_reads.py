@@ -1,4 +1,5 @@
-"""The calls of a training script that set what its memory depends on, one reader per plan input.
+"""The calls of a training script that set what its memory depends on: the loss kernel,
+checkpointing, optimizer and compile readers (precision and wrapping: diagnose/script_wrapping.py).
 
 Read statically (diagnose/script_checks.py read_script: `ast`, nothing imported or run); keyword
 values are followed through variables and **kwargs (diagnose/py_values.py). What each call
@@ -15,12 +16,10 @@ from dataclasses import dataclass
 from prism_strategy.diagnose.py_values import UNKNOWN, Symbol, Values
 from prism_strategy.diagnose.script_checks import ScriptFile
 from prism_strategy.diagnose.script_reader import Call
-from prism_strategy.strategies import STRATEGY_NAMES
 
 _LOW = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
 _FULL = {"float32": "fp32", "float": "fp32", "fp32": "fp32"}
-_AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.xpu.amp.autocast",
-             "torch.cpu.amp.autocast"}
+
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -268,69 +267,7 @@ def optimizer(r: Reader) -> list[Found]:
     return out
 
 
-# --- precision, reduction dtype ------------------------------------------------------------------
-def precision(r: Reader) -> tuple[list[Found], list[Found]]:
-    """(precision, reduce_dtype). bf16 parameters (from_pretrained(torch_dtype=/dtype=bf16),
-    model.to(torch.bfloat16), .bfloat16()) -> bf16-pure; fp32 parameters with bf16 compute
-    (autocast, FSDP1 MixedPrecision / FSDP2 MixedPrecisionPolicy param_dtype, TrainingArguments(bf16=True),
-    Accelerator(mixed_precision="bf16")) -> bf16-mixed. fp16 has bf16's bytes: planned as bf16.
-    reduce_dtype None with a param_dtype reduces in param_dtype (torch/distributed/fsdp/api.py
-    MixedPrecision, fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy)."""
-    pure, mixed, reduce = _low_params(r), [], []
-    for c in r.calls(lambda c: c.name in _AUTOCAST):
-        d = r.dtype(c, "dtype")
-        if d in ("bf16", "fp16"):
-            mixed.append(r.found(c, "bf16-mixed", "autocast in fp16: planned with bf16's bytes" if d == "fp16" else ""))
-    for c in r.calls(lambda c: c.last in ("MixedPrecision", "MixedPrecisionPolicy")):
-        param, red = r.dtype(c, "param_dtype"), r.dtype(c, "reduce_dtype")
-        if param in ("bf16", "fp16"):
-            mixed.append(r.found(c, "bf16-mixed", f"{c.last}(param_dtype={param})"))
-            why = f"{c.last}: no reduce_dtype, so the reduction runs in param_dtype" if red is None else ""
-            reduce.append(r.found(c, "bf16" if red in (None, "bf16", "fp16") else "fp32", why))
-        elif red is not None:
-            reduce.append(r.found(c, "bf16" if red != "fp32" else "fp32"))
-    mixed += wrap_reads(r, "mixed_precision", "bf16", lambda v: {"bf16": "bf16-mixed", None: "fp32"}.get(v))
-    reduce += [f for f in wrap_reads(r, "reduce_dtype", None, lambda v: v if v in ("fp32", "bf16") else None)
-               if f.value is not None]
-    for c in r.calls(lambda c: c.last in ("TrainingArguments", "Accelerator")):
-        if c.last == "Accelerator":
-            on = r.kwarg(c, "mixed_precision") in ("bf16", "fp16")
-        else:
-            on = True in (r.kwarg(c, "bf16", False), r.kwarg(c, "fp16", False))
-        if on:
-            mixed.append(r.found(c, "bf16-mixed", f"{c.last}: autocast over fp32 parameters"))
-    if pure:
-        return [pure[0]], reduce
-    return mixed, reduce
-
-
-def _low_params(r: Reader) -> list[Found]:
-    out = []
-    for c in r.calls(lambda c: c.last in ("from_pretrained", "from_config")):
-        d = r.dtype(c, "torch_dtype") or r.dtype(c, "dtype")
-        if d in ("bf16", "fp16"):
-            out.append(r.found(c, "bf16-pure", "the model is built in low precision"))
-    for c in r.calls(lambda c: c.last in ("to", "bfloat16", "half") and "model" in c.name.lower()):
-        if c.last != "to" or any(r.dtype_of(a, c.scope, c.line) in ("bf16", "fp16")
-                                 for a in [*c.node.args, *(k.value for k in c.node.keywords if k.arg == "dtype")]):
-            out.append(r.found(c, "bf16-pure", "the model's parameters are cast to low precision"))
-    for c in r.calls(lambda c: c.name == "torch.set_default_dtype"):
-        if c.node.args and r.dtype_of(c.node.args[0], c.scope, c.line) in ("bf16", "fp16"):
-            out.append(r.found(c, "bf16-pure", "parameters are created in low precision"))
-    return out
-
-
-def _mesh_dims(r: Reader) -> set[int]:
-    """The dimensions of the meshes init_device_mesh(device, shape) builds, where the shape is read."""
-    dims = set()
-    for c in r.calls(lambda c: c.last == "init_device_mesh"):
-        shape = c.node.args[1] if len(c.node.args) > 1 else c.kwarg("mesh_shape")
-        for a in r.vals.eval(shape, c.scope, c.line) if shape is not None else []:
-            dims.add(len(a.value) if isinstance(a.value, tuple) else 0)
-    return dims
-
-
-# --- compile, strategy -------------------------------------------------------------------------
+# --- compile ---------------------------------------------------------------------------------
 def compile_(r: Reader) -> list[Found]:
     """torch.compile (or a module's .compile()), TrainingArguments(torch_compile=True)."""
     out = [r.found(c, True) for c in r.calls(lambda c: c.name in ("torch.compile", "torch._dynamo.optimize") or (
@@ -339,39 +276,3 @@ def compile_(r: Reader) -> list[Found]:
             if r.kwarg(c, "torch_compile", False) is True]
     return out + [f for f in wrap_reads(r, "compile", False, lambda v: v if isinstance(v, bool) else None)
                   if f.value is not False or not out]
-
-
-def strategy(r: Reader) -> list[Found]:
-    """FSDP1 FullyShardedDataParallel(sharding_strategy=...) (default FULL_SHARD), FSDP2
-    fully_shard (reshard_after_forward=False: shard_grad_op), DDP, prism_strategy.wrap(model, NAME)."""
-    out = []
-    fsdp1 = {"FULL_SHARD": "fsdp_full_shard", "SHARD_GRAD_OP": "fsdp_shard_grad_op", "HYBRID_SHARD": "hsdp_full_shard",
-             "_HYBRID_SHARD_ZERO2": "hsdp_shard_grad_op", "NO_SHARD": "ddp"}
-    for c in r.calls(lambda c: c.last in ("FullyShardedDataParallel", "FSDP")):
-        how = r.kwarg(c, "sharding_strategy", Symbol("ShardingStrategy.FULL_SHARD"))
-        name = fsdp1.get(how.name.rsplit(".", 1)[-1]) if isinstance(how, Symbol) else None
-        out.append(Found(value=name, line=c.line, evidence=r.text(c.line), note="FSDP1 (FullyShardedDataParallel); "
-                         "the plan's fsdp options model FSDP2's fully_shard" if name else "FSDP1 with a "
-                         "sharding_strategy the script does not fix"))
-    shards = r.calls(lambda c: c.last == "fully_shard")
-    if shards:
-        reshard = r.kwarg(shards[-1], "reshard_after_forward", True)
-        dims = _mesh_dims(r)
-        flat, hybrid = ("fsdp_full_shard", "fsdp_shard_grad_op"), ("hsdp_full_shard", "hsdp_shard_grad_op")
-        names = dict(zip((True, False), hybrid if dims == {2} else flat))
-        name = names.get(reshard) if isinstance(reshard, bool) else None
-        where = {frozenset({1}): " on a 1-D mesh", frozenset({2}): " on a 2-D mesh (HSDP)"}.get(frozenset(dims), "")
-        out.append(r.found(shards[-1], name, f"FSDP2 (fully_shard){where}" + (
-            "" if where else "; on a 2-D (replicate, shard) mesh it would be the hsdp_ variant")))
-    out += [r.found(c, "ddp") for c in r.calls(lambda c: c.last in ("DistributedDataParallel", "DDP"))]
-    for c in r.calls(lambda c: c.name == "deepspeed.initialize"):
-        conf = r.kwarg(c, "config")
-        zo = conf.get("zero_optimization") if isinstance(conf, dict) else None
-        stage = zo.get("stage") if isinstance(zo, dict) else None
-        zero = {1: "zero1", 2: "zero2", 3: "zero3"}.get(stage) if isinstance(stage, int) else None
-        out.append(r.found(c, zero, "DeepSpeed" + ("" if zero else ": a ZeRO stage not in a dict the script fixes")))
-    for c in prism_wraps(r):
-        named = [*c.node.args[1:2], c.kwarg("strategy")]
-        got = next((a.value for a in named if isinstance(a, ast.Constant) and a.value in STRATEGY_NAMES), None)
-        out.append(r.found(c, got))
-    return out
