@@ -21,7 +21,6 @@ _LOW = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "
 _FULL = {"float32": "fp32", "float": "fp32", "fp32": "fp32"}
 
 
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Found:
     value: object
