@@ -54,7 +54,7 @@ def test_human_output_names_the_lines():
     assert f"  loss chunked (line {flce}: apply_liger_kernel_to_llama())" in block
     assert any(b.startswith(f"  checkpointing sac (line {sac}: ") for b in block)
     assert "  compile: could not tell; assumed eager (no torch.compile read)" in block
-    assert "    the plan for it: fits: " in block[block.index(next(b for b in block if "the script runs" in b)) + 2]
+    assert "    the plan for it (predicted): fits: " in block[block.index(next(b for b in block if "the script runs" in b)) + 2]
     assert max(map(len, block)) <= 100
 
 

@@ -31,7 +31,7 @@ def script_lines(section: dict[str, Any], verdicts: dict[str, str] | None = None
         if e["by"] == "script" and e.get("note"):
             lines.append(f"    {e['note']}")
         if name == "strategy" and verdicts and e["read"] in verdicts:
-            lines.append(f"    the plan for it: {verdicts[e['read']]}")
+            lines.append(f"    the plan for it (predicted): {verdicts[e['read']]}")
     lines += [f"  {t}" for t in section["could_not_tell"]]
     return [w for line in lines for w in _wrap(line)]
 
