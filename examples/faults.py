@@ -40,7 +40,7 @@ import random
 import signal
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 
@@ -120,10 +120,15 @@ def _grad_tensor(out: Any) -> torch.Tensor | None:
 
 
 class FaultInjector:
-    """Applies one `FaultSpec` on one rank through module hooks and `seq_len`."""
+    """Applies one `FaultSpec` on one rank through module hooks and `seq_len`.
 
-    def __init__(self, spec: FaultSpec, rank: int) -> None:
+    `sleep`, `clock` and `burn_fn` are time.sleep, time.monotonic and `burn` unless a test
+    injects its own (to see what a fault does without timing a loaded host)."""
+
+    def __init__(self, spec: FaultSpec, rank: int, *, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, burn_fn: Callable[..., int] = burn) -> None:
         self.spec, self.rank, self.step = spec, rank, 0
+        self._sleep, self._clock, self._burn = sleep, clock, burn_fn
         self._handles: list[Any] = []
 
     def active(self, kind: str) -> bool:
@@ -153,7 +158,7 @@ class FaultInjector:
     def before_batch(self) -> None:
         """Call where the loop fetches its batch (the data phase): slow-data sleeps here."""
         if self.rank == self.spec.rank and self.active("slow-data"):
-            time.sleep(self.spec.knob)
+            self._sleep(self.spec.knob)
 
     def seq_len(self, base: int) -> int:
         if not self.active("input-skew"):
@@ -166,20 +171,20 @@ class FaultInjector:
             return
         if self.active("slow-rank"):
             p = next(module.parameters(), None)
-            burn(self.spec.knob, p.device if p is not None else "cpu")
+            self._burn(self.spec.knob, p.device if p is not None else "cpu")
         elif self.active("slow-wait"):
-            time.sleep(self.spec.knob)
+            self._sleep(self.spec.knob)
         elif self.spec.kind == "kill" and self.step == self.spec.step:
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.spec.kind == "hang" and self.step == self.spec.step:
-            end = time.monotonic() + self.spec.knob
-            while time.monotonic() < end:  # never enters this step's collectives
-                time.sleep(min(1.0, end - time.monotonic()))
+            end = self._clock() + self.spec.knob
+            while self._clock() < end:  # never enters this step's collectives
+                self._sleep(min(1.0, end - self._clock()))
 
     def _post_forward(self, module: torch.nn.Module, args: Any, out: Any) -> None:
         delay, t = self.collapse_sleep_s(), _grad_tensor(out)
         if delay > 0 and t is not None:
             def hook(grad: torch.Tensor) -> torch.Tensor:
-                time.sleep(delay)
+                self._sleep(delay)
                 return grad
             t.register_hook(hook)

@@ -1,6 +1,21 @@
-"""Every test runs with its own cache dir: no user calibration or results store leaks in."""
+"""Every test runs with its own cache dir: no user calibration or results store leaks in.
+Tests marked `gpu` run only where torch sees a CUDA or XPU device."""
 
 import pytest
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu = [item for item in items if "gpu" in item.keywords]
+    if gpu and not _has_accelerator():
+        skip = pytest.mark.skip(reason="needs a CUDA or XPU device (none visible to torch here)")
+        for item in gpu:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -98,7 +98,8 @@ def plan(
     precision: Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")] = "bf16-mixed",
     optimizer: Annotated[str, typer.Option(help="adamw (torch's default: foreach on cuda/xpu, loop on cpu) | "
                                                 "adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
-    vision: Annotated[Optional[str], typer.Option(help="Vision encoder preset (adds it and a projector)")] = None,
+    vision: Annotated[Optional[str], typer.Option(
+        help="Vision encoder: preset or path to a config.json (SigLIP, CLIP); adds it and a projector")] = None,
     image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
     compile: Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile on (--no-compile: eager, "
                                                                       "whatever --script says)")] = False,
@@ -114,10 +115,15 @@ def plan(
     script: Annotated[Optional[str], typer.Option(help="Your training script: its loss kernel, checkpointing, "
                                                        "optimizer, precision and compile become the inputs "
                                                        "(flags given here win)")] = None,
+    db: Annotated[Optional[str], typer.Option(help="Results store whose measured collective curves (commbench, "
+                                                   "imported nccl-tests / oneCCL logs) price matching collectives; "
+                                                   "default: the user's store")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
+    from prism_strategy.bench.curves import curves_for
     from prism_strategy.planning.planner import plan as make_plan, plan_dict
+    from prism_strategy.specs.presets import load_platform
 
     scripted = dict(loss=loss, ckpt_freq=ckpt_freq, optimizer=optimizer, precision=precision,
                     reduce_dtype=reduce_dtype, compile=compile)
@@ -128,11 +134,13 @@ def plan(
         given = {k for k in scripted if ctx.get_parameter_source(k).name == "COMMANDLINE"}
         read, section = read_plan_inputs(script).plan_inputs(scripted, given)
         scripted |= read
+    curves = curves_for(db, load_platform(platform).name)
     try:
         p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
                       micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, vision=vision,
                       image_tokens=image_tokens, ranks_per_node=ranks_per_node, calibration=calibration,
-                      traced=traced, sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, script=section, **scripted)
+                      traced=traced, sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, script=section,
+                      comm_curves=curves, **scripted)
     except SpecError as e:
         raise (script_error(e, section) if section else e) from None
     if markdown is not None:
@@ -299,6 +307,8 @@ def ceiling(
     else:
         typer.echo(f"{strategy}: largest micro-batch that runs = {c.ceiling} (measured; predicted "
                    f"{data['predicted']}); {c.runs} trial runs: {c.trials}")
+    if c.ceiling == 0:  # a valid question with a negative answer: even micro-batch 1 does not run
+        raise typer.Exit(1)
 
 
 results_app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -312,6 +322,8 @@ def results(
     ctx: typer.Context, db: Db = None, platform: Annotated[Optional[str], typer.Option()] = None,
     export_format: Annotated[Optional[str], typer.Option("--export", help="csv | json")] = None,
     out: Annotated[Optional[str], typer.Option(help="Write the export here instead of stdout")] = None,
+    curves: Annotated[bool, typer.Option("--curves", help="List the measured collective curves instead "
+                                                          "(commbench runs, imported nccl-tests / oneCCL logs)")] = False,
 ) -> None:
     """List stored results; export them as CSV or JSON. `results import` adds runs measured elsewhere."""
     from pathlib import Path
@@ -320,6 +332,12 @@ def results(
     from prism_strategy.report.bench_tables import WIDTH, print_table, results_table
 
     if ctx.invoked_subcommand is not None:
+        return
+    if curves:
+        from prism_strategy.bench.curves import stored_curves
+        from prism_strategy.report.commbench_table import curves_table
+
+        print_table(curves_table(stored_curves(Store(db), platform)), WIDTH)
         return
     rows = Store(db).query(platform=platform)
     if export_format is None:
@@ -354,9 +372,16 @@ def results_import(
     seq_len: Annotated[Optional[int], Opt(help="Text tokens per sample (max length)")] = None,
     ckpt_freq: Annotated[Optional[int], Opt(help="Activation checkpointing every k-th block; 0 = none")] = None,
     precision: Annotated[Optional[str], Opt(help="bf16-mixed | bf16-pure | fp32")] = None,
+    log_format: Annotated[Optional[str], Opt("--format", help="nccl-tests | oneccl-benchmark: PATH is a "
+                                             "collective benchmark's output (needs --platform, --nodes)")] = None,
+    ranks_per_node: Annotated[Optional[int], Opt(help="Collective logs: ranks per node (default: the log's "
+                                                     "ranks / --nodes)")] = None,
     db: Db = None, json_out: Annotated[bool, Opt("--json")] = False,
 ) -> None:
     """Store a run measured elsewhere (flags win over what the log says), or a published set.
+
+    With --format nccl-tests or oneccl-benchmark, PATH is a collective benchmark's output: its
+    times per size are stored as a measured curve, and `plan` prices that collective with it.
 
     Steady state: the first 10% of logged windows (at least 1) are warm-up; then windows beyond
     median +/- 3 x max(1.4826 MAD, 2% of median) are outliers. Both are dropped and counted.
@@ -366,6 +391,20 @@ def results_import(
 
     if (path is None) == (published is None):
         raise SpecError("give either a PATH to a log or --published NAME (e.g. aurora-prism), not both")
+    if log_format is not None:
+        from prism_strategy.bench.curves import import_collective_log
+
+        if path is None or platform is None:
+            raise SpecError(f"--format {log_format} imports a log: give its PATH and --platform")
+        done = import_collective_log(path, log_format, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
+                                     store=Store(db))
+        if json_out:
+            _print_json(done)
+        else:
+            typer.echo(f"{done['action']} {done['points']} {done['format']} {done['op']} points "
+                       f"({done['bytes_min']:.0f}..{done['bytes_max']:.0f} B) for {done['platform']} "
+                       f"{done['nodes']}x{done['ranks_per_node']} ranks; plan prices {done['op']} with them")
+        return
     if published is not None:
         from prism_strategy.bench.importers.published_records import import_published
         from prism_strategy.report.bench_tables import published_lines
@@ -587,6 +626,9 @@ def doctor(
     settle_s: Annotated[float, typer.Option(help="Seconds to wait after --clean (XCCL state settles)")] = 10.0,
     device_glob: Annotated[Optional[list[str]], typer.Option(help="Device files a leftover process may hold; "
                                                                   "repeatable (default /dev/dri/*, /dev/nvidia*)")] = None,
+    module_show: Annotated[Optional[list[str]], typer.Option(help="`module show <module>` output (Lmod or Tcl), or "
+                                                                  "'live' to run it here: what each module load sets, "
+                                                                  "exactly; repeatable")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output: findings, environment, summary")] = False,
 ) -> None:
     """Find launch mistakes in the live environment, launchers and scripts; exit 1 on an error."""
@@ -600,7 +642,8 @@ def doctor(
     report = diagnose(DoctorRequest(
         launchers=tuple(Path(p) for p in launcher or ()), scripts=tuple(Path(p) for p in script or ()),
         platform=platform, strategy=strategy, nodes=nodes, env_profile=env_profile,
-        live=True if clean else live, clean=clean, settle_s=settle_s, device_globs=tuple(device_glob or ())))
+        live=True if clean else live, clean=clean, settle_s=settle_s, device_globs=tuple(device_glob or ()),
+        module_show=tuple(Path(p) for p in module_show or ())))
     if json_out:
         typer.echo(doctor_json(report))
     else:
@@ -637,6 +680,44 @@ def census(
         _print_json(report.as_dict())
     else:
         print_census(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@cli_errors
+def commbench(
+    model: BenchModel = "tiny-llama",
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies, or 'all'")] = "ddp,fsdp_full_shard",
+    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: Annotated[int, typer.Option()] = 2,
+    seq_len: Annotated[int, typer.Option()] = 32, grad_accum: Annotated[int, typer.Option()] = 1,
+    precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed | bf16-pure")] = "bf16-mixed",
+    bucket_mb: Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")] = None,
+    reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")] = None,
+    platform: Platform = "cpu", timeout_s: Annotated[float, typer.Option(help="Per strategy")] = 300,
+    launched: Annotated[bool, typer.Option("--launched", help="This process is one of --nproc ranks a scheduler "
+                                                              "started (emit's commbench.pbs / .sbatch)")] = False,
+    db: Db = None, json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Replay each strategy's collectives of one step (no model compute) on the real backend;
+    time each kind, store it, and show it beside the link model's prediction."""
+    from prism_strategy.bench.commbench import commbench_base, run_commbench, run_launched
+    from prism_strategy.bench.store import Store
+    from prism_strategy.report.commbench_table import print_commbench
+    from prism_strategy.specs.presets import load_platform
+    from prism_strategy.strategies import parse_strategies
+
+    names = [s.name for s in parse_strategies(strategies)]
+    base = commbench_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
+                          seq_len=seq_len, grad_accum=grad_accum, precision=precision, bucket_mb=bucket_mb,
+                          reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+    report = (run_launched if launched else run_commbench)(base, names, load_platform(platform), Store(db))
+    if report is None:  # a rank other than 0 of a launched run: rank 0 reports
+        return
+    if json_out:
+        _print_json(report.as_dict())
+    else:
+        print_commbench(report)
     if not report.ok:
         raise typer.Exit(1)
 

@@ -23,7 +23,7 @@ def test_emit_writes_the_files_and_summarises_them(tmp_path):
                  "--account", "proj", "--script", "train.py", "--", "--lr", "1e-4", "--name", "a b")
     assert res.exit_code == 0, res.output
     written = sorted(p.name for p in out.iterdir())
-    assert written == ["ds_config.json", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]
+    assert written == ["commbench.pbs", "ds_config.json", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]
     for name in written:
         assert name in res.output
     assert "exec python3 train.py --lr 1e-4 --name \"a b\"" in (out / "launch.pbs").read_text()
@@ -36,7 +36,8 @@ def test_emit_json_summary_and_options(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["strategy"] == "ddp" and data["ranks_per_node"] == 8 and data["env_profile"] == "cuda-nccl"
-    assert [f["name"] for f in data["files"]] == ["env.sh", "launch.slurm", "torchrun.sh", "strategy.toml"]
+    assert [f["name"] for f in data["files"]] == ["env.sh", "launch.slurm", "commbench.sbatch", "torchrun.sh",
+                                                  "strategy.toml"]
     toml = (out / "strategy.toml").read_text()
     for line in ("static_graph = true", 'mixed_precision = "none"', "ckpt_freq = 2", "compile = true"):
         assert line in toml.splitlines()
@@ -117,6 +118,10 @@ def test_doctor_several_files_and_options(tmp_path):
     ("--platform", "nowhere"),
     ("--strategy", "fsdp"),
     ("--settle-s", "-1"),
+    ("--launcher", str(FIXTURES / "refused" / "launch_aurora.py")),
+    ("--launcher", str(FIXTURES / "launchers" / "clean_alcf.pbs"), "--module-show", "/no/such/show.txt"),
+    ("--launcher", str(FIXTURES / "launchers" / "clean_alcf.pbs"), "--module-show",
+     str(FIXTURES / "launchers" / "clean_alcf.pbs")),
 ])
 def test_doctor_bad_input_is_exit_2(args):
     res = invoke("doctor", *args, "--no-live")
@@ -148,3 +153,29 @@ def test_doctor_on_alcf_and_prism_style_launchers(name, args, code, rules):
     res = invoke("doctor", "--launcher", str(FIXTURES / "launchers" / name), *args, "--json")
     assert res.exit_code == code, res.output
     assert [f["rule"] for f in json.loads(res.output)["findings"]] == rules
+
+
+def test_doctor_python_launcher_names_the_fix():
+    res = invoke("doctor", "--launcher", str(FIXTURES / "refused" / "launch_aurora.py"))
+    assert res.exit_code == 2 and "Python program" in res.output and "dry-run output" in res.output
+
+
+@pytest.mark.parametrize(("name", "code", "rules"), [
+    ("prism_daos_fsdp.pbs", 1, ["daos-preload-fsdp", "launcher-rank-straddles-sockets"]),
+    ("prism_daos_fsdp_no_pil4dfs.pbs", 0, ["launcher-rank-straddles-sockets"]),
+])
+def test_doctor_on_a_prism_daos_job_follows_the_preload_branch(name, code, rules):
+    res = invoke("doctor", "--launcher", str(FIXTURES / "launchers" / name), "--platform", "aurora",
+                 "--strategy", "fsdp_full_shard", "--json")
+    assert res.exit_code == code, res.output
+    findings = json.loads(res.output)["findings"]
+    assert [f["rule"] for f in findings] == rules
+    if code:
+        assert findings[0]["line"] == 26 and "NO_PIL4DFS" in findings[0]["message"]
+
+
+def test_doctor_module_show_makes_an_unknown_reset_an_error():
+    args = ("doctor", "--launcher", str(FIXTURES / "launchers" / "warn_export_unknown_to_module.pbs"), "--json")
+    assert invoke(*args).exit_code == 0
+    res = invoke(*args, "--module-show", str(FIXTURES / "module_show" / "frameworks-lmod.txt"))
+    assert res.exit_code == 1 and "launcher-export-before-module-load" in res.output

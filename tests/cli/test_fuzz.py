@@ -64,12 +64,27 @@ def _write_inputs(d: Path) -> dict[str, str]:
     for name, change in variants.items():
         put(f"cfg_{name}/config.json", json.dumps({**base, **change}))
     put("cfg_missing/config.json", json.dumps({"model_type": "llama"}))
+    families = {"moe_k_over": {"model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3},
+                "moe_step0": {"model_type": "qwen2_moe", "decoder_sparse_step": 0},
+                "moe_only_str": {"model_type": "qwen3_moe", "mlp_only_layers": "all"},
+                "moe_all_dense": {"model_type": "qwen2_moe", "mlp_only_layers": [0, 1]},
+                "moe_neg": {"model_type": "olmoe", "num_experts": -1},
+                "gpt2_cross": {"model_type": "gpt2", "add_cross_attention": True},
+                "gemma_pattern0": {"model_type": "gemma2", "sliding_window_pattern": 0, "sliding_window": "wide"},
+                "gemma3_wrapped": {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "head_dim": 0}},
+                "clip_list": {"model_type": "clip_vision_model", "image_size": [336, 336]},
+                "clip_tiny": {"model_type": "clip", "vision_config": {"image_size": 4, "patch_size": 14}},
+                "unknown": {"model_type": "mamba"}, "no_type": {"model_type": None}}
+    for name, change in families.items():
+        put(f"cfg_{name}/config.json", json.dumps({**base, **change}))
     put("bad.toml", "[[[ not toml")
     put("types.toml", 'name = 1\ndevices_per_node = "many"\npeak_tflops = -5\n')
     put("empty.toml", "")
     put("huge.toml", "name = 'x'\ndevices_per_node = 99999999999999999999999\n")
     put("launch.sh", "#!/bin/bash\nmpiexec -n $(( 1/0 )) --cpu-bind list:a:b python train.py '\"\n"
         + "export CCL_X=\x00\x01\n" + "module load frameworks\n" * 3 + "#PBS -l select=-4\n")
+    put("launch_heredoc.sh", "mpiexec -n 12 -ppn 12 bash -lc '\nmodule load frameworks\npython3 - <<EOF\n    print()\n")
+    put("launch_aurora.py", "#!/usr/bin/env python3\nimport subprocess\nprint('module load frameworks')\n")
     put("strategy.toml", "[strategy]\nname = 7\n[[[")
     put("ds_config.json", '{"zero_optimization": {"stage": "three"}, "train_batch_size": -1}')
     put("bad_syntax.py", "def f(:\n    torch.cuda.empty_cache(\n")
@@ -142,7 +157,7 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
     return {
         "plan": {**common_plan, "--global-batch": num + ["7"], "--optimizer": names + ["sgd"],
                  "--image-tokens": num, "--sweep-nodes": num + ["1,2,x", ",", "1,,2", "0,1", "-1", "1,2,4"],
-                 "--calibration": paths + names + ["none", "auto"], "--json": [],
+                 "--calibration": paths + names + ["none", "auto"], "--db": db, "--json": [],
                  "--script": paths + [f["bad_syntax.py"], f["train_ok.py"]]},
         "estimate": {k: [x for x in v if _must_fail_estimate(k, x)] for k, v in {**common_plan, "--strategy": names}.items()},
         "emit": {"--strategy": names + ["zero3", "fsdp_full_shard"], "--platform": platform,
@@ -152,13 +167,16 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
                  "--filesystems": HOSTILE, "--job-name": HOSTILE, "--script": HOSTILE + paths, "--account": HOSTILE,
                  "--out": paths + [f["text.txt"], f["a_good"]], "--compile": [], "--force": [],
                  "--static-graph": [], "--": HOSTILE},
-        "doctor": {"--launcher": paths + [f["launch.sh"], f["strategy.toml"], f["ds_config.json"]],
+        "doctor": {"--launcher": paths + [f["launch.sh"], f["strategy.toml"], f["ds_config.json"], f["launch_heredoc.sh"],
+                                          f["launch_aurora.py"]],
+                   "--module-show": paths + [f["launch.sh"]],
                    "--script": paths + [f["bad_syntax.py"], f["train_ok.py"]], "--platform": platform,
                    "--strategy": names + ["ddp"], "--nodes": num + ["3"], "--env-profile": names + paths,
                    "--settle-s": num, "--json": []},
         "analyze": {"PATH": logs + paths + HOSTILE, "--plot": paths + [str(out / "t.png"), f["binary.bin"]],
                     "--json": []},
-        "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths},
+        "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths,
+                    "--curves": []},
         "compare": {"--db": db, "--calibration": paths + names + ["none"], "--json": []},
         "calibrate": {"--platform": platform, "--db": db, "--out": paths, "--json": []},
         "report": {"--out": paths + [f["text.txt"], f["binary.bin"]], "--db": db, "--model": names + cfgs + paths,
@@ -270,3 +288,71 @@ def test_issue_cases_are_one_line_errors(argv, fragment, world, monkeypatch):
     assert res.exception is None or isinstance(res.exception, SystemExit), res.output
     assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.output
     assert fragment in res.stderr and "Traceback" not in res.output
+
+
+SHELL_PIECES = ["export ", "A=1 ", "B=$A ", "${X:-12} ", "${Y:?no} ", "$((1+)) ", "$(", ")", "`", "'", '"', "\\\n",
+                "if [ -z \"$N\" ]; then ", "elif ", "else ", "fi ", "case $S in a) ", ";; ", "esac ", "<<EOF\n", "EOF\n",
+                "<<'X'\n", "f() { ", "} ", "module load frameworks ", "mpiexec -n 1 -ppn ", "bash -lc '", "bash -c \"",
+                "ssh h \"", "source ./x.sh ", "unset A ", "&& ", "|| ", "| ", "; ", "\n", "for i in 1 2; do ", "done ",
+                "while true; do ", "declare -x Z=", "--cpu-bind depth -d ", "LD_PRELOAD=/usr/lib64/libpil4dfs.so ",
+                "python3 - <<EOF\n", "print()\n", "#PBS -l select=", "{", "}", "(", ")", "[[ ", " ]] ", "\x00", "ü"]
+
+
+def _shell_cases(rng: random.Random) -> list[bytes]:
+    fixtures = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "launchers").glob("*.pbs"))
+    cases = [b"", bytes(rng.randrange(256) for _ in range(2048)), b"\xff\xfe" + "export A=1\n".encode("utf-16-le"),
+             ("if [ 1 ]; then " * 1500 + "export A=1; " + "fi; " * 1500).encode(), b"(" * 3000 + b"x" + b")" * 3000]
+    for _ in range(120):
+        cases.append("".join(rng.choice(SHELL_PIECES) for _ in range(rng.randrange(1, 60))).encode())
+    for path in fixtures:
+        data = path.read_bytes()
+        cases += [data[: rng.randrange(len(data))] for _ in range(4)]
+    return cases
+
+
+def test_the_shell_reader_ends_cleanly_on_random_truncated_and_binary_input(tmp_path):
+    """Random shell from the constructs the reader follows, every fixture cut at random points,
+    and binary bytes: each gives findings or one SpecError, never another exception."""
+    from prism_strategy.diagnose.doctor import DoctorRequest, diagnose
+    from prism_strategy.specs import SpecError
+
+    rng = random.Random(SEED)
+    (tmp_path / "x.sh").write_text("module load frameworks\nexport CCL_WORKER_COUNT=8\nsource ./x.sh\n")
+    failures, t0 = [], time.perf_counter()
+    for i, data in enumerate(_shell_cases(rng)):
+        path = tmp_path / f"case{i}.sh"
+        path.write_bytes(data)
+        for strategy in (None, "fsdp_full_shard"):
+            try:
+                diagnose(DoctorRequest(launchers=(path,), platform="aurora", strategy=strategy))
+            except SpecError:
+                pass
+            except Exception as e:  # noqa: BLE001 - the point of the test
+                failures.append(f"case {i} {data[:80]!r}: {type(e).__name__}: {e}")
+    assert not failures, "\n".join(failures[:20])
+    assert time.perf_counter() - t0 < 30
+
+
+def test_the_script_value_reader_ends_cleanly_on_truncated_scripts(tmp_path):
+    from prism_strategy.diagnose.doctor import DoctorRequest, diagnose
+    from prism_strategy.specs import SpecError
+
+    rng = random.Random(SEED)
+    scripts = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "scripts").glob("*.py"))
+    failures = []
+    deep = tmp_path / "deep.py"
+    deep.write_text("import torch\nx = " + "+".join(["1"] * 20000) + "\ntorch.compile(x)\n")
+    with pytest.raises(SpecError):
+        diagnose(DoctorRequest(scripts=(deep,)))
+    for k, src in enumerate(scripts):
+        text = src.read_text()
+        for j in range(6):
+            path = tmp_path / f"s{k}_{j}.py"
+            path.write_text(text[: rng.randrange(len(text) + 1)])
+            try:
+                diagnose(DoctorRequest(scripts=(path,), platform="aurora", nodes=2))
+            except SpecError:
+                pass
+            except Exception as e:  # noqa: BLE001
+                failures.append(f"{path.name}: {type(e).__name__}: {e}")
+    assert not failures, "\n".join(failures[:20])

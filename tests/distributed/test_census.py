@@ -1,8 +1,9 @@
 """Census in CI: what each of the 8 strategies' real engines issue in one optimizer step
 (torch.profiler on 4 gloo ranks as 2 nodes x 2) against the engine model's prediction.
 
-Three shapes, all in one launch with all 8 strategies: tied and untied embeddings (tiny Llama),
-and a projector-mode model (tiny SigLIP + projector + tiny Llama, frozen encoder and backbone).
+Four shapes, all in one launch with all 8 strategies: tied and untied embeddings (tiny Llama),
+a projector-mode model (tiny SigLIP + projector + tiny Llama, frozen encoder and backbone), and a
+tiny Qwen2-MoE (every expert in one 3-D tensor whose dim 0, 3 experts, FSDP2 pads to 4 ranks).
 Gradient accumulation 2, so per-micro-step and per-step collectives differ. Asserted per
 strategy: the op kinds are equal, payload bytes are within 2% per (op, group, dtype), calls are
 exact for FSDP units and within one for buckets (DDP, DeepSpeed).
@@ -24,13 +25,14 @@ SHAPES = {
     "untied": dict(model="tiny-llama"),
     "tied": dict(model=str(FIXTURES / "tiny-llama-tied.toml")),
     "projector": dict(model="tiny-llama", mode="projector", vision=str(FIXTURES / "tiny-siglip.toml")),
+    "moe": dict(model=str(FIXTURES / "tiny-qwen2-moe.toml")),
 }
 BUCKETS = ("ddp", "zero1", "zero2", "zero3")
 
 
 @pytest.fixture(scope="module")
 def census():
-    """ONE launch: the three shapes x all 8 strategies."""
+    """ONE launch: the four shapes x all 8 strategies."""
     bases = [census_base(nproc=4, ranks_per_node=2, micro_batch=2, seq_len=32, grad_accum=2, precision="bf16-mixed",
                          timeout_s=240, **kw) for kw in SHAPES.values()]
     reports = dict(zip(SHAPES, run_censuses(bases, list(STRATEGY_NAMES))))

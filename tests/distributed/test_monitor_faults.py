@@ -172,12 +172,19 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_hang_report_stacks_exit_code_no_orphans(tmp_path):
+@pytest.fixture(scope="module")
+def hang(tmp_path_factory):
+    """One launch whose rank 2 stops before its forward at step HANG_STEP: (result, run dir, seconds)."""
+    out = tmp_path_factory.mktemp("hang")
     t0 = time.monotonic()
-    res = torchrun(tmp_path, "--scenarios", "hang", "--steps", "20", "--fault-step", str(HANG_STEP),
+    res = torchrun(out, "--scenarios", "hang", "--steps", "20", "--fault-step", str(HANG_STEP),
                    "--hang-timeout", str(HANG_TIMEOUT_S))
+    return res, out / "0_hang", time.monotonic() - t0
+
+
+def test_hang_report_stacks_exit_code_no_orphans(hang):
+    res, run, seconds = hang
     assert res.returncode != 0 and f"exitcode  : {HANG_EXIT_CODE}" in res.stdout, res.stdout[-4000:]
-    run = tmp_path / "0_hang"
     rep = json.loads((run / "hang_report.json").read_text())
     assert rep["phase"] == "backward" and rep["step"] == HANG_STEP
     assert rep["ranks_reached"] == [0, 1, 3]
@@ -192,4 +199,33 @@ def test_hang_report_stacks_exit_code_no_orphans(tmp_path):
     assert v.verdict == "hang" and v.events[0].ranks == (2,)
     pids = [json.loads((run / f"rank{r}.jsonl").read_text().splitlines()[0])["pid"] for r in range(4)]
     assert not [p for p in pids if _alive(p)], "orphan worker processes"
-    assert time.monotonic() - t0 < 90
+    assert seconds < 90
+
+
+def test_hang_dumps_a_flight_recorder_that_shows_who_is_behind(hang):
+    """With TORCH_FR_BUFFER_SIZE set (torchrun() above), every rank's watchdog writes torch's flight
+    recorder (c10d `_dump_fr_trace`, the pickle `torchfrtrace` reads). Rank 2 never entered step
+    HANG_STEP's gradient all-reduce, so the default group's last collective it issued comes before
+    the last one ranks 0, 1 and 3 issued (and wait in)."""
+    import pickle
+
+    import torch._C._distributed_c10d as c10d
+
+    if not hasattr(c10d, "_dump_fr_trace"):
+        pytest.skip(f"this torch build ({torch_version()}) has no flight recorder for gloo")
+    _, run, _ = hang
+    last_seq = {}
+    for r in range(4):
+        said = json.loads((run / "hang" / f"rank{r}.json").read_text())["flight_recorder"]
+        assert said.startswith("written by _dump_fr_trace"), said
+        trace = pickle.loads((run / "flight_recorder" / f"fr_trace_rank_{r}").read_bytes())
+        default = [e for e in trace["entries"] if e["process_group"][0] == "0" and not e["is_p2p"]]
+        assert default and all(e["profiling_name"].startswith("gloo:") for e in default), r
+        last_seq[r] = max(e["collective_seq_id"] for e in default)
+    assert last_seq[0] == last_seq[1] == last_seq[3] > last_seq[2]
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__

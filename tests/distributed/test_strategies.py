@@ -66,8 +66,13 @@ def test_bf16_mixed_precision_trains(run_of, strategy):
 
 
 @pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
-def test_deepspeed_bf16_casts_float_inputs_like_fsdp(ds_run, strategy):
-    assert ds_run[0][f"{strategy}/projector_bf16"]["finite"]
+def test_deepspeed_bf16_trains_the_projector_from_float_features_and_leaves_the_backbone(ds_run, strategy):
+    """fp32 projector features meet bf16 parameters (cast like FSDP's policy): the step must reach
+    the projector (every trainable tensor moved) and leave the frozen backbone exactly as it was."""
+    r = ds_run[0][f"{strategy}/projector_bf16"]
+    assert r["finite"] and r["dtypes"] == ["torch.bfloat16"]
+    assert r["frozen_max_change"] == 0.0
+    assert r["trainable_min_change"] > 0.0
 
 
 @pytest.mark.parametrize("strategy", STRATEGY_NAMES)

@@ -103,8 +103,22 @@ def compare(job, ctx, ref: dict[str, torch.Tensor]) -> dict:
             "worst": max(diffs, key=diffs.get)}
 
 
+def movement(job, ctx, cfg: TinyConfig, prep) -> dict:
+    """How far training moved each parameter from its start, in the dtype the job holds it in:
+    frozen ones must not move at all, trainable ones must (every rank calls full_state_dict)."""
+    sd, start = job.full_state_dict(), make_model(cfg, prep)
+    if ctx.rank != 0:
+        return {}
+    change = {n: (sd[n].float() - p.detach().to(sd[n].dtype).float()).abs().max().item()
+              for n, p in start.named_parameters()}
+    frozen = [change[n] for n, p in start.named_parameters() if not p.requires_grad]
+    trainable = [change[n] for n, p in start.named_parameters() if p.requires_grad]
+    return {"frozen_max_change": max(frozen), "trainable_min_change": min(trainable),
+            "dtypes": sorted({str(sd[n].dtype) for n, _ in start.named_parameters()})}
+
+
 def case(ctx, strategy: str, kind: str, *, ckpt: int = 0, accum: int = 1, mp=None, cfg=CFG, prep=None,
-         wrapper=None, on_backward=None, **kw) -> dict:
+         wrapper=None, on_backward=None, after=None, **kw) -> dict:
     model = make_model(cfg, prep)
     total = sum(p.numel() for p in model.parameters())
     with warnings.catch_warnings(record=True) as caught:
@@ -119,6 +133,8 @@ def case(ctx, strategy: str, kind: str, *, ckpt: int = 0, accum: int = 1, mp=Non
            "warnings": [str(w.message) for w in caught if issubclass(w.category, UserWarning)]}
     if mp is None:
         out |= compare(job, ctx, reference(kind, ctx.world_size, cfg, prep))
+    if after:
+        out |= after(job, ctx, cfg, prep)
     return out
 
 
@@ -212,7 +228,8 @@ def scenario_deepspeed(ctx, out: Path) -> dict:
 
     res = strategy_cases(ctx, ZERO_STRATEGIES)
     for s in ZERO_STRATEGIES:  # float inputs (projector features) meet bf16 params
-        res[f"{s}/projector_bf16"] = case(ctx, s, "sgd", mp="bf16", cfg=PROJ_CFG, prep=freeze_backbone)
+        res[f"{s}/projector_bf16"] = case(ctx, s, "sgd", mp="bf16", cfg=PROJ_CFG, prep=freeze_backbone,
+                                          after=movement)
     emitted = build_ds_config(get_strategy("zero2"), micro_batch=MICRO, world_size=ctx.world_size, grad_accum=2,
                               precision="fp32")
     res["from_file/zero2"] = from_file_case(ctx, out, "zero2", ds_config=emitted)

@@ -18,7 +18,7 @@ from prism_strategy.specs import SpecError
 from prism_strategy.specs.presets import platform_names
 
 REPO = Path(__file__).resolve().parents[2]
-SHELL_SUFFIXES = (".sh", ".pbs", ".slurm")
+SHELL_SUFFIXES = (".sh", ".pbs", ".slurm", ".sbatch")
 ALCF_AURORA_BIND = "list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"
 
 
@@ -42,10 +42,10 @@ def rank_function(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize(("platform", "strategy", "expected"), [
-    ("aurora", "fsdp_full_shard", ["env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]),
-    ("aurora", "zero3", ["ds_config.json", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]),
-    ("polaris", "ddp", ["env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]),
-    ("dgx-h100", "hsdp_full_shard", ["env.sh", "launch.slurm", "strategy.toml", "torchrun.sh"]),
+    ("aurora", "fsdp_full_shard", ["commbench.pbs", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]),
+    ("aurora", "zero3", ["commbench.pbs", "ds_config.json", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]),
+    ("polaris", "ddp", ["commbench.pbs", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]),
+    ("dgx-h100", "hsdp_full_shard", ["commbench.sbatch", "env.sh", "launch.slurm", "strategy.toml", "torchrun.sh"]),
     ("cpu", "zero1", ["ds_config.json", "env.sh", "strategy.toml", "torchrun.sh"]),
 ])
 def test_files_per_launcher(tmp_path, platform, strategy, expected):
@@ -132,9 +132,13 @@ def test_refusals_are_one_line_spec_errors(tmp_path, changes, match):
     assert "\n" not in str(err.value)
 
 
-def test_compile_is_allowed_on_one_xpu_node_and_on_cuda(tmp_path):
-    emit_files(EmitRequest(strategy="fsdp_full_shard", platform="aurora", nodes=1, compile=True), tmp_path)
-    emit_files(EmitRequest(strategy="ddp", platform="dgx-h100", nodes=4, compile=True), tmp_path)
+@pytest.mark.parametrize(("strategy", "platform", "nodes"), [("fsdp_full_shard", "aurora", 1), ("ddp", "dgx-h100", 4)])
+def test_compile_is_emitted_on_one_xpu_node_and_on_cuda(tmp_path, strategy, platform, nodes):
+    # xpu-multinode-compile (rules.toml, PRISM) is about several XPU nodes only: one XPU node and
+    # any CUDA job keep compile, and the runtime reads it back from strategy.toml
+    out = emit(tmp_path / "out", strategy=strategy, platform=platform, nodes=nodes, compile=True)
+    f = read_strategy_file(out / "strategy.toml")
+    assert (f.strategy, f.compile) == (strategy, True)
 
 
 @pytest.mark.parametrize(("strategy", "kw", "expected"), [
@@ -229,3 +233,21 @@ def test_emitted_torchrun_script_runs_a_real_step_from_strategy_toml(tmp_path):
     # the two ranks share one stdout pipe: their lines can interleave, so find each whole record
     assert sorted(re.findall(r"rank \d/2 \d+ \[.*?\]", res.stdout)) == [
         "rank 0/2 1 ['a b', '$(c)']", "rank 1/2 1 ['a b', '$(c)']"]
+
+
+@pytest.mark.parametrize(("platform", "name", "launch"), [("aurora", "commbench.pbs", "mpiexec -n"),
+                                                          ("dgx-h100", "commbench.sbatch", "srun --nodes")])
+def test_commbench_job_replays_at_the_emitted_scale(tmp_path, platform, name, launch):
+    """The commbench job is the training job's allocation and rank layout running commbench
+    --launched on every rank (bench/commbench.py run_launched), short, with the model from the
+    environment at submit time."""
+    out = emit(tmp_path / "out", platform=platform, strategy="hsdp_full_shard", nodes=10, bucket_mb=64,
+               reduce_dtype="fp32")
+    text, train = (out / name).read_text(), (out / ("launch.pbs" if name.endswith("pbs") else "launch.slurm")).read_text()
+    body = rank_function(text)
+    assert body[:-1] == rank_function(train)[:-1]  # same profile and rank layout as the training job
+    assert body[-1] == ('exec python3 -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
+                        '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" --grad-accum 1 '
+                        f'--precision bf16-mixed --platform {platform} --bucket-mb 64 --reduce-dtype fp32 --json')
+    assert ("NNODES=10" in text.splitlines()) and launch in text and "00:15:00" in text
+    assert 'PRISM_COMMBENCH_STRATEGIES:-hsdp_full_shard' in text and "PRISM_COMMBENCH_MODEL:?" in text

@@ -162,13 +162,14 @@ def test_projector_only_is_about_two_thirds_of_e2e():
 
 
 def test_collective_cost_by_hand():
-    p = load_platform("dgx-h100")
-    size, n = 1e9, 8
+    """gloo: the alpha-beta ring (Thakur et al. 2005) with cpu.toml's figures."""
+    p = load_platform("cpu")
+    size, n = 1e8, 4
     ar = collective_seconds("all_reduce", size, n, 1, 1, p)
-    expect = 15e-6 + 2 * ((n - 1) * 4e-6 + size * (n - 1) / n / (450 * 0.8 * 1e9))
+    expect = 100e-6 + 2 * ((n - 1) * 50e-6 + size * (n - 1) / n / (2.0 * 0.8 * 1e9))
     assert ar == pytest.approx(expect)
     ag = collective_seconds("all_gather", size, n, 1, 1, p)
-    assert ag == pytest.approx(15e-6 + (n - 1) * 4e-6 + size * (n - 1) / n / (450 * 0.8e9))
+    assert ag == pytest.approx(100e-6 + (n - 1) * 50e-6 + size * (n - 1) / n / (2.0 * 0.8e9))
     assert collective_seconds("all_reduce", size, 1, 1, 1, p) == 0.0
 
 

@@ -123,7 +123,7 @@ def _obs(ids=("A1", "A2", "B1", "C3")):
 def test_fit_is_deterministic_and_improves_the_error():
     base = ft.prior_platform(load_platform("aurora"))
     obs = _obs()
-    knobs = ("kernel_launch_us", "achievable_fraction", "grad_path_us_per_tensor.ddp")
+    knobs = ("kernel_launch_us", "achievable_fraction", "grad_path_us_per_tensor.ddp", "intra_ring_bw_gbps")
     a, b = ft.fit(base, obs, knobs), ft.fit(base, obs, knobs)
     assert [ft.get_value(a, k) for k in knobs] == [ft.get_value(b, k) for k in knobs]
     assert ft.loss(a, obs) < ft.loss(base, obs)

@@ -94,34 +94,52 @@ def test_exception_in_step_is_recorded(tmp_path):
     assert lines(tmp_path / "rank0.jsonl")[1]["error"] == "RuntimeError"
 
 
+class FakeDevice:
+    """A device queue the test drives: events record a device time the test sets, and complete
+    only when the test says the device has caught up (no host clock involved)."""
+
+    def __init__(self) -> None:
+        self.t_ms, self.done_up_to = 0.0, -1.0
+
+    def event(self) -> "FakeEvent":
+        return FakeEvent(self)
+
+
 class FakeEvent:
-    """A device event stand-in: records the host clock; completes 2 ms after recording."""
+    def __init__(self, dev: FakeDevice) -> None:
+        self.dev = dev
 
     def record(self):
-        self.t = time.perf_counter()
+        self.t = self.dev.t_ms
 
     def query(self):
-        return time.perf_counter() > self.t + 0.002
+        return self.t <= self.dev.done_up_to
 
     def synchronize(self):
-        pass
+        self.dev.done_up_to = max(self.dev.done_up_to, self.t)
 
     def elapsed_time(self, end):
-        return (end.t - self.t) * 1000.0
+        return end.t - self.t
 
 
 def test_device_event_path_resolves_late_but_completely(tmp_path):
-    mon = StepMonitor(tmp_path, hang_timeout_s=None, event_factory=FakeEvent, summary_every=100)
+    dev = FakeDevice()
+    mon = StepMonitor(tmp_path, hang_timeout_s=None, event_factory=dev.event, summary_every=100)
+    written = lambda: [r for r in lines(tmp_path / "rank0.jsonl") if r["kind"] == "step"]  # noqa: E731
     for i in range(5):
         with mon.step():
             with mon.phase("forward"):
-                time.sleep(0.003)
+                dev.t_ms += 3.0 + i  # the device spends 3 + i ms in this step's forward
+            dev.t_ms += 1.0
         if i == 0:
-            assert len(mon._pending) == 1  # not complete yet: no synchronisation forced
-    mon.close()
-    steps = [r for r in lines(tmp_path / "rank0.jsonl") if r["kind"] == "step"]
+            assert written() == []  # its events are not complete: no record yet, and no sync forced
+        if i == 1:
+            dev.done_up_to = dev.t_ms  # the device catches up: the next step's end writes both
+    assert [s["step"] for s in written()] == [0, 1, 2]  # at most 2 wait: step 4's end forced step 2 out
+    mon.close()  # close waits for every pending event
+    steps = written()
     assert [s["step"] for s in steps] == list(range(5))
-    assert all(s["phases"]["forward"] >= 0.003 for s in steps)
+    assert [s["phases"]["forward"] for s in steps] == pytest.approx([0.003, 0.004, 0.005, 0.006, 0.007])
 
 
 def test_history_keeps_baseline_and_recent_window():

@@ -1,4 +1,5 @@
-"""examples/faults.py: each injector does its fault, on the right rank, from the right step."""
+"""examples/faults.py: each injector does its fault, on the right rank, from the right step, in the
+right phase; read from an injected clock, not timed (wall-clock bounds flake on a loaded host)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from faults import FaultInjector, FaultSpec, add_fault_args, fault_from_args  # noqa: E402
+from faults import FaultInjector, FaultSpec, add_fault_args, burn, fault_from_args  # noqa: E402
 
 
 def model() -> torch.nn.Module:
@@ -19,13 +20,40 @@ def model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
 
 
-def timed_step(m: torch.nn.Module) -> tuple[float, float]:
-    x = torch.randn(4, 8)
-    t0 = time.perf_counter()
-    loss = m(x).sum()
-    t1 = time.perf_counter()
+class FakeTime:
+    """An injected clock: sleep() advances it and records (phase, seconds); burn() records too.
+    What a fault does is then read from the record, not timed on a loaded host."""
+
+    def __init__(self) -> None:
+        self.now, self.phase = 0.0, "outside"
+        self.sleeps: list[tuple[str, float]] = []
+        self.burns: list[tuple[str, float]] = []
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append((self.phase, s))
+        self.now += s
+
+    def clock(self) -> float:
+        return self.now
+
+    def burn(self, s: float, device="cpu") -> int:
+        self.burns.append((self.phase, s))
+        return 1
+
+    def slept(self, phase: str) -> float:
+        return sum(s for ph, s in self.sleeps if ph == phase)
+
+
+def injector(spec: FaultSpec, rank: int, t: FakeTime) -> FaultInjector:
+    return FaultInjector(spec, rank=rank, sleep=t.sleep, clock=t.clock, burn_fn=t.burn)
+
+
+def fake_step(m: torch.nn.Module, t: FakeTime) -> None:
+    t.phase = "forward"
+    loss = m(torch.randn(4, 8)).sum()
+    t.phase = "backward"
     loss.backward()
-    return t1 - t0, time.perf_counter() - t1
+    t.phase = "outside"
 
 
 def test_args_round_trip():
@@ -45,41 +73,66 @@ def test_bad_spec_is_a_value_error():
 
 
 def test_collapse_sleeps_in_backward_growing_on_every_rank():
-    inj = FaultInjector(FaultSpec(kind="collapse", step=2, scale=0.02), rank=0)
-    m = model()
-    inj.attach(m)
-    inj.set_step(1)
-    _, bwd_before = timed_step(m)
-    inj.set_step(3)  # second faulty step: 2 x 0.02 s
-    fwd, bwd = timed_step(m)
-    assert bwd >= 0.04 > bwd_before and fwd < 0.02
-    assert [FaultInjector(inj.spec, rank=r).collapse_sleep_s() for r in (0, 3)] == [0.0, 0.0]  # step 0
-    inj.detach()
-    _, bwd_after = timed_step(m)
-    assert bwd_after < 0.02
+    spec = FaultSpec(kind="collapse", step=2, scale=0.02)
+    for rank in (0, 3):  # every rank, not one
+        t = FakeTime()
+        inj, m = injector(spec, rank, t), model()
+        inj.attach(m)
+        inj.set_step(1)
+        fake_step(m, t)
+        assert t.sleeps == []  # before the fault step
+        for step, want in ((2, 0.02), (3, 0.04), (500, 100 * 0.02)):  # grows by scale per step, capped at 100x
+            t.sleeps.clear()
+            inj.set_step(step)
+            fake_step(m, t)
+            assert t.sleeps == [("backward", pytest.approx(want))], (rank, step)
+        inj.detach()
+        t.sleeps.clear()
+        fake_step(m, t)
+        assert t.sleeps == []
 
 
-def test_slow_rank_burns_only_on_its_rank():
+def test_slow_rank_burns_compute_before_forward_only_on_its_rank():
     spec = FaultSpec(kind="slow-rank", step=0, rank=1, scale=0.03)
+    t_slow, t_fast = FakeTime(), FakeTime()
     slow, fast = model(), model()
-    FaultInjector(spec, rank=1).attach(slow)
-    FaultInjector(spec, rank=0).attach(fast)
-    assert timed_step(slow)[0] >= 0.03 > timed_step(fast)[0]
+    injector(spec, 1, t_slow).attach(slow)
+    injector(spec, 0, t_fast).attach(fast)
+    fake_step(slow, t_slow)
+    fake_step(fast, t_fast)
+    assert t_slow.burns == [("forward", 0.03)] and t_slow.sleeps == []
+    assert t_fast.burns == [] and t_fast.sleeps == []
+
+
+def test_burn_spends_cpu_time_in_matmuls():
+    # burn counts this thread's CPU time on a CPU device, so a busy host cannot shorten its work
+    c0 = time.thread_time()
+    assert burn(0.02) > 0
+    assert time.thread_time() - c0 >= 0.02
 
 
 def test_hang_blocks_before_forward_of_its_step_only():
-    spec = FaultSpec(kind="hang", step=2, rank=0, scale=0.2)
-    inj = FaultInjector(spec, rank=0)
-    m = model()
+    spec = FaultSpec(kind="hang", step=2, rank=0, scale=7.5)
+    t = FakeTime()
+    inj, m = injector(spec, 0, t), model()
     inj.attach(m)
     inj.set_step(1)
-    assert timed_step(m)[0] < 0.1
+    fake_step(m, t)
+    assert t.sleeps == []
     inj.set_step(2)
-    assert timed_step(m)[0] >= 0.2
-    other, m1 = FaultInjector(spec, rank=1), model()
+    fake_step(m, t)
+    assert t.slept("forward") == pytest.approx(7.5) and t.slept("backward") == 0.0
+    assert all(s <= 1.0 for _, s in t.sleeps)  # wakes every second at most
+    t.sleeps.clear()
+    inj.set_step(3)  # only its step
+    fake_step(m, t)
+    assert t.sleeps == []
+    t1 = FakeTime()
+    other, m1 = injector(spec, 1, t1), model()
     other.attach(m1)
     other.set_step(2)
-    assert timed_step(m1)[0] < 0.1
+    fake_step(m1, t1)
+    assert t1.sleeps == []
 
 
 def test_input_skew_lengths_vary_deterministically():
@@ -97,29 +150,33 @@ def test_input_skew_lengths_vary_deterministically():
 
 def test_slow_wait_sleeps_wall_time_not_cpu_time_on_its_rank():
     spec = FaultSpec(kind="slow-wait", step=0, rank=1, scale=0.05)
+    t_slow, t_fast = FakeTime(), FakeTime()
     slow, fast = model(), model()
-    FaultInjector(spec, rank=1).attach(slow)
-    FaultInjector(spec, rank=0).attach(fast)
-    c0 = time.process_time()
-    wall = timed_step(slow)[0]
-    assert wall >= 0.05 and time.process_time() - c0 < 0.03
-    assert timed_step(fast)[0] < 0.05
+    injector(spec, 1, t_slow).attach(slow)
+    injector(spec, 0, t_fast).attach(fast)
+    fake_step(slow, t_slow)
+    fake_step(fast, t_fast)
+    assert t_slow.sleeps == [("forward", 0.05)] and t_slow.burns == []  # a sleep: wall time, no CPU time
+    assert t_fast.sleeps == [] and t_fast.burns == []
 
 
 def test_slow_data_sleeps_in_before_batch_only():
     spec = FaultSpec(kind="slow-data", step=2, rank=0, scale=0.05)
-    inj, other = FaultInjector(spec, rank=0), FaultInjector(spec, rank=1)
+    t, t_other = FakeTime(), FakeTime()
+    inj, other = injector(spec, 0, t), injector(spec, 1, t_other)
     m = model()
     inj.attach(m)
-    for step, want_slow in ((1, False), (2, True)):
+    for step, want in ((1, []), (2, [("data", 0.05)])):
+        t.sleeps.clear()
         inj.set_step(step)
         other.set_step(step)
-        t0 = time.perf_counter()
+        t.phase = t_other.phase = "data"
         inj.before_batch()
-        assert (time.perf_counter() - t0 >= 0.05) is want_slow
-    t0 = time.perf_counter()
-    other.before_batch()
-    assert time.perf_counter() - t0 < 0.05 and timed_step(m)[0] < 0.05  # nothing in forward
+        other.before_batch()
+        assert t.sleeps == want, step
+    t.sleeps.clear()
+    fake_step(m, t)
+    assert t.sleeps == [] and t_other.sleeps == []  # nothing in forward or backward, nothing on rank 1
 
 
 def test_kill_is_a_sigkill_in_forward_of_its_step(tmp_path):

@@ -1,84 +1,241 @@
-"""The planner reproduces DOMAIN.md section 2's decisions from its model (no table of answers).
+"""The planner's decisions held to what PRISM measured on Aurora, not to the model's own output.
 
-Scenarios use PRISM's own settings where DOMAIN gives them: seq 1024 with checkpointing of
-every block for 7B end-to-end, seq 512 for the 0.6B runs (micro-batch 8 per tile assumed),
-seq 8192 for AuroraGPT-2B.
+Truth: the shipped records, src/prism_strategy/data/measurements/aurora-prism.toml (transcribed
+from shared/data/aurora_measurements.md: PRISM scaling_study.md 2026-03-01 and
+qwen3_e2e_perf_investigation.md 2026-06-18), named by record id in each test, and DOMAIN.md
+section 2 where PRISM states a decision without a figure (then no margin is asserted). Each
+scenario is the record's own (`PublishedRecord.scenario_kwargs`), assumptions included.
 
-Margins are those of the aurora preset fitted to PRISM's 1-2 node records (benchmarks/aurora_fit.py):
-the blocking ring all-reduce measured in A1 (~2 GB/s) and FSDP's measured cost at 2 nodes (A3) give
-HSDP shard_grad_op ~1.18x full_shard for a 0.6B model and full_shard ~0.8 efficiency at 8 nodes,
-where the pre-fit preset gave >1.25x and <0.7; the decisions (who wins, which is comm-bound) hold.
+Tolerance: one run per figure. Where the same setting was reported as a range, runs differed by
+about +/-3% (C2 392-415 samples/s, D4 13.0-13.5), so a ratio of two runs is held to +/-6%.
+
+Where the model disagrees with a record the test is a strict xfail naming the size of the gap:
+it fails the day the model reaches the measurement, so the mark is removed then, not forgotten.
 """
+
+import dataclasses
 
 import pytest
 
-from prism_strategy.planning.planner import plan
-from prism_strategy.specs.cluster import GiB
+from prism_strategy.bench.published import load_published
+from prism_strategy.planning.planner import evaluate, plan
+from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.specs import load_platform
+from prism_strategy.strategies import get_strategy
 
-VISION = "siglip2-so400m-patch14-384"
-
-
-@pytest.mark.parametrize("nodes", [1, 2])
-def test_projector_only_on_7b_backbone_is_ddp(nodes):
-    p = plan("olmo-7b", vision=VISION, mode="projector", platform="aurora", nodes=nodes, seq_len=1024)
-    assert p.recommended == "ddp"
-    ddp = p.option("ddp")
-    assert ddp.feasible and ddp.comm_fraction < 0.1  # fp32 projector grads over the ~2 GB/s blocking ring (A1)
-    assert any("static_graph" in n for n in ddp.notes)
-    # sharding the frozen 7B backbone only adds all-gathers of frozen weights
-    assert p.option("fsdp_full_shard").samples_per_s < 0.9 * ddp.samples_per_s
+RECORDS = {r.id: r for r in load_published("aurora-prism")}
+RATIO_BAND = 0.06  # two runs at +/-3% each (module docstring)
 
 
-def test_7b_e2e_one_aurora_node_is_fsdp_full_shard_and_ddp_does_not_fit():
-    p = plan("olmo-7b", mode="e2e", platform="aurora", nodes=1, seq_len=1024, ckpt_freq=1)
-    ddp = p.option("ddp")
-    assert not ddp.feasible and "out of memory" in ddp.why_not
-    assert ddp.memory.total > 64 * GiB
-    assert p.recommended == "fsdp_full_shard"
-    fs = p.option("fsdp_full_shard")
-    assert fs.max_micro_batch == max(o.max_micro_batch for o in p.options if o.strategy.startswith(("fsdp", "hsdp")))
+def at(record_id: str, strategy: str | None = None, **changes):
+    """The planner's option for a record's scenario (optionally another strategy or node count)."""
+    r = RECORDS[record_id]
+    kw = r.scenario_kwargs() | changes
+    if "nodes" in changes:  # same micro-batch and accumulation per rank at the new scale
+        s = r.scenario
+        kw["global_batch"] = s.micro_batch * s.grad_accum * s.ranks_per_node * changes["nodes"]
+    return evaluate(build_scenario(**kw), get_strategy(strategy or r.planner_strategy))
+
+
+def per_rank(o) -> float:
+    return o.samples_per_s / (o.global_batch / (o.micro_batch * o.grad_accum))
+
+
+# ------------------------------------------------------------------ Qwen3-0.6B end-to-end (A)
+
+def test_one_node_ddp_of_the_0_6b_is_comm_bound():
+    """A1 vs A2: DDP's step 2.50 s, one rank's 0.38 s (compute and optimizer); A1's host spent
+    1.46 s in xccl:all_reduce and 1.49 s in AccumulateGrad. Comm and the grad path dominate."""
+    assert RECORDS["A1"].step_time_s() - RECORDS["A2"].step_time_s() > RECORDS["A2"].step_time_s()
+    assert at("A1").bound == "comm"
+
+
+def test_full_shard_beats_ddp_by_the_measured_2_6x_on_two_nodes():
+    """A3: FSDP full_shard 119.2 vs DDP (500 MB buckets) 46.1 samples/s on 24 ranks: 2.59x."""
+    measured = RECORDS["A3-fsdp"].measured.samples_per_s / RECORDS["A3-ddp"].measured.samples_per_s
+    predicted = at("A3-fsdp").samples_per_s / at("A3-ddp").samples_per_s
+    assert predicted == pytest.approx(measured, rel=RATIO_BAND)
 
 
 @pytest.mark.parametrize("nodes", [2, 4, 8])
-def test_small_model_comm_bound_hsdp_shard_grad_op_beats_full_shard(nodes):
-    p = plan("qwen3-0.6b", platform="aurora", nodes=nodes, seq_len=512, micro_batch=8)
-    fs, hsgo = p.option("fsdp_full_shard"), p.option("hsdp_shard_grad_op")
-    assert fs.comm_s > 0.9 * fs.compute_s  # comm as large as the launch-bound compute; "comm" from 8 nodes on
-    assert hsgo.samples_per_s > 1.15 * fs.samples_per_s
+@pytest.mark.xfail(strict=True, reason="known gap: the model calls 0.6B full_shard compute-bound (comm 0.34-0.37 s "
+                                       "vs compute 0.48 s at 2-8 nodes); A3-fsdp's 0.805 s step holds at most A2's "
+                                       "0.38 s of compute, so >= 0.42 s is comm and host (records A2, A3-fsdp)")
+def test_full_shard_of_the_0_6b_is_comm_bound_across_nodes(nodes):
+    """A2 + A3-fsdp: 24 x 4 samples / 119.2 samples/s = 0.805 s per step, of which one rank's
+    whole step (A2) is 0.38 s; DOMAIN 2 (PRISM): comm-bound 'on 2+ nodes'."""
+    fs = at("A3-fsdp", nodes=nodes)
+    assert fs.bound == "comm"
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: 59% of one rank's rate predicted vs 47% measured "
+                                       "(records A2, A3-fsdp)")
+def test_full_shard_of_the_0_6b_keeps_47_percent_of_one_ranks_rate_on_two_nodes():
+    """A2: one rank, 4 samples in 0.38 s = 10.5 samples/s; A3-fsdp: 119.2 / 24 = 4.97 per rank:
+    47% (A3's micro-batch 4 is assumed, as in the record). DOMAIN 2: full-shard efficiency
+    measured in a compute-bound regime (E) does not transfer to this one."""
+    a2, a3 = RECORDS["A2"], RECORDS["A3-fsdp"]
+    measured = (a3.measured.samples_per_s / a3.scenario.world) / (a2.scenario.micro_batch / a2.step_time_s())
+    predicted = per_rank(at("A3-fsdp")) / per_rank(at("A2"))
+    assert predicted == pytest.approx(measured, rel=RATIO_BAND)
+
+
+@pytest.mark.parametrize("allreduce", ["ring", "topology"])
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_hsdp_shard_grad_op_beats_full_shard_for_the_0_6b_on_2_plus_nodes(nodes, allreduce):
+    """DOMAIN 2 (PRISM): for 0.6B at seq 512 on 2+ nodes HSDP shard_grad_op 'often beats FSDP
+    full_shard by a wide margin'. No figure was recorded, so only the order is asserted: under
+    PRISM's CCL_ALLREDUCE=ring (the aurora preset, records A), and under oneCCL's default
+    topology-aware all-reduce, which does not stage HSDP's replicate all-reduce through the host
+    (oneCCL env-variables.rst)."""
+    platform = load_platform("aurora")
+    if allreduce == "topology":
+        platform = dataclasses.replace(platform, allreduce_algorithm="topology")
+    fs = at("A3-fsdp", nodes=nodes, platform=platform)
+    hsgo = at("A3-fsdp", "hsdp_shard_grad_op", nodes=nodes, platform=platform)
+    assert platform.allreduce_algorithm == allreduce
+    assert hsgo.samples_per_s > fs.samples_per_s
+
+
+# ------------------------------------------------------------------ projector-only on OLMo-7B (C)
+
+@pytest.mark.parametrize("record_id", ["C3", "C4-daos"])
+def test_projector_only_on_7b_backbone_is_ddp(record_id):
+    """C3 (1 node) and C4 (2 nodes): PRISM trained the projector with DDP (DOMAIN 2: the default
+    when the backbone is frozen); sharding a frozen backbone only adds all-gathers of it."""
+    p = plan(**RECORDS[record_id].scenario_kwargs())
+    assert p.recommended == "ddp"
+    assert any("static_graph" in n for n in p.option("ddp").notes)
+    assert p.option("fsdp_full_shard").samples_per_s < p.option("ddp").samples_per_s
+
+
+def test_projector_ddp_comm_across_two_nodes_costs_at_most_3_5_percent():
+    """C3: 50-51 samples/s on 1 node; C4-daos: 98.4 on 2 nodes (same setting, DAOS data). The
+    2-node step is at most 1 - 98.4 / (2 x 51) = 3.5% longer, and that bounds what the cross-node
+    gradient all-reduce can add (grad accum 16: one all-reduce per 16 micro-batches)."""
+    lo, hi = RECORDS["C3"].measured.samples_per_s
+    bound = 1 - RECORDS["C4-daos"].measured.samples_per_s / (2 * hi)
+    assert bound == pytest.approx(0.035, abs=0.001)
+    assert at("C4-daos").comm_fraction <= bound
+
+
+def test_zero2_is_a_little_slower_than_ddp_for_the_projector():
+    """DOMAIN 2 (PRISM): ZeRO-2 ran at ~92% of DDP for projector-only training (the scenario was
+    not recorded; checked at C4's). Held to 92% +/- the 6% band of a ratio."""
+    ratio = at("C4-daos", "zero2").samples_per_s / at("C4-daos").samples_per_s
+    assert ratio == pytest.approx(0.92, abs=RATIO_BAND)
+
+
+# ------------------------------------------------------------------ OLMo-3 7B end-to-end (D)
+
+def test_7b_e2e_ddp_does_not_fit_a_tile():
+    """D5: one rank with no DDP ran out of memory at optimizer.step with 62.81 GB allocated; DDP
+    holds the same states on every rank plus its gradient buckets, so it cannot fit either."""
+    assert RECORDS["D5"].measured.oom
+    for rid in ("D5", "D1"):
+        ddp = at(rid, "ddp")
+        assert not ddp.feasible and "out of memory" in ddp.why_not, rid
+
+
+def test_7b_e2e_one_node_is_fsdp_full_shard():
+    """D1: PRISM's 7B end-to-end runs used FSDP full_shard per block (DOMAIN 2: 7B+ end-to-end on a
+    single node); asked for its own micro-batch the plan recommends the same."""
+    kw = {k: v for k, v in RECORDS["D1"].scenario_kwargs().items() if k not in ("micro_batch", "global_batch")}
+    assert plan(**kw).recommended == "fsdp_full_shard"
+
+
+ZERO_BS8 = dict(micro_batch=8, global_batch=8 * 12)  # DOMAIN 2's "BS 8", read as 8 per rank on 12 tiles
+
+
+def test_7b_e2e_zero3_outruns_zero2_on_one_node():
+    """DOMAIN 2 (PRISM): OLMo-3 7B end-to-end on one Aurora node ran ZeRO-2 at ~9.8 and ZeRO-3 at
+    ~14.9 samples/s (BS 8). Not a shipped record: the rest of the scenario is D1's (an assumption)."""
+    assert at("D1", "zero3", **ZERO_BS8).samples_per_s > at("D1", "zero2", **ZERO_BS8).samples_per_s
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: ZeRO-3 / ZeRO-2 3.9x predicted vs 1.52x measured (ZeRO-2 "
+                                       "predicted 4.5 samples/s vs ~9.8); DOMAIN 2, PRISM, scenario as D1 at BS 8")
+def test_7b_e2e_zero3_over_zero2_is_the_measured_1_5x():
+    measured = 14.9 / 9.8
+    predicted = at("D1", "zero3", **ZERO_BS8).samples_per_s / at("D1", "zero2", **ZERO_BS8).samples_per_s
+    assert predicted == pytest.approx(measured, rel=RATIO_BAND)
+
+
+# Runs with a memory outcome: ran (a peak reported) or out of memory. The gaps are item 3's
+# memory records (tests of the figures themselves); here only the planner's fits / does not fit.
+_FITS_GAPS = {
+    "C6-b4": "predicts 37.1 GiB at batch 4 where the run ran out of memory at 59.4 GB allocated",
+    "D1": "predicts 94.8 GiB where the run peaked at 50.5 GB",
+    "D2": "predicts 94.8 GiB where the compiled run peaked at 33.0 GB",
+    "D3": "predicts 138.1 GiB where the compiled run peaked at 46.6 GB",
+    "D4": "predicts 93.1 GiB where the run peaked at 42.2-48.7 GB",
+    "E1": "predicts 75.7 GiB where the run used 44 GiB",
+}
+_MEMORY_RECORDS = [pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=f"known gap: {_FITS_GAPS[rid]}, "
+                                                                                f"record {rid}"))
+                   if rid in _FITS_GAPS else rid
+                   for rid, r in RECORDS.items()
+                   if r.measured.oom or r.measured.peak_gb is not None or r.measured.peak_allocated_gb is not None]
+
+
+@pytest.mark.parametrize("record_id", _MEMORY_RECORDS)
+def test_the_plan_fits_where_the_run_fit_and_not_where_it_ran_out(record_id):
+    o = at(record_id)
+    fits = o.memory.total <= build_scenario(**RECORDS[record_id].scenario_kwargs()).platform.usable_bytes
+    assert fits is not RECORDS[record_id].measured.oom
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: predicted ceiling 10 vs measured 16-19, records D4, D4-b20")
+def test_two_node_7b_full_shard_ceiling_is_16_to_19():
+    """D4: batch 16 ran on 2 nodes; D4-b20: batch 20 ran out of memory (63.3 GB)."""
+    assert 16 <= at("D4").max_micro_batch <= 19
 
 
 def test_7b_shard_grad_op_shows_gathered_params_and_root_only_wrap_cost():
+    """Hand formula: shard_grad_op keeps the whole model gathered from forward to backward, 6.888e9
+    parameters x 2 bytes of bf16 on each rank, so its peak holds at least that. DOMAIN 2 (PRISM):
+    7B shard_grad_op with 12 ranks per node ran out of memory even at small batches, wrapped
+    only at the root."""
     p = plan("olmo-7b", platform="aurora", nodes=1, seq_len=1024, ckpt_freq=1, micro_batch=1)
-    sgo, fs = p.option("fsdp_shard_grad_op"), p.option("fsdp_full_shard")
+    sgo = p.option("fsdp_shard_grad_op")
     gathered = next(b for _, label, b in sgo.memory.items if label.startswith("gathered params"))
-    assert gathered == pytest.approx(6.888e9 * 2, rel=0.01)  # the whole model in bf16 on each of 12 ranks
-    # shard_grad_op peaks at the start of backward with the whole model gathered and no grads yet;
-    # full_shard peaks late in backward, when its sharded grads (2.3 GB) are there: the gap is
-    # the gathered model less those grads and full_shard's own in-flight units
-    assert sgo.memory.moment == "start of backward" and fs.memory.moment == "late backward"
-    assert sgo.memory.total - fs.memory.total > gathered - fs.memory.grads - 2 * 2**30
+    assert gathered == pytest.approx(6.888e9 * 2, rel=0.01)
+    assert sgo.memory.moment == "start of backward" and sgo.memory.total > gathered
     assert any("12 ranks per node" in n for n in sgo.notes)
     root_note = next(n for n in sgo.notes if "wrapping only the root" in n)
-    assert "does not fit" in root_note  # PRISM ran out of memory this way even at small batches
+    assert "does not fit" in root_note
 
 
-def test_full_shard_scaling_compute_bound_2b_vs_comm_bound_small_model():
-    big = plan("auroragpt-2b", platform="aurora", nodes=8, seq_len=8192, ckpt_freq=1).option("fsdp_full_shard")
-    small = plan("qwen3-0.6b", platform="aurora", nodes=8, seq_len=512, micro_batch=8).option("fsdp_full_shard")
-    assert big.bound == "compute" and big.comm_s < 0.5 * big.compute_s
-    # the small model's communication is as large as its (launch-bound) compute at 8 nodes, past it at 16
-    assert small.comm_s > 0.9 * small.compute_s
-    assert big.scaling_efficiency >= 0.85
-    assert small.scaling_efficiency <= 0.8 < big.scaling_efficiency - 0.1
+# ------------------------------------------------------------------ AuroraGPT-2B, compute-bound (E)
 
+def test_compute_bound_2b_keeps_its_per_device_rate_from_2_to_64_nodes():
+    """E1, E2: 82 -> 77 TFLOPS per tile (torchtitan, seq 8192): 93.9%, between 76.5/82.5 = 92.7%
+    and 77.5/81.5 = 95.1% given the integer figures. Section E is the compute-bound reference
+    (27% of the 298 TF peak). E2 is held out of the aurora fit."""
+    e1, e2 = at("E1"), at("E2")
+    assert e1.bound == e2.bound == "compute"
+    assert 76.5 / 82.5 <= per_rank(e2) / per_rank(e1) <= 77.5 / 81.5
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: rule xpu-multinode-compile (PRISM, torch 2.8) marks not viable "
+                                       "what E1 and E2 ran: torchtitan FSDP2 + torch.compile on 2 and 64 nodes, "
+                                       "torch 2.13 (records E1, E2)")
+@pytest.mark.parametrize("record_id", ["E1", "E2"])
+def test_the_compiled_multi_node_2b_runs_are_not_called_not_viable(record_id):
+    o = at(record_id)
+    assert not (o.why_not or "").startswith("not viable")
+
+
+# ------------------------------------------------------------------ rules and provenance
 
 def test_not_viable_options_are_never_recommended():
+    """rules.toml: xpu-multinode-compile and deepspeed-compile (PRISM, Aurora)."""
     p = plan("qwen3-0.6b", platform="aurora", nodes=2, seq_len=512, micro_batch=8, compile=True)
     for o in p.options:
-        assert not o.feasible and "not viable" in o.why_not  # multi-node compile on XPU
+        assert not o.feasible and "not viable" in o.why_not
     assert p.recommended is None
     single = plan("qwen3-0.6b", platform="aurora", nodes=1, seq_len=512, micro_batch=8, compile=True)
-    assert all(not single.option(z).feasible for z in ("zero1", "zero2", "zero3"))  # DeepSpeed + compile
+    assert all(not single.option(z).feasible for z in ("zero1", "zero2", "zero3"))
     assert single.recommended not in ("zero1", "zero2", "zero3") and single.recommended is not None
 
 
@@ -90,8 +247,8 @@ def test_each_option_says_where_numbers_come_from():
 
 
 def test_loss_buffers_named_when_they_are_the_largest_item():
-    """With checkpointing at seq 2048 the fp32 cross-entropy buffers (tokens x vocab x 12 bytes per
-    sample) outweigh everything else an FSDP rank holds: the plan says so and names the lever."""
+    """Hand formula: fp32 cross-entropy buffers of micro-batch x tokens x vocab x 12 bytes (logits
+    upcast, softmax and its gradient; DOMAIN 2 and 8) outweigh what an FSDP rank holds at seq 2048."""
     p = plan("olmo-7b", platform="aurora", nodes=1, seq_len=2048, ckpt_freq=1)
     fs = p.option("fsdp_full_shard")
     loss = next(b for _, label, b in fs.memory.items if label.startswith("loss:"))
@@ -99,3 +256,4 @@ def test_loss_buffers_named_when_they_are_the_largest_item():
     assert any("fp32 loss buffers are the largest item" in n for n in fs.notes)
     short = plan("olmo-7b", platform="aurora", nodes=1, seq_len=256, ckpt_freq=0, micro_batch=1).option("fsdp_full_shard")
     assert not any("fp32 loss buffers" in n for n in short.notes)
+

@@ -1,22 +1,21 @@
 """Published memory records held against the memory model (issue 20 item 3, issue 17).
 
-Each case is one published figure: the counter it measured (allocated = max_memory_allocated /
-the allocator's active bytes; reserved = max_memory_reserved; oom = the run died; ran = it fitted,
-no figure), the tolerance the measurement supports, and, where the scenario is uncertain, why.
-Records the model still misses are xfail(strict=True) with the gap and its size: the suite fails
-when one starts passing, so the xfail comes off with the fix.
+Each case is one published figure: the counter it measured (allocated = max_memory_allocated;
+active = the allocator's active bytes, about the same; reserved = max_memory_reserved; oom = the
+run died; ran = it fitted, no figure), the tolerance the measurement supports, and, where the
+scenario is uncertain, why. Records the model still misses are xfail(strict=True) with the gap
+and its size: the suite fails when one starts passing, so the xfail comes off with the fix.
 
-Sources: Aurora records are data/measurements/aurora-prism.toml (PRISM, via
-../shared/data/aurora_measurements.md); CUDA rows are ../shared/data/cuda_measurements.md
-(torchtitan benchmarks/llama3_h100_202412_torchtitan.md and PR #165; llm-foundry
-scripts/train/benchmarking/README.md), transcribed below with their ids. PRISM's trainer reports
-peak_gb as max_memory_allocated() (AI-ModCon/PRISM src/utils/perf_log.py, as bench/fit_terms.py
-notes), so a PRISM "peak" is read as allocated; torchtitan logs max_reserved.
+Sources: data/measurements/aurora-prism.toml (PRISM, via ../shared/data/aurora_measurements.md)
+and data/measurements/cuda-published.toml (torchtitan benchmarks/llama3_h100_202412_torchtitan.md
+and PR #165; llm-foundry scripts/train/benchmarking/README.md; via
+../shared/data/cuda_measurements.md). PRISM's trainer reports peak_gb as max_memory_allocated()
+(AI-ModCon/PRISM src/utils/perf_log.py, as bench/fit_terms.py notes), so a PRISM "peak" is read as
+allocated; torchtitan logs max_reserved.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -25,7 +24,6 @@ from prism_strategy.bench.published import load_published
 from prism_strategy.estimate.memory_runtime import runtime_memory
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.scenario import build_scenario
-from prism_strategy.specs import TransformerSpec, load_platform
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.strategies import get_strategy
 
@@ -118,81 +116,41 @@ def test_prism_7b_ddp_on_one_aurora_node_dies_at_the_optimizer_step():
     assert not o.feasible and o.memory.moment == "optimizer step", (o.memory.moment, o.why_not)
 
 
-# --- CUDA single-node rows (../shared/data/cuda_measurements.md) ------------------------------
-LLAMA31_8B = TransformerSpec(name="llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
-                             ffn=14336, vocab=128256, max_positions=131072)
-LLAMA2_7B = TransformerSpec(name="llama-2-7b-shape", layers=32, hidden=4096, heads=32, kv_heads=32, head_dim=128,
-                            ffn=11008, vocab=32000, max_positions=4096)
-MPT = dict(mlp="gelu", norm="layernorm", tied_embeddings=True, vocab=50368, max_positions=65536)
-"""MPT shapes: GELU MLP (4x), MHA, no biases, LayerNorm, vocab 50368, tied embeddings."""
-MPT_7B = TransformerSpec(name="mpt-7b", layers=32, hidden=4096, heads=32, kv_heads=32, head_dim=128, ffn=16384,
-                         **MPT)
-MPT_13B = TransformerSpec(name="mpt-13b", layers=40, hidden=5120, heads=40, kv_heads=40, head_dim=128, ffn=20480,
-                          **MPT)
+# --- CUDA single-node rows: data/measurements/cuda-published.toml -----------------------------
+CUDA = {r.id: r for r in load_published("cuda-published")}
 
-
-def _platform(kind: str):
-    """H100 96 GB (95.04 GiB as torchtitan logged), H100 80 GB, A100 80 / 40 GB, 8 per host."""
-    if kind == "h100-96":
-        return dataclasses.replace(load_platform("dgx-h100"), memory_gib=95.04)
-    if kind == "h100-80":
-        return load_platform("dgx-h100")
-    a100 = dataclasses.replace(load_platform("polaris"), devices_per_node=8)
-    return dataclasses.replace(a100, memory_gib=80.0) if kind == "a100-80" else a100
-
-
-@dataclass(frozen=True)
-class CudaRow:
-    case: Case
-    model: TransformerSpec
-    platform: str
-    micro_batch: int
-    seq_len: int
-    ckpt: int | str
-    precision: str = "bf16-mixed"
-    loss: str = "upcast"
-    measured_gib: float | None = None
-
-
-CUDA_ROWS = [
-    CudaRow(Case("TT-18-active", "allocated", note="FSDP1 FULL_SHARD, modelled as FSDP2 (bf16 gathers either way)"),
-            LLAMA2_7B, "h100-96", 8, 2048, "sac", measured_gib=50.35),
-    CudaRow(Case("TT-20-active", "allocated"), LLAMA2_7B, "h100-96", 8, 2048, "sac", measured_gib=49.54),
-    CudaRow(Case("TT-20-reserved", "reserved", gap="reserved = allocated on CUDA presets (allocator_cache_factor 0; "
-                 "issue 17 item 5): 48.1 GiB vs 59.41 reserved (-19%)"),
-            LLAMA2_7B, "h100-96", 8, 2048, "sac", measured_gib=59.41),
-    CudaRow(Case("TT-01", "reserved", gap="reserved not modelled on CUDA (item 5): 69.3 GiB vs 82.4 (-16%)"),
-            LLAMA31_8B, "h100-96", 2, 8192, "sac", measured_gib=82.4),
-    CudaRow(Case("TT-21", "reserved", gap="torch.compile (item 7) and reserved (item 5): 21.3 GiB vs 28.9 (-26%)"),
-            LLAMA2_7B, "h100-96", 8, 2048, 1, measured_gib=28.90),
-    CudaRow(Case("TT-22", "reserved", gap="torch.compile (item 7) and reserved (item 5): 48.1 GiB vs 53.83 (-11%)"),
-            LLAMA2_7B, "h100-96", 8, 2048, "sac", measured_gib=53.83),
-    CudaRow(Case("TT-23", "reserved", note="compiled; compile's savings (not modelled) and the allocator's reserve "
-                 "(not modelled on CUDA) roughly cancel here: a coincidence, not evidence for either"),
-            LLAMA2_7B, "h100-96", 16, 2048, "sac", measured_gib=88.23),
-    CudaRow(Case("TT-24", "ran", gap="compiled, no checkpointing, at 95% of the device: predicted 104.3 GiB "
-                 "(+10% over the device); compile frees elementwise intermediates (item 7)"),
-            LLAMA2_7B, "h100-96", 8, 2048, 0),
-    CudaRow(Case("MF-06", "ran", note="llm-foundry's fused cross-entropy"), MPT_7B, "h100-80", 6, 2048, 0, loss="fused"),
-    CudaRow(Case("MF-08", "ran"), MPT_7B, "h100-80", 8, 8192, 1, loss="fused"),
-    CudaRow(Case("MF-09", "ran"), MPT_7B, "h100-80", 1, 65536, 1, loss="fused"),
-    CudaRow(Case("MF-13", "ran"), MPT_7B, "a100-80", 6, 2048, 0, loss="fused"),
-    CudaRow(Case("MF-15", "ran", note="bf16 PURE: bf16 params and state assumed"), MPT_7B, "a100-40", 12, 2048, 1,
-            precision="bf16-pure", loss="fused"),
-    CudaRow(Case("MF-17", "ran"), MPT_13B, "a100-40", 4, 2048, 1, precision="bf16-pure", loss="fused"),
+CUDA_CASES = [
+    Case("TT-18", "active", note="FSDP1 FULL_SHARD, modelled as FSDP2 (bf16 gathers either way)"),
+    Case("TT-20", "active"),
+    Case("TT-20-reserved", "reserved", gap="reserved = allocated on the CUDA presets (allocator_cache_factor 0; "
+         "issue 17 item 5): 48.1 GiB vs 59.41 reserved (-19%)"),
+    Case("TT-01", "reserved", gap="reserved not modelled on CUDA (item 5): 69.3 GiB vs 82.4 (-16%)"),
+    Case("TT-02", "reserved", note="compiled; 69.3 GiB vs 77.0 (-10.0%, the edge of the tolerance): compile's "
+         "savings and the unmodelled reserve cancel, as in TT-23"),
+    Case("TT-21", "reserved", gap="torch.compile (item 7) and reserved (item 5): 21.3 GiB vs 28.9 (-26%)"),
+    Case("TT-22", "reserved", gap="torch.compile (item 7) and reserved (item 5): 48.1 GiB vs 53.83 (-11%)"),
+    Case("TT-23", "reserved", note="compiled; compile's savings (not modelled) and the allocator's reserve (not "
+         "modelled on CUDA) roughly cancel here: a coincidence, not evidence for either"),
+    Case("TT-24", "ran", gap="compiled, no checkpointing, at 95% of the device: predicted 104.3 GiB, over the "
+         "device; compile frees elementwise intermediates (item 7)"),
+    Case("MF-06", "ran", note="llm-foundry's fused cross-entropy (--loss fused)"),
+    Case("MF-08", "ran"),
+    Case("MF-09", "ran"),
+    Case("MF-13", "ran"),
+    Case("MF-15", "ran", note="bf16 PURE: bf16 reduce, fp32 master and state as the record stores it"),
+    Case("MF-17", "ran"),
 ]
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.case.id, marks=_marks(r.case)) for r in CUDA_ROWS])
-def test_cuda_row(row: CudaRow):
-    p = _platform(row.platform)
-    sc = build_scenario(row.model, platform=p, nodes=1, ranks_per_node=8, seq_len=row.seq_len,
-                        micro_batch=row.micro_batch, global_batch=8 * row.micro_batch, ckpt_freq=row.ckpt,
-                        precision=row.precision, loss=row.loss)
-    o = evaluate(sc, get_strategy("fsdp_full_shard"))
-    rt = runtime_memory(o.memory, p)
-    if row.case.counter == "ran":
-        assert o.feasible, f"{row.case.id}: {o.why_not}"
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=_marks(c)) for c in CUDA_CASES])
+def test_cuda_record(case: Case):
+    r = CUDA[case.id.removesuffix("-reserved")]
+    sc = build_scenario(**r.scenario_kwargs())
+    o = evaluate(sc, get_strategy(r.planner_strategy).with_options(reduce_dtype=r.scenario.reduce_dtype))
+    rt = runtime_memory(o.memory, sc.platform)
+    if case.counter == "ran":
+        assert o.feasible, f"{case.id}: {o.why_not}"
         return
-    predicted = rt.reserved if row.case.counter == "reserved" else rt.allocated
-    assert _within(predicted, row.measured_gib * GiB), f"{row.case.id}: predicted {predicted / GiB:.1f} GiB"
+    predicted = rt.reserved if case.counter == "reserved" else rt.allocated
+    measured = r.peak_bytes(case.counter)
+    assert _within(predicted, measured), f"{case.id}: predicted {predicted / GiB:.1f} GiB vs {measured / GiB:.1f}"

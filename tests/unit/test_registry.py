@@ -64,12 +64,25 @@ def test_variant_is_emitted(variant, tmp_path):
 
 
 def test_variant_is_wrapped_for_real(variant, one_rank):
+    """One SGD step through the variant's job equals the same step on the bare model: on one rank
+    DDP's all-reduce averages over one gradient, so job.backward + job.step must give p - lr * grad."""
+    torch.manual_seed(0)
+    ref, tokens = TinyLlama(TinyConfig()), torch.randint(0, TinyConfig().vocab, (2, 8))
+    torch.manual_seed(0)
     job = wrap(TinyLlama(TinyConfig()), NAME, ctx=one_rank, optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
                mixed_precision=None)
     assert job.model.bucket_bytes_cap == 100 * 2**20
-    loss = job.model(torch.randint(0, TinyConfig().vocab, (2, 8))).float().mean()
-    job.backward(loss)
+    ref(tokens).float().mean().backward()
+    before = {n: p.detach().clone() for n, p in ref.named_parameters()}
+    job.backward(job.model(tokens).float().mean())
+    grads = {n.removeprefix("module."): p.grad for n, p in job.model.named_parameters()}
+    for n, p in ref.named_parameters():
+        assert grads[n] is not None and torch.allclose(grads[n], p.grad, atol=1e-6), n
     job.step()
+    stepped = {n.removeprefix("module."): p.detach() for n, p in job.model.named_parameters()}
+    for n, p in ref.named_parameters():
+        assert torch.allclose(stepped[n], before[n] - 0.1 * p.grad, atol=1e-6), n
+    assert any(not torch.equal(stepped[n], before[n]) for n in before)  # the step moved something
 
 
 def test_registry_refuses_clashes():

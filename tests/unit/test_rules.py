@@ -1,27 +1,92 @@
-"""Typed rule facts: every rule in data/rules.toml fires from the facts it names, a `when` key
-that is not a fact is refused, and each stage's facts come from one place (the engine adds its own)."""
+"""Typed rule facts: every rule in data/rules.toml fires in the situation its source describes
+(written here from DOMAIN.md and the ALCF docs, not from the rule's own `when`) and stops once the
+fix is applied; a `when` key that is not a fact is refused; each stage's facts come from one place."""
 
 from __future__ import annotations
 
 import pytest
 
 from prism_strategy.planning.planner import _situation
-from prism_strategy.rules import FACT_NAMES, RuleFacts, check, load_rules, parse_rules
+from prism_strategy.rules import FACT_NAMES, check, get_rule, load_rules, parse_rules
 from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs import SpecError
 from prism_strategy.strategies import get_strategy
 
 
-def _facts_for(rule) -> RuleFacts:
-    return RuleFacts(**{k: (v[0] if isinstance(v, list) else v) for k, v in rule.when.items()})
+# Each rule's situation, written from its source (DOMAIN.md sections 2, 4, 5 and the ALCF docs
+# each rule names), not from rules.toml's `when`; then the same run with the rule's fix applied.
+SITUATIONS: dict[str, tuple[dict, dict]] = {
+    # DOMAIN 5: multi-node compile on XPU deadlocks oneCCL; "single node is fine"
+    "xpu-multinode-compile": (dict(device="xpu", engine="fsdp2", compile=True, multi_node=True),
+                              dict(multi_node=False)),
+    # DOMAIN 2/5: DeepSpeed + torch.compile is not viable (NaN / AttributeError), on any device
+    "deepspeed-compile": (dict(device="cuda", engine="deepspeed", compile=True, multi_node=False), dict(compile=False)),
+    # DOMAIN 2: find_unused_parameters=True disables static_graph
+    "find-unused-vs-static-graph": (dict(engine="ddp", find_unused_parameters=True, static_graph=True),
+                                    dict(static_graph=False)),
+    "find-unused-cost": (dict(device="xpu", engine="ddp", find_unused_parameters=True, static_graph=False),
+                         dict(find_unused_parameters=False)),
+    # DOMAIN 4: no device_id on XPU (DataLoader workers hang); CUDA may pass it
+    "xpu-no-device-id": (dict(device="xpu", backend="xccl", passes_device_id=True), dict(device="cuda")),
+    # DOMAIN 4: FSDP and ZeRO-3 runs must not preload libpil4dfs.so
+    "daos-preload-fsdp": (dict(device="xpu", engine="deepspeed", reshard_or_sharded=True, preloads_pil4dfs=True),
+                          dict(preloads_pil4dfs=False)),
+    # DOMAIN 4: never empty_cache() inside FSDP training on XPU
+    "xpu-empty-cache-fsdp": (dict(device="xpu", engine="fsdp2", calls_empty_cache=True), dict(calls_empty_cache=False)),
+    # DOMAIN 2: wrapping only the root makes one giant flat parameter
+    "fsdp-root-only-wrap": (dict(device="cuda", engine="fsdp2", root_only_wrap=True), dict(root_only_wrap=False)),
+    # DOMAIN 4: create DataLoader workers before the device mesh (XPU)
+    "dataloader-workers-after-mesh": (dict(device="xpu", workers_after_mesh=True), dict(workers_after_mesh=False)),
+    # DOMAIN 4: a 1-element fp32 all-reduce dropped the last rank in one oneCCL release
+    "allreduce-one-element-probe": (dict(one_element_fp32_allreduce=True), dict(one_element_fp32_allreduce=False)),
+    # DOMAIN 4: a later `module load frameworks` overrides earlier CCL exports
+    "launcher-export-before-module-load": (dict(exported_before_module_load=True),
+                                           dict(exported_before_module_load=False)),
+    "launcher-no-per-rank-export": (dict(device="xpu", per_rank_exports=False), dict(per_rank_exports=True)),
+    # ALCF: one rank per tile, 12 per node in FLAT mode
+    "launcher-ranks-per-node-mismatch": (dict(ranks_per_node_matches=False), dict(ranks_per_node_matches=True)),
+    "launcher-device-hierarchy-mismatch": (dict(hierarchy_matches_ranks=False), dict(hierarchy_matches_ranks=True)),
+    "launcher-rank-straddles-sockets": (dict(rank_straddles_sockets=True), dict(rank_straddles_sockets=False)),
+    "launcher-queue-limits": (dict(queue_fits=False), dict(queue_fits=True)),
+    "launcher-missing-filesystems": (dict(names_filesystems=False), dict(names_filesystems=True)),
+    # DOMAIN 4: after a hung job stale XCCL state makes the next job hang
+    "stale-device-processes": (dict(stale_device_processes=True), dict(stale_device_processes=False)),
+    "env-differs-from-profile": (dict(differs_from_profile=True), dict(differs_from_profile=False)),
+}
+
+# A run that follows every rule: 2 Aurora nodes, FSDP2 per block, eager, PRISM's launcher.
+HEALTHY = dict(device="xpu", backend="xccl", engine="fsdp2", compile=False, multi_node=True,
+               find_unused_parameters=False, static_graph=False, passes_device_id=False, root_only_wrap=False,
+               reshard_or_sharded=True, preloads_pil4dfs=False, calls_empty_cache=False, workers_after_mesh=False,
+               one_element_fp32_allreduce=False, exported_before_module_load=False, per_rank_exports=True,
+               ranks_per_node_matches=True, stale_device_processes=False, differs_from_profile=False,
+               hierarchy_matches_ranks=True, rank_straddles_sockets=False, queue_fits=True, names_filesystems=True)
 
 
-@pytest.mark.parametrize("rule", load_rules(), ids=lambda r: r.id)
-def test_every_rule_fires_from_its_facts_and_not_without_them(rule):
-    assert rule.id in {v.rule.id for v in check(_facts_for(rule))}
-    key = next(iter(rule.when))
-    unknown = RuleFacts(**{k: v for k, v in _facts_for(rule).known().items() if k != key})
-    assert rule.id not in {v.rule.id for v in check(unknown)}  # an unknown fact never matches
+def fired(facts: dict) -> set[str]:
+    return {v.rule.id for v in check(facts)}
+
+
+def test_every_rule_has_a_situation_from_its_source():
+    assert set(SITUATIONS) == {r.id for r in load_rules()}
+
+
+@pytest.mark.parametrize("rule_id", sorted(SITUATIONS))
+def test_rule_fires_in_its_situation_and_not_once_fixed(rule_id):
+    situation, fix = SITUATIONS[rule_id]
+    assert rule_id in fired(situation)
+    assert rule_id not in fired(situation | fix)
+
+
+@pytest.mark.parametrize("rule_id", sorted(SITUATIONS))
+def test_an_unknown_fact_never_matches(rule_id):
+    situation, _ = SITUATIONS[rule_id]
+    for key in get_rule(rule_id).when:
+        assert rule_id not in fired({k: v for k, v in situation.items() if k != key}), key
+
+
+def test_a_run_that_follows_every_rule_fires_none():
+    assert fired(HEALTHY) == set()
 
 
 def test_when_keys_are_facts():

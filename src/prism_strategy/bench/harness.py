@@ -53,10 +53,13 @@ def _kill_session(proc: subprocess.Popen) -> None:
             continue
 
 
-def worker_command(configs: list[dict[str, Any]], out: Path, extra: list[str]) -> list[str]:
+WORKER = "prism_strategy.bench.worker"
+
+
+def worker_command(configs: list[dict[str, Any]], out: Path, extra: list[str], module: str = WORKER) -> list[str]:
     nproc = int(configs[0]["nproc"])
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-            "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "prism_strategy.bench.worker",
+            "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", module,
             "--config", json.dumps(configs), "--out", str(out), *extra]
 
 
@@ -66,8 +69,9 @@ def launch(config: dict[str, Any], *, timeout_s: float, memory_limit_bytes: floa
 
 
 def launch_many(configs: list[dict[str, Any]], *, timeout_s: float, memory_limit_bytes: float | None = None,
-                extra_args: list[str] | None = None) -> list[Outcome]:
-    """One torchrun job running the configs in turn (same nproc); one Outcome per config."""
+                extra_args: list[str] | None = None, module: str = WORKER) -> list[Outcome]:
+    """One torchrun job running the configs in turn (same nproc); one Outcome per config.
+    module: the worker each rank runs (the bench worker, or commbench's)."""
     if len({int(c["nproc"]) for c in configs}) != 1:
         raise SpecError("configs launched together must have the same nproc")
     extra = list(extra_args or [])
@@ -80,7 +84,7 @@ def launch_many(configs: list[dict[str, Any]], *, timeout_s: float, memory_limit
         out, log = Path(tmp) / "ranks", Path(tmp) / "log.txt"
         t0 = time.perf_counter()
         with log.open("wb") as f:
-            proc = subprocess.Popen(worker_command(configs, out, extra), stdout=f, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(worker_command(configs, out, extra, module), stdout=f, stderr=subprocess.STDOUT,
                                     start_new_session=True, env=env)
             try:
                 rc = proc.wait(timeout_s)

@@ -31,7 +31,8 @@ def predict(config: dict[str, Any], platform: PlatformSpec) -> dict[str, float]:
         nodes=nproc // rpn, ranks_per_node=rpn, seq_len=int(config["seq_len"]),
         micro_batch=int(config["micro_batch"]), global_batch=int(config["micro_batch"]) * nproc * int(config.get("grad_accum", 1)),
         ckpt_freq=config.get("ckpt_freq", 0), precision=config.get("precision", "bf16-mixed"),
-        optimizer=config.get("optimizer", "adamw"), loss=config.get("loss", "upcast"))
+        optimizer=config.get("optimizer", "adamw"), loss=config.get("loss", "upcast"),
+        compile=bool(config.get("compile", False)))
     o = evaluate(sc, get_strategy(config["strategy"]))
     return {"step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "memory_bytes": o.memory.total,
             "activation_bytes": o.memory.activations, "max_micro_batch": o.max_micro_batch,

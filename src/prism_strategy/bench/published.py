@@ -44,6 +44,13 @@ class PublishedScenario:
     compile: bool = False
     fsdp_version: int | None = None
     fsdp_wrap: str | None = None
+    ckpt_policy: Literal["blocks", "sac"] = "blocks"
+    """blocks: whole checkpointed blocks (ckpt_freq); sac: torchtitan's per-op selective policy on every block."""
+    loss: Literal["upcast", "fused", "chunked"] = "upcast"
+    """The loss kernel: fp32 logits materialised (HF, torchtitan), fused (llm-foundry), or chunked."""
+    reduce_dtype: Literal["fp32", "bf16"] | None = None
+    float8: bool = False
+    """Float8 linears (torchao): no planner precision models it."""
 
     @property
     def world(self) -> int:
@@ -63,6 +70,11 @@ class PublishedMeasured:
     data_s: float | None = None
     samples_per_s: Range | None = None
     tflops_per_device: float | None = None
+    tokens_per_s_per_device: Range | None = None
+    mfu: float | None = None
+    """Model FLOPs utilisation as the source reports it (its definition in the file's [mfu_definition])."""
+    peak_active_gb: Range | None = None
+    """The caching allocator's active bytes (about max_memory_allocated)."""
     peak_gb: Range | None = None
     """Peak device memory as the run reported it, allocated or reserved not said."""
     peak_allocated_gb: float | None = None
@@ -93,6 +105,10 @@ class PublishedRecord:
     """Why the record's own figures disagree with each other, when they do."""
     notes: tuple[str, ...] = ()
     memory_unit_bytes: int = 2**30
+    hardware: str = ""
+    stack: str = ""
+    unmodelled: tuple[str, ...] = ()
+    """Stack features of the run the planner does not model (sac, float8, fsdp1, fused_loss)."""
 
     def scenario_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for build_scenario / plan (strategy and grad accum excluded:
@@ -100,7 +116,8 @@ class PublishedRecord:
         s = self.scenario
         kw: dict[str, Any] = dict(mode=s.mode, platform=self.platform, nodes=s.nodes, ranks_per_node=s.ranks_per_node,
                                   seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.samples_per_step,
-                                  ckpt_freq=s.ckpt_freq, precision=s.precision, compile=s.compile)
+                                  ckpt_freq="sac" if s.ckpt_policy == "sac" else s.ckpt_freq, precision=s.precision,
+                                  compile=s.compile, loss=s.loss)
         if s.bucket_mb is not None and "bucket_mb" in engine_of(get_strategy(self.planner_strategy)).options:
             kw["bucket_mb"] = s.bucket_mb
         return {"model": s.model, **kw} | ({"vision": s.vision} if s.vision else {})
@@ -118,6 +135,10 @@ class PublishedRecord:
         sps = mid(m.samples_per_s)
         if sps:
             return self.scenario.samples_per_step / sps
+        tps = mid(m.tokens_per_s_per_device)
+        if tps:
+            s = self.scenario
+            return s.micro_batch * s.grad_accum * s.seq_len / tps
         if m.tflops_per_device:
             from prism_strategy.specs.presets import load_model
 
@@ -127,9 +148,9 @@ class PublishedRecord:
         return None
 
     def peak_bytes(self, kind: str = "peak") -> float | None:
-        """kind: peak (as reported), allocated or reserved."""
+        """kind: peak (as reported), allocated, reserved or active."""
         v = {"peak": mid(self.measured.peak_gb), "allocated": self.measured.peak_allocated_gb,
-             "reserved": self.measured.peak_reserved_gb}[kind]
+             "reserved": self.measured.peak_reserved_gb, "active": mid(self.measured.peak_active_gb)}[kind]
         return None if v is None else v * self.memory_unit_bytes
 
     def as_config(self) -> dict[str, Any]:
@@ -171,6 +192,7 @@ def load_published(name: str) -> tuple[PublishedRecord, ...]:
     if not isinstance(data.get("record"), list) or not data.get("platform"):
         raise SpecError(f"{where}: needs `platform` and at least one [[record]]")
     sources, unit = data.get("sources", {}), data.get("memory_unit_bytes", 2**30)
+    hardware, stack = data.get("hardware", {}), data.get("stack", {})
     known = {s.name for s in STRATEGIES} | {"none"}
     out, seen = [], set()
     for i, raw in enumerate(data["record"]):
@@ -188,10 +210,11 @@ def load_published(name: str) -> tuple[PublishedRecord, ...]:
         scenario = build(PublishedScenario, raw["scenario"], here + " scenario")
         measured = build(PublishedMeasured, raw.get("measured", {}), here + " measured")
         _check(here, scenario, measured, known)
-        out.append(PublishedRecord(id=rid, section=section, source=source, platform=data["platform"], scenario=scenario,
-                                   measured=measured, assumed=tuple(raw.get("assumed", ())),
+        out.append(PublishedRecord(id=rid, section=section, source=source, platform=str(raw.get("platform", data["platform"])),
+                                   scenario=scenario, measured=measured, assumed=tuple(raw.get("assumed", ())),
                                    inconsistent=raw.get("inconsistent"), notes=tuple(raw.get("notes", ())),
-                                   memory_unit_bytes=int(unit)))
+                                   memory_unit_bytes=int(unit), hardware=str(hardware.get(section, "")),
+                                   stack=str(stack.get(section, "")), unmodelled=tuple(raw.get("unmodelled", ()))))
     return tuple(out)
 
 
@@ -207,10 +230,11 @@ def _check(here: str, s: PublishedScenario, m: PublishedMeasured, strategies: se
         if getattr(s, f) < 1:
             raise SpecError(f"{here}: scenario {f} must be >= 1, got {getattr(s, f)}")
     if not any(getattr(m, f) is not None for f in ("step_s", "samples_per_s", "tflops_per_device", "peak_gb",
-                                                     "peak_allocated_gb", "peak_reserved_gb")):
+                                                     "peak_allocated_gb", "peak_reserved_gb",
+                                                     "tokens_per_s_per_device", "peak_active_gb")):
         raise SpecError(f"{here}: measures nothing a prediction can be checked against "
-                        "(step_s, samples_per_s, tflops_per_device or a peak memory figure)")
-    for f in ("step_s", "samples_per_s", "tflops_per_device", "peak_gb"):
+                        "(step_s, samples_per_s, tokens_per_s_per_device, tflops_per_device or a peak memory figure)")
+    for f in ("step_s", "samples_per_s", "tflops_per_device", "peak_gb", "tokens_per_s_per_device"):
         v = getattr(m, f)
         for x in (v if isinstance(v, tuple) else (v,)):
             if x is not None and x <= 0:

@@ -196,6 +196,11 @@ class Store:
                 raise SpecError(f"results store {self.path} is not a usable SQLite database ({e}); "
                                 "pass --db elsewhere") from None
 
+    def run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
+        """`op(connection)` on this store, retried whole under lock contention: for the tables
+        other modules own (bench/curves.py: measured collective curves)."""
+        return self._run(op)
+
     def add(self, r: Result) -> int:
         return self.add_many([r])[0][0]
 

@@ -57,7 +57,9 @@ def build_model(config: dict[str, Any]) -> torch.nn.Module:
     from prism_strategy.specs.hf import to_hf_config
 
     cfg = to_hf_config(resolve_model(config_model(config)))
-    cfg._attn_implementation = "sdpa"
+    cls = transformers.AutoModelForCausalLM._model_mapping[type(cfg)]
+    # SDPA where the family has it; Gemma 2 has none (logit soft-capping): transformers' own default, eager
+    cfg._attn_implementation = "sdpa" if cls._supports_sdpa else None
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(cfg)
 

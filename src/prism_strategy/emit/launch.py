@@ -203,12 +203,16 @@ def _notes(job: _Job) -> list[str]:
 
 # --- launchers -------------------------------------------------------------------------------
 def _launcher_files(job: _Job) -> list[FileText]:
+    from prism_strategy.emit.commbench import commbench_files
+
     if job.platform.launcher == "pbs":
         return [FileText(name="launch.pbs", text=render_pbs(job), executable=True,
-                         description="PBS job: `qsub launch.pbs` (mpiexec, one rank per device)")]
+                         description="PBS job: `qsub launch.pbs` (mpiexec, one rank per device)"),
+                *commbench_files(job)]
     if job.platform.launcher == "slurm":
         return [FileText(name="launch.slurm", text=render_slurm(job), executable=True,
-                         description="Slurm job: `sbatch launch.slurm` (srun, one rank per device)")]
+                         description="Slurm job: `sbatch launch.slurm` (srun, one rank per device)"),
+                *commbench_files(job)]
     return []
 
 
@@ -217,7 +221,7 @@ def _run_line(job: _Job) -> str:
     return "exec python3 " + " ".join(words)
 
 
-def _rank_function(job: _Job, rank: str, local_rank: str) -> list[str]:
+def _rank_function(job: _Job, rank: str, local_rank: str, run_line: str | None = None) -> list[str]:
     """The per-rank command: modules, profile, layout, script. $1..$4 = addr, port, world, ranks per node.
     `rank` and `local_rank` are shell expansions that fail loudly when the launcher set neither."""
     i = "    "
@@ -232,7 +236,7 @@ def _rank_function(job: _Job, rank: str, local_rank: str) -> list[str]:
         f'{i}export RANK="{rank}" LOCAL_RANK="{local_rank}" WORLD_SIZE="$3" LOCAL_WORLD_SIZE="$4"',
         f'{i}export MASTER_ADDR="$1" MASTER_PORT="$2"',
         f"{i}export PRISM_STRATEGY_FILE={sh_quote(job.strategy_file)}",
-        f"{i}{_run_line(job)}",
+        f"{i}{run_line or _run_line(job)}",
         "}",
     ]
 
@@ -279,7 +283,7 @@ def _master_addr(job: _Job) -> list[str]:
     return lines
 
 
-def render_pbs(job: _Job) -> str:
+def render_pbs(job: _Job, run_line: str | None = None) -> str:
     lay = job.layout
     lines = [
         "#!/bin/bash -l",
@@ -295,7 +299,7 @@ def render_pbs(job: _Job) -> str:
         *_master_addr(job),
         f"MASTER_PORT={MASTER_PORT}",
         "",
-        *_rank_function(job, PALS_RANK, PALS_LOCAL_RANK),
+        *_rank_function(job, PALS_RANK, PALS_LOCAL_RANK, run_line),
         "",
         f'mpiexec -n "$NRANKS" -ppn "$RANKS_PER_NODE"{_cpu_bind(job)} \\',
         "    " + RANK_LAUNCH,
@@ -303,7 +307,7 @@ def render_pbs(job: _Job) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_slurm(job: _Job) -> str:
+def render_slurm(job: _Job, run_line: str | None = None) -> str:
     req, lay = job.req, job.layout
     directives = [
         f"#SBATCH --job-name={_directive_name(req.job_name)}",
@@ -331,7 +335,7 @@ def render_slurm(job: _Job) -> str:
         'MASTER_ADDR="$(scontrol show hostnames "${SLURM_JOB_NODELIST:?not running under Slurm}" | head -n 1)"',
         f"MASTER_PORT={MASTER_PORT}",
         "",
-        *_rank_function(job, SLURM_RANK, SLURM_LOCAL_RANK),
+        *_rank_function(job, SLURM_RANK, SLURM_LOCAL_RANK, run_line),
         "",
         'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE" \\',
         "    " + RANK_LAUNCH,

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout
-from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import OPTIMIZER_STATES, TrainingSpec
 
 if TYPE_CHECKING:
@@ -50,6 +49,9 @@ class StepCollective:
     overlappable: bool
     what: str = ""
     """What it moves, for people ("gradient buckets", "per-block all-gather", ...)."""
+    sizes: tuple[float, ...] = ()
+    """Bytes of each call of one micro-step in the order they are issued, where they differ (FSDP2's
+    root unit and its blocks, DDP's buckets): estimate/overlap.py's schedule. Empty: all bytes_per_call."""
 
     @property
     def bytes(self) -> float:
@@ -87,6 +89,9 @@ class Engine(ABC):
     """The caller can declare the graph fixed (DDP static_graph=True): the plan and emit say when."""
     unit_wrapped: ClassVar[bool] = False
     """Wraps transformer blocks as units (FSDP2): wrapping only the root is a rule fact."""
+    world_on_mesh: ClassVar[bool] = False
+    """Its world collectives run on the DeviceMesh's group (FSDP2's 1-D mesh), not the default
+    process group (DDP, DeepSpeed): what commbench replays them on."""
     config_file: ClassVar[str | None] = None
     """The engine's own config file, written by emit and passed to wrap (ds_config.json)."""
 
@@ -190,18 +195,19 @@ Tensor = tuple[int, int]
 class PartModules:
     """A part's parameter tensors grouped by owning module, in forward order. `embed` and `head`
     are the modules outside the blocks; `embed_unit` / `head_unit`: HF lists them in
-    _no_split_modules (SigLIP's vision embeddings and pooling head), so wrap() makes them units."""
+    _no_split_modules (SigLIP's and CLIP's vision embeddings, SigLIP's pooling head), so wrap()
+    makes them units."""
 
     embed: list[list[Tensor]]
-    block: list[list[Tensor]]
-    layers: int
+    blocks: list[list[list[Tensor]]]
+    """Each transformer block's modules (an MoE stack mixes dense and sparse blocks)."""
     head: list[list[Tensor]]
     embed_unit: bool = False
     head_unit: bool = False
     """The head's modules after the first (the post-norm) are one unit (SigLIP's pooling head)."""
 
     def forward_order(self) -> list[list[Tensor]]:
-        return self.embed + self.block * self.layers + self.head
+        return self.embed + [m for b in self.blocks for m in b] + self.head
 
 
 def _linear(out: int, inp: int, bias: bool) -> list[Tensor]:
@@ -209,33 +215,15 @@ def _linear(out: int, inp: int, bias: bool) -> list[Tensor]:
 
 
 def part_modules(part: Part) -> PartModules:
-    """Every module of a part with its tensors (HF layouts: Llama, Qwen, SigLIP; the projector is
-    LLaVA's Linear + GELU + Linear)."""
+    """Every module of a part with its tensors: the spec's module lists (specs/model.py, the layouts
+    transformers builds); the projector is LLaVA's Linear + GELU + Linear."""
     if part.spec is None:
         i, o = part.widths
-        return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], block=[], layers=0, head=[])
+        return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], blocks=[], head=[])
     sp = part.spec
-    h, q, kv, f = sp.hidden, sp.q_width, sp.kv_width, sp.ffn
-    norm: list[Tensor] = {"rmsnorm": [(h, h)], "layernorm": [(h, h), (h, h)], "layernorm_noparam": []}[sp.norm]
-    block = [norm, _linear(q, h, sp.qkv_bias), _linear(kv, h, sp.qkv_bias), _linear(kv, h, sp.qkv_bias)]
-    if sp.qk_norm != "none":
-        w = sp.head_dim if sp.qk_norm == "per_head" else None
-        block += [[(w or q, w or q)], [(w or kv, w or kv)]]
-    block += [_linear(h, q, sp.o_bias), norm]
-    mlp = [(f, h), (f, h), (h, f)] if sp.mlp == "swiglu" else [(f, h), (h, f)]
-    block += [_linear(out, inp, sp.mlp_bias) for out, inp in mlp]
-    if sp.kind == "vision":
-        c, p = sp.channels, sp.patch_size
-        embed = [[(c * p * p * h, h), (h, h)], [(sp.num_patches * h, sp.num_patches)]]
-        head = [norm]
-        if sp.pooling_head:
-            head += [[(h, 1), (3 * h * h, 3 * h), (3 * h, 3 * h)], _linear(h, h, True), norm,
-                     _linear(f, h, True), _linear(h, f, True)]
-        return PartModules(embed=[m for m in embed if m], block=[m for m in block if m], layers=sp.layers,
-                           head=[m for m in head if m], embed_unit=True, head_unit=sp.pooling_head)
-    head = [norm] + ([] if sp.tied_embeddings else [[(sp.vocab * h, sp.vocab)]])
-    return PartModules(embed=[[(sp.vocab * h, sp.vocab)]], block=[m for m in block if m], layers=sp.layers,
-                       head=[m for m in head if m])
+    vision = sp.kind == "vision"
+    return PartModules(embed=sp.embed_modules(), blocks=sp.stack, head=sp.head_modules(), embed_unit=vision,
+                       head_unit=vision and sp.pooling_head)
 
 
 def numels(modules: list[list[Tensor]]) -> list[int]:

@@ -34,12 +34,19 @@ FIRST_BUCKET_BYTES = 1 * MiB
 
 def bucket_count(tensor_bytes: list[float], first_cap: float, cap: float) -> int:
     """The Reducer's greedy assignment: add tensors (reverse order) until a bucket holds >= its cap."""
-    buckets, size, limit = 0, 0.0, first_cap
+    return len(bucket_sizes(tensor_bytes, first_cap, cap))
+
+
+def bucket_sizes(tensor_bytes: list[float], first_cap: float, cap: float) -> list[float]:
+    """Bytes of each bucket in the order backward fills (and all-reduces) them: reverse parameter order."""
+    out: list[float] = []
+    size, limit = 0.0, first_cap
     for b in reversed(tensor_bytes):
         size += b
         if size >= limit:
-            buckets, size, limit = buckets + 1, 0.0, cap
-    return buckets + (1 if size > 0 else 0)
+            out.append(size)
+            size, limit = 0.0, cap
+    return out + ([size] if size > 0 else [])
 
 
 class DDPEngine(Engine):
@@ -74,10 +81,11 @@ class DDPEngine(Engine):
         sizes = [n * e for p in parts if p.trains for n in numels(part_modules(p).forward_order())]
         cap = (s.bucket_mb or DEFAULT_BUCKET_MB) * MiB
         first = FIRST_BUCKET_BYTES if s.bucket_mb is None else cap
-        calls = bucket_count(sizes, first, cap)
+        buckets = bucket_sizes(sizes, first, cap)
+        calls = len(buckets)
         out = [StepCollective(op="all_reduce", group="world", group_size=layout.world, dtype=TORCH_DTYPE[t.grad_dtype],
                               bytes_per_call=sum(sizes) / calls, calls=calls, phase="backward", overlappable=True,
-                              what=f"gradient buckets ({cap / MiB:g} MiB cap)")]
+                              what=f"gradient buckets ({cap / MiB:g} MiB cap)", sizes=tuple(buckets))]
         buffers = sum(_rope_buffer_bytes(p) for p in parts)
         if buffers:  # broadcast_buffers=True: once per synchronized forward (not under no_sync)
             out.append(StepCollective(op="broadcast", group="world", group_size=layout.world, dtype="float32",

@@ -173,8 +173,9 @@ class DeepSpeedEngine(Engine):
             flat = -(-pt // (2 * n)) * 2 * n
             add("all_gather", model_dtype, flat, 1 if pt else 0, "step", False, "updated bf16 params, after the step")
         else:
-            add("all_gather", model_dtype, *_zero3_gathers(parts, b, grad_accum), "forward", True,
-                "per-module param gathers (+ prefetch), forward and backward")
+            fwd, bwd = _zero3_gathers(parts, b, grad_accum)
+            add("all_gather", model_dtype, *fwd, "forward", True, "per-module param gathers (+ prefetch), forward")
+            add("all_gather", model_dtype, *bwd, "backward", True, "modules released in forward, gathered again")
             padded = sum(-(-x // n) * n for x in grad_sizes)
             add("reduce_scatter", cd, padded * grad_accum, _ipg_buckets(grad_sizes, b) * grad_accum, "backward", True,
                 "gradient buckets, reduce-scattered")
@@ -232,8 +233,8 @@ def _ipg_buckets(sizes: list[int], bucket: int) -> int:
     return calls + (1 if filled else 0)
 
 
-def _zero3_gathers(parts: tuple[Part, ...], bucket: int, grad_accum: int) -> tuple[float, int]:
-    """(elements, calls) of ZeRO-3's per-module gathers over one step. Forward: every module
+def _zero3_gathers(parts: tuple[Part, ...], bucket: int, grad_accum: int) -> tuple[tuple[float, int], tuple[float, int]]:
+    """(elements, calls) of ZeRO-3's per-module gathers over one step, forward and backward. Forward: every module
     holding a non-persistent param, fetched in prefetch calls of up to prefetch_bucket_size
     elements each (one per module when modules are larger).
     Backward, where gradients flow: the modules whose next use is more than the reuse distance
@@ -246,7 +247,6 @@ def _zero3_gathers(parts: tuple[Part, ...], bucket: int, grad_accum: int) -> tup
         if gathered and backward and 2 * after >= MAX_REUSE_DISTANCE:
             released.append(gathered)
         after += total
-    elems = sum(fwd) + sum(released)
     # the model's own module (no direct params) is fetched first, so prefetches carry everything
-    calls = sum(min(len(x), ceil_div(sum(x), bucket)) for x in (fwd, released) if x)
-    return elems * grad_accum, calls * grad_accum
+    calls = [min(len(x), ceil_div(sum(x), bucket)) if x else 0 for x in (fwd, released)]
+    return ((sum(fwd) * grad_accum, calls[0] * grad_accum), (sum(released) * grad_accum, calls[1] * grad_accum))

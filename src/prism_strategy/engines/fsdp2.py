@@ -56,7 +56,7 @@ def fsdp_units(parts: tuple[Part, ...], shards: int, wrap: str) -> list[Unit]:
     for p in parts:
         pm = part_modules(p)
         head_rest = pm.head[1:] if pm.head_unit else []
-        groups = [(pm.embed, pm.embed_unit)] + [(pm.block, True)] * pm.layers
+        groups = [(pm.embed, pm.embed_unit)] + [(b, True) for b in pm.blocks]
         groups += [(pm.head[:1] if pm.head_unit else pm.head, False), (head_rest, True)]
         for modules, unit in groups:
             if not modules:
@@ -91,6 +91,7 @@ class FSDP2Engine(Engine):
     traced_with = "fake_pg"
     options = ("reduce_dtype",)
     unit_wrapped = True
+    world_on_mesh = True
 
     def states(self, parts, t, s, layout) -> Rows:
         return sharded_states(parts, t, s, layout)
@@ -112,24 +113,29 @@ class FSDP2Engine(Engine):
         rd = reduce_dtype(s, t)
         out: list[StepCollective] = []
 
-        def add(op, grp, size, dtype, elems, calls, phase, overlap, what):
+        def add(op, grp, size, dtype, elems, calls, phase, overlap, what, order=()):
             if calls:
                 out.append(StepCollective(op=op, group=grp, group_size=size, dtype=dtype, calls=calls, phase=phase,
                                           bytes_per_call=elems * DTYPE_BYTES[dtype] / calls, overlappable=overlap,
-                                          what=what))
+                                          what=what, sizes=tuple(n * DTYPE_BYTES[dtype] for n in order)))
 
+        # issue order: the root is gathered first (its pre-forward wraps the blocks') and reduced last
+        # (its post-backward runs from the root's final callback); the blocks in between, backward reversed
         add("all_gather", group, shards, ag_dtype, sum(u.params for u in units) * grad_accum,
-            len(units) * grad_accum, "forward", len(units) > 1, "each unit's params, forward")
+            len(units) * grad_accum, "forward", len(units) > 1, "each unit's params, forward",
+            [units[-1].params] + [u.params for u in units[:-1]])
         if s.reshard_after_forward:
             again = regathered(units)
             add("all_gather", group, shards, ag_dtype, sum(u.params for u in again) * grad_accum,
-                len(again) * grad_accum, "backward", True, "resharded blocks re-gathered in backward")
+                len(again) * grad_accum, "backward", True, "resharded blocks re-gathered in backward",
+                [u.params for u in reversed(again)])
         reduced = [u for u in units if u.trainable > 0]
+        order = [u.trainable for u in reversed(reduced) if u.block] + [u.trainable for u in reduced if not u.block]
         add("reduce_scatter", group, shards, rd, sum(u.trainable for u in reduced), len(reduced), "backward", True,
-            "each unit's gradients")
+            "each unit's gradients", order)
         if s.hybrid and layout.nodes > 1:
             add("all_reduce", "across_nodes", layout.nodes, rd, sum(u.trainable for u in reduced) / shards,
-                len(reduced), "backward", True, "reduced shards across the replicas")
+                len(reduced), "backward", True, "reduced shards across the replicas", [n / shards for n in order])
         return tuple(out)
 
 

@@ -6,8 +6,11 @@ halved for causal masks (flash attention skips the masked half). Backward: 2x fo
 trainable part (activation and weight gradients); 1x for the matmuls of a frozen part that
 gradients flow through (activation gradients only) and 2x its attention; 0 for a frozen part
 with nothing trainable below it. Activation checkpointing recomputes the forward of the
-checkpointed blocks; selective checkpointing (sac) only the linears its policy does not save
-(estimate/memory.py sac_linears); the chunked loss recomputes the LM head's logits.
+checkpointed blocks; selective checkpointing (sac, torchtitan's per-op policy) only the linears its
+policy does not save (estimate/memory.py sac_linears: every second bias-free matmul of each block);
+the chunked loss recomputes the LM head's logits. A platform with `compute_terms` times each matmul
+by its shape, attention and the eager kernels apart (estimate/compute_shape.py); without, every FLOP
+runs at one fraction.
 
 Kernels (launch-bound steps, PRISM A1/A2/B1 on Aurora: a 0.6B model launches ~6,900 kernels a
 step at ~45 us of host time each, more time than its FLOPs take) are counted from the block's
@@ -22,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from prism_strategy.estimate import families
 from prism_strategy.estimate.memory import checkpointed_blocks, sac_linears
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import PlatformSpec
@@ -65,13 +69,14 @@ def block_kernels(spec: TransformerSpec, compiled: bool = False) -> BlockKernels
     """Kernels of one block's forward, from its structure: 2 norms (+ q/k norms), q/k/v/o GEMMs,
     rope (decoders), attention, MLP GEMMs and activation (+ SwiGLU's gate product), residual adds."""
     gemms = 4 + (3 if spec.mlp == "swiglu" else 2)
+    extra, extra_gemms = families.extra_block_kernels(spec, compiled)  # Gemma's norms, MoE routing
     if compiled:
-        return BlockKernels(kernels=gemms + ATTENTION_KERNELS, gemms=gemms)
+        return BlockKernels(kernels=gemms + ATTENTION_KERNELS + extra, gemms=gemms + extra_gemms)
     n = 2 * NORM_KERNELS[spec.norm] + (0 if spec.qk_norm == "none" else 2 * NORM_KERNELS["rmsnorm"])
     n += gemms + ATTENTION_KERNELS + RESIDUAL_KERNELS + (2 if spec.mlp == "swiglu" else 1)
     if spec.kind == "decoder":
         n += ROPE_KERNELS + (GQA_KERNELS if spec.kv_heads < spec.heads else 0)
-    return BlockKernels(kernels=n, gemms=gemms)
+    return BlockKernels(kernels=n + extra, gemms=gemms + extra_gemms)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,7 +106,7 @@ def _part_kernels(part: Part, training: TrainingSpec) -> tuple[int, int, int, in
         return fwd, 0, spec.layers * blk.gemms + root_gemms, 0
     k = checkpointed_blocks(spec.layers, training.ckpt_freq)
     again, again_gemms = blk.kernels, blk.gemms
-    if training.ckpt_policy == "sac":  # saved linears and attention are not launched again
+    if selective_ac(training):  # saved linears and attention are not launched again
         kept = sum(1 for *_, saved in sac_linears(spec) if saved)
         again, again_gemms = blk.kernels - kept - 1, blk.gemms - kept
     bwd = spec.layers * blk.backward(part.trains) + 2 * root + k * again
@@ -122,6 +127,26 @@ def step_kernels(parts: tuple[Part, ...], training: TrainingSpec, grad_accum: in
     return PhaseKernels(forward=f * grad_accum, backward=b * grad_accum, optimizer=opt, gemms=g * grad_accum)
 
 
+def selective_ac(training: TrainingSpec) -> bool:
+    """The run uses torchtitan's per-op selective checkpointing on every block. Read from the
+    training spec's `ckpt_policy == "sac"` or `ckpt_freq == "sac"` (whichever the spec carries)."""
+    return getattr(training, "ckpt_policy", None) == "sac" or getattr(training, "ckpt_freq", None) == "sac"
+
+
+SAC_RECOMPUTED_GEMMS = slice(1, None, 2)
+"""Per block, torchtitan's per-op policy recomputes the 2nd, 4th, 6th ... matmul (estimate/compute_shape.py)."""
+
+
+def block_gemms(spec: TransformerSpec) -> tuple[tuple[int, int], ...]:
+    """(in, out) widths of each block matmul in forward order: q, k, v, o, then SwiGLU's gate
+    (w1), up (w3), down (w2), as torchtitan's `w2(silu(w1(x)) * w3(x))` runs them, or GELU's up, down."""
+    h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.ffn
+    if spec.moe:  # router, routed experts, shared expert (estimate/families.py)
+        return ((h, q), (h, kv), (h, kv), (q, h)) + families.moe_block_gemms(spec)
+    mlp = ((h, f), (h, f), (f, h)) if spec.mlp == "swiglu" else ((h, f), (f, h))
+    return ((h, q), (h, kv), (h, kv), (q, h)) + mlp
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PartFlops:
     name: str
@@ -140,7 +165,7 @@ def part_flops_per_sample(part: Part, training: TrainingSpec) -> PartFlops:
         return PartFlops(name=part.name, forward=fwd, backward=2 * fwd, recompute=0.0)
     spec, t = part.spec, part.tokens
     causal = 0.5 if spec.kind == "decoder" else 1.0
-    block_mm = 2.0 * spec.block_matmul_params * t
+    block_mm = 2.0 * spec.active_matmul_params * t  # MoE: router + top-k experts + shared expert
     block_attn = 4.0 * t * t * spec.q_width * causal
     head = 2.0 * spec.vocab * spec.hidden * t if spec.kind == "decoder" else 0.0
     embed = 2.0 * spec.channels * spec.patch_size**2 * spec.hidden * t if spec.kind == "vision" else 0.0
@@ -153,8 +178,8 @@ def part_flops_per_sample(part: Part, training: TrainingSpec) -> PartFlops:
         bwd = spec.layers * (block_mm + 2 * block_attn) + head
     k = checkpointed_blocks(spec.layers, training.ckpt_freq) if part.backward else 0
     per_block = block_mm + block_attn
-    if training.ckpt_policy == "sac":  # only the recomputed linears run again (memory.sac_linears)
-        per_block = 2.0 * t * sum(o * i for o, i, saved in sac_linears(spec) if not saved)
+    if part.backward and selective_ac(training):  # only the linears the policy does not save run again
+        k, per_block = spec.layers, 2.0 * t * sum(o * i for o, i, saved in sac_linears(spec) if not saved)
     # the chunked loss recomputes each chunk's logits in backward (runtime/loss.py)
     loss = head if training.loss == "chunked" and part.backward else 0.0
     return PartFlops(name=part.name, forward=fwd, backward=bwd, recompute=k * per_block + loss)
@@ -191,10 +216,16 @@ class PhaseTimes:
 
 def phase_times(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int,
                 grad_accum: int = 1) -> PhaseTimes:
-    rate = achieved_flops(platform, training)
-    fl = [part_flops_per_sample(p, training) for p in parts]
-    f_fwd = micro_batch * grad_accum * sum(x.forward for x in fl) / rate
-    f_bwd = micro_batch * grad_accum * sum(x.backward + x.recompute for x in fl) / rate
+    if platform.compute_terms is not None:  # achievable fraction by matmul shape and operation
+        from prism_strategy.estimate.compute_shape import shaped_seconds
+
+        fwd, bwd = shaped_seconds(parts, training, platform, micro_batch)
+        f_fwd, f_bwd = grad_accum * fwd, grad_accum * bwd
+    else:
+        rate = achieved_flops(platform, training)
+        fl = [part_flops_per_sample(p, training) for p in parts]
+        f_fwd = micro_batch * grad_accum * sum(x.forward for x in fl) / rate
+        f_bwd = micro_batch * grad_accum * sum(x.backward + x.recompute for x in fl) / rate
     k = step_kernels(parts, training, grad_accum)
     launch = platform.kernel_launch_us * 1e-6
     return PhaseTimes(forward=max(f_fwd, k.forward * launch), backward=max(f_bwd, k.backward * launch),

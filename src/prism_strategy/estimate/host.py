@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prism_strategy.estimate.comm import CommEstimate
+from prism_strategy.estimate.overlap import exposed_collectives, schedules_overlap
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 
@@ -49,12 +50,15 @@ def grad_path_s(parts: tuple[Part, ...], engine: str, layout: Layout, grad_accum
 
 
 def host_terms(parts: tuple[Part, ...], comm: CommEstimate, engine: str, layout: Layout, grad_accum: int,
-               compute_s: float, platform: PlatformSpec) -> HostTerms:
+               compute_s: float, platform: PlatformSpec, phases: tuple[float, float] | None = None) -> HostTerms:
+    """phases: (forward, backward) compute of the step, for the schedule's overlap (estimate/overlap.py)."""
     grad = grad_path_s(parts, engine, layout, grad_accum, platform)
     if grad is None:
         grad = (comm.per_tensor_s, f"per_tensor_overhead_us ({platform.source('per_tensor_overhead_us')})")
     if platform.host_blocking_collectives:
         exposed = comm.total_s
+    elif phases is not None and schedules_overlap(platform):
+        exposed = exposed_collectives(comm, phases[0], phases[1], grad_accum, platform).seconds
     else:
         exposed = comm.exposed_s(compute_s, platform.comm_overlap) - comm.per_tensor_s
     return HostTerms(grad_path_s=grad[0], grad_path_source=grad[1], collectives_s=comm.total_s,

@@ -22,7 +22,8 @@ Sources of the formulas:
   optimizer-state dtype; DeepSpeed engines follow DeepSpeed's own accounting
   (`estimate_zero2_model_states_mem_needs`: 2P + 18P/N; `estimate_zero3_...`: L + 18P/N).
 - Activations: the saved-tensor count of Korthikanti et al. 2022 ("Reducing Activation
-  Recomputation"; selective checkpointing: sac_saved_bytes_per_token), redone for pre-norm blocks with fp32 norm statistics (HF RMSNorm/LayerNorm),
+  Recomputation"; selective checkpointing: sac_saved_bytes_per_token), redone for pre-norm
+  blocks with fp32 norm statistics (HF RMSNorm/LayerNorm),
   SwiGLU or GELU MLPs, GQA, and flash / memory-efficient attention (no s^2 score matrix).
   Frozen linears save no inputs (autograd saves a matmul input only when the weight needs a grad).
 - Loss (--loss, loss_bytes_per_token): upcast, as HF: logits cast to fp32; cross-entropy keeps
@@ -51,6 +52,7 @@ from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec
 from prism_strategy.engines import engine_of
+from prism_strategy.estimate import families
 
 FP32 = 4
 CE_BYTES = 3 * FP32  # per token x vocab: fp32 log-probs saved, fp32 grad in, fp32 grad out
@@ -91,8 +93,8 @@ class MemoryEstimate:
 # --- activations -------------------------------------------------------------------------
 def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool) -> float:
     """Saved tensors of one block for one token (see module docstring)."""
-    h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.ffn
-    n = 2 * FP32 * h  # fp32 inputs of the two norms
+    h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.active_ffn  # MoE: top-k x expert width
+    n = 2 * FP32 * h + families.extra_activation_bytes_per_token(spec, e, trains)  # fp32 inputs of the two norms
     n += e * (q + 2 * kv) + e * q  # attention q, k, v and its output (flash/SDPA)
     if spec.qk_norm != "none":
         n += FP32 * (q + kv)
@@ -147,7 +149,8 @@ def part_activation_bytes_per_sample(part: Part, training: TrainingSpec, residua
     spec = part.spec
     a = block_activation_bytes_per_token(spec, e, part.trains)
     k = checkpointed_blocks(spec.layers, training.ckpt_freq)
-    kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if training.ckpt_policy == "sac" else residual_bytes * spec.hidden
+    sac = training.ckpt_policy == "sac"
+    kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if sac else residual_bytes * spec.hidden
     per_token = (spec.layers - k) * a + k * kept
     per_token += FP32 * spec.hidden + e * spec.hidden  # final norm input, LM-head / post-norm input
     return part.tokens * per_token

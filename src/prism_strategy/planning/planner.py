@@ -6,13 +6,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from prism_strategy.estimate.comm import CommEstimate, estimate_comm
+from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
+from prism_strategy.estimate.comm import model_description as comm_model_description
+from prism_strategy.estimate.families import assumptions
 from prism_strategy.estimate.compute import optimizer_time_s, phase_times
 from prism_strategy.estimate.host import host_terms
+from prism_strategy.estimate.overlap import description as overlap_description
+from prism_strategy.estimate.overlap import schedules_overlap
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
+from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.planning.recommend import annotate, recommend
 from prism_strategy.planning.scenario import Scenario, build_scenario
@@ -52,6 +57,12 @@ class Option:
     provenance: dict[str, str] = field(default_factory=dict)
     memory_runtime: dict[str, Any] = field(default_factory=dict)
     """Which figure memory.total is, and the allocator's reserved figure (estimate/memory_runtime.py)."""
+    step_time_s_range: list[float] | None = None
+    """[low, high]: the fit's leave-one-out range, widened beyond what was measured (estimate/ranges.py)."""
+    samples_per_s_range: list[float] | None = None
+    step_time_s_readings: dict[str, float] = field(default_factory=dict)
+    """Beyond the node count the fit measured: the step time under each reading of the comm terms
+    its records could not rule out (estimate/comm.comm_readings); empty where there is one."""
 
     @property
     def comm_fraction(self) -> float:
@@ -95,13 +106,17 @@ def _with_run_options(s: StrategySpec, t: TrainingSpec) -> StrategySpec:
     return s.with_options(bucket_mb=t.bucket_mb)
 
 
-def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout) -> None:
+def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout,
+          comm: CommEstimate | None = None) -> None:
+    """comm: the step's collectives when already priced on this platform (fits vary compute only)."""
     t, p = sc.training, sc.platform
     s = _with_run_options(s, t)
-    comm = estimate_comm(parts, t, p, layout, s, o.grad_accum)
+    comm = comm or estimate_comm(parts, t, p, layout, s, o.grad_accum)
     o.comm = comm
-    o.compute_s = phase_times(parts, t, p, o.micro_batch, o.grad_accum).total  # max(FLOPs, launches) per phase
-    host = host_terms(parts, comm, s.engine, layout, o.grad_accum, o.compute_s, p)  # grad path, blocking collectives
+    phases = phase_times(parts, t, p, o.micro_batch, o.grad_accum)  # max(FLOPs, launches) per phase
+    o.compute_s = phases.total
+    host = host_terms(parts, comm, s.engine, layout, o.grad_accum, o.compute_s, p,  # grad path, overlap, blocking
+                      (phases.forward, phases.backward))
     o.comm_s = comm.total_s + host.grad_path_s
     o.exposed_comm_s = host.exposed_s
     opt_bytes = t.param_bytes + t.grad_bytes + t.optim_bytes
@@ -131,12 +146,60 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
         o.feasible, o.why_not = False, _oom_reason(mem, p.usable_bytes, mb, max_mb, _searched_batch(t))
     sc, parts = timed_view(sc, parts)
     _time(sc, parts, s, o, lay)
+    if p.measured_collectives:
+        o.provenance["communication"] = _measured_provenance(o, lay, p)
+    _set_range(o, sc.platform, lay.nodes)
+    _set_readings(sc, parts, s, o, lay)
     if lay.nodes > 1:
         one = _time_only(sc, parts, s, mb, ga, Layout(nodes=1, ranks_per_node=lay.ranks_per_node))
         o.scaling_efficiency = (o.samples_per_s / lay.nodes) / one if one else None
     else:
         o.scaling_efficiency = 1.0
     return o
+
+
+def _measured_provenance(o: Option, layout: Layout, p: PlatformSpec) -> str:
+    """Which collectives a measured curve priced (estimate/comm_measured.py), and the model's
+    provenance for the rest."""
+    from prism_strategy.estimate.comm import group_geometry
+    from prism_strategy.estimate.comm_measured import describe, measured_seconds
+
+    notes, rest = [], 0
+    for c in o.comm.collectives if o.comm else ():
+        ranks, nodes, conc = group_geometry(c.group, layout)
+        hit = measured_seconds(p.measured_collectives, c.op, c.bytes_per_call, ranks, nodes, conc)
+        if hit is None:
+            rest += 1
+        elif (note := f"{c.op}({c.group}) {describe(hit, ranks, nodes)}") not in notes:
+            notes.append(note)
+    model = o.provenance["communication"]
+    if not notes:
+        return f"{model}; no measured curve matches these collectives' op and group shape"
+    return "; ".join(notes) + (f"; other collectives {model}" if rest else "")
+
+
+def _set_readings(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay: Layout) -> None:
+    """The step under each reading of the comm terms the fit could not rule out, said in provenance."""
+    readings = comm_readings(sc.platform)
+    measured = max_measured_nodes(sc.platform)
+    if len(readings) < 2 or lay.nodes <= measured:
+        return
+    for label, p in readings.items():
+        x = Option(strategy=s.name, feasible=True, why_not=None, memory=None,  # type: ignore[arg-type]
+                   max_micro_batch=0, micro_batch=o.micro_batch, grad_accum=o.grad_accum)
+        _time(sc.with_platform(p), parts, s, x, lay)
+        o.step_time_s_readings[label] = x.step_time_s
+    each = ", ".join(f"{k} {v:.3f} s" for k, v in o.step_time_s_readings.items())
+    o.provenance["communication_beyond_fit"] = (
+        f"predicted at {lay.nodes} nodes, beyond the {measured} the fit measured, where its records cannot tell how "
+        f"the cross-node cost grows (estimate/comm.comm_readings): step {each}; measure it at {lay.nodes} nodes")
+
+
+def _set_range(o: Option, platform: PlatformSpec, nodes: int) -> None:
+    r = prediction_range(platform, nodes, o.compute_s, o.comm_s)
+    o.step_time_s_range = r.around(o.step_time_s)
+    o.samples_per_s_range = r.around(o.samples_per_s)
+    o.provenance["range"] = r.basis
 
 
 def _time_only(sc: Scenario, parts, s: StrategySpec, mb: int, ga: int, layout: Layout) -> float:
@@ -177,6 +240,14 @@ def calibrated_platform(platform: PlatformSpec, calibration: str | None) -> Plat
     return apply_calibration(platform, load_calibration(calibration), str(calibration))
 
 
+def _shape_text(p: PlatformSpec) -> str:
+    t = p.compute_terms
+    assert t is not None
+    return (f" x d / (d + {t.gemm_half_dim:g}) per matmul of smallest dimension d, attention x {t.attention_ratio:g}; "
+            f"eager kernels {t.elementwise_bytes:g} x hidden bytes per token at {p.hbm_bw_gbps:g} GB/s: "
+            f"estimate/compute_shape.py, {p.source('compute_terms')}")
+
+
 def _provenance(sc: Scenario) -> dict[str, str]:
     p = sc.platform
     calibrated = next((v for v in p.sources.values() if v.startswith("calibrated")), None)
@@ -185,12 +256,13 @@ def _provenance(sc: Scenario) -> dict[str, str]:
         "memory": f"{kind}: analytic model (estimate/memory.py: ZeRO model states, saved-tensor activations, fp32 loss logits); "
                   "the figure is allocated (max_memory_allocated) + framework reserve; reserved adds the caching "
                   f"allocator's {p.allocator_cache_factor:g} x activations and buffers ({p.source('allocator_cache_factor')})",
-        "compute": f"{kind}: per phase max(FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}), "
-                   f"kernels x {p.kernel_launch_us:g} us launch); peak: {p.source('peak_tflops_bf16')}; "
+        "compute": f"{kind}: per phase max(FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}"
+                   + (_shape_text(p) if p.compute_terms else "")
+                   + f"), kernels x {p.kernel_launch_us:g} us launch); peak: {p.source('peak_tflops_bf16')}; "
                    f"fraction: {p.source('achievable_fraction')}; launch: {p.source('kernel_launch_us')}",
-        "communication": f"{kind}: alpha-beta model (estimate/comm.py) on platform {p.name}: "
-                         f"intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}, "
-                         f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})"
+        "communication": f"{kind}: {comm_model_description(p)} on platform {p.name}, "
+                         + (overlap_description(p) if schedules_overlap(p) else
+                            f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})")
                          + ("; collectives block the host" if p.host_blocking_collectives else "")
                          + "; gradient path per tensor: " + (", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
                                                                or f"{p.per_tensor_overhead_us:g} us") + " (estimate/host.py)",
@@ -205,7 +277,8 @@ def plan(
     precision: str = "bf16-mixed", optimizer: str = "adamw", vision: Any = None, image_tokens: int | None = None,
     compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
     calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
-    reduce_dtype: str | None = None, loss: str = "upcast", script: dict[str, Any] | None = None,
+    reduce_dtype: str | None = None, loss: str = "upcast", comm_curves: Sequence[Any] = (),
+    script: dict[str, Any] | None = None,
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -234,6 +307,8 @@ def plan(
     bucket_mb: gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket).
     reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
     loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
+    comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
+        CLI loads them from the results store: bench/curves.py); a matching one prices its collective.
     script: what a training script said about these inputs, kept as given for `inputs.script` of the
         JSON (`plan --script` reads it: diagnose/script_inputs.py; the values arrive as the keywords above).
     """
@@ -245,6 +320,8 @@ def plan(
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = int_list(sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
+    if comm_curves:
+        sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(comm_curves)))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
     fits = [o for o in options if o.memory.total <= sc.platform.usable_bytes]
@@ -259,6 +336,7 @@ def plan(
         trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
+    reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
     result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings,
                   script=script)
     if sweep:
@@ -294,13 +372,15 @@ def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nod
             if problem is not None:
                 rows.append({"nodes": n, "strategy": name, "feasible": False, "why_not": problem, "micro_batch": None,
                              "grad_accum": None, "global_batch": None, "ckpt_freq": None, "step_time_s": None,
-                             "samples_per_s": None, "scaling_efficiency": None, "bound": None})
+                             "samples_per_s": None, "scaling_efficiency": None, "bound": None,
+                             "step_time_s_range": None, "samples_per_s_range": None})
                 continue
             e = evaluate_searched(at, by_name[name], parts, evaluate)
             rows.append({"nodes": n, "strategy": name, "feasible": e.feasible, "why_not": e.why_not,
                          "micro_batch": e.micro_batch, "grad_accum": e.grad_accum, "global_batch": e.global_batch,
                          "ckpt_freq": e.ckpt_freq, "step_time_s": e.step_time_s, "samples_per_s": e.samples_per_s,
-                         "scaling_efficiency": e.scaling_efficiency, "bound": e.bound})
+                         "scaling_efficiency": e.scaling_efficiency, "bound": e.bound,
+                         "step_time_s_range": e.step_time_s_range, "samples_per_s_range": e.samples_per_s_range})
     return rows
 
 
@@ -313,11 +393,13 @@ def option_dict(o: Option) -> dict[str, Any]:
         "max_micro_batch": o.max_micro_batch, "micro_batch": o.micro_batch, "grad_accum": o.grad_accum,
         "global_batch": o.global_batch, "ckpt_freq": o.ckpt_freq,
         "step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "compute_s": o.compute_s,
+        "step_time_s_range": o.step_time_s_range, "samples_per_s_range": o.samples_per_s_range,
         "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s, "optimizer_s": o.optimizer_s,
         "comm_fraction": o.comm_fraction, "bound": o.bound, "scaling_efficiency": o.scaling_efficiency,
+        "step_time_s_readings": o.step_time_s_readings,
         "collectives": [
             {"op": c.op, "group": c.group, "link": c.link, "ranks": c.ranks, "bytes_per_call": c.bytes_per_call,
-             "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step}
+             "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step, "algorithm": c.algorithm}
             for c in (o.comm.collectives if o.comm else ())
         ],
         "notes": o.notes, "provenance": o.provenance | ({"traced_memory": o.traced["traced_method"]} if o.traced else {}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
+from prism_strategy.estimate.ranges import max_measured_nodes
 from prism_strategy.specs.parts import Part
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
@@ -167,7 +168,31 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
     if runner is not None:
         reasons.append(f"next below it: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
                        f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}")
+    if (overlap := _range_reason(sc, pick, best if best is not pick else runner)) is not None:
+        reasons.append(overlap)
     return pick.strategy, reasons + infeasible, warnings
+
+
+def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str | None:
+    """Say when the rival's predicted throughput lies inside the pick's range (the ranking between
+    them is not decided by the model), and what to measure to decide it."""
+    if rival is None or pick.samples_per_s_range is None:
+        return None
+    lo, hi = pick.samples_per_s_range
+    if not lo <= rival.samples_per_s <= hi:
+        return None
+    lay = sc.layout
+    if lay.multi_node:  # what sets them apart crosses nodes: one node cannot decide it
+        beyond = " (beyond the nodes the fit measured)" if lay.nodes > max_measured_nodes(sc.platform) else ""
+        how = (f"measure their collectives at this scale{beyond}: prism-strategy commbench --model "
+               f"{sc.model.backbone.name} --strategies {pick.strategy},{rival.strategy} --nproc {lay.world} "
+               f"--ranks-per-node {lay.ranks_per_node} "
+               f"(emit writes commbench.pbs / commbench.sbatch for {lay.nodes} nodes)")
+    else:
+        how = (f"run both on one node: prism-strategy bench --model {sc.model.backbone.name} --strategies "
+               f"{pick.strategy},{rival.strategy} --nproc {lay.ranks_per_node} --platform {sc.platform.name}")
+    return (f"{rival.strategy}'s {rival.samples_per_s:.2f} samples/s lies inside {pick.strategy}'s predicted range "
+            f"({lo:.2f}-{hi:.2f}, provenance.range): the model cannot rank these two; {how}")
 
 
 def _warnings(sc: "Scenario") -> list[str]:

@@ -20,6 +20,17 @@ def _ckpt(k: int | str | None) -> str:
     return "-" if k is None else str(k)
 
 
+def _range_pct(rng: list[float] | None, value: float | None) -> str:
+    """A samples/s range as percent below / above the prediction ("-11/+13%")."""
+    if not rng or not value:
+        return "-"
+    return f"-{100 * (1 - rng[0] / value):.0f}/+{100 * (rng[1] / value - 1):.0f}%"
+
+
+def _range(o) -> str:
+    return _range_pct(o.samples_per_s_range, o.samples_per_s)
+
+
 def plan_title(p: Plan) -> str:
     sc, t = p.scenario, p.scenario.training
     seq = f"seq {t.seq_len}" + (f" (mean {t.mean_seq_len})" if t.mean_seq_len else "")
@@ -31,7 +42,8 @@ def plan_title(p: Plan) -> str:
 
 
 CAPTION = ("predicted by the analytic model (provenance in --json); GiB per device; mb x accum x ranks = global "
-           "samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; comm = exposed share "
+           "samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; range = 80% range of "
+           "samples/s (fit's leave-one-out errors, widened beyond what was measured; provenance.range); comm = exposed share "
            "of the step")
 
 
@@ -54,6 +66,7 @@ OPTION_COLUMNS = [
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"),
     Column(header="accum", justify="right"), Column(header="global", justify="right"),
     Column(header="step s", justify="right", drop=1), Column(header="samples/s", justify="right"),
+    Column(header="range", justify="right", drop=2),
     Column(header="comm", justify="right"), Column(header="bound", drop=3), Column(header="eff", justify="right", drop=2),
     Column(header="note"),
 ]
@@ -70,7 +83,7 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
         mark = "*" if o.strategy == p.recommended else ""
         row = [mark + o.strategy, "yes" if o.feasible else "no", f"{o.memory.total / GiB:.1f}", _fmt_items(o),
                str(o.max_micro_batch), str(o.ckpt_freq), str(o.micro_batch), str(o.grad_accum), str(o.global_batch),
-               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", f"{o.comm_fraction:.0%}", o.bound,
+               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", _range(o), f"{o.comm_fraction:.0%}", o.bound,
                "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}", ref]
         if traced:
             row.insert(3, "-" if not o.traced else
@@ -83,8 +96,9 @@ SWEEP_COLUMNS = [
     Column(header="nodes", justify="right"), Column(header="strategy"), Column(header="fits"),
     Column(header="ckpt", justify="right"), Column(header="mb", justify="right"), Column(header="accum", justify="right"),
     Column(header="global", justify="right"), Column(header="step s", justify="right", drop=2),
-    Column(header="samples/s", justify="right"), Column(header="eff vs 1 node", justify="right"),
-    Column(header="bound", drop=1), Column(header="why not", footnote=True),
+    Column(header="samples/s", justify="right"), Column(header="range", justify="right", drop=3),
+    Column(header="eff vs 1 node", justify="right"), Column(header="bound", drop=1),
+    Column(header="why not", footnote=True),
 ]
 
 
@@ -96,7 +110,8 @@ def sweep_table(p: Plan, width: int = 120) -> RenderableType:
     rows = [[str(r["nodes"]), ("*" if r["strategy"] == p.recommended else "") + r["strategy"],
              "yes" if r["feasible"] else "no", _ckpt(r["ckpt_freq"]), _num(r["micro_batch"], "d"),
              _num(r["grad_accum"], "d"), _num(r["global_batch"], "d"), _num(r["step_time_s"], ".3f"),
-             _num(r["samples_per_s"], ".1f"), _num(r["scaling_efficiency"], ".2f"), r["bound"] or "-",
+             _num(r["samples_per_s"], ".1f"), _range_pct(r.get("samples_per_s_range"), r["samples_per_s"]),
+             _num(r["scaling_efficiency"], ".2f"), r["bound"] or "-",
              r.get("why_not") or ""] for r in p.sweep]
     cols = SWEEP_COLUMNS if any(r[-1] for r in rows) else SWEEP_COLUMNS[:-1]
     return fitted_table("scaling (predicted): the leading strategies and the pick (*) over node counts", cols,
@@ -118,6 +133,8 @@ def print_plan(p: Plan, console: Console | None = None) -> None:
     _, notes = option_notes(p)
     if notes:
         c.print(footnotes(notes))
+    for line in measured_comm_lines(p):
+        c.print(line, markup=False, highlight=False)
     c.print()
     c.print(Text.assemble(("recommended: ", "bold"), p.recommended or "none"))
     c.print(_bullets(p.reasons))
@@ -131,6 +148,16 @@ def print_plan(p: Plan, console: Console | None = None) -> None:
 
         c.print()
         c.print(Text("\n".join(script_lines(p.script, option_verdicts(p.options)))))
+
+
+def measured_comm_lines(p: Plan) -> list[str]:
+    """Which options' collectives were priced from measured curves (estimate/comm_measured.py)."""
+    by_text: dict[str, list[str]] = {}
+    for o in p.options:
+        head = o.provenance.get("communication", "").split("; other collectives ")[0]
+        if " measured: " in head:
+            by_text.setdefault(head, []).append(o.strategy)
+    return [f"communication of {', '.join(names)}: {text}" for text, names in by_text.items()]
 
 
 def estimate_lines(d: dict) -> list[str]:

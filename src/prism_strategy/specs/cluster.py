@@ -7,8 +7,32 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.measured import MeasuredCurve
 
 GiB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ComputeTerms:
+    """How the achievable fraction varies with the work (estimate/compute_shape.py): a matmul's
+    fraction rises with its smallest dimension, attention has its own, and the non-matmul kernels
+    of eager PyTorch are bound by memory bandwidth. Fitted per GPU (benchmarks/cuda_fit.py)."""
+
+    gemm_half_dim: float = 128.0
+    """A matmul whose smallest dimension (tokens per micro-batch, in or out width) is this reaches
+    half of `achievable_fraction`: fraction x d / (d + gemm_half_dim)."""
+    attention_ratio: float = 1.0
+    """Flash attention's sustained fraction of peak, relative to a large matmul's."""
+    elementwise_bytes: float = 0.0
+    """Bytes each non-matmul kernel moves per token, in units of hidden x compute-dtype bytes
+    (read + write); its time is bytes / hbm_bw_gbps. 0 = not modelled."""
+    fitted_on: str = ""
+    """The measurement set the terms were fitted to (data/measurements/NAME.toml), or empty."""
+
+    def __post_init__(self) -> None:
+        for f in ("gemm_half_dim", "attention_ratio", "elementwise_bytes"):
+            if getattr(self, f) < 0 or (f == "attention_ratio" and self.attention_ratio == 0):
+                raise SpecError(f"compute_terms.{f} must be > 0 (elementwise_bytes >= 0), got {getattr(self, f)}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -31,7 +55,14 @@ class PlatformSpec:
     peak_tflops_bf16: float
     peak_tflops_fp32: float
     achievable_fraction: float = 0.5
-    """Sustained fraction of peak in a training step's matmuls."""
+    """Sustained fraction of peak in a training step's matmuls (with `compute_terms`: in a large
+    matmul; smaller ones and attention are scaled from it)."""
+    compute_terms: ComputeTerms | None = None
+    """Shape-dependent achievable fraction ([compute_terms] in the platform file); None = one
+    fraction for every FLOP."""
+    fit_platform: str = ""
+    """The fitted platform whose leave-one-out errors set this one's prediction ranges (data/fits);
+    empty = its own name. Another name means another GPU than the fit's (the range widens)."""
     kernel_launch_us: float = 5.0
     intra_bw_gbps: float
     """Per-rank bandwidth inside a node for topology-aware collectives, one way (GB/s)."""
@@ -54,7 +85,11 @@ class PlatformSpec:
     collective_overhead_us: float = 20.0
     per_tensor_overhead_us: float = 5.0
     comm_overlap: float = 0.8
-    """Fraction of communication a backward pass can hide behind compute (0 when collectives block)."""
+    """Fraction of communication a backward pass can hide behind compute (0 when collectives block).
+    Not read on NCCL platforms: there the engine's schedule sets it (estimate/overlap.py)."""
+    sm_count: int = 0
+    """Streaming multiprocessors per GPU: a collective's kernel holds one per NCCL channel while
+    compute runs beside it (estimate/overlap.py); 0 = not modelled."""
     grad_path_us_per_tensor: dict[str, float] = field(default_factory=dict)
     """Host time per trainable tensor and micro-step of each engine's gradient path (AccumulateGrad
     + hook), keyed by engine name (ddp, fsdp2, deepspeed); estimate/host.py. An engine missing
@@ -66,9 +101,18 @@ class PlatformSpec:
     (caching allocator with varying batch shapes); estimate/memory_runtime.py."""
     activation_factor: float = 1.0
     """Measured / predicted saved-activation bytes; 1.0 until `prism-strategy calibrate` fits it."""
+    gpu_arch: Literal["", "volta", "ampere", "hopper", "blackwell"] = ""
+    """GPU generation: picks NCCL's per-generation tuning constants (data/nccl_tuning.toml)."""
+    nvlink_links: int = 0
+    """NVLinks per GPU (0: GPUs talk over PCI): the bandwidth NCCL's channel search can use."""
+    cpu_vendor: Literal["intel", "amd", "other"] = "intel"
+    """Host CPU: NCCL's network overhead per step (1 us Intel, 2 us AMD)."""
     compile_multinode_ok: bool = True
     cpu_cores_per_node: int = 0
     sources: dict[str, str] = field(default_factory=dict)
+    measured_collectives: tuple[MeasuredCurve, ...] = ()
+    """Collective curves measured on this platform (commbench, nccl-tests, oneCCL benchmark),
+    attached from the results store by `plan --db`; estimate/comm_measured.py prices with them."""
 
     def __post_init__(self) -> None:
         for f in ("devices_per_node", "memory_gib", "peak_tflops_bf16", "peak_tflops_fp32",
@@ -82,6 +126,10 @@ class PlatformSpec:
             raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
         if self.allocator_cache_factor < 0:
             raise SpecError(f"platform {self.name!r}: allocator_cache_factor must be >= 0, got {self.allocator_cache_factor}")
+        if self.sm_count < 0:
+            raise SpecError(f"platform {self.name!r}: sm_count must be >= 0, got {self.sm_count}")
+        if self.nvlink_links < 0:
+            raise SpecError(f"platform {self.name!r}: nvlink_links must be >= 0, got {self.nvlink_links}")
         if any(v < 0 for v in self.grad_path_us_per_tensor.values()):
             raise SpecError(f"platform {self.name!r}: grad_path_us_per_tensor values must be >= 0")
         if not 0 <= self.comm_overlap <= 1:

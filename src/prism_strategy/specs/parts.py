@@ -36,16 +36,9 @@ class Part:
 
 
 def transformer_tensors(spec: TransformerSpec) -> int:
-    """Parameter tensors: per block q,k,v,o (+biases), MLP mats (+biases), norms, qk-norms."""
-    per_block = 4 + (3 if spec.qkv_bias else 0) + (1 if spec.o_bias else 0)
-    per_block += (3 if spec.mlp == "swiglu" else 2) * (2 if spec.mlp_bias else 1)
-    per_block += {"rmsnorm": 2, "layernorm": 4, "layernorm_noparam": 0}[spec.norm]
-    per_block += 0 if spec.qk_norm == "none" else 2
-    root = 1 + (0 if spec.kind == "vision" or spec.tied_embeddings else 1)
-    root += {"rmsnorm": 1, "layernorm": 2, "layernorm_noparam": 0}[spec.norm]
-    if spec.kind == "vision":
-        root += 2  # patch-embedding bias, position embedding
-    return spec.layers * per_block + root
+    """Parameter tensors (per-tensor hooks, AccumulateGrad, foreach lists): the spec's modules."""
+    mods = spec.embed_modules() + [m for b in spec.stack for m in b] + spec.head_modules()
+    return sum(len(m) for m in mods)
 
 
 def image_tokens(model: MultimodalSpec, training: TrainingSpec) -> int:
@@ -67,7 +60,7 @@ def model_parts(model: MultimodalSpec, training: TrainingSpec) -> tuple[Part, ..
         v, p = model.vision, model.projector
         assert p is not None
         parts.append(Part(name="vision", spec=v, params=v.total_params, trains=model.vision_trains,
-                          backward=model.vision_trains, tokens=v.num_patches, tensors=transformer_tensors(v)))
+                          backward=model.vision_trains, tokens=v.positions, tensors=transformer_tensors(v)))
         below_trains = model.vision_trains
         parts.append(Part(name="projector", spec=None, params=p.params, trains=True, backward=True,
                           tokens=image_tokens(model, training), tensors=4,

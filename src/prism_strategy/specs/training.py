@@ -132,9 +132,11 @@ class TrainingSpec:
         if self.ckpt_freq < 0:
             raise SpecError(f"--ckpt-freq must be >= 0 (0 = no checkpointing), got {self.ckpt_freq}")
         if self.ckpt_policy not in CKPT_POLICIES:
-            raise SpecError(f"unknown checkpointing policy {self.ckpt_policy!r}; choose one of {', '.join(CKPT_POLICIES)}")
+            raise SpecError(f"unknown checkpointing policy {self.ckpt_policy!r}; "
+                            f"choose one of {', '.join(CKPT_POLICIES)}")
         if self.ckpt_policy == "sac" and self.ckpt_freq != 1:
-            raise SpecError(f"selective checkpointing (sac) wraps every block: ckpt_freq must be 1, got {self.ckpt_freq}")
+            raise SpecError(f"selective checkpointing (sac) wraps every block: ckpt_freq must be 1, "
+                            f"got {self.ckpt_freq}")
         if self.optimizer not in OPTIMIZERS:
             raise SpecError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZER_NAMES)}")
         parse_loss(self.loss)

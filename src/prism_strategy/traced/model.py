@@ -37,7 +37,7 @@ from torch import nn
 from prism_strategy.specs.parts import image_tokens
 from prism_strategy.runtime.blocks import find_blocks
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.hf import to_hf_config
+from prism_strategy.specs.hf import build_hf_model
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
 
@@ -195,13 +195,8 @@ def _weight_init(enabled: bool) -> Iterator[None]:
 
 
 def _hf_model(spec: TransformerSpec, init: bool) -> nn.Module:
-    import transformers
-
     with _weight_init(init):
-        if spec.kind == "vision":
-            model = transformers.SiglipVisionModel(to_hf_config(spec))
-        else:
-            model = transformers.AutoModelForCausalLM.from_config(to_hf_config(spec))
+        model = build_hf_model(spec)
     model.tie_weights()  # no_init_weights skips the tying post_init would do
     return model
 
@@ -209,15 +204,18 @@ def _hf_model(spec: TransformerSpec, init: bool) -> nn.Module:
 class VisionLanguageModel(nn.Module):
     """LLaVA-style: vision tower -> projector -> image tokens prepended to the text."""
 
-    def __init__(self, vision: nn.Module, projector: nn.Module, language_model: nn.Module, image_tokens: int) -> None:
+    def __init__(self, vision: nn.Module, projector: nn.Module, language_model: nn.Module, image_tokens: int,
+                 skip: int = 0) -> None:
         super().__init__()
         self.vision = vision
         self.projector = projector
         self.language_model = language_model
         self.image_tokens = image_tokens
+        self.skip = skip
+        """Leading encoder tokens dropped: CLIP's class token (LLaVA's "default" feature select)."""
 
     def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor) -> Any:
-        feats = self.vision(pixel_values=pixel_values).last_hidden_state[:, : self.image_tokens]
+        feats = self.vision(pixel_values=pixel_values).last_hidden_state[:, self.skip: self.skip + self.image_tokens]
         img = self.projector(feats.to(self.projector[0].weight.dtype))
         text = self.language_model.get_input_embeddings()(input_ids)
         embeds = torch.cat((img.to(text.dtype), text), dim=1)
@@ -260,7 +258,7 @@ def build_from_spec(model: MultimodalSpec, training: TrainingSpec, *, init: bool
         projector = nn.Sequential(nn.Linear(v.hidden, b.hidden), nn.GELU(), nn.Linear(b.hidden, b.hidden))
     _set_trainable(vision, model.vision_trains)
     _set_trainable(lm, model.backbone_trains)
-    vlm = VisionLanguageModel(vision, projector, lm, n_img)
+    vlm = VisionLanguageModel(vision, projector, lm, n_img, skip=v.positions - v.num_patches)
     px = (v.channels, v.image_size, v.image_size)
     px_dtype = param if model.vision_trains else frozen
     return BuiltModel(

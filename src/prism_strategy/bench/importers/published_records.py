@@ -26,17 +26,22 @@ def _measured(rec: PublishedRecord) -> dict[str, Any]:
         out |= {"step_time_s": step, "samples_per_s": s.samples_per_step / step,
                 "tokens_per_s": s.samples_per_step * s.seq_len / step}
         if m.step_s is None:
-            out["derived"] = "step time from samples/s" if mid(m.samples_per_s) else "step time from TFLOPS"
+            out["derived"] = ("step time from samples/s" if mid(m.samples_per_s) else
+                              "step time from tokens/s per device" if mid(m.tokens_per_s_per_device) else
+                              "step time from TFLOPS")
     if isinstance(m.samples_per_s, tuple):
         out["samples_per_s_range"] = list(m.samples_per_s)
-    for k in ("forward_s", "backward_s", "optimizer_s", "data_s", "tflops_per_device"):
+    if isinstance(m.tokens_per_s_per_device, tuple):
+        out["tokens_per_s_per_device_range"] = list(m.tokens_per_s_per_device)
+    for k in ("forward_s", "backward_s", "optimizer_s", "data_s", "tflops_per_device", "mfu"):
         if getattr(m, k) is not None:
             out[k] = getattr(m, k)
-    peak = rec.peak_bytes("allocated") or rec.peak_bytes("peak")
+    peak = rec.peak_bytes("allocated") or rec.peak_bytes("active") or rec.peak_bytes("peak")
     if peak:
         out["peak_memory_bytes"] = peak
         if rec.peak_bytes("allocated") is None:
-            out["peak_memory_kind"] = "as reported (allocated or reserved not said)"
+            out["peak_memory_kind"] = ("active (about max_memory_allocated)" if rec.peak_bytes("active")
+                                       else "as reported (allocated or reserved not said)")
     out["published"] = {"id": rec.id, "section": rec.section, "assumed": list(rec.assumed),
                         "inconsistent": rec.inconsistent, "notes": list(rec.notes)}
     return out

@@ -1,0 +1,69 @@
+"""commbench.pbs / commbench.sbatch: the emitted job's allocation (nodes, ranks per node, env
+profile, rank layout), running `prism-strategy commbench --launched` instead of the training
+script, so a user measures the strategy's collectives at the target scale in minutes
+(bench/commbench.py). The model comes from PRISM_COMMBENCH_MODEL at submit time (emit has no
+model); the strategies from PRISM_COMMBENCH_STRATEGIES, default the emitted one. Rank 0 prints
+the JSON report to the job's output and stores the curves in the results store
+($PRISM_STRATEGY_DB, else the user's cache: a shared filesystem makes them `plan`'s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from prism_strategy.emit.env import sh_quote
+from prism_strategy.emit.files import FileText
+
+if TYPE_CHECKING:
+    from prism_strategy.emit.launch import _Job
+
+WALLTIME = "00:15:00"
+"""A commbench replays a few steps' collectives: minutes, even at 100 nodes."""
+
+
+def _run_line(job: "_Job") -> str:
+    req = job.req
+    opts = [f"--grad-accum {req.grad_accum}", f"--precision {sh_quote(req.precision)}",
+            f"--platform {sh_quote(job.platform.name)}"]
+    if req.bucket_mb is not None:
+        opts.append(f"--bucket-mb {req.bucket_mb:g}")
+    if req.reduce_dtype is not None:
+        opts.append(f"--reduce-dtype {sh_quote(req.reduce_dtype)}")
+    return ('exec python3 -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
+            '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" ' + " ".join(opts)
+            + " --json")
+
+
+def _scenario_lines(job: "_Job", submit: str) -> list[str]:
+    return [
+        f"# What to replay: your model (a preset or config.json path); the strategies (default {job.strategy.name}).",
+        f"# Submit: {submit}",
+        'export PRISM_COMMBENCH_MODEL="${PRISM_COMMBENCH_MODEL:?set PRISM_COMMBENCH_MODEL to your model preset or '
+        'config.json at submit time}"',
+        f'export PRISM_COMMBENCH_STRATEGIES="${{PRISM_COMMBENCH_STRATEGIES:-{job.strategy.name}}}"',
+    ]
+
+
+def _with_scenario(text: str, old_submit: str, lines: list[str]) -> str:
+    out = "\n".join("# commbench: times the collectives of one step at this scale, without the model's compute"
+                    if x.startswith(f"# Submit: {old_submit}") else x for x in text.split("\n"))
+    head, _, rest = out.partition("set -euo pipefail\n")
+    return head + "set -euo pipefail\n" + "\n".join(lines) + "\n" + rest
+
+
+def commbench_files(job: "_Job") -> list[FileText]:
+    from prism_strategy.emit.launch import _queue, render_pbs, render_slurm
+
+    req = replace(job.req, walltime=WALLTIME, job_name=f"{job.req.job_name}-commbench")
+    queue, _ = _queue(job.platform, job.site, req)
+    bench = replace(job, req=req, queue=queue)
+    if job.platform.launcher == "pbs":
+        submit = "qsub -v PRISM_COMMBENCH_MODEL=qwen3-8b commbench.pbs"
+        text = _with_scenario(render_pbs(bench, _run_line(bench)), "qsub launch.pbs", _scenario_lines(bench, submit))
+        return [FileText(name="commbench.pbs", text=text, executable=True,
+                         description=f"PBS job: `{submit}` (times the strategy's collectives at this scale)")]
+    submit = "sbatch --export=ALL,PRISM_COMMBENCH_MODEL=qwen3-8b commbench.sbatch"
+    text = _with_scenario(render_slurm(bench, _run_line(bench)), "sbatch launch.slurm", _scenario_lines(bench, submit))
+    return [FileText(name="commbench.sbatch", text=text, executable=True,
+                     description=f"Slurm job: `{submit}` (times the strategy's collectives at this scale)")]
