@@ -127,6 +127,7 @@ def _print_json(data) -> None:
 @app.command()
 @cli_errors
 def plan(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option(help="Preset name or path to a config.json")] = "qwen3-0.6b",
     mode: Annotated[str, typer.Option(help="e2e | projector | encoder-projector")] = "e2e",
     platform: Annotated[str, typer.Option(help="Platform preset or path to a platform .toml")] = "aurora",
@@ -149,7 +150,8 @@ def plan(
     vision: Annotated[Optional[str], typer.Option(
         help="Vision encoder: preset or path to a config.json (SigLIP, CLIP); adds it and a projector")] = None,
     image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
-    compile: Annotated[bool, typer.Option("--compile", help="torch.compile on")] = False,
+    compile: Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile on (--no-compile: eager, "
+                                                                      "whatever --script says)")] = False,
     ranks_per_node: Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")] = None,
     sweep_nodes: Annotated[Optional[str], typer.Option(help="Node counts for a scaling table, e.g. 1,2,4,8")] = None,
     calibration: Annotated[str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")] = "auto",
@@ -159,6 +161,9 @@ def plan(
                                                            "reduce/allgather bucket (default: 25)")] = None,
     reduce_dtype: Annotated[Optional[str], typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed "
                                                           "communication_data_type (default: engine's)")] = None,
+    script: Annotated[Optional[str], typer.Option(help="Your training script: its loss kernel, checkpointing, "
+                                                       "optimizer, precision and compile become the inputs "
+                                                       "(flags given here win)")] = None,
     db: Annotated[Optional[str], typer.Option(help="Results store whose measured collective curves (commbench, "
                                                    "imported nccl-tests / oneCCL logs) price matching collectives; "
                                                    "default: the user's store")] = None,
@@ -169,12 +174,24 @@ def plan(
     from prism_strategy.planning.planner import plan as make_plan, plan_dict
     from prism_strategy.specs.presets import load_platform
 
-    p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
-                  micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, ckpt_freq=ckpt_freq,
-                  precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens, compile=compile,
-                  ranks_per_node=ranks_per_node, calibration=calibration, traced=traced, sweep_nodes=sweep_nodes,
-                  bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, loss=loss,
-                  comm_curves=curves_for(db, load_platform(platform).name))
+    scripted = dict(loss=loss, ckpt_freq=ckpt_freq, optimizer=optimizer, precision=precision,
+                    reduce_dtype=reduce_dtype, compile=compile)
+    section = None
+    if script is not None:
+        from prism_strategy.diagnose.script_inputs import read_plan_inputs, script_error
+
+        given = {k for k in scripted if ctx.get_parameter_source(k).name == "COMMANDLINE"}
+        read, section = read_plan_inputs(script).plan_inputs(scripted, given)
+        scripted |= read
+    curves = curves_for(db, load_platform(platform).name)
+    try:
+        p = make_plan(model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len, mean_seq_len=mean_seq_len,
+                      micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum, vision=vision,
+                      image_tokens=image_tokens, ranks_per_node=ranks_per_node, calibration=calibration,
+                      traced=traced, sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, script=section,
+                      comm_curves=curves, **scripted)
+    except SpecError as e:
+        raise (script_error(e, section) if section else e) from None
     if markdown is not None:
         from prism_strategy.report.markdown import write_markdown
 

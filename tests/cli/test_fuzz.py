@@ -157,7 +157,8 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
     return {
         "plan": {**common_plan, "--global-batch": num + ["7"], "--optimizer": names + ["sgd"],
                  "--image-tokens": num, "--sweep-nodes": num + ["1,2,x", ",", "1,,2", "0,1", "-1", "1,2,4"],
-                 "--calibration": paths + names + ["none", "auto"], "--db": db, "--json": []},
+                 "--calibration": paths + names + ["none", "auto"], "--db": db, "--json": [],
+                 "--script": paths + [f["bad_syntax.py"], f["train_ok.py"]]},
         "estimate": {k: [x for x in v if _must_fail_estimate(k, x)] for k, v in {**common_plan, "--strategy": names}.items()},
         "emit": {"--strategy": names + ["zero3", "fsdp_full_shard"], "--platform": platform,
                  "--nodes": num + ["4", "600"], "--ranks-per-node": num + ["6", "13"], "--env-profile": names + paths + ["cpu-gloo"],

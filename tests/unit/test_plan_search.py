@@ -74,12 +74,15 @@ def test_plan_signature_lists_every_cli_option_by_name():
     from prism_strategy.cli import app
 
     cmd = next(c for c in app.registered_commands if c.callback.__name__ == "plan")
-    cli_names = set(inspect.signature(cmd.callback).parameters) - {"json_out", "markdown"}
+    # ctx: typer's context (which flags the command line gave: plan --script lets those win)
+    cli_names = set(inspect.signature(cmd.callback).parameters) - {"json_out", "markdown", "ctx"}
     params = inspect.signature(plan).parameters
     # --db names the results store, which planning never opens (bench sits above it): the CLI reads
     # the measured curves from it and passes them as plan(comm_curves=...)
     assert "db" in cli_names and "comm_curves" in params and "comm_curves:" in plan.__doc__
     cli_names -= {"db"}
+    # --script names a file diagnose/ reads (above planning); plan(script=...) takes what was read
+    assert "script" in params and "script:" in plan.__doc__
     assert cli_names <= set(params)
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
     for name in cli_names - {"model"}:

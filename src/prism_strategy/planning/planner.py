@@ -82,6 +82,8 @@ class Plan:
     reasons: list[str]
     warnings: list[str]
     sweep: list[dict[str, Any]] = field(default_factory=list)
+    script: dict[str, Any] | None = None
+    """`plan --script`: what was read from the script, per input (diagnose/script_inputs.py)."""
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.strategy == name)
@@ -295,6 +297,7 @@ def plan(
     compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
     calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
     reduce_dtype: str | None = None, loss: str = "upcast", comm_curves: Sequence[Any] = (),
+    script: dict[str, Any] | None = None,
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -325,6 +328,8 @@ def plan(
     loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
     comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
         CLI loads them from the results store: bench/curves.py); a matching one prices its collective.
+    script: what a training script said about these inputs, kept as given for `inputs.script` of the
+        JSON (`plan --script` reads it: diagnose/script_inputs.py; the values arrive as the keywords above).
     """
     sc = build_scenario(model, mode=mode, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
@@ -344,7 +349,8 @@ def plan(
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
     reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
-    result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings)
+    result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings,
+                  script=script)
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
     return result
@@ -438,7 +444,8 @@ def option_dict(o: Option) -> dict[str, Any]:
 
 def plan_dict(p: Plan) -> dict[str, Any]:
     """The pinned JSON shape of `prism-strategy plan --json`."""
-    return {"inputs": p.scenario.inputs(), "options": [option_dict(o) for o in p.options],
+    inputs = p.scenario.inputs() | ({"script": p.script} if p.script is not None else {})
+    return {"inputs": inputs, "options": [option_dict(o) for o in p.options],
             "recommended": p.recommended, "reasons": p.reasons, "warnings": p.warnings, "sweep": p.sweep}
 
 

@@ -72,6 +72,11 @@ def render_markdown(p: Plan, sweep: list[dict[str, Any]], png_name: str) -> str:
     lines += [f"- {_cell(r)}" for r in p.reasons]
     lines += [f"- **warning:** {_cell(w)}" for w in p.warnings]
     lines += ["", "### Options", "", *_options(p), "", "### Assumptions", "", *_assumptions(p)]
+    if p.script is not None:  # plan --script: what was read from which line
+        from prism_strategy.report.plan_script import option_verdicts, script_lines
+
+        lines += ["", "### Read from the training script", "", "```", *script_lines(p.script, option_verdicts(p.options)),
+                  "```"]
     lines += ["", "### Scaling (predicted)", "", *_sweep(sweep, png_name), ""]
     return "\n".join(lines)
 

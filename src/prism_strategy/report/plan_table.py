@@ -168,6 +168,11 @@ def print_plan(p: Plan, console: Console | None = None) -> None:
     if p.sweep:
         c.print()
         c.print(sweep_table(p, c.width))
+    if p.script is not None:
+        from prism_strategy.report.plan_script import option_verdicts, script_lines
+
+        c.print()
+        c.print(Text("\n".join(script_lines(p.script, option_verdicts(p.options)))))
 
 
 def measured_comm_lines(p: Plan) -> list[str]:

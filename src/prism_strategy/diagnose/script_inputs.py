@@ -1,0 +1,153 @@
+"""`plan --script FILE`: what a training script does that its memory depends on, as plan() inputs.
+
+The script is read statically (diagnose/script_reads.py, one reader per input); each input is
+told when every candidate that can run agrees, and otherwise is "could not tell" with the plan's
+assumption named. A flag given on the command line wins over what the script says; the JSON
+section (`inputs.script` of plan --json) records, per input, the value read, its line and code,
+what was planned and by whom (script, command line or assumption). planning/ never sees this
+module: the CLI passes plain keywords and the section down to plan().
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prism_strategy.diagnose import script_reads as reads
+from prism_strategy.diagnose import script_wrapping as wrapping
+from prism_strategy.diagnose.findings import Context
+from prism_strategy.diagnose.script_checks import read_script
+from prism_strategy.diagnose.script_reads import Found, Reader
+from prism_strategy.specs.errors import SpecError
+
+FLAGS = {"loss": "--loss", "ckpt_freq": "--ckpt-freq", "optimizer": "--optimizer", "precision": "--precision",
+         "reduce_dtype": "--reduce-dtype", "compile": "--compile"}
+"""plan() keywords a script can set, with their flags."""
+ASSUMED = {
+    "loss": "assumed upcast (HF default: transformers' ForCausalLMLoss casts the logits to fp32)",
+    "ckpt_freq": "assumed auto (each option searches none, every k-th block and sac)",
+    "optimizer": "assumed adamw in torch's default implementation (foreach on cuda/xpu, the loop on cpu)",
+    "precision": "assumed bf16-mixed (the plan's default)",
+    "reduce_dtype": "assumed each engine's default",
+    "compile": "assumed eager (no torch.compile read)",
+}
+NOTHING = "nothing in the script sets it"
+READERS: dict[str, Callable[[Reader], list[Found]]] = {
+    "loss": reads.loss, "ckpt_freq": reads.ckpt, "optimizer": reads.optimizer,
+    "precision": lambda r: wrapping.precision(r)[0], "reduce_dtype": lambda r: wrapping.precision(r)[1],
+    "compile": reads.compile_, "strategy": wrapping.strategy,
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScriptRead:
+    input: str
+    value: Any
+    """None: could not tell."""
+    line: int | None = None
+    evidence: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScriptInputs:
+    path: Path
+    reads: tuple[ScriptRead, ...]
+
+    def get(self, name: str) -> ScriptRead:
+        return next(r for r in self.reads if r.input == name)
+
+    def plan_inputs(self, current: Mapping[str, Any], given: set[str], *,
+                    source: str = "command line") -> tuple[dict[str, Any], dict[str, Any]]:
+        """(plan() keywords, the JSON section). current: plan()'s values of FLAGS' keywords as the
+        command line has them; given: the keywords whose flags were given there (those win);
+        source: where they were given ("command line", or "keyword" from Python)."""
+        kwargs, entries, untold = {}, {}, []
+        for name in (*FLAGS, "strategy"):
+            r = self.get(name)
+            entry: dict[str, Any] = {"read": r.value, "line": r.line, "evidence": r.evidence}
+            if name in given:
+                said = (f"; the script's {_shown(r.value)} (line {r.line}) is not used"
+                        if r.value not in (None, current[name]) else "")
+                flag = "--no-compile" if current[name] is False else FLAGS[name]
+                given_as = f"{flag} given on the command line" if source == "command line" else f"{name}= given"
+                entry |= {"planned": current[name], "by": source, "note": f"{given_as}{said}"}
+            elif name not in FLAGS:
+                entry |= {"planned": "every strategy", "by": "script" if r.value is not None else "assumed"}
+            elif r.value is not None:
+                entry |= {"planned": r.value, "by": "script"}
+                kwargs[name] = r.value
+            else:
+                entry |= {"planned": current[name], "by": "assumed"}
+                why = f" [{r.note}]" if r.note and r.note != NOTHING else ""
+                untold.append(f"{_label(name)}: could not tell; {ASSUMED[name]}{why}")
+            if r.note and "note" not in entry:
+                entry["note"] = r.note
+            entries[name] = entry
+        return kwargs, {"file": str(self.path), "inputs": entries, "could_not_tell": untold}
+
+
+def _shown(v: Any) -> str:
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
+
+
+def _label(name: str) -> str:
+    return {"ckpt_freq": "checkpointing", "reduce_dtype": "gradient reduction dtype"}.get(name, name)
+
+
+def read_plan_inputs(path: str | Path) -> ScriptInputs:
+    """Read `path` (SpecError with one line when it cannot be read as Python) and tell each input."""
+    if _is_binary(Path(path)):
+        raise SpecError(f"--script {path} is a binary file, not a Python script; pass the training script (.py)")
+    s = read_script(Path(path))
+    source = Path(path).read_text(errors="replace").splitlines()
+    r = Reader(s=s, vals=s.values(Context()), source=source, tree=ast.parse("\n".join(source)))
+    return ScriptInputs(path=Path(path), reads=tuple(decide(name, fn(r)) for name, fn in READERS.items()))
+
+
+def script_error(e: SpecError, section: dict[str, Any]) -> SpecError:
+    """A plan's bad-input error, saying which of its inputs the script set (a flag overrides them)."""
+    by_script = [f"{k} {e_['planned']} (line {e_['line']})" for k, e_ in section["inputs"].items()
+                 if e_["by"] == "script" and k in FLAGS]
+    if not by_script:
+        return e
+    return SpecError(f"{e} [--script {section['file']} set {', '.join(by_script)}; a flag given overrides it]")
+
+
+def plan_for_script(path: str | Path, **kw: Any):
+    """`plan --script` from Python: plan() with what the script says, keywords given here winning
+    (planning.planner.plan's keywords; the result's `script` is the JSON section)."""
+    from prism_strategy.planning.planner import plan
+
+    defaults = {k: inspect.signature(plan).parameters[k].default for k in FLAGS}
+    read, section = read_plan_inputs(path).plan_inputs(defaults | kw, given=set(kw) & set(FLAGS), source="keyword")
+    return plan(**(kw | read), script=section)
+
+
+def _is_binary(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return b"\0" in f.read(8192)
+    except OSError:
+        return False  # read_script names the problem
+
+
+def decide(name: str, found: list[Found]) -> ScriptRead:
+    """Told when every candidate agrees on a value and surely runs; otherwise could not tell, naming each."""
+    if not found:
+        return ScriptRead(input=name, value=None, note=NOTHING)
+    values = {repr(f.value) for f in found}
+    first = found[0]
+    if len(values) == 1 and first.value is not None and all(f.sure for f in found):
+        also = [f.line for f in found[1:] if f.line != first.line]
+        note = "; ".join(x for x in (first.note, f"also line {', '.join(map(str, also))}" if also else "") if x)
+        return ScriptRead(input=name, value=first.value, line=first.line, evidence=first.evidence, note=note)
+    cands = "; ".join(f"line {f.line}: {'unreadable' if f.value is None else f.value}"
+                      + (f" ({f.note})" if f.note else "") for f in found[:4])
+    why = ("the script's candidates disagree" if len(values) > 1 else "its value is not one the script fixes"
+           if first.value is None else "it runs only under a test the script leaves open")
+    return ScriptRead(input=name, value=None, line=first.line, evidence=first.evidence, note=f"{why}: {cands}")
