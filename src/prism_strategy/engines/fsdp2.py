@@ -17,6 +17,7 @@ reduce-dtype buffer as each reduce-scatter's input (estimate/memory.py has the m
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -170,9 +171,16 @@ def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layo
     """The optimizer steps the local shards (DTensors: foreach ops run on each local tensor), every
     unit resharded after backward: each trainable tensor's dim 0 padded to the shard count, then split."""
     n = s.degree(s.optim_shard, layout)
-    local = [-(-rows // n) * (numel // rows) for p in parts if p.trains for m in part_modules(p).forward_order()
-             for numel, rows in m]
+    local = list(_local_shards(parts, n))
     return step_transient(local, t, impl, SPEC_DTYPE_BYTES[t.optim_state_dtype], f" (local shards, 1/{n})")
+
+
+@functools.cache
+def _local_shards(parts: tuple[Part, ...], n: int) -> tuple[int, ...]:
+    """Each trainable tensor's local shard (dim 0 padded to n, then split); cached: the planner asks
+    for it at every micro-batch it tries."""
+    return tuple(-(-rows // n) * (numel // rows) for p in parts if p.trains for m in part_modules(p).forward_order()
+                 for numel, rows in m)
 
 
 def _block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, states: Rows,

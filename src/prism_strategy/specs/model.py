@@ -8,6 +8,7 @@ below, which the engines also shard and bucket.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -204,11 +205,11 @@ class TransformerSpec:
     @property
     def block_params(self) -> int:
         """The largest block (the largest FSDP unit among the blocks)."""
-        return max(self._count(b) for b in self.stack)
+        return _param_counts(self)[0]
 
     @property
     def stack_params(self) -> int:
-        return sum(self._count(b) for b in self.stack)
+        return _param_counts(self)[1]
 
     def _matmul(self, sparse: bool, routed: int) -> int:
         """Matmul weights of one block, with `routed` experts of each sparse block."""
@@ -255,12 +256,12 @@ class TransformerSpec:
 
     @property
     def embed_params(self) -> int:
-        return self._count(self.embed_modules())
+        return _param_counts(self)[2]
 
     @property
     def head_params(self) -> int:
         """Final norm, LM head (untied) or the vision post-layernorm, pooling head, pre-layernorm."""
-        return self._count(self.head_modules())
+        return _param_counts(self)[3]
 
     @property
     def total_params(self) -> int:
@@ -270,6 +271,14 @@ class TransformerSpec:
     def root_params(self) -> int:
         """Parameters outside the transformer blocks (the FSDP root unit when blocks are wrapped)."""
         return self.total_params - self.stack_params
+
+
+@functools.cache
+def _param_counts(spec: TransformerSpec) -> tuple[int, int, int, int]:
+    """(largest block, stack, embeddings, head) of a spec: counted once per spec (frozen, hashable),
+    since the planner asks for them thousands of times per plan."""
+    blocks = [spec._count(b) for b in spec.stack]
+    return max(blocks), sum(blocks), spec._count(spec.embed_modules()), spec._count(spec.head_modules())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
