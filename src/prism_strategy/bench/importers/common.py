@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from prism_strategy.readers.collective_log import text_lines
 from prism_strategy.specs.errors import SpecError
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -62,20 +63,6 @@ class ParsedLog:
     def peak(self, attr: str, value: float | None) -> None:
         if value is not None:
             setattr(self, attr, max(getattr(self, attr) or 0.0, float(value)))
-
-
-def text_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text without newline, whether the line ended with a newline)."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read ({e.strerror})") from None
-    lines = text.split("\n")
-    for i, line in enumerate(lines, 1):
-        last = i == len(lines)
-        if last and not line:
-            return
-        yield i, line.rstrip("\r"), not last
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
