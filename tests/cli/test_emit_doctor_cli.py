@@ -49,7 +49,6 @@ def test_emit_json_summary_and_options(tmp_path):
     ("--strategy", "ddp", "--platform", "aurora", "--env-profile", "nope"),
     ("--strategy", "ddp", "--platform", "aurora", "--nodes", "0"),
     ("--strategy", "zero2", "--platform", "aurora", "--compile", "--nodes", "1"),
-    ("--strategy", "fsdp_full_shard", "--platform", "aurora", "--compile", "--nodes", "2"),
     ("--strategy", "ddp", "--platform", "aurora", "--walltime", "90"),
     ("--strategy", "ddp", "--platform", "aurora", "--job-name", "a\nb"),
     ("--strategy", "ddp", "--platform", "aurora", "--nodes", "8", "--queue", "debug"),

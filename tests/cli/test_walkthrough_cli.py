@@ -133,13 +133,14 @@ def test_nothing_fits_at_the_asked_micro_batch_is_a_finding_with_the_table():
     assert d["recommended"] is None and all(not o["feasible"] and "GiB" in o["why_not"] for o in d["options"])
 
 
-def test_compile_across_aurora_nodes_advises_dropping_compile_once_and_exits_1():
+def test_compile_across_aurora_nodes_is_planned_with_one_warning_naming_both_stacks():
+    """rules.toml xpu-multinode-compile is a guardrail: PRISM's whole-backbone compile deadlocked
+    oneCCL, torchtitan's per-block FSDP2 compile ran on 2 and 64 nodes (E1, E2)."""
     r = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--nodes", "2", "--compile"])
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 0, r.output
     out = " ".join(r.stdout.split())
-    assert "drop --compile" in out and "shorter --seq-len" not in out
-    assert out.count("multi-node torch.compile on XPU deadlocks") == 2  # the footnote and one reason line
-    assert "warning: xpu-multinode-compile" not in out
+    assert out.count("warning: xpu-multinode-compile") == 1 and "(records E1, E2)" in out
+    assert "recommended: none" not in out and "drop --compile" not in out
 
 
 @pytest.mark.parametrize("cmd", [["results"], ["compare"], ["report", "--out", "{tmp}/rep"]])

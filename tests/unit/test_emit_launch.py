@@ -110,7 +110,6 @@ def test_slurm_job_shape(tmp_path):
 
 @pytest.mark.parametrize(("changes", "match"), [
     ({"strategy": "zero2", "compile": True, "nodes": 1}, "deepspeed-compile"),
-    ({"strategy": "fsdp_full_shard", "compile": True, "nodes": 2}, "xpu-multinode-compile"),
     ({"strategy": "fsdp_full_shard", "static_graph": True}, "ddp only"),
     ({"walltime": "1h"}, "HH:MM:SS"),
     ({"queue": "bogus"}, "debug-scaling"),
@@ -132,10 +131,12 @@ def test_refusals_are_one_line_spec_errors(tmp_path, changes, match):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize(("strategy", "platform", "nodes"), [("fsdp_full_shard", "aurora", 1), ("ddp", "dgx-h100", 4)])
+@pytest.mark.parametrize(("strategy", "platform", "nodes"), [("fsdp_full_shard", "aurora", 1), ("ddp", "dgx-h100", 4),
+                                                         ("fsdp_full_shard", "aurora", 2)])
 def test_compile_is_emitted_on_one_xpu_node_and_on_cuda(tmp_path, strategy, platform, nodes):
-    # xpu-multinode-compile (rules.toml, PRISM) is about several XPU nodes only: one XPU node and
-    # any CUDA job keep compile, and the runtime reads it back from strategy.toml
+    # xpu-multinode-compile (rules.toml) is a warning, not a refusal: PRISM's whole-backbone compile
+    # deadlocked oneCCL, torchtitan's per-block FSDP2 compile ran on 2 and 64 nodes (E1, E2); the
+    # runtime reads compile back from strategy.toml
     out = emit(tmp_path / "out", strategy=strategy, platform=platform, nodes=nodes, compile=True)
     f = read_strategy_file(out / "strategy.toml")
     assert (f.strategy, f.compile) == (strategy, True)
