@@ -70,7 +70,7 @@ def tune_search(strategies: str, micro_batches: str, ckpt_freqs: str, *, platfor
 def compare_rows(db: str | None, calibration: str) -> list[dict[str, Any]]:
     """`compare`: every stored configuration's prediction (calibrated when one applies) beside it."""
     from prism_strategy.bench.compare import compare
-    from prism_strategy.planning.planner import calibrated_platform
+    from prism_strategy.estimate.calibration import calibrated_platform
 
     return compare(existing_store(db).query(),
                    platform_for=lambda name: calibrated_platform(load_platform(name), calibration))

@@ -6,7 +6,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from prism_strategy.planning.planner import Plan
+from prism_strategy.planning.option import Plan
 from prism_strategy.planning.recommend import ckpt_text
 from prism_strategy.report.console import Column, fitted_table, footnotes, table_console
 from prism_strategy.specs.cluster import GiB
@@ -207,7 +207,7 @@ def show_plan(p: Plan, *, markdown: str | None = None, json_out: bool = False) -
 
         write_markdown(p, markdown)
     if json_out:
-        from prism_strategy.planning.planner import plan_dict
+        from prism_strategy.report.plan_json import plan_dict
         from prism_strategy.report.console import print_json
 
         print_json(plan_dict(p))
@@ -219,6 +219,9 @@ def show_estimate(d: dict, *, json_out: bool = False) -> None:
     """What `estimate` prints: the JSON or the lines."""
     from prism_strategy.report.console import print_json
 
+    from prism_strategy.report.plan_json import estimate_dict
+
+    d = estimate_dict(d)
     if json_out:
         print_json(d)
     else:
