@@ -99,7 +99,7 @@ def test_calibration_from_imported_runs_is_found_by_plan_auto(tmp_path, monkeypa
     from pathlib import Path
 
     from prism_strategy.bench.importers import build_import
-    from prism_strategy.planning.planner import calibrated_platform
+    from prism_strategy.estimate.calibration import calibrated_platform
 
     log = Path(__file__).resolve().parents[1] / "fixtures" / "imports" / "prism" / "train.log"
     imp = build_import(log, dict(model="qwen3-0.6b", vision="siglip2-base-patch16-224", platform="aurora",

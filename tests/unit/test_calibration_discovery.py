@@ -8,7 +8,8 @@ from importlib import metadata
 import pytest
 
 from prism_strategy.estimate.calibration import default_calibration_dir, find_calibration, write_calibration
-from prism_strategy.planning.planner import calibrated_platform, plan
+from prism_strategy.estimate.calibration import calibrated_platform
+from prism_strategy.planning.planner import plan
 from prism_strategy.specs import load_platform
 
 TORCH = metadata.version("torch")

@@ -14,7 +14,8 @@ from prism_strategy.estimate.compute import block_kernels, phase_times, step_ker
 from prism_strategy.estimate.host import grad_path_s, host_terms
 from prism_strategy.estimate.memory_runtime import runtime_memory
 from prism_strategy.specs.parts import model_parts
-from prism_strategy.planning.planner import evaluate, option_dict
+from prism_strategy.planning.planner import evaluate
+from prism_strategy.report.plan_json import option_dict
 from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs import load_model, load_platform
 from prism_strategy.specs.cluster import Layout

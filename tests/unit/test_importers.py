@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from prism_strategy.bench.importers import build_import, read_log
-from prism_strategy.bench.importers.common import Window
-from prism_strategy.bench.importers.prism import unrun_means
+from prism_strategy.readers.training_log import Window
+from prism_strategy.readers.prism import unrun_means
 from prism_strategy.bench.importers.steady import steady_state
 from prism_strategy.specs import SpecError
 

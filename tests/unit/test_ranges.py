@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from prism_strategy.estimate.ranges import fit_errors, uncalibrated_halfwidth
-from prism_strategy.planning.planner import plan, plan_dict
+from prism_strategy.planning.planner import plan
+from prism_strategy.report.plan_json import plan_dict
 from prism_strategy.report.plan_table import print_plan
 
 

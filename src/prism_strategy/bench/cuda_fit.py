@@ -88,7 +88,8 @@ def record_observation(r: PublishedRecord) -> Observation:
     from prism_strategy.estimate.compute import selective_ac
     from prism_strategy.estimate.compute_shape import sac_recompute_s
     from prism_strategy.specs.parts import model_parts
-    from prism_strategy.planning.planner import Option, _time
+    from prism_strategy.planning.option import Option
+    from prism_strategy.planning.planner import _time
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 

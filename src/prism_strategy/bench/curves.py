@@ -190,3 +190,10 @@ def import_collective_log(path: str | Path, fmt: str, *, platform: str, nodes: i
             "ranks_per_node": rpn, "points": n, "action": action, "run_key": key,
             "bytes_min": points[0].bytes, "bytes_max": points[-1].bytes,
             "seconds_at_max": points[-1].seconds}
+
+
+def curves_for_platform(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...]:
+    """curves_for a platform as `plan --platform` names it (a preset or a .toml path)."""
+    from prism_strategy.specs.presets import load_platform
+
+    return curves_for(db, load_platform(platform).name)

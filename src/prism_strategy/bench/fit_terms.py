@@ -103,7 +103,8 @@ def fit_reason(r: PublishedRecord) -> str | None:
 
 def record_observations(r: PublishedRecord) -> list[Observation]:
     from prism_strategy.specs.parts import model_parts
-    from prism_strategy.planning.planner import Option, _time
+    from prism_strategy.planning.option import Option
+    from prism_strategy.planning.planner import _time
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 

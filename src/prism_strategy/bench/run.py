@@ -175,7 +175,7 @@ def run_tune(base: dict[str, Any], strategies: list[str], micro_batches: list[in
              calibration: str | None = "auto") -> TuneResult:
     """Candidates are ranked with the calibrated platform when a calibration applies (`calibration`:
     a file, "auto" or "none"); results are stored with the uncalibrated prediction, as bench does."""
-    from prism_strategy.planning.planner import calibrated_platform
+    from prism_strategy.estimate.calibration import calibrated_platform
 
     plat = load_platform(platform)
     ranking = calibrated_platform(plat, calibration)

@@ -88,3 +88,29 @@ def diagnose(req: DoctorRequest) -> DoctorReport:
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (order[f.severity], f.file, f.line, f.rule))
     return DoctorReport(findings=findings, environment=environment)
+
+
+def refuse_plan_file(path: str) -> None:
+    """`doctor --launcher plan.json`: a plan is not a launcher; say what to do with it."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text()) if path.endswith(".json") and Path(path).is_file() else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return
+    if isinstance(data, dict) and "inputs" in data and "options" in data:
+        raise SpecError(f"--launcher {path} is a `plan --json` file, not a launcher; write the launchers with "
+                        f"`prism-strategy emit --from-plan {path} --out DIR` and check those")
+
+
+def doctor_request(*, launchers: tuple[str, ...] | list[str], scripts: tuple[str, ...] | list[str],
+                   module_show: tuple[str, ...] | list[str], device_globs: tuple[str, ...] | list[str],
+                   clean: bool, live: bool | None, settle_s: float, **given: Any) -> DoctorRequest:
+    """`doctor`'s request from its command-line values (--clean implies --live); bad input raises."""
+    if settle_s < 0:
+        raise SpecError(f"--settle-s must be >= 0, got {settle_s}")
+    for p in launchers:
+        refuse_plan_file(p)
+    return DoctorRequest(launchers=tuple(Path(p) for p in launchers), scripts=tuple(Path(p) for p in scripts),
+                         live=True if clean else live, clean=clean, settle_s=settle_s,
+                         device_globs=tuple(device_globs), module_show=tuple(Path(p) for p in module_show), **given)

@@ -128,6 +128,20 @@ def plan_for_script(path: str | Path, **kw: Any):
     return plan(**(kw | read), script=section)
 
 
+def plan_from_command_line(script: str | None, inputs: dict[str, Any], given: set[str], **kw: Any):
+    """`plan` as the command line asks: inputs (FLAGS' keywords as the command line has them)
+    completed from --script where its flag was not given; a bad input names what the script set."""
+    from prism_strategy.planning.planner import plan
+
+    if script is None:
+        return plan(**kw, **inputs)
+    read, section = read_plan_inputs(script).plan_inputs(inputs, given)
+    try:
+        return plan(**kw, **(inputs | read), script=section)
+    except SpecError as e:
+        raise script_error(e, section) from None
+
+
 def _is_binary(path: Path) -> bool:
     try:
         with path.open("rb") as f:

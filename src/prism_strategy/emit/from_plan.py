@@ -112,3 +112,12 @@ def emit_request(*, from_plan: str | None, strategy: str | None, platform: str |
     choice = plan_choice(from_plan, strategy)
     base = EmitRequest(strategy=choice.strategy, platform=choice.platform, nodes=choice.nodes, **launcher)
     return request_from_plan(choice, base), choice
+
+
+def write_emitted(req: EmitRequest, out: str, *, force: bool = False):
+    """The launcher files of `req`, written whole into `out` or not at all: (emitted, written)."""
+    from prism_strategy.emit.files import write_files_atomically
+    from prism_strategy.emit.launch import emit_files
+
+    emitted = emit_files(req, Path(out))
+    return emitted, write_files_atomically(Path(out), emitted.files, force=force)

@@ -80,3 +80,19 @@ def find_calibration(platform: PlatformSpec, current: dict[str, Any]) -> Path | 
     except SpecError:
         return None
     return path if same_setup(data.get("fingerprint", {}) | {"platform": data["platform"]}, current) else None
+
+
+def calibrated_platform(platform: PlatformSpec, calibration: str | None) -> PlatformSpec:
+    """calibration: a file, "auto" (the cached one when its fingerprint matches), or None / "none"."""
+    if calibration in (None, "none"):
+        return platform
+    if calibration == "auto":
+        from importlib import metadata
+
+        try:
+            torch_version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            return platform
+        found = find_calibration(platform, {"platform": platform.name, "torch": torch_version, "backend": platform.backend})
+        return platform if found is None else apply_calibration(platform, load_calibration(found), str(found))
+    return apply_calibration(platform, load_calibration(calibration), str(calibration))

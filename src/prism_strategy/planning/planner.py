@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
-from prism_strategy.estimate.comm import model_description as comm_model_description
 from prism_strategy.estimate.families import assumptions
 from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
 from prism_strategy.estimate.host import host_terms
-from prism_strategy.estimate.overlap import description as overlap_description
-from prism_strategy.estimate.overlap import schedules_overlap
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
 from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.specs.parts import Part, model_parts
@@ -27,67 +24,9 @@ from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.specs.values import int_list
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 from prism_strategy.engines import engine_of
-
-@dataclass(kw_only=True)
-class Option:
-    strategy: str
-    feasible: bool
-    why_not: str | None
-    memory: MemoryEstimate
-    max_micro_batch: int
-    micro_batch: int
-    grad_accum: int
-    global_batch: int = 0
-    """micro_batch x grad_accum x world: samples per optimizer step."""
-    ckpt_freq: int | str = 0
-    """Activation checkpointing this option runs with: k (every k-th block, 0 = none) or "sac"
-    (searched under --ckpt-freq auto)."""
-    compute_s: float = 0.0
-    comm_s: float = 0.0
-    exposed_comm_s: float = 0.0
-    optimizer_s: float = 0.0
-    step_time_s: float = 0.0
-    samples_per_s: float = 0.0
-    tokens_per_s_per_device: float = 0.0
-    """Decoder tokens (text + image) per second on one device: samples/s / world x tokens per sample."""
-    mfu: float = 0.0
-    """Model FLOPs utilisation: forward + backward FLOPs (estimate/compute.py, recompute excluded, as
-    PaLM's MFU) per second on one device over the platform's peak for the compute dtype."""
-    bound: str = "compute"
-    scaling_efficiency: float | None = None
-    comm: CommEstimate | None = None
-    traced: dict[str, Any] | None = None
-    """`plan --traced`: traced_memory_gib, traced_max_micro_batch, ... (traced/estimate.py)."""
-    notes: list[str] = field(default_factory=list)
-    provenance: dict[str, str] = field(default_factory=dict)
-    memory_runtime: dict[str, Any] = field(default_factory=dict)
-    """Which figure memory.total is, and the allocator's reserved figure (estimate/memory_runtime.py)."""
-    step_time_s_range: list[float] | None = None
-    """[low, high]: the fit's leave-one-out range, widened beyond what was measured (estimate/ranges.py)."""
-    samples_per_s_range: list[float] | None = None
-    step_time_s_readings: dict[str, float] = field(default_factory=dict)
-    """Beyond the node count the fit measured: the step time under each reading of the comm terms
-    its records could not rule out (estimate/comm.comm_readings); empty where there is one."""
-
-    @property
-    def comm_fraction(self) -> float:
-        return self.exposed_comm_s / self.step_time_s if self.step_time_s else 0.0
-
-
-@dataclass(kw_only=True)
-class Plan:
-    scenario: Scenario
-    options: list[Option]
-    recommended: str | None
-    reasons: list[str]
-    warnings: list[str]
-    sweep: list[dict[str, Any]] = field(default_factory=list)
-    script: dict[str, Any] | None = None
-    """`plan --script`: what was read from the script, per input (diagnose/script_inputs.py)."""
-
-    def option(self, name: str) -> Option:
-        return next(o for o in self.options if o.strategy == name)
-
+from prism_strategy.estimate.calibration import calibrated_platform
+from prism_strategy.planning.option import Option, Plan
+from prism_strategy.planning.provenance import provenance
 
 def _situation(sc: Scenario, s: StrategySpec) -> RuleFacts:
     """The planner's rule facts; the engine contributes its own."""
@@ -154,7 +93,7 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     mem = estimate_memory(parts, t, p, lay, s, mb, accumulating=ga > 1)
     o = Option(strategy=s.name, feasible=True, why_not=None, memory=mem, max_micro_batch=max_mb,
                micro_batch=mb, grad_accum=ga, global_batch=mb * ga * lay.world, ckpt_freq=t.ckpt_name,
-               provenance=_provenance(sc), memory_runtime=memory_fields(mem, p))
+               provenance=provenance(sc), memory_runtime=memory_fields(mem, p))
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
     if blocked:
         o.feasible, o.why_not = False, f"not viable: {blocked[0].message}"
@@ -236,57 +175,6 @@ def _oom_reason(mem: MemoryEstimate, usable: float, mb: int, max_mb: int, global
     at = f"no micro-batch dividing global batch {global_batch} fits: " if global_batch is not None and mb == 1 else ""
     return (f"{at}out of memory: needs {mem.total / GiB:.1f} GiB at micro-batch {mb} > {usable / GiB:.1f} GiB usable "
             f"({top} GiB; {hint})")
-
-
-def calibrated_platform(platform: PlatformSpec, calibration: str | None) -> PlatformSpec:
-    """calibration: a file, "auto" (the cached one when its fingerprint matches), or None / "none"."""
-    from prism_strategy.estimate.calibration import apply_calibration, find_calibration, load_calibration
-
-    if calibration in (None, "none"):
-        return platform
-    if calibration == "auto":
-        from importlib import metadata
-
-        try:
-            torch_version = metadata.version("torch")
-        except metadata.PackageNotFoundError:
-            return platform
-        found = find_calibration(platform, {"platform": platform.name, "torch": torch_version, "backend": platform.backend})
-        return platform if found is None else apply_calibration(platform, load_calibration(found), str(found))
-    return apply_calibration(platform, load_calibration(calibration), str(calibration))
-
-
-def _shape_text(p: PlatformSpec) -> str:
-    t = p.compute_terms
-    assert t is not None
-    return (f" x d / (d + {t.gemm_half_dim:g}) per matmul of smallest dimension d, attention x {t.attention_ratio:g}; "
-            f"eager kernels {t.elementwise_bytes:g} x hidden bytes per token at {p.hbm_bw_gbps:g} GB/s: "
-            f"estimate/compute_shape.py, {p.source('compute_terms')}")
-
-
-def _provenance(sc: Scenario) -> dict[str, str]:
-    p = sc.platform
-    calibrated = next((v for v in p.sources.values() if v.startswith("calibrated")), None)
-    kind = "predicted (calibrated)" if calibrated else "predicted"
-    return {
-        "memory": f"{kind}: analytic model (estimate/memory.py: ZeRO model states, saved-tensor activations, fp32 loss logits); "
-                  "the figure is allocated (max_memory_allocated) + framework reserve; reserved adds the caching "
-                  f"allocator's {p.allocator_cache_factor:g} x activations and buffers ({p.source('allocator_cache_factor')})",
-        "compute": f"{kind}: per phase max(FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}"
-                   + (_shape_text(p) if p.compute_terms else "")
-                   + f"), kernels x {p.kernel_launch_us:g} us launch); peak: {p.source('peak_tflops_bf16')}; "
-                   f"fraction: {p.source('achievable_fraction')}; launch: {p.source('kernel_launch_us')}",
-        "communication": f"{kind}: {comm_model_description(p)} on platform {p.name}, "
-                         + (overlap_description(p) if schedules_overlap(p) else
-                            f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})")
-                         + ("; collectives block the host" if p.host_blocking_collectives else "")
-                         + "; gradient path per tensor: " + (", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
-                                                               or f"{p.per_tensor_overhead_us:g} us") + " (estimate/host.py)",
-        "calibration": calibrated or "none",
-        "mfu": f"{kind}: model FLOPs per sample (estimate/compute.py: 2 x matmul params x tokens + causal attention, "
-               f"backward 2 x forward, recompute excluded, as PaLM's MFU) x samples/s per device / peak "
-               f"{p.peak_tflops_bf16:g} TF/s bf16 or {p.peak_tflops_fp32:g} fp32 ({p.source('peak_tflops_bf16')})",
-    }
 
 
 def plan(
@@ -419,39 +307,10 @@ def row_efficiency(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def option_dict(o: Option) -> dict[str, Any]:
-    return {
-        "strategy": o.strategy, "feasible": o.feasible, "why_not": o.why_not,
-        "memory_gib": {k: round(v, 3) for k, v in o.memory.gib().items()},
-        "memory_items": [{"item": label, "key": k, "gib": round(b / GiB, 3)} for k, label, b in o.memory.items],
-        "memory_peak_at": o.memory.moment, **o.memory_runtime,
-        "max_micro_batch": o.max_micro_batch, "micro_batch": o.micro_batch, "grad_accum": o.grad_accum,
-        "global_batch": o.global_batch, "ckpt_freq": o.ckpt_freq,
-        "step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s,
-        "tokens_per_s_per_device": o.tokens_per_s_per_device, "mfu": o.mfu, "compute_s": o.compute_s,
-        "step_time_s_range": o.step_time_s_range, "samples_per_s_range": o.samples_per_s_range,
-        "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s, "optimizer_s": o.optimizer_s,
-        "comm_fraction": o.comm_fraction, "bound": o.bound, "scaling_efficiency": o.scaling_efficiency,
-        "step_time_s_readings": o.step_time_s_readings,
-        "collectives": [
-            {"op": c.op, "group": c.group, "link": c.link, "ranks": c.ranks, "bytes_per_call": c.bytes_per_call,
-             "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step, "algorithm": c.algorithm}
-            for c in (o.comm.collectives if o.comm else ())
-        ],
-        "notes": o.notes, "provenance": o.provenance | ({"traced_memory": o.traced["traced_method"]} if o.traced else {}),
-    } | (o.traced or {})
-
-
-def plan_dict(p: Plan) -> dict[str, Any]:
-    """The pinned JSON shape of `prism-strategy plan --json`."""
-    inputs = p.scenario.inputs() | ({"script": p.script} if p.script is not None else {})
-    return {"inputs": inputs, "options": [option_dict(o) for o in p.options],
-            "recommended": p.recommended, "reasons": p.reasons, "warnings": p.warnings, "sweep": p.sweep}
-
-
-def estimate_traced(model: Any, strategy: str, **kw: Any) -> dict[str, Any]:
-    """`prism-strategy estimate`: analytic and traced memory of one strategy side by side.
-    model may also be a "pkg.mod:make_model" factory (traced only: no spec to model analytically)."""
+def estimate_traced(model: Any, strategy: str, **kw: Any) -> Option | dict[str, Any]:
+    """`prism-strategy estimate`: analytic and traced memory of one strategy side by side: the
+    Option, its traced fields set (report/plan_json.estimate_dict is its JSON). model may also be a
+    "pkg.mod:make_model" factory: then the traced fields alone (no spec to model analytically)."""
     from prism_strategy.traced.estimate import trace_option, traced_fields
 
     s = get_strategy(strategy)
@@ -466,4 +325,4 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> dict[str, Any]:
     check_ranks_per_node(sc, kw.get("ranks_per_node"))
     o = evaluate(sc, s)
     trace_options(sc, [o])
-    return option_dict(o)
+    return o

@@ -13,7 +13,7 @@ from prism_strategy.strategies import all_strategies, get_strategy
 from prism_strategy.engines import engine_of
 
 if TYPE_CHECKING:
-    from prism_strategy.planning.planner import Option
+    from prism_strategy.planning.option import Option
     from prism_strategy.planning.scenario import Scenario
 
 TIE = 0.10

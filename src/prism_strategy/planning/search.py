@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from prism_strategy.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
-    from prism_strategy.planning.planner import Option
+    from prism_strategy.planning.option import Option
     from prism_strategy.planning.scenario import Scenario
     from prism_strategy.strategies import StrategySpec
 

@@ -1,8 +1,10 @@
 """Log readers, one per format: `looks_like(path)` and `read(path)` (DESIGN.md, readers/).
 
-Here so far: the collective benchmarks users already run, nccl-tests (`nccl_tests`) and
-oneCCL's `benchmark` (`oneccl_benchmark`); each returns a `CollectiveLog`. The training-log
-readers still live in bench/importers/ (they move here separately).
+Collective benchmarks users already run: nccl-tests (`nccl_tests`) and oneCCL's `benchmark`
+(`oneccl_benchmark`); each returns a `CollectiveLog`. Training logs `results import` stores:
+PRISM's [TIMING] logs and perf.jsonl (`prism`), torchtitan's (`torchtitan`) and StepMonitor
+folders (`step_monitor`); each returns a `training_log.ParsedLog` (bench/importers/ picks one and
+stores it). diagnose/logs.py still reads step logs with its own, more lenient grammar.
 """
 
 from __future__ import annotations

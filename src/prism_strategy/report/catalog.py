@@ -60,3 +60,16 @@ def _cell(key: str, v: Any) -> str:
     if key == "params" and isinstance(v, int):
         return f"{v / 1e9:.3f}B" if v >= 10**8 else f"{v / 1e6:.2f}M"
     return str(v)
+
+
+def show_catalog(kind: str, json_out: bool = False) -> None:
+    """`models`, `platforms` or `strategies`: the rows as JSON or as a table."""
+    from prism_strategy.report.console import print_json
+
+    title, rows_fn = {"models": ("model presets", models_rows), "platforms": ("platform presets", platforms_rows),
+                      "strategies": ("strategies", strategies_rows)}[kind]
+    rows = rows_fn()
+    if json_out:
+        print_json(rows)
+    else:
+        print_rows(title, rows)

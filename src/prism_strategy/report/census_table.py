@@ -79,3 +79,13 @@ def print_census(report: CensusReport) -> None:
     console.print(census_table(report, report.predicted_by))
     for line in census_notes(report):
         console.print(line, markup=False, highlight=False)
+
+
+def show_census(report: CensusReport, json_out: bool = False) -> None:
+    """What `census` prints: the report as JSON, or the tables."""
+    from prism_strategy.report.console import print_json
+
+    if json_out:
+        print_json(report.as_dict())
+    else:
+        print_census(report)

@@ -64,3 +64,13 @@ def curves_table(rows: list[tuple[str, MeasuredCurve]]) -> Table:
         t.add_row(platform, c.label, c.op, c.shape, str(c.concurrent), str(len(c.points)),
                   f"{_bytes(c.points[0][0])}..{_bytes(c.points[-1][0])}", c.date)
     return t
+
+
+def show_commbench(r: CommbenchReport, json_out: bool = False) -> None:
+    """What `commbench` prints: the report as JSON, or the tables."""
+    from prism_strategy.report.console import print_json
+
+    if json_out:
+        print_json(r.as_dict())
+    else:
+        print_commbench(r)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -102,3 +103,10 @@ def footnotes(notes: list[str]) -> Table:
     for n, text in enumerate(notes, 1):
         g.add_row(Text(f"[{n}]"), Text(text))
     return g
+
+
+def print_json(data: Any) -> None:
+    """JSON for machines: indented, anything not JSON (paths, enums) as its str()."""
+    import json
+
+    print(json.dumps(data, indent=2, default=str))

@@ -77,3 +77,19 @@ def emit_json(emitted: Emitted, out: Path) -> str:
                        "nodes": emitted.layout.nodes, "ranks_per_node": emitted.layout.ranks_per_node,
                        "env_profile": emitted.profile.name, "notes": emitted.notes,
                        "files": [{"name": f.name, "description": f.description} for f in emitted.files]}, indent=2)
+
+
+def show_emit(emitted: Emitted, out: Path, *, json_out: bool = False) -> None:
+    """What `emit` prints: the JSON summary or the list of files."""
+    if json_out:
+        print(emit_json(emitted, out))
+    else:
+        render_emit(emitted, out)
+
+
+def show_doctor(report: DoctorReport, *, json_out: bool = False) -> None:
+    """What `doctor` prints: the JSON or the findings."""
+    if json_out:
+        print(doctor_json(report))
+    else:
+        render_doctor(report)

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.specs.parts import model_parts
-from prism_strategy.planning.planner import Plan, sweep_rows
+from prism_strategy.planning.option import Plan
+from prism_strategy.planning.planner import sweep_rows
 from prism_strategy.planning.recommend import TIE
 from prism_strategy.report.plan_table import SWEEP_CAPTION, caption, option_notes, plan_title
 from prism_strategy.specs.cluster import GiB

@@ -6,7 +6,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from prism_strategy.planning.planner import Plan
+from prism_strategy.planning.option import Plan
 from prism_strategy.planning.recommend import ckpt_text
 from prism_strategy.report.console import Column, fitted_table, footnotes, table_console
 from prism_strategy.specs.cluster import GiB
@@ -198,3 +198,31 @@ def estimate_lines(d: dict) -> list[str]:
     import textwrap
 
     return [w for line in lines for w in textwrap.wrap(line, 100, subsequent_indent="        ")]
+
+
+def show_plan(p: Plan, *, markdown: str | None = None, json_out: bool = False) -> None:
+    """What `plan` prints: the JSON or the tables; a Markdown report beside it when asked."""
+    if markdown is not None:
+        from prism_strategy.report.markdown import write_markdown
+
+        write_markdown(p, markdown)
+    if json_out:
+        from prism_strategy.report.plan_json import plan_dict
+        from prism_strategy.report.console import print_json
+
+        print_json(plan_dict(p))
+    else:
+        print_plan(p)
+
+
+def show_estimate(d: dict, *, json_out: bool = False) -> None:
+    """What `estimate` prints: the JSON or the lines."""
+    from prism_strategy.report.console import print_json
+
+    from prism_strategy.report.plan_json import estimate_dict
+
+    d = estimate_dict(d)
+    if json_out:
+        print_json(d)
+    else:
+        print("\n".join(estimate_lines(d)))

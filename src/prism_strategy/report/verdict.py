@@ -220,3 +220,15 @@ def render_verdict(v: Verdict, console: Console | None = None) -> None:
     if v.sources:
         more = f" (+{len(v.sources) - 4} more)" if len(v.sources) > 4 else ""
         console.print(f"read: {', '.join(v.sources[:4])}{more}", style="dim", markup=False)
+
+
+def show_verdict(v: Verdict, *, json_out: bool = False, plot: str | None = None) -> None:
+    """What `analyze` prints (and the PNG timeline, when asked)."""
+    if plot:
+        from prism_strategy.report.timeline import plot_timeline
+
+        plot_timeline(v, plot)
+    if json_out:
+        print(verdict_json(v))
+    else:
+        render_verdict(v)

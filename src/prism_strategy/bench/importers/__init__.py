@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.importers import monitor, prism, torchtitan
-from prism_strategy.bench.importers.common import PHASES, ParsedLog
+from prism_strategy.readers import prism, torchtitan
+from prism_strategy.readers import step_monitor as monitor
+from prism_strategy.readers.training_log import PHASES, ParsedLog
 from prism_strategy.bench.importers.scenario import resolve
 from prism_strategy.bench.importers.steady import Steady, steady_state
 from prism_strategy.bench.predict import predict
@@ -50,7 +51,7 @@ def _read_text(path: Path, timing: str = "auto") -> ParsedLog:
 
 def read_log(path: Path, timing: str = "auto") -> ParsedLog:
     """Pick the reader for a file or folder. timing: how PRISM [TIMING] lines average (auto,
-    running, interval: bench/importers/prism.py)."""
+    running, interval: readers/prism.py)."""
     if not path.exists():
         raise SpecError(f"{path}: no such file or directory")
     if path.is_dir():

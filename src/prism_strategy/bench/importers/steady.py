@@ -20,7 +20,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from prism_strategy.bench.importers.common import Window
+from prism_strategy.readers.training_log import Window
 from prism_strategy.specs.errors import SpecError
 
 WARMUP_FRACTION = 0.1

@@ -39,7 +39,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.importers.common import ParsedLog, Window, bad_line, json_lines, number
+from prism_strategy.readers.training_log import ParsedLog, Window, bad_line, json_lines, number
 from prism_strategy.readers.collective_log import text_lines
 from prism_strategy.specs.errors import SpecError
 

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.importers.common import PHASES, ParsedLog, Window, json_lines, number
+from prism_strategy.readers.training_log import PHASES, ParsedLog, Window, json_lines, number
 from prism_strategy.specs.errors import SpecError
 
 RANK_FILE = re.compile(r"rank(\d+)\.jsonl$")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from prism_strategy.bench.importers.common import ParsedLog, Window, bad_line
+from prism_strategy.readers.training_log import ParsedLog, Window, bad_line
 from prism_strategy.readers.collective_log import text_lines
 from prism_strategy.specs.errors import SpecError
 

@@ -1,0 +1,76 @@
+"""What the run commands ask of bench/, from their command-line values: the checks in the
+order the CLI has always made them (bad input exits 2 before anything launches), then the runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prism_strategy.bench.run import base_config, check_memory, run_ceiling, run_tune
+from prism_strategy.bench.store import Store
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.presets import load_platform
+
+
+def strategy_names(strategies: str) -> list[str]:
+    from prism_strategy.strategies import parse_strategies
+
+    return [s.name for s in parse_strategies(strategies)]
+
+
+def existing_store(db: str | None) -> Store:
+    """The store a read-only command reads: an explicit --db that does not exist is bad input."""
+    if db is not None:
+        try:
+            missing = not Path(db).is_file()
+        except (OSError, ValueError):
+            missing = True
+        if missing:
+            raise SpecError(f"--db {db[:200]}: no results store there; check the path, or store runs first with "
+                            "`prism-strategy bench` or `results import`")
+    return Store(db)
+
+
+def bench_request(strategies: str, platform: str, **base: Any) -> tuple[dict[str, Any], list[str]]:
+    """`bench`'s base config and strategy names, the host memory checked before anything launches."""
+    names = strategy_names(strategies)
+    cfg = base_config(**base)
+    check_memory(cfg, names, load_platform(platform))
+    return cfg, names
+
+
+def ceiling_search(strategy: str, *, memory_limit: float | None, max_micro_batch: int, platform: str,
+                   db: str | None, **base: Any) -> dict[str, Any]:
+    """`ceiling`: the bisection's answer beside the planner's seed (micro-batch 1, one step per trial)."""
+    from prism_strategy.specs.cluster import GiB
+    from prism_strategy.strategies import get_strategy
+
+    get_strategy(strategy)
+    if memory_limit is not None and memory_limit <= 0:
+        raise SpecError(f"--memory-limit must be > 0 GiB, got {memory_limit}")
+    cfg = base_config(**base, micro_batch=1, steps=1, warmup=1, grad_accum=1)
+    c, r = run_ceiling(cfg, strategy, platform, Store(db), max_micro_batch=max_micro_batch,
+                       memory_limit_bytes=memory_limit * GiB if memory_limit else None)
+    return {"strategy": strategy, "ceiling": c.ceiling, "predicted": r.predicted["max_micro_batch"], "runs": c.runs,
+            "trials": c.trials, "id": r.id}
+
+
+def tune_search(strategies: str, micro_batches: str, ckpt_freqs: str, *, platform: str, db: str | None,
+                calibration: str, **base: Any) -> dict[str, Any]:
+    """`tune`: the grid of strategies x micro-batches x checkpointing, most promising measured first."""
+    from prism_strategy.specs.values import int_list
+
+    names = strategy_names(strategies)
+    mbs = int_list(micro_batches, "--micro-batches")
+    ks = int_list(ckpt_freqs, "--ckpt-freqs", minimum=0) if ckpt_freqs.strip() else [0]
+    cfg = base_config(**base, micro_batch=1, steps=3, warmup=1, ckpt_freq=0, grad_accum=1)
+    return run_tune(cfg, names, mbs or [1], ks, platform, Store(db), calibration=calibration).as_dict()
+
+
+def compare_rows(db: str | None, calibration: str) -> list[dict[str, Any]]:
+    """`compare`: every stored configuration's prediction (calibrated when one applies) beside it."""
+    from prism_strategy.bench.compare import compare
+    from prism_strategy.estimate.calibration import calibrated_platform
+
+    return compare(existing_store(db).query(),
+                   platform_for=lambda name: calibrated_platform(load_platform(name), calibration))

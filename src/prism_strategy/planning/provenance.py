@@ -1,0 +1,44 @@
+"""The provenance prose of an option: where each of its numbers comes from (model, terms and
+their sources). Set when the option is evaluated (planner.evaluate), so it stays below report/;
+report/plan_json.py prints it."""
+
+from __future__ import annotations
+
+from prism_strategy.estimate.comm import model_description as comm_model_description
+from prism_strategy.estimate.overlap import description as overlap_description
+from prism_strategy.estimate.overlap import schedules_overlap
+from prism_strategy.planning.scenario import Scenario
+from prism_strategy.specs.cluster import PlatformSpec
+
+
+def _shape_text(p: PlatformSpec) -> str:
+    t = p.compute_terms
+    assert t is not None
+    return (f" x d / (d + {t.gemm_half_dim:g}) per matmul of smallest dimension d, attention x {t.attention_ratio:g}; "
+            f"eager kernels {t.elementwise_bytes:g} x hidden bytes per token at {p.hbm_bw_gbps:g} GB/s: "
+            f"estimate/compute_shape.py, {p.source('compute_terms')}")
+
+
+def provenance(sc: Scenario) -> dict[str, str]:
+    p = sc.platform
+    calibrated = next((v for v in p.sources.values() if v.startswith("calibrated")), None)
+    kind = "predicted (calibrated)" if calibrated else "predicted"
+    return {
+        "memory": f"{kind}: analytic model (estimate/memory.py: ZeRO model states, saved-tensor activations, fp32 loss logits); "
+                  "the figure is allocated (max_memory_allocated) + framework reserve; reserved adds the caching "
+                  f"allocator's {p.allocator_cache_factor:g} x activations and buffers ({p.source('allocator_cache_factor')})",
+        "compute": f"{kind}: per phase max(FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}"
+                   + (_shape_text(p) if p.compute_terms else "")
+                   + f"), kernels x {p.kernel_launch_us:g} us launch); peak: {p.source('peak_tflops_bf16')}; "
+                   f"fraction: {p.source('achievable_fraction')}; launch: {p.source('kernel_launch_us')}",
+        "communication": f"{kind}: {comm_model_description(p)} on platform {p.name}, "
+                         + (overlap_description(p) if schedules_overlap(p) else
+                            f"overlap {p.comm_overlap:g} ({p.source('comm_overlap')})")
+                         + ("; collectives block the host" if p.host_blocking_collectives else "")
+                         + "; gradient path per tensor: " + (", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
+                                                               or f"{p.per_tensor_overhead_us:g} us") + " (estimate/host.py)",
+        "calibration": calibrated or "none",
+        "mfu": f"{kind}: model FLOPs per sample (estimate/compute.py: 2 x matmul params x tokens + causal attention, "
+               f"backward 2 x forward, recompute excluded, as PaLM's MFU) x samples/s per device / peak "
+               f"{p.peak_tflops_bf16:g} TF/s bf16 or {p.peak_tflops_fp32:g} fp32 ({p.source('peak_tflops_bf16')})",
+    }

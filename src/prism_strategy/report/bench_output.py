@@ -1,0 +1,129 @@
+"""What the run and store commands print: JSON for machines, tables and lines for people.
+Each returns nothing; the CLI picks the exit code from what bench/ answered."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from prism_strategy.bench.store import Result, Store, export
+from prism_strategy.report.bench_tables import (WIDTH, calibrate_lines, ceiling_lines, compare_table, failures,
+                                                import_lines, print_table, progress, published_lines,
+                                                results_table, store_line, tune_lines)
+from prism_strategy.report.console import print_json
+
+
+def bench_with_progress(base: dict[str, Any], names: list[str], platform: str, store: Store) -> list[Result]:
+    """`bench`'s runs, one per strategy, with a progress bar on stderr."""
+    from prism_strategy.bench.run import run_bench
+
+    bar, task = progress(len(names), "bench")
+    with bar:
+        return run_bench(base, names, platform, store, on_result=lambda i, n, r: bar.update(task, completed=i))
+
+
+def show_bench(results: list[Result], store: Store, json_out: bool) -> None:
+    """The measured table (or JSON), then one `failed:` line on stderr per run that did not finish."""
+    if json_out:
+        print(export(results, "json"))
+    else:
+        print_table(results_table(results, "bench (measured)"))
+        print(store_line(store))
+    for line in failures(results):
+        print(f"failed: {line}", file=sys.stderr)
+
+
+def show_lines_or_json(data: Any, lines: list[str] | None, json_out: bool) -> None:
+    if json_out:
+        print_json(data)
+    else:
+        print("\n".join(lines or ()))
+
+
+def show_ceiling(data: dict[str, Any], max_micro_batch: int, json_out: bool) -> None:
+    show_lines_or_json(data, None if json_out else ceiling_lines(data, max_micro_batch), json_out)
+
+
+def show_tune(data: dict[str, Any], json_out: bool) -> None:
+    show_lines_or_json(data, None if json_out else tune_lines(data), json_out)
+
+
+def show_calibrate(report: dict[str, Any], json_out: bool) -> None:
+    show_lines_or_json(report, None if json_out else calibrate_lines(report), json_out)
+
+
+def show_compare(rows: list[dict[str, Any]], json_out: bool) -> None:
+    if json_out:
+        print_json(rows)
+    else:
+        print_table(compare_table(rows), WIDTH)
+
+
+def show_results(store: Store, platform: str | None, export_format: str | None, out: str | None,
+                 json_out: bool) -> None:
+    """`results`: the store's results as a table, JSON (with the store's journal mode), or an
+    export (CSV / JSON) to stdout or written whole to `out`."""
+    rows = store.query(platform=platform)
+    if json_out:
+        print(json.dumps({"store": {"path": str(store.path)} | store.journal.as_dict(),
+                          "results": json.loads(export(rows, "json"))}, indent=2))
+        return
+    if export_format is None:
+        print_table(results_table(rows), WIDTH)
+        print(store_line(store))
+        return
+    text = export(rows, export_format)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    tmp = Path(out + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+
+
+def show_curves(store: Store, platform: str | None) -> None:
+    """`results --curves`: the measured collective curves."""
+    from prism_strategy.bench.curves import stored_curves
+    from prism_strategy.report.commbench_table import curves_table
+
+    print_table(curves_table(stored_curves(store, platform)), WIDTH)
+
+
+def show_collective_import(done: dict[str, Any], json_out: bool) -> None:
+    line = (f"{done['action']} {done['points']} {done['format']} {done['op']} points "
+            f"({done['bytes_min']:.0f}..{done['bytes_max']:.0f} B) for {done['platform']} "
+            f"{done['nodes']}x{done['ranks_per_node']} ranks; plan prices {done['op']} with them")
+    show_lines_or_json(done, [line], json_out)
+
+
+def show_published_import(name: str, done: list[tuple[Result, str]], json_out: bool) -> None:
+    data = [{"id": r.id, "record": r.measured["published"]["id"], "action": a} for r, a in done]
+    show_lines_or_json(data, None if json_out else published_lines(name, done), json_out)
+
+
+def show_run_import(imp: Any, json_out: bool) -> None:
+    data = {"id": imp.result.id, "action": imp.action, "format": imp.format, "config": imp.result.config,
+            "measured": imp.result.measured, "predicted": imp.result.predicted, "origin": imp.origin,
+            "peak_allocated_bytes": imp.result.peak_allocated_bytes,
+            "peak_reserved_bytes": imp.result.peak_reserved_bytes, "notes": imp.notes}
+    show_lines_or_json(data, None if json_out else import_lines(imp), json_out)
+
+
+def write_store_report(out: str, db: str | None, model: str, platform: str) -> None:
+    """`report`: the PNGs (predicted vs measured, the scaling curve, the breakdown), one path a line."""
+    from prism_strategy.bench.compare import compare
+    from prism_strategy.bench.requests import existing_store
+    from prism_strategy.planning.planner import plan
+    from prism_strategy.report.plots import check_out_dir, write_report
+
+    outdir = check_out_dir(out)
+    store = existing_store(db)
+    rows = compare(store.query())
+    scaling = plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32])
+    written, notes = write_report(rows, scaling, outdir, str(store.path))
+    for p in written:
+        print(str(p))
+    for n in notes:
+        print(f"note: {n}")
