@@ -103,12 +103,8 @@ def write_run(store: Store, run: Run) -> tuple[int, str]:
 
 
 def _rows(store: Store, platform: str) -> list[tuple[Any, ...]]:
-    try:
-        if not store.path.exists():
-            return []
-    except OSError as e:  # e.g. a file name too long
-        raise SpecError(f"cannot open results store {str(store.path)[:80]}: {e.strerror}; pass --db with a "
-                        "usable path") from None
+    if not store.exists():
+        return []
 
     def read(con: sqlite3.Connection) -> list[tuple[Any, ...]]:
         con.executescript(SCHEMA)
@@ -134,11 +130,8 @@ def stored_curves(store: Store, platform: str | None = None) -> list[tuple[str, 
     """(platform, curve) for every stored curve, or one platform's."""
     if platform is not None:
         return [(platform, c) for c in load_curves(store, platform)]
-    try:
-        if not store.path.exists():
-            return []
-    except OSError as e:
-        raise SpecError(f"cannot open results store {str(store.path)[:80]}: {e.strerror}") from None
+    if not store.exists():
+        return []
 
     def names(con: sqlite3.Connection) -> list[str]:
         con.executescript(SCHEMA)

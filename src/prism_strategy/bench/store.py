@@ -277,6 +277,15 @@ class Store:
                 raise SpecError(f"results store {self.path} is not a usable SQLite database ({e}); "
                                 "pass --db elsewhere") from None
 
+    def exists(self) -> bool:
+        """Whether the store's file is there (a read of a store never written finds nothing); a
+        path the OS refuses (e.g. a file name too long) is bad input."""
+        try:
+            return self.path.exists()
+        except OSError as e:
+            raise SpecError(f"cannot open results store {str(self.path)[:80]}: {e.strerror}; pass --db with a "
+                            "usable path") from None
+
     def run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
         """`op(connection)` on this store, retried whole under lock contention: for the tables
         other modules own (bench/curves.py: measured collective curves)."""
@@ -311,12 +320,8 @@ class Store:
         sql = ("SELECT id, created_at, kind, status, strategy, platform, config, measured, predicted, fingerprint,"
                " provenance, source, peak_allocated_bytes, peak_reserved_bytes, dedup_key FROM results")
         sql += (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
-        try:
-            if not self.path.exists():
-                return []
-        except OSError as e:  # e.g. a file name too long
-            raise SpecError(f"cannot open results store {str(self.path)[:80]}: {e.strerror}; pass --db with a "
-                            "usable path") from None
+        if not self.exists():
+            return []
         rows = self._run(lambda con: con.execute(sql, args).fetchall())
         return [Result(id=i, created_at=c, kind=k, status=s, strategy=st, platform=pl, config=json.loads(cfg),
                        measured=json.loads(m), predicted=json.loads(p), fingerprint=json.loads(f), provenance=pv,
