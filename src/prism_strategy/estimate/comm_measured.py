@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from prism_strategy.estimate.ring import bus_factor, ring_steps
 from prism_strategy.specs.measured import MeasuredCurve
 
 SAME_SIZE = 0.05
@@ -36,14 +37,6 @@ class Match:
     """"measured size", "interpolated", "extrapolated" or "carried"."""
 
 
-def hops(op: str, n: int) -> int:
-    return 2 * (n - 1) if op == "all_reduce" else n - 1
-
-
-def bus_factor(op: str, n: int) -> float:
-    return (2.0 if op == "all_reduce" else 1.0) * (n - 1) / n
-
-
 def fits_shape(c: MeasuredCurve, op: str, ranks: int, nodes: int, concurrent: int) -> bool:
     return (c.op == op and c.ranks // c.nodes == ranks // nodes and (c.nodes > 1) == (nodes > 1)
             and c.concurrent == concurrent)
@@ -53,7 +46,7 @@ def ring_fit(c: MeasuredCurve) -> tuple[float, float] | None:
     """(per-hop latency s, bus bandwidth B/s) by least squares; None with fewer than 2 sizes."""
     if len(c.points) < 2:
         return None
-    h, f = hops(c.op, c.ranks), bus_factor(c.op, c.ranks)
+    h, f = ring_steps(c.op, c.ranks), bus_factor(c.op, c.ranks)
     xs, ts = [f * b for b, _ in c.points], [t for _, t in c.points]
     n, mx, mt = len(xs), sum(xs) / len(xs), sum(ts) / len(ts)
     sxx = sum((x - mx) ** 2 for x in xs)
@@ -77,7 +70,7 @@ def at_own_ranks(c: MeasuredCurve, size: float) -> tuple[float, str] | None:
             w = math.log(size / b0) / math.log(b1 / b0)
             return math.exp(math.log(t0) + w * math.log(t1 / t0)), "interpolated"
     a, bw = ring_fit(c)  # type: ignore[misc]
-    return hops(c.op, c.ranks) * a + bus_factor(c.op, c.ranks) * size / bw, "extrapolated"
+    return ring_steps(c.op, c.ranks) * a + bus_factor(c.op, c.ranks) * size / bw, "extrapolated"
 
 
 def carried(c: MeasuredCurve, size: float, ranks: int) -> float | None:
@@ -86,9 +79,9 @@ def carried(c: MeasuredCurve, size: float, ranks: int) -> float | None:
     if fit is None or own is None:
         return None
     a, _ = fit
-    latency = min(hops(c.op, c.ranks) * a, own[0])
+    latency = min(ring_steps(c.op, c.ranks) * a, own[0])
     moving = own[0] - latency
-    return hops(c.op, ranks) * a + moving * bus_factor(c.op, ranks) / bus_factor(c.op, c.ranks)
+    return ring_steps(c.op, ranks) * a + moving * bus_factor(c.op, ranks) / bus_factor(c.op, c.ranks)
 
 
 def measured_seconds(curves: tuple[MeasuredCurve, ...], op: str, size: float, ranks: int, nodes: int,

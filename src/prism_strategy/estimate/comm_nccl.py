@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from prism_strategy.estimate.ring import ring_steps
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.presets import DATA, read_toml
 
@@ -106,7 +107,7 @@ def bandwidths(p: PlatformSpec, op: str, ranks: int, nodes: int, concurrent: int
         bus = min(bus, p.nics_per_node * p.nic_bw_gbps / concurrent)
     row = a if nodes == 1 else (1 if p.cpu_vendor == "amd" else 0)
     ll_max = caps["ll_max"][row][i2]
-    steps = 2 * (ranks - 1) if op == "all_reduce" else ranks - 1
+    steps = ring_steps(op, ranks)
     ll128 = p.nvlink_links > 0  # LL128 needs NVLink inside the node (typeIntra <= PATH_NVB)
     out = {("ring", "LL"): min(ll_max, bus * ref["ring_ll_factor"]),
            ("ring", "Simple"): bus}
@@ -138,8 +139,8 @@ def latency_us(p: PlatformSpec, op: str, algo: str, proto: str, ranks: int, node
     if nodes > 1:
         over = ref["net_overhead_us"].get(p.cpu_vendor, ref["net_overhead_us"]["other"])
         intra = max(intra, over * (ref["net_overhead_simple_factor"] if proto == "Simple" else 1.0))
-    steps = 2 * (ranks - 1) if op == "all_reduce" else ranks - 1
-    inter_steps = 0 if nodes == 1 else (2 * (nodes - 1) if op == "all_reduce" else nodes - 1)
+    steps = ring_steps(op, ranks)
+    inter_steps = ring_steps(op, nodes)  # 0 on one node
     return lat + (steps - inter_steps) * intra + inter_steps * inter
 
 

@@ -24,6 +24,7 @@ With CCL_OP_SYNC=1 every one of these terms holds the host (estimate/host.py exp
 
 from __future__ import annotations
 
+from prism_strategy.estimate.ring import ring_steps
 from prism_strategy.specs.cluster import PlatformSpec
 
 
@@ -55,7 +56,7 @@ def scale_out_seconds(op: str, size: float, rpn: int, nodes: int, concurrent: in
     message per peer node (naive), or 2(nodes-1) ring steps for all-reduce; `rpn x concurrent`
     such groups per node share its NICs."""
     part = size / rpn
-    steps = 2 * (nodes - 1) if op == "all_reduce" else nodes - 1
+    steps = ring_steps(op, nodes)
     factor = 2 if op == "all_reduce" else 1
     bw = min(p.nic_bw_gbps, p.nic_bw_gbps * p.nics_per_node / (rpn * concurrent))
     return (p.scaleout_overhead_us * 1e-6 + steps * p.inter_latency_us * 1e-6
