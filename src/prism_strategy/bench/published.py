@@ -42,6 +42,8 @@ class PublishedScenario:
     static_graph: bool | None = None
     find_unused: bool | None = None
     compile: bool = False
+    compile_loss: bool = False
+    """The loss compiled too (torchtitan's compile.components default since 2025-08)."""
     fsdp_version: int | None = None
     fsdp_wrap: str | None = None
     ckpt_policy: Literal["blocks", "sac"] = "blocks"
@@ -118,6 +120,8 @@ class PublishedRecord:
                                   seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.samples_per_step,
                                   ckpt_freq="sac" if s.ckpt_policy == "sac" else s.ckpt_freq, precision=s.precision,
                                   compile=s.compile, loss=s.loss)
+        if s.compile_loss:
+            kw["compile_loss"] = True
         if s.bucket_mb is not None and "bucket_mb" in engine_of(get_strategy(self.planner_strategy)).options:
             kw["bucket_mb"] = s.bucket_mb
         return {"model": s.model, **kw} | ({"vision": s.vision} if s.vision else {})

@@ -53,6 +53,7 @@ from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec
 from prism_strategy.engines import engine_of
 from prism_strategy.estimate import families
+from prism_strategy.estimate import memory_compile
 
 FP32 = 4
 CE_BYTES = 3 * FP32  # per token x vocab: fp32 log-probs saved, fp32 grad in, fp32 grad out
@@ -106,6 +107,15 @@ def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool
     return n
 
 
+def stepped_block_bytes_per_token(spec: TransformerSpec, t: TrainingSpec, trains: bool, residual: int) -> float:
+    """One block's saved bytes per token as the run keeps them: eager, or compiled (torch.compile:
+    estimate/memory_compile.py, the partitioner's recomputed upcasts and act(gate))."""
+    a = block_activation_bytes_per_token(spec, t.compute_bytes, trains)
+    if t.compile:
+        a -= memory_compile.block_savings_per_token(spec, t.compute_bytes, residual)
+    return a * (memory_compile.REMAINING_FACTOR if t.compile else 1.0)
+
+
 def sac_linears(spec: TransformerSpec) -> list[tuple[int, int, bool]]:
     """(out width, in width, saved) of each linear of a block in forward order, under torchtitan's
     selective per-op policy (torchtitan/distributed/activation_checkpoint.py SelectiveAC at
@@ -147,12 +157,15 @@ def part_activation_bytes_per_sample(part: Part, training: TrainingSpec, residua
         i, o = part.widths
         return part.tokens * e * (i + 2 * o)
     spec = part.spec
-    a = block_activation_bytes_per_token(spec, e, part.trains)
+    a = stepped_block_bytes_per_token(spec, training, part.trains, residual_bytes)
     k = checkpointed_blocks(spec.layers, training.ckpt_freq)
     sac = training.ckpt_policy == "sac"
     kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if sac else residual_bytes * spec.hidden
+    if sac and training.compile:  # compile: the residual-only linears' outputs are not kept
+        kept -= memory_compile.sac_savings_per_token(spec, e, sac_linears(spec))
     per_token = (spec.layers - k) * a + k * kept
-    per_token += FP32 * spec.hidden + e * spec.hidden  # final norm input, LM-head / post-norm input
+    final_norm = residual_bytes if training.compile else FP32  # compile: the input, not its fp32 copy
+    per_token += final_norm * spec.hidden + e * spec.hidden  # final norm input, LM-head / post-norm input
     return part.tokens * per_token
 
 
@@ -167,6 +180,8 @@ def loss_bytes_per_token(spec: TransformerSpec, training: TrainingSpec) -> tuple
       logit (the chunk's low-precision logits are freed once cast): hidden x 12 per token.
       Liger's own kernel writes the gradient in place into the chunk's logits, below this."""
     e, v, h = training.compute_bytes, spec.vocab, spec.hidden
+    if training.loss == "upcast" and training.compile and training.compile_loss:
+        return memory_compile.loss_label_and_bytes(v, e)
     if training.loss == "fused":
         return "loss: low-precision logits + their grad (fused cross-entropy)", v * 2 * e
     if training.loss == "chunked":
@@ -174,9 +189,12 @@ def loss_bytes_per_token(spec: TransformerSpec, training: TrainingSpec) -> tuple
     return "loss: fp32 log-probs + fp32 logit grads", v * CE_BYTES
 
 
-def transient_bytes_per_sample(parts: tuple[Part, ...], training: TrainingSpec) -> tuple[str, float]:
+def transient_bytes_per_sample(parts: tuple[Part, ...], training: TrainingSpec,
+                               residual: int | None = None) -> tuple[str, float]:
     """The largest buffer backward adds on top of the saved activations, per sample: the loss
-    kernel's buffers, or one checkpointed block recomputed (the loss is freed before that)."""
+    kernel's buffers, or one checkpointed block recomputed (the loss is freed before that;
+    compiled, the recomputed block holds what the compiled graph saves)."""
+    res = training.compute_bytes if residual is None else residual
     best = ("", 0.0)
     for p in parts:
         if not p.backward or p.spec is None:
@@ -185,8 +203,9 @@ def transient_bytes_per_sample(parts: tuple[Part, ...], training: TrainingSpec) 
             label, per_token = loss_bytes_per_token(p.spec, training)
             best = max(best, (label, p.tokens * per_token), key=lambda r: r[1])
         if training.ckpt_freq > 0:
-            a = block_activation_bytes_per_token(p.spec, training.compute_bytes, p.trains)
-            best = max(best, (f"{p.name} block recomputed in backward", p.tokens * a), key=lambda r: r[1])
+            a = stepped_block_bytes_per_token(p.spec, training, p.trains, res)
+            best = max(best, (f"{p.name} block recomputed in backward{_compiled(training)}", p.tokens * a),
+                       key=lambda r: r[1])
     return best
 
 
@@ -198,15 +217,19 @@ def residual_bytes(strategy: StrategySpec, training: TrainingSpec) -> int:
 def activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
     """Per sample of micro-batch: each part's saved activations and the backward transient."""
     rows = saved_activation_rows(parts, t, s, platform)
-    label, b = transient_bytes_per_sample(parts, t)
+    label, b = transient_bytes_per_sample(parts, t, residual_bytes(s, t))
     return rows + ([("activations", label, b * platform.activation_factor)] if b else [])
 
 
 def saved_activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
     """Per sample: each part's saved activations (what is left once the backward transient is freed)."""
     res, f = residual_bytes(s, t), platform.activation_factor
-    return [("activations", f"{p.name} activations", a * f)
+    return [("activations", f"{p.name} activations{_compiled(t)}", a * f)
             for p in parts if (a := part_activation_bytes_per_sample(p, t, res))]
+
+
+def _compiled(t: TrainingSpec) -> str:
+    return f" ({memory_compile.SOURCE})" if t.compile else ""
 
 
 def late_backward_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
@@ -216,8 +239,8 @@ def late_backward_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec
     *below, top = parts
     rows = saved_activation_rows(tuple(below), t, s, platform)
     if top.backward and top.spec is not None:
-        a = block_activation_bytes_per_token(top.spec, t.compute_bytes, top.trains) * top.tokens
-        rows.append(("activations", f"{top.name} bottom block's activations (saved or recomputed)",
+        a = stepped_block_bytes_per_token(top.spec, t, top.trains, residual_bytes(s, t)) * top.tokens
+        rows.append(("activations", f"{top.name} bottom block's activations (saved or recomputed){_compiled(t)}",
                      a * platform.activation_factor))
     return rows
 

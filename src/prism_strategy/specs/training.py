@@ -111,6 +111,9 @@ class TrainingSpec:
     ckpt_auto: bool = False
     """`--ckpt-freq auto`: the planner searches ckpt_freq per option (ckpt_freq is the value tried)."""
     compile: bool = False
+    compile_loss: bool = False
+    """The loss function compiled too (torchtitan's compile.components default "loss" since 2025-08):
+    estimate/memory_compile.py. wrap() and PRISM leave the loss eager."""
     bucket_mb: float | None = None
     """DDP gradient bucket (bucket_cap_mb); None = torch's default 25 MB."""
     precision: Precision = "bf16-mixed"
