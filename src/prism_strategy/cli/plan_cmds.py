@@ -86,6 +86,8 @@ def estimate(
     mode: Mode = "e2e",
     vision: Vision = None,
     optimizer: Optimizer = "adamw", loss: Loss = "upcast",
+    compile: Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile on: the analytic side "
+                                                                      "models it, the trace is eager")] = False,
     json_out: JsonOut = False,
 ) -> None:
     """Memory of the real training step traced on fake tensors, beside the analytic estimate."""
@@ -94,7 +96,8 @@ def estimate(
 
     show_estimate(estimate_traced(model, strategy, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                                   seq_len=seq_len, micro_batch=micro_batch, ckpt_freq=ckpt_freq, precision=precision,
-                                  mode=mode, vision=vision, optimizer=optimizer, loss=loss), json_out=json_out)
+                                  mode=mode, vision=vision, optimizer=optimizer, loss=loss, compile=compile),
+                  json_out=json_out)
 
 
 @cli_errors

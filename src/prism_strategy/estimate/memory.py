@@ -112,8 +112,8 @@ def stepped_block_bytes_per_token(spec: TransformerSpec, t: TrainingSpec, trains
     estimate/memory_compile.py, the partitioner's recomputed upcasts and act(gate))."""
     a = block_activation_bytes_per_token(spec, t.compute_bytes, trains)
     if t.compile:
-        a -= memory_compile.block_savings_per_token(spec, t.compute_bytes, residual)
-    return a * (memory_compile.REMAINING_FACTOR if t.compile else 1.0)
+        a = (a - memory_compile.block_savings_per_token(spec, t.compute_bytes, residual)) * memory_compile.REMAINING_FACTOR
+    return a
 
 
 def sac_linears(spec: TransformerSpec) -> list[tuple[int, int, bool]]:
@@ -163,6 +163,7 @@ def part_activation_bytes_per_sample(part: Part, training: TrainingSpec, residua
     kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if sac else residual_bytes * spec.hidden
     if sac and training.compile:  # compile: the residual-only linears' outputs are not kept
         kept -= memory_compile.sac_savings_per_token(spec, e, sac_linears(spec))
+        kept *= memory_compile.REMAINING_FACTOR
     per_token = (spec.layers - k) * a + k * kept
     final_norm = residual_bytes if training.compile else FP32  # compile: the input, not its fp32 copy
     per_token += final_norm * spec.hidden + e * spec.hidden  # final norm input, LM-head / post-norm input

@@ -31,11 +31,19 @@ Unchanged: attention's q, k, v, output and logsumexp, matmul inputs, the checkpo
 MoE routing tensors (not derived here: kept at the eager count). wrap() compiles each block, the
 loss stays eager (runtime/blocks.py apply_compile).
 
-REMAINING_FACTOR: what is left between this count and the compiled records once the terms above
-are in (benchmarks/compile_memory_fit.py fits it on compiled/eager ratios of the same scenario:
-PRISM D2/D1, torchtitan TT-02/TT-01, TT-22/TT-20, and checks the compiled records' absolute
-figures). The fit found 1.0 within the records' noise, so no extra factor is applied; the
-benchmark prints the fitted value and its leave-one-out errors.
+REMAINING_FACTOR (what is left once these terms are in; benchmarks/compile_memory_fit.py fits it
+on compiled / eager ratios of the same scenario, free of what the pair shares):
+- torchtitan TT-02/TT-01 and TT-22/TT-20 (selective checkpointing, reserved): 0.991 and 0.993 each,
+  0.992 together (ratio errors +-0.1%; each left out is predicted from the other within 0.1%);
+- PRISM D2/D1 (FSDP1, the backbone compiled whole, every 2nd block checkpointed, allocated): 0.65
+  if D1's eager overestimate (+84%, sequence length not recorded) scales every item alike, 0.97 if
+  it sits in items compile does not touch (compile saved 17.5 GiB, the terms above 16.1): the
+  records cannot decide which, so D does not set the factor. All three ratios together: 0.83, with
+  leave-one-out ratio errors -8.5%, -16.6% and +25.8%: no single factor serves both stacks.
+The factor stays 1.0; what it rests on: two torchtitan pairs on one GPU type. Not decided by any
+record: full checkpointing (TT-21's eager pair is not shipped), no checkpointing (TT-24 has no eager
+pair), compile on XPU against CUDA, and whether compile's savings show in allocated or in the
+allocator's cache (the compiled rows report reserved only).
 """
 
 from __future__ import annotations
@@ -44,7 +52,8 @@ from prism_strategy.specs.model import TransformerSpec
 
 FP32 = 4
 REMAINING_FACTOR = 1.0
-"""Compiled activations / the partitioner count above, fitted (module docstring): 1.0."""
+"""Compiled block activations / the partitioner count above (module docstring: fitted 0.992 on the
+torchtitan pairs, undecided on PRISM's D)."""
 SOURCE = "compiled: min-cut partitioner, torch/_functorch/partitioners.py"
 POST_NORM_FAMILIES = frozenset({"olmo2", "olmo3"})
 """HF model types whose norms take the attention / MLP outputs (Olmo2DecoderLayer: post_attention_layernorm
@@ -77,3 +86,11 @@ def sac_savings_per_token(spec: TransformerSpec, e: int, saved: list[tuple[int, 
 
 def loss_label_and_bytes(v: int, e: int) -> tuple[str, float]:
     return "loss: low-precision logits + their grad (compiled cross-entropy)", v * 2 * e
+
+
+def description(compile_loss: bool) -> str:
+    """The plan's memory provenance for a compiled scenario."""
+    loss = "; the loss compiled too: low-precision logits + their grad" if compile_loss else "; the loss eager"
+    return (f"torch.compile: estimate/memory_compile.py ({SOURCE}: norm inputs kept in their storage dtype, "
+            f"act(gate) recomputed, compiled SAC keeps no o_proj/down outputs{loss}); remaining factor "
+            f"{REMAINING_FACTOR:g} (torchtitan TT-02/TT-01, TT-22/TT-20: benchmarks/compile_memory_fit.py)")

@@ -4,6 +4,7 @@ report/plan_json.py prints it."""
 
 from __future__ import annotations
 
+from prism_strategy.estimate import memory_compile
 from prism_strategy.estimate.comm import model_description as comm_model_description
 from prism_strategy.estimate.overlap import description as overlap_description
 from prism_strategy.estimate.overlap import schedules_overlap
@@ -26,7 +27,8 @@ def provenance(sc: Scenario) -> dict[str, str]:
     return {
         "memory": f"{kind}: analytic model (estimate/memory.py: ZeRO model states, saved-tensor activations, fp32 loss logits); "
                   "the figure is allocated (max_memory_allocated) + framework reserve; reserved adds the caching "
-                  f"allocator's {p.allocator_cache_factor:g} x activations and buffers ({p.source('allocator_cache_factor')})",
+                  f"allocator's {p.allocator_cache_factor:g} x activations and buffers ({p.source('allocator_cache_factor')})"
+                  + (f"; {memory_compile.description(sc.training.compile_loss)}" if sc.training.compile else ""),
         "compute": f"{kind}: per phase max(FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}"
                    + (_shape_text(p) if p.compute_terms else "")
                    + f"), kernels x {p.kernel_launch_us:g} us launch); peak: {p.source('peak_tflops_bf16')}; "

@@ -195,6 +195,9 @@ def estimate_lines(d: dict) -> list[str]:
     lines.append(f"  peak at:     analytic {d.get('memory_peak_at', '-')}, traced {d['traced_phase']}")
     lines.append(f"  max micro-batch: analytic {d.get('max_micro_batch', '-')}, traced {d['traced_max_micro_batch']}")
     lines += [f"  note: {n}" for n in d.get("traced_notes", [])]
+    if "torch.compile" in d.get("provenance", {}).get("memory", ""):
+        lines.append("  note: the trace runs eager (fake tensors are not compiled); the analytic side has "
+                     "torch.compile's term (estimate/memory_compile.py)")
     import textwrap
 
     return [w for line in lines for w in textwrap.wrap(line, 100, subsequent_indent="        ")]
