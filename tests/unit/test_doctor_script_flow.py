@@ -54,9 +54,9 @@ def test_an_environment_switch_is_read_from_the_launcher(tmp_path, env, expect):
 def test_a_test_nothing_decides_leaves_the_finding_as_it_was(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import torch\n\ndef main(args, model):\n    if args.compile:\n"
-                      "        model = torch.compile(model)\n    return model\n")
+                      "        model = torch.compile(model)\n    return FSDP(model, auto_wrap_policy=policy)\n")
     [f] = diagnose(DoctorRequest(scripts=(script,), platform="aurora", nodes=2)).findings
-    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile", "error", 5)
+    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile", "error", 5)  # PRISM's stack: FSDP1
 
 
 @pytest.mark.parametrize("body", [
@@ -83,7 +83,8 @@ def test_a_calls_result_is_not_a_decided_test(tmp_path):
     """`if use_compile():` is open (a call's truth is unknown), unlike a value the script fixes."""
     script = tmp_path / "train.py"
     script.write_text("import torch\n\ndef main(model):\n    mode = pick_mode()\n    if mode == 'compiled':\n"
-                      "        model = torch.compile(model)\n    if use_compile():\n        model = torch.compile(model)\n")
+                      "        model = torch.compile(model)\n    if use_compile():\n        model = torch.compile(model)\n"
+                      "    return FSDP(model, auto_wrap_policy=policy)\n")
     [f] = diagnose(DoctorRequest(scripts=(script,), platform="aurora", nodes=2)).findings
     assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile", "error", 6)
 
@@ -91,7 +92,24 @@ def test_a_calls_result_is_not_a_decided_test(tmp_path):
 def test_a_compile_the_launcher_switches_off_does_not_hide_a_later_one(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import os\nimport torch\n\ndef main(model):\n    if os.environ.get('TORCH_COMPILE') == '1':\n"
-                      "        model = torch.compile(model)\n    return torch.compile(model)\n")
+                      "        model = torch.compile(model)\n    return FSDP(torch.compile(model), auto_wrap_policy=policy)\n")
     launcher = _launcher(tmp_path, TORCH_COMPILE="0")
     [f] = diagnose(DoctorRequest(scripts=(script,), launchers=(launcher,), platform="aurora", nodes=2)).findings
     assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile", "error", 7)
+
+
+@pytest.mark.parametrize(("body", "severity"), [
+    ("model = FSDP(torch.compile(model), auto_wrap_policy=policy)\n", "error"),  # PRISM's: the model whole under FSDP1
+    ("for block in model.layers:\n    fully_shard(block)\nmodel = fully_shard(torch.compile(model))\n", "warning"),  # whole model, FSDP2: no record either way
+    ("for block in model.layers:\n    block.compile()\nmodel = FSDP(model, auto_wrap_policy=policy)\n", "warning"),  # per block
+])
+def test_multi_node_compile_is_an_error_only_on_the_stack_that_deadlocked(tmp_path, body, severity):
+    """PRISM's whole-backbone compile under FSDP1 deadlocked oneCCL across nodes (DOMAIN 5; its
+    source, AI-ModCon/PRISM src/training/distributed.py, names the recompile desync); torchtitan's
+    per-block compile with FSDP2 ran on 2 and 64 nodes (E1, E2): plan, emit and wrap() warn."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard\n"
+                      "model = make()\n" + body)
+    [f] = diagnose(DoctorRequest(scripts=(script,), platform="aurora", nodes=2)).findings
+    assert (f.rule, f.severity) == ("xpu-multinode-compile", severity)
+    assert ("the stack that deadlocked" in f.message) is (severity == "error")

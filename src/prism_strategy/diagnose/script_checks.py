@@ -13,7 +13,8 @@ import ast
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from prism_strategy.diagnose.findings import Context, Finding, check_observed, check_rule, context_facts
+from prism_strategy.diagnose.findings import (Context, Finding, as_deadlocked_stack, check_observed, check_rule,
+                                              context_facts)
 from prism_strategy.diagnose.py_values import UNKNOWN, Alt, Assignment, Symbol, Values
 from prism_strategy.diagnose.script_reader import Call, Collector
 from prism_strategy.specs.errors import SpecError
@@ -188,7 +189,10 @@ def _compile(s: ScriptFile, ctx: Context) -> list[Finding]:
                   is not False), None)
     if first is None:
         return []
-    return check_observed({"compile": True}, ctx, **s.where(first, f"{first.name}(...) compiles the model"))
+    found = check_observed({"compile": True}, ctx, **s.where(first, f"{first.name}(...) compiles the model"))
+    if first.in_loop or not any(c.last in _FSDP1 for c in s.calls):  # per block, or not FSDP1: a warning
+        return found
+    return [as_deadlocked_stack(f, context_facts(ctx, compile=True)) for f in found]
 
 
 def _empty_cache(s: ScriptFile, ctx: Context) -> list[Finding]:
