@@ -201,7 +201,7 @@ def memory_reason(r: PublishedRecord) -> str | None:
     if r.section == "D":
         return "sequence length and vision encoder not recorded"
     if r.scenario.compile:
-        return "torch.compile changes what is saved; the analytic model is eager"
+        return "torch.compile: its saved set is modelled apart (estimate/memory_compile.py), kept out of this fit"
     if r.peak_bytes("reserved") is None and r.peak_bytes("peak") is None:
         return "no reserved or peak figure"
     return None

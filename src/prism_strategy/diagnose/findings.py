@@ -65,11 +65,8 @@ warning = slower, fragile or not validated; info = worth knowing. xpu-multinode-
 warning as plan, emit and wrap() give it, and an error only on the stack that deadlocked
 (DEADLOCKED_COMPILE_STACK, script_checks._compile)."""
 
-DEADLOCKED_COMPILE_STACK = (
-    "this is the stack that deadlocked: the model compiled whole (not per block) under FSDP1, as PRISM's "
-    "backbone compile; there, layers whose gradient_checkpointing differed made dynamo recompile until ranks "
-    "hit the recompile limit at different steps, some fell back to eager, and the collectives desynchronised "
-    "(AI-ModCon/PRISM src/training/distributed.py, wrap_model_distributed)")
+DEADLOCKED_COMPILE_STACK = ("this script is the stack that deadlocked: the model compiled whole (not per block) "
+                            "under FSDP1 (FullyShardedDataParallel)")
 """Why the doctor calls multi-node compile on XPU an error for this stack only."""
 
 
