@@ -84,6 +84,16 @@ def main() -> None:
     k_bytes = min(GRID, key=lambda k: abs(predicted("D1", "allocated", 1.0) - predicted("D2", "allocated", k) - saved))
     print(f"D1 -> D2 bytes saved: measured {saved / GiB:.1f} GiB, predicted {pred_saved / GiB:.1f} (k=1); "
           f"k for the bytes reading {k_bytes:.3f}")
+    # Not shipped as a record: PR #165's eager FSDP2 full-checkpointing row, the pair of TT-21, from the
+    # PR's description (pytorch/torchtitan 83c879f18): "FSDP2 (AC): ... 32.64% peak reserved" of 95.04 GiB.
+    ac_eager = 0.3264 * 95.04 * GiB
+    memory_compile.REMAINING_FACTOR = 1.0
+    r = RECORDS["TT-21"]
+    sc = build_scenario(**(r.scenario_kwargs() | {"compile": False}))
+    eager_pred = runtime_memory(evaluate(sc, get_strategy(r.planner_strategy)).memory, sc.platform).reserved
+    print(f"TT-21 / PR #165 eager FSDP2 full checkpointing (31.02 GiB reserved, not shipped): measured "
+          f"{measured('TT-21', 'reserved') / ac_eager:.3f}, predicted {predicted('TT-21', 'reserved', 1.0) / eager_pred:.3f};")
+    print(f"  the eager row itself predicted {eager_pred / GiB:.1f} GiB ({100 * (eager_pred / ac_eager - 1):+.1f}%)")
     print("in the code: REMAINING_FACTOR = 1.0 (estimate/memory_compile.py)")
     for rid, counter in CHECKS:
         for k in (1.0, k_all):

@@ -41,9 +41,10 @@ on compiled / eager ratios of the same scenario, free of what the pair shares):
   records cannot decide which, so D does not set the factor. All three ratios together: 0.83, with
   leave-one-out ratio errors -8.5%, -16.6% and +25.8%: no single factor serves both stacks.
 The factor stays 1.0; what it rests on: two torchtitan pairs on one GPU type. Not decided by any
-record: full checkpointing (TT-21's eager pair is not shipped), no checkpointing (TT-24 has no eager
-pair), compile on XPU against CUDA, and whether compile's savings show in allocated or in the
-allocator's cache (the compiled rows report reserved only).
+record: full checkpointing (TT-21's eager pair, PR #165's FSDP2 AC row, is not shipped; it says
+compile saved 6.8% of reserved where these terms give 0.7%, and the eager row is itself predicted
+-20%), no checkpointing (TT-24 has no eager pair), compile on XPU against CUDA, and whether
+compile's savings show in allocated or in the allocator's cache (compiled rows report reserved).
 """
 
 from __future__ import annotations
