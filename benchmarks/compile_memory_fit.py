@@ -77,8 +77,8 @@ def main() -> None:
             ko = fit(pairs[:i] + pairs[i + 1:])
             e, c, counter = p
             held = measured(e, counter) * predicted(c, counter, ko) / predicted(e, counter, 1.0)
-            print(f"  leave out {c}/{e}: k = {ko:.3f}, ratio error {100 * ratio_error(p, ko):+.1f}%; {c} from {e}'s "
-                  f"measured figure {held / GiB:.1f} vs {measured(c, counter) / GiB:.1f} GiB")
+            print(f"  leave out {c}/{e}: k = {ko:.3f}, ratio error {100 * ratio_error(p, ko):+.1f}%; "
+                  f"{c} from {e}'s figure {held / GiB:.1f} vs {measured(c, counter) / GiB:.1f} GiB")
     saved = measured("D1", "allocated") - measured("D2", "allocated")
     pred_saved = predicted("D1", "allocated", 1.0) - predicted("D2", "allocated", 1.0)
     k_bytes = min(GRID, key=lambda k: abs(predicted("D1", "allocated", 1.0) - predicted("D2", "allocated", k) - saved))
@@ -91,9 +91,11 @@ def main() -> None:
     r = RECORDS["TT-21"]
     sc = build_scenario(**(r.scenario_kwargs() | {"compile": False}))
     eager_pred = runtime_memory(evaluate(sc, get_strategy(r.planner_strategy)).memory, sc.platform).reserved
-    print(f"TT-21 / PR #165 eager FSDP2 full checkpointing (31.02 GiB reserved, not shipped): measured "
-          f"{measured('TT-21', 'reserved') / ac_eager:.3f}, predicted {predicted('TT-21', 'reserved', 1.0) / eager_pred:.3f};")
-    print(f"  the eager row itself predicted {eager_pred / GiB:.1f} GiB ({100 * (eager_pred / ac_eager - 1):+.1f}%)")
+    tt21 = predicted("TT-21", "reserved", 1.0) / eager_pred
+    print(f"TT-21 / PR #165's eager FSDP2 full checkpointing (31.02 GiB reserved, not shipped): measured "
+          f"{measured('TT-21', 'reserved') / ac_eager:.3f},")
+    print(f"  predicted {tt21:.3f}; the eager row itself predicted {eager_pred / GiB:.1f} GiB "
+          f"({100 * (eager_pred / ac_eager - 1):+.1f}%)")
     print("in the code: REMAINING_FACTOR = 1.0 (estimate/memory_compile.py)")
     for rid, counter in CHECKS:
         for k in (1.0, k_all):
