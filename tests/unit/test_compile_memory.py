@@ -21,6 +21,7 @@ from prism_strategy.estimate.memory import sac_linears, stepped_block_bytes_per_
 from prism_strategy.estimate.memory_runtime import runtime_memory
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.scenario import build_scenario, resolve_model
+from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import get_strategy
@@ -97,8 +98,8 @@ def test_a_compiled_loss_holds_low_precision_logits_and_their_grad():
 
 
 def test_compile_loss_needs_compile():
-    sc = build_scenario("llama-2-7b", platform="h100-96gb-500w", compile=False, compile_loss=True, micro_batch=1)
-    assert sc.training.compile_loss is False
+    with pytest.raises(SpecError, match="--compile-loss needs --compile"):
+        build_scenario("llama-2-7b", platform="h100-96gb-500w", compile=False, compile_loss=True, micro_batch=1)
 
 
 def test_the_estimate_names_the_compile_term_and_its_source():

@@ -41,3 +41,5 @@ TimeoutS = Annotated[float, typer.Option(help="Seconds per run before it is kill
 PerStrategyTimeoutS = Annotated[float, typer.Option(help="Per strategy")]
 CommBucketMb = Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")]
 CommReduceDtype = Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")]
+CompileLoss = Annotated[bool, typer.Option("--compile-loss", help="With --compile: the loss compiled too "
+                                                                  "(torchtitan's default), no fp32 logits held")]

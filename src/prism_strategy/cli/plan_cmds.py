@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 import typer
 
 from prism_strategy.cli.app import cli_errors
-from prism_strategy.cli.options import (BucketMb, CkptFreq, JsonOut, Loss, Mode, Nodes, Optimizer, PlatformPreset,
-                                        PlatformRpn, Precision, ReduceDtype, Vision)
+from prism_strategy.cli.options import (BucketMb, CkptFreq, CompileLoss, JsonOut, Loss, Mode, Nodes, Optimizer,
+                                        PlatformPreset, PlatformRpn, Precision, ReduceDtype, Vision)
 
 
 @cli_errors
@@ -38,6 +38,7 @@ def plan(
     image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
     compile: Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile on (--no-compile: eager, "
                                                                       "whatever --script says)")] = False,
+    compile_loss: CompileLoss = False,
     ranks_per_node: PlatformRpn = None,
     sweep_nodes: Annotated[Optional[str], typer.Option(help="Node counts for a scaling table, e.g. 1,2,4,8")] = None,
     calibration: Annotated[str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")] = "auto",
@@ -65,7 +66,8 @@ def plan(
         script, inputs, given, model=model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len,
         mean_seq_len=mean_seq_len, micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum,
         vision=vision, image_tokens=image_tokens, ranks_per_node=ranks_per_node, calibration=calibration,
-        traced=traced, sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, comm_curves=curves_for_platform(db, platform))
+        traced=traced, sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, comm_curves=curves_for_platform(db, platform),
+        compile_loss=compile_loss)
     show_plan(p, markdown=markdown, json_out=json_out)
     if p.recommended is None:  # a valid question, answered "nothing fits / nothing viable": a finding
         raise typer.Exit(1)
@@ -88,6 +90,7 @@ def estimate(
     optimizer: Optimizer = "adamw", loss: Loss = "upcast",
     compile: Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile on: the analytic side "
                                                                       "models it, the trace is eager")] = False,
+    compile_loss: CompileLoss = False,
     json_out: JsonOut = False,
 ) -> None:
     """Memory of the real training step traced on fake tensors, beside the analytic estimate."""
@@ -96,7 +99,8 @@ def estimate(
 
     show_estimate(estimate_traced(model, strategy, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                                   seq_len=seq_len, micro_batch=micro_batch, ckpt_freq=ckpt_freq, precision=precision,
-                                  mode=mode, vision=vision, optimizer=optimizer, loss=loss, compile=compile),
+                                  mode=mode, vision=vision, optimizer=optimizer, loss=loss, compile=compile,
+                                  compile_loss=compile_loss),
                   json_out=json_out)
 
 

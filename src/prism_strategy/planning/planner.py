@@ -185,7 +185,7 @@ def plan(
     compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
     calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
     reduce_dtype: str | None = None, loss: str = "upcast", comm_curves: Sequence[Any] = (),
-    script: dict[str, Any] | None = None,
+    script: dict[str, Any] | None = None, compile_loss: bool = False,
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -206,7 +206,9 @@ def plan(
         keeps the fastest that fits) or k: checkpoint every k-th block, 0 = none.
     precision: "bf16-mixed" | "bf16-pure" | "fp32".  optimizer: "adamw" | "sgd".
     vision: vision encoder preset (adds it and a projector).  image_tokens: per sample (default:
-        the encoder's patch count).  compile: torch.compile on.
+        the encoder's patch count).  compile: torch.compile on (estimate/memory_compile.py).
+    compile_loss: with compile, the loss compiled too (torchtitan's default since 2025-08): no fp32
+        logits held; wrap() leaves the loss eager.
     ranks_per_node: default the platform's devices per node.
     sweep_nodes: node counts for a scaling table (a list, or "1,2,4" as on the command line).
     calibration: a calibration file, "auto" (the cached one when it matches) or "none".
@@ -223,7 +225,7 @@ def plan(
                         seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
                         precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens,
                         compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len, bucket_mb=bucket_mb,
-                        loss=loss)
+                        loss=loss, compile_loss=compile_loss)
     check_ranks_per_node(sc, ranks_per_node)
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = int_list(sweep_nodes, "--sweep-nodes")

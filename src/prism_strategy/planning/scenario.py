@@ -103,12 +103,14 @@ def build_scenario(
         if mm.vision is None:
             raise SpecError(f"--image-tokens {image_tokens} needs --vision ENCODER: image tokens come from a vision "
                             "encoder; add one (e.g. --vision siglip2-base-patch16-224) or drop --image-tokens")
+    if compile_loss and not compile:
+        raise SpecError("--compile-loss needs --compile: the loss is compiled with the model, or not at all")
     algo, impl = parse_optimizer(optimizer)
     training = TrainingSpec.from_precision(
         precision, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum,
         mean_seq_len=mean_seq_len, ckpt_freq=k or 0, ckpt_policy=policy, ckpt_auto=k is None, optimizer=algo, optimizer_impl=impl,
         image_tokens=image_tokens, compile=bool(compile), bucket_mb=bucket_mb, loss=loss,
-        compile_loss=bool(compile) and bool(compile_loss))
+        compile_loss=bool(compile_loss))
     total = seq_len + _image_tokens(mm, training)
     if total > mm.backbone.max_positions:
         extra = f" ({seq_len} text + {total - seq_len} image tokens)" if total != seq_len else ""
