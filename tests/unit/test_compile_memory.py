@@ -17,7 +17,7 @@ import torch
 
 from prism_strategy.bench.published import load_published
 from prism_strategy.estimate import memory_compile
-from prism_strategy.estimate.memory import sac_linears, stepped_block_bytes_per_token
+from prism_strategy.estimate.memory import sac_linears, saved_block_bytes_per_token
 from prism_strategy.estimate.memory_runtime import runtime_memory
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.scenario import build_scenario, resolve_model
@@ -34,8 +34,8 @@ AURORA = {r.id: r for r in load_published("aurora-prism")}
 def _saved_fewer(model: str, residual: int = 2) -> float:
     spec = resolve_model(model)
     t = TrainingSpec.from_precision("bf16-mixed", seq_len=128)
-    eager = stepped_block_bytes_per_token(spec, t, True, residual)
-    return eager - stepped_block_bytes_per_token(spec, dataclasses.replace(t, compile=True), True, residual)
+    eager = saved_block_bytes_per_token(spec, t, True, residual)
+    return eager - saved_block_bytes_per_token(spec, dataclasses.replace(t, compile=True), True, residual)
 
 
 def test_a_compiled_llama_block_recomputes_the_norm_upcasts_and_act_gate():
@@ -152,4 +152,4 @@ def test_torch_compile_saves_what_the_model_says_on_a_real_llama_block():
                            max_positions=t)
     training = TrainingSpec.from_precision("bf16-mixed", seq_len=t, compile=True)
     measured = sum(n * d.itemsize for d, n in compiled) / (b * t)
-    assert stepped_block_bytes_per_token(spec, training, True, 2) == pytest.approx(measured, rel=0.10)
+    assert saved_block_bytes_per_token(spec, training, True, 2) == pytest.approx(measured, rel=0.10)

@@ -107,7 +107,7 @@ def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool
     return n
 
 
-def stepped_block_bytes_per_token(spec: TransformerSpec, t: TrainingSpec, trains: bool, residual: int) -> float:
+def saved_block_bytes_per_token(spec: TransformerSpec, t: TrainingSpec, trains: bool, residual: int) -> float:
     """One block's saved bytes per token as the run keeps them: eager, or compiled (torch.compile:
     estimate/memory_compile.py, the partitioner's recomputed upcasts and act(gate))."""
     a = block_activation_bytes_per_token(spec, t.compute_bytes, trains)
@@ -157,7 +157,7 @@ def part_activation_bytes_per_sample(part: Part, training: TrainingSpec, residua
         i, o = part.widths
         return part.tokens * e * (i + 2 * o)
     spec = part.spec
-    a = stepped_block_bytes_per_token(spec, training, part.trains, residual_bytes)
+    a = saved_block_bytes_per_token(spec, training, part.trains, residual_bytes)
     k = checkpointed_blocks(spec.layers, training.ckpt_freq)
     sac = training.ckpt_policy == "sac"
     kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if sac else residual_bytes * spec.hidden
@@ -204,7 +204,7 @@ def transient_bytes_per_sample(parts: tuple[Part, ...], training: TrainingSpec,
             label, per_token = loss_bytes_per_token(p.spec, training)
             best = max(best, (label, p.tokens * per_token), key=lambda r: r[1])
         if training.ckpt_freq > 0:
-            a = stepped_block_bytes_per_token(p.spec, training, p.trains, res)
+            a = saved_block_bytes_per_token(p.spec, training, p.trains, res)
             best = max(best, (f"{p.name} block recomputed in backward{_compiled(training)}", p.tokens * a),
                        key=lambda r: r[1])
     return best
@@ -240,7 +240,7 @@ def late_backward_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec
     *below, top = parts
     rows = saved_activation_rows(tuple(below), t, s, platform)
     if top.backward and top.spec is not None:
-        a = stepped_block_bytes_per_token(top.spec, t, top.trains, residual_bytes(s, t)) * top.tokens
+        a = saved_block_bytes_per_token(top.spec, t, top.trains, residual_bytes(s, t)) * top.tokens
         rows.append(("activations", f"{top.name} bottom block's activations (saved or recomputed){_compiled(t)}",
                      a * platform.activation_factor))
     return rows
