@@ -1,7 +1,7 @@
 """The aurora preset against PRISM's published Aurora records (data/measurements/aurora-prism.toml).
 
 For every record with a step time: measured, predicted by the preset before the fit (the priors
-in bench/fit_terms.py), predicted after (the fit, as shipped in data/platforms/aurora.toml), the
+in bench/fit/fit_terms.py), predicted after (the fit, as shipped in data/platforms/aurora.toml), the
 error of each, and the leave-one-out error (refit without the record). Records kept out of the
 fit are shown as checks with the reason. Then peak memory (allocated / reserved / as reported)
 beside the planner's figures. Goals: median |step error| <= 15% fitted, <= 25% leave-one-out.
@@ -16,8 +16,8 @@ import argparse
 import json
 import sys
 
-from prism_strategy.bench import fit_terms as ft
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit import fit_terms as ft
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.comm import comm_readings
 from prism_strategy.specs.presets import load_platform
 
@@ -106,7 +106,7 @@ def write_fit_errors(steps: dict) -> None:
     (estimate/ranges.py); max nodes = the largest node count among the fitted records."""
     from pathlib import Path
 
-    from prism_strategy.bench.cuda_fit import write_fit_errors as write
+    from prism_strategy.bench.fit.cuda_fit import write_fit_errors as write
 
     fitted = [x for x in steps["rows"] if x["fitted"]]
     path = Path(__file__).resolve().parents[1] / "src" / "prism_strategy" / "data" / "fits" / "aurora-prism.toml"
@@ -117,7 +117,7 @@ def write_fit_errors(steps: dict) -> None:
 
 def _print_ranges(steps: dict) -> None:
     """Coverage of plan's 80% ranges: on the leave-one-out rows, and on the records kept out."""
-    from prism_strategy.bench.cuda_fit import range_coverage, record_range
+    from prism_strategy.bench.fit.cuda_fit import range_coverage, record_range
 
     fitted = {x["id"]: x["loo_err_pct"] for x in steps["rows"] if x["fitted"]}
     inside, n = range_coverage(fitted)

@@ -19,8 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from prism_strategy.bench import cuda_fit as cf
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit import cuda_fit as cf
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.specs.presets import load_model, load_platform
 
 FITS = Path(__file__).resolve().parents[1] / "src" / "prism_strategy" / "data" / "fits" / "cuda-published.toml"

@@ -13,8 +13,8 @@ import math
 
 import pytest
 
-from prism_strategy.bench import cuda_fit as cf
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit import cuda_fit as cf
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.compute import part_flops_per_sample
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.estimate.ranges import fit_errors, halfwidth, prediction_range

@@ -54,7 +54,7 @@ def plan(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
-    from prism_strategy.bench.curves import curves_for_platform
+    from prism_strategy.bench.results.curves import curves_for_platform
     from prism_strategy.diagnose.script_inputs import plan_from_command_line
     from prism_strategy.report.plan_table import show_plan
 

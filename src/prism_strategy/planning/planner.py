@@ -215,7 +215,7 @@ def plan(
     reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
     loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
     comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
-        CLI loads them from the results store: bench/curves.py); a matching one prices its collective.
+        CLI loads them from the results store: bench/results/curves.py); a matching one prices its collective.
     script: what a training script said about these inputs, kept as given for `inputs.script` of the
         JSON (`plan --script` reads it: diagnose/script_inputs.py; the values arrive as the keywords above).
     """
