@@ -88,19 +88,24 @@ class LateRanks:
     cv: float
     measured: bool
     sync_points: int
-    basis: str
+    ranks: int
+    measured_ranks: int
+
+    @property
+    def basis(self) -> str:
+        s = self.seconds or self.slow_seconds
+        en, em = expected_max_normal(self.ranks), expected_max_normal(max(1, self.measured_ranks))
+        return (f"late ranks: {self.sync_points} sync points, cv {self.cv:.1%} "
+                + ("measured (--rank-jitter)" if self.measured else f"(top of the default range, {default_jitter().source})")
+                + f", E[max] of {self.ranks} ranks {en:.2f} vs {em:.2f} at the {self.measured_ranks} the fit measured: "
+                f"+{s:.3g} s")
 
 
 def late_ranks(ranks: int, measured_ranks: int, compute_s: float, sync_points: int, cv: float | None) -> LateRanks:
     """The late-rank term of one step: cv x compute split over its sync points (sigma per point =
     cv x compute / k), priced by late_rank_seconds."""
     k = max(1, sync_points)
-    measured = cv is not None
     use = cv if cv is not None else default_jitter().high
     s = late_rank_seconds(ranks, measured_ranks, k, use * compute_s / k)
-    en, em = expected_max_normal(ranks), expected_max_normal(max(1, measured_ranks))
-    how = (f"late ranks: {k} sync points, cv {use:.1%} "
-           + ("measured (--rank-jitter)" if measured else f"(top of the default range, {default_jitter().source})")
-           + f", E[max] of {ranks} ranks {en:.2f} vs {em:.2f} at the {measured_ranks} the fit measured: +{s:.3g} s")
-    return LateRanks(seconds=s if measured else 0.0, slow_seconds=0.0 if measured else s, cv=use,
-                     measured=measured, sync_points=k, basis=how)
+    return LateRanks(seconds=s if cv is not None else 0.0, slow_seconds=0.0 if cv is not None else s, cv=use,
+                     measured=cv is not None, sync_points=k, ranks=ranks, measured_ranks=measured_ranks)

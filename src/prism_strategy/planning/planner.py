@@ -164,7 +164,7 @@ def _set_range(o: Option, platform: PlatformSpec, nodes: int) -> None:
     """After _set_readings: the range holds every reading the fit cannot rule out."""
     late = o.late_ranks
     r = prediction_range(platform, nodes, o.compute_s, o.comm_s, late_s=late.slow_seconds if late else 0.0,
-                         step_s=o.step_time_s, late_basis=late.basis if late else "")
+                         step_s=o.step_time_s, late_basis=late.basis if late and late.slow_seconds > 0 else "")
     r = r.with_readings(o.step_time_s, o.step_time_s_readings)
     o.range = r
     o.step_time_s_range = r.step_range(o.step_time_s)
