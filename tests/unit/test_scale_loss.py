@@ -133,3 +133,21 @@ def test_rank_jitter_read_from_stepmonitor_logs(tmp_path):
         rank_jitter_from(str(tmp_path))
     with pytest.raises(SpecError, match="must be in"):
         rank_jitter_from("1.5")
+
+
+def test_plan_cli_takes_the_spread_from_a_stepmonitor_folder_and_refuses_bad_input(tmp_path):
+    from typer.testing import CliRunner
+
+    from prism_strategy.cli import app
+
+    for rank, t in enumerate((1.0, 1.1, 0.9)):
+        _rank_file(tmp_path, rank, [t] * 4)
+    args = ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--nodes", "10", "--seq-len", "512",
+            "--micro-batch", "4"]
+    r = CliRunner().invoke(app, [*args, "--rank-jitter", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    cv = statistics.stdev((1.0, 1.1, 0.9))
+    o = next(x for x in json.loads(r.stdout)["options"] if x["strategy"] == "fsdp_full_shard")
+    assert o["late_rank_s"] == pytest.approx(cv * o["compute_s"] * (_pdf_integral(120) - _pdf_integral(24)), rel=1e-3)
+    bad = CliRunner().invoke(app, [*args, "--rank-jitter", "lots"])
+    assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1 and "--rank-jitter" in bad.output
