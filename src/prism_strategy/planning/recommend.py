@@ -186,7 +186,7 @@ def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:
     for name in names:
         if name == LATE:
             hows.append(f"the per-rank spread: log a few steps with StepMonitor at {lay.world} ranks "
-                        "(`prism-strategy analyze` reads them) and pass the folder as --rank-jitter")
+                        "and pass the folder as --rank-jitter (`prism-strategy analyze` checks the same logs for stragglers)")
         elif not any("commbench" in h for h in hows):
             hows.append(f"the collectives at {lay.nodes} nodes: prism-strategy commbench --model "
                         f"{sc.model.backbone.name} --strategies {pick.strategy} --nproc {lay.world} --ranks-per-node "
