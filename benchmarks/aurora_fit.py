@@ -5,6 +5,8 @@ in bench/fit_terms.py), predicted after (the fit, as shipped in data/platforms/a
 error of each, and the leave-one-out error (refit without the record). Records kept out of the
 fit are shown as checks with the reason. Then peak memory (allocated / reserved / as reported)
 beside the planner's figures. Goals: median |step error| <= 15% fitted, <= 25% leave-one-out.
+Ranges: coverage on the leave-one-out rows, E2 (64 nodes, held out) against its range, and A3's
+scenario at 10 nodes: the point, both readings of the cross-node cost, and the range holding them.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/aurora_fit.py [--json] [--write]
 --write stores the leave-one-out error summary plan's ranges read (src/prism_strategy/data/fits/aurora-prism.toml).

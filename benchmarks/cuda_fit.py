@@ -4,8 +4,9 @@ For every record: measured tokens/s per GPU; predicted before the fit (the forme
 fraction for every FLOP), after (the shipped presets' compute terms) and by a refit now; each
 error, and the leave-one-out error (refit without the record). Records kept out of the fit are
 shown as checks with the reason. Then llm-foundry's MFU beside the same MFU computed from the
-measured and the predicted tokens/s, the fitted knobs, what the rows cannot decide, and the
-coverage of plan's 80% ranges on the leave-one-out rows.
+measured and the predicted tokens/s, the fitted knobs, what the rows cannot decide, the
+coverage of plan's 80% ranges on the leave-one-out rows (symmetric, and with the one-sided scale
+terms plan states), and TT-01's setup at 8, 64 and 512 GPUs as plan predicts it, with its range.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/cuda_fit.py [--json] [--write]
 --write stores the error summary plan's ranges read (src/prism_strategy/data/fits/cuda-published.toml).

@@ -11,7 +11,9 @@ iid per-rank spread sigma_j over interval j, a step of k intervals pays
 Spread proportional to the work (sigma_j = cv x d_j: a slower GPU, a stretched kernel) gives
 cv x compute x e_N for any k, and the same when a rank is slow for the whole step (a persistent
 power-management gap: max_i sum_j = sum_j max_i). The fits' records already ran at M ranks and
-hold e_M of it: what a plan at N adds is cv x compute x (e_N - e_M).
+hold e_M of it: what a plan at N adds is cv x compute x (e_N - e_M). An upper bound where a
+prefetched collective leaves slack (a rank late by less than the slack delays no one), and it
+leaves out spread that does not scale with the work (host hiccups, k x sigma_0 x e_N).
 
 cv: no shipped record measures it (data/scale_loss.toml). A measured cv (`plan --rank-jitter`,
 a platform's `rank_jitter`) prices the term into the step; without one, the range takes the top
@@ -23,7 +25,8 @@ them on the network), tree log2(nodes) hops, the >2-node bandwidth caps (index2)
 plateau x1.4 across nodes, the network tree latency at one GPU per node. Its one node-count term
 left out only makes 2 nodes faster than more: search.cc raises a tree graph's bwIntra up to 2x
 bwInter "for trees (2 nodes or collnet)", and tuning.cc prices 2 nodes at bwIntra, more at
-bwInter. The net plugins report no latency of their own (net_ib, net_socket: props->latency =
+bwInter; and a tree graph of pattern TREE (not BALANCED_TREE, the one found first) takes busBw x
+0.85. The net plugins report no latency of their own (net_ib, net_socket: props->latency =
 0), so graph->latencyInter adds nothing. Neither NCCL nor this module models the fabric (per-hop
 tails, congestion, oversubscription): that is the range's comm-share widening (estimate/ranges.py).
 """
