@@ -104,7 +104,7 @@ def _evaluate(r, **over):
 def slow_extra(r) -> float:
     """ln widening of a record's slow side beyond the fit's (0 at the nodes the fit measured)."""
     o = _evaluate(r)
-    return sum(o.range.terms.values()) if o.range else 0.0
+    return o.range.slow - o.range.fast if o.range else 0.0
 
 
 SCALE_GPUS = (8, 64, 512)

@@ -163,3 +163,15 @@ def test_coverage_widens_only_the_slow_side():
     assert coverage(slow, {"d": 0.4}) == (3, 3)  # 0.357 + 0.4 >= 0.693: the slow side reaches it
     fast = {"a": 10.0, "b": -30.0, "d": 100.0}  # d predicted too slow: scale terms cannot explain it
     assert coverage(fast, {"d": 0.4}) == (2, 3)
+
+
+def test_readings_replace_the_scale_terms_when_wider_never_add_to_them():
+    from prism_strategy.estimate.ranges import READINGS
+
+    aurora = load_platform("aurora")
+    r = prediction_range(aurora, 10, compute_s=0.5, comm_s=0.4)  # comm share 4/9 x ln(1 + log2 5)
+    assert r.slow - r.fast == pytest.approx(4 / 9 * math.log1p(math.log2(5)))
+    wide = r.with_readings(1.0, {"per operation": 1.0, "per peer node": 3.0})
+    assert wide.slow - wide.fast == pytest.approx(math.log(3.0)) and wide.fast == r.fast
+    assert wide.to_measure()[0] == READINGS
+    assert r.with_readings(1.0, {"per peer node": 1.1}) is r  # inside already: unchanged

@@ -116,7 +116,8 @@ class PredictionRange:
     slow: float
     """ln(high step / predicted step): base + the one-sided scale terms."""
     terms: dict[str, float]
-    """The slow side's widening beyond base, by name (comm beyond measured, late ranks, readings)."""
+    """The slow side's widening beyond base, by name (comm beyond measured, late ranks, readings:
+    slow - fast is comm + late, or readings when that is wider)."""
     basis: str
 
     def step_range(self, step_s: float) -> list[float]:
@@ -125,15 +126,10 @@ class PredictionRange:
     def rate_range(self, rate: float) -> list[float]:
         return [rate * math.exp(-self.slow), rate * math.exp(self.fast)]
 
-    @property
-    def percent(self) -> tuple[float, float]:
-        """(down, up) in percent of the predicted throughput."""
-        return 100 * (1 - math.exp(-self.slow)), 100 * (math.exp(self.fast) - 1)
-
     def to_measure(self) -> list[str]:
         """The scale terms worth measuring, largest first: when together they widen the slow side
         more than the fit's own error does, each that makes a quarter or more of that widening."""
-        total = sum(self.terms.values())
+        total = self.slow - self.fast  # readings replace comm + late when wider: not their sum
         if total <= self.fast:
             return []
         return [k for k, v in sorted(self.terms.items(), key=lambda kv: -kv[1]) if v >= 0.25 * total]
@@ -180,7 +176,8 @@ def prediction_range(platform: PlatformSpec, nodes: int, compute_s: float, comm_
                 f"(x{math.exp(comm):.2f}; measure it: prism-strategy commbench at {nodes} nodes)")
     if late_s > 0 and step_s > 0:
         terms[LATE] = math.log1p(late_s / step_s)
-        why += f"; slower side: {late_basis} (x{math.exp(terms[LATE]):.3f}; measure the per-rank spread: analyze)"
+        why += (f"; slower side: {late_basis} (x{math.exp(terms[LATE]):.3f}; measure the per-rank spread: "
+                "--rank-jitter FOLDER of StepMonitor logs)")
     return PredictionRange(fast=base, slow=base + sum(terms.values()), terms=terms, basis=why)
 
 
