@@ -175,3 +175,8 @@ def test_readings_replace_the_scale_terms_when_wider_never_add_to_them():
     assert wide.slow - wide.fast == pytest.approx(math.log(3.0)) and wide.fast == r.fast
     assert wide.to_measure()[0] == READINGS
     assert r.with_readings(1.0, {"per peer node": 1.1}) is r  # inside already: unchanged
+
+
+def test_a_platform_rank_jitter_outside_0_1_is_refused():
+    with pytest.raises(SpecError, match="rank_jitter must be in"):
+        replace(load_platform("dgx-h100"), rank_jitter=1.5)

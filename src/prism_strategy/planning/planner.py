@@ -235,7 +235,8 @@ def plan(
         CLI loads them from the results store: bench/curves.py); a matching one prices its collective.
     rank_jitter: the measured per-rank spread of the work between synchronisations (std / mean; the
         CLI also reads it from a StepMonitor folder: planning/rank_jitter.py); it prices the late-rank
-        term into the step (estimate/scale_loss.py). None = the platform's, else only the range takes it.
+        term into the step (estimate/scale_loss.py). None: the platform's `rank_jitter`; unmeasured, only the
+        range's slow side takes it.
     script: what a training script said about these inputs, kept as given for `inputs.script` of the
         JSON (`plan --script` reads it: diagnose/script_inputs.py; the values arrive as the keywords above).
     """
