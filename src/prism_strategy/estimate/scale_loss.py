@@ -33,7 +33,6 @@ tails, congestion, oversubscription): that is the range's comm-share widening (e
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cache
 from statistics import NormalDist
