@@ -95,3 +95,54 @@ def test_the_check_sees_a_rule_id(tmp_path):
     (tmp_path / "script_checks.py").write_text('def f(ctx):\n    return check_rule(\n        "xpu-no-device-id", {})\n')
     (tmp_path / "helpers.py").write_text('X = "xpu-no-device-id"\n')  # not a check module
     assert rule_ids_in_checks(tmp_path, _rule_ids()) == ["script_checks.py:3: 'xpu-no-device-id'"]
+
+
+# --- where a check words a generic finding its own way ----------------------------------------
+UNKNOWN_MODULE = """#!/bin/bash
+#PBS -l select=2
+#PBS -l walltime=00:30:00
+#PBS -l filesystems=flare:home
+export CCL_PROCESS_LAUNCHER=pmix
+module load mystery-stack
+mpiexec -n 24 -ppn 12 python train.py
+"""
+DEBUG_8_NODES = """#!/bin/bash
+#PBS -l select=8
+#PBS -l walltime=00:30:00
+#PBS -l filesystems=home
+#PBS -q debug
+mpiexec -n 8 python train.py
+"""
+
+
+def _launcher(tmp_path: Path, text: str, **given) -> list:
+    path = tmp_path / "job.pbs"
+    path.write_text(text)
+    return diagnose(DoctorRequest(launchers=(path,), live=False, **given)).findings
+
+
+def test_an_export_a_module_of_unknown_effect_may_reset_is_a_warning_in_the_checks_words(tmp_path):
+    (f,) = _launcher(tmp_path, UNKNOWN_MODULE, platform="aurora")
+    assert (f.rule, f.severity, f.line) == ("launcher-no-per-rank-export", "warning", 7)
+    assert "does not know whether it resets CCL_PROCESS_LAUNCHER" in f.message
+    assert f.message.endswith("if this one does, the ranks run with the module's values instead")
+    assert "--module-show" in f.fix
+    on_cuda = _launcher(tmp_path, UNKNOWN_MODULE, platform="polaris")  # the rule is about XPU
+    assert [f.rule for f in on_cuda] == ["launcher-ranks-per-node-mismatch"]  # 12 ranks, 4 GPUs
+
+
+def test_a_queue_limit_on_an_assumed_platform_is_a_warning_naming_the_candidates(tmp_path):
+    found = {f.rule: f for f in _launcher(tmp_path, DEBUG_8_NODES)}
+    q = found["launcher-queue-limits"]
+    assert (q.severity, q.line) == ("warning", 5)
+    assert "(applies on aurora, aurora-composite, polaris; pass --platform to be sure)" in q.message
+    assert _launcher(tmp_path, DEBUG_8_NODES, platform="aurora")[0].severity == "error"
+
+
+def test_fewer_ranks_than_devices_on_one_node_is_an_info_line(tmp_path):
+    one_node = DEBUG_8_NODES.replace("select=8", "select=1").replace("-n 8", "-n 1 -ppn 1")
+    (f,) = _launcher(tmp_path, one_node, platform="aurora")
+    assert (f.rule, f.severity, f.line) == ("launcher-ranks-per-node-mismatch", "info", 6)
+    assert "a single-node job using 1 of them: fine for a deliberate small" in f.message
+    (f,) = _launcher(tmp_path, one_node.replace("select=1", "select=2"), platform="aurora", nodes=2)
+    assert (f.rule, f.severity) == ("launcher-ranks-per-node-mismatch", "error")
