@@ -1,0 +1,95 @@
+"""`calibrate --fit comm` on a real nccl-tests log: Google Cloud A3 Mega, 2 nodes x 8 H100,
+all_reduce_perf 8 B..8 GiB (tests/fixtures/imports/all_reduce_perf_2x8_h100_a3mega.out, its source
+in its header). What is asserted comes from the log's own columns, read here apart from the tool's
+reader: the in-place time (us) and busbw (GB/s) per size."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from prism_strategy.cli import app
+from prism_strategy.estimate.calibration import calibrated_platform
+from prism_strategy.estimate.comm import collective_seconds
+from prism_strategy.specs import load_platform
+
+LOG = Path(__file__).parents[1] / "fixtures" / "imports" / "all_reduce_perf_2x8_h100_a3mega.out"
+runner = CliRunner()
+
+
+def _columns() -> dict[int, tuple[float, float]]:
+    """size (B) -> (in-place seconds, in-place busbw GB/s), straight from the log's rows."""
+    rows = [line.split() for line in LOG.read_text().splitlines() if line.strip()[:1].isdigit()]
+    return {int(r[0]): (float(r[9]) * 1e-6, float(r[11])) for r in rows}
+
+
+def _import(db: Path, log: Path = LOG) -> None:
+    r = runner.invoke(app, ["results", "import", str(log), "--format", "nccl-tests", "--platform", "dgx-h100",
+                            "--nodes", "2", "--db", str(db)])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("commfit")
+    _import(tmp / "r.db")
+    out = tmp / "cal.toml"
+    r = runner.invoke(app, ["calibrate", "--platform", "dgx-h100", "--db", str(tmp / "r.db"), "--out", str(out),
+                            "--fit", "comm", "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout), out
+
+
+def test_the_fit_says_what_decided_each_term_and_what_it_holds(calibrated):
+    report, out = calibrated
+    c = report["comm"]
+    assert report["written"] and out.is_file() and c["points"] == len(_columns())
+    terms = {t["name"]: t for t in c["terms"]}
+    assert "8 B" in terms["nccl_scale.base_latency"]["decided_by"]       # small sizes decide latency
+    assert "8 GiB" in terms["nccl_scale.inter_bw"]["decided_by"]         # large ones bandwidth
+    for held in ("nccl_scale.intra_latency", "nccl_scale.net_latency"):  # one rank count: per hop vs base
+        assert "cannot be told apart" in terms[held]["held"] and terms[held]["after"] == terms[held]["before"]
+    assert terms["nccl_scale.intra_bw"]["held"] and terms["nccl_scale.intra_bw"]["after"] == 1.0  # no 1-node rows
+    assert c["leave_one_out"] == [] and "one rank count and one op" in c["leave_one_out_note"]
+    assert c["after"]["comm_median"] < c["before"]["comm_median"]
+
+
+def test_sizes_not_in_the_log_price_between_their_measured_neighbours(calibrated):
+    _, out = calibrated
+    p, cols = calibrated_platform(load_platform("dgx-h100"), str(out)), _columns()
+    for lo, hi in ((2**29, 2**30), (2**31, 2**32)):  # 768 MiB and 3 GiB: bandwidth-bound, not in the log
+        t = collective_seconds("all_reduce", (lo + hi) / 2, 16, 2, 1, p)
+        assert cols[lo][0] < t < cols[hi][0]
+    assert "calibrated" in p.source("nccl_scale.base_latency")
+
+
+def test_the_fitted_bus_bandwidth_is_the_logs_large_size_busbw(calibrated):
+    """busbw = algbw x 2(N-1)/N (nccl-tests doc/PERFORMANCE.md) is what the fit's bus bandwidth
+    means; one bandwidth must lie within the log's busbw over the sizes it decides (>= 1 GiB,
+    where the log's own busbw still grows from 298.8 to 337.4 GB/s)."""
+    report, _ = calibrated
+    (bw,) = report["comm"]["bus_bandwidth"]
+    large = [busbw for size, (_, busbw) in _columns().items() if size >= 2**30]
+    assert bw["measured_busbw_gbps"] == pytest.approx(_columns()[2**33][1], rel=0.002)
+    assert min(large) <= bw["fitted_busbw_gbps"] <= max(large)
+
+
+def test_a_log_with_one_size_cannot_fit(tmp_path):
+    lines = LOG.read_text().splitlines()
+    rows = [i for i, line in enumerate(lines) if line.strip()[:1].isdigit()]
+    one = tmp_path / "all_reduce_perf_one.out"
+    one.write_text("\n".join(lines[:rows[0]] + [lines[rows[-1]]] + lines[rows[-1] + 1:]) + "\n")
+    _import(tmp_path / "r.db", one)
+    r = runner.invoke(app, ["calibrate", "--platform", "dgx-h100", "--db", str(tmp_path / "r.db"), "--out",
+                            str(tmp_path / "c.toml"), "--fit", "comm"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "cannot fit" in r.stderr
+    assert not (tmp_path / "c.toml").exists()
+
+
+@pytest.mark.parametrize("args, says", [(["--fit", "comm"], "no collective curves"), (["--fit", "nope"], "--fit")])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
+    r = runner.invoke(app, ["calibrate", "--platform", "dgx-h100", "--db", str(tmp_path / "r.db"), "--out",
+                            str(tmp_path / "c.toml"), *args])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and says in r.stderr
+    assert not (tmp_path / "c.toml").exists()
