@@ -316,7 +316,10 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     worse = worse_than(report["after"], report["replaces"])
     report |= {"platform": base.name, "file": str(path), "values": fitted_values(fitted), "written": worse is None}
     if worse is not None:
-        report["refused"] = f"not written: the fit is worse than {label} on the same {report['runs']} {report.get('rows', 'runs')} ({worse})"
+        rows = f"{report['runs']} {report.get('rows', 'runs')}"
+        report["refused"] = f"not written: the fit is worse than {label} on the same {rows} ({worse})"
+        if curves and fit == "all":
+            report["refused"] += "; `--fit comm` fits the collective terms alone, `--fit steps` the step time alone"
         return report
     write_calibration(path, platform=base.name, fingerprint=fp | {"platform": base.name, "backend": base.backend},
                       values=fitted_values(fitted), runs=report["runs"], errors=report["after"])

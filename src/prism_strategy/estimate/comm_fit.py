@@ -22,6 +22,14 @@ What the points can decide (the sensitivity d log t / d log value of each point,
   apart from the earlier ones (relative residual of its sensitivities under RESIDUAL) is held
   (one rank count: per-hop latency is held, the base latency takes it all).
 Leave-one-out: refit without one rank count (or one op), predict the points left out.
+
+A fitted bus bandwidth is nccl-tests' busbw (algbw x 2(N-1)/N for all-reduce, (N-1)/N for
+all-gather / reduce-scatter: its doc/PERFORMANCE.md) where the curve has one regime above its
+latency-bound sizes; where it has two (a slower mid-size regime: Oracle Cloud's 2 x 8 A100 run,
+33-37 GB/s from 16 MiB to 256 MiB, 70-72 GB/s above), one bandwidth lies between them, and the
+report shows busbw measured vs fitted at the largest size. The points between the latency- and
+the bandwidth-bound ones are where the model's protocol and channel switches are least like the
+backend's: reported, not fitted.
 """
 
 from __future__ import annotations
@@ -278,6 +286,13 @@ def bus_bandwidths(p: PlatformSpec, curves: list[MeasuredCurve]) -> list[dict[st
     return out
 
 
+def _at_bound(v: float, bounds: tuple[float, float]) -> str | None:
+    """"lower" / "upper" when the fit stopped at a bound (data/calibration_bounds.toml): the points
+    asked for more than the bound allows, so another cost is in them."""
+    lo, hi = bounds
+    return "lower" if v <= lo * (1 + 1e-6) else "upper" if v >= hi * (1 - 1e-6) else None
+
+
 def calibrate_comm(start: PlatformSpec, curves: list[MeasuredCurve] | tuple[MeasuredCurve, ...],
                    bounds: Callable[[str], tuple[float, float]]) -> tuple[PlatformSpec, dict[str, Any]]:
     """Fit start's comm terms to the curves; the report: each term before / after and which points
@@ -292,7 +307,8 @@ def calibrate_comm(start: PlatformSpec, curves: list[MeasuredCurve] | tuple[Meas
                         "bandwidth-bound under the model (measure from 8 B to at least 1 GiB)")
     before, after = errors_pct(start, pts), errors_pct(fitted, pts)
     terms = [{"name": t.name, "kind": t.kind, "what": t.what, "before": value(start, t.name),
-              "after": value(fitted, t.name), "decided_by": decided.get(t.name), "held": held.get(t.name)}
+              "after": value(fitted, t.name), "decided_by": decided.get(t.name), "held": held.get(t.name),
+              "at_bound": _at_bound(value(fitted, t.name), bounds(t.name)) if t.name in decided else None}
              for t in terms_of(start)]
     loo = leave_one_out(start, pts, bounds)
     between = sorted(set(range(len(pts))) - set(bound_points(fitted, pts)))

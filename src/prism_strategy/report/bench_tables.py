@@ -192,6 +192,7 @@ def comm_lines(c: dict[str, Any]) -> list[str]:
              f"(worst {c['max_abs_err_pct']:.1f}%)"]
     for t in c["terms"]:
         how = f"decided by {t['decided_by']}" if t["decided_by"] else f"held: {t['held']}"
+        how += f" (stopped at its {t['at_bound']} bound)" if t.get("at_bound") else ""
         lines.append(f"    {t['name']} ({t['what']}): {t['before']:.4g} -> {t['after']:.4g}; {how}")
     lines += [f"    leave out {r['left_out']}: median error {r['median_abs_err_pct']:.1f}% on its {r['points']} points"
               for r in c["leave_one_out"]]
