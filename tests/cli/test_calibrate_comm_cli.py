@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from prism_strategy.cli import app
 from prism_strategy.estimate.calibration import calibrated_platform
-from prism_strategy.estimate.comm import collective_seconds
+from prism_strategy.estimate.comm import collective_seconds, model_description
 from prism_strategy.specs import load_platform
 
 LOG = Path(__file__).parents[1] / "fixtures" / "imports" / "all_reduce_perf_2x8_h100_a3mega.out"
@@ -62,6 +62,7 @@ def test_sizes_not_in_the_log_price_between_their_measured_neighbours(calibrated
         t = collective_seconds("all_reduce", (lo + hi) / 2, 16, 2, 1, p)
         assert cols[lo][0] < t < cols[hi][0]
     assert "calibrated" in p.source("nccl_scale.base_latency")
+    assert "fitted to measured curves: base_latency x" in model_description(p)  # the plan's provenance says so
 
 
 def test_the_fitted_bus_bandwidth_is_the_logs_large_size_busbw(calibrated):
