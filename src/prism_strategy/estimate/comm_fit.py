@@ -124,11 +124,19 @@ def _moved(p: PlatformSpec, names: list[str], logs: np.ndarray, start: PlatformS
     return p
 
 
-def sensitivities(p: PlatformSpec, pts: list[CommPoint], names: list[str]) -> np.ndarray:
-    """d log t / d log value, points x terms (forward differences)."""
+def sensitivities(p: PlatformSpec, pts: list[CommPoint], names: list[str], steepest: bool = False) -> np.ndarray:
+    """d log t / d log value, points x terms, by central differences; `steepest`: the one-sided
+    difference of larger size, so a value tied in a min() (a ring's bandwidth: the slower of the
+    host ring and the NICs) still shows that it moves the time (one side of the tie does)."""
+    up = [np.log(predict(with_value(p, n, value(p, n) * math.exp(STEP)), pts)) for n in names]
+    down = [np.log(predict(with_value(p, n, value(p, n) * math.exp(-STEP)), pts)) for n in names]
+    if not names:
+        return np.zeros((len(pts), 0))
+    if not steepest:
+        return np.array([(u - d) / (2 * STEP) for u, d in zip(up, down)]).T
     t0 = np.log(predict(p, pts))
-    cols = [(np.log(predict(with_value(p, n, value(p, n) * math.exp(STEP)), pts)) - t0) / STEP for n in names]
-    return np.array(cols).T if cols else np.zeros((len(pts), 0))
+    cols = [np.where(np.abs(u - t0) >= np.abs(t0 - d), u - t0, t0 - d) / STEP for u, d in zip(up, down)]
+    return np.array(cols).T
 
 
 def _residual(col: np.ndarray, basis: list[np.ndarray]) -> float:
@@ -153,37 +161,39 @@ def _size(b: float) -> str:
     return f"{b:.0f} B"
 
 
+def _rows(pts: list[CommPoint], bound: list[int], largest: bool) -> list[int]:
+    """One equation per measured configuration (op, ranks, nodes, concurrent): its smallest
+    latency-bound point, or its largest bandwidth-bound one."""
+    rows: dict[tuple, int] = {}
+    for i in sorted(bound, key=lambda i: pts[i].bytes, reverse=largest):
+        rows.setdefault((pts[i].op, pts[i].ranks, pts[i].nodes, pts[i].concurrent), i)
+    return list(rows.values())
+
+
 def decide(p: PlatformSpec, pts: list[CommPoint]) -> tuple[list[Term], dict[str, str], dict[str, str]]:
     """(terms the points decide, {name: the points that decide it}, {name: why it is held})."""
     terms = list(terms_of(p))
-    j = sensitivities(p, pts, [t.name for t in terms])
-    lat = [k for k, t in enumerate(terms) if t.kind == "latency"]
-    lat_bound = np.nonzero(j[:, lat].sum(axis=1) >= BOUND_SHARE)[0] if lat else np.array([], int)
-    chosen, decided, held, basis = [], {}, {}, []
-    rows: dict[tuple, int] = {}  # one equation per configuration: its smallest latency-bound point
-    for i in sorted(lat_bound, key=lambda i: pts[i].bytes):
-        rows.setdefault((pts[i].op, pts[i].ranks, pts[i].nodes, pts[i].concurrent), int(i))
-    for k, t in enumerate(terms):
-        if t.kind == "bandwidth":
-            idx = [int(i) for i in np.nonzero(-j[:, k] >= BOUND_SHARE)[0]]
-            if idx:
-                chosen.append(t)
-                decided[t.name] = _span(pts, idx)
+    j = sensitivities(p, pts, [t.name for t in terms], steepest=True)
+    chosen, decided, held = [], {}, {}
+    for kind, sign, need, largest in (("latency", 1, EXERCISED, False), ("bandwidth", -1, BOUND_SHARE, True)):
+        ks = [k for k, t in enumerate(terms) if t.kind == kind]
+        bound = [i for i in range(len(pts)) if sign * j[i, ks].sum() >= BOUND_SHARE] if ks else []
+        rows, basis = _rows(pts, bound, largest), []
+        for k in ks:
+            t, idx = terms[k], [i for i in bound if sign * j[i, k] >= need]
+            col = np.array([j[i, k] for i in rows])
+            if not idx or not np.linalg.norm(col):
+                held[t.name] = (f"no {kind}-bound point exercises it "
+                                f"({'small' if kind == 'latency' else 'large'} sizes on such a group decide it)")
+            elif _residual(col, basis) < RESIDUAL:
+                earlier = ", ".join(c.name for c in chosen if c.kind == kind)
+                held[t.name] = (f"cannot be told apart from {earlier} with {len(rows)} measured configuration(s) "
+                                "(op, ranks, nodes): " + ("measure another rank count" if kind == "latency" else
+                                                          "the same points are bound by both"))
             else:
-                held[t.name] = "no measured point is bound by it (large sizes on such a group decide it)"
-            continue
-        idx = [int(i) for i in lat_bound if j[i, k] >= EXERCISED]
-        col = np.array([j[i, k] for i in rows.values()])
-        if not idx or not len(col) or np.linalg.norm(col) == 0:
-            held[t.name] = "no latency-bound point exercises it (small sizes on such a group decide it)"
-        elif (r := _residual(col, basis)) < RESIDUAL:
-            earlier = ", ".join(c.name for c in chosen if c.kind == "latency")
-            held[t.name] = (f"cannot be told apart from {earlier} with {len(rows)} measured configuration(s) "
-                            f"(op, ranks, nodes): measure another rank count")
-        else:
-            chosen.append(t)
-            basis.append(col)
-            decided[t.name] = _span(pts, idx)
+                chosen.append(t)
+                basis.append(col)
+                decided[t.name] = _span(pts, idx)
     return chosen, decided, held
 
 
@@ -231,7 +241,7 @@ def median_abs(errs: list[float]) -> float:
 def bound_points(p: PlatformSpec, pts: list[CommPoint]) -> list[int]:
     """The points where latency or bandwidth terms make at least FIT_SHARE of the time under p."""
     terms = terms_of(p)
-    j = sensitivities(p, pts, [t.name for t in terms])
+    j = sensitivities(p, pts, [t.name for t in terms], steepest=True)
     lat = j[:, [k for k, t in enumerate(terms) if t.kind == "latency"]].sum(axis=1)
     bw = -j[:, [k for k, t in enumerate(terms) if t.kind == "bandwidth"]].sum(axis=1)
     return [i for i in range(len(pts)) if lat[i] >= FIT_SHARE or bw[i] >= FIT_SHARE]
