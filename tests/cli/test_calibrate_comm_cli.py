@@ -138,3 +138,18 @@ def test_each_fitted_bus_bandwidth_lies_within_what_its_log_measured(two_rank_co
         rows = [line.split() for line in log.read_text().splitlines() if line.strip()[:1].isdigit()]
         busbw = [float(r[11]) for r in rows if int(r[0]) >= 2**24]
         assert min(busbw) <= bw["fitted_busbw_gbps"] <= max(busbw)
+
+
+def test_without_inter_node_rows_the_network_terms_are_held_at_the_preset(tmp_path):
+    """Only the 1 x 8 run: nothing crosses a node, so the network hop latency and the inter-node
+    bandwidth keep the preset's values, and the report says why."""
+    r = runner.invoke(app, ["results", "import", str(OCI[0]), "--format", "nccl-tests", "--platform", "dgx-a100-40",
+                            "--nodes", "1", "--db", str(tmp_path / "r.db")])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["calibrate", "--platform", "dgx-a100-40", "--db", str(tmp_path / "r.db"), "--out",
+                            str(tmp_path / "cal.toml"), "--fit", "comm", "--json"])
+    assert r.exit_code == 0, r.output
+    terms = {t["name"]: t for t in json.loads(r.stdout)["comm"]["terms"]}
+    for name in ("nccl_scale.net_latency", "nccl_scale.inter_bw"):
+        assert terms[name]["after"] == 1.0 and "no " in terms[name]["held"] and "point exercises it" in terms[name]["held"]
+    assert terms["nccl_scale.intra_bw"]["decided_by"]

@@ -5,6 +5,9 @@ platform's achieved FLOP/s, link bandwidths, latencies and per-operation / per-t
 overheads; coordinate descent on log-factors minimises the squared log error of step time
 over all runs (the model is not linear once overlap is capped by compute, so no closed form).
 Memory: least squares for measured = states_and_buffers + factor x activations + reserve.
+Communication (when the store holds collective curves: commbench, imported nccl-tests / oneCCL
+logs): the latency and bandwidth terms of the model that prices the plan, fitted to seconds per
+call (estimate/comm_fit.py); `--fit comm` fits them alone over what the file replaces.
 
 Every fitted value stays inside physical bounds (data/calibration_bounds.toml, each with its
 source): a step that would leave them is not taken, and a value a fit still puts outside is held
