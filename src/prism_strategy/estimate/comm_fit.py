@@ -100,7 +100,7 @@ def curve_label(c: MeasuredCurve) -> str:
 
 def points_of(curves: tuple[MeasuredCurve, ...] | list[MeasuredCurve]) -> list[CommPoint]:
     return [CommPoint(op=c.op, ranks=c.ranks, nodes=c.nodes, concurrent=c.concurrent, bytes=b, seconds=t,
-                      curve=curve_label(c)) for c in curves for b, t in c.points if b > 0 and t > 0]
+                      curve=curve_label(c)) for c in curves if c.ranks > 1 for b, t in c.points if b > 0 and t > 0]
 
 
 def value(p: PlatformSpec, name: str) -> float:
@@ -118,10 +118,24 @@ def predict(p: PlatformSpec, pts: list[CommPoint]) -> np.ndarray:
     return np.array([collective_seconds(x.op, x.bytes, x.ranks, x.nodes, x.concurrent, p) for x in pts])
 
 
-def _moved(p: PlatformSpec, names: list[str], logs: np.ndarray, start: PlatformSpec) -> PlatformSpec:
-    for n, x in zip(names, logs):
-        p = with_value(p, n, value(start, n) * math.exp(x))
+Groups = list[tuple[str, ...]]
+"""Fitted parameters: each one log factor that moves every value of its group together."""
+
+
+def _moved(p: PlatformSpec, groups: Groups, logs: np.ndarray, start: PlatformSpec) -> PlatformSpec:
+    for g, x in zip(groups, logs):
+        for n in g:
+            p = with_value(p, n, value(start, n) * math.exp(x))
     return p
+
+
+def _group_sensitivities(p: PlatformSpec, pts: list[CommPoint], groups: Groups) -> np.ndarray:
+    cols = []
+    for g in groups:
+        up = _moved(p, [g], np.array([STEP]), p)
+        down = _moved(p, [g], np.array([-STEP]), p)
+        cols.append((np.log(predict(up, pts)) - np.log(predict(down, pts))) / (2 * STEP))
+    return np.array(cols).T
 
 
 def sensitivities(p: PlatformSpec, pts: list[CommPoint], names: list[str], steepest: bool = False) -> np.ndarray:
@@ -202,22 +216,23 @@ def _loss(p: PlatformSpec, pts: list[CommPoint], meas: np.ndarray) -> tuple[np.n
     return r, float(r @ r)
 
 
-def fit_values(start: PlatformSpec, pts: list[CommPoint], names: list[str],
+def fit_values(start: PlatformSpec, pts: list[CommPoint], groups: Groups,
                bounds: Callable[[str], tuple[float, float]], iters: int = 60) -> PlatformSpec:
-    """Levenberg-Marquardt on the log values of `names`, each kept inside its bounds."""
+    """Levenberg-Marquardt on one log factor per group, every value kept inside its bounds."""
     meas = np.array([x.seconds for x in pts])
-    lo = np.array([math.log(max(bounds(n)[0], 1e-300) / value(start, n)) for n in names])
-    hi = np.array([math.log(bounds(n)[1] / value(start, n)) if math.isfinite(bounds(n)[1]) else 50.0 for n in names])
-    x = np.clip(np.zeros(len(names)), lo, hi)
-    p = _moved(start, names, x, start)
+    lo = np.array([max(math.log(max(bounds(n)[0], 1e-300) / value(start, n)) for n in g) for g in groups])
+    hi = np.array([min(math.log(bounds(n)[1] / value(start, n)) if math.isfinite(bounds(n)[1]) else 50.0 for n in g)
+                   for g in groups])
+    x = np.clip(np.zeros(len(groups)), lo, hi)
+    p = _moved(start, groups, x, start)
     r, loss = _loss(p, pts, meas)
     lam = 1e-2
     for _ in range(iters):
-        j = sensitivities(p, pts, names)
+        j = _group_sensitivities(p, pts, groups)
         g, h = j.T @ r, j.T @ j
-        step = np.linalg.solve(h + lam * (np.diag(np.diag(h)) + 1e-9 * np.eye(len(names))), -g)
+        step = np.linalg.solve(h + lam * (np.diag(np.diag(h)) + 1e-9 * np.eye(len(groups))), -g)
         x_new = np.clip(x + step, lo, hi)
-        p_new = _moved(start, names, x_new, start)
+        p_new = _moved(start, groups, x_new, start)
         r_new, loss_new = _loss(p_new, pts, meas)
         if loss_new < loss - 1e-12:
             x, p, r, loss, lam = x_new, p_new, r_new, loss_new, max(lam / 3, 1e-6)
@@ -247,18 +262,40 @@ def bound_points(p: PlatformSpec, pts: list[CommPoint]) -> list[int]:
     return [i for i in range(len(pts)) if lat[i] >= FIT_SHARE or bw[i] >= FIT_SHARE]
 
 
-def fit(start: PlatformSpec, pts: list[CommPoint], bounds) -> tuple[PlatformSpec, dict[str, str], dict[str, str]]:
-    """Decide the terms, fit them on the bound points; the bound points are taken again under the
-    fitted values (the sizes where latency gives way to bandwidth move with them) until they hold."""
-    chosen, decided, held = decide(start, pts)
-    names, p, used = [t.name for t in chosen], start, None
+def _fit_on_bound_points(start: PlatformSpec, pts: list[CommPoint], groups: Groups, bounds) -> PlatformSpec:
+    """Fit on the bound points; they are taken again under the fitted values (the sizes where
+    latency gives way to bandwidth move with them) until they hold."""
+    p, used = start, None
     for _ in range(4):
         idx = bound_points(p, pts)
         if idx == used:
             break
         used = idx
-        p = fit_values(start, [pts[i] for i in idx], names, bounds)
+        p = fit_values(start, [pts[i] for i in idx], groups, bounds)
+    return p
+
+
+def fit(start: PlatformSpec, pts: list[CommPoint], bounds) -> tuple[PlatformSpec, dict[str, str], dict[str, str]]:
+    """Decide the terms and fit them. A latency term held as not told apart from the first one
+    fitted stays at the preset, unless that leaves the first at its lower bound (the preset's
+    held term alone is more latency than measured): then they are scaled together, the preset's
+    split between them kept, and the report says so."""
+    chosen, decided, held = decide(start, pts)
+    groups: Groups = [(t.name,) for t in chosen]
+    p = _fit_on_bound_points(start, pts, groups, bounds)
+    first = next((k for k, t in enumerate(chosen) if t.kind == "latency"), None)
+    tied = [n for n, why in held.items() if "cannot be told apart" in why and _kind(start, n) == "latency"]
+    if first is not None and tied and _at_bound(value(p, chosen[first].name), bounds(chosen[first].name)) == "lower":
+        groups[first] = (chosen[first].name, *tied)
+        p = _fit_on_bound_points(start, pts, groups, bounds)
+        for n in tied:
+            held[n] += (f"; scaled with {chosen[first].name} (the preset's split kept): at the preset it alone is "
+                        f"more latency than measured")
     return p, decided, held
+
+
+def _kind(p: PlatformSpec, name: str) -> str:
+    return next(t.kind for t in terms_of(p) if t.name == name)
 
 
 def _folds(pts: list[CommPoint]) -> list[tuple[str, list[int]]]:

@@ -188,7 +188,7 @@ def comm_lines(c: dict[str, Any]) -> list[str]:
     """calibrate's communication fit (estimate/comm_fit.py): each term and what decided or held it,
     fitted and leave-one-out errors, busbw measured vs fitted at each curve's largest size."""
     lines = [f"  collectives: {c['points']} points of {', '.join(c['curves'])}; median error "
-             f"{c['before']['comm_median']:.1f}% preset, {c['after']['comm_median']:.1f}% fitted "
+             f"{c['before']['comm_median']:.1f}% before, {c['after']['comm_median']:.1f}% fitted "
              f"(worst {c['max_abs_err_pct']:.1f}%)"]
     for t in c["terms"]:
         how = f"decided by {t['decided_by']}" if t["decided_by"] else f"held: {t['held']}"
