@@ -76,6 +76,16 @@ def test_the_fitted_bus_bandwidth_is_the_logs_large_size_busbw(calibrated):
     assert min(large) <= bw["fitted_busbw_gbps"] <= max(large)
 
 
+def test_the_human_report_fits_100_columns_and_names_every_term(calibrated, tmp_path):
+    _, out = calibrated
+    db = tmp_path / "r.db"
+    _import(db)
+    r = runner.invoke(app, ["calibrate", "--platform", "dgx-h100", "--db", str(db), "--out", str(tmp_path / "c.toml"),
+                            "--fit", "comm"])
+    assert r.exit_code == 0 and all(len(line) <= 100 for line in r.output.splitlines()) and "nan" not in r.output
+    assert all(t in r.output for t in ("base_latency", "intra_latency", "net_latency", "intra_bw", "inter_bw"))
+
+
 def test_a_log_with_one_size_cannot_fit(tmp_path):
     lines = LOG.read_text().splitlines()
     rows = [i for i, line in enumerate(lines) if line.strip()[:1].isdigit()]
