@@ -9,18 +9,23 @@ shapes and sizes the curves do not hold. The terms, per model:
   bus bandwidth of one-node and of multi-node groups;
 - the others: collective_overhead_us and scaleout_overhead_us (per call), intra_latency_us and
   inter_latency_us (per ring step), intra_bw_gbps, intra_ring_bw_gbps and nic_bw_gbps.
-Loss: the squared log error of seconds per call over every (op, group shape, size) point,
-minimised by Levenberg-Marquardt on the log values inside the calibration bounds.
+Loss: the squared log error of seconds per call over the (op, group shape, size) points that
+latency or bandwidth bound (FIT_SHARE), minimised by Levenberg-Marquardt on log values inside the
+calibration bounds; the bound points are taken again under the fitted values until they hold.
 
-What the points can decide (the sensitivity d log t / d log value of each point, at the start):
-- a bandwidth term is decided by bandwidth-bound points (where it is at least half of the
-  point's time: the large sizes); none -> held at the start value;
+What the points can decide (the sensitivity d log t / d log value of each point, at the start;
+the steeper one-sided difference, so a bandwidth tied in a min() still shows that it binds):
+- a bandwidth term by bandwidth-bound points (where it is at least half of the point's time:
+  the large sizes); none -> held at the start value;
 - latency terms by latency-bound points (latency terms together at least half of the time: the
   small sizes). Base and per-hop latency differ only in how they grow with the group, so each
   measured configuration (op, ranks, nodes) gives one equation: they are taken in the order
   base, intra-node hop, network hop, and one that the configurations already fitted cannot tell
   apart from the earlier ones (relative residual of its sensitivities under RESIDUAL) is held
-  (one rank count: per-hop latency is held, the base latency takes it all).
+  (one rank count: per-hop latency is held, the base latency takes it all), unless at the preset
+  it alone is more latency than measured: then it is scaled with the base (the preset's split
+  kept). Bandwidth terms bound by the same points (a ring limited by the slower of two links
+  that the preset makes equal) are told apart the same way.
 Leave-one-out: refit without one rank count (or one op), predict the points left out.
 
 A fitted bus bandwidth is nccl-tests' busbw (algbw x 2(N-1)/N for all-reduce, (N-1)/N for
@@ -53,8 +58,8 @@ BOUND_SHARE = 0.5
 EXERCISED = 0.05
 """A latency term a point's time moves by less than 5% per e-fold does not decide anything there."""
 RESIDUAL = 0.15
-"""A latency term whose sensitivities over the configurations are within 15% (relative residual)
-of a combination of the terms already fitted cannot be told apart from them."""
+"""A term whose sensitivities over the configurations are within 15% (relative residual) of a
+combination of the terms of its kind already fitted cannot be told apart from them."""
 FIT_SHARE = 0.8
 """Points fitted: latency or bandwidth at least 80% of the time. Between them, where the model's
 protocol and channel switches are least like the backend's, points are reported, not fitted."""
@@ -138,18 +143,18 @@ def _group_sensitivities(p: PlatformSpec, pts: list[CommPoint], groups: Groups) 
     return np.array(cols).T
 
 
-def sensitivities(p: PlatformSpec, pts: list[CommPoint], names: list[str], steepest: bool = False) -> np.ndarray:
-    """d log t / d log value, points x terms, by central differences; `steepest`: the one-sided
-    difference of larger size, so a value tied in a min() (a ring's bandwidth: the slower of the
-    host ring and the NICs) still shows that it moves the time (one side of the tie does)."""
-    up = [np.log(predict(with_value(p, n, value(p, n) * math.exp(STEP)), pts)) for n in names]
-    down = [np.log(predict(with_value(p, n, value(p, n) * math.exp(-STEP)), pts)) for n in names]
+def sensitivities(p: PlatformSpec, pts: list[CommPoint], names: list[str]) -> np.ndarray:
+    """d log t / d log value, points x terms: the one-sided difference of larger size, so a value
+    tied in a min() (a ring's bandwidth: the slower of the host ring and the NICs) still shows
+    that it moves the time (one side of the tie does)."""
     if not names:
         return np.zeros((len(pts), 0))
-    if not steepest:
-        return np.array([(u - d) / (2 * STEP) for u, d in zip(up, down)]).T
     t0 = np.log(predict(p, pts))
-    cols = [np.where(np.abs(u - t0) >= np.abs(t0 - d), u - t0, t0 - d) / STEP for u, d in zip(up, down)]
+    cols = []
+    for n in names:
+        up = np.log(predict(with_value(p, n, value(p, n) * math.exp(STEP)), pts)) - t0
+        down = t0 - np.log(predict(with_value(p, n, value(p, n) * math.exp(-STEP)), pts))
+        cols.append(np.where(np.abs(up) >= np.abs(down), up, down) / STEP)
     return np.array(cols).T
 
 
@@ -187,7 +192,7 @@ def _rows(pts: list[CommPoint], bound: list[int], largest: bool) -> list[int]:
 def decide(p: PlatformSpec, pts: list[CommPoint]) -> tuple[list[Term], dict[str, str], dict[str, str]]:
     """(terms the points decide, {name: the points that decide it}, {name: why it is held})."""
     terms = list(terms_of(p))
-    j = sensitivities(p, pts, [t.name for t in terms], steepest=True)
+    j = sensitivities(p, pts, [t.name for t in terms])
     chosen, decided, held = [], {}, {}
     for kind, sign, need, largest in (("latency", 1, EXERCISED, False), ("bandwidth", -1, BOUND_SHARE, True)):
         ks = [k for k, t in enumerate(terms) if t.kind == kind]
@@ -219,6 +224,8 @@ def _loss(p: PlatformSpec, pts: list[CommPoint], meas: np.ndarray) -> tuple[np.n
 def fit_values(start: PlatformSpec, pts: list[CommPoint], groups: Groups,
                bounds: Callable[[str], tuple[float, float]], iters: int = 60) -> PlatformSpec:
     """Levenberg-Marquardt on one log factor per group, every value kept inside its bounds."""
+    if not groups or not pts:
+        return start
     meas = np.array([x.seconds for x in pts])
     lo = np.array([max(math.log(max(bounds(n)[0], 1e-300) / value(start, n)) for n in g) for g in groups])
     hi = np.array([min(math.log(bounds(n)[1] / value(start, n)) if math.isfinite(bounds(n)[1]) else 50.0 for n in g)
@@ -256,7 +263,7 @@ def median_abs(errs: list[float]) -> float:
 def bound_points(p: PlatformSpec, pts: list[CommPoint]) -> list[int]:
     """The points where latency or bandwidth terms make at least FIT_SHARE of the time under p."""
     terms = terms_of(p)
-    j = sensitivities(p, pts, [t.name for t in terms], steepest=True)
+    j = sensitivities(p, pts, [t.name for t in terms])
     lat = j[:, [k for k, t in enumerate(terms) if t.kind == "latency"]].sum(axis=1)
     bw = -j[:, [k for k, t in enumerate(terms) if t.kind == "bandwidth"]].sum(axis=1)
     return [i for i in range(len(pts)) if lat[i] >= FIT_SHARE or bw[i] >= FIT_SHARE]
