@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from prism_strategy.bench.published import PublishedRecord
+from prism_strategy.bench.fit.published import PublishedRecord
 from prism_strategy.estimate.calibration import platform_value, with_value
 from prism_strategy.specs.cluster import PlatformSpec
 
