@@ -61,13 +61,14 @@ class RuleFacts:
 
 
 FACT_NAMES: frozenset[str] = frozenset(f.name for f in fields(RuleFacts))
+Severity = Literal["error", "warning", "info"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DoctorHow:
     """How `prism-strategy doctor` reports a rule (a rule without it is not a doctor rule)."""
 
-    severity: Literal["error", "warning", "info"]
+    severity: Severity
     """When every fact is known: error = the run hangs, crashes or is refused; warning = slower,
     fragile or not validated; info = worth knowing."""
     assume: tuple[Literal["device", "strategy", "nodes"], ...] = ()

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from prism_strategy import rules
-from prism_strategy.rules import Rule
+from prism_strategy.rules import Rule, Severity
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform, platform_names
 from prism_strategy.strategies import StrategySpec, get_strategy
 
-Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 
 DOMAINS: dict[str, tuple[Any, ...]] = {
