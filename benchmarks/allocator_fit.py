@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.memory_runtime import transient_bytes
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.scenario import build_scenario

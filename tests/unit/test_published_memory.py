@@ -10,7 +10,7 @@ Sources: data/measurements/aurora-prism.toml (PRISM, via ../shared/data/aurora_m
 and data/measurements/cuda-published.toml (torchtitan benchmarks/llama3_h100_202412_torchtitan.md
 and PR #165; llm-foundry scripts/train/benchmarking/README.md; via
 ../shared/data/cuda_measurements.md). PRISM's trainer reports peak_gb as max_memory_allocated()
-(AI-ModCon/PRISM src/utils/perf_log.py, as bench/fit_terms.py notes), so a PRISM "peak" is read as
+(AI-ModCon/PRISM src/utils/perf_log.py, as bench/fit/fit_terms.py notes), so a PRISM "peak" is read as
 allocated; torchtitan logs max_reserved.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.memory_runtime import runtime_memory
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.scenario import build_scenario
