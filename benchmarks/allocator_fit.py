@@ -107,6 +107,57 @@ def infer_seq_len(rid: str = "D1") -> int:
     return lo
 
 
+def slope_bound_seq_len() -> tuple[float, int]:
+    """D2 / D3 (compiled, 1 node, batch 16 / 24): their per-sample slope is free of the static part.
+    Compile can only free tensors, so the eager model's slope at the true length is at least this:
+    the shortest text length whose eager per-sample bytes reach it bounds D's length from below."""
+    d2, d3 = RECORDS["D2"], RECORDS["D3"]
+    slope = (d3.peak_bytes("peak") - d2.peak_bytes("peak")) / (d3.scenario.micro_batch - d2.scenario.micro_batch)
+    lo, hi = 16, 1024
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if option("D1", seq_len=mid)[1].memory.per_sample < slope else (lo, mid)
+    return slope, hi
+
+
+def d4_rank_lengths() -> tuple[int, int]:
+    """D4's peak is a range (42.2-48.7 GB, over ranks or runs): the text lengths at which the model
+    meets each end, read as the spread of the ranks' longest batches (lengths vary per rank)."""
+    out = []
+    for gb in RECORDS["D4"].measured.peak_gb:
+        target, lo, hi = gb * RECORDS["D4"].memory_unit_bytes, 16, 1024
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if allocated(option("D4", seq_len=mid)[1]) < target else (lo, mid)
+        out.append(lo)
+    return out[0], out[1]
+
+
+def unexplained() -> list[str]:
+    """A4 and B1 (PRISM peak_gb = max_memory_allocated): the model's gap and the candidates' sizes."""
+    out = []
+    for rid in ("A4", "B1"):
+        r, (sc, o) = RECORDS[rid], option(rid)
+        measured = r.peak_bytes("peak")
+        d = sc.model.backbone
+        logits = r.scenario.micro_batch * (sc.training.seq_len + (sc.training.image_tokens or 196)) * d.vocab
+        grads = sum(b for k, _, b in o.memory.items if k == "grads")
+        gap = measured - allocated(o)
+        cands = {"HF loss path: bf16 logits kept + their bf16 grad (+4 B/logit)": 4 * logits,
+                 "older transformers: fp32 logits in the output + shifted copy (+10 B/logit)": 10 * logits,
+                 "DDP without gradient_as_bucket_view (a bucket copy of the grads)": grads}
+        out.append(f"  {rid} (local batch {r.scenario.micro_batch}): measured {measured / GiB:.1f}, predicted allocated "
+                   f"{allocated(o) / GiB:.1f}, unpressed reserved {o.memory_runtime['memory_reserved_gib']:.1f} GiB; "
+                   f"gap {gap / GiB:.1f} GiB ({logits / 1e6:.0f}M logits)")
+        out += [f"    {k}: {v / GiB:.1f} GiB" for k, v in cands.items()]
+        left = gap - max(4 * logits, 10 * logits) - grads
+        out.append(f"    left with the largest candidates: {left / GiB:.1f} GiB; reading 'GB' as 10^9 bytes would "
+                   f"lower the measurement by {(measured - measured / 1.073741824) / GiB:.1f}")
+    out.append("  to decide: the transformers version, torch.xpu.memory_stats (large/small pool, requested vs "
+               "allocated), the longest padded batch of the run")
+    return out
+
+
 def checks() -> list[str]:
     out = []
     sc, o = option("TT-01")
@@ -152,6 +203,12 @@ def main() -> None:
     pinned, lines = pinned_fit(churn)
     print("pinned at the limit (XPU, PRISM C6-b4):", *lines, sep="\n")
     print(f"section D text length inferred from D1 (in-sample): {infer_seq_len('D1')} tokens (+196 image)")
+    slope, bound = slope_bound_seq_len()
+    lo, hi = d4_rank_lengths()
+    print(f"  check (D2/D3, compiled): per-sample slope {slope / GiB:.2f} GiB; eager model reaches it at >= {bound} "
+          f"tokens, a lower bound on D's length\n  D4's 42.2-48.7 GB range: the ranks' longest batches at "
+          f"{lo}-{hi} text tokens by the model")
+    print("unexplained (allocated figures; the allocator terms do not enter):", *unexplained(), sep="\n")
     print("held-out checks with the shipped presets:", *checks(), sep="\n")
     print(CANNOT_DECIDE)
 
