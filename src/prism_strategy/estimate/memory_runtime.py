@@ -117,6 +117,8 @@ def segment_bytes(request: int) -> int:
 
 def expandable(platform: PlatformSpec, training: TrainingSpec | None) -> bool:
     """The run's allocator config: the training's when given, else the platform's env profile's."""
+    # device-only: on XPU the config is TORCH_XPU_ALLOC_CONF and ExpandableSegment exists only from
+    # pytorch PR #166299 (2025-10); the aurora presets set expandable_segments = false (PRISM, torch 2.8).
     if training is not None and training.expandable_segments is not None:
         return training.expandable_segments
     return platform.expandable_segments
