@@ -87,3 +87,12 @@ def test_fixed_shape_cache_is_reported_but_not_held_against_the_device():
     rt = o.memory_runtime
     assert rt["memory_device_gib"] * GiB > sc.platform.usable_bytes >= rt["memory_at_limit_gib"] * GiB
     assert o.feasible
+
+
+def test_provenance_says_which_allocator_terms_the_run_gets():
+    _, vary = _c6(varying_lengths=True)
+    _, fixed = _c6(varying_lengths=False)
+    _, expandable = _c6(varying_lengths=True, expandable_segments=True)
+    assert "batch shapes vary: +" in vary.provenance["memory"]
+    assert "batch shapes fixed" in fixed.provenance["memory"]
+    assert "expandable segments leave no slivers" in expandable.provenance["memory"]
