@@ -50,7 +50,10 @@ benchmarks/allocator_fit.py, which also reports leave-one-out and what the recor
   held-out TT-01, run with it: torchtitan run_llama_train.sh sets it since a5e57e4, 2024-10-22).
 
 device-only: XPU (Aurora) runs c10/xpu/XPUCachingAllocator.cpp, a port of the CUDA allocator with
-the same block and segment constants and per-stream pools; the fixed-shape term is CUDA's (not
+the same block and segment constants and per-stream pools, and the same flush on a failed
+allocation (its malloc: `alloc_block(params) || (release_cached_blocks() && alloc_block(params))`,
+with no partial release first, which CUDA's release_available_cached_blocks tries; both end with
+every whole free segment freed, so "at the limit" is the same); the fixed-shape term is CUDA's (not
 measured on XPU: C6 is the only XPU record with both counters and it varies shapes) and
 expandable segments are not modelled there (XPU's ExpandableSegment came in pytorch PR #166299,
 2025-10, after PRISM's torch 2.8; PRISM's profile unsets TORCH_XPU_ALLOC_CONF).
