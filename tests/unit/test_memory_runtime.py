@@ -96,3 +96,24 @@ def test_provenance_says_which_allocator_terms_the_run_gets():
     assert "batch shapes vary: +" in vary.provenance["memory"]
     assert "batch shapes fixed" in fixed.provenance["memory"]
     assert "expandable segments leave no slivers" in expandable.provenance["memory"]
+
+
+def test_section_d_records_carry_the_length_inferred_from_d1():
+    """aurora-prism D records: seq_len is not recorded; they carry the length at which the model's
+    allocated peak for D1 meets its 50.5 GB (benchmarks/allocator_fit.py infer_seq_len). When the
+    activation model changes, this fails until the records carry the new inference."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from prism_strategy.bench.fit.published import load_published
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "allocator_fit.py"
+    spec = importlib.util.spec_from_file_location("allocator_fit", script)
+    fit = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = fit
+    spec.loader.exec_module(fit)
+    inferred = fit.infer_seq_len("D1")
+    d = [r for r in load_published("aurora-prism") if r.section == "D"]
+    assert d and all("seq_len" in r.assumed for r in d)
+    assert all(abs(r.scenario.seq_len - inferred) <= 4 for r in d), (inferred, {r.id: r.scenario.seq_len for r in d})
