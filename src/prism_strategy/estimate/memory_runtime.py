@@ -18,6 +18,8 @@ a request is rounded to 512 bytes; requests up to 1 MiB share 2 MiB small-pool s
 ones 20 MiB segments, larger ones get a segment of their own size rounded to 2 MiB. A cached free
 block serves a smaller request by splitting (a large-pool remainder over 1 MiB stays a free block
 of the same segment); free blocks coalesce only within their segment, and pools are per stream.
+Rounding alone is small (under 2 MiB per large segment, 512 bytes per block: some hundreds of
+segments for a 7B step, well under 1 GiB), so it sits inside the fitted terms, not a term of its own.
 Two regimes follow, one term each, and the part held at the limit (three parameters; fitted in
 benchmarks/allocator_fit.py, which also reports leave-one-out and what the records cannot decide):
 
