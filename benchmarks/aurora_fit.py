@@ -97,7 +97,7 @@ def memory_rows(name: str = "aurora-prism") -> list[dict]:
             continue
         sc = build_scenario(**r.scenario_kwargs())
         o = evaluate(sc, get_strategy(r.planner_strategy))
-        rt = runtime_memory(o.memory, sc.platform)
+        rt = runtime_memory(o.memory, sc.platform, sc.training)
         out.append({"id": r.id, "oom": r.measured.oom,
                     "measured_gib": {k: (v / GiB if v else None) for k, v in measured.items()},
                     "predicted_allocated_gib": rt.allocated / GiB, "predicted_reserved_gib": rt.reserved / GiB})

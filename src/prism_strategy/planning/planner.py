@@ -10,8 +10,8 @@ from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_c
 from prism_strategy.estimate.families import assumptions
 from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
 from prism_strategy.estimate.host import host_terms
-from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, max_micro_batch
-from prism_strategy.estimate.memory_runtime import memory_fields
+from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, moments
+from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_reserved, memory_fields
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
 from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
@@ -98,17 +98,20 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     t, p, lay = sc.training, sc.platform, sc.layout
     s = _with_run_options(s, t)
     # accumulating: gradients accumulating over micro-batches live through every backward
-    batch = resolve_batch(t, lay.world, lambda accumulating: max_micro_batch(parts, t, p, lay, s, accumulating=accumulating))
+    # feasibility is judged on reserved (estimate/memory_runtime.py): OOM happens against it + the request
+    ms = {acc: moments(parts, t, p, lay, s, accumulating=acc) for acc in (False, True)}
+    batch = resolve_batch(t, lay.world, lambda accumulating: max_micro_batch_reserved(ms[accumulating], p, t))
     mb, ga, max_mb = batch.micro_batch, batch.grad_accum, batch.max_micro_batch
     mem = estimate_memory(parts, t, p, lay, s, mb, accumulating=ga > 1)
+    device = device_peak(ms[ga > 1], mb, p, t)
     o = Option(strategy=s.name, feasible=True, why_not=None, memory=mem, max_micro_batch=max_mb,
                micro_batch=mb, grad_accum=ga, global_batch=mb * ga * lay.world, ckpt_freq=t.ckpt_name,
-               provenance=provenance(sc), memory_runtime=memory_fields(mem, p))
+               provenance=provenance(sc), memory_runtime=memory_fields(mem, p, t, ms[ga > 1], mb))
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
     if blocked:
         o.feasible, o.why_not = False, f"not viable: {blocked[0].message}"
-    elif mem.total > p.usable_bytes:
-        o.feasible, o.why_not = False, _oom_reason(mem, p.usable_bytes, mb, max_mb, _searched_batch(t))
+    elif device > p.usable_bytes:
+        o.feasible, o.why_not = False, _oom_reason(mem, p.usable_bytes, mb, max_mb, _searched_batch(t), device)
     sc, parts = timed_view(sc, parts)
     _time(sc, parts, s, o, lay)
     if p.measured_collectives:
@@ -186,12 +189,16 @@ def _searched_batch(t) -> int | None:
     return t.global_batch if t.micro_batch is None and t.grad_accum is None else None
 
 
-def _oom_reason(mem: MemoryEstimate, usable: float, mb: int, max_mb: int, global_batch: int | None = None) -> str:
+def _oom_reason(mem: MemoryEstimate, usable: float, mb: int, max_mb: int, global_batch: int | None = None,
+                device: float | None = None) -> str:
+    """device: reserved + runtime at the worst moment (what is judged); mem.total: allocated + runtime."""
     top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
     hint = f"max micro-batch {max_mb}" if max_mb > 0 else "model states alone do not fit"
     at = f"no micro-batch dividing global batch {global_batch} fits: " if global_batch is not None and mb == 1 else ""
-    return (f"{at}out of memory: needs {mem.total / GiB:.1f} GiB at micro-batch {mb} > {usable / GiB:.1f} GiB usable "
-            f"({top} GiB; {hint})")
+    need = mem.total if device is None else device
+    alloc = f" reserved ({mem.total / GiB:.1f} allocated)" if need - mem.total >= 0.05 * GiB else ""
+    return (f"{at}out of memory: needs {need / GiB:.1f} GiB{alloc} at micro-batch {mb} > {usable / GiB:.1f} GiB "
+            f"usable ({top} GiB; {hint})")
 
 
 def plan(
@@ -203,6 +210,7 @@ def plan(
     calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
     reduce_dtype: str | None = None, loss: str = "upcast", comm_curves: Sequence[Any] = (),
     script: dict[str, Any] | None = None, rank_jitter: float | None = None,
+    varying_lengths: bool | None = None, expandable_segments: bool | None = None,
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -239,12 +247,15 @@ def plan(
         range's slow side takes it.
     script: what a training script said about these inputs, kept as given for `inputs.script` of the
         JSON (`plan --script` reads it: diagnose/script_inputs.py; the values arrive as the keywords above).
+    varying_lengths: batch shapes change step to step (padded per batch); None = when mean_seq_len < seq_len.
+    expandable_segments: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = the
+        platform's env profile (both: estimate/memory_runtime.py, the allocator's reserve).
     """
     sc = build_scenario(model, mode=mode, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
                         seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
                         precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens,
                         compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len, bucket_mb=bucket_mb,
-                        loss=loss)
+                        loss=loss, varying_lengths=varying_lengths, expandable_segments=expandable_segments)
     check_ranks_per_node(sc, ranks_per_node)
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = int_list(sweep_nodes, "--sweep-nodes")

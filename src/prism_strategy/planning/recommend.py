@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
+from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes, moments
+from prism_strategy.estimate.memory_runtime import device_peak
 from prism_strategy.estimate.ranges import LATE, max_measured_nodes
 from prism_strategy.specs.parts import Part
 from prism_strategy.rules import RuleFacts, check
@@ -31,7 +32,9 @@ def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str
         return None
     root = estimate_memory(parts, sc.training, sc.platform, sc.layout, s, o.micro_batch, wrap="root")
     extra = (root.total - o.memory.total) / GiB
-    fits = "it would fit" if root.total <= sc.platform.usable_bytes else "it does not fit"
+    t, p = sc.training, sc.platform  # judged as options are: reserved at the limit (estimate/memory_runtime.py)
+    need = device_peak(moments(parts, t, p, sc.layout, s, wrap="root", accumulating=o.grad_accum > 1), o.micro_batch, p, t)
+    fits = "it would fit" if need <= p.usable_bytes else "it does not fit"
     return (f"this option wraps each transformer block; wrapping only the root (one flat unit) instead would add "
             f"{extra:.1f} GiB ({root.total / GiB:.1f} GiB at micro-batch {o.micro_batch}: {fits})")
 

@@ -99,8 +99,17 @@ class PlatformSpec:
     host_blocking_collectives: bool = False
     """Collectives hold the host until done (oneCCL CCL_OP_SYNC=1): no overlap with compute."""
     allocator_cache_factor: float = 0.0
-    """Reserved beyond allocated at the peak, per byte of the peak's activations and buffers
-    (caching allocator with varying batch shapes); estimate/memory_runtime.py."""
+    """Reserved beyond allocated at a moment, per byte of its activations and buffers, when every
+    step has the same shapes (the caching allocator's split remainders); estimate/memory_runtime.py."""
+    allocator_varying_factor: float = 0.0
+    """Reserved beyond that, per byte of per-sample activations, when batch shapes vary from step to
+    step (slivers left at the end of segments sized for other shapes); estimate/memory_runtime.py."""
+    allocator_pinned_factor: float = 0.0
+    """Of that, per byte of per-sample activations, what the allocator's flush and retry on a failed
+    cudaMalloc cannot release (slivers in segments that hold live blocks): counts against the device."""
+    expandable_segments: bool = False
+    """The platform's env profile sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (checked
+    against data/env_profiles in tests/unit/test_memory_runtime.py)."""
     activation_factor: float = 1.0
     """Measured / predicted saved-activation bytes; 1.0 until `prism-strategy calibrate` fits it."""
     gpu_arch: Literal["", "volta", "ampere", "hopper", "blackwell"] = ""
@@ -135,8 +144,9 @@ class PlatformSpec:
                 raise SpecError(f"platform {self.name!r}: {f} must be in (0, 1], got {getattr(self, f)}")
         if self.activation_factor <= 0:
             raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
-        if self.allocator_cache_factor < 0:
-            raise SpecError(f"platform {self.name!r}: allocator_cache_factor must be >= 0, got {self.allocator_cache_factor}")
+        for f in ("allocator_cache_factor", "allocator_varying_factor", "allocator_pinned_factor"):
+            if getattr(self, f) < 0:
+                raise SpecError(f"platform {self.name!r}: {f} must be >= 0, got {getattr(self, f)}")
         if self.rank_jitter is not None and not 0 <= self.rank_jitter < 1:
             raise SpecError(f"platform {self.name!r}: rank_jitter must be in [0, 1) (std / mean of one rank's work "
                             f"between synchronisations, e.g. 0.02), got {self.rank_jitter}")

@@ -201,18 +201,17 @@ def memory_reason(r: PublishedRecord) -> str | None:
         return "sequence length and vision encoder not recorded"
     if r.scenario.compile:
         return "torch.compile changes what is saved; the analytic model is eager"
-    if r.peak_bytes("reserved") is None and r.peak_bytes("peak") is None:
-        return "no reserved or peak figure"
+    if r.peak_bytes("reserved") is None:
+        return "no reserved figure (a bare peak is PRISM's max_memory_allocated)"
     return None
 
 
 def memory_points(records: tuple[PublishedRecord, ...] | list[PublishedRecord],
                   platform: PlatformSpec) -> list[tuple[str, float, float, float]]:
-    """(id, predicted allocated, predicted transient, measured reserved) per usable record. A
-    figure reported only as "peak" is read as reserved: PRISM's peaks sit far above any
-    allocated figure the model reaches (A4 37.9 GB for a 0.6B model). Open question: PRISM's
-    trainer computes peak_gb as max_memory_allocated() / 1e9 (AI-ModCon/PRISM src/utils/perf_log.py);
-    read that way, A4 and B1 are allocated peaks the model misses by 60-70%."""
+    """(id, predicted allocated + the varying-shape cache, predicted transient, measured reserved)
+    per record with a reserved counter: what fits the fixed-shape factor (estimate/memory_runtime.py)
+    with the platform's varying-shape factor kept. A bare "peak" is not used: PRISM's trainer
+    computes peak_gb as max_memory_allocated() (AI-ModCon/PRISM src/utils/perf_log.py)."""
     from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
     from prism_strategy.planning.planner import evaluate
     from prism_strategy.planning.scenario import build_scenario
@@ -224,8 +223,9 @@ def memory_points(records: tuple[PublishedRecord, ...] | list[PublishedRecord],
             continue
         sc = build_scenario(**dict(r.scenario_kwargs(), platform=platform))
         mem = evaluate(sc, get_strategy(r.planner_strategy)).memory
-        measured = r.peak_bytes("reserved") or r.peak_bytes("peak")
-        out.append((r.id, runtime_memory(mem, platform).allocated, transient_bytes(mem), float(measured)))
+        rt, t = runtime_memory(mem, platform, sc.training), transient_bytes(mem)
+        varying = rt.cache - platform.allocator_cache_factor * t
+        out.append((r.id, rt.allocated + varying, t, float(r.peak_bytes("reserved"))))
     return out
 
 

@@ -49,6 +49,10 @@ class PublishedScenario:
     loss: Literal["upcast", "fused", "chunked"] = "upcast"
     """The loss kernel: fp32 logits materialised (HF, torchtitan), fused (llm-foundry), or chunked."""
     reduce_dtype: Literal["fp32", "bf16"] | None = None
+    varying_lengths: bool = False
+    """Each batch padded to its longest sample: shapes change from step to step."""
+    expandable_segments: bool | None = None
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the run (None: not known, the platform's)."""
     float8: bool = False
     """Float8 linears (torchao): no planner precision models it."""
 
@@ -117,7 +121,8 @@ class PublishedRecord:
         kw: dict[str, Any] = dict(mode=s.mode, platform=self.platform, nodes=s.nodes, ranks_per_node=s.ranks_per_node,
                                   seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.samples_per_step,
                                   ckpt_freq="sac" if s.ckpt_policy == "sac" else s.ckpt_freq, precision=s.precision,
-                                  compile=s.compile, loss=s.loss)
+                                  compile=s.compile, loss=s.loss, varying_lengths=s.varying_lengths,
+                                  expandable_segments=s.expandable_segments)
         if s.bucket_mb is not None and "bucket_mb" in engine_of(get_strategy(self.planner_strategy)).options:
             kw["bucket_mb"] = s.bucket_mb
         return {"model": s.model, **kw} | ({"vision": s.vision} if s.vision else {})
