@@ -9,7 +9,7 @@ pair (D3, TT-21, TT-23, TT-24, E1) as checks. Run: PYTHONPATH=src python benchma
 """
 from __future__ import annotations
 
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate import memory_compile
 from prism_strategy.estimate.memory_runtime import runtime_memory
 from prism_strategy.planning.planner import evaluate

@@ -5,7 +5,8 @@ never matches (so a rule about XPU stays quiet when the device is unknown). The 
 typed class, `RuleFacts`; `load_rules` refuses a `when` key that is not one of its fields.
 Each stage builds its facts in one place: the planner (`planner._facts`), wrap()
 (`runtime/wrap.situation`), emit (`emit/launch._refuse_not_viable`) and the doctor
-(diagnose/doctor.py, which matches `Rule.when` against sets of possible values).
+(diagnose/findings.check_observed, which matches `Rule.when` against sets of possible values
+for every rule with a `doctor` table).
 The engine contributes its own facts (engines/*: `Engine.facts`).
 """
 
@@ -54,12 +55,27 @@ class RuleFacts:
     queue_fits: bool | None = None
     """The PBS queue takes the job's node count and walltime (platform [[queues]])."""
     names_filesystems: bool | None = None
+    compiles_whole_under_fsdp1: bool | None = None
+    """A script compiles the model whole (a torch.compile outside any loop over blocks) and wraps it
+    with FSDP1: PRISM's stack (doctor-only: wrap() compiles per block)."""
 
     def known(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 FACT_NAMES: frozenset[str] = frozenset(f.name for f in fields(RuleFacts))
+Severity = Literal["error", "warning", "info"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DoctorHow:
+    """How `prism-strategy doctor` reports a rule (a rule without it is not a doctor rule)."""
+
+    severity: Severity
+    """When every fact is known: error = the run hangs, crashes or is refused; warning = slower,
+    fragile or not validated; info = worth knowing."""
+    assume: tuple[Literal["device", "strategy", "nodes"], ...] = ()
+    """Unknown fact groups under which the rule still fires, as a warning naming the assumption."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,6 +87,7 @@ class Rule:
     fix: str
     source: str
     refuse: bool = False
+    doctor: DoctorHow | None = None
 
     def matches(self, facts: RuleFacts) -> bool:
         for key, want in self.when.items():

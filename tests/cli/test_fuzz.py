@@ -178,7 +178,8 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
         "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths,
                     "--json": [], "--curves": []},
         "compare": {"--db": db, "--calibration": paths + names + ["none"], "--json": []},
-        "calibrate": {"--platform": platform, "--db": db, "--out": paths, "--json": []},
+        "calibrate": {"--platform": platform, "--db": db, "--out": paths, "--fit": names + ["all", "steps", "comm"],
+                      "--json": []},
         "report": {"--out": paths + [f["text.txt"], f["binary.bin"]], "--db": db, "--model": names + cfgs + paths,
                    "--platform": names + paths},
     }
@@ -220,7 +221,7 @@ def generate(cmd: str, n: int, out: Path, f: dict[str, str]) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
-    from prism_strategy.bench.store import Store
+    from prism_strategy.bench.results.store import Store
 
     (root / "out").mkdir()
     Store(root / "out" / "fresh.db")._run(lambda con: None)  # an empty store: read commands get past --db

@@ -17,9 +17,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.census import census_base, config_scenario
-from prism_strategy.bench.curves import load_curves
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.collectives.census import census_base, config_scenario
+from prism_strategy.bench.results.curves import load_curves
+from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 from prism_strategy.engines import step_collectives
 from prism_strategy.specs.parts import model_parts
@@ -95,7 +95,7 @@ def test_launched_mode_as_emitted_jobs_run_it(tmp_path):
     import subprocess
     import sys
 
-    from prism_strategy.bench.harness import free_port
+    from prism_strategy.bench.launch.harness import free_port
 
     db = tmp_path / "r.db"
     cmd = (f"exec {sys.executable} -m prism_strategy.cli commbench --launched --model tiny-llama "
@@ -109,3 +109,20 @@ def test_launched_mode_as_emitted_jobs_run_it(tmp_path):
     assert s["ok"] and [(c["op"], c["group"]) for c in s["collectives"]] == \
         [(w.op, w.group) for w in _engine_kinds("hsdp_shard_grad_op")]
     assert data["stored"] == len(s["collectives"]) == sum(len(c.points) for c in load_curves(Store(db), "cpu"))
+
+
+def test_the_stored_gloo_points_calibrate_the_cpu_platforms_comm_terms(run, tmp_path):
+    """`calibrate --fit comm` on the rows this launch stored: the alpha-beta ring's terms fitted to
+    real gloo timings, each decided by named points or held with a reason, and left out by group
+    shape and by op (the launch has 3 shapes and 3 ops), written only when better than the preset."""
+    _, db = run
+    out = tmp_path / "cpu.toml"
+    res = CliRunner().invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out),
+                                   "--fit", "comm", "--json"])
+    report = json.loads(res.stdout)
+    c = report["comm"]
+    assert res.exit_code == 0 and report["written"] and out.is_file(), report.get("refused")
+    assert c["after"]["comm_median"] <= c["before"]["comm_median"]
+    assert all(bool(t["decided_by"]) != bool(t["held"]) for t in c["terms"])
+    left = {row["left_out"] for row in c["leave_one_out"]}
+    assert {"ranks 1x2", "ranks 2x2", "ranks 2x1", "op all_reduce", "op all_gather", "op reduce_scatter"} <= left

@@ -15,7 +15,7 @@ import shutil
 import pytest
 import torch
 
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate import memory_compile
 from prism_strategy.estimate.memory import sac_linears, saved_block_bytes_per_token
 from prism_strategy.estimate.memory_runtime import runtime_memory

@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 
 from prism_strategy.diagnose.doctor import DoctorRequest, diagnose
-from prism_strategy.diagnose.findings import DOCTOR_RULES, Context, evaluate
+from prism_strategy.diagnose.findings import Context, doctor_rules, evaluate
 from prism_strategy.diagnose.live_checks import load_known_bad
 from prism_strategy.emit.files import write_files_atomically
 from prism_strategy.emit.launch import EmitRequest, emit_files
-from prism_strategy.rules import load_rules
 from prism_strategy.specs import SpecError
 from prism_strategy.specs.presets import load_platform, platform_names
 from prism_strategy.strategies import STRATEGY_NAMES
@@ -51,14 +50,9 @@ def test_fixture_yields_exactly_its_findings(kind, name, spec):
 
 def test_every_doctor_rule_has_a_bad_fixture():
     fired = {rule for _, _, spec in CASES for rule in spec["expect"]}
-    file_rules = set(DOCTOR_RULES) - {"stale-device-processes", "env-differs-from-profile"}
+    file_rules = {r.id for r in doctor_rules()} - {"stale-device-processes", "env-differs-from-profile"}
     assert file_rules <= fired
     assert {b.id for b in load_known_bad().bad} | {m.id for m in load_known_bad().module} <= fired
-
-
-def test_doctor_rules_exist_in_rules_toml():
-    ids = {r.id for r in load_rules()}
-    assert set(DOCTOR_RULES) <= ids
 
 
 def _emit_all(root: Path) -> list[tuple[Path, str]]:

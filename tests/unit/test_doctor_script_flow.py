@@ -47,7 +47,7 @@ def test_the_launchers_export_decides_the_wrap_branch(tmp_path, sharding, found)
 def test_an_environment_switch_is_read_from_the_launcher(tmp_path, env, expect):
     findings = _findings("bad_compile_env_switch.py", (_launcher(tmp_path, CCL_WORKER_COUNT="1", **env),),
                          platform="aurora", nodes=2)
-    got = [f.severity for f in findings if f.rule == "xpu-multinode-compile"]
+    got = [f.severity for f in findings if f.rule == "xpu-multinode-compile-deadlocked-stack"]
     assert got == ([expect] if expect else [])
 
 
@@ -56,7 +56,7 @@ def test_a_test_nothing_decides_leaves_the_finding_as_it_was(tmp_path):
     script.write_text("import torch\n\ndef main(args, model):\n    if args.compile:\n"
                       "        model = torch.compile(model)\n    return FSDP(model, auto_wrap_policy=policy)\n")
     [f] = diagnose(DoctorRequest(scripts=(script,), platform="aurora", nodes=2)).findings
-    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile", "error", 5)  # PRISM's stack: FSDP1
+    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile-deadlocked-stack", "error", 5)  # PRISM's stack
 
 
 @pytest.mark.parametrize("body", [
@@ -86,7 +86,7 @@ def test_a_calls_result_is_not_a_decided_test(tmp_path):
                       "        model = torch.compile(model)\n    if use_compile():\n        model = torch.compile(model)\n"
                       "    return FSDP(model, auto_wrap_policy=policy)\n")
     [f] = diagnose(DoctorRequest(scripts=(script,), platform="aurora", nodes=2)).findings
-    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile", "error", 6)
+    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile-deadlocked-stack", "error", 6)
 
 
 def test_a_compile_the_launcher_switches_off_does_not_hide_a_later_one(tmp_path):
@@ -95,7 +95,7 @@ def test_a_compile_the_launcher_switches_off_does_not_hide_a_later_one(tmp_path)
                       "        model = torch.compile(model)\n    return FSDP(torch.compile(model), auto_wrap_policy=policy)\n")
     launcher = _launcher(tmp_path, TORCH_COMPILE="0")
     [f] = diagnose(DoctorRequest(scripts=(script,), launchers=(launcher,), platform="aurora", nodes=2)).findings
-    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile", "error", 7)
+    assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile-deadlocked-stack", "error", 7)
 
 
 @pytest.mark.parametrize(("body", "severity"), [
@@ -111,5 +111,6 @@ def test_multi_node_compile_is_an_error_only_on_the_stack_that_deadlocked(tmp_pa
     script.write_text("import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard\n"
                       "model = make()\n" + body)
     [f] = diagnose(DoctorRequest(scripts=(script,), platform="aurora", nodes=2)).findings
-    assert (f.rule, f.severity) == ("xpu-multinode-compile", severity)
+    rule = "xpu-multinode-compile-deadlocked-stack" if severity == "error" else "xpu-multinode-compile"
+    assert (f.rule, f.severity) == (rule, severity)
     assert ("the stack that deadlocked" in f.message) is (severity == "error")

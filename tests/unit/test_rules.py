@@ -19,6 +19,10 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
     # DOMAIN 5: multi-node compile on XPU deadlocks oneCCL; "single node is fine"
     "xpu-multinode-compile": (dict(device="xpu", engine="fsdp2", compile=True, multi_node=True),
                               dict(multi_node=False)),
+    # PRISM's stack (AI-ModCon/PRISM src/training/distributed.py): the backbone compiled whole, then FSDP1
+    "xpu-multinode-compile-deadlocked-stack": (dict(device="xpu", compile=True, multi_node=True,
+                                                    compiles_whole_under_fsdp1=True),
+                                               dict(compiles_whole_under_fsdp1=False)),
     # DOMAIN 2/5: DeepSpeed + torch.compile is not viable (NaN / AttributeError), on any device
     "deepspeed-compile": (dict(device="cuda", engine="deepspeed", compile=True, multi_node=False), dict(compile=False)),
     # DOMAIN 2: find_unused_parameters=True disables static_graph
@@ -60,7 +64,8 @@ HEALTHY = dict(device="xpu", backend="xccl", engine="fsdp2", compile=False, mult
                reshard_or_sharded=True, preloads_pil4dfs=False, calls_empty_cache=False, workers_after_mesh=False,
                one_element_fp32_allreduce=False, exported_before_module_load=False, per_rank_exports=True,
                ranks_per_node_matches=True, stale_device_processes=False, differs_from_profile=False,
-               hierarchy_matches_ranks=True, rank_straddles_sockets=False, queue_fits=True, names_filesystems=True)
+               hierarchy_matches_ranks=True, rank_straddles_sockets=False, queue_fits=True, names_filesystems=True,
+               compiles_whole_under_fsdp1=False)
 
 
 def fired(facts: dict) -> set[str]:

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from prism_strategy.diagnose.findings import Context, Finding, check_observed, check_rule, context_facts, parse_header
+from prism_strategy.diagnose.findings import Context, Finding, check_observed, parse_header
 from prism_strategy.runtime.strategy_file import StrategyFile, read_strategy_file
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import get_strategy
@@ -38,21 +38,19 @@ class StrategyTomlFile:
     def check(self, ctx: Context) -> list[Finding]:
         s, f = self.settings, str(self.path)
         engine = get_strategy(s.strategy).engine
-        facts = context_facts(ctx, engine=engine, compile=s.compile, find_unused_parameters=s.find_unused_parameters,
-                              static_graph=bool(s.static_graph))
-        out = check_rule("find-unused-vs-static-graph", facts, file=f, line=_key_line(self.text, "find_unused_parameters"),
-                         detail="find_unused_parameters = true with static_graph = true")
-        if not out:
-            out = check_rule("find-unused-cost", facts, file=f, line=_key_line(self.text, "find_unused_parameters"),
-                             detail="find_unused_parameters = true")
+        static = bool(s.static_graph)
+        unused = {"engine": engine, "find_unused_parameters": s.find_unused_parameters, "static_graph": static}
+        out = check_observed(unused, ctx, file=f, line=_key_line(self.text, "find_unused_parameters"),
+                             detail="find_unused_parameters = true" + (" with static_graph = true" if static else ""))
         if s.compile:
             out += check_observed({"engine": engine, "compile": True}, ctx, file=f, line=_key_line(self.text, "compile"),
                                   detail=f"compile = true with {s.strategy}")
         if ctx.platform is not None and s.ranks_per_node is not None:
             want = ctx.platform.devices_per_node
-            out += check_rule("launcher-ranks-per-node-mismatch", {"ranks_per_node_matches": (s.ranks_per_node == want,)},
-                              file=f, line=_key_line(self.text, "ranks_per_node"),
-                              detail=f"ranks_per_node = {s.ranks_per_node}, {ctx.platform.name} has {want} devices per node")
+            out += check_observed({"ranks_per_node_matches": s.ranks_per_node == want}, ctx, file=f,
+                                  line=_key_line(self.text, "ranks_per_node"),
+                                  detail=f"ranks_per_node = {s.ranks_per_node}, {ctx.platform.name} has {want} devices "
+                                         f"per node")
         return out
 
 

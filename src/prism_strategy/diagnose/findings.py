@@ -1,23 +1,27 @@
-"""The doctor's vocabulary: a Finding, what is known about the job (Context), and how a
-rules.toml rule becomes a finding: its `when` is matched against sets of possible values, and a
-rule that needs an unknown fact may still fire when DOCTOR_RULES says it can be assumed, as a
-warning that names what was assumed. The checks (launcher_checks, script_checks, live_checks,
-config_checks, ...) import this module only; diagnose/doctor.py runs them.
+"""The doctor's vocabulary: a Finding, what is known about the job (Context), and how the
+rules.toml rules become findings. A check reports what it observed as rule facts
+(`passes_device_id=True`, `ranks_per_node_matches=False`, with file, line and detail) to
+`check_observed`, which evaluates every doctor rule (one with a `doctor` table in rules.toml)
+whose `when` names one of those facts: its `when` is matched against sets of possible values,
+and a rule that needs an unknown fact may still fire when its `doctor.assume` allows, as a
+warning that names what was assumed. No check names a rule: a new rule on an existing fact is
+data only. The checks (launcher_checks, script_checks, live_checks, config_checks, ...) import
+this module only; diagnose/doctor.py runs them.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
-from prism_strategy.rules import get_rule
+from prism_strategy import rules
+from prism_strategy.rules import Rule, Severity
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform, platform_names
 from prism_strategy.strategies import StrategySpec, get_strategy
 
-Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 
 DOMAINS: dict[str, tuple[Any, ...]] = {
@@ -32,50 +36,9 @@ _ASSUMED_TEXT = {"device": "the job runs on XPU", "strategy": "the job shards pa
                  "nodes": "the job spans several nodes"}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DoctorRule:
-    severity: Severity
-    """Severity when every fact is known."""
-    assumable: frozenset[str] = frozenset()
-    """Unknown fact groups (device, strategy, nodes) under which the rule still fires, as a warning."""
-
-
-DOCTOR_RULES: dict[str, DoctorRule] = {
-    "xpu-no-device-id": DoctorRule(severity="error", assumable=frozenset({"device"})),
-    "find-unused-vs-static-graph": DoctorRule(severity="error"),
-    "find-unused-cost": DoctorRule(severity="info"),
-    "xpu-multinode-compile": DoctorRule(severity="warning", assumable=frozenset({"device", "nodes"})),
-    "deepspeed-compile": DoctorRule(severity="error"),
-    "xpu-empty-cache-fsdp": DoctorRule(severity="error", assumable=frozenset({"device"})),
-    "fsdp-root-only-wrap": DoctorRule(severity="warning"),
-    "dataloader-workers-after-mesh": DoctorRule(severity="error", assumable=frozenset({"device"})),
-    "allreduce-one-element-probe": DoctorRule(severity="warning"),
-    "launcher-export-before-module-load": DoctorRule(severity="error"),
-    "launcher-no-per-rank-export": DoctorRule(severity="error", assumable=frozenset({"device"})),
-    "launcher-ranks-per-node-mismatch": DoctorRule(severity="error"),
-    "launcher-device-hierarchy-mismatch": DoctorRule(severity="error"),
-    "launcher-rank-straddles-sockets": DoctorRule(severity="warning"),
-    "launcher-queue-limits": DoctorRule(severity="error"),
-    "launcher-missing-filesystems": DoctorRule(severity="error"),
-    "stale-device-processes": DoctorRule(severity="error"),
-    "env-differs-from-profile": DoctorRule(severity="warning"),
-}
-"""How the doctor reports each rules.toml rule: error = the run hangs, crashes or is refused;
-warning = slower, fragile or not validated; info = worth knowing. xpu-multinode-compile is a
-warning as plan, emit and wrap() give it, and an error only on the stack that deadlocked
-(DEADLOCKED_COMPILE_STACK, script_checks._compile)."""
-
-DEADLOCKED_COMPILE_STACK = ("this script is the stack that deadlocked: the model compiled whole (not per block) "
-                            "under FSDP1 (FullyShardedDataParallel)")
-"""Why the doctor calls multi-node compile on XPU an error for this stack only."""
-
-
-def as_deadlocked_stack(f: Finding, facts: dict[str, tuple[Any, ...]]) -> Finding:
-    """xpu-multinode-compile as an error naming the stack, when no fact had to be assumed."""
-    rule = get_rule(f.rule)
-    if f.rule != "xpu-multinode-compile" or evaluate(rule.when, facts, DOCTOR_RULES[f.rule].assumable) != set():
-        return f
-    return replace(f, severity="error", message=f"{f.message}; {DEADLOCKED_COMPILE_STACK}")
+def doctor_rules() -> tuple[Rule, ...]:
+    """The rules.toml rules the doctor reports (those with a `doctor` table), in file order."""
+    return tuple(r for r in rules.load_rules() if r.doctor is not None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -160,17 +123,6 @@ def evaluate(when: dict[str, Any], facts: dict[str, tuple[Any, ...]], assumable:
     return assumed if assumed <= assumable and len(assumed) <= 1 else None
 
 
-def check_rule(rule_id: str, facts: dict[str, tuple[Any, ...]], *, file: str, line: int, detail: str) -> list[Finding]:
-    """A finding for a rules.toml rule when its `when` holds for these facts."""
-    rule = get_rule(rule_id)
-    how = DOCTOR_RULES[rule_id]
-    assumed = evaluate(rule.when, facts, how.assumable)
-    if assumed is None:
-        return []
-    return [make_finding(rule_id, how.severity, assumed, file=file, line=line, detail=detail,
-                         reason=rule.reason, fix=rule.fix, source=rule.source)]
-
-
 def make_finding(rule_id: str, severity: Severity, assumed: set[str], *, file: str, line: int, detail: str,
                  reason: str, fix: str, source: str) -> Finding:
     message = f"{detail}: {reason}" if detail else reason
@@ -181,14 +133,26 @@ def make_finding(rule_id: str, severity: Severity, assumed: set[str], *, file: s
     return Finding(severity=severity, rule=rule_id, file=file, line=line, message=message, fix=fix, source=source)
 
 
-def check_observed(observed: dict[str, Any], ctx: Context, *, file: str, line: int, detail: str) -> list[Finding]:
-    """Every doctor rule whose `when` names a fact the check observed (not a context fact:
-    device, engine, ...), evaluated with the context's facts: rules.toml decides which apply
-    (compile=True meets both deepspeed-compile and xpu-multinode-compile)."""
-    facts = context_facts(ctx, **observed)
+def check_observed(observed: dict[str, Any], ctx: Context | None, *, file: str, line: int,
+                   detail: str) -> list[Finding]:
+    """The findings for what a check observed (rule facts; context facts such as engine may
+    sharpen the context's): every doctor rule whose `when` names an observed fact that is not a
+    context fact, evaluated with the context's facts, so rules.toml decides which apply
+    (compile=True meets both deepspeed-compile and xpu-multinode-compile). A rule whose `when`
+    another firing rule's `when` holds, and more, is left to that one (find-unused-cost gives
+    way to find-unused-vs-static-graph)."""
+    facts = context_facts(ctx or Context(), **observed)
     seen = set(observed) - set(DOMAINS)
-    return [f for r in DOCTOR_RULES if set(get_rule(r).when) & seen
-            for f in check_rule(r, facts, file=file, line=line, detail=detail)]
+    fired = [(r, a) for r in doctor_rules() if set(r.when) & seen
+             and (a := evaluate(r.when, facts, frozenset(r.doctor.assume))) is not None]
+    return [make_finding(r.id, r.doctor.severity, assumed, file=file, line=line, detail=detail,
+                         reason=r.reason, fix=r.fix, source=r.source)
+            for r, assumed in fired if not any(_says_more(o.when, r.when) for o, _ in fired)]
+
+
+def _says_more(specific: dict[str, Any], general: dict[str, Any]) -> bool:
+    """`specific` holds every condition of `general`, and more."""
+    return len(specific) > len(general) and all(k in specific and specific[k] == v for k, v in general.items())
 
 
 def context_facts(ctx: Context, **known: Any) -> dict[str, tuple[Any, ...]]:

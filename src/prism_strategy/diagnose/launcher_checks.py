@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prism_strategy.diagnose.config_checks import DsConfigFile, StrategyTomlFile
-from prism_strategy.diagnose.findings import Context, Finding, check_observed, check_rule, make_finding, parse_header
+from prism_strategy.diagnose.findings import Context, Finding, check_observed, parse_header
 from prism_strategy.diagnose.launch_options import Event, directives, launch_env_options, option_int, option_str, resolve
 from prism_strategy.diagnose.live_checks import check_env_values, check_modules
 from prism_strategy.diagnose.module_checks import check_module_order
@@ -25,7 +25,6 @@ from prism_strategy.diagnose.modules import ModuleFacts
 from prism_strategy.diagnose.shell_eval import MPI_LAUNCHERS, main_launch, read_events
 from prism_strategy.diagnose.shell_syntax import Binding
 from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
-from prism_strategy.rules import get_rule
 from prism_strategy.specs.errors import SpecError
 
 _COMPILE_FLAG = re.compile(r"^--(?:torch[-_])?compile(?:=(?:1|true|True|yes))?$")
@@ -122,15 +121,11 @@ class LauncherFile:
         line = self.launch.line if self.launch else 1
         file = self.launch.file if self.launch else str(self.path)
         detail = f"{rpn} ranks per node, {ctx.platform.name} has {want} devices per node"
-        nodes = self.nodes() or ctx.nodes
-        if rpn < want and nodes == 1:
-            r = get_rule("launcher-ranks-per-node-mismatch")
-            return [make_finding("launcher-ranks-per-node-mismatch", "info", set(), file=file, line=line,
-                                 detail=f"{detail} on one node: a single-node job using {rpn} of them",
-                                 reason="fine for a deliberate small or single-device run; the other devices sit idle",
-                                 fix=r.fix, source=r.source)]
-        return check_rule("launcher-ranks-per-node-mismatch", {"ranks_per_node_matches": (rpn == want,)},
-                          file=file, line=line, detail=detail)
+        found = check_observed({"ranks_per_node_matches": rpn == want}, ctx, file=file, line=line, detail=detail)
+        if rpn < want and (self.nodes() or ctx.nodes) == 1:
+            return [replace(f, severity="info", message=f"{detail} on one node: a single-node job using {rpn} of them: "
+                                                        f"{SMALL_RUN}") for f in found]
+        return found
 
     def cpu_bind(self) -> str | None:
         """The launch's --cpu-bind as depth:D or list:..., variables resolved; None when absent."""
@@ -177,6 +172,10 @@ class LauncherFile:
             return []
         return check_observed({"compile": True}, ctx, file=str(self.path), line=line,
                               detail="the launch passes a torch.compile flag")
+
+
+SMALL_RUN = "fine for a deliberate small or single-device run; the other devices sit idle"
+"""A single-node job with fewer ranks than devices: what the doctor says instead of the rule's reason."""
 
 
 def on_branch(f: Finding, timeline: list[Event]) -> Finding:

@@ -14,7 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from prism_strategy.diagnose.findings import Context, Finding, Severity, check_rule, context_facts, evaluate, make_finding
+from prism_strategy.diagnose.findings import (Context, Finding, Severity, check_observed, context_facts, evaluate,
+                                              make_finding)
 from prism_strategy.emit.env import load_env_profile
 from prism_strategy.rules import Rule, get_rule
 from prism_strategy.specs.presets import DATA, build, read_toml
@@ -169,8 +170,8 @@ def compare_profile(env: dict[str, str], ctx: Context) -> tuple[dict[str, Any], 
     info = {"name": profile.name, "set": sorted(k for k in want if env.get(k) == want[k]),
             "missing": sorted(k for k in want if k not in env), "differs": differs}
     findings = [f for k, d in differs.items()
-                for f in check_rule("env-differs-from-profile", {"differs_from_profile": (True,)}, file="<environment>",
-                                    line=0, detail=f"{k}={d['now']} but profile {profile.name} sets {d['profile']}")]
+                for f in check_observed({"differs_from_profile": True}, ctx, file="<environment>", line=0,
+                                        detail=f"{k}={d['now']} but profile {profile.name} sets {d['profile']}")]
     return info, findings
 
 
@@ -288,8 +289,8 @@ def end_processes(procs: list[StaleProcess], *, grace_s: float = TERM_GRACE_S) -
 def _process_findings(stale: list[StaleProcess], *, clean: bool, settle_s: float) -> list[Finding]:
     def one(p: StaleProcess, what: str) -> list[Finding]:
         held = f" holds {', '.join(p.holds)}" if p.holds else " launched a process that holds a device"
-        return check_rule("stale-device-processes", {"stale_device_processes": (True,)}, file=f"<process {p.pid}>",
-                          line=0, detail=f"PID {p.pid} ({p.cmdline[:120]}){held}{what}")
+        return check_observed({"stale_device_processes": True}, None, file=f"<process {p.pid}>", line=0,
+                              detail=f"PID {p.pid} ({p.cmdline[:120]}){held}{what}")
 
     if not clean or not stale:
         return [f for p in stale for f in one(p, "")]
@@ -298,7 +299,8 @@ def _process_findings(stale: list[StaleProcess], *, clean: bool, settle_s: float
         time.sleep(settle_s)
     ended = [p for p in stale if p not in survivors]
     out = [f for p in survivors for f in one(p, ": still alive after SIGTERM and SIGKILL")]
-    out += [Finding(severity="info", rule="stale-device-processes", file=f"<process {p.pid}>", line=0,
-                    message=f"ended PID {p.pid} ({p.cmdline[:120]}), then waited {settle_s:g} s for device state to settle",
-                    fix="relaunch the job", source="DOMAIN 4") for p in ended]
+    out += [replace(f, severity="info", fix="relaunch the job", source="DOMAIN 4",
+                    message=f"ended PID {p.pid} ({p.cmdline[:120]}), then waited {settle_s:g} s for device state to "
+                            f"settle")
+            for p in ended for f in one(p, "")]
     return out

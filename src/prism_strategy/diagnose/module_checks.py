@@ -8,14 +8,13 @@ PRISM's (each rank loads, then exports again) both end with the exports: no find
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from prism_strategy.diagnose.findings import Context, Finding, check_rule, context_facts, make_finding
+from prism_strategy.diagnose.findings import Context, Finding, check_observed
 from prism_strategy.diagnose.launch_options import Event, is_module_load
 from prism_strategy.diagnose.live_checks import load_known_bad
 from prism_strategy.diagnose.modules import ModuleFacts, facts_for, loaded_names
 from prism_strategy.diagnose.shell_eval import MPI_LAUNCHERS
-from prism_strategy.rules import get_rule
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,16 +86,15 @@ def check_module_order(tl: list[Event], launch: Event | None, per_rank: list[Eve
         return _all_lost(tl, loads, known, maybe, launch, per_rank, shown, ctx)
     out = []
     for export, load in known:
-        out += check_rule("launcher-export-before-module-load", {"exported_before_module_load": (True,)},
-                          file=export.file, line=export.line,
-                          detail=f"{export.name} is exported before `module {' '.join(load.args)}` "
-                                 f"({load.file}:{load.line}), which sets it, and not again after it")
+        out += check_observed({"exported_before_module_load": True}, ctx, file=export.file, line=export.line,
+                              detail=f"{export.name} is exported before `module {' '.join(load.args)}` "
+                                     f"({load.file}:{load.line}), which sets it, and not again after it")
     for k, names in maybe.items():
         load = tl[k]
-        out.append(_uncertain("launcher-export-before-module-load", load.file, load.line,
-                              f"{', '.join(sorted(names))} exported before `module {' '.join(load.args)}` and not "
-                              f"again after it: the doctor does not know whether that module resets "
-                              f"{'them' if len(names) > 1 else 'it'}; {knowledge(load, shown).describe()}"))
+        out += _uncertain({"exported_before_module_load": True}, ctx, load.file, load.line,
+                          f"{', '.join(sorted(names))} exported before `module {' '.join(load.args)}` and not "
+                          f"again after it: the doctor does not know whether that module resets "
+                          f"{'them' if len(names) > 1 else 'it'}; {knowledge(load, shown).describe()}")
     return out
 
 
@@ -110,22 +108,20 @@ def _all_lost(tl: list[Event], loads: list[int], known: list[tuple[Event, Event]
             else f"the CCL/FI exports come before `module {' '.join(load.args)}` ({where}) and none after it")
     if known:
         names = ", ".join(sorted({e.name for e, _ in known}))
-        return check_rule("launcher-no-per-rank-export", context_facts(ctx, per_rank_exports=False),
-                          file=launch.file, line=launch.line, detail=f"{head}; it is known to reset {names}")
+        return check_observed({"per_rank_exports": False}, ctx, file=launch.file, line=launch.line,
+                              detail=f"{head}; it is known to reset {names}")
     names = ", ".join(sorted(n for ns in maybe.values() for n in ns))
-    if not check_rule("launcher-no-per-rank-export", context_facts(ctx, per_rank_exports=False),
-                      file=launch.file, line=launch.line, detail=""):
-        return []  # not an XPU job: the rule does not apply
-    return [_uncertain("launcher-no-per-rank-export", launch.file, launch.line,
-                       f"{head}: the doctor does not know whether it resets {names}; "
-                       f"{knowledge(load, shown).describe()}")]
+    return _uncertain({"per_rank_exports": False}, ctx, launch.file, launch.line,
+                      f"{head}: the doctor does not know whether it resets {names}; "
+                      f"{knowledge(load, shown).describe()}")
 
 
 UNCERTAIN_REASON = ("a module load can reset CCL/FI variables exported before it; if this one does, the ranks run "
                     "with the module's values instead")
 
 
-def _uncertain(rule_id: str, file: str, line: int, detail: str) -> Finding:
-    r = get_rule(rule_id)
-    return make_finding(rule_id, "warning", set(), file=file, line=line, detail=detail,
-                        reason=UNCERTAIN_REASON, fix=f"{r.fix}; or {_SHOW_FIX}", source=r.source)
+def _uncertain(observed: dict[str, bool], ctx: Context, file: str, line: int, detail: str) -> list[Finding]:
+    """What the rules say if the load does reset the exports, as a warning in words that say the
+    doctor does not know whether it does (nothing where the rules do not apply, e.g. not XPU)."""
+    return [replace(f, severity="warning", message=f"{detail}: {UNCERTAIN_REASON}", fix=f"{f.fix}; or {_SHOW_FIX}")
+            for f in check_observed(observed, ctx, file=file, line=line, detail=detail)]

@@ -3,7 +3,7 @@
 The reader (diagnose/script_reader.py) records every call and assignment; values are followed
 through variables, `if` tests and `**kwargs` within a function (diagnose/py_values.py), and
 `os.environ.get(NAME, default)` reads the exports of the launchers given with the script. Each
-check turns what it finds into facts for one rule of data/rules.toml; a finding on code that an
+check reports what it finds as rule facts and data/rules.toml decides; a finding on code that an
 environment variable switches says so, and is a warning when the switch is off by default.
 """
 
@@ -13,8 +13,7 @@ import ast
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from prism_strategy.diagnose.findings import (Context, Finding, as_deadlocked_stack, check_observed, check_rule,
-                                              context_facts)
+from prism_strategy.diagnose.findings import Context, Finding, check_observed
 from prism_strategy.diagnose.py_values import UNKNOWN, Alt, Assignment, Symbol, Values
 from prism_strategy.diagnose.script_reader import Call, Collector
 from prism_strategy.specs.errors import SpecError
@@ -25,6 +24,8 @@ _FSDP1 = {"FullyShardedDataParallel", "FSDP"}
 _MESH = {"init_device_mesh", "DeviceMesh"}
 _CTORS = {"ones", "zeros", "empty", "rand", "randn", "full", "tensor"}
 _FP32 = {"float32", "float"}
+_ROOT_ONLY = {"engine": "fsdp2", "root_only_wrap": True}
+"""FSDP (FullyShardedDataParallel) and fully_shard alike: the engine is FSDP, whatever the context says."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -147,8 +148,8 @@ def _wrap_strategy(c: Call) -> str | None:
 # --- the checks ------------------------------------------------------------------------------
 def _device_id(s: ScriptFile, ctx: Context) -> list[Finding]:
     return [f for c in s.find("init_process_group") if c.kwarg("device_id") is not None
-            for f in check_rule("xpu-no-device-id", context_facts(ctx, passes_device_id=True),
-                                **s.where(c, "init_process_group(..., device_id=...)"))]
+            for f in check_observed({"passes_device_id": True}, ctx,
+                                    **s.where(c, "init_process_group(..., device_id=...)"))]
 
 
 def _unused_and_static(s: ScriptFile, ctx: Context) -> list[Finding]:
@@ -164,11 +165,10 @@ def _unused_and_static(s: ScriptFile, ctx: Context) -> list[Finding]:
         if on is None:
             continue
         static = any(a.value is True for a in s.kwarg_values(c, "static_graph", vals, absent=False)) or set_static
-        facts = context_facts(ctx, find_unused_parameters=True, static_graph=static,
-                              **({"engine": "ddp"} if c.last in _DDP else {}))
-        rule = "find-unused-vs-static-graph" if static else "find-unused-cost"
+        observed = {"find_unused_parameters": True, "static_graph": static,
+                    **({"engine": "ddp"} if c.last in _DDP else {})}
         detail = "find_unused_parameters=True with static_graph" if static else "find_unused_parameters=True"
-        found = check_rule(rule, facts, **s.where(c, detail + _notes(on)))
+        found = check_observed(observed, ctx, **s.where(c, detail + _notes(on)))
         if not on.by_default:
             found = [replace(f, severity="warning") if f.severity == "error" else f for f in found]
         out += found
@@ -189,10 +189,9 @@ def _compile(s: ScriptFile, ctx: Context) -> list[Finding]:
                   is not False), None)
     if first is None:
         return []
-    found = check_observed({"compile": True}, ctx, **s.where(first, f"{first.name}(...) compiles the model"))
-    if first.in_loop or not any(c.last in _FSDP1 for c in s.calls):  # per block, or not FSDP1: a warning
-        return found
-    return [as_deadlocked_stack(f, context_facts(ctx, compile=True)) for f in found]
+    whole_under_fsdp1 = not first.in_loop and any(c.last in _FSDP1 for c in s.calls)  # PRISM's stack
+    return check_observed({"compile": True, "compiles_whole_under_fsdp1": whole_under_fsdp1}, ctx,
+                          **s.where(first, f"{first.name}(...) compiles the model"))
 
 
 def _empty_cache(s: ScriptFile, ctx: Context) -> list[Finding]:
@@ -204,8 +203,8 @@ def _empty_cache(s: ScriptFile, ctx: Context) -> list[Finding]:
         extra = {"device": "xpu"} if c.name.startswith("torch.xpu.") else {}
         if "fsdp2" in s.engines():  # the loop may run the FSDP model, whatever other engine is also there
             extra["engine"] = "fsdp2"
-        out += check_rule("xpu-empty-cache-fsdp", context_facts(ctx, calls_empty_cache=True, **extra),
-                          **s.where(c, f"{c.name}() inside the training loop"))
+        out += check_observed({"calls_empty_cache": True, **extra}, ctx,
+                              **s.where(c, f"{c.name}() inside the training loop"))
     return out
 
 
@@ -226,9 +225,8 @@ def _loader_after_mesh(s: ScriptFile, ctx: Context) -> list[Finding]:
                  and _worker_loader_lines(s, c.name)]
         if late:
             first = min(late)
-            out += check_rule("dataloader-workers-after-mesh", context_facts(ctx, workers_after_mesh=True),
-                              file=str(s.path), line=first,
-                              detail=f"a DataLoader with workers is created after the device mesh (line {mesh.line})")
+            out += check_observed({"workers_after_mesh": True}, ctx, file=str(s.path), line=first,
+                                  detail=f"a DataLoader with workers is created after the device mesh (line {mesh.line})")
             break
     return out
 
@@ -262,8 +260,8 @@ def _one_element_probe(s: ScriptFile, ctx: Context) -> list[Finding]:
     out = []
     for c in s.find("all_reduce"):
         if c.node.args and _one_element(s, c.node.args[0], c.scope, c.line):
-            out += check_rule("allreduce-one-element-probe", {"one_element_fp32_allreduce": (True,)},
-                              **s.where(c, "all_reduce of a 1-element fp32 tensor"))
+            out += check_observed({"one_element_fp32_allreduce": True}, ctx,
+                                  **s.where(c, "all_reduce of a 1-element fp32 tensor"))
     return out
 
 
@@ -272,17 +270,18 @@ def _root_only_wrap(s: ScriptFile, ctx: Context) -> list[Finding]:
     fsdp1 = [c for c in s.calls if c.last in _FSDP1]
     out = []
     if len(fsdp2) == 1 and not fsdp2[0].in_loop:
-        out += check_rule("fsdp-root-only-wrap", {"engine": ("fsdp2",), "root_only_wrap": (True,)},
-                          **s.where(fsdp2[0], "fully_shard() is applied once, to the root module only"))
+        out += check_observed(_ROOT_ONLY, ctx,
+                              **s.where(fsdp2[0], "fully_shard() is applied once, to the root module only"))
     if len(fsdp1) == 1:
-        out += _root_only_fsdp1(s, fsdp1[0], s.values(ctx))
+        out += _root_only_fsdp1(s, fsdp1[0], ctx)
     return out
 
 
-def _root_only_fsdp1(s: ScriptFile, call: Call, vals: Values) -> list[Finding]:
+def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
     """FSDP(..., auto_wrap_policy=P) with P None on some path: the variable, the `if` that
     chose it and the environment default behind that test are named with their lines."""
-    paths = [a for a in s.call_kwargs(call, vals) if isinstance(a.value, dict) and a.value.get("auto_wrap_policy") is None]
+    paths = [a for a in s.call_kwargs(call, s.values(ctx))
+             if isinstance(a.value, dict) and a.value.get("auto_wrap_policy") is None]
     if not paths:
         return []
     root = next((a for a in paths if a.by_default), paths[0])
@@ -292,8 +291,7 @@ def _root_only_fsdp1(s: ScriptFile, call: Call, vals: Values) -> list[Finding]:
     if isinstance(sharding, Symbol) and sharding.name.upper().endswith("SHARD_GRAD_OP"):
         detail += (f"; under {sharding.name} the whole model's parameters stay gathered from forward to backward "
                    f"(PRISM's 7B out-of-memory)")
-    found = check_rule("fsdp-root-only-wrap", {"engine": ("fsdp2",), "root_only_wrap": (True,)},
-                       **s.where(call, detail))
+    found = check_observed(_ROOT_ONLY, ctx, **s.where(call, detail))
     if not root.by_default:
         found = [replace(f, message=f"{f.message} (only on a path the job's environment must select)") for f in found]
     return found

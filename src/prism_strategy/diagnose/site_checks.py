@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING
 
-from prism_strategy.diagnose.findings import Context, Finding, check_rule, make_finding
+from prism_strategy.diagnose.findings import Context, Finding, check_observed
 from prism_strategy.emit.site import SiteSpec
 from prism_strategy.emit.site import load_site as _load_site
-from prism_strategy.rules import get_rule
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.presets import load_platform, platform_names
 
@@ -87,14 +86,14 @@ def _candidates(lf: "LauncherFile", ctx: Context) -> tuple[list[tuple[PlatformSp
     return [(p, load_site(p.name)) for p in pool if load_site(p.name).queues or load_site(p.name).filesystems], certain
 
 
-def _finding(rule_id: str, fact: str, certain: bool, names: list[str], *, file: str, line: int,
+def _finding(observed: dict[str, bool], ctx: Context, certain: bool, names: list[str], *, file: str, line: int,
              detail: str) -> list[Finding]:
-    """Certain: the rule's own severity. Assumed platform: a warning naming the candidates."""
+    """Certain: the rule's own severity. Assumed platform: at most a warning, naming the candidates."""
     if certain:
-        return check_rule(rule_id, {fact: (get_rule(rule_id).when[fact],)}, file=file, line=line, detail=detail)
-    r = get_rule(rule_id)
-    return [make_finding(rule_id, "warning", set(), file=file, line=line, reason=r.reason, fix=r.fix, source=r.source,
-                         detail=f"{detail} (applies on {', '.join(sorted(set(names)))}; pass --platform to be sure)")]
+        return check_observed(observed, ctx, file=file, line=line, detail=detail)
+    detail = f"{detail} (applies on {', '.join(sorted(set(names)))}; pass --platform to be sure)"
+    return [replace(f, severity="warning") if f.severity == "error" else f
+            for f in check_observed(observed, ctx, file=file, line=line, detail=detail)]
 
 
 def check_site(lf: "LauncherFile", ctx: Context) -> list[Finding]:
@@ -116,7 +115,7 @@ def _queue_limits(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     if not problems or not all(found for _, found in problems):
         return []
     detail = "; ".join(dict.fromkeys(x for _, found in problems for x in found))
-    return _finding("launcher-queue-limits", "queue_fits", certain, [n for n, _ in problems], file=str(lf.path),
+    return _finding({"queue_fits": False}, ctx, certain, [n for n, _ in problems], file=str(lf.path),
                     line=pbs.line("queue"), detail=detail)
 
 
@@ -132,7 +131,7 @@ def _filesystems(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     for n, fs in needing:
         by_fs.setdefault(fs, []).append(n)
     want = " or ".join(f"-l filesystems={fs} ({', '.join(ns)})" for fs, ns in by_fs.items())
-    return _finding("launcher-missing-filesystems", "names_filesystems", certain, [n for n, _ in needing],
+    return _finding({"names_filesystems": False}, ctx, certain, [n for n, _ in needing],
                     file=str(lf.path), line=min(n for _, n in pbs.values.values()),
                     detail=f"no #PBS -l filesystems= line; the job needs e.g. {want}")
 
@@ -153,9 +152,9 @@ def _device_hierarchy(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     if preset is None:
         return []
     devices = load_platform(preset).devices_per_node
-    return check_rule("launcher-device-hierarchy-mismatch", {"hierarchy_matches_ranks": (devices == rpn,)},
-                      file=file, line=line,
-                      detail=f"ZE_FLAT_DEVICE_HIERARCHY={value} shows {devices} devices per node, the launch runs {rpn} ranks per node")
+    return check_observed({"hierarchy_matches_ranks": devices == rpn}, ctx, file=file, line=line,
+                          detail=f"ZE_FLAT_DEVICE_HIERARCHY={value} shows {devices} devices per node, the launch "
+                                 f"runs {rpn} ranks per node")
 
 
 def _socket_straddle(lf: "LauncherFile", ctx: Context) -> list[Finding]:
@@ -177,11 +176,10 @@ def _socket_straddle(lf: "LauncherFile", ctx: Context) -> list[Finding]:
         used = sorted({(c % cores) // per_socket for c in rank_cores})
         if len(used) > 1:
             first, last = min(rank_cores), max(rank_cores)
-            return check_rule("launcher-rank-straddles-sockets", {"rank_straddles_sockets": (True,)},
-                              file=lf.launch.file, line=lf.launch.line,
-                              detail=f"--cpu-bind {re.sub(r'^depth:', 'depth -d ', bind)} at {rpn} ranks per node puts local rank {rank} on cores "
-                                     f"{first}-{last}, across sockets {used[0]} and {used[-1]} "
-                                     f"({platform.name}: {sockets} x {per_socket} cores)")
+            return check_observed({"rank_straddles_sockets": True}, ctx, file=lf.launch.file, line=lf.launch.line,
+                                  detail=f"--cpu-bind {re.sub(r'^depth:', 'depth -d ', bind)} at {rpn} ranks per node "
+                                         f"puts local rank {rank} on cores {first}-{last}, across sockets {used[0]} "
+                                         f"and {used[-1]} ({platform.name}: {sockets} x {per_socket} cores)")
     return []
 
 

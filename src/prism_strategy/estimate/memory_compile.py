@@ -39,11 +39,14 @@ REMAINING_FACTOR (what is left once these terms are in; benchmarks/compile_memor
 on compiled / eager ratios of the same scenario, free of what the pair shares):
 - torchtitan TT-02/TT-01 and TT-22/TT-20 (selective checkpointing, reserved): 0.991 and 0.993 each,
   0.992 together (ratio errors +-0.1%; each left out is predicted from the other within 0.1%);
-- PRISM D2/D1 (FSDP1, the backbone compiled whole, every 2nd block checkpointed, allocated): 0.65
-  if D1's eager overestimate (+84%, sequence length not recorded) scales every item alike, 0.97 if
-  it sits in items compile does not touch (compile saved 17.5 GiB, the terms above 16.1): the
-  records cannot decide which, so D does not set the factor. All three ratios together: 0.83, with
-  leave-one-out ratio errors -8.5%, -16.6% and +25.8%: no single factor serves both stacks.
+- PRISM D2/D1 (FSDP1, the backbone compiled whole, every 2nd block checkpointed, allocated): 0.61;
+  D's text length is not recorded and is inferred from D1 with the eager model (424 tokens,
+  benchmarks/allocator_fit.py), so D1 is in-sample and compile's 17.5 GiB saving meets these terms'
+  8.2 GiB at that length. Whether PRISM's compile saves more (the backbone in one graph, XPU) or the
+  eager model is wrong at D (its loss kernel: PRISM's current source computes cross-entropy on bf16
+  logits, which would move the inferred length) the records cannot decide; D does not set the
+  factor. All three ratios together: 0.82, leave-one-out ratio errors -9.2%, -18.2% and +27.5%: no
+  single factor serves both stacks.
 The factor stays 1.0; what it rests on: two torchtitan pairs on one GPU type. Not decided by any
 record: full checkpointing (TT-21's eager pair, PR #165's FSDP2 AC row, is not shipped; it says
 compile saved 6.8% of reserved where these terms give 0.7%, and the eager row is itself predicted

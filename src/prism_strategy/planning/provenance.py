@@ -20,6 +20,19 @@ def _shape_text(p: PlatformSpec) -> str:
             f"estimate/compute_shape.py, {p.source('compute_terms')}")
 
 
+def _varying_text(sc: Scenario) -> str:
+    """The varying-shape terms as this run gets them (estimate/memory_runtime.py)."""
+    from prism_strategy.estimate.memory_runtime import varying_factor
+
+    p, t = sc.platform, sc.training
+    if not t.varying_lengths:
+        return "; batch shapes fixed (no varying-shape term)"
+    if varying_factor(p, t) == 0:
+        return "; batch shapes vary, but expandable segments leave no slivers (assumption, no record)"
+    return (f"; batch shapes vary: + {p.allocator_varying_factor:g} x per-sample activations, of which "
+            f"{p.allocator_pinned_factor:g} x stays at the limit (fitted on PRISM C6)")
+
+
 def provenance(sc: Scenario) -> dict[str, str]:
     p = sc.platform
     calibrated = next((v for v in p.sources.values() if v.startswith("calibrated")), None)
@@ -28,6 +41,7 @@ def provenance(sc: Scenario) -> dict[str, str]:
         "memory": f"{kind}: analytic model (estimate/memory.py: ZeRO model states, saved-tensor activations, fp32 loss logits); "
                   "the figure is allocated (max_memory_allocated) + framework reserve; reserved adds the caching "
                   f"allocator's {p.allocator_cache_factor:g} x activations and buffers ({p.source('allocator_cache_factor')})"
+                  + _varying_text(sc) + "; feasibility is judged at the limit (estimate/memory_runtime.py)"
                   + (f"; {memory_compile.description(sc.training.compile_loss)}" if sc.training.compile else ""),
         "compute": f"{kind}: per phase max(FLOPs / ({p.peak_tflops_bf16:g} TF/s bf16 x {p.achievable_fraction:g}"
                    + (_shape_text(p) if p.compute_terms else "")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
-from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
-from prism_strategy.estimate.ranges import max_measured_nodes
+from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes, moments
+from prism_strategy.estimate.memory_runtime import device_peak
+from prism_strategy.estimate.ranges import LATE, max_measured_nodes
 from prism_strategy.specs.parts import Part
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
@@ -30,7 +32,9 @@ def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str
         return None
     root = estimate_memory(parts, sc.training, sc.platform, sc.layout, s, o.micro_batch, wrap="root")
     extra = (root.total - o.memory.total) / GiB
-    fits = "it would fit" if root.total <= sc.platform.usable_bytes else "it does not fit"
+    t, p = sc.training, sc.platform  # judged as options are: reserved at the limit (estimate/memory_runtime.py)
+    need = device_peak(moments(parts, t, p, sc.layout, s, wrap="root", accumulating=o.grad_accum > 1), o.micro_batch, p, t)
+    fits = "it would fit" if need <= p.usable_bytes else "it does not fit"
     return (f"this option wraps each transformer block; wrapping only the root (one flat unit) instead would add "
             f"{extra:.1f} GiB ({root.total / GiB:.1f} GiB at micro-batch {o.micro_batch}: {fits})")
 
@@ -169,7 +173,30 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
                        f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}")
     if (overlap := _range_reason(sc, pick, best if best is not pick else runner)) is not None:
         reasons.append(overlap)
+    if (scale := _scale_reason(sc, pick)) is not None:
+        reasons.append(scale)
     return pick.strategy, reasons + infeasible, warnings
+
+
+def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:
+    """When scale terms, not the fit's own error, set how slow the pick may run: say which, by how
+    much, and what measures each (estimate/ranges.PredictionRange.to_measure)."""
+    r, rng = pick.range, pick.samples_per_s_range
+    names = r.to_measure() if r is not None else []
+    if not names or rng is None:
+        return None
+    lay, hows = sc.layout, []
+    for name in names:
+        if name == LATE:
+            hows.append(f"the per-rank spread: log a few steps with StepMonitor at {lay.world} ranks "
+                        "and pass the folder as --rank-jitter (`prism-strategy analyze` checks the same logs for stragglers)")
+        elif not any("commbench" in h for h in hows):
+            hows.append(f"the collectives at {lay.nodes} nodes: prism-strategy commbench --model "
+                        f"{sc.model.backbone.name} --strategies {pick.strategy} --nproc {lay.world} --ranks-per-node "
+                        f"{lay.ranks_per_node} (emit writes commbench.pbs / commbench.sbatch)")
+    parts = ", ".join(f"{k} x{math.exp(r.terms[k]):.2f}" for k in names)
+    return (f"{pick.strategy} may run as slow as {rng[0]:.2f} samples/s ({1 - rng[0] / pick.samples_per_s:.0%} below "
+            f"the prediction), mostly from {parts} (provenance.range); measure " + "; ".join(hows))
 
 
 FLAG_OF_FACT = {"compile": "--compile"}

@@ -83,7 +83,8 @@ def build_scenario(
     global_batch: int | None = None, ckpt_freq: int | str = 0, precision: str = "bf16-mixed",
     optimizer: str = "adamw", vision: str | TransformerSpec | None = None, image_tokens: int | None = None,
     compile: bool = False, grad_accum: int | None = None, mean_seq_len: int | None = None,
-    bucket_mb: float | None = None, loss: str = "upcast", compile_loss: bool = False,
+    bucket_mb: float | None = None, loss: str = "upcast", varying_lengths: bool | None = None,
+    expandable_segments: bool | None = None, compile_loss: bool = False,
 ) -> Scenario:
     """Validated scenario; the arguments are `plan()`'s (see its docstring). ckpt_freq "auto" marks
     the training for the planner's checkpointing search."""
@@ -110,7 +111,8 @@ def build_scenario(
         precision, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum,
         mean_seq_len=mean_seq_len, ckpt_freq=k or 0, ckpt_policy=policy, ckpt_auto=k is None, optimizer=algo, optimizer_impl=impl,
         image_tokens=image_tokens, compile=bool(compile), bucket_mb=bucket_mb, loss=loss,
-        compile_loss=bool(compile_loss))
+        varying_lengths=(mean_seq_len is not None and mean_seq_len < seq_len) if varying_lengths is None
+        else bool(varying_lengths), expandable_segments=expandable_segments, compile_loss=bool(compile_loss))
     total = seq_len + _image_tokens(mm, training)
     if total > mm.backbone.max_positions:
         extra = f" ({seq_len} text + {total - seq_len} image tokens)" if total != seq_len else ""

@@ -10,6 +10,8 @@ from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.measured import MeasuredCurve
 
 GiB = 1024**3
+NCCL_SCALES = ("base_latency", "intra_latency", "net_latency", "intra_bw", "inter_bw")
+"""The factors PlatformSpec.nccl_scale may hold."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,8 +99,17 @@ class PlatformSpec:
     host_blocking_collectives: bool = False
     """Collectives hold the host until done (oneCCL CCL_OP_SYNC=1): no overlap with compute."""
     allocator_cache_factor: float = 0.0
-    """Reserved beyond allocated at the peak, per byte of the peak's activations and buffers
-    (caching allocator with varying batch shapes); estimate/memory_runtime.py."""
+    """Reserved beyond allocated at a moment, per byte of its activations and buffers, when every
+    step has the same shapes (the caching allocator's split remainders); estimate/memory_runtime.py."""
+    allocator_varying_factor: float = 0.0
+    """Reserved beyond that, per byte of per-sample activations, when batch shapes vary from step to
+    step (slivers left at the end of segments sized for other shapes); estimate/memory_runtime.py."""
+    allocator_pinned_factor: float = 0.0
+    """Of that, per byte of per-sample activations, what the allocator's flush and retry on a failed
+    cudaMalloc cannot release (slivers in segments that hold live blocks): counts against the device."""
+    expandable_segments: bool = False
+    """The platform's env profile sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (checked
+    against data/env_profiles in tests/unit/test_memory_runtime.py)."""
     activation_factor: float = 1.0
     """Measured / predicted saved-activation bytes; 1.0 until `prism-strategy calibrate` fits it."""
     gpu_arch: Literal["", "volta", "ampere", "hopper", "blackwell"] = ""
@@ -107,8 +118,17 @@ class PlatformSpec:
     """NVLinks per GPU (0: GPUs talk over PCI): the bandwidth NCCL's channel search can use."""
     cpu_vendor: Literal["intel", "amd", "other"] = "intel"
     """Host CPU: NCCL's network overhead per step (1 us Intel, 2 us AMD)."""
+    nccl_scale: dict[str, float] = field(default_factory=dict)
+    """Measured / NCCL-modelled factors over data/nccl_tuning.toml's per-generation constants
+    (estimate/comm_nccl.py): base_latency, intra_latency (NVLink/PCI hop), net_latency (network
+    hop), intra_bw (one-node bus bandwidth), inter_bw (across nodes); 1.0 when absent. Only
+    `prism-strategy calibrate` sets them, from measured collective curves (estimate/comm_fit.py)."""
     compile_multinode_ok: bool = True
     cpu_cores_per_node: int = 0
+    rank_jitter: float | None = None
+    """Measured per-rank spread of the work between synchronisations (std / mean, e.g. 0.02),
+    from this cluster's StepMonitor logs or `plan --rank-jitter`: prices the late-rank term into
+    the step (estimate/scale_loss.py). None = unmeasured: only the range's slow side takes it."""
     sources: dict[str, str] = field(default_factory=dict)
     measured_collectives: tuple[MeasuredCurve, ...] = ()
     """Collective curves measured on this platform (commbench, nccl-tests, oneCCL benchmark),
@@ -124,12 +144,18 @@ class PlatformSpec:
                 raise SpecError(f"platform {self.name!r}: {f} must be in (0, 1], got {getattr(self, f)}")
         if self.activation_factor <= 0:
             raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
-        if self.allocator_cache_factor < 0:
-            raise SpecError(f"platform {self.name!r}: allocator_cache_factor must be >= 0, got {self.allocator_cache_factor}")
+        for f in ("allocator_cache_factor", "allocator_varying_factor", "allocator_pinned_factor"):
+            if getattr(self, f) < 0:
+                raise SpecError(f"platform {self.name!r}: {f} must be >= 0, got {getattr(self, f)}")
+        if self.rank_jitter is not None and not 0 <= self.rank_jitter < 1:
+            raise SpecError(f"platform {self.name!r}: rank_jitter must be in [0, 1) (std / mean of one rank's work "
+                            f"between synchronisations, e.g. 0.02), got {self.rank_jitter}")
         if self.sm_count < 0:
             raise SpecError(f"platform {self.name!r}: sm_count must be >= 0, got {self.sm_count}")
         if self.nvlink_links < 0:
             raise SpecError(f"platform {self.name!r}: nvlink_links must be >= 0, got {self.nvlink_links}")
+        if any(v <= 0 for v in self.nccl_scale.values()) or set(self.nccl_scale) - set(NCCL_SCALES):
+            raise SpecError(f"platform {self.name!r}: nccl_scale takes {', '.join(NCCL_SCALES)}, each > 0")
         if any(v < 0 for v in self.grad_path_us_per_tensor.values()):
             raise SpecError(f"platform {self.name!r}: grad_path_us_per_tensor values must be >= 0")
         if not 0 <= self.comm_overlap <= 1:

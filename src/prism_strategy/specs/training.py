@@ -91,6 +91,13 @@ class TrainingSpec:
     peak memory follows seq_len. None = every sample is seq_len long."""
     image_tokens: int | None = None
     """Image tokens per sample added to the sequence; None = the encoder's patch count."""
+    varying_lengths: bool = False
+    """Batch shapes change from step to step (each batch padded to its longest sample, as PRISM):
+    the caching allocator keeps more beyond allocated (estimate/memory_runtime.py). build_scenario
+    sets it when a mean length below seq_len is given; fixed-length packing (torchtitan) leaves it off."""
+    expandable_segments: bool | None = None
+    """The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = what the platform's
+    env profile sets (PlatformSpec.expandable_segments)."""
     compute_dtype: Dtype = "bf16"
     param_dtype: Dtype = "fp32"
     grad_dtype: Dtype = "fp32"

@@ -51,6 +51,10 @@ class PublishedScenario:
     loss: Literal["upcast", "fused", "chunked"] = "upcast"
     """The loss kernel: fp32 logits materialised (HF, torchtitan), fused (llm-foundry), or chunked."""
     reduce_dtype: Literal["fp32", "bf16"] | None = None
+    varying_lengths: bool = False
+    """Each batch padded to its longest sample: shapes change from step to step."""
+    expandable_segments: bool | None = None
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the run (None: not known, the platform's)."""
     float8: bool = False
     """Float8 linears (torchao): no planner precision models it."""
 
@@ -119,7 +123,8 @@ class PublishedRecord:
         kw: dict[str, Any] = dict(mode=s.mode, platform=self.platform, nodes=s.nodes, ranks_per_node=s.ranks_per_node,
                                   seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.samples_per_step,
                                   ckpt_freq="sac" if s.ckpt_policy == "sac" else s.ckpt_freq, precision=s.precision,
-                                  compile=s.compile, loss=s.loss)
+                                  compile=s.compile, loss=s.loss, varying_lengths=s.varying_lengths,
+                                  expandable_segments=s.expandable_segments)
         if s.compile_loss:
             kw["compile_loss"] = True
         if s.bucket_mb is not None and "bucket_mb" in engine_of(get_strategy(self.planner_strategy)).options:
@@ -158,7 +163,7 @@ class PublishedRecord:
         return None if v is None else v * self.memory_unit_bytes
 
     def as_config(self) -> dict[str, Any]:
-        """The shape bench results store as `config` (bench/predict.py reads it back)."""
+        """The shape bench results store as `config` (bench/results/predict.py reads it back)."""
         s = self.scenario
         cfg = {"model": s.model, "mode": s.mode, "strategy": self.planner_strategy, "nproc": s.world,
                "ranks_per_node": s.ranks_per_node, "micro_batch": s.micro_batch, "grad_accum": s.grad_accum,

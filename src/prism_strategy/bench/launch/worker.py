@@ -1,6 +1,6 @@
-"""One rank of a benchmark run (launched by bench/harness.py under torchrun).
+"""One rank of a benchmark run (launched by bench/launch/harness.py under torchrun).
 
-    python -m torch.distributed.run --nproc-per-node 4 -m prism_strategy.bench.worker --config '{...}' --out DIR
+    python -m torch.distributed.run --nproc-per-node 4 -m prism_strategy.bench.launch.worker --config '{...}' --out DIR
 
 Builds the configured model (a TransformerSpec built with transformers, random init), applies
 the strategy with `wrap()`, burns in, then times forward / backward / optimizer per step
@@ -12,7 +12,7 @@ configs: they run one after another in the same process group (scans and grids p
 process start once).
 
 A config with "census": true records instead every collective of one optimizer step after the
-warm-up (bench/census_record.py) and skips the timed steps. A config with "mode" other than
+warm-up (bench/collectives/census_record.py) and skips the timed steps. A config with "mode" other than
 e2e or a "vision_spec" builds vision + projector + backbone (traced/model.py), with
 the parts that do not train frozen.
 """
@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_model(config: dict[str, Any]) -> torch.nn.Module:
     import transformers
 
-    from prism_strategy.bench.predict import config_model
+    from prism_strategy.bench.results.predict import config_model
     from prism_strategy.planning.scenario import resolve_model
     from prism_strategy.specs.hf import to_hf_config
 
@@ -87,7 +87,7 @@ def is_multimodal(config: dict[str, Any]) -> bool:
 
 def build_multimodal(config: dict[str, Any]) -> Any:
     """Vision + projector + backbone as the traced estimate builds it (traced/model.py)."""
-    from prism_strategy.bench.census import config_scenario
+    from prism_strategy.bench.collectives.census import config_scenario
     from prism_strategy.traced.model import build_from_spec
 
     sc = config_scenario(config)
@@ -98,7 +98,7 @@ def build_multimodal(config: dict[str, Any]) -> Any:
 class Runner:
     def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace, built: Any = None):
         self.cfg, self.job, self.ctx, self.args, self.built = config, job, ctx, args, built
-        from prism_strategy.bench.predict import config_model
+        from prism_strategy.bench.results.predict import config_model
         from prism_strategy.planning.scenario import resolve_model
 
         accum, mb = int(config.get("grad_accum", 1)), int(config["micro_batch"])
@@ -197,7 +197,7 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     ctx = _context(config)
     census = bool(config.get("census"))
     if census:
-        from prism_strategy.bench.census_record import tag_collectives
+        from prism_strategy.bench.collectives.census_record import tag_collectives
 
         tag_collectives()
     built = build_multimodal(config) if is_multimodal(config) else None
@@ -214,7 +214,7 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     for i in range(warmup):
         runner.step(i)
     if census:
-        from prism_strategy.bench.census_record import record, summarise
+        from prism_strategy.bench.collectives.census_record import record, summarise
 
         return {"rank": ctx.rank, "world_size": ctx.world_size, "status": "ok", "device": str(ctx.device),
                 "backend": ctx.backend, "census": summarise(record(lambda: runner.step(warmup), ctx.world_size))}

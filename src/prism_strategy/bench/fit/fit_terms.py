@@ -33,7 +33,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from prism_strategy.bench.published import PublishedRecord
+from prism_strategy.bench.fit.published import PublishedRecord
+from prism_strategy.estimate.calibration import platform_value, with_value
 from prism_strategy.specs.cluster import PlatformSpec
 
 KNOBS: tuple[str, ...] = ("kernel_launch_us", "achievable_fraction", "grad_path_us_per_tensor.ddp",
@@ -67,16 +68,14 @@ def prior_platform(p: PlatformSpec) -> PlatformSpec:
 
 
 def get_value(p: PlatformSpec, knob: str) -> float | None:
-    if knob.startswith("grad_path_us_per_tensor."):
-        return p.grad_path_us_per_tensor.get(knob.split(".", 1)[1])
-    return float(getattr(p, knob))
+    return platform_value(p, knob)
 
 
 def set_value(p: PlatformSpec, knob: str, v: float) -> PlatformSpec:
-    if knob.startswith("grad_path_us_per_tensor."):
-        return dataclasses.replace(p, grad_path_us_per_tensor=p.grad_path_us_per_tensor | {knob.split(".", 1)[1]: v})
+    if "." in knob:
+        return with_value(p, knob, v)
     lo, hi = BOUNDS.get(knob, (1e-3, 1e9))
-    return dataclasses.replace(p, **{knob: min(hi, max(lo, v))})
+    return with_value(p, knob, min(hi, max(lo, v)))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -202,18 +201,17 @@ def memory_reason(r: PublishedRecord) -> str | None:
         return "sequence length and vision encoder not recorded"
     if r.scenario.compile:
         return "torch.compile: its saved set is modelled apart (estimate/memory_compile.py), kept out of this fit"
-    if r.peak_bytes("reserved") is None and r.peak_bytes("peak") is None:
-        return "no reserved or peak figure"
+    if r.peak_bytes("reserved") is None:
+        return "no reserved figure (a bare peak is PRISM's max_memory_allocated)"
     return None
 
 
 def memory_points(records: tuple[PublishedRecord, ...] | list[PublishedRecord],
                   platform: PlatformSpec) -> list[tuple[str, float, float, float]]:
-    """(id, predicted allocated, predicted transient, measured reserved) per usable record. A
-    figure reported only as "peak" is read as reserved: PRISM's peaks sit far above any
-    allocated figure the model reaches (A4 37.9 GB for a 0.6B model). Open question: PRISM's
-    trainer computes peak_gb as max_memory_allocated() / 1e9 (AI-ModCon/PRISM src/utils/perf_log.py);
-    read that way, A4 and B1 are allocated peaks the model misses by 60-70%."""
+    """(id, predicted allocated + the varying-shape cache, predicted transient, measured reserved)
+    per record with a reserved counter: what fits the fixed-shape factor (estimate/memory_runtime.py)
+    with the platform's varying-shape factor kept. A bare "peak" is not used: PRISM's trainer
+    computes peak_gb as max_memory_allocated() (AI-ModCon/PRISM src/utils/perf_log.py)."""
     from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
     from prism_strategy.planning.planner import evaluate
     from prism_strategy.planning.scenario import build_scenario
@@ -225,8 +223,9 @@ def memory_points(records: tuple[PublishedRecord, ...] | list[PublishedRecord],
             continue
         sc = build_scenario(**dict(r.scenario_kwargs(), platform=platform))
         mem = evaluate(sc, get_strategy(r.planner_strategy)).memory
-        measured = r.peak_bytes("reserved") or r.peak_bytes("peak")
-        out.append((r.id, runtime_memory(mem, platform).allocated, transient_bytes(mem), float(measured)))
+        rt, t = runtime_memory(mem, platform, sc.training), transient_bytes(mem)
+        varying = rt.cache - platform.allocator_cache_factor * t
+        out.append((r.id, rt.allocated + varying, t, float(r.peak_bytes("reserved"))))
     return out
 
 
