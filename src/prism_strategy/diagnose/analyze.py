@@ -20,7 +20,8 @@ from typing import Any, Iterable, Literal
 import numpy as np
 
 from prism_strategy.diagnose.logs import RunLog, load_run
-from prism_strategy.runtime.detect import DetectConfig, Event, Series, detect_all, summarize
+from prism_strategy.readers.steps import Event
+from prism_strategy.runtime.detect import DetectConfig, Series, detect_all, summarize
 
 __all__ = ["Verdict", "Event", "RankSummary", "analyze", "analyze_run", "load_run"]
 
@@ -183,8 +184,9 @@ def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
     return Verdict(kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip)
 
 
-def analyze(paths: Iterable[str | Path] | str | Path, config: DetectConfig | None = None) -> Verdict:
-    """Read a run directory or log files and decide (SpecError on bad input)."""
+def analyze(paths: Iterable[str | Path] | str | Path, config: DetectConfig | None = None,
+            fmt: str | None = None) -> Verdict:
+    """Read a run directory or log files (`fmt`: only that format) and decide (SpecError on bad input)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    return analyze_run(load_run(paths), config)
+    return analyze_run(load_run(paths, fmt), config)

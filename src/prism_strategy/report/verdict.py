@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from prism_strategy.diagnose.analyze import Verdict
-from prism_strategy.runtime.detect import Event, fmt_s
+from prism_strategy.readers.steps import Event
+from prism_strategy.runtime.detect import fmt_s
 
 STYLE = {"healthy": "bold green", "input_skew": "bold yellow", "straggler": "bold red",
          "collapse": "bold red", "hang": "bold red", "incomplete": "bold red"}
