@@ -76,6 +76,20 @@ def test_a_phase_named_without_a_time_exits_2_in_analyze_too():
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "malformed.log:47" in res.output
 
 
+@pytest.mark.parametrize("line, records", [
+    ("[TIMING] step 3 | Data: ?0.01s | Fwd 0.3s", None), ("[TIMING] step 3 | Data = | Fwd 0.3s", None),
+    ("[TIMING] step 3 | Fwd 0.3s | Bwd 0.5s (data loader idle)", 1), ("[TIMING] DATA_READ done", 0)])
+def test_a_phase_field_without_a_time_is_bad_but_prose_is_not(tmp_path, line, records):
+    p = tmp_path / "x.log"
+    p.write_text(line + "\n")
+    if records is None:
+        with pytest.raises(SpecError, match=r"x\.log:1: \[TIMING\] line"):
+            readers.prism.read(p)
+    else:
+        log = readers.prism.read(p)
+        assert len(log.records) == records and all(r.step_s == pytest.approx(0.8) for r in log.records)
+
+
 def test_a_cut_last_line_is_left_out_by_analyze_and_refused_by_import():
     path = IMP / "prism" / "partial.log"   # ends '[TIMING] Data: 0.023s | Fwd: 0' (no newline)
     run = load_run([path])

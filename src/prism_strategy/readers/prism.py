@@ -45,8 +45,8 @@ What real logs need, kept: the rank from torchrun's ``[rankN]:`` / ``[defaultN]:
 ``rank N`` on the line, else ``rank3`` in the path, else 0), lines of several ranks interleaved
 (each line says its rank; a line holding two ranks' writes is split at each tag), colour codes,
 Windows line ends, and a last line cut mid-write (left out and named: `ParsedLog.cut`). What is
-refused (exit 2, file:line): a line that gives a time and names a phase without one (``Bwd:
-?1.88s``), a running-mean line missing one of PRISM's four phases, and PRISM's running-mean line
+refused (exit 2, file:line): a line that gives a time and names a phase as a field without one
+(``Bwd: ?1.88s``; a phase word in prose, ``data loader``, is not a field), a running-mean line missing one of PRISM's four phases, and PRISM's running-mean line
 with no ``Step N: Loss`` line before it (its steps cannot be known). A ``[TIMING]`` line with no
 time at all (``[TIMING] DATA_READ done``) is not a step record and is passed over.
 
@@ -81,7 +81,8 @@ TAG = re.compile(r"\[TIMING(?:\s+Step\s+(\d+))?\]", re.IGNORECASE)
 SEGMENT = re.compile(r"(?:\[(?:rank|default)\d+\]:?\s*)?\[TIMING", re.IGNORECASE)
 _KEYS = r"(data|fwd|forward|bwd|backward|opt|optim|optimizer|total|step[ _]time|iter[ _]time)"
 FIELD = re.compile(rf"\b{_KEYS}\s*[:=]?\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|s)?\b", re.IGNORECASE)
-NAMED = re.compile(rf"\b{_KEYS}\b", re.IGNORECASE)
+NAMED = re.compile(rf"\b{_KEYS}\b(?=\s*[:=]|\s*[?.\d])", re.IGNORECASE)
+"""A phase named as a field (a separator or a number-like token after it), not in prose ("data loader")."""
 INDEX = re.compile(r"\b(?:step|iter|iteration)\s*[:=#]?\s*(\d+)\b(?!\s*(?:ms|s)\b|\.\d)", re.IGNORECASE)
 RANK = re.compile(r"\[(?:rank|default)(\d+)\]|\brank\s*[:=]?\s*(\d+)", re.IGNORECASE)
 TOKENS = re.compile(r"\b(tokens|tok|seq_len|seq)\s*[:=]?\s*(\d+)\b", re.IGNORECASE)

@@ -113,5 +113,7 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
               "grad_accum": int(s["grad_accum"]), "seq_len": int(s["seq_len"]), "ckpt_freq": int(s["ckpt_freq"]),
               "precision": s["precision"]}
     config |= {k: log.scenario[k] for k in ENGINE_OPTIONS if k in log.scenario}
+    if "bucket_cap_mb" in log.scenario:  # DDP's bucket_cap_mb is MiB, as the planner's bucket_mb
+        config["bucket_mb"] = log.scenario["bucket_cap_mb"]
     return config | stored_model(s["model"], s.get("vision")), plat, origin
 
