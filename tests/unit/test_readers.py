@@ -171,3 +171,15 @@ def test_stepmonitor_file_and_folder_agree():
     for s, t in steps.items():
         assert t == max(r.step_s for r in run.records if r.step == s)
     assert not math.isnan(sum(steps.values()))
+
+
+def test_a_long_launcher_preamble_does_not_hide_the_timing_lines(tmp_path):
+    """NCCL_DEBUG=INFO prints lines per rank and channel at start-up; import used to look for
+    [TIMING] in the first 4 MiB only and refused such a log that analyze read."""
+    p = tmp_path / "job.out"
+    preamble = "x4102c5s0b0n0:12345:12345 [0] NCCL INFO Channel 00/32 : 0 1 2 3 4 5 6 7 8 9 10 11\n"
+    with p.open("w") as f:
+        f.write(preamble * int(4.2 * 2**20 / len(preamble) + 1))
+        f.writelines(f"[rank0]: [TIMING] step {s} | Data 0.01s | Fwd 0.3s | Bwd 0.5s | Opt 0.1s\n" for s in range(8))
+    assert p.stat().st_size > 4 * 2**20
+    assert len(load_run([p]).records) == 8 and len(read_log(p).windows) == 8

@@ -67,7 +67,7 @@ from pathlib import Path
 from prism_strategy.readers.step_monitor import MAX_INDEX, rank_from_path, seconds
 from prism_strategy.readers.steps import PHASES, StepTimes
 from prism_strategy.readers.training_log import (
-    TEXT_SUFFIXES, ParsedLog, Window, bad_line, head_text, log_lines, step_windows, window_records)
+    TEXT_SUFFIXES, ParsedLog, Window, bad_line, file_contains, log_lines, step_windows, window_records)
 from prism_strategy.specs.errors import SpecError
 
 FORMAT = "prism-log"
@@ -103,6 +103,9 @@ DDP_FLAGS = re.compile(r"\[DDP\] find_unused_parameters=(True|False), static_gra
 DDP_BUCKET = re.compile(r"\[DDP\] Wrapped model with bucket_cap_mb=(\d+)")
 FSDP_NAMES = {"full_shard": "fsdp_full_shard", "shard_grad_op": "fsdp_shard_grad_op"}
 HSDP_NAMES = {"_HYBRID_SHARD_ZERO2": "hsdp_shard_grad_op", "HYBRID_SHARD": "hsdp_full_shard"}
+WORDS = ("[timing", "[throughput]", "[memory]", "[native ddp]", "[ddp]", "[fsdp]", "[hsdp]", "step ", " mode")
+"""Every line a pattern here reads has one of these, lower-cased (the rest of a long log is passed
+over without a regex)."""
 EXPECTED = "'[TIMING] [step N] Data: Xs | Fwd: Xs | Bwd: Xs | Opt: Xs [| Total: Xs]' (s or ms)"
 
 # tag in the line -> (pattern it must match, what PRISM prints)
@@ -112,7 +115,7 @@ CHECKED = (("[THROUGHPUT]", THROUGHPUT, "'[THROUGHPUT] X samples/sec (effective 
 
 
 def looks_like(path: Path) -> bool:
-    return "[timing" in head_text(path).lower()
+    return file_contains(path, "[timing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +351,9 @@ def read(path: Path, timing: str = "auto") -> ParsedLog:
             if _recognised(line):
                 log.cut_off(path, i, "PRISM log line")
             break
+        low = line.lower()
+        if not any(w in low for w in WORDS):
+            continue
         where = f"{path}:{i}"
         for seg in segments(line):
             _checked(seg, path, i)

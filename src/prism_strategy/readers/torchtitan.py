@@ -11,7 +11,8 @@ those steps (``max_reserved_gib``, peaks reset after each line); ``tflops`` and 
 device. A window's step time is therefore ``local batch x grad accum x seq len / tps``, which
 needs the batch and sequence from the log's start line or from flags. Older torchtitan prints
 ``Training starts at step 1, with local batch size B, global batch size G, [gradient
-accumulation steps A,] sequence length S, ...``; newer ones print only the step.
+accumulation steps A,] sequence length S, ...``; newer ones print only the step. No phase
+times: `analyze` gets no step records from it (its windows are for `results import`).
 """
 
 from __future__ import annotations

@@ -132,6 +132,22 @@ def head_text(path: Path, n: int = 4 << 20) -> str:
         return ""
 
 
+def file_contains(path: Path, needle: str, chunk: int = 1 << 20) -> bool:
+    """Whether the text (any case) holds needle anywhere: a launcher's NCCL_DEBUG=INFO preamble can
+    run to many MB before a trainer's first timing line."""
+    needle, tail = needle.lower(), ""
+    try:
+        with open(path, errors="replace") as f:
+            while block := f.read(chunk):
+                text = tail + block.lower()
+                if needle in text:
+                    return True
+                tail = text[-len(needle):]
+    except (OSError, UnicodeError):
+        return False
+    return False
+
+
 def first_json(path: Path) -> str:
     """The first non-blank line of a file (for the JSONL readers' looks_like)."""
     for line in head_text(path, 1 << 16).splitlines():
