@@ -45,7 +45,8 @@ def results(
 @cli_errors
 def results_import(
     path: Annotated[Optional[str], typer.Argument(help="PRISM log or perf.jsonl (or its folder), a StepMonitor "
-                                                       "folder, or a torchtitan log", show_default=False)] = None,
+                                                       "folder, a torchtitan log, or an nccl-tests / oneCCL "
+                                                       "benchmark's output", show_default=False)] = None,
     published: Annotated[Optional[str], Opt(help="Store a shipped published set instead, e.g. aurora-prism")] = None,
     model: Annotated[Optional[str], Opt(help="Model preset (required: logs do not name ours)")] = None,
     vision: Annotated[Optional[str], Opt(help="Vision encoder preset, if the run had one")] = None,
@@ -70,9 +71,9 @@ def results_import(
 ) -> None:
     """Store a run measured elsewhere (flags win over what the log says), or a published set.
 
-    The format is detected (readers.READERS, then the collective benchmarks) unless --format names
-    it. A collective benchmark's output (nccl-tests, oneccl-benchmark) is stored as a measured
-    curve per size, and `plan` prices that collective with it.
+    The format is detected from the content unless --format names it. A collective benchmark's
+    output (nccl-tests, oneccl-benchmark) is stored as a measured curve per size, and `plan`
+    prices that collective with it.
 
     Steady state: the first 10% of logged windows (at least 1) are warm-up; then windows beyond
     median +/- 3 x max(1.4826 MAD, 2% of median) are outliers. Both are dropped and counted.
