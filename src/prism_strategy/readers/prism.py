@@ -64,10 +64,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from prism_strategy.readers.step_monitor import MAX_INDEX, rank_from_path, seconds
 from prism_strategy.readers.steps import PHASES, StepTimes
 from prism_strategy.readers.training_log import (
-    TEXT_SUFFIXES, ParsedLog, Window, bad_line, file_contains, log_lines, step_windows, window_records)
+    MAX_INDEX, TEXT_SUFFIXES, ParsedLog, Window, bad_line, file_contains, log_lines, rank_from_path, seconds,
+    step_windows, window_records)
 from prism_strategy.specs.errors import SpecError
 
 FORMAT = "prism-log"

@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.readers.prism import unrun_means, window_start
-from prism_strategy.readers.step_monitor import index, rank_from_path, seconds
 from prism_strategy.readers.steps import PHASES, StepTimes
 from prism_strategy.readers.training_log import (
-    ParsedLog, Window, first_json, json_lines, number, step_windows, window_records)
+    ParsedLog, Window, first_json, index, json_lines, number, rank_from_path, seconds, step_windows, window_records)
 
 FORMAT = "prism-perf.jsonl"
 SUFFIXES = (".jsonl",)

@@ -10,22 +10,18 @@ allocated) and the process max RSS on CPU. One file is one rank (`read`); a run 
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 from prism_strategy.readers.steps import Event, step_times
-from prism_strategy.readers.training_log import ParsedLog, first_json, json_lines, number, step_windows
+from prism_strategy.readers.training_log import (
+    ParsedLog, first_json, index, integer, json_lines, number, rank_from_path, seconds, step_windows)
 from prism_strategy.specs.errors import SpecError
 
 FORMAT = "stepmonitor"
 SUFFIXES = (".jsonl",)
 RANK_FILE = re.compile(r"rank(\d+)\.jsonl$")
-MAX_INDEX = 2**31
-"""Largest step or rank index taken as real (larger ones are a mangled log)."""
-MAX_SECONDS = 1e7
-"""Largest phase time taken as real; a negative, infinite or larger time reads as unknown."""
 TIME_FIELDS = ("step_s", "data", "forward", "backward", "optimizer", "cpu_forward", "cpu_local")
 
 
@@ -35,29 +31,6 @@ def looks_like(path: Path) -> bool:
 
 def rank_files(folder: Path) -> list[Path]:
     return sorted((p for p in folder.iterdir() if RANK_FILE.fullmatch(p.name)), key=lambda p: int(p.name[4:-6]))
-
-
-def seconds(v: float) -> float:
-    return v if 0.0 <= v <= MAX_SECONDS else math.nan
-
-
-def integer(v: Any, where: str, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise SpecError(f"{where}: {name} must be a number, got {v!r}")
-    return int(v)
-
-
-def index(v: Any, where: str, name: str) -> int:
-    """A step or rank index: an integer in [0, 2**31) (SpecError naming the file and line)."""
-    n = integer(v, where, name)
-    if not 0 <= n < MAX_INDEX or n != v:
-        raise SpecError(f"{where}: {name} must be an integer in [0, {MAX_INDEX}), got {v!r}")
-    return n
-
-
-def rank_from_path(path: Path) -> int | None:
-    m = re.search(r"(?<![a-z])rank[_-]?(\d{1,9})(?!\d)", str(path), re.IGNORECASE)
-    return int(m.group(1)) if m else None
 
 
 def _event(obj: dict[str, Any], where: str) -> Event:

@@ -29,6 +29,10 @@ from prism_strategy.specs.errors import SpecError
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 """Colour and cursor codes (torchtitan colours its metrics; rich / colorlog handlers colour levels)."""
 TEXT_SUFFIXES = (".log", ".out", ".err", ".txt")
+MAX_INDEX = 2**31
+"""Largest step or rank index taken as real (larger ones are a mangled log)."""
+MAX_SECONDS = 1e7
+"""Largest phase time taken as real; a negative, infinite or larger time reads as unknown."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -209,3 +213,26 @@ def step_windows(log: ParsedLog) -> list[Window]:
         out.append(Window(last_step=step, steps=1, where=rows[0][1], step_s=max(r.step_s for r, _ in rows),
                           phases=phases))
     return out
+
+
+def seconds(v: float) -> float:
+    return v if 0.0 <= v <= MAX_SECONDS else math.nan
+
+
+def integer(v: Any, where: str, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise SpecError(f"{where}: {name} must be a number, got {v!r}")
+    return int(v)
+
+
+def index(v: Any, where: str, name: str) -> int:
+    """A step or rank index: an integer in [0, 2**31) (SpecError naming the file and line)."""
+    n = integer(v, where, name)
+    if not 0 <= n < MAX_INDEX or n != v:
+        raise SpecError(f"{where}: {name} must be an integer in [0, {MAX_INDEX}), got {v!r}")
+    return n
+
+
+def rank_from_path(path: Path) -> int | None:
+    m = re.search(r"(?<![a-z])rank[_-]?(\d{1,9})(?!\d)", str(path), re.IGNORECASE)
+    return int(m.group(1)) if m else None
