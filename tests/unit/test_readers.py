@@ -183,3 +183,15 @@ def test_a_long_launcher_preamble_does_not_hide_the_timing_lines(tmp_path):
         f.writelines(f"[rank0]: [TIMING] step {s} | Data 0.01s | Fwd 0.3s | Bwd 0.5s | Opt 0.1s\n" for s in range(8))
     assert p.stat().st_size > 4 * 2**20
     assert len(load_run([p]).records) == 8 and len(read_log(p).windows) == 8
+
+
+def test_records_without_a_time_are_not_steps_and_a_zero_step_is_not_stored(tmp_path):
+    """With per-step JSONL importable, a metrics file of losses would have stored 0 s steps."""
+    losses = tmp_path / "metrics.jsonl"
+    losses.write_text("".join(json.dumps({"step": s, "loss": 2.0}) + "\n" for s in range(10)))
+    with pytest.raises(SpecError, match="no step records found"):
+        load_run([losses])
+    zero = tmp_path / "zero.log"
+    zero.write_text("".join(f"[TIMING] step {s} | Data 0s | Fwd 0s | Bwd 0s | Opt 0s\n" for s in range(10)))
+    with pytest.raises(SpecError, match=r"zero\.log:1: a step time of 0.0 s is not a measurement"):
+        build_import(zero, CPU)

@@ -64,19 +64,22 @@ def _num(obj: dict[str, Any], name: str) -> float:
     return math.nan
 
 
-def _step_record(obj: dict[str, Any], where: str, path: Path, i: int, log: ParsedLog) -> None:
+def _step_record(obj: dict[str, Any], where: str, path: Path, i: int, log: ParsedLog) -> bool:
     rank = _num(obj, "rank")
     rank = index(rank, where, "rank") if math.isfinite(rank) else (rank_from_path(path) or 0)
     step = _num(obj, "step")
     step = index(step, where, "step") if math.isfinite(step) else i
     phases = [seconds(_num(obj, p)) for p in PHASES]
     step_s = seconds(_num(obj, "step_s"))
+    if all(math.isnan(v) for v in (step_s, *phases)):
+        return False  # no time on it ({"step": 3, "loss": 2.1}): not a step record
     if math.isnan(step_s):
         step_s = sum(p for p in phases if math.isfinite(p))
     tokens = _num(obj, "tokens")
     if math.isnan(tokens):
         tokens = _num(obj, "seq_len")
     log.record(StepTimes(step, rank, step_s, *phases, tokens), where)
+    return True
 
 
 def _scenario(obj: dict[str, Any], where: str, log: ParsedLog) -> None:
@@ -118,8 +121,7 @@ def read(path: Path) -> ParsedLog:
             if obj["site"] in SITES:
                 _site_record(obj, where, log, per_50, running)
             continue
-        _step_record(obj, where, path, n_steps, log)
-        n_steps += 1
+        n_steps += _step_record(obj, where, path, n_steps, log)
     if per_50:
         log.windows = per_50
     elif running:  # total time since the reset = samples_per_step * n / running samples/s
