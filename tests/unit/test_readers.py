@@ -96,6 +96,8 @@ def test_a_cut_last_line_is_left_out_by_analyze_and_refused_by_import():
     assert max(r.step for r in run.records) == 100   # analyze used to add a step with a 0 s forward
     assert all(r.forward > 0.5 for r in run.records)
     assert any(":64:" in s and "cut off" in s for s in run.skipped)
+    shown = CliRunner().invoke(app, ["analyze", str(path), "--json"])
+    assert any(":64:" in s for s in json.loads(shown.output)["skipped"])   # said, not silently dropped
     with pytest.raises(SpecError, match=r"partial\.log:64: .*cut off"):
         build_import(path, A1)
 

@@ -59,6 +59,8 @@ class Verdict:
     """The per-rank arrays the verdict was computed from (for plots)."""
     warmup_skip: int = 0
     """Steps left out of the per-rank medians (the first ones of the series)."""
+    skipped: tuple[str, ...] = ()
+    """What the readers left out (an earlier run in the same file, a cut last line, a stale hang report)."""
 
     @property
     def healthy(self) -> bool:
@@ -71,7 +73,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "events": [e.to_dict() for e in self.events],
                 "ranks": {str(r): s.to_dict() for r, s in self.ranks.items()},
-                "evidence": self.evidence, "sources": list(self.sources)}
+                "evidence": self.evidence, "sources": list(self.sources), "skipped": list(self.skipped)}
 
 
 def _hang_event(rep: dict[str, Any]) -> Event:
@@ -181,7 +183,8 @@ def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
         kind = "healthy"
         evidence = {"message": _healthy_message(series, cfg.warmup_skip), **base}
     evidence["run"] = base
-    return Verdict(kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip)
+    return Verdict(kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip,
+                   tuple(run.skipped))
 
 
 def analyze(paths: Iterable[str | Path] | str | Path, config: DetectConfig | None = None,

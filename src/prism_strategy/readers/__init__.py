@@ -99,7 +99,7 @@ def read_run(path: str | Path, fmt: str | None = None, **options: Any) -> Parsed
             raise SpecError(f"{path}: a StepMonitor rank file; pass its folder ({path.parent}) to read every rank")
         log = read_file(reader, path, **options)
     if log.cut:
-        raise SpecError(log.cut)
+        raise SpecError(f"{log.cut}; import a complete log")
     if not log.windows:
         raise SpecError(f"{path}: a {log.format} file with no step times in it; nothing to import")
     return log
