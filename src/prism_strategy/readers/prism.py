@@ -37,7 +37,8 @@ The [TIMING] grammar (the one place it lives; `analyze` and `results import` bot
 A ``[TIMING]`` tag (any case) then fields ``NAME [:=] VALUE [s|ms]`` in any order and with any
 separators: Data, Fwd/Forward, Bwd/Backward, Opt/Optim/Optimizer, Total/Step time/Iter time
 (seconds unless ``ms``); ``step N`` / ``iter N`` the step; ``tokens N`` / ``seq N`` the tokens. So
-PRISM's own line above and per-rank lines of other trainers read alike, e.g.::
+PRISM's own line above and per-rank lines read alike, e.g. (the shape `analyze` assumed,
+tests/fixtures/logs; not read from a trainer's source)::
 
     [rank3]: [TIMING] step 21 | Data 10.2ms | Fwd 0.312s | Bwd 11.9s | Opt 0.095s | Total 12.3s
 
@@ -46,8 +47,9 @@ What real logs need, kept: the rank from torchrun's ``[rankN]:`` / ``[defaultN]:
 (each line says its rank; a line holding two ranks' writes is split at each tag), colour codes,
 Windows line ends, and a last line cut mid-write (left out and named: `ParsedLog.cut`). What is
 refused (exit 2, file:line): a line that gives a time and names a phase as a field without one
-(``Bwd: ?1.88s``; a phase word in prose, ``data loader``, is not a field), a running-mean line missing one of PRISM's four phases, and PRISM's running-mean line
-with no ``Step N: Loss`` line before it (its steps cannot be known). A ``[TIMING]`` line with no
+(``Bwd: ?1.88s``; a phase word in prose, ``data loader``, is not a field), a running-mean line
+missing one of PRISM's four phases, and PRISM's running-mean line with no ``Step N: Loss`` line
+before it (its steps cannot be known). A ``[TIMING]`` line with no
 time at all (``[TIMING] DATA_READ done``) is not a step record and is passed over.
 
 A line's step: its own ``step N``, else (PRISM's native trainer) the ``Step N: Loss`` line before

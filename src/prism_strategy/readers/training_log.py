@@ -99,7 +99,8 @@ class ParsedLog:
         self.wheres.append(where)
 
     def cut_off(self, path: Path, i: int, what: str) -> None:
-        self.cut = f"{path}:{i}: {what} (the last line is cut off: a partial log: killed mid-write, or still being written)"
+        self.cut = (f"{path}:{i}: {what} (the last line is cut off: a partial log: killed mid-write, or still "
+                    "being written)")
         self.skipped.append(self.cut)
 
     def merge(self, other: ParsedLog) -> None:
