@@ -1,8 +1,8 @@
 """Import runs measured elsewhere into the results store (``prism-strategy results import PATH``).
 
-Formats: every training-log reader in `readers.READERS` (auto-detected, or named by --format);
-each returns a `ParsedLog` whose windows are stored; the scenario comes from flags
-and the log (`scenario`), steady state from `steady`; the result is stored with provenance
+Formats: every training-log reader in `readers.READERS` (detected, or named by --format); each
+returns a `ParsedLog` whose windows are stored; the scenario comes from flags and the log
+(`scenario`), steady state from `steady`; the result is stored with provenance
 ``imported`` and its source path. Parsing and checking finish before anything is written, and
 the write is one transaction, so a bad or partial log stores nothing.
 """
@@ -23,6 +23,7 @@ from prism_strategy.bench.importers.steady import Steady, steady_state
 from prism_strategy.bench.predict import predict
 from prism_strategy.bench.store import Result, Store
 from prism_strategy.specs.errors import SpecError
+
 
 @dataclass
 class Imported:
