@@ -4,7 +4,7 @@ torchtitan PR #165 TT-18 (FSDP1) and TT-20 (FSDP2), and its leave-one-out errors
 Using the measured active figure isolates the allocator from the allocated model's own error.
 Run: PYTHONPATH=src python benchmarks/cuda_allocator_fit.py
 """
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.scenario import build_scenario

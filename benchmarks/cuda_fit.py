@@ -4,8 +4,9 @@ For every record: measured tokens/s per GPU; predicted before the fit (the forme
 fraction for every FLOP), after (the shipped presets' compute terms) and by a refit now; each
 error, and the leave-one-out error (refit without the record). Records kept out of the fit are
 shown as checks with the reason. Then llm-foundry's MFU beside the same MFU computed from the
-measured and the predicted tokens/s, the fitted knobs, what the rows cannot decide, and the
-coverage of plan's 80% ranges on the leave-one-out rows.
+measured and the predicted tokens/s, the fitted knobs, what the rows cannot decide, the
+coverage of plan's 80% ranges on the leave-one-out rows (symmetric, and with the one-sided scale
+terms plan states), and TT-01's setup at 8, 64 and 512 GPUs as plan predicts it, with its range.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/cuda_fit.py [--json] [--write]
 --write stores the error summary plan's ranges read (src/prism_strategy/data/fits/cuda-published.toml).
@@ -16,11 +17,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
-from prism_strategy.bench import cuda_fit as cf
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit import cuda_fit as cf
+from prism_strategy.bench.fit.published import load_published
+from prism_strategy.estimate.ranges import coverage
 from prism_strategy.specs.presets import load_model, load_platform
 
 FITS = Path(__file__).resolve().parents[1] / "src" / "prism_strategy" / "data" / "fits" / "cuda-published.toml"
@@ -70,6 +73,7 @@ def rows() -> dict:
         out.append(row)
     fit_rows = [x for x in out if x["fitted"]]
     inside, n = cf.range_coverage(loo)
+    inside_now, _ = coverage(loo, {r.id: slow_extra(r) for r in fitted_records})
     half_dim = {}
     for d in (32.0, 512.0):  # what the rows say about the matmul half-dimension: refit at other values
         plats = {k: dataclasses.replace(p, compute_terms=dataclasses.replace(p.compute_terms, gemm_half_dim=d))
@@ -80,13 +84,58 @@ def rows() -> dict:
         "median_abs_err_before_pct": cf.median_abs({x["id"]: x["before_err_pct"] for x in fit_rows}),
         "median_abs_err_after_pct": cf.median_abs({x["id"]: x["after_err_pct"] for x in fit_rows}),
         "median_abs_err_loo_pct": cf.median_abs(loo),
-        "range_coverage_loo": [inside, n],
+        "range_coverage_loo": [inside, n], "range_coverage_loo_one_sided": [inside_now, n],
         "refit_values": refit, "shipped_values": cf.shipped_knobs(shipped), "cannot_decide": CANNOT_DECIDE,
         "gpu_spread": cf.gpu_spread(refit), "median_abs_err_refit_at_half_dim_pct": half_dim,
     }
     max_nodes = {p: max((r.scenario.nodes for r in fitted_records if r.platform == p), default=1) for p in cf.PLATFORMS}
     return {"rows": out, "summary": summary, "loo": loo, "max_nodes": max_nodes,
-            "prior": {x["id"]: x["before_err_pct"] for x in fit_rows}}
+            "prior": {x["id"]: x["before_err_pct"] for x in fit_rows}, "scale": scale_rows(records)}
+
+
+def _evaluate(r, **over):
+    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.strategies import get_strategy
+
+    return evaluate(build_scenario(**(r.scenario_kwargs() | over)), get_strategy(r.planner_strategy))
+
+
+def slow_extra(r) -> float:
+    """ln widening of a record's slow side beyond the fit's (0 at the nodes the fit measured)."""
+    o = _evaluate(r)
+    return o.range.slow - o.range.fast if o.range else 0.0
+
+
+SCALE_GPUS = (8, 64, 512)
+
+
+def scale_rows(records) -> list[dict]:
+    """TT-01's setup (Llama 3.1 8B, FSDP2, seq 8192, local batch 2, selective checkpointing, 500 W H100)
+    at 8, 64 and 512 GPUs: predicted tokens/s per GPU, its range and what the slow side is made of.
+    Predictions only: no multi-node row is in the fit, and the published multi-node runs are held aside."""
+    tt = next(r for r in records if r.id == "TT-01")
+    out = []
+    for gpus in SCALE_GPUS:
+        nodes = gpus // tt.scenario.ranks_per_node
+        o = _evaluate(tt, nodes=nodes, global_batch=tt.scenario.micro_batch * gpus)
+        per = o.tokens_per_s_per_device / o.samples_per_s
+        out.append({"gpus": gpus, "nodes": nodes, "tok_s_per_gpu": o.tokens_per_s_per_device,
+                    "tok_s_per_gpu_range": [x * per for x in o.samples_per_s_range],
+                    "exposed_comm_s": o.exposed_comm_s, "comm_s": o.comm_s, "compute_s": o.compute_s,
+                    "step_s": o.step_time_s, "range_terms": {"fit": o.range.fast} | o.range.terms})
+    return out
+
+
+def _print_scale(rows: list[dict]) -> None:
+    print("\nat scale (TT-01's setup on h100-96gb-500w, predicted; the range's low side carries the scale terms):")
+    print(f"{'GPUs':>5s} {'tok/s/GPU':>9s} {'vs 8':>6s} {'range tok/s/GPU':>17s} {'-/+%':>9s}  slow side beyond the fit (x)")
+    ref = rows[0]["tok_s_per_gpu"]
+    for x in rows:
+        lo, hi = x["tok_s_per_gpu_range"]
+        v = x["tok_s_per_gpu"]
+        terms = ", ".join(f"{k} {math.exp(w):.2f}" for k, w in x["range_terms"].items() if k != "fit") or "-"
+        print(f"{x['gpus']:5d} {v:9.0f} {v / ref - 1:+6.1%} {lo:8.0f}-{hi:<8.0f} -{1 - lo / v:.0%}/+{hi / v - 1:.0%}  {terms}")
 
 
 def _print(d: dict) -> None:
@@ -101,7 +150,9 @@ def _print(d: dict) -> None:
     s = d["summary"]
     print(f"\nmedian |step error| on {s['fitted_records']} fitted records: before {s['median_abs_err_before_pct']:.1f}%, "
           f"after {s['median_abs_err_after_pct']:.1f}%, leave-one-out {s['median_abs_err_loo_pct']:.1f}%")
-    print(f"80% ranges on the leave-one-out rows: {s['range_coverage_loo'][0]} of {s['range_coverage_loo'][1]} inside")
+    print(f"80% ranges on the leave-one-out rows: {s['range_coverage_loo'][0]} of {s['range_coverage_loo'][1]} inside "
+          f"(symmetric); {s['range_coverage_loo_one_sided'][0]} of {s['range_coverage_loo_one_sided'][1]} with the "
+          "one-sided scale terms plan states")
     print("\nllm-foundry MFU (their count: 6 x params + 12 x layers x hidden x seq per token, causal half not taken):")
     print(f"{'record':7s} {'reported':>9s} {'from measured tok/s':>20s} {'from predicted tok/s':>21s}")
     for x in d["rows"]:
@@ -115,6 +166,7 @@ def _print(d: dict) -> None:
         print(f"  - {line}")
     alt = ", ".join(f"{d:g}: {v:.1f}%" for d, v in s["median_abs_err_refit_at_half_dim_pct"].items())
     print(f"    (refit with gemm_half_dim at {alt} median fitted error, vs {s['median_abs_err_after_pct']:.1f}% at 128)")
+    _print_scale(d["scale"])
 
 
 def main() -> None:
@@ -129,7 +181,7 @@ def main() -> None:
                             loo_pct=d["loo"], prior_pct=d["prior"], max_nodes=d["max_nodes"],
                             spread=d["summary"]["gpu_spread"])
     if args.json:
-        json.dump({k: d[k] for k in ("rows", "summary")}, sys.stdout, indent=2)
+        json.dump({k: d[k] for k in ("rows", "summary", "scale")}, sys.stdout, indent=2)
         return
     _print(d)
 

@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from device_validation_report import gib, render, write_atomic  # noqa: E402
 
-from prism_strategy.bench.run import base_config, platform_with_limit  # noqa: E402
-from prism_strategy.bench.store import Result, Store  # noqa: E402
+from prism_strategy.bench.launch.run import base_config, platform_with_limit  # noqa: E402
+from prism_strategy.bench.results.store import Result, Store  # noqa: E402
 from prism_strategy.planning.search import MAX_MICRO_BATCH_SHOWN  # noqa: E402
 from prism_strategy.planning.planner import evaluate  # noqa: E402
 from prism_strategy.planning.scenario import build_scenario  # noqa: E402
@@ -154,7 +154,7 @@ def resolve_args(a: argparse.Namespace) -> tuple[PlatformSpec, str]:
 
 
 def row_config(row: Row, a: argparse.Namespace, device: str) -> dict[str, Any]:
-    """The bench's config format (bench/run.base_config), so compare and calibrate read it as theirs."""
+    """The bench's config format (bench/launch/run.base_config), so compare and calibrate read it as theirs."""
     probe = row.probe == "oom"  # one step is enough to see whether it fits
     cfg = base_config(model=row.model, nproc=1, ranks_per_node=1, micro_batch=row.micro_batch, seq_len=a.seq_len,
                       steps=1 if probe else a.steps, warmup=1 if probe else a.warmup, precision=a.precision,
@@ -240,11 +240,11 @@ def _accel(device: Any) -> Any:
 
 
 def measure_row(config: dict[str, Any], ctx: Any, limit_bytes: float | None) -> dict[str, Any]:
-    """bench/worker.run for one rank, with the model initialised on the device (a 1.7B model's CPU
+    """bench/launch/worker.run for one rank, with the model initialised on the device (a 1.7B model's CPU
     init costs seconds a row) and the allocator's peak reserved read beside its peak allocated."""
     import torch
 
-    from prism_strategy.bench.worker import Runner, build_model, peak_memory
+    from prism_strategy.bench.launch.worker import Runner, build_model, peak_memory
     from prism_strategy.runtime.wrap import wrap
 
     accel = _accel(ctx.device)
@@ -284,8 +284,8 @@ def run_row(config: dict[str, Any], ctx: Any, a: argparse.Namespace, platform: P
     """One row: measured (or its oom / failure), the prediction, stored in the bench's Result format."""
     import traceback
 
-    from prism_strategy.bench.harness import Outcome, to_result
-    from prism_strategy.bench.worker import is_oom
+    from prism_strategy.bench.launch.harness import Outcome, to_result
+    from prism_strategy.bench.launch.worker import is_oom
 
     t0, accel = time.perf_counter(), _accel(ctx.device)
     if accel is not None:  # an OOM before the burn-in ends then still reports this row's own peak
@@ -347,7 +347,7 @@ def _env(a: argparse.Namespace, ctx: Any, store: Store, argv: list[str] | None) 
 
     import torch
 
-    from prism_strategy.bench.fingerprint import code_revision
+    from prism_strategy.bench.launch.fingerprint import code_revision
 
     args = sys.argv[1:] if argv is None else argv
     return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "device": str(ctx.device), "backend": ctx.backend,

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.store import Result
+from prism_strategy.bench.results.store import Result
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.strategies import get_strategy
 

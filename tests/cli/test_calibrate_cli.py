@@ -5,8 +5,8 @@ import json
 
 from typer.testing import CliRunner
 
-from prism_strategy.bench.published import load_published
-from prism_strategy.bench.store import Result, Store
+from prism_strategy.bench.fit.published import load_published
+from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.cli import app
 from prism_strategy.estimate.calibration import apply_calibration, load_calibration
 from prism_strategy.specs import load_platform

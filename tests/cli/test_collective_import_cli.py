@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.curves import load_curves
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.results.curves import load_curves
+from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 from prism_strategy.specs.presets import DATA
 

@@ -220,7 +220,7 @@ def generate(cmd: str, n: int, out: Path, f: dict[str, str]) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
-    from prism_strategy.bench.store import Store
+    from prism_strategy.bench.results.store import Store
 
     (root / "out").mkdir()
     Store(root / "out" / "fresh.db")._run(lambda con: None)  # an empty store: read commands get past --db

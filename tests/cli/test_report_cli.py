@@ -4,7 +4,7 @@ scenario; the breakdown shows the communication share. `tune` and `ceiling` prin
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 from prism_strategy.report import plots
 from prism_strategy.report.bench_tables import ceiling_lines, tune_lines

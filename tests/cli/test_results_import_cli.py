@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 
 F = Path(__file__).resolve().parents[1] / "fixtures" / "imports"

@@ -152,7 +152,7 @@ def test_read_commands_on_a_missing_store_exit_2_naming_it(tmp_path, cmd):
 
 
 def test_results_says_its_journal_mode_and_takes_json(tmp_path):
-    from prism_strategy.bench.store import Result, Store
+    from prism_strategy.bench.results.store import Result, Store
 
     db = tmp_path / "r.db"
     Store(db).add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"nproc": 2}, measured={}))

@@ -10,11 +10,11 @@ import subprocess
 
 import pytest
 
-from prism_strategy.bench.calibrate import calibrate, errors_pct
-from prism_strategy.bench.compare import compare
-from prism_strategy.bench.predict import predict
-from prism_strategy.bench.run import base_config, run_bench, run_ceiling, run_many, scan_ceiling_runs
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.fit.calibrate import calibrate, errors_pct
+from prism_strategy.bench.results.compare import compare
+from prism_strategy.bench.results.predict import predict
+from prism_strategy.bench.launch.run import base_config, run_bench, run_ceiling, run_many, scan_ceiling_runs
+from prism_strategy.bench.results.store import Store
 from prism_strategy.specs.presets import load_platform
 
 pytestmark = pytest.mark.distributed
@@ -115,7 +115,7 @@ def test_tune_reaches_the_grid_best_with_a_third_of_the_runs_and_one_check(measu
     one more on the leader's runner-up. That check is what finds the best here: the model puts ddp
     at mb 2 / seq 128 40% above mb 3 / seq 192, while they measure within a few percent of each
     other, either one ahead (the fixed per-step cost on CPU), and CI once stopped at the wrong one."""
-    from prism_strategy.bench.tune import Candidate, tune
+    from prism_strategy.bench.fit.tune import Candidate, tune
 
     train, held = measured
     runs = {(r.strategy, r.config["micro_batch"]): r for r in train + held}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from prism_strategy.bench.census import census_base, run_censuses
+from prism_strategy.bench.collectives.census import census_base, run_censuses
 from prism_strategy.strategies import STRATEGY_NAMES
 
 pytestmark = pytest.mark.distributed

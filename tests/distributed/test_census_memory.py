@@ -3,7 +3,7 @@
 One bench launch (4 gloo ranks as 2 nodes x 2, tiny Llama): each strategy runs a warm-up step,
 a timed step, then one step under torch's MemTracker (tensor memory of the rank: parameters,
 gradients, optimizer state, activations, the engine's own buffers). The prediction is the
-planner's (`bench.predict.predict` -> `planner.evaluate` -> the memory model) for the same
+planner's (`bench.results.predict.predict` -> `planner.evaluate` -> the memory model) for the same
 config, with DeepSpeed's own buffers (its ipg / reduce buckets) from engines/deepspeed.py. Each must
 be within 10% of the measurement; so must issue 17's run options (VARIANTS), in the same launch.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from prism_strategy.bench.run import base_config, run_many
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.launch.run import base_config, run_many
+from prism_strategy.bench.results.store import Store
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.strategies import STRATEGY_NAMES
 

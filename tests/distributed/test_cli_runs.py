@@ -15,7 +15,7 @@ import pytest
 from matplotlib import image
 from typer.testing import CliRunner
 
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 
 pytestmark = pytest.mark.distributed

@@ -17,9 +17,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.census import census_base, config_scenario
-from prism_strategy.bench.curves import load_curves
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.collectives.census import census_base
+from prism_strategy.planning.stored_config import config_scenario
+from prism_strategy.bench.results.curves import load_curves
+from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 from prism_strategy.engines import step_collectives
 from prism_strategy.specs.parts import model_parts
@@ -95,7 +96,7 @@ def test_launched_mode_as_emitted_jobs_run_it(tmp_path):
     import subprocess
     import sys
 
-    from prism_strategy.bench.harness import free_port
+    from prism_strategy.bench.launch.harness import free_port
 
     db = tmp_path / "r.db"
     cmd = (f"exec {sys.executable} -m prism_strategy.cli commbench --launched --model tiny-llama "

@@ -1,5 +1,5 @@
 """Held-out accuracy of the aurora fit, in CI (issue 20 item 2): fit the preset from its priors on
-the records the fit uses (bench/fit_terms.py, data/measurements/aurora-prism.toml) and hold it to
+the records the fit uses (bench/fit/fit_terms.py, data/measurements/aurora-prism.toml) and hold it to
 the figures README.md states ("Runs measured elsewhere, and the Aurora fit"), so CI fails if they
 rise: the leave-one-out median step-time error, and E2 (64 nodes, never fitted)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from prism_strategy.bench import fit_terms as ft
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit import fit_terms as ft
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.specs import load_platform
 
 README_LOO_MEDIAN_PCT = 21.3

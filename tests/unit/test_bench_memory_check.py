@@ -4,8 +4,8 @@ kernel killed (SIGKILL, exit -9) as most likely out of host memory."""
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.harness import _outcome, sigkilled_ranks
-from prism_strategy.bench.run import base_config, check_memory, host_memory_available
+from prism_strategy.bench.launch.harness import _outcome, sigkilled_ranks
+from prism_strategy.bench.launch.run import base_config, check_memory, host_memory_available
 from prism_strategy.cli import app
 from prism_strategy.specs import SpecError, load_platform
 from prism_strategy.specs.cluster import GiB
@@ -40,7 +40,7 @@ def _torchrun_summary(rank: int, exitcode: int) -> str:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
     failure = ProcessFailure(local_rank=rank, pid=4242, exitcode=exitcode, error_file="/nonexistent")
-    return ChildFailedError("prism_strategy.bench.worker", {rank: failure}).format_msg()
+    return ChildFailedError("prism_strategy.bench.launch.worker", {rank: failure}).format_msg()
 
 
 def test_a_sigkilled_rank_is_called_out_of_memory():

@@ -8,10 +8,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench import calibrate as calibrate_mod
-from prism_strategy.bench.calibrate import bounds_for, calibration_bounds, errors_pct, fit_time, held_in_bounds
-from prism_strategy.bench.predict import predict
-from prism_strategy.bench.store import Result, Store
+from prism_strategy.bench.fit import calibrate as calibrate_mod
+from prism_strategy.bench.fit.calibrate import bounds_for, calibration_bounds, errors_pct, fit_time, held_in_bounds
+from prism_strategy.bench.results.predict import predict
+from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.cli import app
 from prism_strategy.specs import load_platform
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from prism_strategy.bench.ceiling import scan_ceiling, search_ceiling
-from prism_strategy.bench.tune import Candidate, tune
+from prism_strategy.bench.fit.ceiling import scan_ceiling, search_ceiling
+from prism_strategy.bench.fit.tune import Candidate, tune
 from prism_strategy.specs import SpecError
 
 

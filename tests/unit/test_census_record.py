@@ -12,8 +12,9 @@ import torch.distributed.distributed_c10d as c10d
 from rich.console import Console
 from typer.testing import CliRunner
 
-from prism_strategy.bench import census_record
-from prism_strategy.bench.census import (CensusReport, _predicted, census_base, compare, config_scenario)
+from prism_strategy.bench.collectives import census_record
+from prism_strategy.bench.collectives.census import CensusReport, _predicted, census_base, compare
+from prism_strategy.planning.stored_config import config_scenario
 from prism_strategy.cli import app
 from prism_strategy.report.census_table import census_notes, census_table
 from prism_strategy.specs.errors import SpecError
@@ -151,7 +152,7 @@ def test_bucket_and_reduce_dtype_reach_wrap_under_the_names_it_takes():
     keyword names, and only when the config sets them (wrap's defaults stay the engine's)."""
     import inspect
 
-    from prism_strategy.bench.worker import engine_options
+    from prism_strategy.bench.launch.worker import engine_options
     from prism_strategy.runtime.wrap import wrap
 
     takes = inspect.signature(wrap).parameters

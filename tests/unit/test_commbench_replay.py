@@ -1,10 +1,10 @@
 """commbench's pure parts: the replay's payload rounding and the check of the profiler's record
-of a replay against the kinds asked for (bench/commbench.py, bench/commbench_worker.py)."""
+of a replay against the kinds asked for (bench/collectives/commbench.py, bench/collectives/commbench_worker.py)."""
 
 from __future__ import annotations
 
-from prism_strategy.bench.commbench import Kind, replay_mismatch
-from prism_strategy.bench.commbench_worker import elements
+from prism_strategy.bench.collectives.commbench import Kind, replay_mismatch
+from prism_strategy.bench.collectives.commbench_worker import elements
 
 
 def _kind(op="all_gather", ranks=4, dtype="bfloat16", calls=3):

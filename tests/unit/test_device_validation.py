@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.presets import platform_names

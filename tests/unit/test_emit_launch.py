@@ -240,7 +240,7 @@ def test_emitted_torchrun_script_runs_a_real_step_from_strategy_toml(tmp_path):
                                                           ("dgx-h100", "commbench.sbatch", "srun --nodes")])
 def test_commbench_job_replays_at_the_emitted_scale(tmp_path, platform, name, launch):
     """The commbench job is the training job's allocation and rank layout running commbench
-    --launched on every rank (bench/commbench.py run_launched), short, with the model from the
+    --launched on every rank (bench/collectives/commbench.py run_launched), short, with the model from the
     environment at submit time."""
     out = emit(tmp_path / "out", platform=platform, strategy="hsdp_full_shard", nodes=10, bucket_mb=64,
                reduce_dtype="fp32")

@@ -1,5 +1,5 @@
 """Step-time terms from the Aurora measurements (compute.py kernel counts, estimate/host.py), the
-runtime memory terms (estimate/memory_runtime.py) and their fit (bench/fit_terms.py)."""
+runtime memory terms (estimate/memory_runtime.py) and their fit (bench/fit/fit_terms.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from prism_strategy.bench import fit_terms as ft
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit import fit_terms as ft
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.comm import estimate_comm
 from prism_strategy.estimate.compute import block_kernels, phase_times, step_kernels
 from prism_strategy.estimate.host import grad_path_s, host_terms

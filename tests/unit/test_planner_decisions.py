@@ -17,7 +17,7 @@ import dataclasses
 
 import pytest
 
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.planning.planner import evaluate, plan
 from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs import load_platform

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from prism_strategy.bench.published import load_published, published_names
+from prism_strategy.bench.fit.published import load_published, published_names
 from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.errors import SpecError
 

@@ -10,7 +10,7 @@ Sources: data/measurements/aurora-prism.toml (PRISM, via ../shared/data/aurora_m
 and data/measurements/cuda-published.toml (torchtitan benchmarks/llama3_h100_202412_torchtitan.md
 and PR #165; llm-foundry scripts/train/benchmarking/README.md; via
 ../shared/data/cuda_measurements.md). PRISM's trainer reports peak_gb as max_memory_allocated()
-(AI-ModCon/PRISM src/utils/perf_log.py, as bench/fit_terms.py notes), so a PRISM "peak" is read as
+(AI-ModCon/PRISM src/utils/perf_log.py, as bench/fit/fit_terms.py notes), so a PRISM "peak" is read as
 allocated; torchtitan logs max_reserved.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from prism_strategy.bench.published import load_published
+from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.memory_runtime import runtime_memory
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.scenario import build_scenario
@@ -51,7 +51,7 @@ AURORA_CASES = [
     Case("B1", "allocated", gap="predicted 11.2 GiB vs 29.0 (-61%); projector-only, same loss buffers as A4: "
          "unexplained, like A4"),
     Case("C6-b2", "reserved", note="in-sample: the allocator_cache_factor of the aurora preset is fitted to C6 "
-         "(bench/fit_terms.py memory_points); vision encoder and checkpointing not recorded"),
+         "(bench/fit/fit_terms.py memory_points); vision encoder and checkpointing not recorded"),
     Case("C6-b3", "reserved", gap="predicted 46.0 GiB reserved vs 34.5 (+33%): the record gives one figure for "
          "local batch 2 and 3, the model grows 5.5 GiB allocated per sample"),
     Case("C6-b2-allocated", "allocated", gap="predicted 24.1 GiB allocated vs 13.6 (+77%): the same 13.6 for batch "

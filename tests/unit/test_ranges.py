@@ -16,7 +16,13 @@ from prism_strategy.report.plan_table import print_plan
 
 
 def _halfwidth(o) -> float:
+    """The fast side (throughput above the prediction): the fit's own leave-one-out error."""
     return math.log(o.samples_per_s_range[1] / o.samples_per_s)
+
+
+def _slow(o) -> float:
+    """The slow side (throughput below the prediction): the fit's error plus what scale adds."""
+    return math.log(o.samples_per_s / o.samples_per_s_range[0])
 
 
 def test_each_option_and_sweep_row_brackets_its_prediction():
@@ -35,6 +41,7 @@ def test_at_the_measured_scale_the_range_is_the_fits_own():
     p = plan("llama-2-7b", platform="dgx-h100", nodes=1, seq_len=2048)
     for o in p.options:
         assert _halfwidth(o) == pytest.approx(fit_errors()["dgx-h100"].halfwidth)
+        assert _slow(o) == pytest.approx(_halfwidth(o))  # nothing beyond what was measured: symmetric
 
 
 def test_beyond_the_measured_nodes_the_range_widens_with_the_comm_share():
@@ -42,7 +49,8 @@ def test_beyond_the_measured_nodes_the_range_widens_with_the_comm_share():
     far = plan("llama-3.1-8b", platform="dgx-h100", nodes=64, seq_len=8192, global_batch=512)
     for a, b in zip(one.options, far.options):
         if b.comm_s > 0:
-            assert _halfwidth(b) > _halfwidth(a)
+            assert _slow(b) > _slow(a)  # scale only slows a step: the low side widens
+            assert _halfwidth(b) == pytest.approx(_halfwidth(a))  # the high side stays the fit's
     # the reason names what to measure when the rival sits inside the pick's range
     line = next((r for r in far.reasons if "inside" in r), None)
     assert line is not None and "commbench" in line and "--nproc 512" in line

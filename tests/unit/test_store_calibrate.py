@@ -5,12 +5,12 @@ import multiprocessing as mp
 
 import pytest
 
-from prism_strategy.bench.calibrate import calibrate, errors_pct, fitted_values
-from prism_strategy.bench.compare import compare
-from prism_strategy.bench.fingerprint import fingerprint
+from prism_strategy.bench.fit.calibrate import calibrate, errors_pct, fitted_values
+from prism_strategy.bench.results.compare import compare
+from prism_strategy.bench.launch.fingerprint import fingerprint
 from prism_strategy.estimate.calibration import same_setup
-from prism_strategy.bench.predict import predict
-from prism_strategy.bench.store import Result, Store, export
+from prism_strategy.bench.results.predict import predict
+from prism_strategy.bench.results.store import Result, Store, export
 from prism_strategy.estimate.calibration import apply_calibration, load_calibration, write_calibration
 from prism_strategy.specs import SpecError, load_platform
 
@@ -45,7 +45,7 @@ def test_a_write_that_finds_the_store_locked_waits_for_the_lock(tmp_path, monkey
     import sqlite3
     import threading
 
-    from prism_strategy.bench import store as store_mod
+    from prism_strategy.bench.results import store as store_mod
     db = tmp_path / "r.db"
     Store(db).add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"i": 0}, measured={}))
     monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_S", 0.02)

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from prism_strategy.bench.store import SCHEMA_VERSION, Result, Store
+from prism_strategy.bench.results.store import SCHEMA_VERSION, Result, Store
 
 OLD_SCHEMA = """
 CREATE TABLE results (

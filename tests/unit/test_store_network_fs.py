@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from prism_strategy.bench.store import Result, Store, journal_for, mount_of
+from prism_strategy.bench.results.store import Result, Store, journal_for, mount_of
 
 
 def _mounts(tmp_path, fstype: str, point) -> object:

@@ -27,8 +27,8 @@ def bench(
     db: Db = None, json_out: JsonOut = False,
 ) -> None:
     """Launch real multi-process runs, one job per strategy; store every result."""
-    from prism_strategy.bench.requests import bench_request
-    from prism_strategy.bench.store import Store
+    from prism_strategy.bench.launch.requests import bench_request
+    from prism_strategy.bench.results.store import Store
     from prism_strategy.report.bench_output import bench_with_progress, show_bench
 
     base, names = bench_request(strategies, platform, model=model, nproc=nproc, ranks_per_node=ranks_per_node,
@@ -52,7 +52,7 @@ def ceiling(
     platform: Platform = "cpu", timeout_s: TimeoutS = 300, db: Db = None, json_out: JsonOut = False,
 ) -> None:
     """Largest micro-batch that runs, by bisection seeded with the planner's prediction."""
-    from prism_strategy.bench.requests import ceiling_search
+    from prism_strategy.bench.launch.requests import ceiling_search
     from prism_strategy.report.bench_output import show_ceiling
 
     data = ceiling_search(strategy, memory_limit=memory_limit, max_micro_batch=max_micro_batch, platform=platform,
@@ -67,7 +67,7 @@ def ceiling(
 def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 'auto' or 'none'")] = "auto",
             json_out: JsonOut = False) -> None:
     """Prediction beside measurement for every stored configuration, with error %."""
-    from prism_strategy.bench.requests import compare_rows
+    from prism_strategy.bench.launch.requests import compare_rows
     from prism_strategy.report.bench_output import show_compare
 
     show_compare(compare_rows(db, calibration), json_out)
@@ -79,7 +79,7 @@ def calibrate(platform: Annotated[str, typer.Option(help="Platform preset to fit
               out: Annotated[Optional[str], typer.Option(help="Default: the user cache, used by plan automatically")] = None,
               json_out: JsonOut = False) -> None:
     """Fit the platform's terms to its published records and stored results; write a calibration file."""
-    from prism_strategy.bench.calibrate import run_calibrate
+    from prism_strategy.bench.fit.calibrate import run_calibrate
     from prism_strategy.report.bench_output import show_calibrate
 
     report = run_calibrate(platform, db, out)
@@ -100,7 +100,7 @@ def tune(
     json_out: JsonOut = False,
 ) -> None:
     """Measure the most promising configurations first; stop when none left can win."""
-    from prism_strategy.bench.requests import tune_search
+    from prism_strategy.bench.launch.requests import tune_search
     from prism_strategy.report.bench_output import show_tune
 
     show_tune(tune_search(strategies, micro_batches, ckpt_freqs, platform=platform, db=db, calibration=calibration,
@@ -133,8 +133,8 @@ def census(
     json_out: JsonOut = False,
 ) -> None:
     """Run each strategy for real and compare the collectives of one step with the engine model."""
-    from prism_strategy.bench.census import census_base, run_census
-    from prism_strategy.bench.requests import strategy_names
+    from prism_strategy.bench.collectives.census import census_base, run_census
+    from prism_strategy.bench.launch.requests import strategy_names
     from prism_strategy.report.census_table import show_census
 
     names = strategy_names(strategies)
@@ -164,9 +164,9 @@ def commbench(
 ) -> None:
     """Replay each strategy's collectives of one step (no model compute) on the real backend;
     time each kind, store it, and show it beside the link model's prediction."""
-    from prism_strategy.bench.commbench import commbench_base, run_commbench, run_launched
-    from prism_strategy.bench.requests import strategy_names
-    from prism_strategy.bench.store import Store
+    from prism_strategy.bench.collectives.commbench import commbench_base, run_commbench, run_launched
+    from prism_strategy.bench.launch.requests import strategy_names
+    from prism_strategy.bench.results.store import Store
     from prism_strategy.report.commbench_table import show_commbench
     from prism_strategy.specs.presets import load_platform
 

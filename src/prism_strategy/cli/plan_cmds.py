@@ -51,11 +51,16 @@ def plan(
     db: Annotated[Optional[str], typer.Option(help="Results store whose measured collective curves (commbench, "
                                                    "imported nccl-tests / oneCCL logs) price matching collectives; "
                                                    "default: the user's store")] = None,
+    rank_jitter: Annotated[Optional[str], typer.Option(help="Measured per-rank spread of the work between "
+                                                            "synchronisations (std / mean, e.g. 0.02) or a "
+                                                            "StepMonitor folder to read it from: prices the "
+                                                            "late-rank cost at scale into the step")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
-    from prism_strategy.bench.curves import curves_for_platform
+    from prism_strategy.bench.results.curves import curves_for_platform
     from prism_strategy.diagnose.script_inputs import plan_from_command_line
+    from prism_strategy.planning.rank_jitter import rank_jitter_from
     from prism_strategy.report.plan_table import show_plan
 
     inputs = dict(loss=loss, ckpt_freq=ckpt_freq, optimizer=optimizer, precision=precision,
@@ -65,7 +70,8 @@ def plan(
         script, inputs, given, model=model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len,
         mean_seq_len=mean_seq_len, micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum,
         vision=vision, image_tokens=image_tokens, ranks_per_node=ranks_per_node, calibration=calibration,
-        traced=traced, sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, comm_curves=curves_for_platform(db, platform))
+        traced=traced, sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, comm_curves=curves_for_platform(db, platform),
+        rank_jitter=None if rank_jitter is None else rank_jitter_from(rank_jitter))
     show_plan(p, markdown=markdown, json_out=json_out)
     if p.recommended is None:  # a valid question, answered "nothing fits / nothing viable": a finding
         raise typer.Exit(1)

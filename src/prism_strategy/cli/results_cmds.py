@@ -30,7 +30,7 @@ def results(
                                                           "(commbench runs, imported nccl-tests / oneCCL logs)")] = False,
 ) -> None:
     """List stored results; export them as CSV or JSON. `results import` adds runs measured elsewhere."""
-    from prism_strategy.bench.requests import existing_store
+    from prism_strategy.bench.launch.requests import existing_store
     from prism_strategy.report.bench_output import show_curves, show_results
 
     if ctx.invoked_subcommand is not None:
@@ -79,7 +79,7 @@ def results_import(
     median +/- 3 x max(1.4826 MAD, 2% of median) are outliers. Both are dropped and counted.
     A bad or partial log exits 2 naming the file and line, and stores nothing.
     """
-    from prism_strategy.bench.store import Store
+    from prism_strategy.bench.results.store import Store
     from prism_strategy.report import bench_output as show
 
     if (path is None) == (published is None):
@@ -89,7 +89,7 @@ def results_import(
     if log_format is None and path is not None:
         log_format = collective_format(Path(path))
     if log_format in COLLECTIVE_FORMATS:
-        from prism_strategy.bench.curves import import_collective_log
+        from prism_strategy.bench.results.curves import import_collective_log
 
         if path is None or platform is None:
             raise SpecError(f"--format {log_format} imports a log: give its PATH and --platform")

@@ -1,7 +1,7 @@
 """commbench.pbs / commbench.sbatch: the emitted job's allocation (nodes, ranks per node, env
 profile, rank layout), running `prism-strategy commbench --launched` instead of the training
 script, so a user measures the strategy's collectives at the target scale in minutes
-(bench/commbench.py). The model comes from PRISM_COMMBENCH_MODEL at submit time (emit has no
+(bench/collectives/commbench.py). The model comes from PRISM_COMMBENCH_MODEL at submit time (emit has no
 model); the strategies from PRISM_COMMBENCH_STRATEGIES, default the emitted one. Rank 0 prints
 the JSON report to the job's output and stores the curves in the results store
 ($PRISM_STRATEGY_DB, else the user's cache: a shared filesystem makes them `plan`'s).

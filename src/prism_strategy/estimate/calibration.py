@@ -1,4 +1,4 @@
-"""Calibration files: platform values fitted to measurements (see bench/calibrate.py), applied
+"""Calibration files: platform values fitted to measurements (see bench/fit/calibrate.py), applied
 to a PlatformSpec so every later estimate uses them and says so in its provenance."""
 
 from __future__ import annotations

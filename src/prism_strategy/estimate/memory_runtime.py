@@ -8,7 +8,7 @@ blocks, and when batch shapes vary (PRISM pads each batch to its longest sample,
 activations and loss buffers have a new size) the cache holds blocks of many sizes beside the
 live ones. PRISM C6 (OLMo-7B, Aurora): 13.6 GB allocated vs 34.5 GB reserved.
 
-Term (one constant per platform, fitted in bench/fit_terms.py to records that report reserved
+Term (one constant per platform, fitted in bench/fit/fit_terms.py to records that report reserved
 memory): reserved = allocated + allocator_cache_factor x (the peak's transient bytes:
 activations and buffers, the part of the peak that comes and goes within a step).
 Fitted: Aurora 0.99 (PRISM A4, B1, C6: batches padded to varying lengths, see aurora.toml);

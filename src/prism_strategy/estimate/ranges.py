@@ -1,5 +1,5 @@
 """How far to trust a predicted step time: a [low, high] range from the fit's own leave-one-out
-errors, widened with the distance from what was measured.
+errors, widened on the slow side with what scale adds beyond what was measured.
 
 The fit benchmarks (benchmarks/cuda_fit.py, benchmarks/aurora_fit.py, `--write`) store each fit's
 error summary in data/fits/NAME.toml; nothing is fitted at plan time. For an option, in log space:
@@ -16,8 +16,14 @@ error summary in data/fits/NAME.toml; nothing is fitted at plan time. For an opt
          the step's work. Communication is modelled, not measured, beyond N_max; the assumption is
          that the model of it may be off by a factor growing with the log of the distance (x2 at
          2 N_max, x4 at 8 N_max, x7 at 64 N_max), the way ring and tree latencies grow.
+  late = ln(1 + late_s / step): the late-rank term (estimate/scale_loss.py) at the top of its
+         default range when the per-rank spread is unmeasured (a measured one is in the step).
+  readings: each reading of the comm terms the records cannot rule out (estimate/comm.comm_readings)
+         lies inside: the slow side reaches the slowest reading's step x e^base.
 
-step_time_s_range = step x [e^-(base+comm), e^(base+comm)]; samples_per_s_range the inverse.
+Scale only ever slows a step (more ranks to wait for, more hops), so the fast side stays the fit's
+(step x e^-base) and the slow side is step x e^(base + max(comm + late, readings)).
+samples_per_s_range is the inverse: its low side carries the scale terms, its high side the fit's.
 """
 
 from __future__ import annotations
@@ -105,36 +111,84 @@ def comm_widening(nodes: int, max_nodes: int, comm_share: float) -> float:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PredictionRange:
-    halfwidth: float
-    """ln(high / predicted) = ln(predicted / low)."""
+    fast: float
+    """ln(predicted step / low step): the fit's leave-one-out half-width (the `base` above)."""
+    slow: float
+    """ln(high step / predicted step): base + the one-sided scale terms."""
+    terms: dict[str, float]
+    """The slow side's widening beyond base, by name (comm beyond measured, late ranks, readings:
+    slow - fast is comm + late, or readings when that is wider)."""
     basis: str
 
-    def around(self, value: float) -> list[float]:
-        return [value * math.exp(-self.halfwidth), value * math.exp(self.halfwidth)]
+    def step_range(self, step_s: float) -> list[float]:
+        return [step_s * math.exp(-self.fast), step_s * math.exp(self.slow)]
 
-    @property
-    def percent(self) -> tuple[float, float]:
-        """(down, up) in percent of the prediction."""
-        return 100 * (1 - math.exp(-self.halfwidth)), 100 * (math.exp(self.halfwidth) - 1)
+    def rate_range(self, rate: float) -> list[float]:
+        return [rate * math.exp(-self.slow), rate * math.exp(self.fast)]
+
+    def to_measure(self) -> list[str]:
+        """The scale terms worth measuring, largest first: when together they widen the slow side
+        more than the fit's own error does, each that makes a quarter or more of that widening."""
+        total = self.slow - self.fast  # readings replace comm + late when wider: not their sum
+        if total <= self.fast:
+            return []
+        return [k for k, v in sorted(self.terms.items(), key=lambda kv: -kv[1]) if v >= 0.25 * total]
+
+    def with_readings(self, step_s: float, readings_s: dict[str, float]) -> "PredictionRange":
+        """The slow side reaching every reading's step x e^base (the readings the fit cannot rule out)."""
+        far = max(readings_s.values(), default=step_s)
+        w = math.log(far / step_s) if far > step_s > 0 else 0.0
+        if w + self.fast <= self.slow:
+            return self
+        terms = self.terms | {READINGS: w}
+        return PredictionRange(fast=self.fast, slow=self.fast + w, terms=terms,
+                               basis=self.basis + f"; the slowest reading of the cross-node cost the fit cannot rule out "
+                               f"is x{math.exp(w):.2f} the step (provenance.communication_beyond_fit): inside the range")
 
 
-def prediction_range(platform: PlatformSpec, nodes: int, compute_s: float, comm_s: float) -> PredictionRange:
-    share = comm_s / (comm_s + compute_s) if comm_s + compute_s > 0 else 0.0
+COMM, LATE, READINGS = "communication beyond the measured nodes", "late ranks", "comm readings"
+
+
+def _base(platform: PlatformSpec) -> tuple[float, int, str]:
     fit = fit_errors().get(platform.fit_platform or platform.name)
     if fit is None:
-        base, max_nodes = uncalibrated_halfwidth(platform.device), 1
-        why = (f"predicted range: uncalibrated preset, the pre-fit error of the {platform.device} fits "
-               f"(x{math.exp(base):.2f})")
-    else:
-        other = bool(platform.fit_platform) and platform.fit_platform != platform.name
-        base = math.hypot(fit.halfwidth, gpu_widening() if other else 0.0)
-        max_nodes = fit.max_nodes
-        why = (f"predicted range: {fit.measurements} leave-one-out {QUANTILE:.0%} range "
-               f"(x{math.exp(fit.halfwidth):.2f}, "
-               f"{fit.records} records)" + (f", another GPU than {fit.platform}'s (x{math.exp(gpu_widening()):.2f})"
-                                           if other else ""))
-    comm = comm_widening(nodes, max_nodes, share)
-    if comm > 0:
-        why += (f"; {nodes} nodes beyond the {max_nodes} measured, communication {share:.0%} of the work "
+        base = uncalibrated_halfwidth(platform.device)
+        return base, 1, (f"predicted range: uncalibrated preset, the pre-fit error of the {platform.device} fits "
+                         f"(x{math.exp(base):.2f})")
+    other = bool(platform.fit_platform) and platform.fit_platform != platform.name
+    base = math.hypot(fit.halfwidth, gpu_widening() if other else 0.0)
+    why = (f"predicted range: {fit.measurements} leave-one-out {QUANTILE:.0%} range (x{math.exp(fit.halfwidth):.2f}, "
+           f"{fit.records} records)" + (f", another GPU than {fit.platform}'s (x{math.exp(gpu_widening()):.2f})"
+                                       if other else ""))
+    return base, fit.max_nodes, why
+
+
+def prediction_range(platform: PlatformSpec, nodes: int, compute_s: float, comm_s: float,
+                     late_s: float = 0.0, step_s: float = 0.0, late_basis: str = "") -> PredictionRange:
+    """late_s: the late-rank seconds the slow side takes (estimate/scale_loss.LateRanks.slow_seconds),
+    against the predicted step_s."""
+    share = comm_s / (comm_s + compute_s) if comm_s + compute_s > 0 else 0.0
+    base, max_nodes, why = _base(platform)
+    terms = {}
+    if (comm := comm_widening(nodes, max_nodes, share)) > 0:
+        terms[COMM] = comm
+        why += (f"; slower side: {nodes} nodes beyond the {max_nodes} measured, communication {share:.0%} of the work "
                 f"(x{math.exp(comm):.2f}; measure it: prism-strategy commbench at {nodes} nodes)")
-    return PredictionRange(halfwidth=base + comm, basis=why)
+    if late_s > 0 and step_s > 0:
+        terms[LATE] = math.log1p(late_s / step_s)
+        why += (f"; slower side: {late_basis} (x{math.exp(terms[LATE]):.3f}; measure the per-rank spread: "
+                "--rank-jitter FOLDER of StepMonitor logs)")
+    return PredictionRange(fast=base, slow=base + sum(terms.values()), terms=terms, basis=why)
+
+
+def coverage(loo_pct: dict[str, float], slow_extra: dict[str, float] | None = None) -> tuple[int, int]:
+    """(inside, records) of the leave-one-out rows: each record's measured step against the range
+    around its leave-one-out prediction, base from the other records' leave-one-out errors, the
+    slow side widened by the record's own scale terms (slow_extra, ln; 0 where it was measured).
+    err = predicted / measured - 1, so inside when -(base + extra) <= ln(1 + err) <= base."""
+    extra = slow_extra or {}
+    inside = 0
+    for rid, e in loo_pct.items():
+        w = halfwidth([v for k, v in loo_pct.items() if k != rid])
+        inside += -(w + extra.get(rid, 0.0)) <= math.log1p(e / 100) <= w
+    return inside, len(loo_pct)

@@ -8,6 +8,8 @@ from typing import Any
 
 from prism_strategy.estimate.comm import CommEstimate
 from prism_strategy.estimate.memory import MemoryEstimate
+from prism_strategy.estimate.ranges import PredictionRange
+from prism_strategy.estimate.scale_loss import LateRanks
 from prism_strategy.planning.scenario import Scenario
 
 
@@ -46,8 +48,13 @@ class Option:
     memory_runtime: dict[str, Any] = field(default_factory=dict)
     """Which figure memory.total is, and the allocator's reserved figure (estimate/memory_runtime.py)."""
     step_time_s_range: list[float] | None = None
-    """[low, high]: the fit's leave-one-out range, widened beyond what was measured (estimate/ranges.py)."""
+    """[low, high]: the fit's leave-one-out range, the high side widened beyond what was measured (estimate/ranges.py)."""
     samples_per_s_range: list[float] | None = None
+    """[low, high]: the low side carries the scale terms (scale only slows a step), the high the fit's."""
+    range: PredictionRange | None = None
+    """How the range was made: the fit's side, each slow-side term (estimate/ranges.py)."""
+    late_ranks: LateRanks | None = None
+    """The late-rank term (estimate/scale_loss.py): in step_time_s when the per-rank spread is measured."""
     step_time_s_readings: dict[str, float] = field(default_factory=dict)
     """Beyond the node count the fit measured: the step time under each reading of the comm terms
     its records could not rule out (estimate/comm.comm_readings); empty where there is one."""

@@ -15,6 +15,7 @@ from prism_strategy.estimate.memory_runtime import memory_fields
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
 from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
+from prism_strategy.estimate.scale_loss import LateRanks, late_ranks
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.planning.recommend import annotate, recommend
 from prism_strategy.planning.scenario import Scenario, build_scenario
@@ -67,10 +68,19 @@ def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay
     trainable = sum(x.trainable for x in parts) / s.degree(s.optim_shard, layout)
     tensors = sum(x.tensors for x in parts if x.trains)  # FSDP2 shards every tensor: each rank steps them all
     o.optimizer_s = optimizer_time_s(trainable, opt_bytes, p, tensors)
-    o.step_time_s = o.compute_s + o.exposed_comm_s + o.optimizer_s
+    o.late_ranks = _late_ranks(o, comm, layout, p)
+    o.step_time_s = o.compute_s + o.exposed_comm_s + o.optimizer_s + o.late_ranks.seconds
     o.samples_per_s = o.micro_batch * o.grad_accum * layout.world / o.step_time_s
     o.tokens_per_s_per_device, o.mfu = per_device_rates(parts, t, p, o.samples_per_s / layout.world)
     o.bound = "comm" if o.comm_s > o.compute_s else "compute"
+
+
+def _late_ranks(o: Option, comm: CommEstimate, layout: Layout, p: PlatformSpec) -> LateRanks:
+    """Every collective call of the step is a synchronisation point; the fit's records ran at its
+    largest node count x this layout's ranks per node (estimate/scale_loss.py)."""
+    syncs = sum(c.calls_per_step for c in comm.collectives)
+    measured = max_measured_nodes(p) * layout.ranks_per_node
+    return late_ranks(layout.world, measured, o.compute_s, syncs, p.rank_jitter)
 
 
 def per_device_rates(parts: tuple[Part, ...], t: TrainingSpec, p: PlatformSpec,
@@ -103,8 +113,8 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     _time(sc, parts, s, o, lay)
     if p.measured_collectives:
         o.provenance["communication"] = _measured_provenance(o, lay, p)
-    _set_range(o, sc.platform, lay.nodes)
     _set_readings(sc, parts, s, o, lay)
+    _set_range(o, sc.platform, lay.nodes)
     if lay.nodes > 1:
         one = _time_only(sc, parts, s, mb, ga, Layout(nodes=1, ranks_per_node=lay.ranks_per_node))
         o.scaling_efficiency = (o.samples_per_s / lay.nodes) / one if one else None
@@ -151,10 +161,17 @@ def _set_readings(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Opt
 
 
 def _set_range(o: Option, platform: PlatformSpec, nodes: int) -> None:
-    r = prediction_range(platform, nodes, o.compute_s, o.comm_s)
-    o.step_time_s_range = r.around(o.step_time_s)
-    o.samples_per_s_range = r.around(o.samples_per_s)
+    """After _set_readings: the range holds every reading the fit cannot rule out."""
+    late = o.late_ranks
+    r = prediction_range(platform, nodes, o.compute_s, o.comm_s, late_s=late.slow_seconds if late else 0.0,
+                         step_s=o.step_time_s, late_basis=late.basis if late and late.slow_seconds > 0 else "")
+    r = r.with_readings(o.step_time_s, o.step_time_s_readings)
+    o.range = r
+    o.step_time_s_range = r.step_range(o.step_time_s)
+    o.samples_per_s_range = r.rate_range(o.samples_per_s)
     o.provenance["range"] = r.basis
+    if late is not None and late.seconds > 0:
+        o.provenance["late_ranks"] = late.basis
 
 
 def _time_only(sc: Scenario, parts, s: StrategySpec, mb: int, ga: int, layout: Layout) -> float:
@@ -185,7 +202,7 @@ def plan(
     compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
     calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
     reduce_dtype: str | None = None, loss: str = "upcast", comm_curves: Sequence[Any] = (),
-    script: dict[str, Any] | None = None,
+    script: dict[str, Any] | None = None, rank_jitter: float | None = None,
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -215,7 +232,11 @@ def plan(
     reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
     loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
     comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
-        CLI loads them from the results store: bench/curves.py); a matching one prices its collective.
+        CLI loads them from the results store: bench/results/curves.py); a matching one prices its collective.
+    rank_jitter: the measured per-rank spread of the work between synchronisations (std / mean; the
+        CLI also reads it from a StepMonitor folder: planning/rank_jitter.py); it prices the late-rank
+        term into the step (estimate/scale_loss.py). None: the platform's `rank_jitter`; unmeasured, only the
+        range's slow side takes it.
     script: what a training script said about these inputs, kept as given for `inputs.script` of the
         JSON (`plan --script` reads it: diagnose/script_inputs.py; the values arrive as the keywords above).
     """
@@ -230,6 +251,8 @@ def plan(
     sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
     if comm_curves:
         sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(comm_curves)))
+    if rank_jitter is not None:
+        sc = sc.with_platform(replace(sc.platform, rank_jitter=rank_jitter))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
     if traced:

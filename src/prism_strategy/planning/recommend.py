@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
-from prism_strategy.estimate.ranges import max_measured_nodes
+from prism_strategy.estimate.ranges import LATE, max_measured_nodes
 from prism_strategy.specs.parts import Part
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
@@ -169,7 +170,30 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
                        f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}")
     if (overlap := _range_reason(sc, pick, best if best is not pick else runner)) is not None:
         reasons.append(overlap)
+    if (scale := _scale_reason(sc, pick)) is not None:
+        reasons.append(scale)
     return pick.strategy, reasons + infeasible, warnings
+
+
+def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:
+    """When scale terms, not the fit's own error, set how slow the pick may run: say which, by how
+    much, and what measures each (estimate/ranges.PredictionRange.to_measure)."""
+    r, rng = pick.range, pick.samples_per_s_range
+    names = r.to_measure() if r is not None else []
+    if not names or rng is None:
+        return None
+    lay, hows = sc.layout, []
+    for name in names:
+        if name == LATE:
+            hows.append(f"the per-rank spread: log a few steps with StepMonitor at {lay.world} ranks "
+                        "and pass the folder as --rank-jitter (`prism-strategy analyze` checks the same logs for stragglers)")
+        elif not any("commbench" in h for h in hows):
+            hows.append(f"the collectives at {lay.nodes} nodes: prism-strategy commbench --model "
+                        f"{sc.model.backbone.name} --strategies {pick.strategy} --nproc {lay.world} --ranks-per-node "
+                        f"{lay.ranks_per_node} (emit writes commbench.pbs / commbench.sbatch)")
+    parts = ", ".join(f"{k} x{math.exp(r.terms[k]):.2f}" for k in names)
+    return (f"{pick.strategy} may run as slow as {rng[0]:.2f} samples/s ({1 - rng[0] / pick.samples_per_s:.0%} below "
+            f"the prediction), mostly from {parts} (provenance.range); measure " + "; ".join(hows))
 
 
 FLAG_OF_FACT = {"compile": "--compile"}

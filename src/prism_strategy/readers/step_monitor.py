@@ -51,9 +51,10 @@ def _restart(log: ParsedLog, where: str, extras: list[Any]) -> None:
     extras.clear()
 
 
-def _step(obj: dict[str, Any], where: str, log: ParsedLog, extras: list[Any]) -> None:
+def _step(obj: dict[str, Any], where: str, log: ParsedLog, extras: list[Any], rank: int | None) -> None:
+    """rank: the file's (its meta line's, else its name's) for a step line that names none."""
     try:
-        rec = step_times(obj, index(obj["rank"], where, "rank"))
+        rec = step_times(obj, index(obj["rank"] if "rank" in obj or rank is None else rank, where, "rank"))
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
         raise SpecError(f"{where}: step record lacks or mangles {e}") from None
     index(rec.step, where, "step")
@@ -74,7 +75,7 @@ def read(path: Path) -> ParsedLog:
             meta = obj | {"_where": where}
             log.meta[index(obj.get("rank", 0), where, "rank")] = obj
         elif kind == "step":
-            _step(obj, where, log, extras)
+            _step(obj, where, log, extras, meta.get("rank", rank_from_path(path)))
         elif kind == "close":
             rank = obj.get("rank", next(iter(log.meta), rank_from_path(path) or 0))
             log.closed[index(rank, where, "rank")] = integer(obj.get("steps", -1), where, "steps")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.store import Result, Store, export
+from prism_strategy.bench.results.store import Result, Store, export
 from prism_strategy.report.bench_tables import (WIDTH, calibrate_lines, ceiling_lines, compare_table, failures,
                                                 import_lines, print_table, progress, published_lines,
                                                 results_table, store_line, tune_lines)
@@ -17,7 +17,7 @@ from prism_strategy.report.console import print_json
 
 def bench_with_progress(base: dict[str, Any], names: list[str], platform: str, store: Store) -> list[Result]:
     """`bench`'s runs, one per strategy, with a progress bar on stderr."""
-    from prism_strategy.bench.run import run_bench
+    from prism_strategy.bench.launch.run import run_bench
 
     bar, task = progress(len(names), "bench")
     with bar:
@@ -85,7 +85,7 @@ def show_results(store: Store, platform: str | None, export_format: str | None, 
 
 def show_curves(store: Store, platform: str | None) -> None:
     """`results --curves`: the measured collective curves."""
-    from prism_strategy.bench.curves import stored_curves
+    from prism_strategy.bench.results.curves import stored_curves
     from prism_strategy.report.commbench_table import curves_table
 
     print_table(curves_table(stored_curves(store, platform)), WIDTH)
@@ -113,8 +113,8 @@ def show_run_import(imp: Any, json_out: bool) -> None:
 
 def write_store_report(out: str, db: str | None, model: str, platform: str) -> None:
     """`report`: the PNGs (predicted vs measured, the scaling curve, the breakdown), one path a line."""
-    from prism_strategy.bench.compare import compare
-    from prism_strategy.bench.requests import existing_store
+    from prism_strategy.bench.results.compare import compare
+    from prism_strategy.bench.launch.requests import existing_store
     from prism_strategy.planning.planner import plan
     from prism_strategy.report.plots import check_out_dir, write_report
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from prism_strategy.bench.store import Result
+from prism_strategy.bench.results.store import Result
 from prism_strategy.report.console import table_console
 
 
@@ -154,7 +154,7 @@ def ceiling_lines(data: dict[str, Any], max_micro_batch: int) -> list[str]:
 
 
 def store_line(store: Any) -> str:
-    """Where the results live and in which SQLite journal mode, and why (bench/store.py)."""
+    """Where the results live and in which SQLite journal mode, and why (bench/results/store.py)."""
     import textwrap
 
     return textwrap.fill(f"store: {store.path}: {store.journal.why}", WIDTH, subsequent_indent="    ")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
-from prism_strategy.bench.census import TOLERANCE_PCT, CensusReport, StrategyCensus
+from prism_strategy.bench.collectives.census import TOLERANCE_PCT, CensusReport, StrategyCensus
 from prism_strategy.report.console import table_console
 
 

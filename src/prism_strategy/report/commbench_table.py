@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
-from prism_strategy.bench.commbench import CommbenchReport
+from prism_strategy.bench.collectives.commbench import CommbenchReport
 from prism_strategy.report.census_table import _bytes
 from prism_strategy.report.console import table_console
 from prism_strategy.specs.measured import MeasuredCurve

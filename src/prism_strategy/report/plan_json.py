@@ -22,6 +22,8 @@ def option_dict(o: Option) -> dict[str, Any]:
         "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s, "optimizer_s": o.optimizer_s,
         "comm_fraction": o.comm_fraction, "bound": o.bound, "scaling_efficiency": o.scaling_efficiency,
         "step_time_s_readings": o.step_time_s_readings,
+        "range_terms": ({"fit": o.range.fast} | o.range.terms) if o.range else {},
+        "late_rank_s": o.late_ranks.seconds if o.late_ranks else 0.0,
         "collectives": [
             {"op": c.op, "group": c.group, "link": c.link, "ranks": c.ranks, "bytes_per_call": c.bytes_per_call,
              "calls_per_step": c.calls_per_step, "seconds_per_step": c.seconds_per_step, "algorithm": c.algorithm}

@@ -52,9 +52,9 @@ def plan_title(p: Plan) -> str:
 
 CAPTION = ("predicted by the analytic model{calibrated} (provenance in --json); GiB per device; mb x accum x ranks = "
            "global samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; range = 80% range "
-           "of samples/s (fit's leave-one-out errors, widened beyond what was measured; provenance.range); tok/s/dev = "
-           "tokens/s per device; MFU = model FLOPs (no recompute) / the {peak} peak; comm = exposed share of the step; "
-           "eff = samples/s per node vs the same option (mb, accum, ckpt) on 1 node")
+           "of samples/s (fit's leave-one-out errors; the low side widened beyond what was measured; provenance.range); "
+           "tok/s/dev = tokens/s per device; MFU = model FLOPs (no recompute) / the {peak} peak; comm = exposed share "
+           "of the step; eff = samples/s per node vs the same option (mb, accum, ckpt) on 1 node")
 
 
 def option_notes(p: Plan) -> tuple[list[str], list[str]]:

@@ -109,6 +109,10 @@ class PlatformSpec:
     """Host CPU: NCCL's network overhead per step (1 us Intel, 2 us AMD)."""
     compile_multinode_ok: bool = True
     cpu_cores_per_node: int = 0
+    rank_jitter: float | None = None
+    """Measured per-rank spread of the work between synchronisations (std / mean, e.g. 0.02),
+    from this cluster's StepMonitor logs or `plan --rank-jitter`: prices the late-rank term into
+    the step (estimate/scale_loss.py). None = unmeasured: only the range's slow side takes it."""
     sources: dict[str, str] = field(default_factory=dict)
     measured_collectives: tuple[MeasuredCurve, ...] = ()
     """Collective curves measured on this platform (commbench, nccl-tests, oneCCL benchmark),
@@ -126,6 +130,9 @@ class PlatformSpec:
             raise SpecError(f"platform {self.name!r}: activation_factor must be > 0, got {self.activation_factor}")
         if self.allocator_cache_factor < 0:
             raise SpecError(f"platform {self.name!r}: allocator_cache_factor must be >= 0, got {self.allocator_cache_factor}")
+        if self.rank_jitter is not None and not 0 <= self.rank_jitter < 1:
+            raise SpecError(f"platform {self.name!r}: rank_jitter must be in [0, 1) (std / mean of one rank's work "
+                            f"between synchronisations, e.g. 0.02), got {self.rank_jitter}")
         if self.sm_count < 0:
             raise SpecError(f"platform {self.name!r}: sm_count must be >= 0, got {self.sm_count}")
         if self.nvlink_links < 0:

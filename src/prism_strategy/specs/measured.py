@@ -1,7 +1,7 @@
 """A measured collective curve: seconds per call against payload bytes for one op on one group
 shape, as commbench or an imported nccl-tests / oneCCL benchmark log measured it.
 
-Plain data: the results store (bench/curves.py) loads curves, the CLI attaches them to the
+Plain data: the results store (bench/results/curves.py) loads curves, the CLI attaches them to the
 platform (`PlatformSpec.measured_collectives`), and estimate/comm_measured.py prices with them.
 Payload bytes follow census: all_reduce and broadcast the tensor, all_gather the gathered
 output, reduce_scatter the unscattered input (nccl-tests' `size` column is the same quantity:

@@ -20,8 +20,8 @@ from prism_strategy.readers.steps import PHASES
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.bench.importers.scenario import resolve
 from prism_strategy.bench.importers.steady import Steady, steady_state
-from prism_strategy.bench.predict import predict
-from prism_strategy.bench.store import Result, Store
+from prism_strategy.bench.results.predict import predict
+from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.specs.errors import SpecError
 
 

@@ -1,4 +1,4 @@
-"""Shipped published records (`bench.published`) as results with provenance ``published``.
+"""Shipped published records (`bench.fit.published`) as results with provenance ``published``.
 
 Each record becomes one result keyed ``published:<set>:<id>``: importing the set again adds
 nothing (changed records are updated in place). Measured step time is the record's own, else
@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from prism_strategy.bench.predict import predict
-from prism_strategy.bench.published import PublishedRecord, load_published, mid
-from prism_strategy.bench.store import Result, Store
+from prism_strategy.bench.results.predict import predict
+from prism_strategy.bench.fit.published import PublishedRecord, load_published, mid
+from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from prism_strategy.readers import torchtitan
 from prism_strategy.readers.training_log import ParsedLog
-from prism_strategy.bench.predict import stored_model
+from prism_strategy.bench.results.predict import stored_model
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MODES

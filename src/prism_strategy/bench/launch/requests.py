@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.run import base_config, check_memory, run_ceiling, run_tune
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.launch.run import base_config, check_memory, run_ceiling, run_tune
+from prism_strategy.bench.results.store import Store
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 
@@ -69,7 +69,7 @@ def tune_search(strategies: str, micro_batches: str, ckpt_freqs: str, *, platfor
 
 def compare_rows(db: str | None, calibration: str) -> list[dict[str, Any]]:
     """`compare`: every stored configuration's prediction (calibrated when one applies) beside it."""
-    from prism_strategy.bench.compare import compare
+    from prism_strategy.bench.results.compare import compare
     from prism_strategy.estimate.calibration import calibrated_platform
 
     return compare(existing_store(db).query(),

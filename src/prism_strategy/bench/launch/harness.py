@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.fingerprint import fingerprint
-from prism_strategy.bench.store import Result
+from prism_strategy.bench.launch.fingerprint import fingerprint
+from prism_strategy.bench.results.store import Result
 from prism_strategy.specs.errors import SpecError
 
 
@@ -54,7 +54,7 @@ def _kill_session(proc: subprocess.Popen) -> None:
             continue
 
 
-WORKER = "prism_strategy.bench.worker"
+WORKER = "prism_strategy.bench.launch.worker"
 
 
 def worker_command(configs: list[dict[str, Any]], out: Path, extra: list[str], module: str = WORKER) -> list[str]:

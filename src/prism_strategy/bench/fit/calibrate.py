@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from prism_strategy.bench.predict import predict
-from prism_strategy.bench.store import Result
+from prism_strategy.bench.results.predict import predict
+from prism_strategy.bench.results.store import Result
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 
@@ -157,7 +157,7 @@ def calibrate(base: PlatformSpec, results: list[Result]) -> tuple[PlatformSpec, 
 
 
 def fitted_values(p: PlatformSpec) -> dict[str, float]:
-    from prism_strategy.bench.fit_terms import get_value
+    from prism_strategy.bench.fit.fit_terms import get_value
     from prism_strategy.estimate.calibration import FITTED
 
     return {k: float(v) for k in FITTED if (v := get_value(p, k)) is not None}
@@ -165,7 +165,7 @@ def fitted_values(p: PlatformSpec) -> dict[str, float]:
 
 def published_for(platform: str) -> list[str]:
     """Shipped measurement files whose records ran on this platform."""
-    from prism_strategy.bench.published import load_published, published_names
+    from prism_strategy.bench.fit.published import load_published, published_names
 
     return [n for n in published_names() if any(r.platform == platform for r in load_published(n))]
 
@@ -173,7 +173,7 @@ def published_for(platform: str) -> list[str]:
 def _db_observations(results: list[Result]) -> list[Any]:
     """Stored runs (bench or imported) as step-time observations; copies of published records
     (config["published"]) are skipped: the records themselves are read from the package."""
-    from prism_strategy.bench.fit_terms import Observation
+    from prism_strategy.bench.fit.fit_terms import Observation
 
     out = []
     for r in results:
@@ -185,11 +185,11 @@ def _db_observations(results: list[Result]) -> list[Any]:
 
 
 def calibrate_terms(base: PlatformSpec, results: list[Result], names: list[str]) -> tuple[PlatformSpec, dict[str, Any]]:
-    """Fit the host/launch/collective terms (bench/fit_terms.py) to the published records of
+    """Fit the host/launch/collective terms (bench/fit/fit_terms.py) to the published records of
     `names` and the stored runs, from the fit's priors (reproducible without a DB); then the
     allocator's cache factor to the records' reserved memory."""
-    from prism_strategy.bench import fit_terms as ft
-    from prism_strategy.bench.published import load_published
+    from prism_strategy.bench.fit import fit_terms as ft
+    from prism_strategy.bench.fit.published import load_published
 
     records = [r for n in names for r in load_published(n) if r.platform == base.name]
     obs = [o for r in records if ft.fit_reason(r) is None for o in ft.record_observations(r)] + _db_observations(results)
@@ -245,7 +245,7 @@ def run_calibrate(platform: str, db: str | None, out: str | None) -> dict[str, A
     and report["refused"] says why)."""
     from pathlib import Path
 
-    from prism_strategy.bench.store import Store
+    from prism_strategy.bench.results.store import Store
     from prism_strategy.estimate.calibration import default_calibration_dir, write_calibration
     from prism_strategy.specs.presets import load_platform
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from prism_strategy.bench.predict import predict
-from prism_strategy.bench.store import Result
+from prism_strategy.bench.results.predict import predict
+from prism_strategy.bench.results.store import Result
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform

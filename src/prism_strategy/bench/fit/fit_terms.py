@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from prism_strategy.bench.published import PublishedRecord
+from prism_strategy.bench.fit.published import PublishedRecord
 from prism_strategy.specs.cluster import PlatformSpec
 
 KNOBS: tuple[str, ...] = ("kernel_launch_us", "achievable_fraction", "grad_path_us_per_tensor.ddp",

@@ -16,7 +16,7 @@ terms (every A100 row is eager llm-foundry at seq 2048: shared with Hopper); any
 Each record is predicted as the planner predicts a step (planner._time: compute, exposed comm,
 optimizer) on its own platform; selective checkpointing, which the training spec cannot carry
 yet, adds torchtitan's per-op recompute (compute_shape.sac_recompute_s). Loss: squared log error
-of step time; coordinate descent on log knob values as bench/fit_terms.fit.
+of step time; coordinate descent on log knob values as bench/fit/fit_terms.fit.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prism_strategy.bench.published import PublishedRecord
+from prism_strategy.bench.fit.published import PublishedRecord
 from prism_strategy.estimate.comm import CommEstimate
 from prism_strategy.specs.cluster import PlatformSpec
 
@@ -126,7 +126,7 @@ def _clamp(knob: str, v: float) -> float:
 
 
 def fit(start: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]) -> Knobs:
-    """Coordinate descent on log knob values, steps shrinking from 4x to 1.02x (bench/fit_terms.fit);
+    """Coordinate descent on log knob values, steps shrinking from 4x to 1.02x (bench/fit/fit_terms.fit);
     a knob no observation exercises keeps its start value."""
     used = {FRACTION_KNOB[o.platform] for o in obs} | {"attention_ratio", "elementwise_bytes"}
     k, best = dict(start), loss(start, obs, platforms)

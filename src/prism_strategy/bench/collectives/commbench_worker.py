@@ -1,6 +1,6 @@
-"""One rank of a commbench launch (bench/commbench.py, through bench/harness.py under torchrun).
+"""One rank of a commbench launch (bench/collectives/commbench.py, through bench/launch/harness.py under torchrun).
 
-    python -m torch.distributed.run --nproc-per-node 4 -m prism_strategy.bench.commbench_worker \
+    python -m torch.distributed.run --nproc-per-node 4 -m prism_strategy.bench.collectives.commbench_worker \
         --config '[{...}, ...]' --out DIR
 
 Each config is one strategy's step: its collectives (op, group, dtype, bytes per call, calls) in
@@ -12,7 +12,7 @@ is issued `calls` times on buffers of its size, on the group the engine uses:
 Timing: `warmup` whole replays, then `repetitions` replays; in each, every kind starts after a
 barrier and is timed from its first call to the device sync after its last (at most MAX_CALLS
 calls a repetition). Per kind: the median seconds per call and the spread (max - min) / median.
-Then one more replay runs under the census recorder (bench/census_record.py), so what was
+Then one more replay runs under the census recorder (bench/collectives/census_record.py), so what was
 issued (op, group size, dtype, calls, bytes) is checked against the engine model, as census does.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from prism_strategy.bench.worker import _context, _sync, parse_args
+from prism_strategy.bench.launch.worker import _context, _sync, parse_args
 
 MAX_CALLS = 64
 """Calls timed per kind and repetition: a step issuing more calls of one kind is timed on 64."""
@@ -108,7 +108,7 @@ def backend_version(ctx: Any) -> str:
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
-    from prism_strategy.bench.census_record import record, summarise, tag_collectives
+    from prism_strategy.bench.collectives.census_record import record, summarise, tag_collectives
 
     ctx = _context(config)
     tag_collectives()

@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from prism_strategy.bench.ceiling import Ceiling, search_ceiling
-from prism_strategy.bench.harness import check_config, launch, launch_many, to_result
-from prism_strategy.bench.predict import predict, stored_model
-from prism_strategy.bench.store import Result, Store
-from prism_strategy.bench.tune import Candidate, TuneResult, tune
+from prism_strategy.bench.fit.ceiling import Ceiling, search_ceiling
+from prism_strategy.bench.launch.harness import check_config, launch, launch_many, to_result
+from prism_strategy.bench.results.predict import predict, stored_model
+from prism_strategy.bench.results.store import Result, Store
+from prism_strategy.bench.fit.tune import Candidate, TuneResult, tune
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_model, load_platform

@@ -1,10 +1,10 @@
 """commbench: replay, on the real backend at the launched scale, the collectives each strategy
 issues in one optimizer step of the scenario, without the model's compute; time each kind and
-store it (bench/curves.py) beside the link model's prediction (estimate/comm.py `price`).
+store it (bench/results/curves.py) beside the link model's prediction (estimate/comm.py `price`).
 
 What is replayed is the engine model (engines' `step_collectives`: op, group, dtype, bytes per
 call, calls, in the step's order), which `census` holds against the real engines in CI; each
-replay is itself recorded like a census (bench/commbench_worker.py), so a collective that was
+replay is itself recorded like a census (bench/collectives/commbench_worker.py), so a collective that was
 not issued as the model says is reported, not timed silently. All strategies run in one launch.
 Per kind: the slowest rank's median seconds per call (after a barrier, every rank starts the
 kind together), and the widest spread. Per strategy: comm_s = sum over kinds of calls x seconds
@@ -17,10 +17,10 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from prism_strategy.bench.census import census_base
-from prism_strategy.bench.curves import Point, Run, write_run
-from prism_strategy.bench.fingerprint import fingerprint
-from prism_strategy.bench.harness import Outcome, launch_many
+from prism_strategy.bench.collectives.census import census_base
+from prism_strategy.bench.results.curves import Point, Run, write_run
+from prism_strategy.bench.launch.fingerprint import fingerprint
+from prism_strategy.bench.launch.harness import Outcome, launch_many
 from prism_strategy.engines import engine_of, step_collectives
 from prism_strategy.estimate.comm import group_geometry, price
 from prism_strategy.planning.stored_config import config_scenario
@@ -220,7 +220,7 @@ def run_commbench(base: dict[str, Any], strategies: list[str], platform: Any, st
     """Every strategy's step replayed in ONE local torchrun launch; measured kinds stored as one run."""
     planned, configs = _configs(base, strategies, platform)
     outcomes = launch_many(configs, timeout_s=float(base["timeout_s"]) * len(configs),
-                           module="prism_strategy.bench.commbench_worker")
+                           module="prism_strategy.bench.collectives.commbench_worker")
     return _report(base, planned, outcomes, platform, store)
 
 
@@ -231,7 +231,7 @@ def run_launched(base: dict[str, Any], strategies: list[str], platform: Any, sto
 
     import torch.distributed as dist
 
-    from prism_strategy.bench.commbench_worker import run as run_rank
+    from prism_strategy.bench.collectives.commbench_worker import run as run_rank
 
     planned, configs = _configs(base, strategies, platform)
     outcomes = []

@@ -288,7 +288,7 @@ class Store:
 
     def run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
         """`op(connection)` on this store, retried whole under lock contention: for the tables
-        other modules own (bench/curves.py: measured collective curves)."""
+        other modules own (bench/results/curves.py: measured collective curves)."""
         return self._run(op)
 
     def add(self, r: Result) -> int:

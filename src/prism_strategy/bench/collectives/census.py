@@ -1,5 +1,5 @@
 """Census: the collectives each strategy's real engine issues in one optimizer step, recorded
-with torch's profiler (bench/census_record.py), against what the engine model predicts.
+with torch's profiler (bench/collectives/census_record.py), against what the engine model predicts.
 
 All strategies run in one torchrun launch (the bench harness); each rank records one steady-state
 optimizer step after a warm-up step, every micro-step of gradient accumulation included. Rank
@@ -107,7 +107,7 @@ def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
                 bucket_mb: float | None = None, reduce_dtype: str | None = None,
                 timeout_s: float = 300) -> dict[str, Any]:
     """The shared config of one census launch; bad input raises SpecError before anything runs."""
-    from prism_strategy.bench.run import base_config
+    from prism_strategy.bench.launch.run import base_config
     from prism_strategy.specs.presets import load_model
 
     if precision not in PRECISIONS:
@@ -195,7 +195,7 @@ def run_census(base: dict[str, Any], strategies: list[str]) -> CensusReport:
 def run_censuses(bases: list[dict[str, Any]], strategies: list[str]) -> list[CensusReport]:
     """Several scenarios (same nproc) x strategies in ONE launch: the process start, imports and
     process group are paid once (CI runs its three model shapes this way). One report per base."""
-    from prism_strategy.bench.harness import launch_many
+    from prism_strategy.bench.launch.harness import launch_many
     from prism_strategy.strategies import get_strategy
 
     specs = [get_strategy(s) for s in strategies]

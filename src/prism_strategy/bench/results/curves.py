@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.store import Store
+from prism_strategy.bench.results.store import Store
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.measured import MeasuredCurve
 

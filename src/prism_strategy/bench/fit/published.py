@@ -154,7 +154,7 @@ class PublishedRecord:
         return None if v is None else v * self.memory_unit_bytes
 
     def as_config(self) -> dict[str, Any]:
-        """The shape bench results store as `config` (bench/predict.py reads it back)."""
+        """The shape bench results store as `config` (bench/results/predict.py reads it back)."""
         s = self.scenario
         cfg = {"model": s.model, "mode": s.mode, "strategy": self.planner_strategy, "nproc": s.world,
                "ranks_per_node": s.ranks_per_node, "micro_batch": s.micro_batch, "grad_accum": s.grad_accum,
