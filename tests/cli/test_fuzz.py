@@ -178,7 +178,8 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
         "results": {"--db": db, "--platform": names, "--export": names + ["csv", "json", "CSV"], "--out": paths,
                     "--json": [], "--curves": []},
         "compare": {"--db": db, "--calibration": paths + names + ["none"], "--json": []},
-        "calibrate": {"--platform": platform, "--db": db, "--out": paths, "--json": []},
+        "calibrate": {"--platform": platform, "--db": db, "--out": paths, "--fit": names + ["all", "steps", "comm"],
+                      "--json": []},
         "report": {"--out": paths + [f["text.txt"], f["binary.bin"]], "--db": db, "--model": names + cfgs + paths,
                    "--platform": names + paths},
     }

@@ -110,3 +110,20 @@ def test_launched_mode_as_emitted_jobs_run_it(tmp_path):
     assert s["ok"] and [(c["op"], c["group"]) for c in s["collectives"]] == \
         [(w.op, w.group) for w in _engine_kinds("hsdp_shard_grad_op")]
     assert data["stored"] == len(s["collectives"]) == sum(len(c.points) for c in load_curves(Store(db), "cpu"))
+
+
+def test_the_stored_gloo_points_calibrate_the_cpu_platforms_comm_terms(run, tmp_path):
+    """`calibrate --fit comm` on the rows this launch stored: the alpha-beta ring's terms fitted to
+    real gloo timings, each decided by named points or held with a reason, and left out by group
+    shape and by op (the launch has 3 shapes and 3 ops), written only when better than the preset."""
+    _, db = run
+    out = tmp_path / "cpu.toml"
+    res = CliRunner().invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out),
+                                   "--fit", "comm", "--json"])
+    report = json.loads(res.stdout)
+    c = report["comm"]
+    assert res.exit_code == 0 and report["written"] and out.is_file(), report.get("refused")
+    assert c["after"]["comm_median"] <= c["before"]["comm_median"]
+    assert all(bool(t["decided_by"]) != bool(t["held"]) for t in c["terms"])
+    left = {row["left_out"] for row in c["leave_one_out"]}
+    assert {"ranks 1x2", "ranks 2x2", "ranks 2x1", "op all_reduce", "op all_gather", "op reduce_scatter"} <= left

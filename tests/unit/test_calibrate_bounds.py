@@ -13,7 +13,9 @@ from prism_strategy.bench.fit.calibrate import bounds_for, calibration_bounds, e
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.cli import app
+from prism_strategy.estimate import comm_fit
 from prism_strategy.specs import load_platform
+from prism_strategy.specs.presets import platform_names
 
 TINY = dict(name="tiny", hf_model_type="llama", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128,
             vocab=512, max_positions=512)
@@ -66,7 +68,7 @@ def test_the_fit_of_latency_on_runs_that_cannot_see_it_stays_bounded():
     fitted = fit_time(base, runs_of(truth, CONFIGS[:3]), rounds=2)
     for name in calibration_bounds():
         lo, hi = bounds_for(base, name)
-        assert lo <= getattr(fitted, name) <= hi, name
+        assert lo <= comm_fit.value(fitted, name) <= hi, name
 
 
 def test_no_nan_when_the_runs_have_no_memory():
@@ -142,3 +144,13 @@ def test_a_worse_memory_refit_keeps_the_memory_values_it_would_replace(tmp_path,
     assert r.exit_code == 0 and report["written"] and "kept from the cpu preset" in report["kept"]
     assert report["values"]["activation_factor"] == base.activation_factor
     assert report["after"]["memory_median"] <= report["replaces"]["memory_median"] + 0.05
+
+
+@pytest.mark.parametrize("name", platform_names())
+def test_every_comm_term_a_preset_can_fit_has_bounds_around_the_preset(name):
+    """calibrate --fit comm moves only these terms (estimate/comm_fit.py); each needs a bound with
+    its source, and the shipped value must lie inside it or the fit would start outside."""
+    base = load_platform(name)
+    for t in comm_fit.terms_of(base):
+        lo, hi = bounds_for(base, t.name)
+        assert lo <= comm_fit.value(base, t.name) <= hi and calibration_bounds()[t.name]["source"], t.name

@@ -77,12 +77,14 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
 def calibrate(platform: Annotated[str, typer.Option(help="Platform preset to fit (as plan's --platform)")] = "aurora",
               db: Db = None,
               out: Annotated[Optional[str], typer.Option(help="Default: the user cache, used by plan automatically")] = None,
+              fit: Annotated[str, typer.Option(help="all | steps (step time, memory) | comm (latency and bandwidth "
+                                                    "from the store's collective curves)")] = "all",
               json_out: JsonOut = False) -> None:
     """Fit the platform's terms to its published records and stored results; write a calibration file."""
     from prism_strategy.bench.fit.calibrate import run_calibrate
     from prism_strategy.report.bench_output import show_calibrate
 
-    report = run_calibrate(platform, db, out)
+    report = run_calibrate(platform, db, out, fit)
     show_calibrate(report, json_out)
     if not report["written"]:
         raise typer.Exit(1)

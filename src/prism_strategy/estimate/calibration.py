@@ -17,8 +17,24 @@ FITTED = ("achievable_fraction", "peak_tflops_bf16", "peak_tflops_fp32", "intra_
           "nic_bw_gbps", "intra_latency_us", "inter_latency_us", "collective_overhead_us", "scaleout_overhead_us",
           "per_tensor_overhead_us", "kernel_launch_us", "activation_factor", "framework_reserve_gib",
           "allocator_cache_factor", "grad_path_us_per_tensor.ddp", "grad_path_us_per_tensor.fsdp2",
-          "grad_path_us_per_tensor.deepspeed")
-"""Dotted names are entries of a platform table (grad_path_us_per_tensor.<engine>)."""
+          "grad_path_us_per_tensor.deepspeed", "nccl_scale.base_latency", "nccl_scale.intra_latency",
+          "nccl_scale.net_latency", "nccl_scale.intra_bw", "nccl_scale.inter_bw")
+"""Dotted names are entries of a platform table (grad_path_us_per_tensor.<engine>, nccl_scale.<factor>)."""
+
+
+def platform_value(p: PlatformSpec, name: str) -> float | None:
+    """A fitted value of the platform; a dotted name is an entry of a table, None when absent."""
+    if "." in name:
+        table, key = name.split(".", 1)
+        return getattr(p, table).get(key)
+    return float(getattr(p, name))
+
+
+def with_value(p: PlatformSpec, name: str, v: float) -> PlatformSpec:
+    if "." in name:
+        table, key = name.split(".", 1)
+        return dataclasses.replace(p, **{table: getattr(p, table) | {key: v}})
+    return dataclasses.replace(p, **{name: v})
 
 
 def default_calibration_dir() -> Path:

@@ -140,8 +140,10 @@ def comm_readings(p: PlatformSpec) -> dict[str, PlatformSpec]:
 def model_description(p: PlatformSpec) -> str:
     """Which collective model prices this platform, for provenance."""
     if p.backend == "nccl" and p.gpu_arch:
+        scaled = ", ".join(f"{k} x{v:.3g}" for k, v in p.nccl_scale.items() if v != 1.0)
         return (f"NCCL's cost model (data/nccl_tuning.toml from NCCL src/graph/tuning.cc; {p.gpu_arch}, "
-                f"{p.nvlink_links} NVLinks, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}), estimate/comm_nccl.py")
+                f"{p.nvlink_links} NVLinks, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}"
+                + (f"; fitted to measured curves: {scaled}" if scaled else "") + "), estimate/comm_nccl.py")
     if p.backend == "xccl":
         ar = "host-staged flat ring (CCL_ALLREDUCE=ring)" if p.allreduce_algorithm == "ring" else "topo"
         return (f"oneCCL as profiled (estimate/comm_oneccl.py): all-reduce {ar}, all-gather / reduce-scatter topo "

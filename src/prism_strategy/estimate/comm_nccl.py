@@ -10,6 +10,10 @@ speed of the generation's list that the links carry (one channel per NIC across 
 ncclTopoDupChannels' doubling. Left out, so a plan prices what remains: NVLS / NVLS-Tree
 (NVSwitch multicast), CollNet (SHARP), PAT (one GPU per node), tuner plugins, the Tree
 graph's own search (its channels are taken as the ring's).
+A platform's `nccl_scale` (fitted by `calibrate` to measured curves, estimate/comm_fit.py)
+multiplies the base latencies, the NVLink/PCI and network hop latencies, and every bandwidth of a
+one-node or a multi-node group: what a fabric NCCL's constants do not describe (a TCP-based NIC
+path, a slower switch) shows up there, and the algorithm choice follows the scaled costs.
 """
 
 from __future__ import annotations
@@ -121,7 +125,8 @@ def bandwidths(p: PlatformSpec, op: str, ranks: int, nodes: int, concurrent: int
         if ll128:
             f = ref["tree_ll128_factor_one_node"] if nodes == 1 else ref["tree_ll128_factor_nodes"]
             out[("tree", "LL128")] = 0.5 * min(tree * f, n * caps["tree_ll128_per_channel"][a][i2])
-    return out
+    scale = p.nccl_scale.get("inter_bw" if nodes > 1 else "intra_bw", 1.0)
+    return {k: v * scale for k, v in out.items()}
 
 
 def latency_us(p: PlatformSpec, op: str, algo: str, proto: str, ranks: int, nodes: int) -> float:
@@ -133,18 +138,21 @@ def latency_us(p: PlatformSpec, op: str, algo: str, proto: str, ranks: int, node
     ppn = max(1, ranks // nodes)
     intra = hw["nvlink" if p.nvlink_links else "pci"][algo][j]
     inter = hw["net"]["tree" if ppn == 1 else algo][j]
-    lat = t["base_latency_us"][algo][j]
+    k = p.nccl_scale
+    lat, inter = t["base_latency_us"][algo][j] * k.get("base_latency", 1.0), inter * k.get("net_latency", 1.0)
     if algo == "tree":
-        return lat + 2 * ((ppn - 1) * intra + int(math.log2(nodes)) * inter)
+        return lat + 2 * ((ppn - 1) * intra * k.get("intra_latency", 1.0) + int(math.log2(nodes)) * inter)
     if nodes > 1:
         over = ref["net_overhead_us"].get(p.cpu_vendor, ref["net_overhead_us"]["other"])
         intra = max(intra, over * (ref["net_overhead_simple_factor"] if proto == "Simple" else 1.0))
+    intra *= k.get("intra_latency", 1.0)
     steps = ring_steps(op, ranks)
     inter_steps = ring_steps(op, nodes)  # 0 on one node
     return lat + (steps - inter_steps) * intra + inter_steps * inter
 
 
-TOPOLOGY = ("gpu_arch", "nvlink_links", "intra_bw_gbps", "nic_bw_gbps", "nics_per_node", "devices_per_node", "cpu_vendor")
+TOPOLOGY = ("gpu_arch", "nvlink_links", "intra_bw_gbps", "nic_bw_gbps", "nics_per_node", "devices_per_node", "cpu_vendor",
+            "nccl_scale")
 """The platform fields NCCL's model reads: the key of the per-group tables cached below."""
 
 
@@ -158,7 +166,7 @@ def _table(topo: tuple, op: str, ranks: int, nodes: int, concurrent: int) -> tup
     and the communicator's compute channels)."""
     p = PlatformSpec(name="nccl-topology", device="cuda", backend="nccl", memory_gib=1.0, peak_tflops_bf16=1.0,
                      peak_tflops_fp32=1.0, hbm_bw_gbps=1.0, intra_ring_bw_gbps=1.0, intra_latency_us=0.0,
-                     inter_latency_us=0.0, **dict(zip(TOPOLOGY, topo)))
+                     inter_latency_us=0.0, **(dict(zip(TOPOLOGY, topo)) | {"nccl_scale": dict(topo[-1])}))
     n, _ = channels(p, nodes, max(1, ranks // nodes))
     ref = tuning()["refinements"]
     rows = []
@@ -178,7 +186,8 @@ def nccl_choice(p: PlatformSpec, op: str, size: float, ranks: int, nodes: int, c
 
 def nccl_topology(p: PlatformSpec) -> tuple:
     """The platform fields NCCL's model reads (TOPOLOGY), as a cache key."""
-    return (p.gpu_arch, p.nvlink_links, p.intra_bw_gbps, p.nic_bw_gbps, p.nics_per_node, p.devices_per_node, p.cpu_vendor)
+    return (p.gpu_arch, p.nvlink_links, p.intra_bw_gbps, p.nic_bw_gbps, p.nics_per_node, p.devices_per_node, p.cpu_vendor,
+            tuple(sorted(p.nccl_scale.items())))
 
 
 @lru_cache(maxsize=8192)

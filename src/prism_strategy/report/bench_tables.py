@@ -166,11 +166,12 @@ def calibrate_lines(report: dict[str, Any]) -> list[str]:
     import textwrap
 
     b, a, rep = report["before"], report["after"], report["replaces"]
-    head = (f"calibrated {report['platform']} on {report['runs']} runs -> {report['file']}" if report["written"]
+    rows = f"{report['runs']} {report.get('rows', 'runs')}"
+    head = (f"calibrated {report['platform']} on {rows} -> {report['file']}" if report["written"]
             else f"{report['platform']}: {report['refused']}")
     lines = [head]
     for key, what in (("step_time_median", "step time"), ("memory_median", "peak memory")):
-        if key in a:
+        if key in a and key in b:
             was = f", {rep[key]:.1f}% with {rep['what']}" if key in rep and "calibration" in rep["what"] else ""
             lines.append(f"  {what} median error: {b[key]:.1f}% preset, {a[key]:.1f}% fitted{was}")
     lines += [f"  held at a bound: {n}" for n in report.get("held_at_bounds", [])]
@@ -179,7 +180,27 @@ def calibrate_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"  {row['id']:12s} step error {row['before_err_pct']:+7.1f}% before, "
                      f"{row['after_err_pct']:+7.1f}% after")
     lines += [f"  {row['id']:12s} not fitted: {row['why']}" for row in report.get("not_fitted", [])]
+    lines += comm_lines(report["comm"]) if "comm" in report else []
     return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="      ")]
+
+
+def comm_lines(c: dict[str, Any]) -> list[str]:
+    """calibrate's communication fit (estimate/comm_fit.py): each term and what decided or held it,
+    fitted and leave-one-out errors, busbw measured vs fitted at each curve's largest size."""
+    lines = [f"  collectives: {c['points']} points of {', '.join(c['curves'])}; median error "
+             f"{c['before']['comm_median']:.1f}% before, {c['after']['comm_median']:.1f}% fitted "
+             f"(worst {c['max_abs_err_pct']:.1f}%)"]
+    for t in c["terms"]:
+        how = f"decided by {t['decided_by']}" if t["decided_by"] else f"held: {t['held']}"
+        how += f" (stopped at its {t['at_bound']} bound)" if t.get("at_bound") else ""
+        lines.append(f"    {t['name']} ({t['what']}): {t['before']:.4g} -> {t['after']:.4g}; {how}")
+    lines += [f"    leave out {r['left_out']}: median error {r['median_abs_err_pct']:.1f}% on its {r['points']} points"
+              for r in c["leave_one_out"]]
+    lines += [f"    leave-one-out: {c['leave_one_out_note']}"] if c.get("leave_one_out_note") else []
+    lines += [f"    busbw at {b['bytes'] / 2**20:.6g} MiB of {b['curve']}: {b['measured_busbw_gbps']:.1f} GB/s measured, "
+              f"{b['fitted_busbw_gbps']:.1f} fitted" for b in c["bus_bandwidth"]]
+    lines += [f"    not fitted: {c['not_fitted']}"] if c.get("not_fitted") else []
+    return lines
 
 
 def failures(results: list[Result]) -> list[str]:

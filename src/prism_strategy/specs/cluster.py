@@ -10,6 +10,8 @@ from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.measured import MeasuredCurve
 
 GiB = 1024**3
+NCCL_SCALES = ("base_latency", "intra_latency", "net_latency", "intra_bw", "inter_bw")
+"""The factors PlatformSpec.nccl_scale may hold."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,6 +109,11 @@ class PlatformSpec:
     """NVLinks per GPU (0: GPUs talk over PCI): the bandwidth NCCL's channel search can use."""
     cpu_vendor: Literal["intel", "amd", "other"] = "intel"
     """Host CPU: NCCL's network overhead per step (1 us Intel, 2 us AMD)."""
+    nccl_scale: dict[str, float] = field(default_factory=dict)
+    """Measured / NCCL-modelled factors over data/nccl_tuning.toml's per-generation constants
+    (estimate/comm_nccl.py): base_latency, intra_latency (NVLink/PCI hop), net_latency (network
+    hop), intra_bw (one-node bus bandwidth), inter_bw (across nodes); 1.0 when absent. Only
+    `prism-strategy calibrate` sets them, from measured collective curves (estimate/comm_fit.py)."""
     compile_multinode_ok: bool = True
     cpu_cores_per_node: int = 0
     rank_jitter: float | None = None
@@ -137,6 +144,8 @@ class PlatformSpec:
             raise SpecError(f"platform {self.name!r}: sm_count must be >= 0, got {self.sm_count}")
         if self.nvlink_links < 0:
             raise SpecError(f"platform {self.name!r}: nvlink_links must be >= 0, got {self.nvlink_links}")
+        if any(v <= 0 for v in self.nccl_scale.values()) or set(self.nccl_scale) - set(NCCL_SCALES):
+            raise SpecError(f"platform {self.name!r}: nccl_scale takes {', '.join(NCCL_SCALES)}, each > 0")
         if any(v < 0 for v in self.grad_path_us_per_tensor.values()):
             raise SpecError(f"platform {self.name!r}: grad_path_us_per_tensor values must be >= 0")
         if not 0 <= self.comm_overlap <= 1:

@@ -5,6 +5,9 @@ platform's achieved FLOP/s, link bandwidths, latencies and per-operation / per-t
 overheads; coordinate descent on log-factors minimises the squared log error of step time
 over all runs (the model is not linear once overlap is capped by compute, so no closed form).
 Memory: least squares for measured = states_and_buffers + factor x activations + reserve.
+Communication (when the store holds collective curves: commbench, imported nccl-tests / oneCCL
+logs): the latency and bandwidth terms of the model that prices the plan, fitted to seconds per
+call (estimate/comm_fit.py); `--fit comm` fits them alone over what the file replaces.
 
 Every fitted value stays inside physical bounds (data/calibration_bounds.toml, each with its
 source): a step that would leave them is not taken, and a value a fit still puts outside is held
@@ -25,6 +28,8 @@ import numpy as np
 
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result
+from prism_strategy.estimate import comm_fit
+from prism_strategy.estimate.calibration import with_value
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 
@@ -47,7 +52,7 @@ def calibration_bounds() -> dict[str, dict[str, Any]]:
 
 def bounds_for(base: PlatformSpec, name: str) -> tuple[float, float]:
     """(low, high) of one fitted value of `base` (the preset), from calibration_bounds()."""
-    b, v = calibration_bounds()[name], float(getattr(base, name))
+    b, v = calibration_bounds()[name], comm_fit.value(base, name)
     lo, hi = float(b.get("min", 0.0)), float(b.get("max", math.inf))
     datasheet = name in base.sources and not base.sources[name].lower().startswith(NOT_A_DATASHEET)
     if "min_vs_preset" in b:
@@ -66,7 +71,7 @@ def bounds_for(base: PlatformSpec, name: str) -> tuple[float, float]:
 def _outside(base: PlatformSpec, p: PlatformSpec) -> list[tuple[str, float, float, float]]:
     out = []
     for name in calibration_bounds():
-        v, (lo, hi) = float(getattr(p, name)), bounds_for(base, name)
+        v, (lo, hi) = comm_fit.value(p, name), bounds_for(base, name)
         if not lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9):
             out.append((name, v, lo, hi))
     return out
@@ -79,7 +84,9 @@ def held_in_bounds(base: PlatformSpec, p: PlatformSpec) -> tuple[PlatformSpec, l
         changes[name] = min(hi, max(lo, v))
         notes.append(f"{name}: the fit gave {v:.4g}, held at {changes[name]:.4g} "
                      f"({calibration_bounds()[name]['source']})")
-    return dataclasses.replace(p, **changes) if changes else p, notes
+    for name, v in changes.items():
+        p = with_value(p, name, v)
+    return p, notes
 
 
 def scaled_platform(base: PlatformSpec, f: dict[str, float]) -> PlatformSpec:
@@ -231,27 +238,20 @@ a refit that reproduces what it replaces (float round-off) is not refused."""
 
 def worse_than(after: dict[str, float], replaced: dict[str, float]) -> str | None:
     """The first error the fit makes worse than what it replaces, in words; None when none is."""
-    for key, what in (("step_time_median", "step-time"), ("memory_median", "peak-memory")):
+    for key, what in (("step_time_median", "step-time"), ("memory_median", "peak-memory"),
+                      ("comm_median", "collective-time")):
         if key in after and key in replaced and after[key] > replaced[key] + WORSE_BY_PCT:
             return f"median {what} error {after[key]:.1f}% vs {replaced[key]:.1f}%"
     return None
 
 
-def run_calibrate(platform: str, db: str | None, out: str | None) -> dict[str, Any]:
-    """`prism-strategy calibrate`: fit, write the calibration file, return the report. A platform
-    with published records (data/measurements) fits the step-time terms to them and to every
-    stored run; otherwise the efficiency factors to this tool's own bench runs. Nothing is written
-    when the fit is worse, on the same rows, than what it replaces (report["written"] is False
-    and report["refused"] says why)."""
-    from pathlib import Path
+FITS = ("all", "steps", "comm")
+"""`calibrate --fit`: every part the stored rows allow; the step-time (and memory) terms only; the
+communication terms only, from collective curve rows (estimate/comm_fit.py)."""
 
-    from prism_strategy.bench.results.store import Store
-    from prism_strategy.estimate.calibration import default_calibration_dir, write_calibration
-    from prism_strategy.specs.presets import load_platform
 
-    base = load_platform(platform)
-    stored = Store(db).query(platform=base.name)
-    names = published_for(base.name)
+def _step_fit(base: PlatformSpec, stored: list[Result], names: list[str]) -> tuple[PlatformSpec, dict[str, Any], dict]:
+    """The step-time fit: to the published records and stored runs, else to this tool's bench runs."""
     if names:
         fitted, report = calibrate_terms(base, [r for r in stored if r.kind != "ceiling-trial"], names)
         own = [r for r in stored if not r.config.get("published")]
@@ -262,9 +262,53 @@ def run_calibrate(platform: str, db: str | None, out: str | None) -> dict[str, A
         rows = [r for r in stored if r.kind == "bench"]
         fitted, report = calibrate(base, rows)
         fp = rows[-1].fingerprint
+    return fitted, report, fp
+
+
+def _comm_only(replaced: PlatformSpec, stored: list[Result], curves) -> tuple[PlatformSpec, dict[str, Any], dict]:
+    """No step-time fit: the comm terms fitted over what the file replaces (its other values kept)."""
+    own = [r for r in stored if not r.config.get("published")]
+    fp = own[-1].fingerprint if own else {"host": "collective curves " + ", ".join(sorted({c.label for c in curves})),
+                                           "torch": "as measured"}
+    report = {"runs": sum(len(c.points) for c in curves), "rows": "collective points", "before": {}, "after": {},
+              "held_at_bounds": [],
+              "score": lambda p: {}}
+    return replaced, report, fp
+
+
+def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "all") -> dict[str, Any]:
+    """`prism-strategy calibrate`: fit, write the calibration file, return the report. A platform
+    with published records (data/measurements) fits the step-time terms to them and to every
+    stored run; otherwise the efficiency factors to this tool's own bench runs. Collective curve
+    rows (commbench, imported nccl-tests / oneCCL logs) fit the communication terms (report["comm"]).
+    Nothing is written when the fit is worse, on the same rows, than what it replaces
+    (report["written"] is False and report["refused"] says why)."""
+    from pathlib import Path
+
+    from prism_strategy.bench.results.curves import load_curves
+    from prism_strategy.bench.results.store import Store
+    from prism_strategy.estimate.calibration import default_calibration_dir, write_calibration
+    from prism_strategy.specs.presets import load_platform
+
+    if fit not in FITS:
+        raise SpecError(f"--fit {fit!r}: one of {', '.join(FITS)}")
+    base = load_platform(platform)
+    store = Store(db)
+    stored, names = store.query(platform=base.name), published_for(base.name)
+    curves = load_curves(store, base.name) if fit != "steps" else ()
+    if fit == "comm" and not curves:
+        raise SpecError(f"--fit comm: the store holds no collective curves for {base.name}; import a log with "
+                        "`prism-strategy results import FILE --format nccl-tests` or run `prism-strategy commbench`")
     path = Path(out) if out else default_calibration_dir() / f"{base.name}.toml"
     replaced, label = replaced_platform(base, path)
+    steps = fit == "steps" or (fit == "all" and (names or not curves or any(r.kind == "bench" for r in stored)))
+    fitted, report, fp = _step_fit(base, stored, names) if steps else _comm_only(replaced, stored, curves)
     score = report.pop("score")
+    if curves:
+        fitted, report["comm"] = comm_fit.calibrate_comm(fitted, curves, lambda n: bounds_for(base, n))
+        step_score, score = score, lambda p: step_score(p) | {"comm_median": comm_fit.comm_median(p, curves)}
+        report["after"] = score(fitted)
+        report["before"] |= {"comm_median": comm_fit.comm_median(base, curves)}
     report["replaces"] = {"what": label} | score(replaced)
     if worse_than({k: v for k, v in report["after"].items() if k == "memory_median"}, report["replaces"]):
         fitted = dataclasses.replace(fitted, **{k: getattr(replaced, k) for k in MEMORY_VALUES})
@@ -275,7 +319,10 @@ def run_calibrate(platform: str, db: str | None, out: str | None) -> dict[str, A
     worse = worse_than(report["after"], report["replaces"])
     report |= {"platform": base.name, "file": str(path), "values": fitted_values(fitted), "written": worse is None}
     if worse is not None:
-        report["refused"] = f"not written: the fit is worse than {label} on the same {report['runs']} runs ({worse})"
+        rows = f"{report['runs']} {report.get('rows', 'runs')}"
+        report["refused"] = f"not written: the fit is worse than {label} on the same {rows} ({worse})"
+        if curves and fit == "all":
+            report["refused"] += "; `--fit comm` fits the collective terms alone, `--fit steps` the step time alone"
         return report
     write_calibration(path, platform=base.name, fingerprint=fp | {"platform": base.name, "backend": base.backend},
                       values=fitted_values(fitted), runs=report["runs"], errors=report["after"])

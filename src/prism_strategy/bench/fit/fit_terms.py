@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from prism_strategy.bench.fit.published import PublishedRecord
+from prism_strategy.estimate.calibration import platform_value, with_value
 from prism_strategy.specs.cluster import PlatformSpec
 
 KNOBS: tuple[str, ...] = ("kernel_launch_us", "achievable_fraction", "grad_path_us_per_tensor.ddp",
@@ -67,16 +68,14 @@ def prior_platform(p: PlatformSpec) -> PlatformSpec:
 
 
 def get_value(p: PlatformSpec, knob: str) -> float | None:
-    if knob.startswith("grad_path_us_per_tensor."):
-        return p.grad_path_us_per_tensor.get(knob.split(".", 1)[1])
-    return float(getattr(p, knob))
+    return platform_value(p, knob)
 
 
 def set_value(p: PlatformSpec, knob: str, v: float) -> PlatformSpec:
-    if knob.startswith("grad_path_us_per_tensor."):
-        return dataclasses.replace(p, grad_path_us_per_tensor=p.grad_path_us_per_tensor | {knob.split(".", 1)[1]: v})
+    if "." in knob:
+        return with_value(p, knob, v)
     lo, hi = BOUNDS.get(knob, (1e-3, 1e9))
-    return dataclasses.replace(p, **{knob: min(hi, max(lo, v))})
+    return with_value(p, knob, min(hi, max(lo, v)))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
