@@ -24,8 +24,8 @@ def widest(args, env):
 
 
 @pytest.mark.parametrize("args", [PLAN, ["models"], ["platforms"], ["strategies"]], ids=lambda a: a[0])
-@pytest.mark.parametrize("columns, limit", [("80", 80), ("100", 100), ("300", 120), (None, 120)])
-def test_tables_fit_columns_and_a_pipe_stays_at_most_120(args, columns, limit):
+@pytest.mark.parametrize("columns, limit", [("80", 80), ("100", 100), ("300", 100), (None, 100)])
+def test_tables_fit_columns_and_a_pipe_stays_at_most_100(args, columns, limit):
     width, out = widest(args, {"COLUMNS": columns})
     assert width <= limit, out
     assert "[1]" in out  # long notes and texts are numbered footnotes, not wrapped cells

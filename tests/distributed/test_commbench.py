@@ -17,7 +17,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.collectives.census import census_base, config_scenario
+from prism_strategy.bench.collectives.census import census_base
+from prism_strategy.planning.stored_config import config_scenario
 from prism_strategy.bench.results.curves import load_curves
 from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app

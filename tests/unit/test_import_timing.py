@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from prism_strategy.bench.importers import build_import
-from prism_strategy.readers.prism import read_text
+from prism_strategy.readers.prism import read as read_text
 
 F = Path(__file__).resolve().parents[1] / "fixtures" / "imports"
 TRUE_FWD = [1.0, 0.2, 1.0, 0.2]  # seconds per step over steps 1-10, 11-20, 21-30, 31-40

@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "prism_strategy"
 OWNERS = ("engines/", "strategies.py")
 # Names that are someone else's vocabulary, not ours: compared as text read from outside.
 FOREIGN = {
-    ("readers/prism.py", "ds == 'ddp'"): "PRISM's perf.jsonl dist_strategy value",
+    ("readers/prism_perf.py", "ds == 'ddp'"): "PRISM's perf.jsonl dist_strategy value",
     ("diagnose/launcher_checks.py", "e.name == 'deepspeed'"): "the `deepspeed` launcher program in a job script",
     ("diagnose/script_checks.py", "'fsdp2' in s.engines()"): "an engine the user's script was seen to call",
 }

@@ -16,12 +16,15 @@ def analyze(
                                                     "PRISM perf.jsonl or [TIMING] logs", show_default=False)],
     json_out: Annotated[bool, typer.Option("--json", help="Machine output: verdict, events, ranks, evidence")] = False,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG timeline to this file")] = None,
+    log_format: Annotated[Optional[str], typer.Option("--format", help="Read only this format (default: every "
+                                                      "file a reader recognises): stepmonitor, prism-perf.jsonl, "
+                                                      "prism-log, torchtitan-log, hang-report")] = None,
 ) -> None:
     """Tell collapse, straggler, hang and input skew apart from step logs; exit 1 unless healthy."""
     from prism_strategy.diagnose.analyze import analyze as analyze_logs
     from prism_strategy.report.verdict import show_verdict
 
-    verdict = analyze_logs(paths)
+    verdict = analyze_logs(paths, fmt=log_format)
     show_verdict(verdict, json_out=json_out, plot=plot)
     raise typer.Exit(0 if verdict.healthy else 1)
 

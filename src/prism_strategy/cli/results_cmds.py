@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -44,7 +45,8 @@ def results(
 @cli_errors
 def results_import(
     path: Annotated[Optional[str], typer.Argument(help="PRISM log or perf.jsonl (or its folder), a StepMonitor "
-                                                       "folder, or a torchtitan log", show_default=False)] = None,
+                                                       "folder, a torchtitan log, or an nccl-tests / oneCCL "
+                                                       "benchmark's output", show_default=False)] = None,
     published: Annotated[Optional[str], Opt(help="Store a shipped published set instead, e.g. aurora-prism")] = None,
     model: Annotated[Optional[str], Opt(help="Model preset (required: logs do not name ours)")] = None,
     vision: Annotated[Optional[str], Opt(help="Vision encoder preset, if the run had one")] = None,
@@ -59,16 +61,19 @@ def results_import(
     precision: Annotated[Optional[str], Opt(help="bf16-mixed | bf16-pure | fp32")] = None,
     timing: Annotated[str, Opt(help="PRISM [TIMING] lines: running (means since the last reset, PRISM's "
                                     "trainer), interval (means since the previous line) or auto")] = "auto",
-    log_format: Annotated[Optional[str], Opt("--format", help="nccl-tests | oneccl-benchmark: PATH is a "
-                                             "collective benchmark's output (needs --platform, --nodes)")] = None,
+    log_format: Annotated[Optional[str], Opt("--format", help="Read PATH as this format (default: detected): "
+                                             "stepmonitor, prism-perf.jsonl, prism-log, torchtitan-log; or "
+                                             "nccl-tests | oneccl-benchmark, a collective benchmark's output "
+                                             "(needs --platform, --nodes)")] = None,
     ranks_per_node: Annotated[Optional[int], Opt(help="Collective logs: ranks per node (default: the log's "
                                                      "ranks / --nodes)")] = None,
     db: Db = None, json_out: Annotated[bool, Opt("--json", help="Machine output: the stored result")] = False,
 ) -> None:
     """Store a run measured elsewhere (flags win over what the log says), or a published set.
 
-    With --format nccl-tests or oneccl-benchmark, PATH is a collective benchmark's output: its
-    times per size are stored as a measured curve, and `plan` prices that collective with it.
+    The format is detected from the content unless --format names it. A collective benchmark's
+    output (nccl-tests, oneccl-benchmark) is stored as a measured curve per size, and `plan`
+    prices that collective with it.
 
     Steady state: the first 10% of logged windows (at least 1) are warm-up; then windows beyond
     median +/- 3 x max(1.4826 MAD, 2% of median) are outliers. Both are dropped and counted.
@@ -79,7 +84,11 @@ def results_import(
 
     if (path is None) == (published is None):
         raise SpecError("give either a PATH to a log or --published NAME (e.g. aurora-prism), not both")
-    if log_format is not None:
+    from prism_strategy.readers import COLLECTIVE_FORMATS, collective_format
+
+    if log_format is None and path is not None:
+        log_format = collective_format(Path(path))
+    if log_format in COLLECTIVE_FORMATS:
         from prism_strategy.bench.results.curves import import_collective_log
 
         if path is None or platform is None:
@@ -95,5 +104,5 @@ def results_import(
 
         flags = dict(model=model, vision=vision, mode=mode, strategy=strategy, platform=platform, nodes=nodes,
                      micro_batch=micro_batch, grad_accum=grad_accum, seq_len=seq_len, ckpt_freq=ckpt_freq,
-                     precision=precision, timing=timing)
+                     precision=precision, timing=timing, format=log_format)
         show.show_run_import(import_run(path, flags, Store(db)), json_out)

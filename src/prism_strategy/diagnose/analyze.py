@@ -20,7 +20,8 @@ from typing import Any, Iterable, Literal
 import numpy as np
 
 from prism_strategy.diagnose.logs import RunLog, load_run
-from prism_strategy.runtime.detect import DetectConfig, Event, Series, detect_all, summarize
+from prism_strategy.readers.steps import Event
+from prism_strategy.runtime.detect import DetectConfig, Series, detect_all, summarize
 
 __all__ = ["Verdict", "Event", "RankSummary", "analyze", "analyze_run", "load_run"]
 
@@ -58,6 +59,8 @@ class Verdict:
     """The per-rank arrays the verdict was computed from (for plots)."""
     warmup_skip: int = 0
     """Steps left out of the per-rank medians (the first ones of the series)."""
+    skipped: tuple[str, ...] = ()
+    """What the readers left out (an earlier run in the same file, a cut last line, a stale hang report)."""
 
     @property
     def healthy(self) -> bool:
@@ -70,7 +73,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "events": [e.to_dict() for e in self.events],
                 "ranks": {str(r): s.to_dict() for r, s in self.ranks.items()},
-                "evidence": self.evidence, "sources": list(self.sources)}
+                "evidence": self.evidence, "sources": list(self.sources), "skipped": list(self.skipped)}
 
 
 def _hang_event(rep: dict[str, Any]) -> Event:
@@ -180,11 +183,13 @@ def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
         kind = "healthy"
         evidence = {"message": _healthy_message(series, cfg.warmup_skip), **base}
     evidence["run"] = base
-    return Verdict(kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip)
+    return Verdict(kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip,
+                   tuple(run.skipped))
 
 
-def analyze(paths: Iterable[str | Path] | str | Path, config: DetectConfig | None = None) -> Verdict:
-    """Read a run directory or log files and decide (SpecError on bad input)."""
+def analyze(paths: Iterable[str | Path] | str | Path, config: DetectConfig | None = None,
+            fmt: str | None = None) -> Verdict:
+    """Read a run directory or log files (`fmt`: only that format) and decide (SpecError on bad input)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    return analyze_run(load_run(paths), config)
+    return analyze_run(load_run(paths, fmt), config)

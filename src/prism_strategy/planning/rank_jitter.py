@@ -14,9 +14,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from prism_strategy.readers.step_monitor import rank_files
-from prism_strategy.readers.training_log import json_lines
-from prism_strategy.runtime.detect import Series, StepTimes, step_times
+from prism_strategy.readers.step_monitor import rank_files, read_folder
+from prism_strategy.runtime.detect import Series
 from prism_strategy.specs.errors import SpecError
 
 WARMUP = 2
@@ -38,27 +37,12 @@ def rank_jitter_from(value: str) -> float:
     return cv
 
 
-def _records(path: Path) -> list[StepTimes]:
-    rank, out = None, []
-    for i, obj in json_lines(path):
-        if obj.get("kind") == "meta":
-            rank, out = obj.get("rank"), []  # a restart keeps its last run, as the reader does
-        elif obj.get("kind") == "step":
-            if rank is None:
-                raise SpecError(f"{path}:{i}: a step before the meta line; not a StepMonitor rank file")
-            try:
-                out.append(step_times(obj, int(rank)))
-            except (KeyError, TypeError, ValueError):
-                raise SpecError(f"{path}:{i}: a step line without a numeric step and step_s") from None
-    return out
-
-
 def stepmonitor_jitter(folder: Path) -> float:
     files = rank_files(folder)
     if len(files) < 2:
         raise SpecError(f"--rank-jitter {folder}: {len(files)} rank*.jsonl file(s); a spread across ranks needs "
                         "the logs of 2 or more ranks (StepMonitor writes one per rank)")
-    s = Series.from_records([r for f in files for r in _records(f)])
+    s = Series.from_records(read_folder(folder).records)  # the readers' grammar: analyze reads these alike
     local = s.local
     spreads = []
     for j in range(WARMUP, local.shape[1]):

@@ -31,25 +31,66 @@ Scenario lines: ``[Native DDP] World size: W``, ``[Native DDP] Training: S steps
 the mode line (``Projector-Only`` / ``Encoder+Projector`` / ``E2E mode``), the wrapper line
 (``[DDP] Wrapped model``, ``[FSDP] Model wrapped with strategy=X``, ``[HSDP] Model wrapped: X``,
 ``[HSDP] Topology: N nodes x R ranks/node``) and ``[DDP] find_unused_parameters=.., static_graph=..``.
+
+The [TIMING] grammar (the one place it lives; `analyze` and `results import` both read it)
+-----------------------------------------------------------------------------------------
+A ``[TIMING]`` tag (any case) then fields ``NAME [:=] VALUE [s|ms]`` in any order and with any
+separators: Data, Fwd/Forward, Bwd/Backward, Opt/Optim/Optimizer, Total/Step time/Iter time
+(seconds unless ``ms``); ``step N`` / ``iter N`` the step; ``tokens N`` / ``seq N`` the tokens. So
+PRISM's own line above and per-rank lines read alike, e.g. (the shape `analyze` assumed,
+tests/fixtures/logs; not read from a trainer's source)::
+
+    [rank3]: [TIMING] step 21 | Data 10.2ms | Fwd 0.312s | Bwd 11.9s | Opt 0.095s | Total 12.3s
+
+What real logs need, kept: the rank from torchrun's ``[rankN]:`` / ``[defaultN]:`` prefix (else
+``rank N`` on the line, else ``rank3`` in the path, else 0), lines of several ranks interleaved
+(each line says its rank; a line holding two ranks' writes is split at each tag), colour codes,
+Windows line ends, and a last line cut mid-write (left out and named: `ParsedLog.cut`). What is
+refused (exit 2, file:line): a line that gives a time and names a phase as a field without one
+(``Bwd: ?1.88s``; a phase word in prose, ``data loader``, is not a field), a running-mean line
+missing one of PRISM's four phases, and PRISM's running-mean line with no ``Step N: Loss`` line
+before it (its steps cannot be known). A ``[TIMING]`` line with no
+time at all (``[TIMING] DATA_READ done``) is not a step record and is passed over.
+
+A line's step: its own ``step N``, else (PRISM's native trainer) the ``Step N: Loss`` line before
+it, its value a running mean; else lines are counted per rank (one line, one step). Windows (what
+import stores): the running means undone, else the 50-step windows, else one window per step
+(`training_log.step_windows`). Records (what analyze reads): one per line with a step of its own
+or counted, else one per window.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from prism_strategy.readers.training_log import ParsedLog, Window, bad_line, json_lines, number
-from prism_strategy.readers.collective_log import text_lines
+from prism_strategy.readers.steps import PHASES, StepTimes
+from prism_strategy.readers.training_log import (
+    MAX_INDEX, TEXT_SUFFIXES, ParsedLog, Window, bad_line, file_contains, log_lines, rank_from_path, seconds,
+    step_windows, window_records)
 from prism_strategy.specs.errors import SpecError
 
+FORMAT = "prism-log"
+SUFFIXES = TEXT_SUFFIXES
+OPTIONS = ("timing",)
 GB, MiB = 1e9, 2.0**20
 RESET_EVERY = 50
 _F = r"([0-9]*\.?[0-9]+)"
 STEP = re.compile(r"\bStep (\d+): Loss ")
-TIMING = re.compile(rf"\[TIMING\] Data: {_F}s \| Fwd: {_F}s \| Bwd: {_F}s \| Opt: {_F}s\s*$")
-TIMING50 = re.compile(rf"\[TIMING Step (\d+)\] Total: {_F}s \| Data: {_F}s \({_F}%\) \| Fwd: {_F}s \({_F}%\) \| "
-                      rf"Bwd: {_F}s \({_F}%\) \| Opt: {_F}s \({_F}%\) \| Throughput: {_F} samp/s\s*$")
+TAG = re.compile(r"\[TIMING(?:\s+Step\s+(\d+))?\]", re.IGNORECASE)
+SEGMENT = re.compile(r"(?:\[(?:rank|default)\d+\]:?\s*)?\[TIMING", re.IGNORECASE)
+_KEYS = r"(data|fwd|forward|bwd|backward|opt|optim|optimizer|total|step[ _]time|iter[ _]time)"
+FIELD = re.compile(rf"\b{_KEYS}\s*[:=]?\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|s)?\b", re.IGNORECASE)
+NAMED = re.compile(rf"\b{_KEYS}\b(?=\s*[:=]|\s*[?.\d])", re.IGNORECASE)
+"""A phase named as a field (a separator or a number-like token after it), not in prose ("data loader")."""
+INDEX = re.compile(r"\b(?:step|iter|iteration)\s*[:=#]?\s*(\d+)\b(?!\s*(?:ms|s)\b|\.\d)", re.IGNORECASE)
+RANK = re.compile(r"\[(?:rank|default)(\d+)\]|\brank\s*[:=]?\s*(\d+)", re.IGNORECASE)
+TOKENS = re.compile(r"\b(tokens|tok|seq_len|seq)\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
+NATIVE = re.compile(rf"\[TIMING\] Data: {_F}s \| Fwd: {_F}s \| Bwd: {_F}s \| Opt: {_F}s\s*$")
+PHASE_OF = {"data": "data", "fwd": "forward", "forward": "forward", "bwd": "backward", "backward": "backward",
+            "opt": "optimizer", "optim": "optimizer", "optimizer": "optimizer"}
 THROUGHPUT = re.compile(rf"\[THROUGHPUT\] {_F} samples/sec \(effective batch: (\d+)\)\s*$")
 MEM_PEAK = re.compile(rf"\[MEMORY\] Peak: {_F}GB, Current: {_F}GB")
 MEM50 = re.compile(r"\[MEMORY\] Allocated: (\d+)MB \| Reserved: (\d+)MB")
@@ -64,19 +105,79 @@ DDP_FLAGS = re.compile(r"\[DDP\] find_unused_parameters=(True|False), static_gra
 DDP_BUCKET = re.compile(r"\[DDP\] Wrapped model with bucket_cap_mb=(\d+)")
 FSDP_NAMES = {"full_shard": "fsdp_full_shard", "shard_grad_op": "fsdp_shard_grad_op"}
 HSDP_NAMES = {"_HYBRID_SHARD_ZERO2": "hsdp_shard_grad_op", "HYBRID_SHARD": "hsdp_full_shard"}
+WORDS = ("[timing", "[throughput]", "[memory]", "[native ddp]", "[ddp]", "[fsdp]", "[hsdp]", "step ", " mode")
+"""Every line a pattern here reads has one of these, lower-cased (the rest of a long log is passed
+over without a regex)."""
+EXPECTED = "'[TIMING] [step N] Data: Xs | Fwd: Xs | Bwd: Xs | Opt: Xs [| Total: Xs]' (s or ms)"
 
 # tag in the line -> (pattern it must match, what PRISM prints)
-CHECKED = (("[TIMING Step", TIMING50, "'[TIMING Step N] Total: Xs | Data: Xs (P%) | ... | Throughput: X samp/s'"),
-           ("[TIMING]", TIMING, "'[TIMING] Data: Xs | Fwd: Xs | Bwd: Xs | Opt: Xs'"),
-           ("[THROUGHPUT]", THROUGHPUT, "'[THROUGHPUT] X samples/sec (effective batch: N)'"),
+CHECKED = (("[THROUGHPUT]", THROUGHPUT, "'[THROUGHPUT] X samples/sec (effective batch: N)'"),
            ("[MEMORY] Peak", MEM_PEAK, "'[MEMORY] Peak: XGB, Current: XGB'"),
            ("[MEMORY] Allocated", MEM50, "'[MEMORY] Allocated: NMB | Reserved: NMB'"))
 
 
 def looks_like(path: Path) -> bool:
-    with open(path, errors="replace") as f:
-        head = f.read(4 << 20)
-    return "[TIMING]" in head or "[TIMING Step" in head
+    return file_contains(path, "[timing")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """One [TIMING] line: its own step (None when it has none), the 50-step window it closes
+    (``[TIMING Step N]``), its rank (None when it does not say), times in seconds, tokens."""
+
+    step: int | None
+    window: int | None
+    rank: int | None
+    times: dict[str, float]
+    tokens: float
+
+    @property
+    def step_s(self) -> float:
+        return self.times.get("step_s", sum(v for p, v in self.times.items() if p in PHASES and math.isfinite(v)))
+
+    def phases(self) -> list[float]:
+        return [self.times.get(p, math.nan) for p in PHASES]
+
+
+def parse_timing(line: str, path: Path, i: int) -> Timing | None:
+    """One [TIMING] line (None: no tag, or no time on it); SpecError when it names a phase
+    without a time."""
+    tag = TAG.search(line)
+    if tag is None:
+        return None
+    body = line[tag.end():]
+    fields = list(FIELD.finditer(body))
+    if not fields:
+        return None
+    starts = {m.start() for m in fields}
+    if any(m.start() not in starts for m in NAMED.finditer(body)):
+        raise bad_line(path, i, "[TIMING] line (a phase named without a time)", EXPECTED)
+    times = {}
+    for m in fields:
+        v = float(m.group(2)) * (1e-3 if (m.group(3) or "").lower() == "ms" else 1.0)
+        times[PHASE_OF.get(m.group(1).lower(), "step_s")] = seconds(v)
+    rm, im, tm = RANK.search(line), INDEX.search(body), TOKENS.search(body)
+    rank = int(rm.group(1) or rm.group(2)) if rm else None
+    step = int(im.group(1)) if im else None
+    if (rank or 0) >= MAX_INDEX or (step or 0) >= MAX_INDEX:
+        return None
+    return Timing(step, int(tag.group(1)) if tag.group(1) else None, rank, times,
+                  float(tm.group(2)) if tm else math.nan)
+
+
+def parse_timing_line(line: str, counters: dict[int, int], default_rank: int = 0) -> StepTimes | None:
+    """One [TIMING] line as one step record (steps counted per rank when the line has none)."""
+    t = parse_timing(line, Path("<line>"), 0)
+    if t is None or not any(math.isfinite(v) for v in t.phases()):
+        return None
+    return _counted(t, counters, default_rank)
+
+
+def _counted(t: Timing, counters: dict[int, int], default_rank: int) -> StepTimes:
+    rank = default_rank if t.rank is None else t.rank
+    step = counters.get(rank, 0) if t.step is None else t.step
+    counters[rank] = step + 1
+    return StepTimes(step, rank, t.step_s, *t.phases(), t.tokens)
 
 
 def window_start(step: int) -> int:
@@ -95,10 +196,10 @@ def unrun_means(points: list[tuple[int, str, list[float]]]) -> list[Window]:
             m = prev_step - start
             vals_i = [max(0.0, (v * n - p * m) / (n - m)) for v, p in zip(vals, prev_vals)]
             out.append(Window(last_step=step, steps=n - m, where=where, step_s=sum(vals_i),
-                              phases=dict(zip(("data", "forward", "backward", "optimizer"), vals_i))))
+                              phases=dict(zip(PHASES, vals_i))))
         else:
             out.append(Window(last_step=step, steps=n, where=where, step_s=sum(vals),
-                              phases=dict(zip(("data", "forward", "backward", "optimizer"), vals))))
+                              phases=dict(zip(PHASES, vals))))
         prev_step, prev_vals = step, vals
     return out
 
@@ -128,7 +229,7 @@ def interval_windows(points: list[tuple[int, str, list[float]]]) -> list[Window]
     for step, where, vals in points:
         steps = step - prev_step if prev_step is not None and prev_step < step else max(1, step - window_start(step))
         out.append(Window(last_step=step, steps=steps, where=where, step_s=sum(vals),
-                          phases=dict(zip(("data", "forward", "backward", "optimizer"), vals))))
+                          phases=dict(zip(PHASES, vals))))
         prev_step = step
     return out
 
@@ -174,78 +275,111 @@ def _scenario_line(line: str, where: str, log: ParsedLog) -> None:
         log.state("ranks_per_node", int(m.group(2)), where)
 
 
-def read_text(path: Path, timing: str = "auto") -> ParsedLog:
-    log = ParsedLog(format="prism-log", files=[path])
-    per_log: list[tuple[int, str, list[float]]] = []
-    per_50: list[tuple[int, str, list[float]]] = []
-    pending_step: int | None = None
-    for i, line, ended in text_lines(path):
-        where = f"{path}:{i}"
-        for tag, pattern, expected in CHECKED:
-            if tag in line and not pattern.search(line):
-                raise bad_line(path, i, ended, f"PRISM {tag} line", expected)
-        _scenario_line(line, where, log)
-        if m := STEP.search(line):
-            pending_step = int(m.group(1))
-        elif m := TIMING.search(line):
-            if pending_step is None:
-                raise SpecError(f"{where}: [TIMING] line with no 'Step N: Loss' line before it; PRISM logs both, "
-                                "and the step count is needed to undo its running means: pass the whole log")
-            per_log.append((pending_step, where, [float(m.group(k)) for k in (1, 2, 3, 4)]))
-            pending_step = None
-        elif m := TIMING50.search(line):
-            per_50.append((int(m.group(1)), where, [float(m.group(k)) for k in (3, 5, 7, 9)]))
-        elif m := THROUGHPUT.search(line):
-            log.state("samples_per_step", int(m.group(2)), where)
-        elif m := MEM_PEAK.search(line):
-            log.peak("peak_allocated_bytes", float(m.group(1)) * GB)
-        elif m := MEM50.search(line):
-            log.peak("peak_reserved_bytes", float(m.group(2)) * MiB)
-    log.windows = timing_windows(per_log, timing, log) if per_log else [
-        Window(last_step=s, steps=s - window_start(s), where=w, step_s=sum(v), phases=dict(zip(
-            ("data", "forward", "backward", "optimizer"), v))) for s, w, v in per_50]
-    if not per_log and per_50:
-        log.notes.append("timing from the [TIMING Step N] 50-step windows (no per-log [TIMING] lines)")
-    return log
 
 
-def _perf_scenario(obj: dict[str, Any], where: str, log: ParsedLog) -> None:
-    for key, name in (("world_size", "world_size"), ("batch_size", "micro_batch"), ("grad_accum", "grad_accum")):
-        if obj.get(key) is not None:
-            log.state(name, int(number(obj, key, where)), where)
-    ds = obj.get("dist_strategy")
-    if ds == "ddp":
-        log.state("strategy", "ddp", where)
-    elif ds is not None:
-        log.state("dist_strategy", str(ds), where)
+def segments(line: str) -> list[str]:
+    """A line as written by one rank each: two ranks' unbuffered writes can share a line."""
+    starts = [m.start() for m in SEGMENT.finditer(line)]
+    if len(starts) <= 1:
+        return [line]
+    return [line[a:b] for a, b in zip([0] + starts[1:], starts[1:] + [len(line)])]
 
 
-def read_perf(path: Path) -> ParsedLog:
-    log = ParsedLog(format="prism-perf.jsonl", files=[path])
-    per_50: list[Window] = []
-    running: list[tuple[int, str, float, float]] = []
-    for i, obj in json_lines(path):
-        where = f"{path}:{i}"
-        site = obj.get("site")
-        if "event" in obj or site not in ("trainer_native_per_50", "trainer_native_per_log"):
+def _recognised(line: str) -> bool:
+    return bool(TAG.search(line)) or any(tag in line for tag, _, _ in CHECKED)
+
+
+@dataclass
+class _Points:
+    """What the [TIMING] lines of one file gave, by kind."""
+
+    running: list[tuple[int, str, list[float]]]
+    per_50: list[tuple[int, str, list[float]]]
+    counted: bool = False
+    rank: int | None = None
+
+
+def _timing_line(t: Timing, seg: str, where: str, pending: int | None, pts: _Points, counters: dict[int, int],
+                 default_rank: int, log: ParsedLog) -> int | None:
+    """File one [TIMING] line; returns the pending 'Step N: Loss' step left (None once used)."""
+    pts.rank = pts.rank if t.rank is None else t.rank
+    if t.window is not None:
+        pts.per_50.append((t.window, where, _four(t, where)))
+    elif t.step is None and pending is not None:
+        pts.running.append((pending, where, _four(t, where)))
+        return None
+    elif t.step is None and NATIVE.search(seg):
+        raise SpecError(f"{where}: [TIMING] line with no 'Step N: Loss' line before it; PRISM logs both, "
+                        "and the step count is needed to undo its running means: pass the whole log")
+    else:
+        pts.counted |= t.step is None
+        log.record(_counted(t, counters, default_rank), where)
+    return pending
+
+
+def _four(t: Timing, where: str) -> list[float]:
+    vals = t.phases()
+    if not all(math.isfinite(v) for v in vals):
+        raise SpecError(f"{where}: a PRISM running-mean [TIMING] line needs Data, Fwd, Bwd and Opt times; "
+                        f"expected {EXPECTED}")
+    return vals
+
+
+def _checked(seg: str, path: Path, i: int) -> None:
+    for tag, pattern, expected in CHECKED:
+        if tag in seg and not pattern.search(seg):
+            raise bad_line(path, i, f"PRISM {tag} line", expected)
+
+
+def _other_line(seg: str, where: str, log: ParsedLog) -> None:
+    if m := THROUGHPUT.search(seg):
+        log.state("samples_per_step", int(m.group(2)), where)
+    elif m := MEM_PEAK.search(seg):
+        log.peak("peak_allocated_bytes", float(m.group(1)) * GB)
+    elif m := MEM50.search(seg):
+        log.peak("peak_reserved_bytes", float(m.group(2)) * MiB)
+
+
+def read(path: Path, timing: str = "auto") -> ParsedLog:
+    """A text log with [TIMING] lines (PRISM's, or per-rank ones); `timing`: how PRISM's per-log
+    lines average (auto, running, interval: `timing_windows`)."""
+    log = ParsedLog(format=FORMAT, files=[path])
+    pts = _Points([], [])
+    counters: dict[int, int] = {}
+    default_rank = rank_from_path(path) or 0
+    pending: int | None = None
+    for i, line, ended in log_lines(path):
+        if not ended:
+            if _recognised(line):
+                log.cut_off(path, i, "PRISM log line")
+            break
+        low = line.lower()
+        if not any(w in low for w in WORDS):
             continue
-        _perf_scenario(obj, where, log)
-        step = int(number(obj, "step", where))
-        if site == "trainer_native_per_50":
-            ph = {p: number(obj, k, where) for p, k in (("data", "data_s"), ("forward", "fwd_s"),
-                                                        ("backward", "bwd_s"), ("optimizer", "opt_s"))}
-            per_50.append(Window(last_step=step, steps=step - window_start(step), where=where,
-                                 step_s=number(obj, "total_step_s", where), phases=ph))
-            log.peak("peak_reserved_bytes", (number(obj, "mem_reserved_mb", where, required=False) or 0) * MiB or None)
-        else:
-            running.append((step, where, number(obj, "samples_per_sec", where),
-                            number(obj, "samples_per_step", where)))
-            log.peak("peak_allocated_bytes", (number(obj, "peak_gb", where, required=False) or 0) * GB or None)
-    if per_50:
-        log.windows = per_50
-    else:  # per-log records only: total time since the reset = samples_per_step * n / running samples/s
-        log.windows = [Window(last_step=w.last_step, steps=w.steps, where=w.where, step_s=w.step_s)
-                       for w in unrun_means([(s, w, [sps_step / sps]) for s, w, sps, sps_step in running if sps > 0])]
-        if running:
-            log.notes.append("timing from per-log running samples/s (no trainer_native_per_50 records)")
+        where = f"{path}:{i}"
+        for seg in segments(line):
+            _checked(seg, path, i)
+            _scenario_line(seg, where, log)
+            if m := STEP.search(seg):
+                pending = int(m.group(1))
+            elif (t := parse_timing(seg, path, i)) is not None and any(math.isfinite(v) for v in t.phases()):
+                pending = _timing_line(t, seg, where, pending, pts, counters, default_rank, log)
+            else:
+                _other_line(seg, where, log)
+    _windows(log, pts, timing, default_rank)
     return log
+
+
+def _windows(log: ParsedLog, pts: _Points, timing_mode: str, default_rank: int) -> None:
+    if pts.running:
+        log.windows = timing_windows(pts.running, timing_mode, log)
+    elif pts.per_50:
+        log.windows = [Window(last_step=s, steps=s - window_start(s), where=w, step_s=sum(v),
+                              phases=dict(zip(PHASES, v))) for s, w, v in pts.per_50]
+        log.notes.append("timing from the [TIMING Step N] 50-step windows (no per-log [TIMING] lines)")
+    if log.windows and not log.records:
+        window_records(log, default_rank if pts.rank is None else pts.rank)
+    elif log.records and not log.windows:
+        log.windows = step_windows(log)
+        if pts.counted:
+            log.notes.append("steps counted per rank: the [TIMING] lines carry no step number")

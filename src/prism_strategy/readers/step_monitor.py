@@ -1,11 +1,11 @@
-"""StepMonitor folders (this project's `prism_strategy.runtime.monitor`): ``rank{R}.jsonl``.
+"""StepMonitor logs (this project's `prism_strategy.runtime.monitor`): one ``rank{R}.jsonl`` per rank.
 
-Lines with ``kind``: ``meta`` (rank, world_size, host, device, torch), ``step`` (step, step_s,
-phases, samples, tokens, peak_mem_bytes), and summary / event / close (not needed here). A file
-that restarts (a second meta line) keeps only its last run, as `diagnose.logs` does. Each step is
-one window; its time is the slowest rank's ``step_s`` (the job moves at that pace), each phase the
-slowest rank's. Only steps every rank logged are used. ``peak_mem_bytes`` is the allocator's
-``max_memory_allocated`` on an accelerator (peak allocated) and the process max RSS on CPU.
+Lines with ``kind``: ``meta`` (rank, world_size, host, device, torch, t0, cpus), ``step`` (step,
+step_s, phases, cpu, samples, tokens, peak_mem_bytes), ``event`` (a finding made online), ``close``
+(steps) and ``summary`` (not needed). A file that restarts (a second meta line) keeps only its
+last run. ``peak_mem_bytes`` is the allocator's ``max_memory_allocated`` on an accelerator (peak
+allocated) and the process max RSS on CPU. One file is one rank (`read`); a run is its folder
+(`read_folder`), whose windows are the steps every rank logged (`training_log.step_windows`).
 """
 
 from __future__ import annotations
@@ -14,63 +14,104 @@ import re
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.readers.training_log import PHASES, ParsedLog, Window, json_lines, number
+from prism_strategy.readers.steps import Event, step_times
+from prism_strategy.readers.training_log import (
+    ParsedLog, first_json, index, integer, json_lines, number, rank_from_path, seconds, step_windows)
 from prism_strategy.specs.errors import SpecError
 
+FORMAT = "stepmonitor"
+SUFFIXES = (".jsonl",)
 RANK_FILE = re.compile(r"rank(\d+)\.jsonl$")
+TIME_FIELDS = ("step_s", "data", "forward", "backward", "optimizer", "cpu_forward", "cpu_local")
+
+
+def looks_like(path: Path) -> bool:
+    return path.suffix == ".jsonl" and bool(re.match(r'\s*\{.*"kind"\s*:', first_json(path)))
 
 
 def rank_files(folder: Path) -> list[Path]:
     return sorted((p for p in folder.iterdir() if RANK_FILE.fullmatch(p.name)), key=lambda p: int(p.name[4:-6]))
 
 
-def _read_rank(path: Path, log: ParsedLog) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+def _event(obj: dict[str, Any], where: str) -> Event:
+    ranks, evidence = obj.get("ranks", ()), obj.get("evidence", {})
+    if not isinstance(obj.get("event"), str) or not isinstance(ranks, list) or not isinstance(evidence, dict):
+        raise SpecError(f"{where}: event record needs an 'event' name, a 'ranks' list and an 'evidence' object")
+    return Event(obj["event"], integer(obj.get("step", -1), where, "step"),
+                 tuple(index(r, where, "rank") for r in ranks), evidence, str(obj.get("message", "")), "online")
+
+
+def _restart(log: ParsedLog, where: str, extras: list[Any]) -> None:
+    if log.records or log.events:
+        log.skipped.append(f"{where}: {len(log.records)} earlier step records (an earlier run) left out")
+    log.records.clear()
+    log.wheres.clear()
+    log.events.clear()
+    log.closed.clear()
+    extras.clear()
+
+
+def _step(obj: dict[str, Any], where: str, log: ParsedLog, extras: list[Any], rank: int | None) -> None:
+    """rank: the file's (its meta line's, else its name's) for a step line that names none."""
+    try:
+        rec = step_times(obj, index(obj["rank"] if "rank" in obj or rank is None else rank, where, "rank"))
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+        raise SpecError(f"{where}: step record lacks or mangles {e}") from None
+    index(rec.step, where, "step")
+    log.record(rec._replace(**{f: seconds(getattr(rec, f)) for f in TIME_FIELDS}), where)
+    extras.append((where, number(obj, "samples", where, required=False), number(obj, "tokens", where, required=False),
+                   number(obj, "peak_mem_bytes", where, required=False)))
+
+
+def read(path: Path) -> ParsedLog:
+    """One rank's file."""
+    log = ParsedLog(format=FORMAT, files=[path])
+    extras: list[Any] = []
     meta: dict[str, Any] = {}
-    steps: dict[int, dict[str, Any]] = {}
-    for i, obj in json_lines(path):
-        where = f"{path}:{i}"
-        if obj.get("kind") == "meta":
-            if steps:
-                log.notes.append(f"{where}: the run restarted; {len(steps)} earlier steps of this rank left out")
-            meta, steps = obj | {"_where": where}, {}
-        elif obj.get("kind") == "step":
-            phases = obj.get("phases") or {}
-            if not isinstance(phases, dict):
-                raise SpecError(f"{where}: 'phases' must be an object of seconds")
-            steps[int(number(obj, "step", where))] = {
-                "step_s": number(obj, "step_s", where), "where": where,
-                "phases": {p: number(phases, p, where) for p in PHASES if p in phases},
-                "samples": number(obj, "samples", where, required=False),
-                "tokens": number(obj, "tokens", where, required=False),
-                "peak": number(obj, "peak_mem_bytes", where, required=False)}
-    if not meta:
-        raise SpecError(f"{path}: no meta line; not a StepMonitor rank file")
-    return meta, steps
+    for i, obj in json_lines(path, log):
+        where, kind = f"{path}:{i}", obj.get("kind")
+        if kind == "meta":  # a restart appending to the same file: only its last run counts
+            _restart(log, where, extras)
+            meta = obj | {"_where": where}
+            log.meta[index(obj.get("rank", 0), where, "rank")] = obj
+        elif kind == "step":
+            _step(obj, where, log, extras, meta.get("rank", rank_from_path(path)))
+        elif kind == "close":
+            rank = obj.get("rank", next(iter(log.meta), rank_from_path(path) or 0))
+            log.closed[index(rank, where, "rank")] = integer(obj.get("steps", -1), where, "steps")
+        elif kind == "event":
+            log.events.append(_event(obj, where))
+    _scenario(log, meta, extras)
+    return log
 
 
-def read(folder: Path) -> ParsedLog:
+def _scenario(log: ParsedLog, meta: dict[str, Any], extras: list[Any]) -> None:
+    if "world_size" in meta:
+        log.state("world_size", integer(meta["world_size"], meta["_where"], "world_size"), meta["_where"])
+    if meta:
+        log.host, log.torch = str(meta.get("host", "")), str(meta.get("torch", ""))
+    on_cpu = str(meta.get("device", "cpu")).startswith("cpu")
+    for _, _, _, peak in extras:
+        log.peak("peak_rss_bytes" if on_cpu else "peak_allocated_bytes", peak)
+    if extras and extras[0][1]:
+        where, samples, tokens, _ = extras[0]
+        log.state("samples_per_rank_step", int(samples), where)
+        if tokens:
+            log.state("seq_len", int(tokens // samples), where)
+
+
+def read_folder(folder: Path) -> ParsedLog:
+    """Every rank of one run; its windows are the steps every rank logged."""
     files = rank_files(folder)
-    log = ParsedLog(format="stepmonitor", files=files)
-    ranks = [_read_rank(f, log) for f in files]
-    meta0 = ranks[0][0]
-    world = int(meta0.get("world_size", len(files)))
-    log.state("world_size", world, meta0["_where"])
+    logs = [read(f) for f in files]
+    for f, one in zip(files, logs):
+        if not one.meta:
+            raise SpecError(f"{f}: no meta line; not a StepMonitor rank file")
+    log = logs[0]
+    for other in logs[1:]:
+        log.merge(other)
+    world = log.scenario.get("world_size", len(files))
     if len(files) != world:
         log.notes.append(f"{len(files)} rank files for world size {world}; timing from the ranks present")
-    log.host, log.torch = str(meta0.get("host", "")), str(meta0.get("torch", ""))
-    common = sorted(set.intersection(*(set(s) for _, s in ranks)))
-    on_cpu = str(meta0.get("device", "cpu")).startswith("cpu")
-    for step in common:
-        rows = [s[step] for _, s in ranks]
-        phases = {p: max(r["phases"].get(p, 0.0) for r in rows) for p in PHASES if any(p in r["phases"] for r in rows)}
-        log.windows.append(Window(last_step=step, steps=1, where=rows[0]["where"],
-                                  step_s=max(r["step_s"] for r in rows), phases=phases))
-        for r in rows:
-            log.peak("peak_rss_bytes" if on_cpu else "peak_allocated_bytes", r["peak"])
-    if common:
-        first = ranks[0][1][common[0]]
-        if first["samples"]:
-            log.state("samples_per_rank_step", int(first["samples"]), first["where"])
-            if first["tokens"]:
-                log.state("seq_len", int(first["tokens"] // first["samples"]), first["where"])
+    log.windows = step_windows(log)
     return log

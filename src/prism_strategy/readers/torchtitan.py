@@ -11,7 +11,8 @@ those steps (``max_reserved_gib``, peaks reset after each line); ``tflops`` and 
 device. A window's step time is therefore ``local batch x grad accum x seq len / tps``, which
 needs the batch and sequence from the log's start line or from flags. Older torchtitan prints
 ``Training starts at step 1, with local batch size B, global batch size G, [gradient
-accumulation steps A,] sequence length S, ...``; newer ones print only the step.
+accumulation steps A,] sequence length S, ...``; newer ones print only the step. No phase
+times: `analyze` gets no step records from it (its windows are for `results import`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from prism_strategy.readers.training_log import ParsedLog, Window, bad_line
-from prism_strategy.readers.collective_log import text_lines
+from prism_strategy.readers.training_log import TEXT_SUFFIXES, ParsedLog, Window, bad_line, head_text, log_lines
 from prism_strategy.specs.errors import SpecError
 
+FORMAT = "torchtitan-log"
+SUFFIXES = TEXT_SUFFIXES
 GiB = 2.0**30
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _N = r"(-?[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?\d+)?|nan|inf)"
 METRICS = re.compile(rf"(?<!validate )\bstep:\s*(\d+)\s+loss:\s*{_N}\s+(?:grad_norm:\s*{_N}\s+)?"
                      rf"memory:\s*([0-9.]+)\s*GiB\(\s*([0-9.]+)%\)\s+tps:\s*([0-9,]+)"
@@ -35,9 +36,7 @@ EXPECTED = "'step: N  loss: X  [grad_norm: X]  memory: XGiB(P%)  tps: N  tflops:
 
 
 def looks_like(path: Path) -> bool:
-    with open(path, errors="replace") as f:
-        head = ANSI.sub("", f.read(4 << 20))
-    return bool(re.search(r"\bstep:\s*\d+\s+loss:.*\btps:", head))
+    return bool(re.search(r"\bstep:\s*\d+\s+loss:.*\btps:", head_text(path)))
 
 
 def _num(text: str | None) -> float | None:
@@ -45,10 +44,10 @@ def _num(text: str | None) -> float | None:
 
 
 def read(path: Path) -> ParsedLog:
-    log = ParsedLog(format="torchtitan-log", files=[path])
+    log = ParsedLog(format=FORMAT, files=[path])
     prev_step: int | None = None
-    for i, raw, ended in text_lines(path):
-        line, where = ANSI.sub("", raw), f"{path}:{i}"
+    for i, line, ended in log_lines(path):
+        where = f"{path}:{i}"
         if m := START.search(line):
             local, glob, accum, seq = int(m.group(2)), int(m.group(3)), int(m.group(4) or 1), int(m.group(5))
             log.state("micro_batch", local, where)
@@ -61,9 +60,12 @@ def read(path: Path) -> ParsedLog:
             continue
         if "validate step:" in line or not re.search(r"\bstep:\s*\d+\s+loss:", line):
             continue
+        if not ended:  # a metrics line without its newline was cut mid-write
+            log.cut_off(path, i, "torchtitan metrics line")
+            break
         m = METRICS.search(line)
-        if not m or not ended:  # a metrics line without its newline was cut mid-write
-            raise bad_line(path, i, ended, "torchtitan metrics line", EXPECTED)
+        if not m:
+            raise bad_line(path, i, "torchtitan metrics line", EXPECTED)
         step = int(m.group(1))
         steps = step - prev_step if prev_step is not None and step > prev_step else (1 if step == 1 else None)
         if steps is None:

@@ -1,22 +1,38 @@
-"""What every log reader returns, and the strict line reading they share.
+"""What every training-log reader returns, and the line reading they share.
 
-A reader turns one run's log into `Window`s (each the mean over some consecutive optimizer
-steps), the scenario fields the log states (with the line that states each), and peak memory.
-Every line a reader recognises must parse completely; one that does not (a malformed or
-truncated line) is bad input naming the file and line, and nothing is stored.
+A reader turns a log into `Window`s (each the mean over some consecutive optimizer steps) and,
+for `analyze`, per-rank `StepTimes` records; plus the scenario fields the log states (with the
+line that states each), peak memory, and what it left out. `results import` stores the windows
+(`step_windows` derives them from the records where the format logs every step); `analyze` runs
+the detectors on the records.
+
+One grammar, two uses. Every line a reader recognises must parse completely; one that does not
+is bad input (`SpecError` naming file:line) for both. The one exception is the last line of a
+file cut mid-write (no newline at its end: the run was killed, or is still writing): the reader
+leaves it out and says so in `cut`. `analyze` goes on (a killed run is what it diagnoses);
+`results import` refuses, so that nothing partial is stored.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from prism_strategy.readers.collective_log import text_lines
+from prism_strategy.readers.steps import PHASES, Event, StepTimes
 from prism_strategy.specs.errors import SpecError
 
-PHASES = ("data", "forward", "backward", "optimizer")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""Colour and cursor codes (torchtitan colours its metrics; rich / colorlog handlers colour levels)."""
+TEXT_SUFFIXES = (".log", ".out", ".err", ".txt")
+MAX_INDEX = 2**31
+"""Largest step or rank index taken as real (larger ones are a mangled log)."""
+MAX_SECONDS = 1e7
+"""Largest phase time taken as real; a negative, infinite or larger time reads as unknown."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,11 +54,20 @@ class Window:
 
 @dataclass
 class ParsedLog:
-    """One run read from a log: windows, what the log says about the run, and peak memory."""
+    """One file (or one run's files) read: windows and step records, what the log says about the
+    run, peak memory, and what was left out."""
 
     format: str
     files: list[Path]
     windows: list[Window] = field(default_factory=list)
+    records: list[StepTimes] = field(default_factory=list)
+    wheres: list[str] = field(default_factory=list)
+    """file:line of each record."""
+    events: list[Event] = field(default_factory=list)
+    meta: dict[int, dict[str, Any]] = field(default_factory=dict)
+    closed: dict[int, int] = field(default_factory=dict)
+    """Ranks whose (last) run wrote a close record, with its step count."""
+    hang_reports: list[dict[str, Any]] = field(default_factory=list)
     scenario: dict[str, Any] = field(default_factory=dict)
     scenario_where: dict[str, str] = field(default_factory=dict)
     peak_allocated_bytes: float | None = None
@@ -51,6 +76,11 @@ class ParsedLog:
     host: str = ""
     torch: str = ""
     notes: list[str] = field(default_factory=list)
+    """How the log was read (which timing, which windows)."""
+    skipped: list[str] = field(default_factory=list)
+    """What was left out (an earlier run in the same file, a cut last line)."""
+    cut: str = ""
+    """The cut last line left out, as file:line and why ("" when none)."""
 
     def state(self, name: str, value: Any, where: str) -> None:
         """The log states a scenario field; the first statement wins unless a later one disagrees."""
@@ -64,25 +94,92 @@ class ParsedLog:
         if value is not None:
             setattr(self, attr, max(getattr(self, attr) or 0.0, float(value)))
 
+    def record(self, rec: StepTimes, where: str) -> None:
+        self.records.append(rec)
+        self.wheres.append(where)
 
-def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Strict JSONL: every non-blank line one JSON object; a cut last line is a partial log."""
+    def cut_off(self, path: Path, i: int, what: str) -> None:
+        self.cut = (f"{path}:{i}: {what} (the last line is cut off: a partial log: killed mid-write, or still "
+                    "being written)")
+        self.skipped.append(self.cut)
+
+    def merge(self, other: ParsedLog) -> None:
+        """Add another file of the same run (a StepMonitor rank file)."""
+        self.files += other.files
+        self.records += other.records
+        self.wheres += other.wheres
+        self.events += other.events
+        self.meta |= other.meta
+        self.closed |= other.closed
+        self.hang_reports += other.hang_reports
+        for k, v in other.scenario.items():
+            self.state(k, v, other.scenario_where[k])
+        for attr in ("peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes"):
+            self.peak(attr, getattr(other, attr))
+        self.host, self.torch = self.host or other.host, self.torch or other.torch
+        self.notes += other.notes
+        self.skipped += other.skipped
+        self.cut = self.cut or other.cut
+
+
+def log_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text without colour codes, whether the line ended with a newline)."""
+    for i, line, ended in text_lines(path):
+        yield i, ANSI.sub("", line), ended
+
+
+def head_text(path: Path, n: int = 4 << 20) -> str:
+    """The first n bytes as text without colour codes ("" when unreadable)."""
+    try:
+        with open(path, errors="replace") as f:
+            return ANSI.sub("", f.read(n))
+    except (OSError, UnicodeError):
+        return ""
+
+
+def file_contains(path: Path, needle: str, chunk: int = 1 << 20) -> bool:
+    """Whether the text (any case) holds needle anywhere: a launcher's NCCL_DEBUG=INFO preamble can
+    run to many MB before a trainer's first timing line."""
+    needle, tail = needle.lower(), ""
+    try:
+        with open(path, errors="replace") as f:
+            while block := f.read(chunk):
+                text = tail + block.lower()
+                if needle in text:
+                    return True
+                tail = text[-len(needle):]
+    except (OSError, UnicodeError):
+        return False
+    return False
+
+
+def first_json(path: Path) -> str:
+    """The first non-blank line of a file (for the JSONL readers' looks_like)."""
+    for line in head_text(path, 1 << 16).splitlines():
+        if line.strip():
+            return line
+    return ""
+
+
+def json_lines(path: Path, log: ParsedLog) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every non-blank line one JSON object; a cut last line is left out (`ParsedLog.cut_off`)."""
     for i, line, ended in text_lines(path):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except ValueError as e:
-            cut = "" if ended else " (the last line is cut off: a partial log)"
-            raise SpecError(f"{path}:{i}: malformed JSON line ({e.msg}){cut}; fix or remove the line") from None
+            if not ended:
+                log.cut_off(path, i, f"malformed JSON line ({e.msg})")
+                return
+            raise SpecError(f"{path}:{i}: malformed JSON line ({e.msg}); fix or remove the line") from None
         if not isinstance(obj, dict):
             raise SpecError(f"{path}:{i}: expected one JSON object per line, got {type(obj).__name__}")
         yield i, obj
 
 
-def bad_line(path: Path, i: int, ended: bool, what: str, expected: str) -> SpecError:
-    cut = " (the last line is cut off: a partial log)" if not ended else ""
-    return SpecError(f"{path}:{i}: {what} does not parse{cut}; expected {expected}")
+def bad_line(path: Path, i: int, what: str, expected: str) -> SpecError:
+    return SpecError(f"{path}:{i}: {what} does not parse; expected {expected}")
 
 
 def number(obj: dict[str, Any], key: str, where: str, *, required: bool = True) -> float | None:
@@ -92,3 +189,51 @@ def number(obj: dict[str, Any], key: str, where: str, *, required: bool = True) 
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise SpecError(f"{where}: field {key!r} must be a number, got {v!r}")
     return float(v)
+
+
+def window_records(log: ParsedLog, rank: int) -> None:
+    """One record per window (formats that log running or window means, from one rank): the
+    detectors then see one point per window, not per step."""
+    for w in log.windows:
+        if w.step_s is not None:
+            log.record(StepTimes(w.last_step, rank, w.step_s, *(w.phases.get(p, float("nan")) for p in PHASES)),
+                       w.where)
+
+
+def step_windows(log: ParsedLog) -> list[Window]:
+    """Per-step records -> one window per step every rank logged: the slowest rank's step time
+    (the job moves at that pace), each phase the slowest rank's."""
+    by_step: dict[int, dict[int, tuple[StepTimes, str]]] = {}
+    for rec, where in zip(log.records, log.wheres):
+        by_step.setdefault(rec.step, {})[rec.rank] = (rec, where)
+    ranks = {rec.rank for rec in log.records}
+    out = []
+    for step in sorted(s for s, rows in by_step.items() if set(rows) == ranks):
+        rows = [by_step[step][r] for r in sorted(ranks)]
+        phases = {p: max(v) for p in PHASES if (v := [getattr(r, p) for r, _ in rows if math.isfinite(getattr(r, p))])}
+        out.append(Window(last_step=step, steps=1, where=rows[0][1], step_s=max(r.step_s for r, _ in rows),
+                          phases=phases))
+    return out
+
+
+def seconds(v: float) -> float:
+    return v if 0.0 <= v <= MAX_SECONDS else math.nan
+
+
+def integer(v: Any, where: str, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise SpecError(f"{where}: {name} must be a number, got {v!r}")
+    return int(v)
+
+
+def index(v: Any, where: str, name: str) -> int:
+    """A step or rank index: an integer in [0, 2**31) (SpecError naming the file and line)."""
+    n = integer(v, where, name)
+    if not 0 <= n < MAX_INDEX or n != v:
+        raise SpecError(f"{where}: {name} must be an integer in [0, {MAX_INDEX}), got {v!r}")
+    return n
+
+
+def rank_from_path(path: Path) -> int | None:
+    m = re.search(r"(?<![a-z])rank[_-]?(\d{1,9})(?!\d)", str(path), re.IGNORECASE)
+    return int(m.group(1)) if m else None

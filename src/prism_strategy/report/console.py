@@ -18,7 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 MIN_WIDTH = 80
-PIPE_WIDTH = 120
+PIPE_WIDTH = 100
+"""A pipe or log gets at most a 100-column terminal's width: the project's reading width."""
 
 
 def output_width(pipe_width: int = PIPE_WIDTH) -> int:

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from prism_strategy.diagnose.analyze import Verdict
-from prism_strategy.runtime.detect import Event, fmt_s
+from prism_strategy.readers.steps import Event
+from prism_strategy.runtime.detect import fmt_s
 
 STYLE = {"healthy": "bold green", "input_skew": "bold yellow", "straggler": "bold red",
          "collapse": "bold red", "hang": "bold red", "incomplete": "bold red"}
@@ -220,6 +221,8 @@ def render_verdict(v: Verdict, console: Console | None = None) -> None:
     if v.sources:
         more = f" (+{len(v.sources) - 4} more)" if len(v.sources) > 4 else ""
         console.print(f"read: {', '.join(v.sources[:4])}{more}", style="dim", markup=False)
+    for line in v.skipped:
+        console.print(_wrap(f"left out: {line}", width, "", "  "), style="dim", markup=False, soft_wrap=True)
 
 
 def show_verdict(v: Verdict, *, json_out: bool = False, plot: str | None = None) -> None:

@@ -62,7 +62,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from prism_strategy.runtime.detect import FIELDS, DetectConfig, Event, Series, detect_all, step_times, summarize
+from prism_strategy.readers.steps import FIELDS, Event, step_times
+from prism_strategy.runtime.detect import DetectConfig, Series, detect_all, summarize
 from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
 
 __all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event"]

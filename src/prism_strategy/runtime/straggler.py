@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from prism_strategy.runtime.detect import DetectConfig, Event, Series, fmt_s, nanmedian, rounded
+from prism_strategy.readers.steps import Event
+from prism_strategy.runtime.detect import DetectConfig, Series, fmt_s, nanmedian, rounded
 
 __all__ = ["detect_straggler", "straggler_cause"]
 

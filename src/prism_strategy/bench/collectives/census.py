@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from prism_strategy.planning.stored_config import config_scenario
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import check_options
 
@@ -126,23 +127,6 @@ def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
         cfg["vision_spec"] = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
     config_scenario(cfg)  # validates the whole scenario (mode, vision, sizes) here, not in the ranks
     return cfg
-
-
-def config_scenario(config: dict[str, Any]) -> Any:
-    """The planner's scenario for a census / bench config (model, training, layout)."""
-    from prism_strategy.bench.results.predict import config_model
-    from prism_strategy.planning.scenario import build_scenario
-    from prism_strategy.specs.model import TransformerSpec
-    from prism_strategy.specs.presets import build
-
-    nproc, rpn = int(config["nproc"]), int(config.get("ranks_per_node") or config["nproc"])
-    vision = config.get("vision_spec")
-    return build_scenario(
-        config_model(config), mode=config.get("mode", "e2e"), platform="cpu", nodes=nproc // rpn,
-        vision=build(TransformerSpec, vision, "stored vision_spec") if vision else None,
-        ranks_per_node=rpn, seq_len=int(config["seq_len"]), micro_batch=int(config["micro_batch"]),
-        global_batch=int(config["micro_batch"]) * nproc * int(config.get("grad_accum", 1)),
-        precision=config.get("precision", "bf16-mixed"))
 
 
 # ----------------------------------------------------------------------------- predicted

@@ -1,8 +1,8 @@
 """Import runs measured elsewhere into the results store (``prism-strategy results import PATH``).
 
-Formats: PRISM training logs and ``perf.jsonl`` (`prism`), StepMonitor folders (`monitor`),
-torchtitan logs (`torchtitan`). Each reader returns a `ParsedLog`; the scenario comes from flags
-and the log (`scenario`), steady state from `steady`; the result is stored with provenance
+Formats: every training-log reader in `readers.READERS` (detected, or named by --format); each
+returns a `ParsedLog` whose windows are stored; the scenario comes from flags and the log
+(`scenario`), steady state from `steady`; the result is stored with provenance
 ``imported`` and its source path. Parsing and checking finish before anything is written, and
 the write is one transaction, so a bad or partial log stores nothing.
 """
@@ -15,16 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.readers import prism, torchtitan
-from prism_strategy.readers import step_monitor as monitor
-from prism_strategy.readers.training_log import PHASES, ParsedLog
+from prism_strategy.readers import read_run, torchtitan
+from prism_strategy.readers.steps import PHASES
+from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.bench.importers.scenario import resolve
 from prism_strategy.bench.importers.steady import Steady, steady_state
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.specs.errors import SpecError
-
-TEXT_SUFFIXES = (".log", ".out", ".err", ".txt")
 
 
 @dataclass
@@ -40,37 +38,10 @@ class Imported:
     files: list[Path] = field(default_factory=list)
 
 
-def _read_text(path: Path, timing: str = "auto") -> ParsedLog:
-    if prism.looks_like(path):
-        return prism.read_text(path, timing)
-    if torchtitan.looks_like(path):
-        return torchtitan.read(path)
-    raise SpecError(f"{path}: not a PRISM log ([TIMING] lines) nor a torchtitan log ('step: N  loss: ...  tps: N' "
-                    "lines); see `prism-strategy results import --help`")
-
-
-def read_log(path: Path, timing: str = "auto") -> ParsedLog:
-    """Pick the reader for a file or folder. timing: how PRISM [TIMING] lines average (auto,
-    running, interval: readers/prism.py)."""
-    if not path.exists():
-        raise SpecError(f"{path}: no such file or directory")
-    if path.is_dir():
-        if monitor.rank_files(path):
-            return monitor.read(path)
-        if (path / "perf.jsonl").is_file():
-            return prism.read_perf(path / "perf.jsonl")
-        logs = [p for p in sorted(path.iterdir()) if p.suffix in TEXT_SUFFIXES and p.is_file()
-                and (prism.looks_like(p) or torchtitan.looks_like(p))]
-        if len(logs) != 1:
-            found = ", ".join(p.name for p in logs) or "none"
-            raise SpecError(f"{path}: expected rank*.jsonl (StepMonitor), perf.jsonl or one PRISM/torchtitan log; "
-                            f"found {found}: pass the file itself")
-        return _read_text(logs[0], timing)
-    if monitor.RANK_FILE.fullmatch(path.name):
-        raise SpecError(f"{path}: a StepMonitor rank file; pass its folder ({path.parent}) to read every rank")
-    if path.suffix == ".jsonl":
-        return prism.read_perf(path)
-    return _read_text(path, timing)
+def read_log(path: Path, timing: str = "auto", fmt: str | None = None) -> ParsedLog:
+    """One run from a file or folder (`readers.read_run`: the named format, else detected).
+    timing: how PRISM [TIMING] lines average (auto, running, interval: readers/prism.py)."""
+    return read_run(path, fmt, timing=timing)
 
 
 def _measured(config: dict[str, Any], log: ParsedLog, steady: Steady) -> dict[str, Any]:
@@ -119,9 +90,9 @@ def import_fingerprint(log: ParsedLog, plat: Any) -> dict[str, Any]:
 def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
     """Read, resolve and check one run; nothing is written."""
     path, flags = Path(path), dict(flags)
-    log = read_log(path, flags.pop("timing", None) or "auto")
+    log = read_log(path, flags.pop("timing", None) or "auto", flags.pop("format", None))
     config, plat, origin = resolve(flags, log, str(path))
-    if log.format == "torchtitan-log":
+    if log.format == torchtitan.FORMAT:
         torchtitan.set_step_times(log, config["micro_batch"] * config["grad_accum"] * config["seq_len"])
     steady = steady_state(log.windows, str(path))
     try:
@@ -134,7 +105,7 @@ def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
                     provenance="imported", source=", ".join(str(f.resolve()) for f in log.files),
                     peak_allocated_bytes=log.peak_allocated_bytes, peak_reserved_bytes=log.peak_reserved_bytes,
                     dedup_key=_dedup_key(log.files))
-    return Imported(result=result, steady=steady, origin=origin, format=log.format, notes=list(log.notes),
+    return Imported(result=result, steady=steady, origin=origin, format=log.format, notes=log.notes + log.skipped,
                     files=list(log.files))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prism_strategy.readers import torchtitan
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.bench.results.predict import stored_model
 from prism_strategy.specs.cluster import PlatformSpec
@@ -95,7 +96,7 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
         raise SpecError(f"{log.scenario_where['dist_strategy']}: the log says dist_strategy "
                         f"{log.scenario['dist_strategy']!r} but not how it shards; pass --strategy (e.g. "
                         "fsdp_full_shard, fsdp_shard_grad_op, hsdp_full_shard, hsdp_shard_grad_op)")
-    if "mode" not in s and log.format == "torchtitan-log":
+    if "mode" not in s and log.format == torchtitan.FORMAT:
         s["mode"], origin["mode"] = "e2e", "torchtitan trains the whole LLM (e2e)"
     if "grad_accum" not in s:
         s["grad_accum"], origin["grad_accum"] = 1, "assumed 1 (neither --grad-accum nor the log says)"
@@ -113,5 +114,7 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
               "grad_accum": int(s["grad_accum"]), "seq_len": int(s["seq_len"]), "ckpt_freq": int(s["ckpt_freq"]),
               "precision": s["precision"]}
     config |= {k: log.scenario[k] for k in ENGINE_OPTIONS if k in log.scenario}
+    if "bucket_cap_mb" in log.scenario:  # DDP's bucket_cap_mb is MiB, as the planner's bucket_mb
+        config["bucket_mb"] = log.scenario["bucket_cap_mb"]
     return config | stored_model(s["model"], s.get("vision")), plat, origin
 

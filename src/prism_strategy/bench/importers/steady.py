@@ -67,6 +67,9 @@ class Steady:
 def steady_state(windows: list[Window], where: str) -> Steady:
     """Split timed windows into warm-up, outliers and the steady rest (see the module rule)."""
     timed = [w for w in windows if w.step_s is not None]
+    if bad := next((w for w in timed if not (math.isfinite(w.step_s) and w.step_s > 0)), None):
+        raise SpecError(f"{bad.where}: a step time of {bad.step_s} s is not a measurement (a step takes > 0 s); "
+                        "fix or remove the line")
     n = len(timed)
     n_warm = max(1, math.ceil(WARMUP_FRACTION * n))
     rest = timed[n_warm:]

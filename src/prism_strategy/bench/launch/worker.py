@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_model(config: dict[str, Any]) -> torch.nn.Module:
     import transformers
 
-    from prism_strategy.bench.results.predict import config_model
+    from prism_strategy.planning.stored_config import config_model
     from prism_strategy.planning.scenario import resolve_model
     from prism_strategy.specs.hf import to_hf_config
 
@@ -87,7 +87,7 @@ def is_multimodal(config: dict[str, Any]) -> bool:
 
 def build_multimodal(config: dict[str, Any]) -> Any:
     """Vision + projector + backbone as the traced estimate builds it (traced/model.py)."""
-    from prism_strategy.bench.collectives.census import config_scenario
+    from prism_strategy.planning.stored_config import config_scenario
     from prism_strategy.traced.model import build_from_spec
 
     sc = config_scenario(config)
@@ -98,7 +98,7 @@ def build_multimodal(config: dict[str, Any]) -> Any:
 class Runner:
     def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace, built: Any = None):
         self.cfg, self.job, self.ctx, self.args, self.built = config, job, ctx, args, built
-        from prism_strategy.bench.results.predict import config_model
+        from prism_strategy.planning.stored_config import config_model
         from prism_strategy.planning.scenario import resolve_model
 
         accum, mb = int(config.get("grad_accum", 1)), int(config["micro_batch"])
