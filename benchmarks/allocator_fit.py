@@ -8,8 +8,9 @@ records cannot decide. Also the sequence length section D did not record, inferr
 - varying-shape factor: PRISM C6-b2 / C6-b3 (Aurora, one reserved figure for both): reserved -
   predicted allocated - fixed-shape term = factor x predicted per-sample activations; the XPU
   allocator is taken to share CUDA's fixed-shape factor (device-only assumption).
-- pinned factor: C6-b4's reserved - allocated at the failure (62.1 - 59.4 GiB: what the flush and
+- pinned factor: C6-b4's reserved - allocated at the failure (62.1 - 59.4 GB: what the flush and
   retry left) per byte of predicted per-sample activations at batch 4. One record: no leave-one-out.
+  PRISM figures are GB = 10^9 bytes (its trainer divides by 1e9: src/training/trainer_native.py).
 - section D's text length: the length at which D1's predicted allocated peak equals its 50.5 GB
   (in-sample: D1); D4 (range), D4-b20 (out of memory) and the 2-node ceiling check it.
 
@@ -133,28 +134,38 @@ def d4_rank_lengths() -> tuple[int, int]:
     return out[0], out[1]
 
 
+def length_meeting(rid: str, hi: int = 4096) -> int:
+    """Text length at which the record's predicted allocated peak meets its measured peak (bisection)."""
+    target, lo = RECORDS[rid].peak_bytes("peak"), 16
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if allocated(option(rid, seq_len=mid)[1]) < target else (lo, mid)
+    return lo
+
+
 def unexplained() -> list[str]:
-    """A4 and B1 (PRISM peak_gb = max_memory_allocated): the model's gap and the candidates' sizes."""
+    """A4 and B1 (PRISM peak_gb = rank 0's torch.xpu.max_memory_allocated() / 1e9 since the start of
+    the run: AI-ModCon/PRISM src/training/trainer_native.py at d1fd3d3c): the gap and what PRISM's
+    source says about it. The loss is the upcast kernel (src/decoders/lm_head.py F.cross_entropy on
+    bf16 logits under the trainer's torch.autocast: autocast's log_softmax runs in fp32,
+    aten/src/ATen/autocast_mode.h AT_FORALL_FP32_SET_OPT_DTYPE), and the trainer keeps `logits`
+    alive through backward: +2 bytes per logit over the model's 12. The text length: the collator
+    truncates at MAX_SEQ_LENGTH (default 2048) and pads each batch to its longest sample; the
+    records' 512 is the shared table's, not in PRISM's report of these runs."""
     out = []
     for rid in ("A4", "B1"):
         r, (sc, o) = RECORDS[rid], option(rid)
         measured = r.peak_bytes("peak")
-        d = sc.model.backbone
-        logits = r.scenario.micro_batch * (sc.training.seq_len + (sc.training.image_tokens or 196)) * d.vocab
-        grads = sum(b for k, _, b in o.memory.items if k == "grads")
+        logits = r.scenario.micro_batch * (sc.training.seq_len + (sc.training.image_tokens or 196)) * sc.model.backbone.vocab
         gap = measured - allocated(o)
-        cands = {"HF loss path: bf16 logits kept + their bf16 grad (+4 B/logit)": 4 * logits,
-                 "older transformers: fp32 logits in the output + shifted copy (+10 B/logit)": 10 * logits,
-                 "DDP without gradient_as_bucket_view (a bucket copy of the grads)": grads}
         out.append(f"  {rid} (local batch {r.scenario.micro_batch}): measured {measured / GiB:.1f}, predicted allocated "
                    f"{allocated(o) / GiB:.1f}, unpressed reserved {o.memory_runtime['memory_reserved_gib']:.1f} GiB; "
-                   f"gap {gap / GiB:.1f} GiB ({logits / 1e6:.0f}M logits)")
-        out += [f"    {k}: {v / GiB:.1f} GiB" for k, v in cands.items()]
-        left = gap - max(4 * logits, 10 * logits) - grads
-        out.append(f"    left with the largest candidates: {left / GiB:.1f} GiB; reading 'GB' as 10^9 bytes would "
-                   f"lower the measurement by {(measured - measured / 1.073741824) / GiB:.1f}")
-    out.append("  to decide: the transformers version, torch.xpu.memory_stats (large/small pool, requested vs "
-               "allocated), the longest padded batch of the run")
+                   f"gap {gap / GiB:.1f} GiB ({logits / 1e6:.0f}M logits at {sc.training.seq_len} text tokens)")
+        out.append(f"    the trainer's bf16 logits kept through backward (+2 B/logit): {2 * logits / GiB:.1f} GiB")
+        out.append(f"    the model meets the measurement at {length_meeting(rid)} text tokens (+196 image), under "
+                   "the collator's default cap of 2048: the runs' cap and longest batch are not recorded")
+    out.append("  to decide: the runs' MAX_SEQ_LENGTH and the longest padded batch rank 0 saw ([SEQ_LEN] log lines), "
+               "torch.xpu.memory_stats")
     return out
 
 

@@ -40,8 +40,9 @@ def _saved_fewer(model: str, residual: int = 2) -> float:
 
 def test_a_compiled_llama_block_recomputes_the_norm_upcasts_and_act_gate():
     """llama-2-7b (hidden 4096, SwiGLU 11008), bf16 residual: two fp32 norm inputs become bf16
-    (2 x 2 x 4096) and silu(gate) is recomputed from the saved gate (2 x 11008)."""
-    assert _saved_fewer("llama-2-7b") == 2 * 2 * 4096 + 2 * 11008
+    (2 x 2 x 4096), the norms' bf16 normalised copies are recomputed (2 x 2 x 4096) and silu(gate)
+    is recomputed from the saved gate (2 x 11008)."""
+    assert _saved_fewer("llama-2-7b") == 2 * 2 * 4096 + 2 * 2 * 4096 + 2 * 11008
 
 
 def test_a_gelu_mlp_keeps_its_activation_output():
@@ -52,13 +53,15 @@ def test_a_gelu_mlp_keeps_its_activation_output():
 
 def test_qk_norms_and_post_norms_lose_their_upcasts_too():
     """olmo-3-7b: post-norms on the o_proj / down outputs (bf16 matmul outputs), qk-norms over q and
-    k (4096 each): every fp32 copy becomes the bf16 input; silu(gate) recomputed."""
-    assert _saved_fewer("olmo-3-7b", residual=4) == 2 * 2 * 4096 + 2 * (4096 + 4096) + 2 * 11008
+    k (4096 each): every fp32 copy becomes the bf16 input; Olmo3RMSNorm's fp32 weight products
+    (2 x 4 x 4096) are recomputed; silu(gate) recomputed."""
+    assert _saved_fewer("olmo-3-7b", residual=4) == 2 * 2 * 4096 + 2 * (4096 + 4096) + 2 * 4 * 4096 + 2 * 11008
 
 
 def test_a_fp32_residual_stream_saves_nothing_on_the_norms():
-    """Under DDP autocast the residual stream is fp32: the norm input is already fp32."""
-    assert _saved_fewer("llama-2-7b", residual=4) == 2 * 11008
+    """Under DDP autocast the residual stream is fp32: the norm input is already fp32; its fp32
+    normalised copies are recomputed (2 x 4 x 4096)."""
+    assert _saved_fewer("llama-2-7b", residual=4) == 2 * 4 * 4096 + 2 * 11008
 
 
 def test_compiled_sac_drops_the_down_projection_output():

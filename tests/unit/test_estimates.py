@@ -68,17 +68,50 @@ def test_zero3_matches_deepspeed_estimator(nodes, rpn):
 
 
 def test_activation_bytes_by_hand():
-    # h=8, q=8, kv=4, f=16, bf16: fp32 norm inputs 2*4*8, q/k/v 2*(8+8), attn out 2*8,
-    # trainable: norm outputs 2*2*8, o_proj input 2*8, SwiGLU 4*2*16
-    assert block_activation_bytes_per_token(TINY, 2, trains=True) == 64 + 32 + 16 + 32 + 16 + 128
-    # frozen: no linear inputs; SwiGLU keeps gate, up, act(gate) for the elementwise product
-    assert block_activation_bytes_per_token(TINY, 2, trains=False) == 64 + 32 + 16 + 96
+    # h=8, q=8, kv=4, f=16, heads=2, bf16: fp32 norm inputs 2*4*8; per RMSNorm its fp32 rsqrt 4 and,
+    # when its weight trains, the bf16 normalised copy 2*8; q/k/v 2*(8+8), attn out 2*8 (o_proj's input
+    # too: one storage), fp32 logsumexp 4*2; trainable: norm outputs 2*2*8, SwiGLU 4*2*16
+    assert block_activation_bytes_per_token(TINY, 2, trains=True) == 64 + 2 * (4 + 16) + 32 + 16 + 8 + 32 + 128
+    # frozen: no linear inputs, no normalised copies; SwiGLU keeps gate, up, act(gate) for the product
+    assert block_activation_bytes_per_token(TINY, 2, trains=False) == 64 + 2 * 4 + 32 + 16 + 8 + 96
+
+
+def test_eager_block_count_is_what_autograd_saves_on_a_real_llama_block():
+    """A bf16 HF LlamaDecoderLayer on CPU, eager, its saved tensors caught by saved_tensors_hooks
+    (one entry per storage): every saved byte is in the count except the rotary cos/sin tables,
+    which are per position and shared by the batch (2 x (t, head_dim) bf16). This is what caught
+    the RMSNorm weight product's bf16 copy and rsqrt (families.rms_norm_saved_bytes_per_token) and
+    SDPA's output doubling as o_proj's input."""
+    torch = pytest.importorskip("torch")
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    h, f, b, t, d = 64, 176, 2, 24, 16
+    cfg = LlamaConfig(hidden_size=h, intermediate_size=f, num_attention_heads=4, num_key_value_heads=2,
+                      num_hidden_layers=1, attn_implementation="sdpa")
+    block, rope = LlamaDecoderLayer(cfg, 0).to(torch.bfloat16), LlamaRotaryEmbedding(cfg)
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(v):
+        if v.untyped_storage().data_ptr() not in params:
+            saved[v.untyped_storage().data_ptr()] = v.untyped_storage().nbytes()
+        return v
+
+    x = torch.randn(b, t, h, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda v: v):
+        y = block(x, position_embeddings=rope(x, torch.arange(t).unsqueeze(0)))
+    (y[0] if isinstance(y, tuple) else y).sum().backward()
+    rope_tables = 2 * t * d * 2
+    spec = TransformerSpec(name="tiny", layers=1, hidden=h, heads=4, kv_heads=2, head_dim=d, ffn=f, vocab=32,
+                           max_positions=t)
+    assert (sum(saved.values()) - rope_tables) / (b * t) == block_activation_bytes_per_token(spec, 2, True, 2)
 
 
 def test_activations_checkpointing_and_logits_by_hand():
     t0 = TrainingSpec.from_precision("bf16-pure", seq_len=16)
     t1 = TrainingSpec.from_precision("bf16-pure", seq_len=16, ckpt_freq=1)
-    a = 288
+    a = 320  # test_activation_bytes_by_hand, trainable
     root = 4 * 8 + 2 * 8  # final-norm fp32 input + LM-head input
     loss = 10 * 12  # fp32 log-probs, fp32 grad in and out; the bf16 logits are not kept
     # no checkpointing: 2 blocks saved + the loss; every block: 2 block inputs + max(loss, one recomputed block)

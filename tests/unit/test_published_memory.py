@@ -9,9 +9,10 @@ and its size: the suite fails when one starts passing, so the xfail comes off wi
 Sources: data/measurements/aurora-prism.toml (PRISM, via ../shared/data/aurora_measurements.md)
 and data/measurements/cuda-published.toml (torchtitan benchmarks/llama3_h100_202412_torchtitan.md
 and PR #165; llm-foundry scripts/train/benchmarking/README.md; via
-../shared/data/cuda_measurements.md). PRISM's trainer reports peak_gb as max_memory_allocated()
-(AI-ModCon/PRISM src/utils/perf_log.py, as bench/fit/fit_terms.py notes), so a PRISM "peak" is read as
-allocated; torchtitan logs max_reserved.
+../shared/data/cuda_measurements.md). PRISM's trainer logs peak_gb = torch.xpu.max_memory_allocated() / 1e9
+on rank 0, never reset, so the run's maximum so far (AI-ModCon/PRISM src/training/trainer_native.py at
+d1fd3d3c2b3e8df03e3dae68e04358262808608f, the [MEMORY] Peak line): a PRISM "peak" is allocated, in 10^9
+bytes (the file's memory_unit_bytes); torchtitan logs max_reserved.
 """
 
 from __future__ import annotations
@@ -46,40 +47,44 @@ class Case:
 AURORA = {r.id: r for r in load_published("aurora-prism")}
 
 AURORA_CASES = [
-    Case("A4", "allocated", gap="predicted 15.1 GiB allocated vs 37.9 measured (-60%, local batch 8) at the start of "
-         "backward; the upcast loss (9.6 GiB at 12 bytes per logit: 8 x 708 tokens x 151,936 vocab) is the largest "
-         "item. Candidates, none recorded: HF's loss path holds more (bf16 logits kept by the model output, their "
-         "bf16 grad: +4 bytes/logit = +3.2 GiB; an older transformers' fp32 logits + shifted .contiguous() copy: up "
-         "to +10 bytes = +8.0 GiB), DDP without gradient_as_bucket_view (+1.3 GiB); together at most ~9 of the 23 "
-         "GiB. Deciding needs the transformers version, memory_stats' large/small-pool split and the longest batch "
-         "(benchmarks/allocator_fit.py, README)"),
-    Case("B1", "allocated", gap="predicted 11.2 GiB vs 29.0 (-61%); projector-only, the same loss buffers as A4 "
-         "(9.6 GiB): the same candidates (+3-8 GiB from the loss path) leave ~10-15 GiB unexplained; the e2e - "
-         "projector difference is 8.9 GB measured vs 3.8 GiB predicted"),
-    Case("C6-b2", "reserved", gap="in-sample (the varying-shape factor is fitted on C6-b2/b3): predicted 29.5 GiB "
-         "reserved vs 34.5 (-14%); the record gives one figure for batch 2 and 3, which a term growing with the "
-         "batch cannot meet both ways (leave-one-out -20% / +31%, benchmarks/allocator_fit.py)"),
-    Case("C6-b3", "reserved", note="in-sample (varying-shape factor, as C6-b2): 37.7 GiB predicted vs 34.5"),
-    Case("C6-b2-allocated", "allocated", gap="predicted 24.1 GiB allocated vs 13.6 (+77%): the same 13.6 for batch "
-         "2 and 3 reads like a current figure after the step (frozen params 13.0 GiB), not a peak"),
-    Case("C6-b4", "oom", gap="predicted to fit: 39.8 GiB at the limit (35.1 allocated + 2.7 pinned slivers + 2.0 "
-         "runtime) vs 60.8 usable, where the run died with 59.4 GiB allocated: the allocated model is >= 24 GiB "
-         "short at batch 4 (no batch-linear allocation meets both C6-b2's 34.5 reserved and this 59.4), "
+    Case("A4", "allocated", gap="predicted 15.1 GiB allocated vs 35.3 (37.9 GB, -57%, local batch 8) at the start "
+         "of backward at 512 text tokens; the upcast loss (9.6 GiB at 12 bytes per logit: 8 x 708 tokens x 151,936 "
+         "vocab) is the largest item. PRISM's source (d1fd3d3c): the loss is the upcast kernel (F.cross_entropy on "
+         "bf16 logits under the trainer's autocast, whose log_softmax runs in fp32), and the trainer holds the bf16 "
+         "logits through backward: +2 bytes/logit = +1.6 GiB, unmodelled. The 512 is the shared table's: PRISM's "
+         "collator truncates at MAX_SEQ_LENGTH (default 2048) and pads to the batch's longest, and peak_gb is the "
+         "run's maximum; the model meets 35.3 GiB at 1949 text tokens. Deciding needs the run's cap and longest batch "
+         "(benchmarks/allocator_fit.py)"),
+    Case("B1", "allocated", gap="predicted 11.2 GiB vs 27.0 (29.0 GB, -59%); projector-only, the same loss buffers as "
+         "A4 (9.6 GiB, +1.6 GiB for the kept logits); the model meets 27.0 GiB at 1633 text tokens, under the "
+         "collator's default cap (2048); the e2e - projector difference is 8.9 GB measured vs 4.2 GB predicted"),
+    Case("C6-b2", "reserved", gap="in-sample (the varying-shape factor is fitted on C6-b2/b3): predicted 27.7 GiB "
+         "reserved vs 32.1 (34.5 GB, -14%); the record gives one figure for batch 2 and 3, which a term growing with "
+         "the batch cannot meet both ways (leave-one-out -14.5% / +29.6%, benchmarks/allocator_fit.py)"),
+    Case("C6-b3", "reserved", note="in-sample (varying-shape factor, as C6-b2): 35.0 GiB predicted vs 32.1 (34.5 GB)"),
+    Case("C6-b2-allocated", "allocated", gap="predicted 24.2 GiB allocated vs 12.7 (13.6 GB, +91%): the same 13.6 "
+         "for batch 2 and 3 reads like a current figure after the step (frozen params 13.0 GiB), not a peak"),
+    Case("C6-b4", "oom", gap="predicted to fit: 39.6 GiB at the limit (35.2 allocated + pinned slivers + 2.0 "
+         "runtime) vs 60.8 usable, where the run died with 55.3 GiB (59.4 GB) allocated: the allocated model is "
+         ">= 20 GiB short at batch 4 (no batch-linear allocation meets both C6-b2's 32.1 reserved and this 55.3), "
          "unexplained like A4/B1"),
-    Case("D1", "allocated", note="in-sample: section D's text length (424 tokens, not recorded) is inferred from "
-         "D1's 50.5 GB (benchmarks/allocator_fit.py infer_seq_len), so this agrees by construction"),
-    Case("D2", "allocated", gap="compiled (estimate/memory_compile.py): predicted 42.3 GiB vs 33.0 (+28%) at the "
-         "inferred 424 text tokens: the partitioner terms save 8.2 GiB where PRISM's compile saved 17.5 (D1 -> D2; "
-         "benchmarks/compile_memory_fit.py)"),
-    Case("D3", "allocated", gap="compiled: predicted 60.3 GiB vs 46.6 (+29%), as D2"),
-    Case("D4", "allocated", note="held out of the length inference (D1): 48.8 GiB predicted vs 42.2-48.7"),
+    Case("D1", "allocated", note="in-sample: section D's longest text (331 tokens, under the runs' cap of 1024: "
+         "--max-seq-length 1024 in PRISM's docs/results/scaling_study.md) is inferred from D1's 50.5 GB "
+         "(benchmarks/allocator_fit.py infer_seq_len), so this agrees by construction; at the cap the model gives "
+         "107.3 GB"),
+    Case("D2", "allocated", gap="compiled (estimate/memory_compile.py): predicted 35.9 GiB vs 30.7 (33.0 GB, +17%) "
+         "at the inferred 331 text tokens: the partitioner terms save 11.1 GiB where PRISM's compile saved 16.3 "
+         "(D1 -> D2; benchmarks/compile_memory_fit.py)"),
+    Case("D3", "allocated", gap="compiled: predicted 50.8 GiB vs 43.4 (46.6 GB, +17%), as D2"),
+    Case("D4", "allocated", note="held out of the length inference (D1): 45.3 GiB predicted vs 39.3-45.4 "
+         "(42.2-48.7 GB)"),
     Case("D3-b32", "oom", note="agrees; compile's saving on PRISM's stack is under-predicted (D2)"),
-    Case("D4-b20", "oom", note="held out of the length inference: 68.5 GiB at the limit (59.8 allocated + 6.7 "
-         "pinned + 2.0 runtime) vs 60.8 usable"),
-    Case("D5", "oom_at_step", note="died at optimizer.step with 62.81 GB allocated: the figure at failure is a "
-         "lower bound of the step's need"),
-    Case("E1", "allocated", gap="compiled with the loss (estimate/memory_compile.py): 36.8 GiB allocated vs 44.0 "
-         "(-16%); torchtitan logs max_reserved, so 44 GiB reads as reserved: predicted 47.6 (+8%) with the "
+    Case("D4-b20", "oom", note="held out of the length inference: 63.1 GiB at the limit (55.5 allocated + pinned "
+         "slivers + 2.0 runtime) vs 60.8 usable"),
+    Case("D5", "oom_at_step", note="died at optimizer.step with 62.81 GB (58.5 GiB) allocated: the figure at failure "
+         "is a lower bound of the step's need"),
+    Case("E1", "allocated", gap="compiled with the loss (estimate/memory_compile.py): 36.1 GiB allocated vs 44.0 "
+         "(-18%); torchtitan logs max_reserved, so 44 GiB reads as reserved: predicted 46.6 (+6%) with the "
          "fixed-length allocator terms"),
 ]
 

@@ -129,8 +129,9 @@ def test_calibration_needs_runs():
 def test_compare_puts_a_published_record_beside_its_prediction(tmp_path):
     """Truth from the shipped records (data/measurements/aurora-prism.toml, PRISM via
     shared/data/aurora_measurements.md): A1 measured 2.50 s per step; C6-b2 13.6 GB allocated and
-    34.5 GB reserved (read as GiB, the file's memory_unit_bytes). The error is (predicted -
-    measured) / measured, computed here by hand from the row's own prediction."""
+    34.5 GB reserved (GB = 10^9 bytes, the file's memory_unit_bytes: PRISM's trainer divides by
+    1e9). The error is (predicted - measured) / measured, computed here by hand from the row's own
+    prediction."""
     from prism_strategy.bench.importers.published_records import import_published
 
     store = Store(tmp_path / "r.db")
@@ -141,8 +142,9 @@ def test_compare_puts_a_published_record_beside_its_prediction(tmp_path):
     assert a1["measured"]["step_time_s"] == 2.50
     pred = a1["predicted"]["step_time_s"]
     assert a1["error_pct"]["step_time_s"] == pytest.approx((pred - 2.50) / 2.50 * 100)
-    c6 = rows["C6-b2"]
+    c6, gib = rows["C6-b2"], 2**30 / 1e9
+    alloc, reserved = 13.6 / gib, 34.5 / gib
     assert c6["measured"] == {"samples_per_s": None, "step_time_s": None, "tokens_per_s_per_device": None,
-                              "mfu": None, "alloc_gib": pytest.approx(13.6), "reserved_gib": pytest.approx(34.5)}
-    assert c6["error_pct"]["reserved_gib"] == pytest.approx((c6["predicted"]["reserved_gib"] - 34.5) / 34.5 * 100)
+                              "mfu": None, "alloc_gib": pytest.approx(alloc), "reserved_gib": pytest.approx(reserved)}
+    assert c6["error_pct"]["reserved_gib"] == pytest.approx((c6["predicted"]["reserved_gib"] - reserved) / reserved * 100)
     assert "A4" in rows and "E2" in rows  # every record with a step time or a peak gets a row

@@ -15,6 +15,14 @@ the stack (an MoE stack may mix dense and sparse blocks), and 0 for a Llama-like
   and its gate) replace the dense MLP's GEMMs; routing adds ROUTING_KERNELS elementwise and index
   kernels.
 - GPT-2 (learned positions): no rotary kernels.
+- RMSNorm's weight product (rms_norm_saved_bytes_per_token): HF's RMSNorm multiplies the
+  normalised copy by its weight, and autograd's mul saves that copy when the weight trains, beside
+  the fp32 input saved by pow and the per-token fp32 rsqrt. LlamaRMSNorm (Llama, Qwen2/3, Mistral):
+  `self.weight * hidden_states.to(input_dtype)`, a copy in the norm's input dtype; Olmo2/Olmo3RMSNorm:
+  `(self.weight * hidden_states).to(input_dtype)`, GemmaRMSNorm: `output * (1.0 + self.weight.float())`,
+  an fp32 copy (transformers models/*/modeling_*.py, the installed 4.x/5.x). Measured on CPU
+  (tests/unit/test_compile_memory.py: a bf16 LlamaDecoderLayer saves per norm its fp32 input, the
+  (tokens, 1) rsqrt and the (tokens, hidden) bf16 copy).
 """
 
 from __future__ import annotations
@@ -31,6 +39,20 @@ arange, index_put), gather back, sum over k, cast. Counted from the source, not 
 NORM_KERNELS_RMS = 7
 """As estimate/compute.NORM_KERNELS['rmsnorm']: HF RMSNorm's cast, pow, mean, add, rsqrt, mul, cast x w."""
 ROPE_KERNELS = 10
+
+
+FP32_PRODUCT_NORMS = frozenset({"olmo2", "olmo3", "gemma", "gemma2", "gemma3", "gemma3_text"})
+"""HF model types whose RMSNorm multiplies by its weight in fp32 (module docstring)."""
+
+
+def rms_norm_saved_bytes_per_token(spec: TransformerSpec, norm_input: int, trains: bool) -> float:
+    """What one RMSNorm saves per token beyond its fp32 input (module docstring): the fp32 rsqrt,
+    and the normalised copy its weight product keeps when the weight trains; `norm_input` is the
+    bytes per element of the norm's input (the residual stream for a pre-norm)."""
+    if spec.norm != "rmsnorm":
+        return 0.0
+    copy = FP32 if spec.hf_model_type in FP32_PRODUCT_NORMS else norm_input
+    return FP32 + (copy * spec.hidden if trains else 0.0)
 
 
 def _sparse_share(spec: TransformerSpec) -> float:

@@ -92,16 +92,25 @@ class MemoryEstimate:
 
 
 # --- activations -------------------------------------------------------------------------
-def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool) -> float:
-    """Saved tensors of one block for one token (see module docstring)."""
+def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool, residual: int | None = None) -> float:
+    """Saved tensors of one block for one token (see module docstring). `residual`: bytes per
+    element of the residual stream, the pre-norms' input (the compute dtype unless given).
+    Attention (flash / memory-efficient SDPA) saves q, k, v, its output and the fp32 logsumexp
+    per head; the output is o_proj's input too (the kernel stores it (b, s, heads, d), HF's
+    transpose + reshape is a view of it: one storage, as measured on CPU in
+    tests/unit/test_compile_memory.py). Each RMSNorm saves its fp32 input, its rsqrt and, when
+    its weight trains, the normalised copy (families.rms_norm_saved_bytes_per_token)."""
     h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.active_ffn  # MoE: top-k x expert width
     n = 2 * FP32 * h + families.extra_activation_bytes_per_token(spec, e, trains)  # fp32 inputs of the two norms
-    n += e * (q + 2 * kv) + e * q  # attention q, k, v and its output (flash/SDPA)
+    pre = e if residual is None else residual
+    norm_in = e if spec.hf_model_type in memory_compile.POST_NORM_FAMILIES else pre
+    n += spec.block_norms * families.rms_norm_saved_bytes_per_token(spec, norm_in, trains)
+    n += e * (q + 2 * kv) + e * q + FP32 * spec.heads  # attention q, k, v, its output and logsumexp
     if spec.qk_norm != "none":
         n += FP32 * (q + kv)
     mlp_saved = 4 if spec.mlp == "swiglu" else 2  # gate, up, act(gate), product | fc1 out, act out
     if trains:
-        n += 2 * e * h + e * q + mlp_saved * e * f  # linear inputs: norm outputs, o_proj input
+        n += 2 * e * h + mlp_saved * e * f  # linear inputs: the norm outputs (o_proj's is attention's output)
     else:
         n += (mlp_saved - 1) * e * f  # elementwise only: the down/fc2 input is not saved
     return n
@@ -110,9 +119,9 @@ def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool
 def saved_block_bytes_per_token(spec: TransformerSpec, t: TrainingSpec, trains: bool, residual: int) -> float:
     """One block's saved bytes per token as the run keeps them: eager, or compiled (torch.compile:
     estimate/memory_compile.py, the partitioner's recomputed upcasts and act(gate))."""
-    a = block_activation_bytes_per_token(spec, t.compute_bytes, trains)
+    a = block_activation_bytes_per_token(spec, t.compute_bytes, trains, residual)
     if t.compile:
-        a = (a - memory_compile.block_savings_per_token(spec, t.compute_bytes, residual)) * memory_compile.REMAINING_FACTOR
+        a = (a - memory_compile.block_savings_per_token(spec, t.compute_bytes, residual, trains)) * memory_compile.REMAINING_FACTOR
     return a
 
 

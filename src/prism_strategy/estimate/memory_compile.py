@@ -30,7 +30,9 @@ What one block saves fewer, per token, than the eager count (estimate/memory.py)
 Checked against torch's own partitioner on CPU (tests/unit/test_compile_memory.py: a bf16 HF
 LlamaDecoderLayer, hidden 64, SwiGLU 176, saved tensors caught by saved_tensors_hooks): eager keeps
 both fp32 norm inputs and four (tokens, ffn) tensors, compiled none and three; compiled it saved
-2008 bytes per token where this count gives 2080 (+3.6%; eager 2872 measured, 2688 counted).
+2008 bytes per token where this count gives 1976 (-1.6%; eager 2872 measured, 2840 counted: the rest
+is the rotary cos/sin tables, per position, tests/unit/test_estimates.py). The norms' normalised
+copies (RMSNorm's weight product, estimate/families.py) are recomputed from the saved input.
 Unchanged: attention's q, k, v, output and logsumexp, matmul inputs, the checkpoint's inputs, the
 MoE routing tensors (not derived here: kept at the eager count). wrap() compiles each block, the
 loss stays eager (runtime/blocks.py apply_compile).
@@ -39,14 +41,16 @@ REMAINING_FACTOR (what is left once these terms are in; benchmarks/compile_memor
 on compiled / eager ratios of the same scenario, free of what the pair shares):
 - torchtitan TT-02/TT-01 and TT-22/TT-20 (selective checkpointing, reserved): 0.991 and 0.993 each,
   0.992 together (ratio errors +-0.1%; each left out is predicted from the other within 0.1%);
-- PRISM D2/D1 (FSDP1, the backbone compiled whole, every 2nd block checkpointed, allocated): 0.61;
-  D's text length is not recorded and is inferred from D1 with the eager model (424 tokens,
-  benchmarks/allocator_fit.py), so D1 is in-sample and compile's 17.5 GiB saving meets these terms'
-  8.2 GiB at that length. Whether PRISM's compile saves more (the backbone in one graph, XPU) or the
-  eager model is wrong at D (its loss kernel: PRISM's current source computes cross-entropy on bf16
-  logits, which would move the inferred length) the records cannot decide; D does not set the
-  factor. All three ratios together: 0.82, leave-one-out ratio errors -9.2%, -18.2% and +27.5%: no
-  single factor serves both stacks.
+- PRISM D2/D1 (FSDP1, the backbone compiled whole, every 2nd block checkpointed, allocated): 0.73;
+  D's longest text is not recorded (the runs' cap is 1024: --max-seq-length 1024 in PRISM's
+  docs/results/scaling_study.md) and is inferred from D1 with the eager model (331 tokens,
+  benchmarks/allocator_fit.py), so D1 is in-sample and compile's 16.3 GiB saving meets these terms'
+  11.1 GiB at that length. PRISM's loss is the eager upcast kernel (src/decoders/lm_head.py
+  F.cross_entropy on bf16 logits under the trainer's autocast: fp32 log_softmax; the compile covers
+  the backbone only, src/training/distributed.py), so the loss does not explain the difference;
+  whether PRISM's compile saves more (the backbone in one graph, XPU) or the eager model is wrong at
+  D the records cannot decide; D does not set the factor. All three ratios together: 0.89,
+  leave-one-out ratio errors -5.4%, -11.5% and +16.3%: no single factor serves both stacks.
 The factor stays 1.0; what it rests on: two torchtitan pairs on one GPU type. Not decided by any
 record: full checkpointing (TT-21's eager pair, PR #165's FSDP2 AC row, is not shipped; it says
 compile saved 6.8% of reserved where these terms give 0.7%, and the eager row is itself predicted
@@ -56,6 +60,7 @@ compile's savings show in allocated or in the allocator's cache (compiled rows r
 
 from __future__ import annotations
 
+from prism_strategy.estimate.families import rms_norm_saved_bytes_per_token
 from prism_strategy.specs.model import TransformerSpec
 
 FP32 = 4
@@ -77,10 +82,13 @@ def _norm_upcast_savings(spec: TransformerSpec, e: int, residual: int) -> float:
     return max(n, 0.0)
 
 
-def block_savings_per_token(spec: TransformerSpec, e: int, residual: int) -> float:
-    """Bytes per token a non-checkpointed block saves fewer when compiled (module docstring)."""
+def block_savings_per_token(spec: TransformerSpec, e: int, residual: int, trains: bool = True) -> float:
+    """Bytes per token a non-checkpointed block saves fewer when compiled (module docstring): the
+    norms' normalised copies are recomputed from the saved input and rsqrt (pointwise) too."""
     act = e * spec.active_ffn if spec.mlp == "swiglu" else 0.0
-    return _norm_upcast_savings(spec, e, residual) + act
+    stored = e if spec.hf_model_type in POST_NORM_FAMILIES else residual
+    copies = spec.block_norms * (rms_norm_saved_bytes_per_token(spec, stored, trains) - FP32 * (spec.norm == "rmsnorm"))
+    return _norm_upcast_savings(spec, e, residual) + act + copies
 
 
 def sac_savings_per_token(spec: TransformerSpec, e: int, saved: list[tuple[int, int, bool]]) -> float:

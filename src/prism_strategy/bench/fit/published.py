@@ -222,7 +222,7 @@ def load_published(name: str) -> tuple[PublishedRecord, ...]:
         out.append(PublishedRecord(id=rid, section=section, source=source, platform=str(raw.get("platform", data["platform"])),
                                    scenario=scenario, measured=measured, assumed=tuple(raw.get("assumed", ())),
                                    inconsistent=raw.get("inconsistent"), notes=tuple(raw.get("notes", ())),
-                                   memory_unit_bytes=int(unit), hardware=str(hardware.get(section, "")),
+                                   memory_unit_bytes=int(raw.get("memory_unit_bytes", unit)), hardware=str(hardware.get(section, "")),
                                    stack=str(stack.get(section, "")), unmodelled=tuple(raw.get("unmodelled", ()))))
     return tuple(out)
 
