@@ -92,6 +92,28 @@ def test_chunked_loss_peak_is_the_modelled_chunk_not_the_logits(dtype):
     assert upcast > 5 * chunked
 
 
+def test_cross_entropy_on_bf16_logits_under_autocast_is_the_upcast_kernel():
+    """PRISM's loss (AI-ModCon/PRISM src/decoders/lm_head.py at c0d26e9e: F.cross_entropy on the
+    bf16 logits, "no FP32 upcast") runs inside the trainer's torch.autocast(bfloat16), where
+    log_softmax runs in fp32 (aten/src/ATen/autocast_mode.h; CPU lists cross_entropy_loss itself):
+    autograd saves fp32 log-probs for the whole (tokens, vocab), not the bf16 logits, so the
+    records keep loss = upcast (loss_bytes_per_token: 12 bytes per logit, 4 of them these)."""
+    n, v = 12, 50
+    logits = torch.randn(n, v, dtype=torch.bfloat16, requires_grad=True)
+    saved: dict[int, tuple[torch.dtype, tuple[int, ...]]] = {}  # per storage: nll_loss saves the log-probs too
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[t.untyped_storage().data_ptr()] = (t.dtype, tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(logits, torch.randint(0, v, (n,)))
+    loss.backward()
+    assert [d for d, shape in saved.values() if shape == (n, v)] == [torch.float32]
+    assert logits.grad.dtype == torch.bfloat16
+
+
 def test_bad_loss_and_models_without_a_head_are_refused():
     with pytest.raises(SpecError, match="unknown loss 'nonsense'"):
         apply_loss(torch.nn.Linear(2, 2), "nonsense")

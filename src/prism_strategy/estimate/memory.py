@@ -23,12 +23,15 @@ Sources of the formulas:
   (`estimate_zero2_model_states_mem_needs`: 2P + 18P/N; `estimate_zero3_...`: L + 18P/N).
 - Activations: the saved-tensor count of Korthikanti et al. 2022 ("Reducing Activation
   Recomputation"; selective checkpointing: sac_saved_bytes_per_token), redone for pre-norm
-  blocks with fp32 norm statistics (HF RMSNorm/LayerNorm),
-  SwiGLU or GELU MLPs, GQA, and flash / memory-efficient attention (no s^2 score matrix).
+  blocks with fp32 norm statistics (HF RMSNorm/LayerNorm; RMSNorm's weight product keeps its
+  normalised copy, estimate/families.py), SwiGLU or GELU MLPs, GQA, and flash / memory-efficient
+  attention (no s^2 score matrix; its saved output is o_proj's input).
   Frozen linears save no inputs (autograd saves a matmul input only when the weight needs a grad).
 - Loss (--loss, loss_bytes_per_token): upcast, as HF: logits cast to fp32; cross-entropy keeps
   fp32 log-probs and, in backward, an fp32 gradient in and out: tokens x vocab x 12 bytes (the
-  low-precision logits are not kept); fused: low-precision logits and their grad; chunked: one
+  low-precision logits are not kept; a script that holds them through backward, as PRISM's trainer
+  does, adds 2 bytes, not modelled). F.cross_entropy on bf16 logits under autocast is this kernel
+  too: autocast runs log_softmax in fp32 (aten/src/ATen/autocast_mode.h); fused: low-precision logits and their grad; chunked: one
   chunk of tokens' logits at a time.
 - FSDP2 (torch.distributed.fsdp.fully_shard): sharded params in their storage dtype; gathered
   units in the compute dtype; the root unit is not resharded after forward; a unit reshards

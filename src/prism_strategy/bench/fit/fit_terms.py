@@ -211,7 +211,7 @@ def memory_points(records: tuple[PublishedRecord, ...] | list[PublishedRecord],
     """(id, predicted allocated + the varying-shape cache, predicted transient, measured reserved)
     per record with a reserved counter: what fits the fixed-shape factor (estimate/memory_runtime.py)
     with the platform's varying-shape factor kept. A bare "peak" is not used: PRISM's trainer
-    computes peak_gb as max_memory_allocated() (AI-ModCon/PRISM src/utils/perf_log.py)."""
+    logs peak_gb = max_memory_allocated() / 1e9 (AI-ModCon/PRISM src/training/trainer_native.py at d1fd3d3c)."""
     from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
     from prism_strategy.planning.planner import evaluate
     from prism_strategy.planning.scenario import build_scenario
