@@ -12,7 +12,7 @@ import torch.distributed.distributed_c10d as c10d
 from rich.console import Console
 from typer.testing import CliRunner
 
-from prism_strategy.bench.collectives import census_record
+from prism_strategy.bench.launch import census_record
 from prism_strategy.bench.collectives.census import CensusReport, _predicted, census_base, compare
 from prism_strategy.planning.stored_config import config_scenario
 from prism_strategy.cli import app

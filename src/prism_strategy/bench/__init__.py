@@ -1,5 +1,5 @@
 """Measurement: real runs beside the planner's predictions, stored, and fitted back into the model.
 
-Rooms, each importing only the ones below it: `launch/` and `collectives/` (they call each other)
-above `fit/` above `results/`; `importers/` reads logs measured elsewhere into `results/`.
+Rooms, each importing only the ones below it: `collectives/` above `launch/` above `fit/`
+above `results/`; `importers/` reads logs measured elsewhere into `results/`.
 """

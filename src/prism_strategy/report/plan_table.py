@@ -6,7 +6,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from prism_strategy.planning.option import Plan
+from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.recommend import ckpt_text
 from prism_strategy.report.console import Column, fitted_table, footnotes, table_console
 from prism_strategy.specs.cluster import GiB
@@ -50,11 +50,17 @@ def plan_title(p: Plan) -> str:
             f"{seq}, {t.precision}{batch}, {ckpt}{run}")
 
 
-CAPTION = ("predicted by the analytic model{calibrated} (provenance in --json); GiB per device; mb x accum x ranks = "
+CAPTION = ("predicted by the analytic model{calibrated} (provenance in --json); GiB per device at the step's worst moment, "
+           "as judged against usable memory (allocated + runtime + the cache a flush cannot free; memory_judged_on); mb x accum x ranks = "
            "global samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; range = 80% range "
            "of samples/s (fit's leave-one-out errors; the low side widened beyond what was measured; provenance.range); "
            "tok/s/dev = tokens/s per device; MFU = model FLOPs (no recompute) / the {peak} peak; comm = exposed share "
            "of the step; eff = samples/s per node vs the same option (mb, accum, ckpt) on 1 node")
+
+
+def _judged_gib(o: Option) -> float:
+    """The figure feasibility is judged on (memory_at_limit_gib), else the allocated estimate."""
+    return o.memory_runtime.get("memory_at_limit_gib", o.memory.total / GiB)
 
 
 def option_notes(p: Plan) -> tuple[list[str], list[str]]:
@@ -92,7 +98,7 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
     rows = []
     for o, ref in zip(p.options, refs):
         mark = "*" if o.strategy == p.recommended else ""
-        row = [mark + o.strategy, "yes" if o.feasible else "no", f"{o.memory.total / GiB:.1f}", _fmt_items(o),
+        row = [mark + o.strategy, "yes" if o.feasible else "no", f"{_judged_gib(o):.1f}", _fmt_items(o),
                str(o.max_micro_batch), str(o.ckpt_freq), str(o.micro_batch), str(o.grad_accum), str(o.global_batch),
                f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", _range(o), _compact(o.tokens_per_s_per_device),
                f"{o.mfu:.0%}", f"{o.comm_fraction:.0%}", o.bound,

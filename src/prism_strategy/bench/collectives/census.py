@@ -1,5 +1,5 @@
 """Census: the collectives each strategy's real engine issues in one optimizer step, recorded
-with torch's profiler (bench/collectives/census_record.py), against what the engine model predicts.
+with torch's profiler (bench/launch/census_record.py), against what the engine model predicts.
 
 All strategies run in one torchrun launch (the bench harness); each rank records one steady-state
 optimizer step after a warm-up step, every micro-step of gradient accumulation included. Rank

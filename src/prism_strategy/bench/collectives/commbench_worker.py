@@ -12,7 +12,7 @@ is issued `calls` times on buffers of its size, on the group the engine uses:
 Timing: `warmup` whole replays, then `repetitions` replays; in each, every kind starts after a
 barrier and is timed from its first call to the device sync after its last (at most MAX_CALLS
 calls a repetition). Per kind: the median seconds per call and the spread (max - min) / median.
-Then one more replay runs under the census recorder (bench/collectives/census_record.py), so what was
+Then one more replay runs under the census recorder (bench/launch/census_record.py), so what was
 issued (op, group size, dtype, calls, bytes) is checked against the engine model, as census does.
 """
 
@@ -108,7 +108,7 @@ def backend_version(ctx: Any) -> str:
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
-    from prism_strategy.bench.collectives.census_record import record, summarise, tag_collectives
+    from prism_strategy.bench.launch.census_record import record, summarise, tag_collectives
 
     ctx = _context(config)
     tag_collectives()

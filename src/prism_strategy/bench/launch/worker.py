@@ -12,7 +12,7 @@ configs: they run one after another in the same process group (scans and grids p
 process start once).
 
 A config with "census": true records instead every collective of one optimizer step after the
-warm-up (bench/collectives/census_record.py) and skips the timed steps. A config with "mode" other than
+warm-up (bench/launch/census_record.py) and skips the timed steps. A config with "mode" other than
 e2e or a "vision_spec" builds vision + projector + backbone (traced/model.py), with
 the parts that do not train frozen.
 """
@@ -197,7 +197,7 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     ctx = _context(config)
     census = bool(config.get("census"))
     if census:
-        from prism_strategy.bench.collectives.census_record import tag_collectives
+        from prism_strategy.bench.launch.census_record import tag_collectives
 
         tag_collectives()
     built = build_multimodal(config) if is_multimodal(config) else None
@@ -214,7 +214,7 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     for i in range(warmup):
         runner.step(i)
     if census:
-        from prism_strategy.bench.collectives.census_record import record, summarise
+        from prism_strategy.bench.launch.census_record import record, summarise
 
         return {"rank": ctx.rank, "world_size": ctx.world_size, "status": "ok", "device": str(ctx.device),
                 "backend": ctx.backend, "census": summarise(record(lambda: runner.step(warmup), ctx.world_size))}
