@@ -100,12 +100,9 @@ def pinned_fit(churn: float) -> tuple[float, list[str]]:
 
 
 def infer_seq_len(rid: str = "D1") -> int:
-    """Text length at which the record's predicted allocated peak meets its measured peak (bisection)."""
-    target, lo, hi = RECORDS[rid].peak_bytes("peak"), 16, 1024
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if allocated(option(rid, seq_len=mid)[1]) < target else (lo, mid)
-    return lo
+    """Text length at which the record's predicted allocated peak meets its measured peak (bisection
+    up to 4096, past the runs' cap of 1024, so the cap is a check, not a bound of the search)."""
+    return length_meeting(rid)
 
 
 def slope_bound_seq_len() -> tuple[float, int]:
