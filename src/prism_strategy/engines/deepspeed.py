@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prism_strategy.engines.base import (FP32, MiB, TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective,
-                                         adam_states, ceil_div, numels, part_modules, step_transient, trainable)
+                                         adam_states, ceil_div, module_sizes, numels, part_modules, step_transient, trainable)
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
@@ -155,7 +155,7 @@ class DeepSpeedEngine(Engine):
         """(gathered params, ipg reduce buckets): the buffers DeepSpeed allocates for our ds_config."""
         e, b = t.compute_bytes, bucket_elements(s, t)
         if _stage(s) == 3:
-            modules = [sum(n for n, _ in m) for p in parts for m in part_modules(p).forward_order()]
+            modules = [n for p in parts for n in module_sizes(p)]
             largest = max(modules, default=0)
             gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
             return ([("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
