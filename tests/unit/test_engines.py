@@ -100,6 +100,23 @@ def test_deepspeed_zero12_all_reduce_buckets_then_all_gather_params():
     assert buckets.calls >= 1 + (q.total_params - q.vocab * q.hidden) * 2 / (50 * 2**20)
 
 
+def test_the_ds_config_we_emit_takes_deepspeeds_all_reduce_path_in_zero12_and_reduce_scatter_in_zero3():
+    """deepspeed 0.19.8: stage_1_and_2.py:1695 sends every gradient slice to the "allreduce"
+    bucket when use_multi_rank_bucket_allreduce (zero/config.py:119, default true) whatever
+    reduce_scatter says, and :2384 all-reduces it; stage3.py:1673 takes the all-reduce only
+    without reduce_scatter, else reduce_scatter_coalesced (:1931). Our config, read by
+    DeepSpeed's own config class, must land where step_collectives says it does."""
+    zero_config = pytest.importorskip("deepspeed.runtime.zero.config")
+    for name, op in (("zero1", "all_reduce"), ("zero2", "all_reduce"), ("zero3", "reduce_scatter")):
+        spec = get_strategy(name)
+        cfg = zero_config.DeepSpeedZeroConfig(**get_engine("deepspeed").engine_config(spec, micro_batch=2,
+                                                                                    world_size=4)["zero_optimization"])
+        all_reduces = cfg.use_multi_rank_bucket_allreduce if cfg.stage < 3 else not cfg.reduce_scatter
+        assert (cfg.contiguous_gradients, all_reduces) == (True, op == "all_reduce"), name
+        ops = {c.op for c in collectives(name).values()}
+        assert op in ops and ({"all_reduce", "reduce_scatter"} - {op}).isdisjoint(ops), name
+
+
 def test_zero3_gathers_per_module_and_persistent_params_per_tensor():
     q = load_model("qwen3-0.6b")
     c = collectives("zero3", model=q, ga=1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from prism_strategy.specs.parts import Part
@@ -224,6 +225,12 @@ def part_modules(part: Part) -> PartModules:
     vision = sp.kind == "vision"
     return PartModules(embed=sp.embed_modules(), blocks=sp.stack, head=sp.head_modules(), embed_unit=vision,
                        head_unit=vision and sp.pooling_head)
+
+
+@cache
+def module_sizes(part: Part) -> tuple[int, ...]:
+    """Elements of each module of a part, in forward order (cached: the planner asks per option)."""
+    return tuple(sum(n for n, _ in m) for m in part_modules(part).forward_order())
 
 
 def numels(modules: list[list[Tensor]]) -> list[int]:

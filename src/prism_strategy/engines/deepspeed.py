@@ -16,6 +16,21 @@ Collectives (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, partitioned_par
   Gradients are reduce-scattered per reduce bucket, in every backward.
 - every stage also all-reduces single elements (gradient norm, overflow flags): control
   traffic, left out here as census leaves it out of the payload.
+Checked line by line against deepspeed 0.19.8 for the ds_config engine_config emits (stage,
+overlap_comm, contiguous_gradients, reduce_scatter, reduce_bucket_size = allgather_bucket_size;
+use_multi_rank_bucket_allreduce left at its default, zero/config.py:119 True):
+stage_1_and_2.py:2284-2294 process_gradients reduces in the gradient hook in every backward when
+gradients are partitioned (ZeRO-2), at the boundary only otherwise (ZeRO-1: engine.py:3092
+reduce_gradients, in the step); :1422 a bucket is reduced when the next gradient would overflow
+it, :1443 a gradient larger than the bucket goes alone; :1695 with use_multi_rank_bucket_allreduce
+every slice joins the "allreduce" key, :1568 one call per <= reduce_bucket_size elements, :2384
+dist.all_reduce, a plain torch.distributed.all_reduce (comm/torch.py all_reduce; the XPU backend
+is xccl or torch-ccl's ccl, accelerator/xpu_accelerator.py:24-27): on a CCL_ALLREDUCE=ring
+profile, the host-staged ring DDP's buckets run on (estimate/comm_oneccl.py), with the host held
+(CCL_OP_SYNC=1, so overlap_comm hides nothing there). :3155 all_gather_dp_groups ->
+runtime/utils.py:1021 all_gather_into_tensor, one call per group (:1016). ZeRO-3 with
+reduce_scatter true never takes the all-reduce path (stage3.py:1673) but reduce_scatter_coalesced
+(:1931), a topology-aware reduce-scatter on oneCCL.
 Memory (DeepSpeed's estimate_zero2/3_model_states_mem_needs, plus the buffers of our config):
 ipg bucket(s) of reduce_bucket_size elements in the model dtype (two with overlap_comm);
 ZeRO-3: the reduce bucket, the largest module gathered (params + grads) and the prefetch bucket.
@@ -26,7 +41,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prism_strategy.engines.base import (FP32, MiB, TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective,
-                                         adam_states, ceil_div, numels, part_modules, step_transient, trainable)
+                                         adam_states, ceil_div, module_sizes, numels, part_modules, step_transient, trainable)
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
@@ -140,7 +155,7 @@ class DeepSpeedEngine(Engine):
         """(gathered params, ipg reduce buckets): the buffers DeepSpeed allocates for our ds_config."""
         e, b = t.compute_bytes, bucket_elements(s, t)
         if _stage(s) == 3:
-            modules = [sum(n for n, _ in m) for p in parts for m in part_modules(p).forward_order()]
+            modules = [n for p in parts for n in module_sizes(p)]
             largest = max(modules, default=0)
             gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
             return ([("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
