@@ -20,12 +20,30 @@ into node_comm (scale-up) and r2r_comm (the ranks of one local index on every no
   groups of a node run at once and share its NICs.
 - every operation pays collective_overhead_us (submission, and with CCL_OP_SYNC=1 the wait).
 With CCL_OP_SYNC=1 every one of these terms holds the host (estimate/host.py exposes them all).
+
+Which path an operation takes follows the environment (gpu_kernel_route), from oneCCL's
+`can_use_sycl_kernels` (src/coll/algorithms/utils/sycl_selection.cpp, uxlfoundation/oneCCL
+9ac28472b13e1f0831609c3510bc8005f2a3e455): it returns false ("unsupported count of workers")
+whenever CCL_WORKER_COUNT != 1, for every collective; and for all-reduce / all-gather(v) /
+reduce-scatter whenever CCL_ALLREDUCE / CCL_ALLGATHER(V) / CCL_REDUCE_SCATTER names an algorithm
+other than `topo`. A refused call runs oneCCL's schedule-based algorithm, which for GPU buffers
+stages through the host (env-variables.rst): priced as host_ring_seconds, the path the ring
+all-reduce takes and the Aurora fit measured (intra_ring_bw_gbps, fitted on A1). Assumptions:
+torch's XCCL may enter all-gather as allgather or allgatherv, so either variable naming a non-topo
+algorithm refuses it; the staged path's bandwidth does not grow with more workers (not measured).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+
 from prism_strategy.estimate.ring import ring_steps
 from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.errors import SpecError
+
+ALGORITHM_VARS = {"all_gather": ("CCL_ALLGATHER", "CCL_ALLGATHERV"), "reduce_scatter": ("CCL_REDUCE_SCATTER",)}
+"""The variables sycl_selection.cpp reads for each op besides CCL_ALLREDUCE (allreduce_algorithm)."""
 
 
 def _eff(p: PlatformSpec) -> float:
@@ -63,11 +81,38 @@ def scale_out_seconds(op: str, size: float, rpn: int, nodes: int, concurrent: in
             + factor * part * (nodes - 1) / nodes / (bw * _eff(p)))
 
 
+def gpu_kernel_route(op: str, p: PlatformSpec) -> tuple[bool, str]:
+    """(whether oneCCL runs its GPU kernels for `op`, why not): can_use_sycl_kernels' worker-count
+    and named-algorithm checks (module docstring)."""
+    if p.ccl_worker_count != 1:
+        return False, f"CCL_WORKER_COUNT={p.ccl_worker_count}"
+    if op == "all_reduce" and p.allreduce_algorithm != "topology":
+        return False, f"CCL_ALLREDUCE={p.allreduce_algorithm}"
+    for var in ALGORITHM_VARS.get(op, ()):
+        if p.ccl_algorithms.get(var, "topo") != "topo":
+            return False, f"{var}={p.ccl_algorithms[var]}"
+    return True, ""
+
+
+def with_ccl_env(p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
+    """The platform as this environment routes its collectives (an env profile's values, or a
+    live environment): CCL_WORKER_COUNT, CCL_ALLREDUCE, CCL_ALLGATHER(V), CCL_REDUCE_SCATTER;
+    an unset variable is oneCCL's default (1 worker is the profile's; topo for GPU buffers)."""
+    raw = env.get("CCL_WORKER_COUNT", "1")
+    if not raw.isdigit() or int(raw) < 1:
+        raise SpecError(f"CCL_WORKER_COUNT={raw!r} is not a positive integer; set it to 1 (PRISM's profile)")
+    ar = env.get("CCL_ALLREDUCE", "topo")
+    algos = {v: env[v] for vs in ALGORITHM_VARS.values() for v in vs if v in env}
+    return replace(p, ccl_worker_count=int(raw), ccl_algorithms=algos,
+                   allreduce_algorithm="topology" if ar == "topo" else "ring")
+
+
 def oneccl_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> tuple[float, str]:
     """(seconds of one call, the algorithm that runs)."""
     t = p.collective_overhead_us * 1e-6
-    if op == "all_reduce" and p.allreduce_algorithm == "ring":
-        return t + host_ring_seconds(op, size, ranks, nodes, concurrent, p), f"oneccl host ring over {ranks}"
+    gpu, why = gpu_kernel_route(op, p)
+    if not gpu:
+        return t + host_ring_seconds(op, size, ranks, nodes, concurrent, p), f"oneccl host ring over {ranks} ({why})"
     if nodes == 1:
         return t + scale_up_seconds(op, size, ranks, p), f"oneccl topo scale-up over {ranks}"
     if p.scaleout_algorithm == "ring":

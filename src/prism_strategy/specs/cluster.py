@@ -75,6 +75,12 @@ class PlatformSpec:
     allreduce_algorithm: Literal["ring", "topology"] = "topology"
     scaleout_algorithm: Literal["ring", "hierarchical"] = "hierarchical"
     """How a collective spanning nodes runs: one flat ring, or intra-node then inter-node phases."""
+    ccl_worker_count: int = 1
+    """oneCCL progress workers per rank (CCL_WORKER_COUNT of the env profile): any count but 1 makes
+    oneCCL refuse its GPU kernels for every collective (estimate/comm_oneccl.py gpu_kernel_route)."""
+    ccl_algorithms: dict[str, str] = field(default_factory=dict)
+    """oneCCL algorithms the env profile names, by variable (CCL_ALLGATHER, CCL_ALLGATHERV,
+    CCL_REDUCE_SCATTER): any but `topo` routes that collective to the host-staged path."""
     scaleout_overhead_us: float = 0.0
     """Extra fixed cost of each collective that crosses nodes (proxy / progress threads)."""
     intra_latency_us: float
@@ -150,6 +156,8 @@ class PlatformSpec:
         if self.rank_jitter is not None and not 0 <= self.rank_jitter < 1:
             raise SpecError(f"platform {self.name!r}: rank_jitter must be in [0, 1) (std / mean of one rank's work "
                             f"between synchronisations, e.g. 0.02), got {self.rank_jitter}")
+        if self.ccl_worker_count < 1:
+            raise SpecError(f"platform {self.name!r}: ccl_worker_count must be >= 1, got {self.ccl_worker_count}")
         if self.sm_count < 0:
             raise SpecError(f"platform {self.name!r}: sm_count must be >= 0, got {self.sm_count}")
         if self.nvlink_links < 0:
