@@ -27,7 +27,7 @@ from functools import lru_cache
 from prism_strategy.engines import StepCollective, step_collectives
 from prism_strategy.estimate.comm_measured import measured_seconds
 from prism_strategy.estimate.comm_nccl import nccl_choice, nccl_choice_by_topology, nccl_topology
-from prism_strategy.estimate.comm_oneccl import oneccl_seconds
+from prism_strategy.estimate.comm_oneccl import gpu_kernel_route, oneccl_seconds
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.training import TrainingSpec
@@ -145,8 +145,9 @@ def model_description(p: PlatformSpec) -> str:
                 f"{p.nvlink_links} NVLinks, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}"
                 + (f"; fitted to measured curves: {scaled}" if scaled else "") + "), estimate/comm_nccl.py")
     if p.backend == "xccl":
-        ar = "host-staged flat ring (CCL_ALLREDUCE=ring)" if p.allreduce_algorithm == "ring" else "topo"
-        return (f"oneCCL as profiled (estimate/comm_oneccl.py): all-reduce {ar}, all-gather / reduce-scatter topo "
+        routes = {op: gpu_kernel_route(op, p) for op in ("all_reduce", "all_gather", "reduce_scatter")}
+        how = "; ".join(f"{op} " + ("topo" if gpu else f"host-staged flat ring ({why})") for op, (gpu, why) in routes.items())
+        return (f"oneCCL as profiled (estimate/comm_oneccl.py): {how} "
                 f"(Xe Link {p.intra_bw_gbps:g} GB/s, then scale-out {p.scaleout_overhead_us:g} us + "
                 f"{p.inter_latency_us:g} us per peer node, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node})")
     return (f"alpha-beta ring (estimate/comm.py): intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x "
