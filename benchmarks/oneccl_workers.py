@@ -7,13 +7,16 @@ which one D ran is a reading the data cannot decide.
 - PRISM's ZeRO-2 E2E run (DOMAIN.md section 2: ~9.8 samples/s at BS 8; no record: D1's scenario with
   zero2, micro-batch 8, 1 node);
 - the all-gather alone, host-staged over GPU kernels, 12 ranks of one node, against PRISM's "4 workers
-  caused a 48x all-gather regression" (_known_bad.toml; the size it was seen at is not recorded).
+  caused a 48x all-gather regression" (_known_bad.toml; the size it was seen at is not recorded);
+- every record with a step time: its step error under each worker count (the shipped fit, made
+  with 1 worker, unchanged): which sections each reading fits.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/oneccl_workers.py
 """
 
 from __future__ import annotations
 
+from prism_strategy.bench.fit import fit_terms as ft
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.emit.env import load_env_profile
 from prism_strategy.estimate.comm import collective_call
@@ -59,6 +62,17 @@ def main() -> None:
     for mb in (1, 16, 64, 256, 1024):
         t = {w: collective_call("all_gather", mb * 1e6, 12, 1, 1, ps[w])[0] for w in WORKERS}
         print(f"  {mb:5d} MB: {t['1'] * 1e3:8.2f} ms -> {t['4'] * 1e3:9.2f} ms  x{t['4'] / t['1']:.1f}")
+    record_errors(ps)
+
+
+def record_errors(ps: dict) -> None:
+    print("\nstep error per record, predicted / measured - 1 (fit = in the aurora fit)")
+    for r in load_published("aurora-prism"):
+        if r.step_time_s() is None:
+            continue
+        (o,) = [x for x in ft.record_observations(r) if x.what == "step_s"]
+        errs = "  ".join(f"workers={w} {100 * (o.predict(p) / o.measured - 1):+7.1f}%" for w, p in ps.items())
+        print(f"  {r.id:10s} {r.scenario.strategy:16s} {r.scenario.nodes:3d} nodes  fit={ft.fit_reason(r) is None!s:5s}  {errs}")
 
 
 if __name__ == "__main__":
