@@ -200,15 +200,18 @@ def max_micro_batch_reserved(ms: list[Moment], platform: PlatformSpec, training:
 
 
 def memory_fields(mem: MemoryEstimate, platform: PlatformSpec, training: TrainingSpec | None = None,
-                  ms: list[Moment] | None = None, micro_batch: int = 1) -> dict[str, object]:
+                  ms: list[Moment] | None = None, micro_batch: int = 1,
+                  limit: float | None = None) -> dict[str, object]:
     """Plan JSON: which figure `memory_gib.total` is; the allocator's reserved figure unpressed
     (max_memory_reserved) and at the limit (after the flush and retry), each + the runtime at the
-    worst moment; feasibility is judged on the latter."""
+    worst moment; feasibility is judged on the latter. limit: device_peak(ms, ...) when the caller
+    already has it."""
     from prism_strategy.specs.cluster import GiB
 
     rt = runtime_memory(mem, platform, training)
     unpressed = rt.device if ms is None else device_peak(ms, micro_batch, platform, training, at_limit=False)
-    limit = rt.allocated + rt.runtime if ms is None else device_peak(ms, micro_batch, platform, training)
+    if limit is None:
+        limit = rt.allocated + rt.runtime if ms is None else device_peak(ms, micro_batch, platform, training)
     return {"memory_figure": "allocated + runtime reserve (max_memory_allocated + framework_reserve_gib)",
             "memory_allocated_gib": round(rt.allocated / GiB, 3), "memory_reserved_gib": round(rt.reserved / GiB, 3),
             "memory_device_gib": round(unpressed / GiB, 3), "memory_at_limit_gib": round(limit / GiB, 3),

@@ -106,7 +106,7 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     device = device_peak(ms[ga > 1], mb, p, t)
     o = Option(strategy=s.name, feasible=True, why_not=None, memory=mem, max_micro_batch=max_mb,
                micro_batch=mb, grad_accum=ga, global_batch=mb * ga * lay.world, ckpt_freq=t.ckpt_name,
-               provenance=provenance(sc), memory_runtime=memory_fields(mem, p, t, ms[ga > 1], mb))
+               provenance=provenance(sc), memory_runtime=memory_fields(mem, p, t, ms[ga > 1], mb, limit=device))
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
     if blocked:
         o.feasible, o.why_not = False, f"not viable: {blocked[0].message}"

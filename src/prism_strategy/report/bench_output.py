@@ -92,10 +92,11 @@ def show_curves(store: Store, platform: str | None) -> None:
 
 
 def show_collective_import(done: dict[str, Any], json_out: bool) -> None:
-    line = (f"{done['action']} {done['points']} {done['format']} {done['op']} points "
-            f"({done['bytes_min']:.0f}..{done['bytes_max']:.0f} B) for {done['platform']} "
-            f"{done['nodes']}x{done['ranks_per_node']} ranks; plan prices {done['op']} with them")
-    show_lines_or_json(done, [line], json_out)
+    lines = [f"{done['action']} {done['points']} {done['format']} {done['op']} points "
+             f"({done['bytes_min']:.0f}..{done['bytes_max']:.0f} B) for {done['platform']} "
+             f"{done['nodes']}x{done['ranks_per_node']} ranks",
+             f"plan prices {done['op']} with them"]
+    show_lines_or_json(done, lines, json_out)
 
 
 def show_published_import(name: str, done: list[tuple[Result, str]], json_out: bool) -> None:
