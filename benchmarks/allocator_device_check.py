@@ -58,13 +58,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def predict(a: argparse.Namespace, lengths: str, expandable: bool) -> dict[str, float]:
-    sc = build_scenario(a.model, platform=a.platform, nodes=1, ranks_per_node=1, seq_len=a.seq_len,
-                        micro_batch=a.micro_batch, global_batch=a.micro_batch, ckpt_freq=0, precision="bf16-pure",
-                        varying_lengths=lengths == "varying", expandable_segments=expandable)
+    sc = build_scenario(
+        a.model,
+        platform=a.platform,
+        nodes=1,
+        ranks_per_node=1,
+        seq_len=a.seq_len,
+        micro_batch=a.micro_batch,
+        global_batch=a.micro_batch,
+        ckpt_freq=0,
+        precision="bf16-pure",
+        varying_lengths=lengths == "varying",
+        expandable_segments=expandable,
+    )
     o = evaluate(sc, get_strategy("ddp"))  # one rank, no wrapper: DDP at world 1 (bench/fit/published.py)
     rt = runtime_memory(o.memory, sc.platform, sc.training)
-    return {"allocated": rt.allocated, "reserved": rt.reserved, "at_limit": o.memory_runtime["memory_at_limit_gib"] * GiB,
-            "transient": transient_bytes(o.memory), "activations": o.memory.activations}
+    return {
+        "allocated": rt.allocated,
+        "reserved": rt.reserved,
+        "at_limit": o.memory_runtime["memory_at_limit_gib"] * GiB,
+        "transient": transient_bytes(o.memory),
+        "activations": o.memory.activations,
+    }
 
 
 def lengths_for(a: argparse.Namespace, lengths: str) -> list[int]:
@@ -93,14 +108,31 @@ def child(a: argparse.Namespace) -> dict[str, float]:
         opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize(dev)
     stats = torch.cuda.memory_stats(dev)
-    return {"allocated": float(torch.cuda.max_memory_allocated(dev)), "reserved": float(torch.cuda.max_memory_reserved(dev)),
-            "retries": float(stats.get("num_alloc_retries", 0))}
+    return {
+        "allocated": float(torch.cuda.max_memory_allocated(dev)),
+        "reserved": float(torch.cuda.max_memory_reserved(dev)),
+        "retries": float(stats.get("num_alloc_retries", 0)),
+    }
 
 
 def measure(a: argparse.Namespace, lengths: str, expandable: bool) -> dict[str, float]:
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=f"expandable_segments:{expandable}")
-    cmd = [sys.executable, __file__, "--child", lengths, "--model", a.model, "--platform", a.platform,
-           "--micro-batch", str(a.micro_batch), "--seq-len", str(a.seq_len), "--steps", str(a.steps)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        lengths,
+        "--model",
+        a.model,
+        "--platform",
+        a.platform,
+        "--micro-batch",
+        str(a.micro_batch),
+        "--seq-len",
+        str(a.seq_len),
+        "--steps",
+        str(a.steps),
+    ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
@@ -109,16 +141,20 @@ def measure(a: argparse.Namespace, lengths: str, expandable: bool) -> dict[str, 
 
 
 def row(lengths: str, expandable: bool, p: dict[str, float], m: dict[str, float] | None) -> str:
-    head = f"{lengths:8s} {'on' if expandable else 'off':>4s}  predicted alloc {p['allocated'] / GiB:6.2f} reserved " \
-           f"{p['reserved'] / GiB:6.2f} at limit {p['at_limit'] / GiB:6.2f}"
+    head = (
+        f"{lengths:8s} {'on' if expandable else 'off':>4s}  predicted alloc {p['allocated'] / GiB:6.2f} reserved "
+        f"{p['reserved'] / GiB:6.2f} at limit {p['at_limit'] / GiB:6.2f}"
+    )
     if m is None:
         return head
     if "error" in m:
         return f"{head}  measured: failed ({m['error']})"
     cache = m["reserved"] - m["allocated"]
-    return (f"{head}  measured alloc {m['allocated'] / GiB:6.2f} reserved {m['reserved'] / GiB:6.2f} retries "
-            f"{m['retries']:.0f}; (reserved - alloc) / transient {cache / p['transient']:.3f}, / activations "
-            f"{cache / p['activations']:.3f}")
+    return (
+        f"{head}  measured alloc {m['allocated'] / GiB:6.2f} reserved {m['reserved'] / GiB:6.2f} retries "
+        f"{m['retries']:.0f}; (reserved - alloc) / transient {cache / p['transient']:.3f}, / activations "
+        f"{cache / p['activations']:.3f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

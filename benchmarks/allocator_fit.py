@@ -16,6 +16,7 @@ records cannot decide. Also the sequence length section D did not record, inferr
 
 Run: PYTHONPATH=src python benchmarks/allocator_fit.py
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,9 +56,11 @@ def fixed_fit() -> tuple[float, list[str]]:
         r, (_, o) = RECORDS[rid], option(rid)
         act, res, t = r.peak_bytes("active"), r.peak_bytes("reserved"), transient_bytes(o.memory)
         pts[rid] = (t, res - act, act, res)
-        lines.append(f"  {rid}: active {act / GiB:.2f}, reserved {res / GiB:.2f}, predicted allocated "
-                     f"{allocated(o) / GiB:.2f}, transient {t / GiB:.2f} GiB: (reserved - active) / transient "
-                     f"{(res - act) / t:.3f}")
+        lines.append(
+            f"  {rid}: active {act / GiB:.2f}, reserved {res / GiB:.2f}, predicted allocated "
+            f"{allocated(o) / GiB:.2f}, transient {t / GiB:.2f} GiB: (reserved - active) / transient "
+            f"{(res - act) / t:.3f}"
+        )
     f = through_origin([(t, y) for t, y, *_ in pts.values()])
     lines.append(f"  fitted fixed-shape factor {f:.3f}")
     for rid, (t, _, act, res) in pts.items():
@@ -69,8 +72,12 @@ def fixed_fit() -> tuple[float, list[str]]:
 def xpu(churn: float, varying: float = 0.0, pinned: float = 0.0):
     from prism_strategy.specs.presets import load_platform
 
-    return dataclasses.replace(load_platform("aurora"), allocator_cache_factor=churn,
-                               allocator_varying_factor=varying, allocator_pinned_factor=pinned)
+    return dataclasses.replace(
+        load_platform("aurora"),
+        allocator_cache_factor=churn,
+        allocator_varying_factor=varying,
+        allocator_pinned_factor=pinned,
+    )
 
 
 def varying_fit(churn: float) -> tuple[float, list[str]]:
@@ -79,8 +86,10 @@ def varying_fit(churn: float) -> tuple[float, list[str]]:
         r, (_, o) = RECORDS[rid], option(rid, platform=xpu(churn))
         res, a, t, act = r.peak_bytes("reserved"), allocated(o), transient_bytes(o.memory), o.memory.activations
         pts[rid] = (act, res - a - churn * t, a + churn * t, res)
-        lines.append(f"  {rid}: reserved {res / GiB:.1f}, predicted allocated {a / GiB:.2f} + fixed-shape "
-                     f"{churn * t / GiB:.2f}, per-sample activations {act / GiB:.2f} GiB")
+        lines.append(
+            f"  {rid}: reserved {res / GiB:.1f}, predicted allocated {a / GiB:.2f} + fixed-shape "
+            f"{churn * t / GiB:.2f}, per-sample activations {act / GiB:.2f} GiB"
+        )
     f = through_origin([(x, y) for x, y, *_ in pts.values()])
     lines.append(f"  fitted varying-shape factor {f:.3f} (both records)")
     for rid, (x, _, base, res) in pts.items():
@@ -93,10 +102,12 @@ def pinned_fit(churn: float) -> tuple[float, list[str]]:
     r, (_, o) = RECORDS["C6-b4"], option("C6-b4", platform=xpu(churn))
     left = r.peak_bytes("reserved") - r.peak_bytes("allocated")
     f = left / o.memory.activations
-    return f, [f"  C6-b4 at the failure: reserved - allocated {left / GiB:.1f} GiB over predicted per-sample "
-               f"activations {o.memory.activations / GiB:.1f} GiB: pinned factor {f:.3f} (one record, no "
-               f"leave-one-out); predicted allocated {allocated(o) / GiB:.1f} vs {r.peak_bytes('allocated') / GiB:.1f} "
-               "at the failure: the allocated model misses C6-b4 (see the gaps)"]
+    return f, [
+        f"  C6-b4 at the failure: reserved - allocated {left / GiB:.1f} GiB over predicted per-sample "
+        f"activations {o.memory.activations / GiB:.1f} GiB: pinned factor {f:.3f} (one record, no "
+        f"leave-one-out); predicted allocated {allocated(o) / GiB:.1f} vs {r.peak_bytes('allocated') / GiB:.1f} "
+        "at the failure: the allocated model misses C6-b4 (see the gaps)"
+    ]
 
 
 def infer_seq_len(rid: str = "D1") -> int:
@@ -153,16 +164,24 @@ def unexplained() -> list[str]:
     for rid in ("A4", "B1"):
         r, (sc, o) = RECORDS[rid], option(rid)
         measured = r.peak_bytes("peak")
-        logits = r.scenario.micro_batch * (sc.training.seq_len + (sc.training.image_tokens or 196)) * sc.model.backbone.vocab
+        logits = (
+            r.scenario.micro_batch * (sc.training.seq_len + (sc.training.image_tokens or 196)) * sc.model.backbone.vocab
+        )
         gap = measured - allocated(o)
-        out.append(f"  {rid} (local batch {r.scenario.micro_batch}): measured {measured / GiB:.1f}, predicted allocated "
-                   f"{allocated(o) / GiB:.1f}, unpressed reserved {o.memory_runtime['memory_reserved_gib']:.1f} GiB; "
-                   f"gap {gap / GiB:.1f} GiB ({logits / 1e6:.0f}M logits at {sc.training.seq_len} text tokens)")
+        out.append(
+            f"  {rid} (local batch {r.scenario.micro_batch}): measured {measured / GiB:.1f}, predicted allocated "
+            f"{allocated(o) / GiB:.1f}, unpressed reserved {o.memory_runtime['memory_reserved_gib']:.1f} GiB; "
+            f"gap {gap / GiB:.1f} GiB ({logits / 1e6:.0f}M logits at {sc.training.seq_len} text tokens)"
+        )
         out.append(f"    the trainer's bf16 logits kept through backward (+2 B/logit): {2 * logits / GiB:.1f} GiB")
-        out.append(f"    the model meets the measurement at {length_meeting(rid)} text tokens (+196 image), under "
-                   "the collator's default cap of 2048: the runs' cap and longest batch are not recorded")
-    out.append("  to decide: the runs' MAX_SEQ_LENGTH and the longest padded batch rank 0 saw ([SEQ_LEN] log lines), "
-               "torch.xpu.memory_stats")
+        out.append(
+            f"    the model meets the measurement at {length_meeting(rid)} text tokens (+196 image), under "
+            "the collator's default cap of 2048: the runs' cap and longest batch are not recorded"
+        )
+    out.append(
+        "  to decide: the runs' MAX_SEQ_LENGTH and the longest padded batch rank 0 saw ([SEQ_LEN] log lines), "
+        "torch.xpu.memory_stats"
+    )
     return out
 
 
@@ -170,22 +189,30 @@ def checks() -> list[str]:
     out = []
     sc, o = option("TT-01")
     rt = o.memory_runtime
-    out.append(f"  TT-01 (held out; expandable segments; Llama 3.1 8B seq 8192): predicted reserved "
-               f"{rt['memory_reserved_gib']:.1f} vs {RECORDS['TT-01'].peak_bytes('reserved') / GiB:.1f} GiB")
+    out.append(
+        f"  TT-01 (held out; expandable segments; Llama 3.1 8B seq 8192): predicted reserved "
+        f"{rt['memory_reserved_gib']:.1f} vs {RECORDS['TT-01'].peak_bytes('reserved') / GiB:.1f} GiB"
+    )
     for rid in ("C6-b4", "D4-b20", "D3-b32"):
         sc, o = option(rid)
-        out.append(f"  {rid} (ran out of memory): at the limit {o.memory_runtime['memory_at_limit_gib']:.1f} GiB vs "
-                   f"{sc.platform.usable_bytes / GiB:.1f} usable: predicted {'to fit' if o.feasible else 'out of memory'}")
+        out.append(
+            f"  {rid} (ran out of memory): at the limit {o.memory_runtime['memory_at_limit_gib']:.1f} GiB vs "
+            f"{sc.platform.usable_bytes / GiB:.1f} usable: predicted {'to fit' if o.feasible else 'out of memory'}"
+        )
     sc, o = option("D4")
     lo, hi = (x * RECORDS["D4"].memory_unit_bytes / GiB for x in RECORDS["D4"].measured.peak_gb)
-    out.append(f"  D4 (held out): predicted allocated {allocated(o) / GiB:.1f} vs {lo:.1f}-{hi:.1f} GB; "
-               f"max micro-batch {o.max_micro_batch} (ran 16, 20 out of memory)")
+    out.append(
+        f"  D4 (held out): predicted allocated {allocated(o) / GiB:.1f} vs {lo:.1f}-{hi:.1f} GB; "
+        f"max micro-batch {o.max_micro_batch} (ran 16, 20 out of memory)"
+    )
     for rid in ("MF-06", "MF-08", "MF-09", "MF-13", "MF-15", "MF-17"):
         sc, o = option(rid)
         rt = o.memory_runtime
-        out.append(f"  {rid} (ran; memory not recorded): allocated {rt['memory_allocated_gib']:.1f}, unpressed "
-                   f"reserved+runtime {rt['memory_device_gib']:.1f}, at the limit {rt['memory_at_limit_gib']:.1f} of "
-                   f"{sc.platform.usable_bytes / GiB:.1f} GiB usable: {'fits' if o.feasible else 'DOES NOT FIT'}")
+        out.append(
+            f"  {rid} (ran; memory not recorded): allocated {rt['memory_allocated_gib']:.1f}, unpressed "
+            f"reserved+runtime {rt['memory_device_gib']:.1f}, at the limit {rt['memory_at_limit_gib']:.1f} of "
+            f"{sc.platform.usable_bytes / GiB:.1f} GiB usable: {'fits' if o.feasible else 'DOES NOT FIT'}"
+        )
     return out
 
 
@@ -213,9 +240,11 @@ def main() -> None:
     print(f"section D text length inferred from D1 (in-sample): {infer_seq_len('D1')} tokens (+196 image)")
     slope, bound = slope_bound_seq_len()
     lo, hi = d4_rank_lengths()
-    print(f"  check (D2/D3, compiled): per-sample slope {slope / GiB:.2f} GiB; eager model reaches it at >= {bound} "
-          f"tokens, a lower bound on D's length\n  D4's 42.2-48.7 GB range: the ranks' longest batches at "
-          f"{lo}-{hi} text tokens by the model")
+    print(
+        f"  check (D2/D3, compiled): per-sample slope {slope / GiB:.2f} GiB; eager model reaches it at >= {bound} "
+        f"tokens, a lower bound on D's length\n  D4's 42.2-48.7 GB range: the ranks' longest batches at "
+        f"{lo}-{hi} text tokens by the model"
+    )
     print("unexplained (allocated figures; the allocator terms do not enter):", *unexplained(), sep="\n")
     print("held-out checks with the shipped presets:", *checks(), sep="\n")
     print(CANNOT_DECIDE)

@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from prism_strategy.estimate.memory import KEYS, estimate_memory  # noqa: E402
-from prism_strategy.specs.parts import model_parts  # noqa: E402
-from prism_strategy.traced.estimate import TOLERANCE, trace_memory  # noqa: E402
 from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, load_model, load_platform, model_names  # noqa: E402
+from prism_strategy.specs.parts import model_parts  # noqa: E402
 from prism_strategy.strategies import STRATEGIES, get_strategy  # noqa: E402
+from prism_strategy.traced.estimate import TOLERANCE, trace_memory  # noqa: E402
 
 GiB = 2**30
 ITEMS = [k for k in KEYS if k != "reserve"]
@@ -40,8 +40,16 @@ def scenarios(names: list[str]) -> list[tuple[str, MultimodalSpec]]:
     out = []
     for n in names:
         if n == "multimodal":
-            out.append(("qwen3-0.6b+siglip2-so400m (projector)", MultimodalSpec(
-                backbone=load_model("qwen3-0.6b"), vision=load_model("siglip2-so400m-patch14-384"), mode="projector")))
+            out.append(
+                (
+                    "qwen3-0.6b+siglip2-so400m (projector)",
+                    MultimodalSpec(
+                        backbone=load_model("qwen3-0.6b"),
+                        vision=load_model("siglip2-so400m-patch14-384"),
+                        mode="projector",
+                    ),
+                )
+            )
             continue
         spec = load_model(n)
         if spec.kind == "decoder":
@@ -49,31 +57,47 @@ def scenarios(names: list[str]) -> list[tuple[str, MultimodalSpec]]:
     return out
 
 
-def compare(name: str, spec: MultimodalSpec, strategy: str, training: TrainingSpec, layout: Layout,
-            micro_batch: int) -> dict:
-    est = estimate_memory(model_parts(spec, training), training, load_platform("aurora"), layout,
-                          get_strategy(strategy), micro_batch)
+def compare(
+    name: str, spec: MultimodalSpec, strategy: str, training: TrainingSpec, layout: Layout, micro_batch: int
+) -> dict:
+    est = estimate_memory(
+        model_parts(spec, training), training, load_platform("aurora"), layout, get_strategy(strategy), micro_batch
+    )
     cpu0 = time.process_time()
     tr = trace_memory(spec, training, layout, strategy, micro_batch)
     cpu = time.process_time() - cpu0
     a_total = est.total - est.reserve
-    row = {"model": name, "strategy": strategy, "analytic_gib": a_total / GiB, "traced_gib": tr.peak_bytes / GiB,
-           "error_pct": 100 * (a_total - tr.peak_bytes) / tr.peak_bytes, "phase": tr.phase,
-           "trace_s": tr.seconds, "trace_cpu_s": cpu, "items": {}, "categories_gib":
-           {k: v / GiB for k, v in tr.categories.items()}, "analytic_rows": [(k, lbl, b / GiB) for k, lbl, b in est.items]}
+    row = {
+        "model": name,
+        "strategy": strategy,
+        "analytic_gib": a_total / GiB,
+        "traced_gib": tr.peak_bytes / GiB,
+        "error_pct": 100 * (a_total - tr.peak_bytes) / tr.peak_bytes,
+        "phase": tr.phase,
+        "trace_s": tr.seconds,
+        "trace_cpu_s": cpu,
+        "items": {},
+        "categories_gib": {k: v / GiB for k, v in tr.categories.items()},
+        "analytic_rows": [(k, lbl, b / GiB) for k, lbl, b in est.items],
+    }
     for k in ITEMS:
         a, t = getattr(est, k), tr.by_key[k]
-        row["items"][k] = {"analytic_gib": a / GiB, "traced_gib": t / GiB,
-                           "off": abs(a - t) > TOLERANCE * max(a, t) and abs(a - t) > 0.02 * tr.peak_bytes}
+        row["items"][k] = {
+            "analytic_gib": a / GiB,
+            "traced_gib": t / GiB,
+            "off": abs(a - t) > TOLERANCE * max(a, t) and abs(a - t) > 0.02 * tr.peak_bytes,
+        }
     return row
 
 
 def print_row(r: dict) -> None:
     off = [k for k, v in r["items"].items() if v["off"]]
     items = "  ".join(f"{k[:3]} {v['analytic_gib']:.2f}/{v['traced_gib']:.2f}" for k, v in r["items"].items())
-    print(f"{r['model']:<38} {r['strategy']:<19} {r['analytic_gib']:7.2f} {r['traced_gib']:7.2f} "
-          f"{r['error_pct']:+6.0f}%  {r['phase']:<26} {r['trace_s']:6.1f}s  {items}  {'OFF: ' + ','.join(off) if off else ''}",
-          flush=True)
+    print(
+        f"{r['model']:<38} {r['strategy']:<19} {r['analytic_gib']:7.2f} {r['traced_gib']:7.2f} "
+        f"{r['error_pct']:+6.0f}%  {r['phase']:<26} {r['trace_s']:6.1f}s  {items}  {'OFF: ' + ','.join(off) if off else ''}",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,11 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     # MoE presets are left out of "all": FakeTensorMode's grouped_mm wants bf16 inputs, and transformers'
     # grouped_mm experts run at the weights' dtype (fp32 under bf16-mixed); trace them with --models under bf16-pure
-    names = [n for n in model_names() if not load_model(n).moe] + ["multimodal"] if a.models == "all" else a.models.split(",")
+    names = (
+        [n for n in model_names() if not load_model(n).moe] + ["multimodal"]
+        if a.models == "all"
+        else a.models.split(",")
+    )
     training = TrainingSpec.from_precision(a.precision, seq_len=a.seq_len, ckpt_freq=a.ckpt_freq)
     layout = Layout(nodes=a.nodes, ranks_per_node=a.ranks_per_node)
-    print(f"analytic vs traced, GiB per device (reserve excluded): {layout}, world {layout.world}, seq {a.seq_len}, "
-          f"micro-batch {a.micro_batch}, ckpt_freq {a.ckpt_freq}, {a.precision}; items analytic/traced at the traced peak")
+    print(
+        f"analytic vs traced, GiB per device (reserve excluded): {layout}, world {layout.world}, seq {a.seq_len}, "
+        f"micro-batch {a.micro_batch}, ckpt_freq {a.ckpt_freq}, {a.precision}; items analytic/traced at the traced peak"
+    )
     print(f"{'model':<38} {'strategy':<19} {'analyt':>7} {'traced':>7} {'error':>7}  {'peak in':<26} {'trace':>7}")
     rows = []
     for name, spec in scenarios(names):
@@ -115,12 +145,16 @@ def summarise(rows: list[dict]) -> None:
         if bad:
             worst = max(bad, key=lambda r: abs(r["items"][k]["analytic_gib"] - r["items"][k]["traced_gib"]))
             w = worst["items"][k]
-            print(f"  {k:<11} {len(bad):3d}/{len(rows)} rows; worst {worst['model']} {worst['strategy']}: "
-                  f"analytic {w['analytic_gib']:.2f} vs traced {w['traced_gib']:.2f} GiB")
+            print(
+                f"  {k:<11} {len(bad):3d}/{len(rows)} rows; worst {worst['model']} {worst['strategy']}: "
+                f"analytic {w['analytic_gib']:.2f} vs traced {w['traced_gib']:.2f} GiB"
+            )
     totals = [abs(r["error_pct"]) for r in rows]
     if totals:
-        print(f"  total: median |error| {sorted(totals)[len(totals) // 2]:.0f}%, max {max(totals):.0f}%, "
-              f"{sum(t > 15 for t in totals)}/{len(rows)} rows over 15%")
+        print(
+            f"  total: median |error| {sorted(totals)[len(totals) // 2]:.0f}%, max {max(totals):.0f}%, "
+            f"{sum(t > 15 for t in totals)}/{len(rows)} rows over 15%"
+        )
     olmo = [r for r in rows if r["model"] == "olmo-7b" and r["strategy"] == "fsdp_full_shard"]
     for r in olmo:
         print(f"OLMo-7B fsdp_full_shard trace: {r['trace_s']:.1f} s wall, {r['trace_cpu_s']:.1f} s CPU (target < 90 s)")

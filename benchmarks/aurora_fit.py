@@ -38,9 +38,20 @@ def step_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
         if r.step_time_s() is None:
             continue
         (o,) = [x for x in ft.record_observations(r) if x.what == "step_s"]
-        rows.append({"id": r.id, "strategy": r.scenario.strategy, "nodes": r.scenario.nodes, "measured_s": o.measured,
-                     "before_s": o.predict(prior), "after_s": o.predict(shipped), "refit_s": o.predict(fitted),
-                     "loo_err_pct": loo.get(r.id), "fitted": ft.fit_reason(r) is None, "why_not": ft.fit_reason(r)})
+        rows.append(
+            {
+                "id": r.id,
+                "strategy": r.scenario.strategy,
+                "nodes": r.scenario.nodes,
+                "measured_s": o.measured,
+                "before_s": o.predict(prior),
+                "after_s": o.predict(shipped),
+                "refit_s": o.predict(fitted),
+                "loo_err_pct": loo.get(r.id),
+                "fitted": ft.fit_reason(r) is None,
+                "why_not": ft.fit_reason(r),
+            }
+        )
     for row in rows:
         for k in ("before", "after", "refit"):
             row[f"{k}_err_pct"] = 100 * (row[f"{k}_s"] / row["measured_s"] - 1)
@@ -76,8 +87,13 @@ def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
         for n in SCALE_NODES:
             kw = dict(a3.scenario_kwargs(), platform=p, nodes=n, global_batch=a3.scenario.micro_batch * 12 * n)
             sc = build_scenario(**kw)
-            rows.append({"nodes": n} | {s: evaluate(sc, get_strategy(s)).samples_per_s
-                                       for s in ("ddp", "fsdp_full_shard", "hsdp_full_shard", "hsdp_shard_grad_op")})
+            rows.append(
+                {"nodes": n}
+                | {
+                    s: evaluate(sc, get_strategy(s)).samples_per_s
+                    for s in ("ddp", "fsdp_full_shard", "hsdp_full_shard", "hsdp_shard_grad_op")
+                }
+            )
         (o,) = [x for x in ft.record_observations(e2) if x.what == "step_s"]
         out[label] = {"rows": rows, "e2_err_pct": 100 * (o.predict(p) / o.measured - 1)}
     return out
@@ -98,9 +114,15 @@ def memory_rows(name: str = "aurora-prism") -> list[dict]:
         sc = build_scenario(**r.scenario_kwargs())
         o = evaluate(sc, get_strategy(r.planner_strategy))
         rt = runtime_memory(o.memory, sc.platform, sc.training)
-        out.append({"id": r.id, "oom": r.measured.oom,
-                    "measured_gib": {k: (v / GiB if v else None) for k, v in measured.items()},
-                    "predicted_allocated_gib": rt.allocated / GiB, "predicted_reserved_gib": rt.reserved / GiB})
+        out.append(
+            {
+                "id": r.id,
+                "oom": r.measured.oom,
+                "measured_gib": {k: (v / GiB if v else None) for k, v in measured.items()},
+                "predicted_allocated_gib": rt.allocated / GiB,
+                "predicted_reserved_gib": rt.reserved / GiB,
+            }
+        )
     return out
 
 
@@ -113,9 +135,16 @@ def write_fit_errors(steps: dict) -> None:
 
     fitted = [x for x in steps["rows"] if x["fitted"]]
     path = Path(__file__).resolve().parents[1] / "src" / "prism_strategy" / "data" / "fits" / "aurora-prism.toml"
-    write(str(path), measurements="aurora-prism", writer="benchmarks/aurora_fit.py", device="xpu",
-          loo_pct={x["id"]: x["loo_err_pct"] for x in fitted}, prior_pct={x["id"]: x["before_err_pct"] for x in fitted},
-          max_nodes={"aurora": max(x["nodes"] for x in fitted)}, spread=None)
+    write(
+        str(path),
+        measurements="aurora-prism",
+        writer="benchmarks/aurora_fit.py",
+        device="xpu",
+        loo_pct={x["id"]: x["loo_err_pct"] for x in fitted},
+        prior_pct={x["id"]: x["before_err_pct"] for x in fitted},
+        max_nodes={"aurora": max(x["nodes"] for x in fitted)},
+        spread=None,
+    )
 
 
 def _print_ranges(steps: dict) -> None:
@@ -127,14 +156,18 @@ def _print_ranges(steps: dict) -> None:
     inside, n = range_coverage(fitted)
     by_id = {r.id: r for r in load_published("aurora-prism")}
     now, _ = coverage(fitted, {rid: _slow_extra(by_id[rid]) for rid in fitted})
-    print(f"80% ranges on the leave-one-out rows: {inside} of {n} inside (symmetric); {now} of {n} with the one-sided "
-          "scale terms plan states")
+    print(
+        f"80% ranges on the leave-one-out rows: {inside} of {n} inside (symmetric); {now} of {n} with the one-sided "
+        "scale terms plan states"
+    )
     for x in (x for x in steps["rows"] if not x["fitted"] and x["id"] in HELD_OUT_RANGE_CHECKS):
         rng = record_range(by_id[x["id"]])
         if rng is not None:
             ok = "inside" if rng[0] <= x["measured_s"] <= rng[1] else "OUTSIDE"
-            print(f"  {x['id']} ({x['nodes']} nodes, not fitted): measured {x['measured_s']:.2f} s, "
-                  f"plan's range {rng[0]:.2f}-{rng[1]:.2f} s: {ok}")
+            print(
+                f"  {x['id']} ({x['nodes']} nodes, not fitted): measured {x['measured_s']:.2f} s, "
+                f"plan's range {rng[0]:.2f}-{rng[1]:.2f} s: {ok}"
+            )
 
 
 def _slow_extra(r) -> float:
@@ -163,20 +196,27 @@ def a3_at_scale(name: str = "aurora-prism", platform: str = "aurora") -> dict:
     o = evaluate(build_scenario(**kw), get_strategy("fsdp_full_shard"))
     world = 12 * n
     readings = {k: o.micro_batch * o.grad_accum * world / v for k, v in o.step_time_s_readings.items()}
-    return {"nodes": n, "samples_per_s": o.samples_per_s, "samples_per_s_range": o.samples_per_s_range,
-            "per_tile": o.samples_per_s / world, "readings_samples_per_s": readings,
-            "range_terms": {"fit": o.range.fast} | o.range.terms,
-            "holds_readings": all(o.samples_per_s_range[0] <= v <= o.samples_per_s_range[1] for v in readings.values())}
+    return {
+        "nodes": n,
+        "samples_per_s": o.samples_per_s,
+        "samples_per_s_range": o.samples_per_s_range,
+        "per_tile": o.samples_per_s / world,
+        "readings_samples_per_s": readings,
+        "range_terms": {"fit": o.range.fast} | o.range.terms,
+        "holds_readings": all(o.samples_per_s_range[0] <= v <= o.samples_per_s_range[1] for v in readings.values()),
+    }
 
 
 def _print_at_scale(x: dict) -> None:
     lo, hi = x["samples_per_s_range"]
     each = ", ".join(f"{k} {v:.0f}" for k, v in x["readings_samples_per_s"].items())
     terms = ", ".join(f"{k} x{math.exp(w):.2f}" for k, w in x["range_terms"].items())
-    print(f"\nA3's scenario, fsdp_full_shard at {x['nodes']} nodes (predicted): {x['samples_per_s']:.0f} samples/s "
-          f"({x['per_tile']:.2f} per tile), range {lo:.0f}-{hi:.0f} (-{1 - lo / x['samples_per_s']:.0%}/"
-          f"+{hi / x['samples_per_s'] - 1:.0%}); readings: {each}; "
-          f"{'both inside' if x['holds_readings'] else 'NOT all inside'}")
+    print(
+        f"\nA3's scenario, fsdp_full_shard at {x['nodes']} nodes (predicted): {x['samples_per_s']:.0f} samples/s "
+        f"({x['per_tile']:.2f} per tile), range {lo:.0f}-{hi:.0f} (-{1 - lo / x['samples_per_s']:.0%}/"
+        f"+{hi / x['samples_per_s'] - 1:.0%}); readings: {each}; "
+        f"{'both inside' if x['holds_readings'] else 'NOT all inside'}"
+    )
     print(f"  range made of: {terms} (slow side = fit x max(communication x late ranks, readings); fast side = fit)")
 
 
@@ -199,17 +239,23 @@ def main() -> None:
     if args.json:
         json.dump({"step": steps, "memory": mem, "scale": scale, "at_scale": at_scale}, sys.stdout, indent=2)
         return
-    print(f"{'record':10s} {'strategy':16s} {'nodes':>5s} {'meas s':>7s} {'before':>7s} {'err%':>6s} "
-          f"{'after':>7s} {'err%':>6s} {'LOO%':>6s}  fit")
+    print(
+        f"{'record':10s} {'strategy':16s} {'nodes':>5s} {'meas s':>7s} {'before':>7s} {'err%':>6s} "
+        f"{'after':>7s} {'err%':>6s} {'LOO%':>6s}  fit"
+    )
     for x in steps["rows"]:
         loo = _f(x["loo_err_pct"], "{:+6.0f}") if x["fitted"] else "      "
-        print(f"{x['id']:10s} {x['strategy']:16s} {x['nodes']:5d} {x['measured_s']:7.2f} {x['before_s']:7.2f} "
-              f"{x['before_err_pct']:+6.0f} {x['after_s']:7.2f} {x['after_err_pct']:+6.0f} {loo}  "
-              f"{'yes' if x['fitted'] else 'no: ' + x['why_not'][:52]}")
+        print(
+            f"{x['id']:10s} {x['strategy']:16s} {x['nodes']:5d} {x['measured_s']:7.2f} {x['before_s']:7.2f} "
+            f"{x['before_err_pct']:+6.0f} {x['after_s']:7.2f} {x['after_err_pct']:+6.0f} {loo}  "
+            f"{'yes' if x['fitted'] else 'no: ' + x['why_not'][:52]}"
+        )
     s = steps["summary"]
-    print(f"\nmedian |step error| on {s['fitted_records']} fitted records: before {s['median_abs_err_before_pct']:.1f}%, "
-          f"after {s['median_abs_err_after_pct']:.1f}%, leave-one-out {s['median_abs_err_loo_pct']:.1f}%; "
-          f"checks (not fitted) {s['median_abs_err_checks_pct']:.1f}%")
+    print(
+        f"\nmedian |step error| on {s['fitted_records']} fitted records: before {s['median_abs_err_before_pct']:.1f}%, "
+        f"after {s['median_abs_err_after_pct']:.1f}%, leave-one-out {s['median_abs_err_loo_pct']:.1f}%; "
+        f"checks (not fitted) {s['median_abs_err_checks_pct']:.1f}%"
+    )
     _print_ranges(steps)
     print("fitted values (shipped -> refit now):")
     for k, v in s["shipped_values"].items():
@@ -219,15 +265,21 @@ def main() -> None:
         print(f"  {label}: E2 error {v['e2_err_pct']:+.1f}%")
         print(f"    {'nodes':>5s} {'ddp':>8s} {'full_shard':>11s} {'hsdp_full':>10s} {'hsdp_sgo':>9s}")
         for r in v["rows"]:
-            print(f"    {r['nodes']:5d} {r['ddp']:8.1f} {r['fsdp_full_shard']:11.1f} {r['hsdp_full_shard']:10.1f} "
-                  f"{r['hsdp_shard_grad_op']:9.1f}")
+            print(
+                f"    {r['nodes']:5d} {r['ddp']:8.1f} {r['fsdp_full_shard']:11.1f} {r['hsdp_full_shard']:10.1f} "
+                f"{r['hsdp_shard_grad_op']:9.1f}"
+            )
     _print_at_scale(at_scale)
-    print(f"\n{'record':10s} {'measured GiB: peak / allocated / reserved':44s} {'predicted alloc':>15s} {'reserved':>9s}")
+    print(
+        f"\n{'record':10s} {'measured GiB: peak / allocated / reserved':44s} {'predicted alloc':>15s} {'reserved':>9s}"
+    )
     for m in mem:
         g = m["measured_gib"]
         meas = " / ".join(_f(g[k], "{:5.1f}").strip() or "-" for k in ("peak", "allocated", "reserved"))
-        print(f"{m['id']:10s} {meas + (' (OOM)' if m['oom'] else ''):44s} {m['predicted_allocated_gib']:15.1f} "
-              f"{m['predicted_reserved_gib']:9.1f}")
+        print(
+            f"{m['id']:10s} {meas + (' (OOM)' if m['oom'] else ''):44s} {m['predicted_allocated_gib']:15.1f} "
+            f"{m['predicted_reserved_gib']:9.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from prism_strategy.bench.fit.calibrate import calibrate, errors_pct
-from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.launch.run import base_config, run_many
+from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Store
 from prism_strategy.specs.presets import load_platform
 
@@ -29,9 +29,23 @@ def measure(store: Store):
     plat = load_platform("cpu")
     train, held = [], []
     for s in STRATEGIES:
-        configs = [base_config(model="small-llama", nproc=4, ranks_per_node=2, micro_batch=mb, seq_len=seq, steps=5,
-                               warmup=2, precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=300) | {"strategy": s}
-                   for mb, seq in (*TRAIN, HELD)]
+        configs = [
+            base_config(
+                model="small-llama",
+                nproc=4,
+                ranks_per_node=2,
+                micro_batch=mb,
+                seq_len=seq,
+                steps=5,
+                warmup=2,
+                precision="fp32",
+                ckpt_freq=0,
+                grad_accum=1,
+                timeout_s=300,
+            )
+            | {"strategy": s}
+            for mb, seq in (*TRAIN, HELD)
+        ]
         runs = run_many(configs, plat, store)
         bad = [r for r in runs if r.status != "ok"]
         if bad:
@@ -63,11 +77,15 @@ def main() -> int:
         train, held = measure(Store(args.db or Path(tmp) / "holdout.db"))
         fitted, report = calibrate(load_platform("cpu"), train)
         err = errors_pct(fitted, held)
-        print(f"fit on {report['runs']} runs: step-time median error {report['before']['step_time_median']:.1f}% -> "
-              f"{report['after']['step_time_median']:.1f}%; memory {report['before']['memory_median']:.1f}% -> "
-              f"{report['after']['memory_median']:.1f}%")
-        print(f"held out (mb {HELD[0]}, seq {HELD[1]}): step-time median error {err['step_time_median']:.1f}% "
-              f"(target 25), memory {err['memory_median']:.1f}% (target 15)")
+        print(
+            f"fit on {report['runs']} runs: step-time median error {report['before']['step_time_median']:.1f}% -> "
+            f"{report['after']['step_time_median']:.1f}%; memory {report['before']['memory_median']:.1f}% -> "
+            f"{report['after']['memory_median']:.1f}%"
+        )
+        print(
+            f"held out (mb {HELD[0]}, seq {HELD[1]}): step-time median error {err['step_time_median']:.1f}% "
+            f"(target 25), memory {err['memory_median']:.1f}% (target 15)"
+        )
         agree, pairs = ordering(fitted, held)
         print(f"ordering: {agree}/{pairs} clearly different pairs ordered as measured")
     ok = err["step_time_median"] <= 25 and err["memory_median"] <= 15 and agree == pairs

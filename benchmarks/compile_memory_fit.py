@@ -7,6 +7,7 @@ k, least-squares fits with leave-one-out errors, D's other reading (the bytes co
 holds if D1's +84% sits in items compile does not touch), and the compiled records with no eager
 pair (D3, TT-21, TT-23, TT-24, E1) as checks. Run: PYTHONPATH=src python benchmarks/compile_memory_fit.py
 """
+
 from __future__ import annotations
 
 from prism_strategy.bench.fit.published import load_published
@@ -74,16 +75,20 @@ def main() -> None:
         fitted = ", ".join(f"{100 * ratio_error(p, k):+.1f}%" for p in pairs)
         print(f"fit over {name}: k = {k:.3f}; fitted ratio errors {fitted}")
         for i, p in enumerate(pairs):
-            ko = fit(pairs[:i] + pairs[i + 1:])
+            ko = fit(pairs[:i] + pairs[i + 1 :])
             e, c, counter = p
             held = measured(e, counter) * predicted(c, counter, ko) / predicted(e, counter, 1.0)
-            print(f"  leave out {c}/{e}: k = {ko:.3f}, ratio error {100 * ratio_error(p, ko):+.1f}%; "
-                  f"{c} from {e}'s figure {held / GiB:.1f} vs {measured(c, counter) / GiB:.1f} GiB")
+            print(
+                f"  leave out {c}/{e}: k = {ko:.3f}, ratio error {100 * ratio_error(p, ko):+.1f}%; "
+                f"{c} from {e}'s figure {held / GiB:.1f} vs {measured(c, counter) / GiB:.1f} GiB"
+            )
     saved = measured("D1", "allocated") - measured("D2", "allocated")
     pred_saved = predicted("D1", "allocated", 1.0) - predicted("D2", "allocated", 1.0)
     k_bytes = min(GRID, key=lambda k: abs(predicted("D1", "allocated", 1.0) - predicted("D2", "allocated", k) - saved))
-    print(f"D1 -> D2 bytes saved: measured {saved / GiB:.1f} GiB, predicted {pred_saved / GiB:.1f} (k=1); "
-          f"k for the bytes reading {k_bytes:.3f}")
+    print(
+        f"D1 -> D2 bytes saved: measured {saved / GiB:.1f} GiB, predicted {pred_saved / GiB:.1f} (k=1); "
+        f"k for the bytes reading {k_bytes:.3f}"
+    )
     # Not shipped as a record: PR #165's eager FSDP2 full-checkpointing row, the pair of TT-21, from the
     # PR's description (pytorch/torchtitan 83c879f18): "FSDP2 (AC): ... 32.64% peak reserved" of 95.04 GiB.
     ac_eager = 0.3264 * 95.04 * GiB
@@ -92,10 +97,14 @@ def main() -> None:
     sc = build_scenario(**(r.scenario_kwargs() | {"compile": False}))
     eager_pred = runtime_memory(evaluate(sc, get_strategy(r.planner_strategy)).memory, sc.platform).reserved
     tt21 = predicted("TT-21", "reserved", 1.0) / eager_pred
-    print(f"TT-21 / PR #165's eager FSDP2 full checkpointing (31.02 GiB reserved, not shipped): measured "
-          f"{measured('TT-21', 'reserved') / ac_eager:.3f},")
-    print(f"  predicted {tt21:.3f}; the eager row itself predicted {eager_pred / GiB:.1f} GiB "
-          f"({100 * (eager_pred / ac_eager - 1):+.1f}%)")
+    print(
+        f"TT-21 / PR #165's eager FSDP2 full checkpointing (31.02 GiB reserved, not shipped): measured "
+        f"{measured('TT-21', 'reserved') / ac_eager:.3f},"
+    )
+    print(
+        f"  predicted {tt21:.3f}; the eager row itself predicted {eager_pred / GiB:.1f} GiB "
+        f"({100 * (eager_pred / ac_eager - 1):+.1f}%)"
+    )
     print("in the code: REMAINING_FACTOR = 1.0 (estimate/memory_compile.py)")
     for rid, counter in CHECKS:
         for k in (1.0, k_all):
@@ -104,8 +113,10 @@ def main() -> None:
                 print(f"check {rid} (ran) k={k:.3f}: {got / GiB:.1f} GiB allocated")
             else:
                 want = measured(rid, counter)
-                print(f"check {rid} ({counter}) k={k:.3f}: {got / GiB:.1f} vs {want / GiB:.1f} GiB "
-                      f"({100 * (got / want - 1):+.1f}%)")
+                print(
+                    f"check {rid} ({counter}) k={k:.3f}: {got / GiB:.1f} vs {want / GiB:.1f} GiB "
+                    f"({100 * (got / want - 1):+.1f}%)"
+                )
     memory_compile.REMAINING_FACTOR = 1.0
 
 

@@ -41,12 +41,11 @@ if (ROOT / "src" / "prism_strategy").is_dir():  # a checkout measures its own co
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from device_validation_report import gib, render, write_atomic  # noqa: E402
-
 from prism_strategy.bench.launch.run import base_config, platform_with_limit  # noqa: E402
 from prism_strategy.bench.results.store import Result, Store  # noqa: E402
-from prism_strategy.planning.search import MAX_MICRO_BATCH_SHOWN  # noqa: E402
 from prism_strategy.planning.planner import evaluate  # noqa: E402
 from prism_strategy.planning.scenario import build_scenario  # noqa: E402
+from prism_strategy.planning.search import MAX_MICRO_BATCH_SHOWN  # noqa: E402
 from prism_strategy.specs.cluster import GiB, PlatformSpec  # noqa: E402
 from prism_strategy.specs.errors import SpecError  # noqa: E402
 from prism_strategy.specs.presets import load_model, load_platform  # noqa: E402
@@ -61,8 +60,13 @@ QUICK_ROWS = (("ddp", 1, 0), ("fsdp_full_shard", 2, 1), ("fsdp_shard_grad_op", 2
 """--quick: (strategy, micro-batch, ckpt freq) on tiny-llama."""
 
 
-VARIANTS = (("adamw-foreach", "chunked", 0), ("adamw-fused", "chunked", 0), ("adamw", "chunked", 0),
-            ("adamw", "fused", 0), ("adamw", "upcast", "sac"))
+VARIANTS = (
+    ("adamw-foreach", "chunked", 0),
+    ("adamw-fused", "chunked", 0),
+    ("adamw", "chunked", 0),
+    ("adamw", "fused", 0),
+    ("adamw", "upcast", "sac"),
+)
 """--variants: (optimizer, loss, ckpt) beside the defaults, each a memory moment of issue 17: the
 optimizer step (foreach's state-sized temporary, fused's none), each loss kernel, selective
 checkpointing. The optimizer rows run the chunked loss at micro-batch 1, so that the step (not
@@ -84,8 +88,14 @@ class Row:
     @property
     def variant(self) -> str:
         """What differs from the default run (optimizer, loss), for the table; "" for none."""
-        return " ".join(x for x in (self.optimizer if self.optimizer != "adamw" else "",
-                                    f"loss {self.loss}" if self.loss != "upcast" else "") if x)
+        return " ".join(
+            x
+            for x in (
+                self.optimizer if self.optimizer != "adamw" else "",
+                f"loss {self.loss}" if self.loss != "upcast" else "",
+            )
+            if x
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -97,18 +107,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--strategies", default=GPU_STRATEGIES, help="world-1 strategies; zero1-3 need DeepSpeed")
     p.add_argument("--micro-batches", default="auto", help="comma list, or auto: 1, 4 and the predicted ceiling")
     p.add_argument("--ckpt-freqs", default="0,1")
-    p.add_argument("--variants", choices=("auto", "none", "all"), default="auto",
-                   help="optimizer / loss / sac rows (VARIANTS); auto: on a device, not with --quick")
+    p.add_argument(
+        "--variants",
+        choices=("auto", "none", "all"),
+        default="auto",
+        help="optimizer / loss / sac rows (VARIANTS); auto: on a device, not with --quick",
+    )
     p.add_argument("--seq-len", type=int, default=None, help="default 2048 (64 with --quick)")
     p.add_argument("--precision", default="auto", help="bf16-mixed | fp32 | auto (bf16-mixed on a GPU, fp32 on CPU)")
     p.add_argument("--warmup", type=int, default=2, help="burn-in steps before timing")
     p.add_argument("--steps", type=int, default=3, help="timed steps (the median is reported)")
-    p.add_argument("--oom-probe-factor", type=float, default=1.25,
-                   help="the OOM probe's micro-batch: this x (predicted ceiling + 1)")
-    p.add_argument("--memory-limit-gib", type=float, default=None,
-                   help="CPU only: a tracked peak above this is out of memory (and the predicted device size)")
-    p.add_argument("--budget-s", type=float, default=540.0,
-                   help="seconds from start; stop before a row that would end past it")
+    p.add_argument(
+        "--oom-probe-factor",
+        type=float,
+        default=1.25,
+        help="the OOM probe's micro-batch: this x (predicted ceiling + 1)",
+    )
+    p.add_argument(
+        "--memory-limit-gib",
+        type=float,
+        default=None,
+        help="CPU only: a tracked peak above this is out of memory (and the predicted device size)",
+    )
+    p.add_argument(
+        "--budget-s", type=float, default=540.0, help="seconds from start; stop before a row that would end past it"
+    )
     p.add_argument("--db", default=None, help="results DB (default: $PRISM_STRATEGY_DB or the user cache)")
     p.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--dry-run", action="store_true", help="print the matrix with its predictions; run nothing")
@@ -117,8 +140,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def check_args(a: argparse.Namespace, platform: PlatformSpec, device: str) -> None:
     if platform.device != device:
-        raise SpecError(f"platform {platform.name} is a {platform.device} platform but the device is {device}; "
-                        f"pass --platform for this device or run on a {platform.device} node")
+        raise SpecError(
+            f"platform {platform.name} is a {platform.device} platform but the device is {device}; "
+            f"pass --platform for this device or run on a {platform.device} node"
+        )
     for name, v, low in (("--seq-len", a.seq_len, 1), ("--steps", a.steps, 1), ("--warmup", a.warmup, 0)):
         if v < low:
             raise SpecError(f"{name} must be >= {low}, got {v}")
@@ -156,10 +181,21 @@ def resolve_args(a: argparse.Namespace) -> tuple[PlatformSpec, str]:
 def row_config(row: Row, a: argparse.Namespace, device: str) -> dict[str, Any]:
     """The bench's config format (bench/launch/run.base_config), so compare and calibrate read it as theirs."""
     probe = row.probe == "oom"  # one step is enough to see whether it fits
-    cfg = base_config(model=row.model, nproc=1, ranks_per_node=1, micro_batch=row.micro_batch, seq_len=a.seq_len,
-                      steps=1 if probe else a.steps, warmup=1 if probe else a.warmup, precision=a.precision,
-                      ckpt_freq=row.ckpt_freq, grad_accum=1, timeout_s=a.budget_s, optimizer=row.optimizer,
-                      loss=row.loss)
+    cfg = base_config(
+        model=row.model,
+        nproc=1,
+        ranks_per_node=1,
+        micro_batch=row.micro_batch,
+        seq_len=a.seq_len,
+        steps=1 if probe else a.steps,
+        warmup=1 if probe else a.warmup,
+        precision=a.precision,
+        ckpt_freq=row.ckpt_freq,
+        grad_accum=1,
+        timeout_s=a.budget_s,
+        optimizer=row.optimizer,
+        loss=row.loss,
+    )
     return cfg | {"strategy": row.strategy, "device": device, "probe": row.probe, "suite": SUITE}
 
 
@@ -168,16 +204,36 @@ def predict_row(config: dict[str, Any], platform: PlatformSpec) -> dict[str, Any
     the allocator reports as allocated) plus the platform's framework reserve (context, communicator
     buffers: outside the allocator); allocator caching (reserved - allocated) is not modelled."""
     mb = int(config["micro_batch"])
-    sc = build_scenario(config["model"], platform=platform, nodes=1, ranks_per_node=1, seq_len=int(config["seq_len"]),
-                        micro_batch=mb, global_batch=mb, ckpt_freq=config["ckpt_freq"],
-                        precision=config["precision"], optimizer=config.get("optimizer", "adamw"),
-                        loss=config.get("loss", "upcast"))
+    sc = build_scenario(
+        config["model"],
+        platform=platform,
+        nodes=1,
+        ranks_per_node=1,
+        seq_len=int(config["seq_len"]),
+        micro_batch=mb,
+        global_batch=mb,
+        ckpt_freq=config["ckpt_freq"],
+        precision=config["precision"],
+        optimizer=config.get("optimizer", "adamw"),
+        loss=config.get("loss", "upcast"),
+    )
     o = evaluate(sc, get_strategy(config["strategy"]))
-    return {"step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "memory_bytes": o.memory.total,
-            "allocated_bytes": o.memory.total - o.memory.reserve, "reserve_bytes": o.memory.reserve,
-            "activation_bytes": o.memory.activations, "max_micro_batch": o.max_micro_batch,
-            "compute_s": o.compute_s, "comm_s": o.comm_s, "fits": o.feasible, "why_not": o.why_not,
-            "memory_moment": o.memory.moment, "platform": platform.name, "source": "planner.evaluate, uncalibrated"}
+    return {
+        "step_time_s": o.step_time_s,
+        "samples_per_s": o.samples_per_s,
+        "memory_bytes": o.memory.total,
+        "allocated_bytes": o.memory.total - o.memory.reserve,
+        "reserve_bytes": o.memory.reserve,
+        "activation_bytes": o.memory.activations,
+        "max_micro_batch": o.max_micro_batch,
+        "compute_s": o.compute_s,
+        "comm_s": o.comm_s,
+        "fits": o.feasible,
+        "why_not": o.why_not,
+        "memory_moment": o.memory.moment,
+        "platform": platform.name,
+        "source": "planner.evaluate, uncalibrated",
+    }
 
 
 def _ceiling(model: str, strategy: str, ckpt: int, a: argparse.Namespace, platform: PlatformSpec, device: str) -> int:
@@ -196,12 +252,16 @@ def build_matrix(a: argparse.Namespace, platform: PlatformSpec, device: str) -> 
             if a.quick and a.models is None:
                 combos = [(mb, k) for qs, mb, k in QUICK_ROWS if qs == s] or [(1, 0)]
             else:
-                combos = [(mb, k) for k in a.ckpt_list for mb in (a.mb_list or
-                          sorted({1, 4, _ceiling(m, s, k, a, platform, device)} - {0}))]
+                combos = [
+                    (mb, k)
+                    for k in a.ckpt_list
+                    for mb in (a.mb_list or sorted({1, 4, _ceiling(m, s, k, a, platform, device)} - {0}))
+                ]
             for mb, k in combos:
                 auto_ceiling = a.mb_list is None and not a.quick and mb == _ceiling(m, s, k, a, platform, device)
-                rows.append(Row(model=m, strategy=s, micro_batch=mb, ckpt_freq=k,
-                                probe="ceiling" if auto_ceiling else ""))
+                rows.append(
+                    Row(model=m, strategy=s, micro_batch=mb, ckpt_freq=k, probe="ceiling" if auto_ceiling else "")
+                )
             k0 = combos[0][1] if combos else a.ckpt_list[0]
             top = _ceiling(m, s, k0, a, platform, device)
             wanted = not a.quick or (a.limit_bytes and s == a.strategy_list[0])  # quick: only under a CPU limit
@@ -233,6 +293,7 @@ def variant_rows(a: argparse.Namespace, platform: PlatformSpec, device: str) -> 
 
 # ----------------------------------------------------------------------------- measuring
 
+
 def _accel(device: Any) -> Any:
     import torch
 
@@ -253,9 +314,15 @@ def measure_row(config: dict[str, Any], ctx: Any, limit_bytes: float | None) -> 
     from prism_strategy.runtime.optim import optimizer_factory
 
     ckpt = config["ckpt_freq"] if config["ckpt_freq"] == "sac" else int(config["ckpt_freq"])
-    job = wrap(model, config["strategy"], ctx=ctx, optimizer=optimizer_factory(config.get("optimizer", "adamw")),
-               mixed_precision=None if config["precision"] == "fp32" else "bf16", ckpt_freq=ckpt,
-               loss=config.get("loss", "upcast"))
+    job = wrap(
+        model,
+        config["strategy"],
+        ctx=ctx,
+        optimizer=optimizer_factory(config.get("optimizer", "adamw")),
+        mixed_precision=None if config["precision"] == "fp32" else "bf16",
+        ckpt_freq=ckpt,
+        loss=config.get("loss", "upcast"),
+    )
     runner = Runner(config, job, ctx, argparse.Namespace(fault=None))
     warmup, steps = int(config["warmup"]), int(config["steps"])
     for i in range(warmup):
@@ -267,10 +334,19 @@ def measure_row(config: dict[str, Any], ctx: Any, limit_bytes: float | None) -> 
     reserved = float(accel.max_memory_reserved(ctx.device)) if accel is not None else None
     med = {k: statistics.median(t[k] for t in timed) for k in ("step", "forward", "backward", "optimizer")}
     status = "oom" if limit_bytes and peak and peak > limit_bytes else "ok"
-    return {"rank": 0, "status": status, "step_s": med["step"], "forward_s": med["forward"],
-            "backward_s": med["backward"], "optimizer_s": med["optimizer"], "step_times": [t["step"] for t in timed],
-            "peak_memory_bytes": peak, "peak_reserved_bytes": reserved, "device": str(ctx.device),
-            "backend": ctx.backend}
+    return {
+        "rank": 0,
+        "status": status,
+        "step_s": med["step"],
+        "forward_s": med["forward"],
+        "backward_s": med["backward"],
+        "optimizer_s": med["optimizer"],
+        "step_times": [t["step"] for t in timed],
+        "peak_memory_bytes": peak,
+        "peak_reserved_bytes": reserved,
+        "device": str(ctx.device),
+        "backend": ctx.backend,
+    }
 
 
 def _release(device: Any) -> None:
@@ -292,21 +368,35 @@ def run_row(config: dict[str, Any], ctx: Any, a: argparse.Namespace, platform: P
         accel.reset_peak_memory_stats(ctx.device)
     try:
         rank = measure_row(config, ctx, a.limit_bytes)
-        o = Outcome(status=rank["status"], ranks=[rank], seconds=0.0,
-                    error=f"tracked peak {rank['peak_memory_bytes'] / GiB:.3g} GiB > --memory-limit-gib "
-                          f"{a.memory_limit_gib:g}" if rank["status"] == "oom" else "")
+        o = Outcome(
+            status=rank["status"],
+            ranks=[rank],
+            seconds=0.0,
+            error=f"tracked peak {rank['peak_memory_bytes'] / GiB:.3g} GiB > --memory-limit-gib {a.memory_limit_gib:g}"
+            if rank["status"] == "oom"
+            else "",
+        )
     except Exception as e:  # a row's failure is its result; the matrix goes on
         status = "oom" if is_oom(e) else "failed"
-        o = Outcome(status=status, ranks=[], seconds=0.0, error=f"{type(e).__name__}: {e}",
-                    log_tail=traceback.format_exc()[-3000:])
+        o = Outcome(
+            status=status,
+            ranks=[],
+            seconds=0.0,
+            error=f"{type(e).__name__}: {e}",
+            log_tail=traceback.format_exc()[-3000:],
+        )
     reached = float(accel.max_memory_allocated(ctx.device)) if accel is not None and not o.ranks else None
     _release(ctx.device)
     o = dataclasses.replace(o, seconds=time.perf_counter() - t0)
-    r = to_result(config, o, platform=platform.name, backend=platform.backend, kind=KIND,
-                  predicted=predict_row(config, platform))
-    extra = {"peak_reserved_bytes": o.ranks[0]["peak_reserved_bytes"] if o.ranks else None,
-             "peak_allocated_before_error_bytes": reached, "device_name": device_name(ctx.device),
-             "memory_figure": memory_figure(ctx.device)}
+    r = to_result(
+        config, o, platform=platform.name, backend=platform.backend, kind=KIND, predicted=predict_row(config, platform)
+    )
+    extra = {
+        "peak_reserved_bytes": o.ranks[0]["peak_reserved_bytes"] if o.ranks else None,
+        "peak_allocated_before_error_bytes": reached,
+        "device_name": device_name(ctx.device),
+        "memory_figure": memory_figure(ctx.device),
+    }
     return dataclasses.replace(r, measured=r.measured | extra)
 
 
@@ -342,6 +432,7 @@ class Budget:
 
 # ----------------------------------------------------------------------------- main
 
+
 def _env(a: argparse.Namespace, ctx: Any, store: Store, argv: list[str] | None) -> dict[str, str]:
     import socket
 
@@ -350,11 +441,19 @@ def _env(a: argparse.Namespace, ctx: Any, store: Store, argv: list[str] | None) 
     from prism_strategy.bench.launch.fingerprint import code_revision
 
     args = sys.argv[1:] if argv is None else argv
-    return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "device": str(ctx.device), "backend": ctx.backend,
-            "device_name": device_name(ctx.device), "memory_figure": memory_figure(ctx.device),
-            "host": socket.gethostname(), "code": code_revision(), "db": str(store.path), "torch": torch.__version__,
-            "command": shlex.join(["python", "benchmarks/device_validation.py", *args]),
-            "stored_as": f"kind {KIND}, suite {SUITE}"}
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "device": str(ctx.device),
+        "backend": ctx.backend,
+        "device_name": device_name(ctx.device),
+        "memory_figure": memory_figure(ctx.device),
+        "host": socket.gethostname(),
+        "code": code_revision(),
+        "db": str(store.path),
+        "torch": torch.__version__,
+        "command": shlex.join(["python", "benchmarks/device_validation.py", *args]),
+        "stored_as": f"kind {KIND}, suite {SUITE}",
+    }
 
 
 def init_one_rank(device: str) -> Any:
@@ -362,8 +461,10 @@ def init_one_rank(device: str) -> Any:
     from prism_strategy.runtime.launch_env import parse_launch_env
 
     if parse_launch_env(os.environ).world_size != 1:
-        raise SpecError("device validation runs one rank; start it plainly (python benchmarks/device_validation.py), "
-                        "not under a multi-rank launcher")
+        raise SpecError(
+            "device validation runs one rank; start it plainly (python benchmarks/device_validation.py), "
+            "not under a multi-rank launcher"
+        )
     os.environ[DEVICE_ENV] = device
     return init_distributed(ranks_per_node=1, timeout_s=600)
 
@@ -376,15 +477,19 @@ def run(a: argparse.Namespace, platform: PlatformSpec, device: str, argv: list[s
     if a.dry_run:
         for r in rows:
             p = predictions[r]
-            print(f"{r.model:<12} {r.strategy:<19} mb {r.micro_batch:>4} ckpt {r.ckpt_freq} "
-                  f"{r.probe or r.variant or '-':<7} "
-                  f"pred {p['step_time_s']:.3f} s {gib(p['memory_bytes']):>7} GiB {'fits' if p['fits'] else 'no fit'}")
+            print(
+                f"{r.model:<12} {r.strategy:<19} mb {r.micro_batch:>4} ckpt {r.ckpt_freq} "
+                f"{r.probe or r.variant or '-':<7} "
+                f"pred {p['step_time_s']:.3f} s {gib(p['memory_bytes']):>7} GiB {'fits' if p['fits'] else 'no fit'}"
+            )
         busy = sum(predictions[r]["step_time_s"] * (configs[r]["warmup"] + configs[r]["steps"]) for r in rows)
         print(f"{len(rows)} rows; predicted time in steps {busy:.0f} s (model building and start-up not included)")
         return 0
     if importlib.util.find_spec("transformers") is None:
-        raise SpecError("device validation builds the presets with transformers, which is not installed; "
-                        "pip install 'prism-strategy[hf]'")
+        raise SpecError(
+            "device validation builds the presets with transformers, which is not installed; "
+            "pip install 'prism-strategy[hf]'"
+        )
     store = Store(a.db)
     ctx = init_one_rank(device)
     env = _env(a, ctx, store, argv)
@@ -398,8 +503,11 @@ def run(a: argparse.Namespace, platform: PlatformSpec, device: str, argv: list[s
         res = dataclasses.replace(res, id=store.add(res))
         budget.done.append(res)
         results[r] = res
-        print(f"[{i + 1}/{len(rows)}] {r.model} {r.strategy} mb {r.micro_batch} ckpt {r.ckpt_freq}: {res.status} "
-              f"({res.measured['seconds']:.1f} s)", flush=True)
+        print(
+            f"[{i + 1}/{len(rows)}] {r.model} {r.strategy} mb {r.micro_batch} ckpt {r.ckpt_freq}: {res.status} "
+            f"({res.measured['seconds']:.1f} s)",
+            flush=True,
+        )
         write_atomic(out, render(a, platform, rows, results, predictions, env))
     write_atomic(out, render(a, platform, rows, results, predictions, env))
     ctx.destroy()

@@ -90,12 +90,19 @@ def measure(args) -> dict:
         mon.close()
     p10 = lambda xs: statistics.quantiles(xs, n=10)[0]  # noqa: E731
     plain = statistics.median(plain_all)
-    return {"plain_step_s": plain, "monitored_step_s": statistics.median(mon_all),
-            "ab_ratio": p10(mon_all) / p10(plain_all),
-            "ab_ratio_median": statistics.median(mon_all) / plain, "steps_each": len(plain_all),
-            "monitor_us_per_step": (idle_mon - idle_null) * 1e6,
-            "isolated_ratio": 1 + (idle_mon - idle_null) / plain, "target": TARGET,
-            "width": args.width, "batch": args.batch, "threads": torch.get_num_threads()}
+    return {
+        "plain_step_s": plain,
+        "monitored_step_s": statistics.median(mon_all),
+        "ab_ratio": p10(mon_all) / p10(plain_all),
+        "ab_ratio_median": statistics.median(mon_all) / plain,
+        "steps_each": len(plain_all),
+        "monitor_us_per_step": (idle_mon - idle_null) * 1e6,
+        "isolated_ratio": 1 + (idle_mon - idle_null) / plain,
+        "target": TARGET,
+        "width": args.width,
+        "batch": args.batch,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def main() -> int:
@@ -113,10 +120,14 @@ def main() -> int:
     if args.json:
         print(json.dumps({**res, "ok": ok}, indent=2))
     else:
-        print(f"plain step {res['plain_step_s'] * 1e3:.2f} ms, monitored {res['monitored_step_s'] * 1e3:.2f} ms "
-              f"(width {args.width}, batch {args.batch}, {res['threads']} threads)")
-        print(f"A/B ratio over {res['steps_each']} steps each: p10 {res['ab_ratio']:.4f}, "
-              f"median {res['ab_ratio_median']:.4f}")
+        print(
+            f"plain step {res['plain_step_s'] * 1e3:.2f} ms, monitored {res['monitored_step_s'] * 1e3:.2f} ms "
+            f"(width {args.width}, batch {args.batch}, {res['threads']} threads)"
+        )
+        print(
+            f"A/B ratio over {res['steps_each']} steps each: p10 {res['ab_ratio']:.4f}, "
+            f"median {res['ab_ratio_median']:.4f}"
+        )
         print(f"monitor cost: {res['monitor_us_per_step']:.1f} us/step -> isolated ratio {res['isolated_ratio']:.4f}")
         print(f"target <= {TARGET}: {'ok' if ok else 'FAIL'}")
     return 0 if ok else 1

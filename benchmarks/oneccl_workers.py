@@ -40,11 +40,15 @@ def cases() -> list[tuple[str, dict, str, object]]:
     out = []
     for rid in ("D1", "D4"):
         r = recs[rid]
-        out += [(f"{rid} seq {n}", r.scenario_kwargs() | {"seq_len": n}, r.planner_strategy, r.measured.samples_per_s)
-                for n in (331, 1024)]
+        out += [
+            (f"{rid} seq {n}", r.scenario_kwargs() | {"seq_len": n}, r.planner_strategy, r.measured.samples_per_s)
+            for n in (331, 1024)
+        ]
     d1 = recs["D1"].scenario_kwargs()
-    out += [(f"ZeRO-2 1 node b8 seq {n}", d1 | {"seq_len": n, "micro_batch": 8, "global_batch": 96}, "zero2", 9.8)
-            for n in (331, 1024)]
+    out += [
+        (f"ZeRO-2 1 node b8 seq {n}", d1 | {"seq_len": n, "micro_batch": 8, "global_batch": 96}, "zero2", 9.8)
+        for n in (331, 1024)
+    ]
     return out
 
 
@@ -72,7 +76,9 @@ def record_errors(ps: dict) -> None:
             continue
         (o,) = [x for x in ft.record_observations(r) if x.what == "step_s"]
         errs = "  ".join(f"workers={w} {100 * (o.predict(p) / o.measured - 1):+7.1f}%" for w, p in ps.items())
-        print(f"  {r.id:10s} {r.scenario.strategy:16s} {r.scenario.nodes:3d} nodes  fit={ft.fit_reason(r) is None!s:5s}  {errs}")
+        print(
+            f"  {r.id:10s} {r.scenario.strategy:16s} {r.scenario.nodes:3d} nodes  fit={ft.fit_reason(r) is None!s:5s}  {errs}"
+        )
 
 
 if __name__ == "__main__":

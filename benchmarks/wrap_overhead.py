@@ -42,13 +42,24 @@ def parse_args() -> argparse.Namespace:
 
 def relaunch(args: argparse.Namespace) -> int:
     """Not under a launcher: run this script under torchrun on this machine."""
-    env = {**os.environ, "PRISM_DEVICE": os.environ.get("PRISM_DEVICE", "cpu"),
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))}
+    env = {
+        **os.environ,
+        "PRISM_DEVICE": os.environ.get("PRISM_DEVICE", "cpu"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc))),
+    }
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}", "--master-addr=127.0.0.1",
-           f"--master-port={port}", __file__, *sys.argv[1:]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={args.nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        __file__,
+        *sys.argv[1:],
+    ]
     return subprocess.call(cmd, env=env)
 
 
@@ -69,15 +80,17 @@ def hand_written(model, strategy: str, ctx):
 
 def build_pair(strategy: str, ctx, args: argparse.Namespace):
     import torch
-    from tiny_llama import TinyConfig, TinyLlama
 
     from prism_strategy.runtime.wrap import wrap
+    from tiny_llama import TinyConfig, TinyLlama
 
-    cfg = TinyConfig(vocab=1024, hidden=args.hidden, layers=args.layers, heads=8, ffn=4 * args.hidden,
-                     max_seq=args.seq_len)
+    cfg = TinyConfig(
+        vocab=1024, hidden=args.hidden, layers=args.layers, heads=8, ffn=4 * args.hidden, max_seq=args.seq_len
+    )
     torch.manual_seed(0)
-    job = wrap(TinyLlama(cfg), strategy, ctx=ctx, optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-4),
-               mixed_precision=None)
+    job = wrap(
+        TinyLlama(cfg), strategy, ctx=ctx, optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-4), mixed_precision=None
+    )
     torch.manual_seed(0)
     hand = hand_written(TinyLlama(cfg), strategy, ctx)
     opt = torch.optim.AdamW([p for p in hand.parameters() if p.requires_grad], lr=1e-4)
@@ -122,8 +135,13 @@ def measure(strategy: str, ctx, args: argparse.Namespace) -> dict:
                 times[name].append(t)
     med = torch.tensor([statistics.median(times["wrap"]), statistics.median(times["hand"])])
     dist.all_reduce(med, op=dist.ReduceOp.MAX)  # the slowest rank sets the step time
-    return {"strategy": strategy, "wrap_median_s": med[0].item(), "hand_median_s": med[1].item(),
-            "ratio": med[0].item() / med[1].item(), "steps": args.steps}
+    return {
+        "strategy": strategy,
+        "wrap_median_s": med[0].item(),
+        "hand_median_s": med[1].item(),
+        "ratio": med[0].item() / med[1].item(),
+        "steps": args.steps,
+    }
 
 
 def main() -> int:
@@ -138,12 +156,16 @@ def main() -> int:
     with init_distributed() as ctx:
         rows = [measure(s, ctx, args) for s in args.strategies.split(",")]
         if ctx.rank == 0:
-            print(f"wrap() vs hand-written torch, {ctx.world_size} ranks on {ctx.device.type}/{ctx.backend}, "
-                  f"{args.steps} interleaved steps, median step time (slowest rank); target ratio <= {TARGET}")
+            print(
+                f"wrap() vs hand-written torch, {ctx.world_size} ranks on {ctx.device.type}/{ctx.backend}, "
+                f"{args.steps} interleaved steps, median step time (slowest rank); target ratio <= {TARGET}"
+            )
             for r in rows:
                 verdict = "ok" if r["ratio"] <= TARGET else "over target"
-                print(f"  {r['strategy']:<18} wrap {1000 * r['wrap_median_s']:8.2f} ms   "
-                      f"hand {1000 * r['hand_median_s']:8.2f} ms   ratio {r['ratio']:.3f}  {verdict}")
+                print(
+                    f"  {r['strategy']:<18} wrap {1000 * r['wrap_median_s']:8.2f} ms   "
+                    f"hand {1000 * r['hand_median_s']:8.2f} ms   ratio {r['ratio']:.3f}  {verdict}"
+                )
             if args.json:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(json.dumps({"target": TARGET, "results": rows}, indent=1))

@@ -46,8 +46,16 @@ import torch
 
 FaultKind = Literal["none", "collapse", "slow-rank", "slow-wait", "slow-data", "hang", "kill", "input-skew"]
 KINDS: tuple[str, ...] = ("none", "collapse", "slow-rank", "slow-wait", "slow-data", "hang", "kill", "input-skew")
-DEFAULT_SCALE = {"none": 0.0, "collapse": 0.05, "slow-rank": 0.05, "slow-wait": 0.05, "slow-data": 0.05,
-                 "hang": 3600.0, "kill": 0.0, "input-skew": 0.25}
+DEFAULT_SCALE = {
+    "none": 0.0,
+    "collapse": 0.05,
+    "slow-rank": 0.05,
+    "slow-wait": 0.05,
+    "slow-data": 0.05,
+    "hang": 3600.0,
+    "kill": 0.0,
+    "input-skew": 0.25,
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,9 +87,13 @@ def add_fault_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--fault", choices=KINDS, default="none", help="inject a failure shape")
     g.add_argument("--fault-step", type=int, default=20, help="first faulty step (0-based)")
     g.add_argument("--fault-rank", type=int, default=2, help="rank for slow-rank / hang")
-    g.add_argument("--fault-scale", type=float, default=None,
-                   help="collapse: s/step of backward sleep growth; slow-rank: s of extra compute; "
-                        "slow-wait / slow-data: s of sleep; hang: s stuck; input-skew: shortest length fraction")
+    g.add_argument(
+        "--fault-scale",
+        type=float,
+        default=None,
+        help="collapse: s/step of backward sleep growth; slow-rank: s of extra compute; "
+        "slow-wait / slow-data: s of sleep; hang: s stuck; input-skew: shortest length fraction",
+    )
 
 
 def fault_from_args(ns: argparse.Namespace) -> FaultSpec:
@@ -125,8 +137,15 @@ class FaultInjector:
     `sleep`, `clock` and `burn_fn` are time.sleep, time.monotonic and `burn` unless a test
     injects its own (to see what a fault does without timing a loaded host)."""
 
-    def __init__(self, spec: FaultSpec, rank: int, *, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, burn_fn: Callable[..., int] = burn) -> None:
+    def __init__(
+        self,
+        spec: FaultSpec,
+        rank: int,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        burn_fn: Callable[..., int] = burn,
+    ) -> None:
         self.spec, self.rank, self.step = spec, rank, 0
         self._sleep, self._clock, self._burn = sleep, clock, burn_fn
         self._handles: list[Any] = []
@@ -184,7 +203,9 @@ class FaultInjector:
     def _post_forward(self, module: torch.nn.Module, args: Any, out: Any) -> None:
         delay, t = self.collapse_sleep_s(), _grad_tensor(out)
         if delay > 0 and t is not None:
+
             def hook(grad: torch.Tensor) -> torch.Tensor:
                 self._sleep(delay)
                 return grad
+
             t.register_hook(hook)

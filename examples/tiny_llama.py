@@ -114,8 +114,9 @@ def freeze_backbone(model: TinyLlama) -> None:
         p.requires_grad_(name.startswith("projector."))
 
 
-def synthetic_batch(step: int, *, batch: int, seq: int, vocab: int, features: int = 0, n_feat_tokens: int = 4,
-                    seed: int = 1234) -> dict[str, torch.Tensor]:
+def synthetic_batch(
+    step: int, *, batch: int, seq: int, vocab: int, features: int = 0, n_feat_tokens: int = 4, seed: int = 1234
+) -> dict[str, torch.Tensor]:
     """The global batch for a step, identical on every rank (each rank then takes its slice)."""
     g = torch.Generator().manual_seed(seed + step)
     out = {"tokens": torch.randint(0, vocab, (batch, seq), generator=g)}

@@ -32,19 +32,20 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faults import FaultInjector, add_fault_args, fault_from_args  # noqa: E402
-from tiny_llama import TinyConfig, TinyLlama, freeze_backbone, lm_loss  # noqa: E402
-
 from prism_strategy.runtime.dist import init_distributed  # noqa: E402
 from prism_strategy.runtime.monitor import StepMonitor  # noqa: E402
 from prism_strategy.runtime.wrap import wrap, wrap_from_file  # noqa: E402
 from prism_strategy.strategies import STRATEGY_NAMES  # noqa: E402
+from tiny_llama import TinyConfig, TinyLlama, freeze_backbone, lm_loss  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--strategy", choices=STRATEGY_NAMES, default="ddp")
     p.add_argument("--from-file", type=Path, help="strategy.toml from `prism-strategy emit` (overrides strategy flags)")
-    p.add_argument("--hf", metavar="MODEL_TYPE", help="build a small transformers model of this type (llama, qwen3, ...)")
+    p.add_argument(
+        "--hf", metavar="MODEL_TYPE", help="build a small transformers model of this type (llama, qwen3, ...)"
+    )
     p.add_argument("--hf-config", type=Path, help="build (random init) the model of this HF config.json")
     p.add_argument("--mode", choices=("e2e", "projector"), default="e2e", help="projector: frozen backbone")
     p.add_argument("--layers", type=int, default=4)
@@ -65,7 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=1)
     p.add_argument("--json-log", type=Path, help="append one JSON line per step (rank 0)")
     p.add_argument("--save", type=Path, help="write the full state dict here at the end (rank 0)")
-    p.add_argument("--monitor-dir", type=Path, help="StepMonitor folder: per-rank phase timing, detection, hang watchdog")
+    p.add_argument(
+        "--monitor-dir", type=Path, help="StepMonitor folder: per-rank phase timing, detection, hang watchdog"
+    )
     p.add_argument("--hang-timeout", type=float, default=300, help="StepMonitor watchdog: seconds without progress")
     p.add_argument("--summary-every", type=int, default=10, help="StepMonitor: cross-rank summary every K steps")
     add_fault_args(p)  # --fault {none,collapse,slow-rank,hang,input-skew} --fault-step --fault-rank --fault-scale
@@ -83,19 +86,34 @@ def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, bool]:
             cfg = transformers.AutoConfig.from_pretrained(args.hf_config)
         else:
             cfg = transformers.AutoConfig.for_model(
-                args.hf, vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
-                num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
-                max_position_embeddings=max(args.seq_len, 128))
+                args.hf,
+                vocab_size=args.vocab,
+                hidden_size=args.hidden,
+                intermediate_size=2 * args.hidden,
+                num_hidden_layers=args.layers,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=max(args.seq_len, 128),
+            )
         return transformers.AutoModelForCausalLM.from_config(cfg), True
-    cfg = TinyConfig(vocab=args.vocab, hidden=args.hidden, layers=args.layers, heads=4, ffn=2 * args.hidden,
-                     max_seq=args.seq_len, projector_in=32 if args.mode == "projector" else 0)
+    cfg = TinyConfig(
+        vocab=args.vocab,
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=4,
+        ffn=2 * args.hidden,
+        max_seq=args.seq_len,
+        projector_in=32 if args.mode == "projector" else 0,
+    )
     model = TinyLlama(cfg)
     if args.mode == "projector":
         freeze_backbone(model)
     return model, False
 
 
-def micro_batches(step: int, rank: int, args: argparse.Namespace, vocab: int, features: int, seq_len: int | None = None):
+def micro_batches(
+    step: int, rank: int, args: argparse.Namespace, vocab: int, features: int, seq_len: int | None = None
+):
     """Synthetic tokens, different on every rank, step and micro-batch."""
     g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + rank)
     for _ in range(args.grad_accum):
@@ -109,14 +127,30 @@ def make_job(model: torch.nn.Module, ctx, args: argparse.Namespace):
     factory = lambda params: opt_cls(params, lr=args.lr)  # noqa: E731
     if args.from_file:
         return wrap_from_file(model, args.from_file, ctx=ctx, optimizer=factory)
-    return wrap(model, args.strategy, ctx=ctx, optimizer=factory,
-                mixed_precision="bf16" if args.precision == "bf16" else None, ckpt_freq=args.ckpt_freq,
-                static_graph=args.static_graph or None, find_unused_parameters=args.find_unused_parameters,
-                compile=args.compile)
+    return wrap(
+        model,
+        args.strategy,
+        ctx=ctx,
+        optimizer=factory,
+        mixed_precision="bf16" if args.precision == "bf16" else None,
+        ckpt_freq=args.ckpt_freq,
+        static_graph=args.static_graph or None,
+        find_unused_parameters=args.find_unused_parameters,
+        compile=args.compile,
+    )
 
 
-def train_step(job, step: int, ctx, args: argparse.Namespace, is_hf: bool, vocab: int, features: int,
-               phase=lambda name: contextlib.nullcontext(), seq_len: int | None = None) -> float:
+def train_step(
+    job,
+    step: int,
+    ctx,
+    args: argparse.Namespace,
+    is_hf: bool,
+    vocab: int,
+    features: int,
+    phase=lambda name: contextlib.nullcontext(),
+    seq_len: int | None = None,
+) -> float:
     """One optimizer step over grad_accum micro-batches; returns this rank's mean loss."""
     total = 0.0
     for i, (tokens, feats) in enumerate(micro_batches(step, ctx.rank, args, vocab, features, seq_len)):
@@ -142,11 +176,17 @@ def log_step(step: int, loss: float, seconds: float, tokens: int, args: argparse
     dist.all_reduce(mean)
     if ctx.rank != 0:
         return
-    rec = {"step": step, "loss": round(mean.item() / ctx.world_size, 5), "step_s": round(seconds, 4),
-           "tokens_per_s": round(tokens / seconds, 1)}
+    rec = {
+        "step": step,
+        "loss": round(mean.item() / ctx.world_size, 5),
+        "step_s": round(seconds, 4),
+        "tokens_per_s": round(tokens / seconds, 1),
+    }
     if step % args.log_every == 0 or step == args.steps - 1:
-        print(f"step {step:4d}  loss {rec['loss']:.4f}  {1000 * seconds:8.1f} ms  {rec['tokens_per_s']:,.0f} tok/s",
-              flush=True)
+        print(
+            f"step {step:4d}  loss {rec['loss']:.4f}  {1000 * seconds:8.1f} ms  {rec['tokens_per_s']:,.0f} tok/s",
+            flush=True,
+        )
     if args.json_log:
         with args.json_log.open("a") as f:
             f.write(json.dumps(rec) + "\n")
@@ -163,15 +203,21 @@ def main(argv: list[str] | None = None) -> None:
         tokens = args.micro_batch * args.grad_accum * args.seq_len * ctx.world_size
         if ctx.rank == 0:
             print(f"{ctx}\n{job.describe()}\ntokens per step: {tokens:,}", flush=True)
-        mon = StepMonitor(args.monitor_dir, ctx=ctx, hang_timeout_s=args.hang_timeout,
-                          summary_every=args.summary_every) if args.monitor_dir else None
+        mon = (
+            StepMonitor(args.monitor_dir, ctx=ctx, hang_timeout_s=args.hang_timeout, summary_every=args.summary_every)
+            if args.monitor_dir
+            else None
+        )
         for step in range(args.steps):
             t0 = time.perf_counter()
             faults.set_step(step)
             faults.before_batch()  # slow-data sleeps here, in the data phase
             seq = faults.seq_len(args.seq_len)
-            with mon.step(samples=args.micro_batch * args.grad_accum, tokens=args.micro_batch * args.grad_accum * seq) \
-                    if mon else contextlib.nullcontext():
+            with (
+                mon.step(samples=args.micro_batch * args.grad_accum, tokens=args.micro_batch * args.grad_accum * seq)
+                if mon
+                else contextlib.nullcontext()
+            ):
                 phase = mon.phase if mon else (lambda name: contextlib.nullcontext())
                 loss = train_step(job, step, ctx, args, is_hf, vocab, features, phase, seq)
             log_step(step, loss, time.perf_counter() - t0, tokens, args, ctx)

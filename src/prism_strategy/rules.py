@@ -118,7 +118,9 @@ class Violation:
 def _checked(rule: Rule, where: str) -> Rule:
     unknown = sorted(set(rule.when) - FACT_NAMES)
     if unknown:
-        raise SpecError(f"{where}: `when` key {unknown[0]!r} is not a rule fact; known: {', '.join(sorted(FACT_NAMES))}")
+        raise SpecError(
+            f"{where}: `when` key {unknown[0]!r} is not a rule fact; known: {', '.join(sorted(FACT_NAMES))}"
+        )
     return rule
 
 

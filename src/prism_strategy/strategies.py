@@ -17,6 +17,7 @@ from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import check_options
 
+
 class MeshAxis(StrEnum):
     REPLICATE = "dp_replicate"
     SHARD = "dp_shard"
@@ -27,6 +28,8 @@ Engine = Literal["ddp", "fsdp2", "deepspeed"]
 ENGINE_NAMES: tuple[str, ...] = get_args(Engine)
 """The engines a strategy can name; engines/ models each one (engines.engine_of(spec))."""
 ReduceDtype = Literal["fp32", "bf16"]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StrategySpec:
     name: str
@@ -56,8 +59,11 @@ class StrategySpec:
 
     def with_options(self, *, bucket_mb: float | None = None, reduce_dtype: str | None = None) -> "StrategySpec":
         """This strategy with per-run options (None keeps the entry's own)."""
-        return replace(self, bucket_mb=self.bucket_mb if bucket_mb is None else bucket_mb,
-                       reduce_dtype=self.reduce_dtype if reduce_dtype is None else reduce_dtype)  # type: ignore[arg-type]
+        return replace(
+            self,
+            bucket_mb=self.bucket_mb if bucket_mb is None else bucket_mb,
+            reduce_dtype=self.reduce_dtype if reduce_dtype is None else reduce_dtype,
+        )  # type: ignore[arg-type]
 
     @property
     def hybrid(self) -> bool:
@@ -78,48 +84,83 @@ class StrategySpec:
 
 STRATEGIES: tuple[StrategySpec, ...] = (
     StrategySpec(
-        name="ddp", description="Replicate everything; all-reduce gradients in buckets.",
-        engine="ddp", param_shard="none", grad_shard="none", optim_shard="none",
+        name="ddp",
+        description="Replicate everything; all-reduce gradients in buckets.",
+        engine="ddp",
+        param_shard="none",
+        grad_shard="none",
+        optim_shard="none",
         torch_form="DistributedDataParallel",
     ),
     StrategySpec(
         name="fsdp_full_shard",
         description="Shard params, grads and optimizer state over all ranks; re-gather params in backward.",
-        engine="fsdp2", param_shard="world", grad_shard="world", optim_shard="world", reshard_after_forward=True,
+        engine="fsdp2",
+        param_shard="world",
+        grad_shard="world",
+        optim_shard="world",
+        reshard_after_forward=True,
         torch_form="fully_shard(reshard_after_forward=True), 1-D mesh",
     ),
     StrategySpec(
         name="fsdp_shard_grad_op",
         description="Shard grads and optimizer state over all ranks; params stay gathered from forward to backward.",
-        engine="fsdp2", param_shard="world", grad_shard="world", optim_shard="world", reshard_after_forward=False,
+        engine="fsdp2",
+        param_shard="world",
+        grad_shard="world",
+        optim_shard="world",
+        reshard_after_forward=False,
         torch_form="fully_shard(reshard_after_forward=False), 1-D mesh",
     ),
     StrategySpec(
         name="hsdp_full_shard",
         description="Full shard inside each node, replicate across nodes.",
-        engine="fsdp2", param_shard="node", grad_shard="node", optim_shard="node", reshard_after_forward=True,
+        engine="fsdp2",
+        param_shard="node",
+        grad_shard="node",
+        optim_shard="node",
+        reshard_after_forward=True,
         torch_form="fully_shard(reshard_after_forward=True), 2-D mesh (replicate=nodes, shard=ranks per node)",
     ),
     StrategySpec(
         name="hsdp_shard_grad_op",
         description="Shard_grad_op inside each node, replicate across nodes.",
-        engine="fsdp2", param_shard="node", grad_shard="node", optim_shard="node", reshard_after_forward=False,
+        engine="fsdp2",
+        param_shard="node",
+        grad_shard="node",
+        optim_shard="node",
+        reshard_after_forward=False,
         torch_form="fully_shard(reshard_after_forward=False), 2-D mesh (replicate=nodes, shard=ranks per node)",
     ),
     StrategySpec(
-        name="zero1", description="DeepSpeed ZeRO-1: shard optimizer state; full grads kept, all-reduced in buckets at the step.",
-        engine="deepspeed", param_shard="none", grad_shard="none", optim_shard="world", zero_stage=1,
+        name="zero1",
+        description="DeepSpeed ZeRO-1: shard optimizer state; full grads kept, all-reduced in buckets at the step.",
+        engine="deepspeed",
+        param_shard="none",
+        grad_shard="none",
+        optim_shard="world",
+        zero_stage=1,
         torch_form="deepspeed.initialize, zero_optimization.stage=1",
     ),
     StrategySpec(
-        name="zero2", description="DeepSpeed ZeRO-2: shard grads and optimizer state.",
-        engine="deepspeed", param_shard="none", grad_shard="world", optim_shard="world", zero_stage=2,
+        name="zero2",
+        description="DeepSpeed ZeRO-2: shard grads and optimizer state.",
+        engine="deepspeed",
+        param_shard="none",
+        grad_shard="world",
+        optim_shard="world",
+        zero_stage=2,
         torch_form="deepspeed.initialize, zero_optimization.stage=2",
     ),
     StrategySpec(
-        name="zero3", description="DeepSpeed ZeRO-3: shard params, grads and optimizer state.",
-        engine="deepspeed", param_shard="world", grad_shard="world", optim_shard="world",
-        reshard_after_forward=True, zero_stage=3,
+        name="zero3",
+        description="DeepSpeed ZeRO-3: shard params, grads and optimizer state.",
+        engine="deepspeed",
+        param_shard="world",
+        grad_shard="world",
+        optim_shard="world",
+        reshard_after_forward=True,
+        zero_stage=3,
         torch_form="deepspeed.initialize, zero_optimization.stage=3",
     ),
 )

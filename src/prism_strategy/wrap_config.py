@@ -81,8 +81,10 @@ class WrapConfig:
         if self.mixed_precision not in ("bf16", None):
             raise SpecError(f"mixed_precision must be 'bf16' or None (full fp32), got {self.mixed_precision!r}")
         if self.ckpt_freq != "sac" and (not _is_int(self.ckpt_freq) or self.ckpt_freq < 0):
-            raise SpecError(f"ckpt_freq must be an int >= 0 (checkpoint every k-th block; 0 = none) or \"sac\", "
-                            f"got {self.ckpt_freq!r}")
+            raise SpecError(
+                f'ckpt_freq must be an int >= 0 (checkpoint every k-th block; 0 = none) or "sac", '
+                f"got {self.ckpt_freq!r}"
+            )
         check_options(self.bucket_mb, self.reduce_dtype)
         if self.loss not in LOSSES:
             raise SpecError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
@@ -163,4 +165,3 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     return json.dumps(str(v))
-

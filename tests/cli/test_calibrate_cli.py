@@ -35,13 +35,31 @@ def test_stored_runs_join_the_fit_and_published_copies_do_not(tmp_path):
     db = tmp_path / "r.db"
     store = Store(db)
     a1 = next(r for r in load_published("aurora-prism") if r.id == "A1")
-    store.add(Result(kind="imported", status="ok", strategy="ddp", platform="aurora", config=a1.as_config(),
-                     measured={"step_time_s": 2.5}))  # a copy of a published record: read from the package instead
+    store.add(
+        Result(
+            kind="imported",
+            status="ok",
+            strategy="ddp",
+            platform="aurora",
+            config=a1.as_config(),
+            measured={"step_time_s": 2.5},
+        )
+    )  # a copy of a published record: read from the package instead
     own = a1.as_config() | {"published": None, "micro_batch": 8}
-    store.add(Result(kind="imported", status="ok", strategy="ddp", platform="aurora", config=own,
-                     measured={"step_time_s": 4.0}, fingerprint={"host": "x4000c0s0b0n0", "torch": "2.8"}))
-    r = runner.invoke(app, ["calibrate", "--platform", "aurora", "--db", str(db), "--out", str(tmp_path / "c.toml"),
-                            "--json"])
+    store.add(
+        Result(
+            kind="imported",
+            status="ok",
+            strategy="ddp",
+            platform="aurora",
+            config=own,
+            measured={"step_time_s": 4.0},
+            fingerprint={"host": "x4000c0s0b0n0", "torch": "2.8"},
+        )
+    )
+    r = runner.invoke(
+        app, ["calibrate", "--platform", "aurora", "--db", str(db), "--out", str(tmp_path / "c.toml"), "--json"]
+    )
     report = json.loads(r.stdout)
     db_rows = [row for row in report["records"] if row["id"].startswith("db:")]
     assert len(db_rows) == 1

@@ -25,8 +25,22 @@ def _columns() -> dict[int, tuple[float, float]]:
 
 
 def _import(db: Path, log: Path = LOG) -> None:
-    r = runner.invoke(app, ["results", "import", str(log), "--format", "nccl-tests", "--platform", "dgx-h100",
-                            "--nodes", "2", "--db", str(db)])
+    r = runner.invoke(
+        app,
+        [
+            "results",
+            "import",
+            str(log),
+            "--format",
+            "nccl-tests",
+            "--platform",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--db",
+            str(db),
+        ],
+    )
     assert r.exit_code == 0, r.output
 
 
@@ -35,8 +49,21 @@ def calibrated(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("commfit")
     _import(tmp / "r.db")
     out = tmp / "cal.toml"
-    r = runner.invoke(app, ["calibrate", "--platform", "dgx-h100", "--db", str(tmp / "r.db"), "--out", str(out),
-                            "--fit", "comm", "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--platform",
+            "dgx-h100",
+            "--db",
+            str(tmp / "r.db"),
+            "--out",
+            str(out),
+            "--fit",
+            "comm",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout), out
 
@@ -46,8 +73,8 @@ def test_the_fit_says_what_decided_each_term_and_what_it_holds(calibrated):
     c = report["comm"]
     assert report["written"] and out.is_file() and c["points"] == len(_columns())
     terms = {t["name"]: t for t in c["terms"]}
-    assert "8 B" in terms["nccl_scale.base_latency"]["decided_by"]       # small sizes decide latency
-    assert "8 GiB" in terms["nccl_scale.inter_bw"]["decided_by"]         # large ones bandwidth
+    assert "8 B" in terms["nccl_scale.base_latency"]["decided_by"]  # small sizes decide latency
+    assert "8 GiB" in terms["nccl_scale.inter_bw"]["decided_by"]  # large ones bandwidth
     for held in ("nccl_scale.intra_latency", "nccl_scale.net_latency"):  # one rank count: per hop vs base
         assert "cannot be told apart" in terms[held]["held"] and terms[held]["after"] == terms[held]["before"]
     assert terms["nccl_scale.intra_bw"]["held"] and terms["nccl_scale.intra_bw"]["after"] == 1.0  # no 1-node rows
@@ -80,8 +107,10 @@ def test_the_human_report_fits_100_columns_and_names_every_term(calibrated, tmp_
     _, out = calibrated
     db = tmp_path / "r.db"
     _import(db)
-    r = runner.invoke(app, ["calibrate", "--platform", "dgx-h100", "--db", str(db), "--out", str(tmp_path / "c.toml"),
-                            "--fit", "comm"])
+    r = runner.invoke(
+        app,
+        ["calibrate", "--platform", "dgx-h100", "--db", str(db), "--out", str(tmp_path / "c.toml"), "--fit", "comm"],
+    )
     assert r.exit_code == 0 and all(len(line) <= 100 for line in r.output.splitlines()) and "nan" not in r.output
     assert all(t in r.output for t in ("base_latency", "intra_latency", "net_latency", "intra_bw", "inter_bw"))
 
@@ -90,18 +119,41 @@ def test_a_log_with_one_size_cannot_fit(tmp_path):
     lines = LOG.read_text().splitlines()
     rows = [i for i, line in enumerate(lines) if line.strip()[:1].isdigit()]
     one = tmp_path / "all_reduce_perf_one.out"
-    one.write_text("\n".join(lines[:rows[0]] + [lines[rows[-1]]] + lines[rows[-1] + 1:]) + "\n")
+    one.write_text("\n".join(lines[: rows[0]] + [lines[rows[-1]]] + lines[rows[-1] + 1 :]) + "\n")
     _import(tmp_path / "r.db", one)
-    r = runner.invoke(app, ["calibrate", "--platform", "dgx-h100", "--db", str(tmp_path / "r.db"), "--out",
-                            str(tmp_path / "c.toml"), "--fit", "comm"])
+    r = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--platform",
+            "dgx-h100",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--out",
+            str(tmp_path / "c.toml"),
+            "--fit",
+            "comm",
+        ],
+    )
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "cannot fit" in r.stderr
     assert not (tmp_path / "c.toml").exists()
 
 
 @pytest.mark.parametrize("args, says", [(["--fit", "comm"], "no collective curves"), (["--fit", "nope"], "--fit")])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
-    r = runner.invoke(app, ["calibrate", "--platform", "dgx-h100", "--db", str(tmp_path / "r.db"), "--out",
-                            str(tmp_path / "c.toml"), *args])
+    r = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--platform",
+            "dgx-h100",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--out",
+            str(tmp_path / "c.toml"),
+            *args,
+        ],
+    )
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and says in r.stderr
     assert not (tmp_path / "c.toml").exists()
 
@@ -115,11 +167,38 @@ def two_rank_counts(tmp_path_factory):
     counts of one op on one platform, so the fit can be left out one rank count at a time."""
     tmp = tmp_path_factory.mktemp("oci")
     for nodes, log in enumerate(OCI, 1):
-        r = runner.invoke(app, ["results", "import", str(log), "--format", "nccl-tests", "--platform", "dgx-a100-40",
-                                "--nodes", str(nodes), "--db", str(tmp / "r.db")])
+        r = runner.invoke(
+            app,
+            [
+                "results",
+                "import",
+                str(log),
+                "--format",
+                "nccl-tests",
+                "--platform",
+                "dgx-a100-40",
+                "--nodes",
+                str(nodes),
+                "--db",
+                str(tmp / "r.db"),
+            ],
+        )
         assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["calibrate", "--platform", "dgx-a100-40", "--db", str(tmp / "r.db"), "--out",
-                            str(tmp / "cal.toml"), "--fit", "comm", "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--platform",
+            "dgx-a100-40",
+            "--db",
+            str(tmp / "r.db"),
+            "--out",
+            str(tmp / "cal.toml"),
+            "--fit",
+            "comm",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)["comm"]
 
@@ -153,13 +232,42 @@ def test_each_fitted_bus_bandwidth_lies_within_what_its_log_measured(two_rank_co
 def test_without_inter_node_rows_the_network_terms_are_held_at_the_preset(tmp_path):
     """Only the 1 x 8 run: nothing crosses a node, so the network hop latency and the inter-node
     bandwidth keep the preset's values, and the report says why."""
-    r = runner.invoke(app, ["results", "import", str(OCI[0]), "--format", "nccl-tests", "--platform", "dgx-a100-40",
-                            "--nodes", "1", "--db", str(tmp_path / "r.db")])
+    r = runner.invoke(
+        app,
+        [
+            "results",
+            "import",
+            str(OCI[0]),
+            "--format",
+            "nccl-tests",
+            "--platform",
+            "dgx-a100-40",
+            "--nodes",
+            "1",
+            "--db",
+            str(tmp_path / "r.db"),
+        ],
+    )
     assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["calibrate", "--platform", "dgx-a100-40", "--db", str(tmp_path / "r.db"), "--out",
-                            str(tmp_path / "cal.toml"), "--fit", "comm", "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--platform",
+            "dgx-a100-40",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--out",
+            str(tmp_path / "cal.toml"),
+            "--fit",
+            "comm",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     terms = {t["name"]: t for t in json.loads(r.stdout)["comm"]["terms"]}
     for name in ("nccl_scale.net_latency", "nccl_scale.inter_bw"):
-        assert terms[name]["after"] == 1.0 and "no " in terms[name]["held"] and "point exercises it" in terms[name]["held"]
+        assert (
+            terms[name]["after"] == 1.0 and "no " in terms[name]["held"] and "point exercises it" in terms[name]["held"]
+        )
     assert terms["nccl_scale.intra_bw"]["decided_by"]

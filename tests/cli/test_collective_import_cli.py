@@ -21,8 +21,22 @@ from prism_strategy.specs.presets import DATA
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "imports"
 NCCL, ONECCL = FIX / "all_reduce_perf_2x8_h100.out", FIX / "oneccl_allreduce_2x12_aurora.log"
-PLAN = ["plan", "--model", "qwen3-0.6b", "--platform", "dgx-h100", "--nodes", "2", "--seq-len", "1024",
-        "--micro-batch", "1", "--ckpt-freq", "0", "--json"]
+PLAN = [
+    "plan",
+    "--model",
+    "qwen3-0.6b",
+    "--platform",
+    "dgx-h100",
+    "--nodes",
+    "2",
+    "--seq-len",
+    "1024",
+    "--micro-batch",
+    "1",
+    "--ckpt-freq",
+    "0",
+    "--json",
+]
 
 
 def _cli(*args):
@@ -43,8 +57,20 @@ def _ddp_all_reduce(data):
 
 def test_imported_nccl_tests_log_prices_the_plans_all_reduce(tmp_path):
     db = str(tmp_path / "r.db")
-    res = _cli("results", "import", str(NCCL), "--format", "nccl-tests", "--platform", "dgx-h100", "--nodes", "2",
-               "--db", db, "--json")
+    res = _cli(
+        "results",
+        "import",
+        str(NCCL),
+        "--format",
+        "nccl-tests",
+        "--platform",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "--db",
+        db,
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["points"] == 16 and json.loads(res.stdout)["ranks_per_node"] == 8
     listed = _cli("results", "--curves", "--db", db).stdout.splitlines()
@@ -52,14 +78,16 @@ def test_imported_nccl_tests_log_prices_the_plans_all_reduce(tmp_path):
     before = json.loads(_cli(*PLAN, "--db", str(tmp_path / "empty.db")).stdout)
     after = json.loads(_cli(*PLAN, "--db", db).stdout)
     _, c, per_call = _ddp_all_reduce(after)
-    (b0, t0), (b1, t1) = next((a, b) for a, b in zip(_log_rows(NCCL), _log_rows(NCCL)[1:])
-                              if a[0] <= c["bytes_per_call"] <= b[0])
+    (b0, t0), (b1, t1) = next(
+        (a, b) for a, b in zip(_log_rows(NCCL), _log_rows(NCCL)[1:]) if a[0] <= c["bytes_per_call"] <= b[0]
+    )
     w = math.log(c["bytes_per_call"] / b0) / math.log(b1 / b0)
     assert per_call == pytest.approx(t0 * (t1 / t0) ** w, rel=1e-9)
     assert per_call != pytest.approx(_ddp_all_reduce(before)[2], rel=0.01)
     ddp = _ddp_all_reduce(after)[0]
     assert ddp["provenance"]["communication"].startswith(
-        "all_reduce(world) measured: nccl-tests all_reduce, 2x8 ranks, ")
+        "all_reduce(world) measured: nccl-tests all_reduce, 2x8 ranks, "
+    )
     # a collective of another shape (FSDP's all-gather) keeps the model's price
     fsdp = [next(o for o in d["options"] if o["strategy"] == "fsdp_full_shard") for d in (before, after)]
     assert fsdp[0]["collectives"] == fsdp[1]["collectives"]
@@ -67,8 +95,20 @@ def test_imported_nccl_tests_log_prices_the_plans_all_reduce(tmp_path):
 
 def test_oneccl_benchmark_import_and_reimport_replaces(tmp_path):
     db = str(tmp_path / "r.db")
-    args = ("results", "import", str(ONECCL), "--format", "oneccl-benchmark", "--platform", "aurora", "--nodes", "2",
-            "--db", db, "--json")
+    args = (
+        "results",
+        "import",
+        str(ONECCL),
+        "--format",
+        "oneccl-benchmark",
+        "--platform",
+        "aurora",
+        "--nodes",
+        "2",
+        "--db",
+        db,
+        "--json",
+    )
     first, again = json.loads(_cli(*args).stdout), json.loads(_cli(*args).stdout)
     assert (first["action"], again["action"], first["ranks_per_node"]) == ("added", "replaced", 12)
     (curve,) = load_curves(Store(db), "aurora")
@@ -84,17 +124,52 @@ def _bad(res, tmp_path, text):
 def test_truncated_log_stores_nothing(tmp_path):
     cut = tmp_path / "all_reduce_perf.out"
     cut.write_text(NCCL.read_text()[:3000])
-    res = _cli("results", "import", str(cut), "--format", "nccl-tests", "--platform", "dgx-h100", "--nodes", "2",
-               "--db", str(tmp_path / "r.db"))
+    res = _cli(
+        "results",
+        "import",
+        str(cut),
+        "--format",
+        "nccl-tests",
+        "--platform",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "--db",
+        str(tmp_path / "r.db"),
+    )
     _bad(res, tmp_path, f"{cut}:34:")
 
 
 def test_a_shape_the_log_did_not_run_is_bad_input(tmp_path):
-    res = _cli("results", "import", str(NCCL), "--format", "nccl-tests", "--platform", "dgx-h100", "--nodes", "4",
-               "--ranks-per-node", "8", "--db", str(tmp_path / "r.db"))
+    res = _cli(
+        "results",
+        "import",
+        str(NCCL),
+        "--format",
+        "nccl-tests",
+        "--platform",
+        "dgx-h100",
+        "--nodes",
+        "4",
+        "--ranks-per-node",
+        "8",
+        "--db",
+        str(tmp_path / "r.db"),
+    )
     _bad(res, tmp_path, "the log ran 16 ranks, not --nodes 4 x 8")
-    res = _cli("results", "import", str(NCCL), "--format", "nccl-tests", "--platform", "dgx-h100", "--nodes", "4",
-               "--db", str(tmp_path / "r.db"))
+    res = _cli(
+        "results",
+        "import",
+        str(NCCL),
+        "--format",
+        "nccl-tests",
+        "--platform",
+        "dgx-h100",
+        "--nodes",
+        "4",
+        "--db",
+        str(tmp_path / "r.db"),
+    )
     _bad(res, tmp_path, "ran on 2 hosts, not --nodes 4")
 
 
@@ -102,8 +177,19 @@ def test_a_platform_without_latency_data_is_bad_input(tmp_path):
     text = (DATA / "platforms" / "dgx-h100.toml").read_text()
     no_latency = tmp_path / "no-latency.toml"
     no_latency.write_text("\n".join(x for x in text.splitlines() if not x.startswith("inter_latency_us")))
-    res = _cli("results", "import", str(NCCL), "--format", "nccl-tests", "--platform", str(no_latency), "--nodes", "2",
-               "--db", str(tmp_path / "r.db"))
+    res = _cli(
+        "results",
+        "import",
+        str(NCCL),
+        "--format",
+        "nccl-tests",
+        "--platform",
+        str(no_latency),
+        "--nodes",
+        "2",
+        "--db",
+        str(tmp_path / "r.db"),
+    )
     _bad(res, tmp_path, "inter_latency_us")
     res = _cli("plan", "--platform", str(no_latency), "--model", "tiny-llama")
     assert res.exit_code == 2 and "inter_latency_us" in res.stderr and res.stderr.count("\n") == 1

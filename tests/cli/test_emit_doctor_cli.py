@@ -19,42 +19,86 @@ def invoke(*args: str):
 
 def test_emit_writes_the_files_and_summarises_them(tmp_path):
     out = tmp_path / "job"
-    res = invoke("emit", "--strategy", "zero3", "--platform", "aurora", "--nodes", "2", "--out", str(out),
-                 "--account", "proj", "--script", "train.py", "--", "--lr", "1e-4", "--name", "a b")
+    res = invoke(
+        "emit",
+        "--strategy",
+        "zero3",
+        "--platform",
+        "aurora",
+        "--nodes",
+        "2",
+        "--out",
+        str(out),
+        "--account",
+        "proj",
+        "--script",
+        "train.py",
+        "--",
+        "--lr",
+        "1e-4",
+        "--name",
+        "a b",
+    )
     assert res.exit_code == 0, res.output
     written = sorted(p.name for p in out.iterdir())
     assert written == ["commbench.pbs", "ds_config.json", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]
     for name in written:
         assert name in res.output
-    assert "exec python3 train.py --lr 1e-4 --name \"a b\"" in (out / "launch.pbs").read_text()
+    assert 'exec python3 train.py --lr 1e-4 --name "a b"' in (out / "launch.pbs").read_text()
 
 
 def test_emit_json_summary_and_options(tmp_path):
     out = tmp_path / "job"
-    res = invoke("emit", "--strategy", "ddp", "--platform", "dgx-h100", "--nodes", "4", "--out", str(out), "--json",
-                 "--static-graph", "--precision", "fp32", "--ckpt-freq", "2", "--compile", "--queue", "batch")
+    res = invoke(
+        "emit",
+        "--strategy",
+        "ddp",
+        "--platform",
+        "dgx-h100",
+        "--nodes",
+        "4",
+        "--out",
+        str(out),
+        "--json",
+        "--static-graph",
+        "--precision",
+        "fp32",
+        "--ckpt-freq",
+        "2",
+        "--compile",
+        "--queue",
+        "batch",
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["strategy"] == "ddp" and data["ranks_per_node"] == 8 and data["env_profile"] == "cuda-nccl"
-    assert [f["name"] for f in data["files"]] == ["env.sh", "launch.slurm", "commbench.sbatch", "torchrun.sh",
-                                                  "strategy.toml"]
+    assert [f["name"] for f in data["files"]] == [
+        "env.sh",
+        "launch.slurm",
+        "commbench.sbatch",
+        "torchrun.sh",
+        "strategy.toml",
+    ]
     toml = (out / "strategy.toml").read_text()
     for line in ("static_graph = true", 'mixed_precision = "none"', "ckpt_freq = 2", "compile = true"):
         assert line in toml.splitlines()
 
 
-@pytest.mark.parametrize("args", [
-    ("--strategy", "fsdp", "--platform", "aurora"),
-    ("--strategy", "ddp", "--platform", "nowhere"),
-    ("--strategy", "ddp", "--platform", "aurora", "--env-profile", "nope"),
-    ("--strategy", "ddp", "--platform", "aurora", "--nodes", "0"),
-    ("--strategy", "zero2", "--platform", "aurora", "--compile", "--nodes", "1"),
-    ("--strategy", "ddp", "--platform", "aurora", "--walltime", "90"),
-    ("--strategy", "ddp", "--platform", "aurora", "--job-name", "a\nb"),
-    ("--strategy", "ddp", "--platform", "aurora", "--nodes", "8", "--queue", "debug"),
-    ("--strategy", "ddp", "--platform", "aurora", "--nodes", "20", "--walltime", "06:00:00"),
-    ("--strategy", "ddp", "--platform", "polaris", "--queue", "prod"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--strategy", "fsdp", "--platform", "aurora"),
+        ("--strategy", "ddp", "--platform", "nowhere"),
+        ("--strategy", "ddp", "--platform", "aurora", "--env-profile", "nope"),
+        ("--strategy", "ddp", "--platform", "aurora", "--nodes", "0"),
+        ("--strategy", "zero2", "--platform", "aurora", "--compile", "--nodes", "1"),
+        ("--strategy", "ddp", "--platform", "aurora", "--walltime", "90"),
+        ("--strategy", "ddp", "--platform", "aurora", "--job-name", "a\nb"),
+        ("--strategy", "ddp", "--platform", "aurora", "--nodes", "8", "--queue", "debug"),
+        ("--strategy", "ddp", "--platform", "aurora", "--nodes", "20", "--walltime", "06:00:00"),
+        ("--strategy", "ddp", "--platform", "polaris", "--queue", "prod"),
+    ],
+)
 def test_emit_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args):
     res = invoke("emit", *args, "--out", str(tmp_path / "job"))
     assert res.exit_code == 2, res.output
@@ -78,8 +122,21 @@ def test_emit_refuses_a_file_and_a_full_folder_without_force(tmp_path):
 
 def test_hostile_names_are_accepted_and_markup_is_not_interpreted(tmp_path):
     out = tmp_path / "[bold]out $(touch pwned)"
-    res = invoke("emit", "--strategy", "ddp", "--platform", "aurora", "--out", str(out), "--job-name", "x;`y`",
-                 "--account", "p $(z)", "--", "$(touch pwned)")
+    res = invoke(
+        "emit",
+        "--strategy",
+        "ddp",
+        "--platform",
+        "aurora",
+        "--out",
+        str(out),
+        "--job-name",
+        "x;`y`",
+        "--account",
+        "p $(z)",
+        "--",
+        "$(touch pwned)",
+    )
     assert res.exit_code == 0, res.output
     assert "[bold]out" in res.output
     assert not any(p.name == "pwned" for p in tmp_path.rglob("*"))
@@ -104,24 +161,37 @@ def test_doctor_warnings_exit_0_and_render_for_humans():
 
 
 def test_doctor_several_files_and_options(tmp_path):
-    res = invoke("doctor", "--launcher", str(FIXTURES / "launchers" / "bad_daos_fsdp.pbs"),
-                 "--script", str(FIXTURES / "scripts" / "clean_fsdp.py"), "--json")
+    res = invoke(
+        "doctor",
+        "--launcher",
+        str(FIXTURES / "launchers" / "bad_daos_fsdp.pbs"),
+        "--script",
+        str(FIXTURES / "scripts" / "clean_fsdp.py"),
+        "--json",
+    )
     data = json.loads(res.output)
     assert res.exit_code == 1 and [f["rule"] for f in data["findings"]] == ["daos-preload-fsdp"]
     assert data["findings"][0]["severity"] == "error"  # the script shows FSDP: no longer an assumption
 
 
-@pytest.mark.parametrize("args", [
-    ("--script", "/no/such/train.py"),
-    ("--launcher", "/no/such/launch.pbs"),
-    ("--platform", "nowhere"),
-    ("--strategy", "fsdp"),
-    ("--settle-s", "-1"),
-    ("--launcher", str(FIXTURES / "refused" / "launch_aurora.py")),
-    ("--launcher", str(FIXTURES / "launchers" / "clean_alcf.pbs"), "--module-show", "/no/such/show.txt"),
-    ("--launcher", str(FIXTURES / "launchers" / "clean_alcf.pbs"), "--module-show",
-     str(FIXTURES / "launchers" / "clean_alcf.pbs")),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--script", "/no/such/train.py"),
+        ("--launcher", "/no/such/launch.pbs"),
+        ("--platform", "nowhere"),
+        ("--strategy", "fsdp"),
+        ("--settle-s", "-1"),
+        ("--launcher", str(FIXTURES / "refused" / "launch_aurora.py")),
+        ("--launcher", str(FIXTURES / "launchers" / "clean_alcf.pbs"), "--module-show", "/no/such/show.txt"),
+        (
+            "--launcher",
+            str(FIXTURES / "launchers" / "clean_alcf.pbs"),
+            "--module-show",
+            str(FIXTURES / "launchers" / "clean_alcf.pbs"),
+        ),
+    ],
+)
 def test_doctor_bad_input_is_exit_2(args):
     res = invoke("doctor", *args, "--no-live")
     assert res.exit_code == 2 and res.output.startswith("error: ") and res.output.count("\n") == 1
@@ -141,13 +211,16 @@ def test_emit_picks_the_queue_and_says_so(tmp_path):
     assert "queue debug-scaling picked for 8 nodes" in " ".join(res.output.split())
 
 
-@pytest.mark.parametrize(("name", "args", "code", "rules"), [
-    ("clean_alcf_guide.pbs", (), 0, []),
-    ("clean_alcf_guide.pbs", ("--platform", "aurora"), 0, []),
-    ("clean_alcf.pbs", ("--platform", "aurora"), 0, []),
-    ("bad_rank_module_load_after_exports.pbs", (), 1, ["launcher-no-per-rank-export"]),
-    ("bad_debug_8_nodes.pbs", (), 1, ["launcher-queue-limits"]),
-])
+@pytest.mark.parametrize(
+    ("name", "args", "code", "rules"),
+    [
+        ("clean_alcf_guide.pbs", (), 0, []),
+        ("clean_alcf_guide.pbs", ("--platform", "aurora"), 0, []),
+        ("clean_alcf.pbs", ("--platform", "aurora"), 0, []),
+        ("bad_rank_module_load_after_exports.pbs", (), 1, ["launcher-no-per-rank-export"]),
+        ("bad_debug_8_nodes.pbs", (), 1, ["launcher-queue-limits"]),
+    ],
+)
 def test_doctor_on_alcf_and_prism_style_launchers(name, args, code, rules):
     res = invoke("doctor", "--launcher", str(FIXTURES / "launchers" / name), *args, "--json")
     assert res.exit_code == code, res.output
@@ -159,13 +232,24 @@ def test_doctor_python_launcher_names_the_fix():
     assert res.exit_code == 2 and "Python program" in res.output and "dry-run output" in res.output
 
 
-@pytest.mark.parametrize(("name", "code", "rules"), [
-    ("prism_daos_fsdp.pbs", 1, ["daos-preload-fsdp", "launcher-rank-straddles-sockets"]),
-    ("prism_daos_fsdp_no_pil4dfs.pbs", 0, ["launcher-rank-straddles-sockets"]),
-])
+@pytest.mark.parametrize(
+    ("name", "code", "rules"),
+    [
+        ("prism_daos_fsdp.pbs", 1, ["daos-preload-fsdp", "launcher-rank-straddles-sockets"]),
+        ("prism_daos_fsdp_no_pil4dfs.pbs", 0, ["launcher-rank-straddles-sockets"]),
+    ],
+)
 def test_doctor_on_a_prism_daos_job_follows_the_preload_branch(name, code, rules):
-    res = invoke("doctor", "--launcher", str(FIXTURES / "launchers" / name), "--platform", "aurora",
-                 "--strategy", "fsdp_full_shard", "--json")
+    res = invoke(
+        "doctor",
+        "--launcher",
+        str(FIXTURES / "launchers" / name),
+        "--platform",
+        "aurora",
+        "--strategy",
+        "fsdp_full_shard",
+        "--json",
+    )
     assert res.exit_code == code, res.output
     findings = json.loads(res.output)["findings"]
     assert [f["rule"] for f in findings] == rules

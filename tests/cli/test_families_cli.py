@@ -30,8 +30,16 @@ def test_gemma2_config_plans_on_two_dgx_h100_nodes():
 
 
 def test_moe_config_plan_says_data_parallel_only():
-    d = plan_json("--model", str(HF / "qwen3-30b-a3b" / "config.json"), "--platform", "dgx-h100", "--nodes", "2",
-                  "--seq-len", "2048")
+    d = plan_json(
+        "--model",
+        str(HF / "qwen3-30b-a3b" / "config.json"),
+        "--platform",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "--seq-len",
+        "2048",
+    )
     assert d["inputs"]["params"]["total"] == 30_532_122_624
     assert any("data parallelism only" in r for r in d["reasons"])
 

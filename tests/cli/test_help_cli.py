@@ -18,8 +18,12 @@ def _commands(cmd, path=()):
 
 
 def test_every_option_is_described():
-    missing = [f"{' '.join(path)} {p.opts[0]}" for path, cmd in _commands(typer.main.get_command(app))
-               for p in cmd.params if p.param_type_name == "option" and not p.help]
+    missing = [
+        f"{' '.join(path)} {p.opts[0]}"
+        for path, cmd in _commands(typer.main.get_command(app))
+        for p in cmd.params
+        if p.param_type_name == "option" and not p.help
+    ]
     assert missing == []
 
 
@@ -39,12 +43,20 @@ def test_version():
 def test_calibrate_defaults_to_plans_platform():
     def default(cmd, name):
         return next(p.default for p in typer.main.get_command(app).commands[cmd].params if p.name == name)
+
     assert default("calibrate", "platform") == default("plan", "platform") == "aurora"
 
 
 def test_estimate_lines_fit_100_columns():
-    d = {"strategy": "fsdp_full_shard", "micro_batch": 2, "traced_method": "traced: FakeTensorMode + fake process "
-         "group world=4 (mesh 4), FSDPMemTracker", "traced_seconds": 4.5, "traced_memory_gib": {"total": 1.0},
-         "memory_gib": {"total": 1.1}, "traced_phase": "backward", "traced_max_micro_batch": 9,
-         "traced_notes": ["x" * 30 + " a long note " * 12]}
+    d = {
+        "strategy": "fsdp_full_shard",
+        "micro_batch": 2,
+        "traced_method": "traced: FakeTensorMode + fake process group world=4 (mesh 4), FSDPMemTracker",
+        "traced_seconds": 4.5,
+        "traced_memory_gib": {"total": 1.0},
+        "memory_gib": {"total": 1.1},
+        "traced_phase": "backward",
+        "traced_max_micro_batch": 9,
+        "traced_notes": ["x" * 30 + " a long note " * 12],
+    }
     assert all(len(line) <= 100 for line in estimate_lines(d))

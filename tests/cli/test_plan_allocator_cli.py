@@ -9,8 +9,26 @@ from prism_strategy.cli import app
 from prism_strategy.specs.presets import load_platform
 
 runner = CliRunner()
-C6 = ["plan", "--model", "olmo-7b", "--vision", "siglip2-base-patch16-224", "--mode", "projector", "--platform",
-      "aurora", "--seq-len", "1024", "--micro-batch", "2", "--ckpt-freq", "0", "--precision", "bf16-pure", "--json"]
+C6 = [
+    "plan",
+    "--model",
+    "olmo-7b",
+    "--vision",
+    "siglip2-base-patch16-224",
+    "--mode",
+    "projector",
+    "--platform",
+    "aurora",
+    "--seq-len",
+    "1024",
+    "--micro-batch",
+    "2",
+    "--ckpt-freq",
+    "0",
+    "--precision",
+    "bf16-pure",
+    "--json",
+]
 
 
 def _ddp(flag: str) -> dict:

@@ -9,8 +9,20 @@ from prism_strategy.cli import app
 from prism_strategy.strategies import STRATEGY_NAMES
 
 runner = CliRunner()
-OPTION_KEYS = {"strategy", "feasible", "why_not", "memory_gib", "max_micro_batch", "step_time_s", "samples_per_s",
-               "comm_fraction", "bound", "scaling_efficiency", "notes", "provenance"}
+OPTION_KEYS = {
+    "strategy",
+    "feasible",
+    "why_not",
+    "memory_gib",
+    "max_micro_batch",
+    "step_time_s",
+    "samples_per_s",
+    "comm_fraction",
+    "bound",
+    "scaling_efficiency",
+    "notes",
+    "provenance",
+}
 MEMORY_KEYS = {"params", "grads", "optimizer", "activations", "buffers", "reserve", "total"}
 
 
@@ -21,14 +33,17 @@ def run_json(*args):
 
 
 def test_plan_json_contract():
-    d = run_json("--model", "qwen3-0.6b", "--platform", "aurora", "--nodes", "2", "--seq-len", "512",
-                 "--micro-batch", "8")
+    d = run_json(
+        "--model", "qwen3-0.6b", "--platform", "aurora", "--nodes", "2", "--seq-len", "512", "--micro-batch", "8"
+    )
     assert set(d) >= {"inputs", "options", "recommended", "reasons", "warnings"}
     assert [o["strategy"] for o in d["options"]] == list(STRATEGY_NAMES)
     for o in d["options"]:
         assert OPTION_KEYS <= set(o)
         assert set(o["memory_gib"]) == MEMORY_KEYS
-        assert o["memory_gib"]["total"] == pytest.approx(sum(o["memory_gib"][k] for k in MEMORY_KEYS - {"total"}), abs=0.01)
+        assert o["memory_gib"]["total"] == pytest.approx(
+            sum(o["memory_gib"][k] for k in MEMORY_KEYS - {"total"}), abs=0.01
+        )
         assert o["bound"] in ("comm", "compute")
     assert d["recommended"] in STRATEGY_NAMES and d["reasons"]
     assert d["inputs"]["world_size"] == 24 and d["inputs"]["params"]["total"] > 5e8
@@ -42,8 +57,22 @@ def test_plan_without_micro_batch_uses_each_max():
 
 
 def test_plan_multimodal_and_sweep():
-    d = run_json("--model", "qwen3-1.7b", "--vision", "siglip2-base-patch16-224", "--mode", "projector",
-                 "--platform", "polaris", "--nodes", "2", "--seq-len", "512", "--sweep-nodes", "1,2,4")
+    d = run_json(
+        "--model",
+        "qwen3-1.7b",
+        "--vision",
+        "siglip2-base-patch16-224",
+        "--mode",
+        "projector",
+        "--platform",
+        "polaris",
+        "--nodes",
+        "2",
+        "--seq-len",
+        "512",
+        "--sweep-nodes",
+        "1,2,4",
+    )
     assert d["inputs"]["image_tokens"] == 196
     assert {r["nodes"] for r in d["sweep"]} == {1, 2, 4}
     assert all(r["nodes"] > 1 or r["scaling_efficiency"] == 1.0 for r in d["sweep"])
@@ -57,8 +86,18 @@ def test_plan_table_names_the_recommendation():
     assert all(h in r.stdout for h in ("mb", "accum", "global"))
 
 
-VLM = ["--model", "olmo-7b", "--vision", "siglip2-so400m-patch14-384", "--platform", "aurora", "--nodes", "2",
-       "--seq-len", "1024"]
+VLM = [
+    "--model",
+    "olmo-7b",
+    "--vision",
+    "siglip2-so400m-patch14-384",
+    "--platform",
+    "aurora",
+    "--nodes",
+    "2",
+    "--seq-len",
+    "1024",
+]
 
 
 def test_global_batch_is_exact_for_every_option():
@@ -78,8 +117,18 @@ def test_global_batch_is_exact_for_every_option():
 def test_grad_accum_with_and_without_global_batch():
     d = run_json("--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "512", "--grad-accum", "2")
     assert all(o["grad_accum"] == 2 and o["global_batch"] == o["micro_batch"] * 2 * 8 for o in d["options"])
-    d = run_json("--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "512", "--grad-accum", "2",
-                 "--global-batch", "64")
+    d = run_json(
+        "--model",
+        "qwen3-0.6b",
+        "--platform",
+        "dgx-h100",
+        "--seq-len",
+        "512",
+        "--grad-accum",
+        "2",
+        "--global-batch",
+        "64",
+    )
     assert all((o["micro_batch"], o["grad_accum"], o["global_batch"]) == (4, 2, 64) for o in d["options"])
 
 
@@ -93,15 +142,28 @@ def test_ckpt_auto_keeps_the_fastest_that_fits_and_an_explicit_value_pins_it():
         if o["feasible"]:
             same = pinned[o["ckpt_freq"]][name]
             assert same["samples_per_s"] == pytest.approx(o["samples_per_s"])
-            assert all(p[name]["samples_per_s"] <= o["samples_per_s"] * (1 + 1e-9) for p in pinned.values()
-                       if p[name]["feasible"])
+            assert all(
+                p[name]["samples_per_s"] <= o["samples_per_s"] * (1 + 1e-9)
+                for p in pinned.values()
+                if p[name]["feasible"]
+            )
     # the case: no checkpointing (the old default) leaves zero2 at 25-26 samples/s; the search finds more
     assert auto["zero2"]["samples_per_s"] > 1.1 * pinned[0]["zero2"]["samples_per_s"]
 
 
 def test_mean_seq_len_times_the_mean_and_sizes_memory_at_the_longest():
-    base = ["--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "1024", "--micro-batch", "8",
-            "--ckpt-freq", "0"]
+    base = [
+        "--model",
+        "qwen3-0.6b",
+        "--platform",
+        "dgx-h100",
+        "--seq-len",
+        "1024",
+        "--micro-batch",
+        "8",
+        "--ckpt-freq",
+        "0",
+    ]
     full, mean = run_json(*base), run_json(*base, "--mean-seq-len", "256")
     assert mean["inputs"]["mean_seq_len"] == 256 and full["inputs"]["mean_seq_len"] is None
     for f, m in zip(full["options"], mean["options"]):
@@ -110,8 +172,11 @@ def test_mean_seq_len_times_the_mean_and_sizes_memory_at_the_longest():
 
 
 def test_first_reason_says_how_the_pick_won():
-    for args in (["--model", "qwen3-0.6b", "--platform", "aurora", "--seq-len", "512"],
-                 ["--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "512"], VLM):
+    for args in (
+        ["--model", "qwen3-0.6b", "--platform", "aurora", "--seq-len", "512"],
+        ["--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "512"],
+        VLM,
+    ):
         d = run_json(*args)
         speed = {o["strategy"]: o["samples_per_s"] for o in d["options"] if o["feasible"]}
         first = d["reasons"][0]
@@ -136,8 +201,18 @@ def test_reasons_say_when_the_lead_comes_from_a_larger_batch():
 
 
 def test_scaling_table_always_includes_the_recommended_strategy():
-    d = run_json("--model", "qwen3-0.6b", "--platform", "dgx-h100", "--nodes", "1", "--seq-len", "512",
-                 "--sweep-nodes", "1,2,4,16")
+    d = run_json(
+        "--model",
+        "qwen3-0.6b",
+        "--platform",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--seq-len",
+        "512",
+        "--sweep-nodes",
+        "1,2,4,16",
+    )
     for n in (1, 2, 4, 16):
         assert d["recommended"] in {r["strategy"] for r in d["sweep"] if r["nodes"] == n}
 
@@ -149,8 +224,15 @@ def test_sweep_marks_node_counts_the_global_batch_cannot_divide():
 
 
 def test_hf_config_as_model(tmp_path):
-    cfg = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-           "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 512,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     d = run_json("--model", str(tmp_path / "config.json"), "--platform", "cpu", "--seq-len", "128")
     assert d["inputs"]["params"]["total"] == 1000 * 256 * 2 + 4 * (4 * 256 * 256 + 3 * 256 * 512 + 2 * 256) + 256
@@ -168,7 +250,15 @@ def test_lists(cmd):
 def test_strategy_names_pinned():
     r = runner.invoke(app, ["strategies", "--json"])
     assert [row["name"] for row in json.loads(r.stdout)] == [
-        "ddp", "fsdp_full_shard", "fsdp_shard_grad_op", "hsdp_full_shard", "hsdp_shard_grad_op", "zero1", "zero2", "zero3"]
+        "ddp",
+        "fsdp_full_shard",
+        "fsdp_shard_grad_op",
+        "hsdp_full_shard",
+        "hsdp_shard_grad_op",
+        "zero1",
+        "zero2",
+        "zero3",
+    ]
 
 
 BAD = [
@@ -218,15 +308,19 @@ def test_malformed_files_exit_2(tmp_path):
 
 def test_calibration_file_changes_prediction_and_provenance(tmp_path):
     from prism_strategy.estimate.calibration import write_calibration
-
     from prism_strategy.specs.presets import load_platform
 
     aurora = load_platform("aurora")
     cal = tmp_path / "aurora.toml"
     # half the FLOP rate and twice the launch cost: every phase, FLOPs- or launch-bound, takes twice as long
-    write_calibration(cal, platform="aurora", fingerprint={"host": "x", "torch": "2.8"}, runs=5, errors={},
-                      values={"achievable_fraction": aurora.achievable_fraction / 2,
-                              "kernel_launch_us": aurora.kernel_launch_us * 2})
+    write_calibration(
+        cal,
+        platform="aurora",
+        fingerprint={"host": "x", "torch": "2.8"},
+        runs=5,
+        errors={},
+        values={"achievable_fraction": aurora.achievable_fraction / 2, "kernel_launch_us": aurora.kernel_launch_us * 2},
+    )
     args = ["--model", "qwen3-0.6b", "--seq-len", "512", "--micro-batch", "8"]
     base = run_json(*args, "--calibration", "none")["options"][0]
     cald = run_json(*args, "--calibration", str(cal))["options"][0]
@@ -249,8 +343,23 @@ def test_plan_traced_adds_traced_fields_beside_analytic():
 
 
 def test_estimate_command_and_bad_factory():
-    r = runner.invoke(app, ["estimate", "--model", "tiny-llama", "--strategy", "ddp", "--platform", "cpu",
-                            "--seq-len", "64", "--micro-batch", "1", "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "estimate",
+            "--model",
+            "tiny-llama",
+            "--strategy",
+            "ddp",
+            "--platform",
+            "cpu",
+            "--seq-len",
+            "64",
+            "--micro-batch",
+            "1",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["traced_memory_gib"]["total"] > 0 and d["memory_gib"]["total"] > 0
@@ -269,9 +378,14 @@ def test_tune_ranks_with_a_calibration_and_refuses_another_platforms(tmp_path):
     assert not (tmp_path / "r.db").exists()
 
 
-@pytest.mark.parametrize("args, fragment", [(["--ckpt-freqs", "x"], "--ckpt-freqs"),
-                                            (["--ckpt-freqs", "-1"], "integers >= 0"),
-                                            (["--micro-batches", "0"], "integers >= 1")])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--ckpt-freqs", "x"], "--ckpt-freqs"),
+        (["--ckpt-freqs", "-1"], "integers >= 0"),
+        (["--micro-batches", "0"], "integers >= 1"),
+    ],
+)
 def test_tune_bad_lists_exit_2_one_line(tmp_path, args, fragment):
     r = runner.invoke(app, ["tune", "--calibration", "none", "--db", str(tmp_path / "r.db"), *args])
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and fragment in r.stderr, r.output

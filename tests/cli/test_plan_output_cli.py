@@ -2,18 +2,33 @@
 emit --from-plan; the wording of sources and presets."""
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from typer.testing import CliRunner
 
 from prism_strategy.cli import app
 from prism_strategy.runtime.strategy_file import read_strategy_file
 
 runner = CliRunner()
-PLAN = ["plan", "--model", "olmo-7b", "--vision", "siglip2-so400m-patch14-384", "--platform", "aurora", "--nodes", "2",
-        "--seq-len", "1024", "--global-batch", "96", "--sweep-nodes", "1,2,4,16"]
+PLAN = [
+    "plan",
+    "--model",
+    "olmo-7b",
+    "--vision",
+    "siglip2-so400m-patch14-384",
+    "--platform",
+    "aurora",
+    "--nodes",
+    "2",
+    "--seq-len",
+    "1024",
+    "--global-batch",
+    "96",
+    "--sweep-nodes",
+    "1,2,4,16",
+]
 DATA = Path(__file__).resolve().parents[2] / "src" / "prism_strategy" / "data"
 
 
@@ -41,8 +56,9 @@ def test_narrow_plan_keeps_whole_strategy_names_and_the_batch_columns():
 
 def test_markdown_report_and_plot_beside_it(tmp_path):
     md = tmp_path / "plan.md"
-    r = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "512",
-                            "--markdown", str(md)])
+    r = runner.invoke(
+        app, ["plan", "--model", "qwen3-0.6b", "--platform", "dgx-h100", "--seq-len", "512", "--markdown", str(md)]
+    )
     assert r.exit_code == 0, r.output
     text = md.read_text()
     png = tmp_path / "plan-scaling.png"
@@ -54,8 +70,10 @@ def test_markdown_report_and_plot_beside_it(tmp_path):
 
 @pytest.mark.parametrize("target", ["missing/plan.md", "."])
 def test_markdown_bad_target_is_exit_2_and_writes_nothing(tmp_path, target):
-    r = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "cpu", "--seq-len", "64",
-                            "--markdown", str(tmp_path / target)])
+    r = runner.invoke(
+        app,
+        ["plan", "--model", "qwen3-0.6b", "--platform", "cpu", "--seq-len", "64", "--markdown", str(tmp_path / target)],
+    )
     assert r.exit_code == 2 and "--markdown" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
     assert r.stdout == "" and list(tmp_path.iterdir()) == []
 
@@ -73,26 +91,37 @@ def test_emit_from_plan_carries_the_plans_choices(tmp_path, plan_json):
     path, d = plan_json
     for strategy in (None, "fsdp_full_shard"):
         out = tmp_path / f"job-{strategy}"
-        r = runner.invoke(app, ["emit", "--from-plan", str(path), "--out", str(out),
-                                *(["--strategy", strategy] if strategy else [])])
+        r = runner.invoke(
+            app, ["emit", "--from-plan", str(path), "--out", str(out), *(["--strategy", strategy] if strategy else [])]
+        )
         assert r.exit_code == 0, r.output
         name = strategy or d["recommended"]
         o = next(o for o in d["options"] if o["strategy"] == name)
         f = read_strategy_file(out / "strategy.toml")
-        assert (f.strategy, f.micro_batch, f.grad_accum, f.ckpt_freq) == (name, o["micro_batch"], o["grad_accum"],
-                                                                           o["ckpt_freq"])
+        assert (f.strategy, f.micro_batch, f.grad_accum, f.ckpt_freq) == (
+            name,
+            o["micro_batch"],
+            o["grad_accum"],
+            o["ckpt_freq"],
+        )
         assert f.mixed_precision == "bf16"  # the plan's bf16-mixed
         assert f.micro_batch * f.grad_accum * 24 == 96
         if (out / "ds_config.json").exists():
             ds = json.loads((out / "ds_config.json").read_text())
-            assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (f.micro_batch, f.grad_accum)
+            assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (
+                f.micro_batch,
+                f.grad_accum,
+            )
 
 
-@pytest.mark.parametrize("extra, fragment", [
-    (["--strategy", "ddp"], "infeasible"),
-    (["--strategy", "fsdp"], "no option 'fsdp'"),
-    (["--nodes", "4"], "--nodes comes from the plan"),
-])
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--strategy", "ddp"], "infeasible"),
+        (["--strategy", "fsdp"], "no option 'fsdp'"),
+        (["--nodes", "4"], "--nodes comes from the plan"),
+    ],
+)
 def test_emit_from_plan_bad_choices_exit_2_and_write_nothing(tmp_path, plan_json, extra, fragment):
     path, _ = plan_json
     r = runner.invoke(app, ["emit", "--from-plan", str(path), "--out", str(tmp_path / "job"), *extra])
@@ -103,8 +132,11 @@ def test_emit_from_plan_bad_choices_exit_2_and_write_nothing(tmp_path, plan_json
 def test_emit_needs_a_strategy_or_a_plan(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    for args, fragment in ((["--platform", "cpu"], "--from-plan"), (["--from-plan", str(bad)], "not a `plan --json`"),
-                           (["--from-plan", str(tmp_path / "none.json")], "no such file")):
+    for args, fragment in (
+        (["--platform", "cpu"], "--from-plan"),
+        (["--from-plan", str(bad)], "not a `plan --json`"),
+        (["--from-plan", str(tmp_path / "none.json")], "no such file"),
+    ):
         r = runner.invoke(app, ["emit", "--out", str(tmp_path / "job"), *args])
         assert r.exit_code == 2 and fragment in r.stderr, r.output
 
@@ -117,11 +149,14 @@ def test_sources_name_what_they_are_and_presets_say_their_hardware():
     assert "H200" in h200["description"] and "H100" not in h200["description"]
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ('strategy = "ddp"\nmicro_batch = 0\n', "micro_batch must be a positive integer"),
-    ('strategy = "ddp"\ngrad_accum = "2"\n', "grad_accum must be a positive integer"),
-    ('strategy = "ddp"\nprecision = "fp8"\n', "unknown key 'precision'"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ('strategy = "ddp"\nmicro_batch = 0\n', "micro_batch must be a positive integer"),
+        ('strategy = "ddp"\ngrad_accum = "2"\n', "grad_accum must be a positive integer"),
+        ('strategy = "ddp"\nprecision = "fp8"\n', "unknown key 'precision'"),
+    ],
+)
 def test_strategy_file_plan_keys_are_checked(tmp_path, text, fragment):
     from prism_strategy.specs.errors import SpecError
 

@@ -49,12 +49,15 @@ def line_of(name: str, text: str) -> int:
 def test_human_output_names_the_lines():
     r = runner.invoke(app, [*BASE, "--script", str(SCRIPTS / "liger_sac.py")])
     assert r.exit_code == 0, r.output
-    block = r.stdout[r.stdout.index("script "):].splitlines()
+    block = r.stdout[r.stdout.index("script ") :].splitlines()
     flce, sac = line_of("liger_sac.py", "apply_liger_kernel_to_llama()"), line_of("liger_sac.py", "context_fn=")
     assert f"  loss chunked (line {flce}: apply_liger_kernel_to_llama())" in block
     assert any(b.startswith(f"  checkpointing sac (line {sac}: ") for b in block)
     assert "  compile: could not tell; assumed eager (no torch.compile read)" in block
-    assert "    the plan for it (predicted): fits: " in block[block.index(next(b for b in block if "the script runs" in b)) + 2]
+    assert (
+        "    the plan for it (predicted): fits: "
+        in block[block.index(next(b for b in block if "the script runs" in b)) + 2]
+    )
     assert max(map(len, block)) <= 100
 
 
@@ -63,7 +66,10 @@ def test_a_flag_given_wins_and_the_json_says_so():
     assert d["inputs"]["loss"] == "fused" and d["inputs"]["ckpt_freq"] == "sac"
     e = d["inputs"]["script"]["inputs"]["loss"]
     assert (e["read"], e["planned"], e["by"]) == ("chunked", "fused", "command line")
-    assert f"the script's chunked (line {line_of('liger_sac.py', 'apply_liger_kernel_to_llama()')}) is not used" in e["note"]
+    assert (
+        f"the script's chunked (line {line_of('liger_sac.py', 'apply_liger_kernel_to_llama()')}) is not used"
+        in e["note"]
+    )
 
 
 def test_no_compile_overrides_the_scripts_compile():
@@ -76,9 +82,19 @@ def test_no_compile_overrides_the_scripts_compile():
 def test_torchtitan_style_and_hf_trainer_scripts():
     t = plan_json("--script", str(SCRIPTS / "torchtitan_style.py"))["inputs"]
     assert (t["ckpt_freq"], t["optimizer"], t["precision"], t["compile"], t["loss"]) == (
-        2, "adamw-foreach", "bf16-mixed", True, "upcast")
+        2,
+        "adamw-foreach",
+        "bf16-mixed",
+        True,
+        "upcast",
+    )
     h = plan_json("--script", str(SCRIPTS / "hf_trainer.py"))["inputs"]
-    assert (h["ckpt_freq"], h["optimizer"], h["optimizer_impl"], h["precision"]) == (1, "adamw-fused", "fused", "bf16-mixed")
+    assert (h["ckpt_freq"], h["optimizer"], h["optimizer_impl"], h["precision"]) == (
+        1,
+        "adamw-fused",
+        "fused",
+        "bf16-mixed",
+    )
     assert h["script"]["inputs"]["strategy"]["by"] == "assumed"
 
 
@@ -95,12 +111,15 @@ def test_without_script_the_json_has_no_script_section():
     assert "script" not in plan_json()["inputs"]
 
 
-@pytest.mark.parametrize("content, fragment", [
-    (None, "No such file or directory"),
-    (b"\x7fELF\x02\x01\x01\x00\x00\x00", "binary file"),
-    (b"this is: not python (\n", "not valid Python"),
-    ("dir", "Is a directory"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (None, "No such file or directory"),
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00", "binary file"),
+        (b"this is: not python (\n", "not valid Python"),
+        ("dir", "Is a directory"),
+    ],
+)
 def test_an_unreadable_script_is_one_line_and_exit_2(tmp_path, content, fragment):
     path = tmp_path / "train.py"
     if content == "dir":
@@ -116,7 +135,9 @@ def test_an_unreadable_script_is_one_line_and_exit_2(tmp_path, content, fragment
 
 def test_a_bad_value_read_from_the_script_is_one_line_naming_the_script(tmp_path):
     path = tmp_path / "train.py"
-    path.write_text("for i, layer in enumerate(layers):\n    if i % 7 == 0:\n        layers[i] = checkpoint_wrapper(layer)\n")
+    path.write_text(
+        "for i, layer in enumerate(layers):\n    if i % 7 == 0:\n        layers[i] = checkpoint_wrapper(layer)\n"
+    )
     r = runner.invoke(app, [*BASE, "--script", str(path)])  # tiny-llama has 2 blocks
     assert r.exit_code == 2
     err = r.stderr.strip().splitlines()

@@ -12,8 +12,20 @@ from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 
 F = Path(__file__).resolve().parents[1] / "fixtures" / "imports"
-A1 = ["--model", "qwen3-0.6b", "--vision", "siglip2-base-patch16-224", "--platform", "aurora", "--seq-len", "512",
-      "--ckpt-freq", "1", "--precision", "bf16-pure"]
+A1 = [
+    "--model",
+    "qwen3-0.6b",
+    "--vision",
+    "siglip2-base-patch16-224",
+    "--platform",
+    "aurora",
+    "--seq-len",
+    "512",
+    "--ckpt-freq",
+    "1",
+    "--precision",
+    "bf16-pure",
+]
 runner = CliRunner()
 
 
@@ -40,15 +52,20 @@ def test_import_prism_log_then_again_adds_nothing(tmp_path):
     [r] = Store(db).query()
     assert r.provenance == "imported" and r.source.endswith("train.log")
     fixed = invoke("results", "import", F / "prism" / "train.log", *A1, "--nodes", "2", "--db", db, "--json")
-    assert json.loads(fixed.output)["action"] == "updated"   # the same log with corrected flags
+    assert json.loads(fixed.output)["action"] == "updated"  # the same log with corrected flags
     [r] = Store(db).query()
     assert (r.config["nproc"], r.config["ranks_per_node"]) == (12, 6)
 
 
-@pytest.mark.parametrize("path, where", [("prism/malformed.log", "malformed.log:47"),
-                                         ("prism/partial.log", "partial.log:64"),
-                                         ("torchtitan/partial.log", "partial.log:12"),
-                                         ("prism_perf_malformed", "perf.jsonl:6")])
+@pytest.mark.parametrize(
+    "path, where",
+    [
+        ("prism/malformed.log", "malformed.log:47"),
+        ("prism/partial.log", "partial.log:64"),
+        ("torchtitan/partial.log", "partial.log:12"),
+        ("prism_perf_malformed", "perf.jsonl:6"),
+    ],
+)
 def test_bad_log_exits_2_on_one_line_and_stores_nothing(tmp_path, path, where):
     db = tmp_path / "r.db"
     res = invoke("results", "import", F / path, *A1, "--mode", "e2e", "--strategy", "ddp", "--db", db)
@@ -95,16 +112,35 @@ def test_published_import_is_idempotent_and_compare_shows_every_source(tmp_path)
     imp = by[("imported", None)]
     assert set(imp["measured"]) >= {"alloc_gib", "reserved_gib"} and "memory_gib" not in imp["measured"]
     assert imp["predicted"]["alloc_gib"] == imp["predicted"]["reserved_gib"]
-    assert not any(r["status"] != "ok" for r in rows)   # out-of-memory records are stored, not compared
+    assert not any(r["status"] != "ok" for r in rows)  # out-of-memory records are stored, not compared
     listing = invoke("results", "--db", db)
     assert listing.exit_code == 0 and all(len(line.rstrip()) <= 100 for line in listing.output.splitlines())
 
 
 def test_results_listing_and_export_still_work(tmp_path):
     db = tmp_path / "r.db"
-    assert invoke("results", "import", F / "monitor" / "good", "--model", "tiny-llama", "--mode", "e2e",
-                  "--strategy", "ddp", "--platform", "cpu", "--ckpt-freq", "0", "--precision", "fp32",
-                  "--db", db).exit_code == 0
+    assert (
+        invoke(
+            "results",
+            "import",
+            F / "monitor" / "good",
+            "--model",
+            "tiny-llama",
+            "--mode",
+            "e2e",
+            "--strategy",
+            "ddp",
+            "--platform",
+            "cpu",
+            "--ckpt-freq",
+            "0",
+            "--precision",
+            "fp32",
+            "--db",
+            db,
+        ).exit_code
+        == 0
+    )
     res = invoke("results", "--db", db, "--export", "json")
     assert res.exit_code == 0
     [row] = json.loads(res.output)

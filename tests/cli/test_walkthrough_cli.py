@@ -17,8 +17,24 @@ runner = CliRunner()
 
 
 def _plan_file(tmp_path, *extra):
-    r = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--nodes", "2", "--seq-len", "512",
-                            "--ckpt-freq", "0", *extra, "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "plan",
+            "--model",
+            "qwen3-0.6b",
+            "--platform",
+            "aurora",
+            "--nodes",
+            "2",
+            "--seq-len",
+            "512",
+            "--ckpt-freq",
+            "0",
+            *extra,
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     path = tmp_path / "plan.json"
     path.write_text(r.stdout)
@@ -38,12 +54,28 @@ def test_emit_from_plan_keeps_the_plans_ranks_per_node(tmp_path):
 
 
 def test_emit_takes_ranks_per_node_and_refuses_more_than_the_devices(tmp_path):
-    r = runner.invoke(app, ["emit", "--strategy", "ddp", "--platform", "aurora", "--nodes", "2", "--ranks-per-node", "6",
-                            "--out", str(tmp_path / "a")])
+    r = runner.invoke(
+        app,
+        [
+            "emit",
+            "--strategy",
+            "ddp",
+            "--platform",
+            "aurora",
+            "--nodes",
+            "2",
+            "--ranks-per-node",
+            "6",
+            "--out",
+            str(tmp_path / "a"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert read_strategy_file(tmp_path / "a" / "strategy.toml").ranks_per_node == 6
-    r = runner.invoke(app, ["emit", "--strategy", "ddp", "--platform", "aurora", "--ranks-per-node", "13",
-                            "--out", str(tmp_path / "b")])
+    r = runner.invoke(
+        app,
+        ["emit", "--strategy", "ddp", "--platform", "aurora", "--ranks-per-node", "13", "--out", str(tmp_path / "b")],
+    )
     assert r.exit_code == 2 and "12 devices per node" in r.stderr and not (tmp_path / "b").exists()
     path, _ = _plan_file(tmp_path)
     r = runner.invoke(app, ["emit", "--from-plan", str(path), "--ranks-per-node", "6", "--out", str(tmp_path / "c")])
@@ -51,8 +83,16 @@ def test_emit_takes_ranks_per_node_and_refuses_more_than_the_devices(tmp_path):
 
 
 def _ctx(nodes, rpn):
-    return DistContext(rank=0, local_rank=0, world_size=nodes * rpn, nodes=nodes, ranks_per_node=rpn,
-                       device=torch.device("cpu"), backend="gloo", launcher="torchrun")
+    return DistContext(
+        rank=0,
+        local_rank=0,
+        world_size=nodes * rpn,
+        nodes=nodes,
+        ranks_per_node=rpn,
+        device=torch.device("cpu"),
+        backend="gloo",
+        launcher="torchrun",
+    )
 
 
 def test_wrap_from_file_warns_when_the_running_layout_differs(tmp_path):
@@ -61,8 +101,11 @@ def test_wrap_from_file_warns_when_the_running_layout_differs(tmp_path):
     f = tmp_path / "strategy.toml"
     f.write_text('strategy = "ddp"\nmicro_batch = 2\ngrad_accum = 2\nnodes = 2\nranks_per_node = 6\n')
     model = torch.nn.Linear(2, 2)
-    with pytest.warns(UserWarning, match=r"planned 2 nodes x 6 ranks per node, this job runs 2 x 12; "
-                                         r"global batch 48 planned, 96 now"):
+    with pytest.warns(
+        UserWarning,
+        match=r"planned 2 nodes x 6 ranks per node, this job runs 2 x 12; "
+        r"global batch 48 planned, 96 now",
+    ):
         with pytest.raises(SpecError, match="no process group"):  # no group here: the check runs first
             wrap_from_file(model, f, ctx=_ctx(2, 12), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
     with warnings.catch_warnings():
@@ -72,8 +115,23 @@ def test_wrap_from_file_warns_when_the_running_layout_differs(tmp_path):
 
 
 def test_sweep_efficiency_is_that_of_the_rows_beside_it():
-    r = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--seq-len", "512",
-                            "--global-batch", "96", "--sweep-nodes", "1,2,4", "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "plan",
+            "--model",
+            "qwen3-0.6b",
+            "--platform",
+            "aurora",
+            "--seq-len",
+            "512",
+            "--global-batch",
+            "96",
+            "--sweep-nodes",
+            "1,2,4",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)["sweep"]
     for s in {x["strategy"] for x in rows}:
@@ -81,10 +139,25 @@ def test_sweep_efficiency_is_that_of_the_rows_beside_it():
         base = mine[0]
         for x in mine:  # strong scaling at a fixed global batch: per-node throughput over the first row's
             assert x["efficiency_vs_nodes"] == base["nodes"]
-            assert x["scaling_efficiency"] == pytest.approx((x["samples_per_s"] / x["nodes"]) /
-                                                            (base["samples_per_s"] / base["nodes"]))
-    table = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--seq-len", "512",
-                                "--global-batch", "96", "--sweep-nodes", "1,2,4"]).stdout
+            assert x["scaling_efficiency"] == pytest.approx(
+                (x["samples_per_s"] / x["nodes"]) / (base["samples_per_s"] / base["nodes"])
+            )
+    table = runner.invoke(
+        app,
+        [
+            "plan",
+            "--model",
+            "qwen3-0.6b",
+            "--platform",
+            "aurora",
+            "--seq-len",
+            "512",
+            "--global-batch",
+            "96",
+            "--sweep-nodes",
+            "1,2,4",
+        ],
+    ).stdout
     assert "eff = samples/s per node over the same strategy's first feasible row" in " ".join(table.split())
 
 
@@ -94,15 +167,43 @@ IMPORTS = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures"
 def test_a_store_with_a_relative_model_path_works_from_any_directory(tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
-    cfg = {"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
-           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
-           "max_position_embeddings": 40960, "tie_word_embeddings": True}
+    cfg = {
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 3072,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "tie_word_embeddings": True,
+    }
     (work / "my-qwen.json").write_text(json.dumps(cfg))
     db = tmp_path / "r.db"
     monkeypatch.chdir(work)
-    r = runner.invoke(app, ["results", "import", str(IMPORTS / "prism" / "train.log"), "--model", "my-qwen.json",
-                            "--vision", "siglip2-base-patch16-224", "--platform", "aurora", "--seq-len", "512",
-                            "--ckpt-freq", "1", "--precision", "bf16-pure", "--db", str(db)])
+    r = runner.invoke(
+        app,
+        [
+            "results",
+            "import",
+            str(IMPORTS / "prism" / "train.log"),
+            "--model",
+            "my-qwen.json",
+            "--vision",
+            "siglip2-base-patch16-224",
+            "--platform",
+            "aurora",
+            "--seq-len",
+            "512",
+            "--ckpt-freq",
+            "1",
+            "--precision",
+            "bf16-pure",
+            "--db",
+            str(db),
+        ],
+    )
     assert r.exit_code == 0, r.output
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -128,8 +229,9 @@ def test_nothing_fits_at_the_asked_micro_batch_is_a_finding_with_the_table():
     out = " ".join(r.stdout.split())
     assert "recommended: none" in out and "needs 116.2 GiB at micro-batch 1" in out  # the table, with the needs
     assert "--micro-batch" not in out.split("recommended: none")[1].split("- ddp")[0]  # no smaller batch exists
-    d = json.loads(runner.invoke(app, ["plan", "--model", "olmo-7b", "--platform", "cpu", "--micro-batch", "8",
-                                       "--json"]).stdout)
+    d = json.loads(
+        runner.invoke(app, ["plan", "--model", "olmo-7b", "--platform", "cpu", "--micro-batch", "8", "--json"]).stdout
+    )
     assert d["recommended"] is None and all(not o["feasible"] and "GiB" in o["why_not"] for o in d["options"])
 
 
@@ -162,13 +264,16 @@ def test_results_says_its_journal_mode_and_takes_json(tmp_path):
     assert d["store"]["journal_mode"] in ("wal", "delete") and d["store"]["filesystem"] and len(d["results"]) == 1
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["plan", "--platform", "aurora", "--ranks-per-node", "13"], "--ranks-per-node 13 exceeds aurora's 12 devices"),
-    (["plan", "--image-tokens", "64"], "--image-tokens 64 needs --vision"),
-    (["plan", "--model", "{tmp}/x.json"], "model file '{tmp}/x.json' does not exist"),
-    (["plan", "--vision", "{tmp}/clip/config.json"], "does not exist"),
-    (["plan", "--platform", "{tmp}/mine.toml"], "platform file '{tmp}/mine.toml' does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["plan", "--platform", "aurora", "--ranks-per-node", "13"], "--ranks-per-node 13 exceeds aurora's 12 devices"),
+        (["plan", "--image-tokens", "64"], "--image-tokens 64 needs --vision"),
+        (["plan", "--model", "{tmp}/x.json"], "model file '{tmp}/x.json' does not exist"),
+        (["plan", "--vision", "{tmp}/clip/config.json"], "does not exist"),
+        (["plan", "--platform", "{tmp}/mine.toml"], "platform file '{tmp}/mine.toml' does not exist"),
+    ],
+)
 def test_misleading_inputs_are_exit_2_naming_the_problem(tmp_path, argv, fragment):
     r = runner.invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in argv])
     err = r.stderr.strip().splitlines()

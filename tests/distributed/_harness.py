@@ -29,11 +29,18 @@ def free_port() -> int:
 
 
 def base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RANK", "LOCAL_", "WORLD_SIZE", "MASTER_", "PMI", "PALS_", "OMPI_", "SLURM_"))}
-    env.update(PRISM_DEVICE="cpu", DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
-               TORCH_EXTENSIONS_DIR=env.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions")),
-               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "examples"), env.get("PYTHONPATH", "")]))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RANK", "LOCAL_", "WORLD_SIZE", "MASTER_", "PMI", "PALS_", "OMPI_", "SLURM_"))
+    }
+    env.update(
+        PRISM_DEVICE="cpu",
+        DS_ACCELERATOR="cpu",
+        OMP_NUM_THREADS="1",
+        TORCH_EXTENSIONS_DIR=env.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".torch_extensions")),
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "examples"), env.get("PYTHONPATH", "")]),
+    )
     return env
 
 
@@ -44,11 +51,20 @@ def rank_env(launcher: str, rank: int, world: int, *, local_size: bool = True) -
         if local_size:
             env["PALS_LOCAL_SIZE"] = world
     elif launcher == "openmpi":
-        env = {"OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": world,
-               "OMPI_COMM_WORLD_LOCAL_RANK": rank, "OMPI_COMM_WORLD_LOCAL_SIZE": world}
+        env = {
+            "OMPI_COMM_WORLD_RANK": rank,
+            "OMPI_COMM_WORLD_SIZE": world,
+            "OMPI_COMM_WORLD_LOCAL_RANK": rank,
+            "OMPI_COMM_WORLD_LOCAL_SIZE": world,
+        }
     elif launcher == "slurm":
-        env = {"SLURM_PROCID": rank, "SLURM_NTASKS": world, "SLURM_LOCALID": rank,
-               "SLURM_TASKS_PER_NODE": f"{world}(x1)", "SLURM_NNODES": 1}
+        env = {
+            "SLURM_PROCID": rank,
+            "SLURM_NTASKS": world,
+            "SLURM_LOCALID": rank,
+            "SLURM_TASKS_PER_NODE": f"{world}(x1)",
+            "SLURM_NNODES": 1,
+        }
     else:
         raise ValueError(launcher)
     return {k: str(v) for k, v in env.items()}
@@ -92,20 +108,37 @@ def _results(out: Path, world: int, logs: list[str], codes: list[int], wanted: b
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)] if wanted else []
 
 
-def run_torchrun(args: list[str], *, nproc: int, out: Path, script: Path = WORKER,
-                 timeout: float = LAUNCH_TIMEOUT_S) -> tuple[list[dict], str]:
+def run_torchrun(
+    args: list[str], *, nproc: int, out: Path, script: Path = WORKER, timeout: float = LAUNCH_TIMEOUT_S
+) -> tuple[list[dict], str]:
     """torchrun --nproc-per-node nproc script args; returns (per-rank results, log)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(script), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        str(script),
+        *args,
+    ]
     log = out / "torchrun.log"
     p = _popen(cmd, base_env(), log)
     (text,) = _wait_all([p], [log], timeout)
     return _results(out, nproc, [text], [p.returncode]), text
 
 
-def run_ranks(launcher: str, args: list[str], *, world: int, out: Path, script: Path = WORKER,
-              local_size: bool = True, results: bool = True,
-              timeout: float = LAUNCH_TIMEOUT_S) -> tuple[list[dict], str]:
+def run_ranks(
+    launcher: str,
+    args: list[str],
+    *,
+    world: int,
+    out: Path,
+    script: Path = WORKER,
+    local_size: bool = True,
+    results: bool = True,
+    timeout: float = LAUNCH_TIMEOUT_S,
+) -> tuple[list[dict], str]:
     """Start `world` processes as an MPI launcher or srun would; returns (per-rank results, log)."""
     port = str(free_port())
     procs, logs = [], []
@@ -128,9 +161,11 @@ def prebuild_deepspeed_ops(log: Path, timeout: float = 600) -> None:
     if lock.exists() and not built and time.time() - lock.stat().st_mtime > timeout:
         lock.unlink()
     had_lock = lock.exists()
-    code = ("from deepspeed.accelerator import get_accelerator\n"
-            "b = get_accelerator().create_op_builder('ShareMemCommBuilder')\n"
-            "b is None or b.load()\n")
+    code = (
+        "from deepspeed.accelerator import get_accelerator\n"
+        "b = get_accelerator().create_op_builder('ShareMemCommBuilder')\n"
+        "b is None or b.load()\n"
+    )
     p = _popen([sys.executable, "-c", code], base_env(), log)
     try:
         (text,) = _wait_all([p], [log], timeout)

@@ -21,12 +21,19 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from faults import FaultInjector, FaultSpec  # noqa: E402
-
 from prism_strategy.runtime.detect import DetectConfig  # noqa: E402
 from prism_strategy.runtime.monitor import StepMonitor  # noqa: E402
 
-SCALE = {"clean": None, "collapse": 0.04, "slow-rank": 0.03, "slow-wait": 0.03, "slow-data": 0.03, "hang": 600.0,
-         "kill": None, "input-skew": 0.1}
+SCALE = {
+    "clean": None,
+    "collapse": 0.04,
+    "slow-rank": 0.03,
+    "slow-wait": 0.03,
+    "slow-data": 0.03,
+    "hang": 600.0,
+    "kill": None,
+    "input-skew": 0.1,
+}
 FROM_START = ("slow-rank", "slow-wait", "slow-data")  # faults present from step 0
 
 
@@ -46,16 +53,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_scenario(out: Path, name: str, args: argparse.Namespace, ctx: SimpleNamespace) -> None:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(args.dim, 4 * args.dim), torch.nn.GELU(),
-                                torch.nn.Linear(4 * args.dim, args.dim))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(args.dim, 4 * args.dim), torch.nn.GELU(), torch.nn.Linear(4 * args.dim, args.dim)
+    )
     kind = "none" if name == "clean" else name
-    spec = FaultSpec(kind=kind, step=0 if name in FROM_START else args.fault_step,
-                     rank=args.fault_rank, scale=SCALE[name])
+    spec = FaultSpec(
+        kind=kind, step=0 if name in FROM_START else args.fault_step, rank=args.fault_rank, scale=SCALE[name]
+    )
     faults = FaultInjector(spec, ctx.rank).attach(model)
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    mon = StepMonitor(out, ctx=ctx, hang_timeout_s=args.hang_timeout, summary_every=5,
-                      detect=DetectConfig(warmup_skip=2, warmup_steps=5))
+    mon = StepMonitor(
+        out,
+        ctx=ctx,
+        hang_timeout_s=args.hang_timeout,
+        summary_every=5,
+        detect=DetectConfig(warmup_skip=2, warmup_steps=5),
+    )
     gen = torch.Generator().manual_seed(ctx.rank)
     for step in range(args.steps):
         faults.set_step(step)

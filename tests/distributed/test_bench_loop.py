@@ -11,9 +11,9 @@ import subprocess
 import pytest
 
 from prism_strategy.bench.fit.calibrate import calibrate, errors_pct
+from prism_strategy.bench.launch.run import base_config, run_bench, run_ceiling, run_many, scan_ceiling_runs
 from prism_strategy.bench.results.compare import compare
 from prism_strategy.bench.results.predict import predict
-from prism_strategy.bench.launch.run import base_config, run_bench, run_ceiling, run_many, scan_ceiling_runs
 from prism_strategy.bench.results.store import Store
 from prism_strategy.specs.presets import load_platform
 
@@ -22,8 +22,19 @@ STRATEGIES = ["ddp", "fsdp_full_shard", "fsdp_shard_grad_op", "hsdp_full_shard",
 
 
 def base(**kw):
-    args = dict(model="small-llama", nproc=4, ranks_per_node=2, micro_batch=2, seq_len=128, steps=5, warmup=2,
-                precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=240)
+    args = dict(
+        model="small-llama",
+        nproc=4,
+        ranks_per_node=2,
+        micro_batch=2,
+        seq_len=128,
+        steps=5,
+        warmup=2,
+        precision="fp32",
+        ckpt_freq=0,
+        grad_accum=1,
+        timeout_s=240,
+    )
     return base_config(**(args | kw))
 
 
@@ -36,8 +47,11 @@ def store(tmp_path_factory):
 def measured(store):
     """Calibration set: every strategy at (mb 2, seq 128) and (mb 4, seq 256); held out: (mb 3, seq 192)."""
     settings = ((2, 128), (4, 256), (3, 192))
-    runs = run_many([base(micro_batch=mb, seq_len=seq) | {"strategy": s} for s in STRATEGIES for mb, seq in settings],
-                    load_platform("cpu"), store)
+    runs = run_many(
+        [base(micro_batch=mb, seq_len=seq) | {"strategy": s} for s in STRATEGIES for mb, seq in settings],
+        load_platform("cpu"),
+        store,
+    )
     per = len(settings)
     train = [r for i, r in enumerate(runs) if i % per < 2]
     held = [r for i, r in enumerate(runs) if i % per == 2]
@@ -120,8 +134,12 @@ def test_tune_reaches_the_grid_best_with_a_third_of_the_runs_and_one_check(measu
     train, held = measured
     runs = {(r.strategy, r.config["micro_batch"]): r for r in train + held}
     plat = load_platform("cpu")
-    grid = [Candidate(strategy=s, micro_batch=mb, ckpt_freq=0,
-                      predicted_samples_per_s=predict(r.config, plat)["samples_per_s"]) for (s, mb), r in runs.items()]
+    grid = [
+        Candidate(
+            strategy=s, micro_batch=mb, ckpt_freq=0, predicted_samples_per_s=predict(r.config, plat)["samples_per_s"]
+        )
+        for (s, mb), r in runs.items()
+    ]
     truth = {c: runs[(c.strategy, c.micro_batch)].measured["samples_per_s"] for c in grid}
     res = tune(grid, lambda c: truth[c])
     best = max(truth.values())

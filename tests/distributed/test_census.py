@@ -33,8 +33,19 @@ BUCKETS = ("ddp", "zero1", "zero2", "zero3")
 @pytest.fixture(scope="module")
 def census():
     """ONE launch: the four shapes x all 8 strategies."""
-    bases = [census_base(nproc=4, ranks_per_node=2, micro_batch=2, seq_len=32, grad_accum=2, precision="bf16-mixed",
-                         timeout_s=240, **kw) for kw in SHAPES.values()]
+    bases = [
+        census_base(
+            nproc=4,
+            ranks_per_node=2,
+            micro_batch=2,
+            seq_len=32,
+            grad_accum=2,
+            precision="bf16-mixed",
+            timeout_s=240,
+            **kw,
+        )
+        for kw in SHAPES.values()
+    ]
     reports = dict(zip(SHAPES, run_censuses(bases, list(STRATEGY_NAMES))))
     return reports.__getitem__
 
@@ -46,8 +57,7 @@ def _one(report, strategy):
     return s
 
 
-CASES = [pytest.param(shape, s, id=f"{shape}-{s}")
-         for shape in SHAPES for s in STRATEGY_NAMES]
+CASES = [pytest.param(shape, s, id=f"{shape}-{s}") for shape in SHAPES for s in STRATEGY_NAMES]
 
 
 @pytest.mark.parametrize(("shape", "strategy"), CASES)

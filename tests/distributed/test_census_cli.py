@@ -13,8 +13,23 @@ pytestmark = pytest.mark.distributed
 
 
 def test_census_json_is_pinned_and_fsdp_matches_its_model():
-    res = CliRunner().invoke(app, ["census", "--model", "tiny-llama", "--strategies", "fsdp_shard_grad_op,fsdp_full_shard",
-                                   "--nproc", "2", "--ranks-per-node", "2", "--seq-len", "16", "--json"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "census",
+            "--model",
+            "tiny-llama",
+            "--strategies",
+            "fsdp_shard_grad_op,fsdp_full_shard",
+            "--nproc",
+            "2",
+            "--ranks-per-node",
+            "2",
+            "--seq-len",
+            "16",
+            "--json",
+        ],
+    )
     data = json.loads(res.stdout)
     assert set(data) == {"world", "strategies"} and data["world"] == 2
     assert [s["strategy"] for s in data["strategies"]] == ["fsdp_shard_grad_op", "fsdp_full_shard"]

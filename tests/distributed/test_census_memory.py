@@ -34,8 +34,19 @@ held-out shape of item 8 (ZeRO-3 bf16-mixed, 24% over when the issue was filed).
 
 @pytest.fixture(scope="module")
 def benched(tmp_path_factory):
-    base = base_config(model="tiny-llama", nproc=4, ranks_per_node=2, micro_batch=4, seq_len=128, steps=1, warmup=1,
-                       precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=240)
+    base = base_config(
+        model="tiny-llama",
+        nproc=4,
+        ranks_per_node=2,
+        micro_batch=4,
+        seq_len=128,
+        steps=1,
+        warmup=1,
+        precision="fp32",
+        ckpt_freq=0,
+        grad_accum=1,
+        timeout_s=240,
+    )
     store = Store(tmp_path_factory.mktemp("db") / "results.db")
     cases = {s: {"strategy": s} for s in STRATEGY_NAMES} | VARIANTS
     results = run_many([base | c for c in cases.values()], load_platform("cpu"), store)
@@ -48,5 +59,6 @@ def test_peak_memory_within_10_percent_of_prediction(benched, strategy):
     assert r.status == "ok", (r.measured.get("error"), r.measured.get("log_tail"))
     measured, predicted = r.measured["peak_memory_bytes"], r.predicted["memory_bytes"]
     err = (predicted - measured) / measured
-    assert abs(err) <= TOLERANCE, (f"{strategy}: predicted {predicted / 2**20:.2f} MiB, measured "
-                                   f"{measured / 2**20:.2f} MiB ({100 * err:+.1f}%)")
+    assert abs(err) <= TOLERANCE, (
+        f"{strategy}: predicted {predicted / 2**20:.2f} MiB, measured {measured / 2**20:.2f} MiB ({100 * err:+.1f}%)"
+    )

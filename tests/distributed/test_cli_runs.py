@@ -39,16 +39,38 @@ def bench(db):
 
 @pytest.fixture(scope="module")
 def tune(db, bench):
-    return cli("tune", *TINY, "--strategies", "fsdp_full_shard", "--micro-batches", "2", "--db", db,
-               "--calibration", "none", "--json")
+    return cli(
+        "tune",
+        *TINY,
+        "--strategies",
+        "fsdp_full_shard",
+        "--micro-batches",
+        "2",
+        "--db",
+        db,
+        "--calibration",
+        "none",
+        "--json",
+    )
 
 
 @pytest.fixture(scope="module")
 def ceiling(db, bench):
     """A per-rank limit of 0.0001 GiB (~107 KB) of tracked tensors: tiny Llama's fp32 weights alone
     are ~0.5 MB, so even micro-batch 1 runs out of memory."""
-    return cli("ceiling", *TINY, "--strategy", "ddp", "--memory-limit", "0.0001", "--max-micro-batch", "4",
-               "--db", db, "--json")
+    return cli(
+        "ceiling",
+        *TINY,
+        "--strategy",
+        "ddp",
+        "--memory-limit",
+        "0.0001",
+        "--max-micro-batch",
+        "4",
+        "--db",
+        db,
+        "--json",
+    )
 
 
 def test_bench_json_carries_the_measurement_and_its_prediction(bench, db):

@@ -18,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from prism_strategy.bench.collectives.census import census_base
-from prism_strategy.planning.stored_config import config_scenario
 from prism_strategy.bench.results.curves import load_curves
 from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 from prism_strategy.engines import step_collectives
+from prism_strategy.planning.stored_config import config_scenario
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 
@@ -34,8 +34,23 @@ ITEMSIZE = {"float32": 4, "bfloat16": 2}
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     db = tmp_path_factory.mktemp("commbench") / "results.db"
-    res = CliRunner().invoke(app, ["commbench", "--model", "tiny-llama", "--strategies", ",".join(STRATEGIES),
-                                   "--nproc", "4", "--ranks-per-node", "2", "--db", str(db), "--json"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "commbench",
+            "--model",
+            "tiny-llama",
+            "--strategies",
+            ",".join(STRATEGIES),
+            "--nproc",
+            "4",
+            "--ranks-per-node",
+            "2",
+            "--db",
+            str(db),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout), db
 
@@ -56,8 +71,9 @@ def test_every_engine_collective_is_replayed_and_timed(run):
         s, want = by_name[name], _engine_kinds(name)
         assert s["ok"] and s["error"] == "", s["error"]
         got = s["collectives"]
-        assert [(c["op"], c["group"], c["dtype"], c["calls"]) for c in got] == \
-               [(w.op, w.group, w.dtype, w.calls) for w in want]
+        assert [(c["op"], c["group"], c["dtype"], c["calls"]) for c in got] == [
+            (w.op, w.group, w.dtype, w.calls) for w in want
+        ]
         for c, w in zip(got, want):
             assert c["ranks"] == w.group_size
             assert abs(c["bytes_per_call_replayed"] - w.bytes_per_call) < w.group_size * ITEMSIZE[w.dtype] + 1
@@ -99,16 +115,32 @@ def test_launched_mode_as_emitted_jobs_run_it(tmp_path):
     from prism_strategy.bench.launch.harness import free_port
 
     db = tmp_path / "r.db"
-    cmd = (f"exec {sys.executable} -m prism_strategy.cli commbench --launched --model tiny-llama "
-           f"--strategies hsdp_shard_grad_op --nproc 4 --ranks-per-node 2 --db {db} --json")
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
-                          f"--master-port={free_port()}", "--no-python", "bash", "-c", cmd],
-                         capture_output=True, text=True, timeout=240)
+    cmd = (
+        f"exec {sys.executable} -m prism_strategy.cli commbench --launched --model tiny-llama "
+        f"--strategies hsdp_shard_grad_op --nproc 4 --ranks-per-node 2 --db {db} --json"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=4",
+            f"--master-port={free_port()}",
+            "--no-python",
+            "bash",
+            "-c",
+            cmd,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout)  # one JSON document: the other ranks print nothing
     (s,) = data["strategies"]
-    assert s["ok"] and [(c["op"], c["group"]) for c in s["collectives"]] == \
-        [(w.op, w.group) for w in _engine_kinds("hsdp_shard_grad_op")]
+    assert s["ok"] and [(c["op"], c["group"]) for c in s["collectives"]] == [
+        (w.op, w.group) for w in _engine_kinds("hsdp_shard_grad_op")
+    ]
     assert data["stored"] == len(s["collectives"]) == sum(len(c.points) for c in load_curves(Store(db), "cpu"))
 
 
@@ -118,8 +150,9 @@ def test_the_stored_gloo_points_calibrate_the_cpu_platforms_comm_terms(run, tmp_
     shape and by op (the launch has 3 shapes and 3 ops), written only when better than the preset."""
     _, db = run
     out = tmp_path / "cpu.toml"
-    res = CliRunner().invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out),
-                                   "--fit", "comm", "--json"])
+    res = CliRunner().invoke(
+        app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out), "--fit", "comm", "--json"]
+    )
     report = json.loads(res.stdout)
     c = report["comm"]
     assert res.exit_code == 0 and report["written"] and out.is_file(), report.get("refused")

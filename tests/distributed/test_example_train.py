@@ -16,10 +16,36 @@ pytestmark = pytest.mark.distributed
 def test_example_trains_hf_llama_with_hsdp_under_openmpi(tmp_path):
     pytest.importorskip("transformers")
     log, saved = tmp_path / "steps.jsonl", tmp_path / "model.pt"
-    args = ["--hf", "llama", "--strategy", "hsdp_full_shard", "--ranks-per-node", "1", "--layers", "2",
-            "--hidden", "32", "--vocab", "128", "--seq-len", "16", "--micro-batch", "2", "--grad-accum", "2",
-            "--steps", "3", "--ckpt-freq", "1", "--json-log", str(log), "--save", str(saved),
-            "--monitor-dir", str(tmp_path / "monitor")]
+    args = [
+        "--hf",
+        "llama",
+        "--strategy",
+        "hsdp_full_shard",
+        "--ranks-per-node",
+        "1",
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--vocab",
+        "128",
+        "--seq-len",
+        "16",
+        "--micro-batch",
+        "2",
+        "--grad-accum",
+        "2",
+        "--steps",
+        "3",
+        "--ckpt-freq",
+        "1",
+        "--json-log",
+        str(log),
+        "--save",
+        str(saved),
+        "--monitor-dir",
+        str(tmp_path / "monitor"),
+    ]
     _, text = run_ranks("openmpi", args, world=2, out=tmp_path, script=EXAMPLE, results=False)
     steps = [json.loads(line) for line in log.read_text().splitlines()]
     assert [s["step"] for s in steps] == [0, 1, 2]

@@ -44,12 +44,28 @@ def _free_port() -> int:
 
 def torchrun(out: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_", "WORLD_SIZE", "MASTER_"))}
-    env.update(OMP_NUM_THREADS="1", TORCH_FR_BUFFER_SIZE="2000",
-               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), str(WORKER), str(out), *args]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    env.update(
+        OMP_NUM_THREADS="1",
+        TORCH_FR_BUFFER_SIZE="2000",
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "4",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        str(WORKER),
+        str(out),
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -177,8 +193,17 @@ def hang(tmp_path_factory):
     """One launch whose rank 2 stops before its forward at step HANG_STEP: (result, run dir, seconds)."""
     out = tmp_path_factory.mktemp("hang")
     t0 = time.monotonic()
-    res = torchrun(out, "--scenarios", "hang", "--steps", "20", "--fault-step", str(HANG_STEP),
-                   "--hang-timeout", str(HANG_TIMEOUT_S))
+    res = torchrun(
+        out,
+        "--scenarios",
+        "hang",
+        "--steps",
+        "20",
+        "--fault-step",
+        str(HANG_STEP),
+        "--hang-timeout",
+        str(HANG_TIMEOUT_S),
+    )
     return res, out / "0_hang", time.monotonic() - t0
 
 

@@ -13,9 +13,16 @@ pytestmark = pytest.mark.distributed
 
 WORLD, RANKS_PER_NODE = 4, 2
 # Fraction of the parameters each rank stores at rest, read from its local shards.
-STORED = {"ddp": 1, "fsdp_full_shard": 1 / WORLD, "fsdp_shard_grad_op": 1 / WORLD,
-          "hsdp_full_shard": 1 / RANKS_PER_NODE, "hsdp_shard_grad_op": 1 / RANKS_PER_NODE,
-          "zero1": 1, "zero2": 1, "zero3": 1 / WORLD}
+STORED = {
+    "ddp": 1,
+    "fsdp_full_shard": 1 / WORLD,
+    "fsdp_shard_grad_op": 1 / WORLD,
+    "hsdp_full_shard": 1 / RANKS_PER_NODE,
+    "hsdp_shard_grad_op": 1 / RANKS_PER_NODE,
+    "zero1": 1,
+    "zero2": 1,
+    "zero3": 1 / WORLD,
+}
 
 
 def test_every_catalogue_strategy_is_covered():

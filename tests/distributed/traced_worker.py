@@ -21,12 +21,12 @@ import torch
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from prism_strategy.traced.model import build_from_spec
-from prism_strategy.traced.run import mixed_precision_for, optimizer_factory
 from prism_strategy.runtime.dist import init_distributed
 from prism_strategy.runtime.wrap import wrap
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
+from prism_strategy.traced.model import build_from_spec
+from prism_strategy.traced.run import mixed_precision_for, optimizer_factory
 
 STEP = "prism_step"
 PROFILED_STEPS = 2
@@ -92,9 +92,15 @@ def measure(ctx, spec: MultimodalSpec, training: TrainingSpec, strategy: str, mi
     built = build_from_spec(spec, training)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        job = wrap(built.module, strategy, ctx=ctx, optimizer=optimizer_factory(training),
-                   block_types=built.block_types, mixed_precision=mixed_precision_for(training),
-                   ckpt_freq=training.ckpt_freq)
+        job = wrap(
+            built.module,
+            strategy,
+            ctx=ctx,
+            optimizer=optimizer_factory(training),
+            block_types=built.block_types,
+            mixed_precision=mixed_precision_for(training),
+            ckpt_freq=training.ckpt_freq,
+        )
     _step(job, built, micro_batch)
     # Keep the last warm-up step's grads until the profiled step's own zero_grad: DDP's grads are
     # views of its buckets (held in C++), which live_tensor_bytes() then sees; setting the grads

@@ -15,10 +15,10 @@ import warnings
 from pathlib import Path
 
 import torch
-from tiny_llama import TinyConfig, TinyLlama, freeze_backbone, lm_loss, synthetic_batch
 
 from prism_strategy.runtime.dist import init_distributed
 from prism_strategy.runtime.wrap import wrap, wrap_from_file
+from tiny_llama import TinyConfig, TinyLlama, freeze_backbone, lm_loss, synthetic_batch
 
 CFG = TinyConfig(layers=4)
 PROJ_CFG = TinyConfig(layers=2, projector_in=16)
@@ -83,7 +83,7 @@ def train(job, ctx, cfg: TinyConfig, *, accum: int = 1, on_backward=None) -> flo
         b = global_batch(step, ctx.world_size, cfg)
         for i in range(accum):
             lo = ctx.rank * MICRO + i * micro
-            rows = {k: v[lo:lo + micro].to(ctx.device) for k, v in b.items()}
+            rows = {k: v[lo : lo + micro].to(ctx.device) for k, v in b.items()}
             with job.no_sync() if i < accum - 1 else contextlib.nullcontext():
                 loss = forward_loss(job.model, rows, accum)
                 job.backward(loss)
@@ -99,8 +99,11 @@ def compare(job, ctx, ref: dict[str, torch.Tensor]) -> dict:
     if ctx.rank != 0:
         return {"state_dict_entries": len(sd)}
     diffs = {k: (sd[k].float() - ref[k].float()).abs().max().item() for k in ref if k in sd}
-    return {"keys_match": sorted(sd) == sorted(ref), "max_diff": max(diffs.values()),
-            "worst": max(diffs, key=diffs.get)}
+    return {
+        "keys_match": sorted(sd) == sorted(ref),
+        "max_diff": max(diffs.values()),
+        "worst": max(diffs, key=diffs.get),
+    }
 
 
 def movement(job, ctx, cfg: TinyConfig, prep) -> dict:
@@ -109,16 +112,33 @@ def movement(job, ctx, cfg: TinyConfig, prep) -> dict:
     sd, start = job.full_state_dict(), make_model(cfg, prep)
     if ctx.rank != 0:
         return {}
-    change = {n: (sd[n].float() - p.detach().to(sd[n].dtype).float()).abs().max().item()
-              for n, p in start.named_parameters()}
+    change = {
+        n: (sd[n].float() - p.detach().to(sd[n].dtype).float()).abs().max().item() for n, p in start.named_parameters()
+    }
     frozen = [change[n] for n, p in start.named_parameters() if not p.requires_grad]
     trainable = [change[n] for n, p in start.named_parameters() if p.requires_grad]
-    return {"frozen_max_change": max(frozen), "trainable_min_change": min(trainable),
-            "dtypes": sorted({str(sd[n].dtype) for n, _ in start.named_parameters()})}
+    return {
+        "frozen_max_change": max(frozen),
+        "trainable_min_change": min(trainable),
+        "dtypes": sorted({str(sd[n].dtype) for n, _ in start.named_parameters()}),
+    }
 
 
-def case(ctx, strategy: str, kind: str, *, ckpt: int = 0, accum: int = 1, mp=None, cfg=CFG, prep=None,
-         wrapper=None, on_backward=None, after=None, **kw) -> dict:
+def case(
+    ctx,
+    strategy: str,
+    kind: str,
+    *,
+    ckpt: int = 0,
+    accum: int = 1,
+    mp=None,
+    cfg=CFG,
+    prep=None,
+    wrapper=None,
+    on_backward=None,
+    after=None,
+    **kw,
+) -> dict:
     model = make_model(cfg, prep)
     total = sum(p.numel() for p in model.parameters())
     with warnings.catch_warnings(record=True) as caught:
@@ -128,9 +148,15 @@ def case(ctx, strategy: str, kind: str, *, ckpt: int = 0, accum: int = 1, mp=Non
         else:
             job = wrap(model, strategy, ctx=ctx, optimizer=OPTIMIZERS[kind], mixed_precision=mp, ckpt_freq=ckpt, **kw)
         loss = train(job, ctx, cfg, accum=accum, on_backward=on_backward)
-    out = {"loss": loss, "finite": math.isfinite(loss), "stored": stored_elements(job._module), "total": total,
-           "param_storage": list(job.param_storage()), "describe": job.describe(),
-           "warnings": [str(w.message) for w in caught if issubclass(w.category, UserWarning)]}
+    out = {
+        "loss": loss,
+        "finite": math.isfinite(loss),
+        "stored": stored_elements(job._module),
+        "total": total,
+        "param_storage": list(job.param_storage()),
+        "describe": job.describe(),
+        "warnings": [str(w.message) for w in caught if issubclass(w.category, UserWarning)],
+    }
     if mp is None:
         out |= compare(job, ctx, reference(kind, ctx.world_size, cfg, prep))
     if after:
@@ -151,6 +177,7 @@ def strategy_cases(ctx, strategies) -> dict:
 
 
 # ----------------------------------------------------------------------------- projector / DDP
+
 
 def _trainable_projector_and_audio(model: TinyLlama) -> None:
     freeze_backbone(model)
@@ -178,25 +205,33 @@ def projector_cases(ctx) -> dict:
     def record(job):
         grads["with_grad"] = sorted(n for n, p in job._module.named_parameters() if p.grad is not None)
 
-    res = {"projector": case(ctx, "ddp", "sgd", cfg=PROJ_CFG, prep=freeze_backbone, wrapper=wrapper,
-                             on_backward=record)}
-    res["projector"] |= {"communicated_per_step": counted["elements"] / STEPS, "with_grad": grads["with_grad"],
-                         "trainable": sum(p.numel() for p in make_model(PROJ_CFG, freeze_backbone).parameters()
-                                          if p.requires_grad)}
+    res = {
+        "projector": case(ctx, "ddp", "sgd", cfg=PROJ_CFG, prep=freeze_backbone, wrapper=wrapper, on_backward=record)
+    }
+    res["projector"] |= {
+        "communicated_per_step": counted["elements"] / STEPS,
+        "with_grad": grads["with_grad"],
+        "trainable": sum(p.numel() for p in make_model(PROJ_CFG, freeze_backbone).parameters() if p.requires_grad),
+    }
     unused_cfg = TinyConfig(layers=2, projector_in=16, unused_modality=True)
-    for name, kw in (("unused/static_graph", dict(static_graph=True)),
-                     ("unused/find_unused", dict(find_unused_parameters=True))):
+    for name, kw in (
+        ("unused/static_graph", dict(static_graph=True)),
+        ("unused/find_unused", dict(find_unused_parameters=True)),
+    ):
         res[name] = case(ctx, "ddp", "sgd", cfg=unused_cfg, prep=_trainable_projector_and_audio, **kw)
     return res
 
 
 # ----------------------------------------------------------------------------- from a strategy.toml
 
+
 def from_file_case(ctx, out: Path, strategy: str, extra: str = "", ds_config: dict | None = None) -> dict:
     folder = out / f"emit_rank{ctx.rank}"
     folder.mkdir(exist_ok=True)
-    text = (f'strategy = "{strategy}"\nmixed_precision = "none"\nckpt_freq = 1\nfind_unused_parameters = false\n'
-            f"compile = false\nranks_per_node = {ctx.ranks_per_node}\n{extra}")
+    text = (
+        f'strategy = "{strategy}"\nmixed_precision = "none"\nckpt_freq = 1\nfind_unused_parameters = false\n'
+        f"compile = false\nranks_per_node = {ctx.ranks_per_node}\n{extra}"
+    )
     if ds_config is not None:
         (folder / "ds_config.json").write_text(json.dumps(ds_config))
         text += 'ds_config = "ds_config.json"\n'
@@ -207,13 +242,24 @@ def from_file_case(ctx, out: Path, strategy: str, extra: str = "", ds_config: di
 
 # ----------------------------------------------------------------------------- scenarios
 
+
 def ctx_facts(ctx) -> dict:
     t = torch.tensor([ctx.rank + 1.0, 1.0])
     torch.distributed.all_reduce(t)
-    return {"rank": ctx.rank, "local_rank": ctx.local_rank, "world_size": ctx.world_size, "nodes": ctx.nodes,
-            "ranks_per_node": ctx.ranks_per_node, "device": str(ctx.device), "backend": ctx.backend,
-            "launcher": ctx.launcher, "all_reduce": t.tolist(), "mesh_2d": list(ctx.mesh_2d.shape),
-            "mesh_1d": list(ctx.mesh_1d.shape), "str": str(ctx)}
+    return {
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "world_size": ctx.world_size,
+        "nodes": ctx.nodes,
+        "ranks_per_node": ctx.ranks_per_node,
+        "device": str(ctx.device),
+        "backend": ctx.backend,
+        "launcher": ctx.launcher,
+        "all_reduce": t.tolist(),
+        "mesh_2d": list(ctx.mesh_2d.shape),
+        "mesh_1d": list(ctx.mesh_1d.shape),
+        "str": str(ctx),
+    }
 
 
 def scenario_torch(ctx, out: Path) -> dict:
@@ -228,10 +274,10 @@ def scenario_deepspeed(ctx, out: Path) -> dict:
 
     res = strategy_cases(ctx, ZERO_STRATEGIES)
     for s in ZERO_STRATEGIES:  # float inputs (projector features) meet bf16 params
-        res[f"{s}/projector_bf16"] = case(ctx, s, "sgd", mp="bf16", cfg=PROJ_CFG, prep=freeze_backbone,
-                                          after=movement)
-    emitted = build_ds_config(get_strategy("zero2"), micro_batch=MICRO, world_size=ctx.world_size, grad_accum=2,
-                              precision="fp32")
+        res[f"{s}/projector_bf16"] = case(ctx, s, "sgd", mp="bf16", cfg=PROJ_CFG, prep=freeze_backbone, after=movement)
+    emitted = build_ds_config(
+        get_strategy("zero2"), micro_batch=MICRO, world_size=ctx.world_size, grad_accum=2, precision="fp32"
+    )
     res["from_file/zero2"] = from_file_case(ctx, out, "zero2", ds_config=emitted)
     return res
 
@@ -241,8 +287,12 @@ def scenario_compile(ctx, out: Path) -> dict:
     return {"fsdp_full_shard/compile_ckpt1": case(ctx, "fsdp_full_shard", "sgd", ckpt=1, compile=True, cfg=PROJ_CFG)}
 
 
-SCENARIOS = {"torch": (scenario_torch, 2), "deepspeed": (scenario_deepspeed, None), "env": (None, 1),
-             "compile": (scenario_compile, None)}
+SCENARIOS = {
+    "torch": (scenario_torch, 2),
+    "deepspeed": (scenario_deepspeed, None),
+    "env": (None, 1),
+    "compile": (scenario_compile, None),
+}
 
 
 def main() -> None:

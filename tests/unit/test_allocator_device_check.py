@@ -29,8 +29,12 @@ def test_the_four_cases_differ_only_where_the_model_says(kit):
     plat, vary = load_platform("dgx-h200"), p[("varying", False)]
     for c in (("fixed", True), ("varying", True)):
         assert p[c]["reserved"] == pytest.approx(p[("fixed", False)]["reserved"])
-    assert vary["reserved"] - p[("fixed", False)]["reserved"] == pytest.approx(plat.allocator_varying_factor * vary["activations"])
-    assert vary["at_limit"] - p[("fixed", False)]["at_limit"] == pytest.approx(plat.allocator_pinned_factor * vary["activations"], rel=1e-3)
+    assert vary["reserved"] - p[("fixed", False)]["reserved"] == pytest.approx(
+        plat.allocator_varying_factor * vary["activations"]
+    )
+    assert vary["at_limit"] - p[("fixed", False)]["at_limit"] == pytest.approx(
+        plat.allocator_pinned_factor * vary["activations"], rel=1e-3
+    )
 
 
 def test_varying_schedule_starts_at_the_longest_and_stays_in_range(kit):

@@ -14,14 +14,17 @@ def test_requests_round_up_to_512_byte_blocks(request_bytes, block):
     assert block_bytes(request_bytes) == block
 
 
-@pytest.mark.parametrize(("request_bytes", "segment"), [
-    (4, 2 * MiB),                  # small pool: a 2 MiB segment
-    (1 * MiB, 2 * MiB),            # kSmallSize itself is still small
-    (1 * MiB + 1, 20 * MiB),       # 1..10 MiB: a 20 MiB kLargeBuffer segment
-    (10 * MiB - 512, 20 * MiB),
-    (10 * MiB, 10 * MiB),          # from kMinLargeAlloc on: rounded to 2 MiB
-    (10 * MiB + 1, 12 * MiB),
-    (4096 * 2048 * 2 + 3, 18 * MiB),  # bf16 [4096, 2048] + 3 bytes: 16 MiB + 512 -> 18 MiB
-])
+@pytest.mark.parametrize(
+    ("request_bytes", "segment"),
+    [
+        (4, 2 * MiB),  # small pool: a 2 MiB segment
+        (1 * MiB, 2 * MiB),  # kSmallSize itself is still small
+        (1 * MiB + 1, 20 * MiB),  # 1..10 MiB: a 20 MiB kLargeBuffer segment
+        (10 * MiB - 512, 20 * MiB),
+        (10 * MiB, 10 * MiB),  # from kMinLargeAlloc on: rounded to 2 MiB
+        (10 * MiB + 1, 12 * MiB),
+        (4096 * 2048 * 2 + 3, 18 * MiB),  # bf16 [4096, 2048] + 3 bytes: 16 MiB + 512 -> 18 MiB
+    ],
+)
 def test_segments_follow_get_allocation_size(request_bytes, segment):
     assert segment_bytes(request_bytes) == segment

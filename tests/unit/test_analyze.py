@@ -47,6 +47,7 @@ def collapse_after(step, factor=10.0):
     def modify(s, r, ph):
         if s >= step:
             ph["backward"] *= factor
+
     return modify
 
 
@@ -63,6 +64,7 @@ def test_collapse_needs_enough_consecutive_steps():
     def blip(s, r, ph):
         if s in (20, 21, 22, 23):  # 4 < 5 steps
             ph["backward"] *= 10
+
     assert kinds(synth(modify=blip)) == []
 
 
@@ -70,6 +72,7 @@ def test_collapse_not_when_one_rank_stays_fast():
     def partial(s, r, ph):
         if s >= 20 and r != 1:
             ph["backward"] *= 10
+
     assert "collapse" not in kinds(synth(modify=partial))
 
 
@@ -78,6 +81,7 @@ def test_whole_slowdown_with_forward_is_not_collapse():
         if s >= 20:
             ph["backward"] *= 4
             ph["forward"] *= 4
+
     assert "collapse" not in kinds(synth(modify=both))
 
 
@@ -88,6 +92,7 @@ def slow_rank(rank, factor=2.0):
             ph["forward"] += extra
         else:
             ph["backward"] += extra  # the others wait for it in the gradient all-reduce
+
     return modify
 
 
@@ -104,6 +109,7 @@ def test_intermittent_descheduling_is_not_a_straggler():
     def sometimes(s, r, ph):
         if r == 3 and s % 2:
             ph["forward"] *= 4
+
     assert "straggler" not in kinds(synth(modify=sometimes))
 
 
@@ -112,6 +118,7 @@ def test_slow_rank_with_more_tokens_is_not_a_straggler():
         slow_rank(2)(s, r, ph)
         if r == 2:
             ph["tokens"] *= 2
+
     assert "straggler" not in kinds(synth(modify=more_tokens))
 
 
@@ -123,6 +130,7 @@ def test_input_skew_step_time_follows_tokens():
         ph["tokens"] = 4096 * n
         ph["forward"] *= n
         ph["backward"] *= n
+
     v = analyze_run(RunLog(records=synth(modify=skew)))
     assert v.verdict == "input_skew"
     assert v.events[0].evidence["spearman_compute_vs_tokens"] > 0.9
@@ -133,9 +141,19 @@ def test_constant_tokens_never_skew():
 
 
 def test_hang_report_outranks_collapse(tmp_path):
-    run = RunLog(records=synth(modify=collapse_after(20)),
-                 hang_reports=[{"event": "hang", "step": 39, "phase": "backward", "ranks_reached": [0, 1, 3],
-                                "ranks_not_reached": {"2": {"step": 39, "phase": "forward"}}, "timeout_s": 5}])
+    run = RunLog(
+        records=synth(modify=collapse_after(20)),
+        hang_reports=[
+            {
+                "event": "hang",
+                "step": 39,
+                "phase": "backward",
+                "ranks_reached": [0, 1, 3],
+                "ranks_not_reached": {"2": {"step": 39, "phase": "forward"}},
+                "timeout_s": 5,
+            }
+        ],
+    )
     v = analyze_run(run)
     assert v.verdict == "hang" and [e.kind for e in v.events] == ["hang", "collapse"]
     assert v.events[0].ranks == (2,) and "'backward'" in v.message
@@ -150,13 +168,21 @@ def test_to_dict_has_the_contract_keys():
 
 
 # -- PRISM-style logs -------------------------------------------------------------------------
-@pytest.mark.parametrize("line, want", [
-    ("[rank3]: [TIMING] step 21 | Data 0.010s | Fwd 0.312s | Bwd 11.9s | Opt 0.095s | Total 12.3s",
-     (21, 3, 12.3, 0.010, 0.312, 11.9, 0.095)),
-    ("[TIMING] Data: 12ms Fwd: 300ms Bwd: 1000ms Opt: 90ms", (0, 0, 1.402, 0.012, 0.3, 1.0, 0.09)),
-    ("[default1]:[TIMING] iter=7 data=1.0 fwd=2.0 bwd=3.0 opt=4.0 seq 512", (7, 1, 10.0, 1.0, 2.0, 3.0, 4.0)),
-    ("2026-01-01 INFO rank 5 [timing] Forward 0.2s Backward 0.4s Optimizer 0.1s", (0, 5, 0.7, math.nan, 0.2, 0.4, 0.1)),
-])
+@pytest.mark.parametrize(
+    "line, want",
+    [
+        (
+            "[rank3]: [TIMING] step 21 | Data 0.010s | Fwd 0.312s | Bwd 11.9s | Opt 0.095s | Total 12.3s",
+            (21, 3, 12.3, 0.010, 0.312, 11.9, 0.095),
+        ),
+        ("[TIMING] Data: 12ms Fwd: 300ms Bwd: 1000ms Opt: 90ms", (0, 0, 1.402, 0.012, 0.3, 1.0, 0.09)),
+        ("[default1]:[TIMING] iter=7 data=1.0 fwd=2.0 bwd=3.0 opt=4.0 seq 512", (7, 1, 10.0, 1.0, 2.0, 3.0, 4.0)),
+        (
+            "2026-01-01 INFO rank 5 [timing] Forward 0.2s Backward 0.4s Optimizer 0.1s",
+            (0, 5, 0.7, math.nan, 0.2, 0.4, 0.1),
+        ),
+    ],
+)
 def test_parse_timing_line(line, want):
     rec = parse_timing_line(line, {})
     got = (rec.step, rec.rank, rec.step_s, rec.data, rec.forward, rec.backward, rec.optimizer)
@@ -247,6 +273,7 @@ def test_data_phase_straggler_is_the_data_loader():
             ph["data"] += 0.12
         else:
             ph["backward"] += 0.12
+
     ev = straggler_of(with_cpu(synth(modify=slow_data)))
     assert ev.evidence["cause"] == "data_loader" and "data loader" in ev.message
     assert ev.evidence["causes"]["2"]["extra_data_s"] == pytest.approx(0.12, rel=0.15)
@@ -258,6 +285,7 @@ def test_uniform_waiting_on_every_rank_is_healthy():
     def contended(s, r, ph):  # every rank descheduled now and then, none consistently
         if rng.random() < 0.3:
             ph["forward"] *= rng.uniform(1.5, 4)
+
     assert kinds(with_cpu(synth(modify=contended), cpu_of=lambda r: 0.1)) == []
 
 
@@ -266,8 +294,15 @@ def meta(rank, **kw):
 
 
 def step_line(s, rank):
-    return json.dumps({"kind": "step", "step": s, "rank": rank, "step_s": 0.5,
-                       "phases": {"forward": 0.1, "backward": 0.3, "optimizer": 0.1}})
+    return json.dumps(
+        {
+            "kind": "step",
+            "step": s,
+            "rank": rank,
+            "step_s": 0.5,
+            "phases": {"forward": 0.1, "backward": 0.3, "optimizer": 0.1},
+        }
+    )
 
 
 def test_log_without_close_is_incomplete(tmp_path):
@@ -287,12 +322,14 @@ def test_closed_log_is_complete_and_hang_outranks_incomplete(tmp_path):
         (tmp_path / f"rank{r}.jsonl").write_text("\n".join(lines + close) + "\n")
     v = analyze(tmp_path)
     assert v.verdict == "incomplete" and v.events[0].ranks == (1,)
-    (tmp_path / "rank1.jsonl").write_text((tmp_path / "rank1.jsonl").read_text()
-                                          + json.dumps({"kind": "close", "steps": 20}) + "\n")
+    (tmp_path / "rank1.jsonl").write_text(
+        (tmp_path / "rank1.jsonl").read_text() + json.dumps({"kind": "close", "steps": 20}) + "\n"
+    )
     assert analyze(tmp_path).verdict == "healthy"  # a close without a rank is the file's rank
     (tmp_path / "rank1.jsonl").write_text("\n".join([meta(1)] + [step_line(s, 1) for s in range(20)]) + "\n")
-    (tmp_path / "hang_report.json").write_text(json.dumps({"event": "hang", "step": 20, "phase": "backward",
-                                                           "written": 2.0}))
+    (tmp_path / "hang_report.json").write_text(
+        json.dumps({"event": "hang", "step": 20, "phase": "backward", "written": 2.0})
+    )
     assert [e.kind for e in analyze(tmp_path).events] == ["hang"]
 
 
@@ -311,14 +348,19 @@ def test_small_absolute_forward_jitter_does_not_hide_a_collapse():
             ph["backward"] *= 10
             if r == 3:
                 ph["forward"] = 0.006  # 2x, but +3 ms next to +2.7 s of backward
+
     assert kinds(synth(modify=collapse_with_jitter)) == ["collapse"]
 
 
 def test_restart_in_same_dir_uses_the_last_run(tmp_path):
     def step(s, bwd):
-        return json.dumps({"kind": "step", "step": s, "rank": 0, "step_s": bwd + 0.1,
-                           "phases": {"forward": 0.1, "backward": bwd}})
-    first = [json.dumps({"kind": "meta", "rank": 0, "t0": 100.0})] + [step(s, 1.0 if s < 10 else 10.0) for s in range(30)]
+        return json.dumps(
+            {"kind": "step", "step": s, "rank": 0, "step_s": bwd + 0.1, "phases": {"forward": 0.1, "backward": bwd}}
+        )
+
+    first = [json.dumps({"kind": "meta", "rank": 0, "t0": 100.0})] + [
+        step(s, 1.0 if s < 10 else 10.0) for s in range(30)
+    ]
     second = [json.dumps({"kind": "meta", "rank": 0, "t0": 200.0})] + [step(s, 1.0) for s in range(20)]
     second.append(json.dumps({"kind": "close", "rank": 0, "steps": 20}))
     (tmp_path / "rank0.jsonl").write_text("\n".join(first + second) + "\n")

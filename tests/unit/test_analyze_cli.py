@@ -49,8 +49,11 @@ def test_several_paths_are_read_together():
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
-    for args in (["analyze", str(tmp_path / "missing")], ["analyze", str(tmp_path)],
-                 ["analyze", str(FIXTURES / "prism_collapse"), "--plot", str(tmp_path / "no" / "x.png")]):
+    for args in (
+        ["analyze", str(tmp_path / "missing")],
+        ["analyze", str(tmp_path)],
+        ["analyze", str(FIXTURES / "prism_collapse"), "--plot", str(tmp_path / "no" / "x.png")],
+    ):
         res = runner.invoke(app, args)
         assert res.exit_code == 2, (args, res.output)
         assert res.output.strip().startswith("error:") and len(res.output.strip().splitlines()) == 1
@@ -87,7 +90,7 @@ def test_collapse_shows_before_and_after_and_one_unit_per_table():
     assert bwd and fwd, out
     assert near(seconds(*bwd.group(1, 2)), 1.0, 0.03) and near(seconds(*bwd.group(3, 4)), 12.0, 0.03)
     assert near(seconds(*fwd.group(1, 2)), 0.31, 0.03) and near(seconds(*fwd.group(3, 4)), 0.31, 0.03)
-    table = out[out.index("per rank: medians"):]
+    table = out[out.index("per rank: medians") :]
     assert "in s" in table.splitlines()[0]
     rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in table.splitlines() if ln.startswith("│")]
     assert len(rows) == 4

@@ -14,14 +14,28 @@ runner = CliRunner()
 
 
 def _base(model, nproc=4):
-    return base_config(model=model, nproc=nproc, ranks_per_node=None, micro_batch=2, seq_len=128, steps=3, warmup=1,
-                       precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=300)
+    return base_config(
+        model=model,
+        nproc=nproc,
+        ranks_per_node=None,
+        micro_batch=2,
+        seq_len=128,
+        steps=3,
+        warmup=1,
+        precision="fp32",
+        ckpt_freq=0,
+        grad_accum=1,
+        timeout_s=300,
+    )
 
 
 def test_olmo_7b_on_a_24_gib_cpu_host_is_refused_before_launch():
     # 24 GiB: the CPU host this project's CI runs on (data/platforms/cpu.toml [sources] memory_gib)
-    with pytest.raises(SpecError, match=r"ddp at micro-batch 2 needs \d+\.\d GiB per rank \(predicted\) x 4 ranks = "
-                                        r"\d+\.\d GiB > 24\.0 GiB available on this host"):
+    with pytest.raises(
+        SpecError,
+        match=r"ddp at micro-batch 2 needs \d+\.\d GiB per rank \(predicted\) x 4 ranks = "
+        r"\d+\.\d GiB > 24\.0 GiB available on this host",
+    ):
         check_memory(_base("olmo-7b"), ["ddp"], load_platform("cpu"), available=24 * GiB)
     check_memory(_base("tiny-llama"), ["ddp", "zero3"], load_platform("cpu"), available=24 * GiB)  # fits: no error
 

@@ -17,24 +17,49 @@ from prism_strategy.estimate import comm_fit
 from prism_strategy.specs import load_platform
 from prism_strategy.specs.presets import platform_names
 
-TINY = dict(name="tiny", hf_model_type="llama", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128,
-            vocab=512, max_positions=512)
+TINY = dict(
+    name="tiny",
+    hf_model_type="llama",
+    layers=2,
+    hidden=64,
+    heads=4,
+    kv_heads=2,
+    head_dim=16,
+    ffn=128,
+    vocab=512,
+    max_positions=512,
+)
 runner = CliRunner()
 
 
 def config(strategy="ddp", mb=2, seq=64, nproc=4, rpn=2):
-    return dict(model_spec=TINY, strategy=strategy, micro_batch=mb, seq_len=seq, nproc=nproc, ranks_per_node=rpn,
-                precision="fp32")
+    return dict(
+        model_spec=TINY,
+        strategy=strategy,
+        micro_batch=mb,
+        seq_len=seq,
+        nproc=nproc,
+        ranks_per_node=rpn,
+        precision="fp32",
+    )
 
 
 def runs_of(truth, configs, memory=True):
     out = []
     for c in configs:
         p = predict(c, truth)
-        out.append(Result(kind="bench", status="ok", strategy=c["strategy"], platform="cpu", config=c,
-                          measured={"step_time_s": p["step_time_s"], "samples_per_s": p["samples_per_s"]}
-                          | ({"peak_memory_bytes": p["memory_bytes"]} if memory else {}),
-                          fingerprint={"host": "h", "platform": "cpu", "backend": "gloo", "torch": "2.13.0"}))
+        out.append(
+            Result(
+                kind="bench",
+                status="ok",
+                strategy=c["strategy"],
+                platform="cpu",
+                config=c,
+                measured={"step_time_s": p["step_time_s"], "samples_per_s": p["samples_per_s"]}
+                | ({"peak_memory_bytes": p["memory_bytes"]} if memory else {}),
+                fingerprint={"host": "h", "platform": "cpu", "backend": "gloo", "torch": "2.13.0"},
+            )
+        )
     return out
 
 
@@ -104,16 +129,30 @@ def test_calibration_from_imported_runs_is_found_by_plan_auto(tmp_path, monkeypa
     from prism_strategy.estimate.calibration import calibrated_platform
 
     log = Path(__file__).resolve().parents[1] / "fixtures" / "imports" / "prism" / "train.log"
-    imp = build_import(log, dict(model="qwen3-0.6b", vision="siglip2-base-patch16-224", platform="aurora",
-                                 seq_len=512, ckpt_freq=1, precision="bf16-pure"))
+    imp = build_import(
+        log,
+        dict(
+            model="qwen3-0.6b",
+            vision="siglip2-base-patch16-224",
+            platform="aurora",
+            seq_len=512,
+            ckpt_freq=1,
+            precision="bf16-pure",
+        ),
+    )
     fp = imp.result.fingerprint
     assert (fp["platform"], fp["backend"]) == ("aurora", "xccl") and fp["torch"]
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     from prism_strategy.estimate.calibration import default_calibration_dir, write_calibration
 
-    write_calibration(default_calibration_dir() / "aurora.toml", platform="aurora",
-                      fingerprint=fp | {"platform": "aurora", "backend": "xccl"}, values={"kernel_launch_us": 44.0},
-                      runs=3, errors={})
+    write_calibration(
+        default_calibration_dir() / "aurora.toml",
+        platform="aurora",
+        fingerprint=fp | {"platform": "aurora", "backend": "xccl"},
+        values={"kernel_launch_us": 44.0},
+        runs=3,
+        errors={},
+    )
     if fp["torch_from"].startswith("the importing machine"):
         assert calibrated_platform(load_platform("aurora"), "auto").kernel_launch_us == 44.0
 
@@ -122,8 +161,9 @@ def test_plan_with_a_calibration_file_says_calibrated_in_its_table(tmp_path):
     from prism_strategy.estimate.calibration import write_calibration
 
     cal = tmp_path / "cpu.toml"
-    write_calibration(cal, platform="cpu", fingerprint={"host": "h"}, values={"achievable_fraction": 0.2}, runs=3,
-                      errors={})
+    write_calibration(
+        cal, platform="cpu", fingerprint={"host": "h"}, values={"achievable_fraction": 0.2}, runs=3, errors={}
+    )
     args = ["plan", "--model", "tiny-llama", "--platform", "cpu", "--seq-len", "64"]
     r = runner.invoke(app, [*args, "--calibration", str(cal)])
     assert r.exit_code == 0, r.output

@@ -7,8 +7,12 @@ from importlib import metadata
 
 import pytest
 
-from prism_strategy.estimate.calibration import default_calibration_dir, find_calibration, write_calibration
-from prism_strategy.estimate.calibration import calibrated_platform
+from prism_strategy.estimate.calibration import (
+    calibrated_platform,
+    default_calibration_dir,
+    find_calibration,
+    write_calibration,
+)
 from prism_strategy.planning.planner import plan
 from prism_strategy.specs import load_platform
 
@@ -18,8 +22,14 @@ FITTED = 0.0123  # an achievable fraction no preset has: seeing it proves the fi
 
 def cache_file(platform: str = "cpu", **fingerprint) -> None:
     fp = {"host": "another-host", "torch": TORCH, "backend": "gloo"} | fingerprint
-    write_calibration(default_calibration_dir() / "cpu.toml", platform=platform, fingerprint=fp,
-                      values={"achievable_fraction": FITTED}, runs=7, errors={"step_time_median": 4.0})
+    write_calibration(
+        default_calibration_dir() / "cpu.toml",
+        platform=platform,
+        fingerprint=fp,
+        values={"achievable_fraction": FITTED},
+        runs=7,
+        errors={"step_time_median": 4.0},
+    )
 
 
 def current() -> dict:
@@ -43,8 +53,11 @@ def test_a_matching_file_is_found_and_plan_auto_uses_it():
     assert p.option("ddp").compute_s > none.option("ddp").compute_s  # fewer FLOP/s achieved: slower compute
 
 
-@pytest.mark.parametrize("stale", [{"torch": "1.13.0"}, {"backend": "nccl"}, {"platform": "aurora"}],
-                         ids=["older-torch", "other-backend", "fitted-for-another-platform"])
+@pytest.mark.parametrize(
+    "stale",
+    [{"torch": "1.13.0"}, {"backend": "nccl"}, {"platform": "aurora"}],
+    ids=["older-torch", "other-backend", "fitted-for-another-platform"],
+)
 def test_a_stale_file_is_rejected(stale):
     cache_file(**stale)
     assert find_calibration(load_platform("cpu"), current()) is None

@@ -31,8 +31,11 @@ def test_ceiling_stops_on_failure():
 
 def test_tune_stops_early_when_model_ranks_well():
     # measurements = 0.5 x prediction with +-5% noise: the model orders candidates correctly
-    grid = [Candidate(strategy=s, micro_batch=mb, ckpt_freq=0, predicted_samples_per_s=10 * i + mb)
-            for i, s in enumerate(("ddp", "zero2", "fsdp_full_shard")) for mb in (1, 2, 4, 8)]
+    grid = [
+        Candidate(strategy=s, micro_batch=mb, ckpt_freq=0, predicted_samples_per_s=10 * i + mb)
+        for i, s in enumerate(("ddp", "zero2", "fsdp_full_shard"))
+        for mb in (1, 2, 4, 8)
+    ]
     noise = {c: 1 + 0.05 * ((hash((c.strategy, c.micro_batch)) % 3) - 1) for c in grid}
     truth = {c: 0.5 * c.predicted_samples_per_s * noise[c] for c in grid}
     res = tune(grid, lambda c: truth[c])
@@ -43,8 +46,11 @@ def test_tune_stops_early_when_model_ranks_well():
 
 def test_tune_learns_a_strategy_the_model_overpredicts():
     # zero2 is predicted 1.5x faster than ddp but really runs at half of ddp: tune must find ddp
-    grid = [Candidate(strategy=s, micro_batch=mb, ckpt_freq=0, predicted_samples_per_s=k * mb)
-            for s, k in (("ddp", 10), ("zero2", 15)) for mb in (1, 2, 4, 8, 16, 32)]
+    grid = [
+        Candidate(strategy=s, micro_batch=mb, ckpt_freq=0, predicted_samples_per_s=k * mb)
+        for s, k in (("ddp", 10), ("zero2", 15))
+        for mb in (1, 2, 4, 8, 16, 32)
+    ]
     truth = {c: (0.5 if c.strategy == "ddp" else 0.25 * 10 / 15) * c.predicted_samples_per_s for c in grid}
     res = tune(grid, lambda c: truth[c])
     assert res.best == max(grid, key=truth.get)
@@ -54,11 +60,25 @@ def test_tune_learns_a_strategy_the_model_overpredicts():
 def test_tune_checks_the_leaders_runner_up_before_stopping():
     # the CPU case: the model puts ddp mb 2 40% above mb 3, while mb 3 really runs faster; one point
     # per strategy cannot show that, so tune measures the leader's runner-up before it stops
-    pred = {("ddp", 2): 28.0, ("ddp", 3): 19.7, ("ddp", 4): 14.9, ("fsdp_full_shard", 2): 27.9,
-            ("fsdp_full_shard", 3): 19.7, ("fsdp_full_shard", 4): 14.9}
-    real = {("ddp", 2): 21.8, ("ddp", 3): 25.8, ("ddp", 4): 18.2, ("fsdp_full_shard", 2): 17.3,
-            ("fsdp_full_shard", 3): 18.3, ("fsdp_full_shard", 4): 16.8}
-    grid = [Candidate(strategy=s, micro_batch=mb, ckpt_freq=0, predicted_samples_per_s=p) for (s, mb), p in pred.items()]
+    pred = {
+        ("ddp", 2): 28.0,
+        ("ddp", 3): 19.7,
+        ("ddp", 4): 14.9,
+        ("fsdp_full_shard", 2): 27.9,
+        ("fsdp_full_shard", 3): 19.7,
+        ("fsdp_full_shard", 4): 14.9,
+    }
+    real = {
+        ("ddp", 2): 21.8,
+        ("ddp", 3): 25.8,
+        ("ddp", 4): 18.2,
+        ("fsdp_full_shard", 2): 17.3,
+        ("fsdp_full_shard", 3): 18.3,
+        ("fsdp_full_shard", 4): 16.8,
+    }
+    grid = [
+        Candidate(strategy=s, micro_batch=mb, ckpt_freq=0, predicted_samples_per_s=p) for (s, mb), p in pred.items()
+    ]
     res = tune(grid, lambda c: real[(c.strategy, c.micro_batch)])
     assert (res.best.strategy, res.best.micro_batch) == ("ddp", 3)
     assert res.runs == 3  # a first per strategy, then the leader's runner-up; the rest cannot win

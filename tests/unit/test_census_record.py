@@ -12,10 +12,10 @@ import torch.distributed.distributed_c10d as c10d
 from rich.console import Console
 from typer.testing import CliRunner
 
-from prism_strategy.bench.launch import census_record
 from prism_strategy.bench.collectives.census import CensusReport, _predicted, census_base, compare
-from prism_strategy.planning.stored_config import config_scenario
+from prism_strategy.bench.launch import census_record
 from prism_strategy.cli import app
+from prism_strategy.planning.stored_config import config_scenario
 from prism_strategy.report.census_table import census_notes, census_table
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import STRATEGIES
@@ -49,14 +49,28 @@ def test_profiler_records_each_c10d_collective_once_with_payload_dtype_and_group
 
     calls = census_record.record(step, world=1)
     assert [(c["op"], c["dtype"], c["bytes"], c["group_size"]) for c in calls] == [
-        ("all_reduce", "float32", 4000.0, 1), ("all_gather", "bfloat16", 600.0, 1),
-        ("reduce_scatter", "bfloat16", 600.0, 1), ("all_reduce", "float32", 4.0, 1)]
+        ("all_reduce", "float32", 4000.0, 1),
+        ("all_gather", "bfloat16", 600.0, 1),
+        ("reduce_scatter", "bfloat16", 600.0, 1),
+        ("all_reduce", "float32", 4.0, 1),
+    ]
     summary = census_record.summarise(calls)
     assert [(r["op"], r["calls"]) for r in summary["collectives"]] == [
-        ("all_reduce", 1), ("all_gather", 1), ("reduce_scatter", 1)]
+        ("all_reduce", 1),
+        ("all_gather", 1),
+        ("reduce_scatter", 1),
+    ]
     assert summary["collectives"][0]["phases"] == {"backward": {"calls": 1, "bytes": 4000.0}}
-    assert summary["control"] == [{"op": "all_reduce", "group_size": 1, "dtype": "float32", "calls": 1, "bytes": 4.0,
-                                   "phases": {"other": {"calls": 1, "bytes": 4.0}}}]
+    assert summary["control"] == [
+        {
+            "op": "all_reduce",
+            "group_size": 1,
+            "dtype": "float32",
+            "calls": 1,
+            "bytes": 4.0,
+            "phases": {"other": {"calls": 1, "bytes": 4.0}},
+        }
+    ]
 
 
 def test_untagged_calls_take_the_group_from_the_shape_ratio(one_rank_group):
@@ -74,7 +88,10 @@ def test_compare_joins_rows_and_a_wrong_op_counts_twice():
     rec = _rows(("all_reduce", 4, "bfloat16", 2, 1000.0), ("all_gather", 4, "bfloat16", 1, 500.0))
     s = compare("zero2", "deepspeed", pred, rec)
     assert [(r.op, r.calls_predicted, r.calls_recorded) for r in s.rows] == [
-        ("reduce_scatter", 2, 0), ("all_gather", 1, 1), ("all_reduce", 0, 2)]
+        ("reduce_scatter", 2, 0),
+        ("all_gather", 1, 1),
+        ("all_reduce", 0, 2),
+    ]
     assert s.bytes_error_pct == pytest.approx(100 * 2000 / 1500) and not s.ok
 
 
@@ -88,15 +105,24 @@ def test_compare_tolerates_five_percent_and_sums_repeated_rows():
 
 def test_failed_run_is_not_ok_and_json_is_pinned():
     failed = compare("zero3", "deepspeed", _rows(("all_gather", 4, "float32", 1, 8.0)), None, error="failed: rank 1")
-    good = compare("ddp", "ddp", _rows(("all_reduce", 4, "float32", 1, 8.0)), _rows(("all_reduce", 4, "float32", 1, 8.0)))
+    good = compare(
+        "ddp", "ddp", _rows(("all_reduce", 4, "float32", 1, 8.0)), _rows(("all_reduce", 4, "float32", 1, 8.0))
+    )
     report = CensusReport(world=4, config={}, strategies=(good, failed))
     d = json.loads(json.dumps(report.as_dict()))
     assert set(d) == {"world", "strategies"} and d["world"] == 4
     for s in d["strategies"]:
         assert set(s) == {"strategy", "ok", "bytes_error_pct", "collectives"}
         for c in s["collectives"]:
-            assert set(c) == {"op", "group_size", "dtype", "calls_predicted", "calls_recorded", "bytes_predicted",
-                              "bytes_recorded"}
+            assert set(c) == {
+                "op",
+                "group_size",
+                "dtype",
+                "calls_predicted",
+                "calls_recorded",
+                "bytes_predicted",
+                "bytes_recorded",
+            }
     assert d["strategies"][0]["ok"] and d["strategies"][0]["bytes_error_pct"] == 0
     assert not d["strategies"][1]["ok"] and d["strategies"][1]["bytes_error_pct"] is None
     assert d["strategies"][1]["collectives"][0]["calls_recorded"] is None and not report.ok
@@ -112,28 +138,57 @@ def test_every_strategy_has_a_prediction_on_a_2x2_layout():
 
 
 def test_table_fits_100_columns_and_names_its_sources():
-    rows = _rows(("all_gather", 2, "bfloat16", 1234, 3.5 * 2**30), ("reduce_scatter", 2, "bfloat16", 12, 874.12 * 2**10))
+    rows = _rows(
+        ("all_gather", 2, "bfloat16", 1234, 3.5 * 2**30), ("reduce_scatter", 2, "bfloat16", 12, 874.12 * 2**10)
+    )
     rec = _rows(("all_gather", 2, "bfloat16", 1234, 3.5 * 2**30), ("reduce_scatter", 2, "bfloat16", 1248, 1.2 * 2**20))
     s = compare("hsdp_shard_grad_op", "fsdp2", rows, rec, control=[{"op": "broadcast", "dtype": "int64", "calls": 3}])
-    report = CensusReport(world=16, config={"model": "qwen3-0.6b", "micro_batch": 4, "seq_len": 2048, "grad_accum": 2,
-                                            "precision": "bf16-mixed", "ranks_per_node": 8},
-                          strategies=(s,), predicted_by="engines.step_collectives")
+    report = CensusReport(
+        world=16,
+        config={
+            "model": "qwen3-0.6b",
+            "micro_batch": 4,
+            "seq_len": 2048,
+            "grad_accum": 2,
+            "precision": "bf16-mixed",
+            "ranks_per_node": 8,
+        },
+        strategies=(s,),
+        predicted_by="engines.step_collectives",
+    )
     console = Console(width=100, record=True)
     console.print(census_table(report, report.predicted_by))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 100
-    for want in ("hsdp_shard_grad_op", "reduce_scatter", "bfloat16", "1234/1234", "12/1248", "3.50 GiB",
-                 "874.12 KiB", "1.20 MiB", "-28.9", "engines.step_collectives", "torch.profiler"):
+    for want in (
+        "hsdp_shard_grad_op",
+        "reduce_scatter",
+        "bfloat16",
+        "1234/1234",
+        "12/1248",
+        "3.50 GiB",
+        "874.12 KiB",
+        "1.20 MiB",
+        "-28.9",
+        "engines.step_collectives",
+        "torch.profiler",
+    ):
         assert want in text
     assert "…" not in text
     assert census_notes(report) == ["hsdp_shard_grad_op: control messages, not compared: broadcast int64 x3"]
 
 
-@pytest.mark.parametrize(("kw", "words"), [
-    (dict(precision="fp16"), "--precision"), (dict(mode="projector"), "--vision"),
-    (dict(reduce_dtype="fp8"), "--reduce-dtype"), (dict(bucket_mb=0), "--bucket-mb"),
-    (dict(nproc=4, ranks_per_node=3), "--ranks-per-node"), (dict(mode="both"), "--mode"),
-])
+@pytest.mark.parametrize(
+    ("kw", "words"),
+    [
+        (dict(precision="fp16"), "--precision"),
+        (dict(mode="projector"), "--vision"),
+        (dict(reduce_dtype="fp8"), "--reduce-dtype"),
+        (dict(bucket_mb=0), "--bucket-mb"),
+        (dict(nproc=4, ranks_per_node=3), "--ranks-per-node"),
+        (dict(mode="both"), "--mode"),
+    ],
+)
 def test_bad_input_is_refused_before_anything_runs(kw, words):
     with pytest.raises(SpecError, match=words):
         census_base(**(dict(model="tiny-llama", nproc=4, ranks_per_node=2) | kw))

@@ -41,15 +41,26 @@ def test_nccl_tests_all_gather_takes_out_of_place_time(tmp_path):
     assert next(s for s in log.samples if s.bytes == 8388608).seconds == pytest.approx(float(row[5]) * 1e-6)
 
 
-@pytest.mark.parametrize(("cut", "message"), [
-    (lambda t: t[: t.index("  2097152") + 40], "cut off: a truncated log"),
-    (lambda t: t[: t.index("# Out of bounds")], "ends before nccl-tests' '# Avg bus bandwidth' footer"),
-    (lambda t: t.replace("    98.59   21.27   39.89       0", "    98.59   21.27   39.89       3"), "#wrong = 3"),
-    (lambda t: "\n".join(x.replace(" float", "double") if x.split()[:1] == ["2097152"] else x
-                         for x in t.splitlines()), "several data types"),
-    (lambda t: t.replace("# Collective test starting: all_reduce_perf", "# Collective test starting: alltoall_perf"),
-     "alltoall_perf is not a collective"),
-])
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (lambda t: t[: t.index("  2097152") + 40], "cut off: a truncated log"),
+        (lambda t: t[: t.index("# Out of bounds")], "ends before nccl-tests' '# Avg bus bandwidth' footer"),
+        (lambda t: t.replace("    98.59   21.27   39.89       0", "    98.59   21.27   39.89       3"), "#wrong = 3"),
+        (
+            lambda t: "\n".join(
+                x.replace(" float", "double") if x.split()[:1] == ["2097152"] else x for x in t.splitlines()
+            ),
+            "several data types",
+        ),
+        (
+            lambda t: t.replace(
+                "# Collective test starting: all_reduce_perf", "# Collective test starting: alltoall_perf"
+            ),
+            "alltoall_perf is not a collective",
+        ),
+    ],
+)
 def test_bad_nccl_tests_logs_name_file_and_line(tmp_path, cut, message):
     p = tmp_path / "all_reduce_perf.out"
     p.write_text(cut(NCCL.read_text()))
@@ -73,12 +84,15 @@ def test_oneccl_allgatherv_payload_is_the_gathered_output(tmp_path):
     assert log.op == "all_gather" and log.samples[0].bytes == 2048 * 24  # per-rank send bytes x processes
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda t: t[: t.index("# All done")], "ends before the benchmark's '# All done'"),
-    (lambda t: t[: t.index("       8388608") + 30], "cut off: a truncated log"),
-    (lambda t: t.replace("# Benchmarking: allreduce", "# Benchmarking: allreduce allgatherv"), "summed"),
-    (lambda t: t.replace("buf_count:       1", "buf_count:       4"), "buf_count 4"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t[: t.index("# All done")], "ends before the benchmark's '# All done'"),
+        (lambda t: t[: t.index("       8388608") + 30], "cut off: a truncated log"),
+        (lambda t: t.replace("# Benchmarking: allreduce", "# Benchmarking: allreduce allgatherv"), "summed"),
+        (lambda t: t.replace("buf_count:       1", "buf_count:       4"), "buf_count 4"),
+    ],
+)
 def test_bad_oneccl_logs_are_refused(tmp_path, change, message):
     p = tmp_path / "bench.log"
     p.write_text(change(ONECCL.read_text()))

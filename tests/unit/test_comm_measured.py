@@ -22,8 +22,15 @@ def ring(op: str, n: int, size: float) -> float:
 
 
 def curve(op="all_reduce", ranks=16, nodes=2, concurrent=1, sizes=(2**10, 2**16, 2**22, 2**28)):
-    return MeasuredCurve(op=op, ranks=ranks, nodes=nodes, concurrent=concurrent, label="nccl-tests",
-                         date="2026-12-01", points=tuple((s, ring(op, ranks, s)) for s in sizes))
+    return MeasuredCurve(
+        op=op,
+        ranks=ranks,
+        nodes=nodes,
+        concurrent=concurrent,
+        label="nccl-tests",
+        date="2026-12-01",
+        points=tuple((s, ring(op, ranks, s)) for s in sizes),
+    )
 
 
 def test_between_two_sizes_is_log_log_interpolation():
@@ -43,21 +50,23 @@ def test_other_rank_counts_follow_the_ring_form():
             m = measured_seconds((c,), "all_reduce", size, n, n // 8, 1)
             assert m.how == "carried" and m.seconds == pytest.approx(ring("all_reduce", n, size), rel=1e-6)
     ag = curve(op="all_gather")
-    assert measured_seconds((ag,), "all_gather", 2**22, 80, 10, 1).seconds == \
-        pytest.approx(ring("all_gather", 80, 2**22), rel=1e-6)
+    assert measured_seconds((ag,), "all_gather", 2**22, 80, 10, 1).seconds == pytest.approx(
+        ring("all_gather", 80, 2**22), rel=1e-6
+    )
 
 
 def test_only_the_same_op_and_group_shape_match():
     c = curve()
     assert measured_seconds((c,), "all_gather", 2**20, 16, 2, 1) is None
-    assert measured_seconds((c,), "all_reduce", 2**20, 8, 1, 1) is None      # inside one node vs spanning
-    assert measured_seconds((c,), "all_reduce", 2**20, 2, 2, 8) is None      # HSDP replicate: 1 per node, 8 at once
-    assert measured_seconds((c,), "all_reduce", 2**20, 12, 2, 1) is None     # 6 per node, measured 8 per node
+    assert measured_seconds((c,), "all_reduce", 2**20, 8, 1, 1) is None  # inside one node vs spanning
+    assert measured_seconds((c,), "all_reduce", 2**20, 2, 2, 8) is None  # HSDP replicate: 1 per node, 8 at once
+    assert measured_seconds((c,), "all_reduce", 2**20, 12, 2, 1) is None  # 6 per node, measured 8 per node
 
 
 def test_a_single_size_prices_only_that_size():
-    one = MeasuredCurve(op="reduce_scatter", ranks=4, nodes=2, label="commbench", date="2026-12-01",
-                        points=((1000.0, 2e-3),))
+    one = MeasuredCurve(
+        op="reduce_scatter", ranks=4, nodes=2, label="commbench", date="2026-12-01", points=((1000.0, 2e-3),)
+    )
     assert measured_seconds((one,), "reduce_scatter", 1020.0, 4, 2, 1).seconds == 2e-3
     assert measured_seconds((one,), "reduce_scatter", 5000.0, 4, 2, 1) is None
     assert measured_seconds((one,), "reduce_scatter", 1000.0, 8, 4, 1) is None  # no latency/bandwidth split
@@ -65,8 +74,10 @@ def test_a_single_size_prices_only_that_size():
 
 def test_provenance_names_the_curve_and_what_was_done():
     c = curve()
-    assert describe(measured_seconds((c,), "all_reduce", 3e6, 16, 2, 1), 16, 2) == \
-        "measured: nccl-tests all_reduce, 2x8 ranks, 2026-12-01; other sizes interpolated"
+    assert (
+        describe(measured_seconds((c,), "all_reduce", 3e6, 16, 2, 1), 16, 2)
+        == "measured: nccl-tests all_reduce, 2x8 ranks, 2026-12-01; other sizes interpolated"
+    )
     assert "carried to 8x8 ranks" in describe(measured_seconds((c,), "all_reduce", 3e6, 64, 8, 1), 64, 8)
 
 

@@ -10,13 +10,16 @@ import math
 import pytest
 
 from prism_strategy.estimate.comm import (
-    collective_call, collective_seconds, comm_readings, estimate_comm,
+    collective_call,
+    collective_seconds,
+    comm_readings,
+    estimate_comm,
 )
 from prism_strategy.estimate.comm_nccl import channels, latency_us, nccl_choice
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs import load_model, load_platform
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.model import MultimodalSpec
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import get_strategy
 
@@ -79,7 +82,9 @@ def test_oneccl_forced_ring_is_a_flat_host_ring_over_every_rank():
     size, ranks = 1e6, 24
     t, algo = collective_call("all_reduce", size, ranks, 2, 1, p)
     bw = min(p.intra_ring_bw_gbps, p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node)) * p.bw_efficiency * 1e9
-    expect = p.collective_overhead_us * 1e-6 + 2 * ((ranks - 1) * p.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / bw)
+    expect = p.collective_overhead_us * 1e-6 + 2 * (
+        (ranks - 1) * p.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / bw
+    )
     assert t == pytest.approx(expect) and "host ring over 24" in algo
 
 
@@ -121,7 +126,8 @@ def test_the_two_readings_of_the_cross_node_cost_agree_at_two_nodes_only():
     shipped, per_peer = readings["shipped"], readings["cross-node cost per peer node"]
     size = 4e7
     assert collective_seconds("all_gather", size, 24, 2, 1, per_peer) == pytest.approx(
-        collective_seconds("all_gather", size, 24, 2, 1, shipped))
+        collective_seconds("all_gather", size, 24, 2, 1, shipped)
+    )
     at_10 = {k: collective_seconds("all_gather", size, 120, 10, 1, p) for k, p in readings.items()}
     gap = at_10["cross-node cost per peer node"] - at_10["shipped"]
     assert gap == pytest.approx(8 * AURORA.scaleout_overhead_us * 1e-6)

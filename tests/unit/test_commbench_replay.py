@@ -8,22 +8,32 @@ from prism_strategy.bench.collectives.commbench_worker import elements
 
 
 def _kind(op="all_gather", ranks=4, dtype="bfloat16", calls=3):
-    return Kind(op=op, group="world", ranks=ranks, dtype=dtype, bytes_per_call=1000.0, calls=calls, phase="forward",
-                seconds_per_call_predicted=1e-4)
+    return Kind(
+        op=op,
+        group="world",
+        ranks=ranks,
+        dtype=dtype,
+        bytes_per_call=1000.0,
+        calls=calls,
+        phase="forward",
+        seconds_per_call_predicted=1e-4,
+    )
 
 
 def test_payload_rounds_to_whole_elements_split_evenly_over_the_group():
-    assert elements("all_gather", 1006.0, 2, 4) == 504      # 503 elements -> 504 = 4 x 126
+    assert elements("all_gather", 1006.0, 2, 4) == 504  # 503 elements -> 504 = 4 x 126
     assert elements("reduce_scatter", 800.0, 4, 8) == 200
-    assert elements("all_reduce", 1001.0, 2, 4) == 500       # an all-reduce needs no even split
-    assert elements("broadcast", 1.0, 4, 4) == 1             # at least one element
+    assert elements("all_reduce", 1001.0, 2, 4) == 500  # an all-reduce needs no even split
+    assert elements("broadcast", 1.0, 4, 4) == 1  # at least one element
 
 
 def test_a_replay_recorded_as_asked_passes():
     kinds = [_kind(), _kind(op="reduce_scatter", dtype="float32", calls=2)]
     replayed = [{"bytes_replayed": 1008}, {"bytes_replayed": 1000}]
-    census = [{"op": "all_gather", "group_size": 4, "dtype": "bfloat16", "calls": 3, "bytes": 3024.0},
-              {"op": "reduce_scatter", "group_size": 4, "dtype": "float32", "calls": 2, "bytes": 2000.0}]
+    census = [
+        {"op": "all_gather", "group_size": 4, "dtype": "bfloat16", "calls": 3, "bytes": 3024.0},
+        {"op": "reduce_scatter", "group_size": 4, "dtype": "float32", "calls": 2, "bytes": 2000.0},
+    ]
     assert replay_mismatch(kinds, replayed, census) == ""
 
 

@@ -125,8 +125,14 @@ def test_torch_compile_saves_what_the_model_says_on_a_real_llama_block():
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     h, f, b, t = 64, 176, 2, 24
-    cfg = LlamaConfig(hidden_size=h, intermediate_size=f, num_attention_heads=4, num_key_value_heads=2,
-                      num_hidden_layers=1, attn_implementation="sdpa")
+    cfg = LlamaConfig(
+        hidden_size=h,
+        intermediate_size=f,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=1,
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(0)
     block, rope = LlamaDecoderLayer(cfg, 0).to(torch.bfloat16), LlamaRotaryEmbedding(cfg)
     params = {p.untyped_storage().data_ptr() for p in block.parameters()}
@@ -151,8 +157,9 @@ def test_torch_compile_saves_what_the_model_says_on_a_real_llama_block():
     eager, compiled = saved(block), saved(torch.compile(block))
     assert (count(eager, torch.float32, b * t * h), count(eager, None, b * t * f)) == (2, 4)
     assert (count(compiled, torch.float32, b * t * h), count(compiled, None, b * t * f)) == (0, 3)
-    spec = TransformerSpec(name="tiny", layers=1, hidden=h, heads=4, kv_heads=2, head_dim=16, ffn=f, vocab=32,
-                           max_positions=t)
+    spec = TransformerSpec(
+        name="tiny", layers=1, hidden=h, heads=4, kv_heads=2, head_dim=16, ffn=f, vocab=32, max_positions=t
+    )
     training = TrainingSpec.from_precision("bf16-mixed", seq_len=t, compile=True)
     measured = sum(n * d.itemsize for d, n in compiled) / (b * t)
     assert saved_block_bytes_per_token(spec, training, True, 2) == pytest.approx(measured, rel=0.10)

@@ -16,9 +16,9 @@ import pytest
 from prism_strategy.bench.fit import cuda_fit as cf
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.compute import part_flops_per_sample
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.estimate.ranges import fit_errors, halfwidth, prediction_range
 from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.presets import load_model, load_platform
 
 README_LOO_MEDIAN_PCT = 10.0
@@ -30,14 +30,33 @@ def fit():
     records = load_published(cf.MEASUREMENTS)
     platforms = {n: load_platform(n) for n in cf.PLATFORMS}
     obs = [cf.record_observation(r) for r in records if cf.fit_reason(r) is None]
-    return {"obs": obs, "platforms": platforms, "knobs": cf.fit(cf.PRIORS, obs, platforms),
-            "loo": cf.leave_one_out(cf.PRIORS, obs, platforms)}
+    return {
+        "obs": obs,
+        "platforms": platforms,
+        "knobs": cf.fit(cf.PRIORS, obs, platforms),
+        "loo": cf.leave_one_out(cf.PRIORS, obs, platforms),
+    }
 
 
 def test_every_row_of_the_shared_table_is_shipped_with_its_source():
     records = {r.id: r for r in load_published(cf.MEASUREMENTS)}
-    assert set(records) == {"TT-01", "TT-02", "TT-03", "TT-18", "TT-20", "TT-21", "TT-22", "TT-23", "TT-24",
-                            "MF-06", "MF-08", "MF-09", "MF-13", "MF-15", "MF-17"}
+    assert set(records) == {
+        "TT-01",
+        "TT-02",
+        "TT-03",
+        "TT-18",
+        "TT-20",
+        "TT-21",
+        "TT-22",
+        "TT-23",
+        "TT-24",
+        "MF-06",
+        "MF-08",
+        "MF-09",
+        "MF-13",
+        "MF-15",
+        "MF-17",
+    }
     assert all(r.source and r.hardware and r.stack for r in records.values())
     # TT-01: 5,762 tok/s/GPU at local batch 2 x seq 8192 -> 16384 / 5762 s per step
     assert records["TT-01"].step_time_s() == pytest.approx(2 * 8192 / 5762)
@@ -75,7 +94,7 @@ def test_stored_error_summary_is_this_fits(fit):
 def test_sac_recomputes_every_second_matmul_of_each_block():
     """torchtitan's per-op policy (recompute when the block's mm count is even): k, o and w3 of a
     Llama block, hand-counted from the Llama 3.1 8B shape (hidden 4096, kv 1024, FFN 14336)."""
-    from prism_strategy.estimate.compute import block_gemms, SAC_RECOMPUTED_GEMMS
+    from prism_strategy.estimate.compute import SAC_RECOMPUTED_GEMMS, block_gemms
 
     m = load_model("llama-3.1-8b")
     assert block_gemms(m)[SAC_RECOMPUTED_GEMMS] == ((4096, 1024), (4096, 4096), (4096, 14336))
@@ -117,8 +136,9 @@ def test_neutral_shape_terms_give_back_the_flops_model():
     from prism_strategy.specs.cluster import ComputeTerms
 
     flat = dataclasses.replace(load_platform("dgx-h100"), compute_terms=None)
-    neutral = dataclasses.replace(flat, compute_terms=ComputeTerms(gemm_half_dim=0.0, attention_ratio=1.0,
-                                                                   elementwise_bytes=0.0))
+    neutral = dataclasses.replace(
+        flat, compute_terms=ComputeTerms(gemm_half_dim=0.0, attention_ratio=1.0, elementwise_bytes=0.0)
+    )
     for model, ckpt in (("llama-3.1-8b", 0), ("mpt-7b", 1)):
         sc = build_scenario(model, platform=flat, seq_len=2048, micro_batch=2, ckpt_freq=ckpt)
         parts = model_parts(sc.model, sc.training)

@@ -28,8 +28,14 @@ def device_kind() -> str:
 def one_rank(monkeypatch):
     from prism_strategy.runtime.dist import init_distributed
 
-    for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}.items():
+    for k, v in {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29555",
+    }.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("PRISM_DEVICE", raising=False)
     ctx = init_distributed(timeout_s=60)
@@ -68,15 +74,19 @@ def test_step_monitor_times_phases_with_device_events(one_rank, tmp_path):
 
 
 def test_wrapped_ddp_step_on_the_device_matches_the_bare_model(one_rank):
-    from tiny_llama import TinyConfig, TinyLlama
-
     from prism_strategy import wrap
+    from tiny_llama import TinyConfig, TinyLlama
 
     torch.manual_seed(0)
     ref = TinyLlama(TinyConfig()).to(one_rank.device)
     torch.manual_seed(0)
-    job = wrap(TinyLlama(TinyConfig()), "ddp", ctx=one_rank, optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
-               mixed_precision=None)
+    job = wrap(
+        TinyLlama(TinyConfig()),
+        "ddp",
+        ctx=one_rank,
+        optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
+        mixed_precision=None,
+    )
     tokens = torch.randint(0, TinyConfig().vocab, (2, 8), device=one_rank.device)
     ref(tokens).float().mean().backward()
     before = {n: p.detach().clone() for n, p in ref.named_parameters()}

@@ -26,8 +26,19 @@ SCRIPT = ROOT / "benchmarks" / "device_validation.py"
 
 def run_kit(tmp: Path, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     env = os.environ | {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(SCRIPT), "--platform", "cpu", "--device", "cpu", "--db", str(tmp / "r.db"),
-           "--out-dir", str(tmp / "out"), *args]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--platform",
+        "cpu",
+        "--device",
+        "cpu",
+        "--db",
+        str(tmp / "r.db"),
+        "--out-dir",
+        str(tmp / "out"),
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -68,13 +79,21 @@ def test_quick_rows_match_the_store(quick):
     rows = table_rows(quick / "out")
     stored = Store(quick / "r.db").query()
     assert len(rows) == len(stored) == 3
-    assert {(r[1], r[2], r[3]) for r in rows} == {("ddp", "1", "0"), ("fsdp_full_shard", "2", "1"),
-                                                  ("fsdp_shard_grad_op", "2", "0")}
+    assert {(r[1], r[2], r[3]) for r in rows} == {
+        ("ddp", "1", "0"),
+        ("fsdp_full_shard", "2", "1"),
+        ("fsdp_shard_grad_op", "2", "0"),
+    }
     by_key = {(r.strategy, str(r.config["micro_batch"]), str(r.config["ckpt_freq"])): r for r in stored}
     for model, strategy, mb, ckpt, probe, predicted, status, a_pred, a_meas, _, reserved, t_pred, t_meas, *_ in rows:
         r = by_key[(strategy, mb, ckpt)]
-        assert (r.kind, r.status, r.config["suite"], r.config["nproc"], r.platform) == ("bench", "ok",
-                                                                                       "device_validation", 1, "cpu")
+        assert (r.kind, r.status, r.config["suite"], r.config["nproc"], r.platform) == (
+            "bench",
+            "ok",
+            "device_validation",
+            1,
+            "cpu",
+        )
         assert status == "ok" and predicted == "fits" and probe == "-" and reserved == "n/a"
         m, p = r.measured, r.predicted
         assert m["step_time_s"] > 0 and m["peak_memory_bytes"] > 0 and m["peak_reserved_bytes"] is None
@@ -130,17 +149,32 @@ def test_budget_stops_cleanly(tmp_path):
     assert Store(tmp_path / "r.db").query() == []
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--platform", "nope"], "unknown platform 'nope'"),
-    (["--platform", "dgx-h200"], "is a cuda platform but the device is cpu"),
-    (["--micro-batches", "1,x"], "--micro-batches must be a comma list"),
-    (["--strategies", "hsdp_full_shard"], "needs several nodes"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--platform", "nope"], "unknown platform 'nope'"),
+        (["--platform", "dgx-h200"], "is a cuda platform but the device is cpu"),
+        (["--micro-batches", "1,x"], "--micro-batches must be a comma list"),
+        (["--strategies", "hsdp_full_shard"], "needs several nodes"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, needle):
     """In-process: input is checked before any process group or file exists."""
     kit = load_kit()
-    rc = kit.main(["--platform", "cpu", "--device", "cpu", "--quick", "--db", str(tmp_path / "r.db"),
-                   "--out-dir", str(tmp_path / "out"), *args])
+    rc = kit.main(
+        [
+            "--platform",
+            "cpu",
+            "--device",
+            "cpu",
+            "--quick",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--out-dir",
+            str(tmp_path / "out"),
+            *args,
+        ]
+    )
     assert rc == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

@@ -15,21 +15,53 @@ from prism_strategy.runtime.launch_env import (
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
 
-TORCHRUN = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
-            "MASTER_ADDR": "node0", "MASTER_PORT": "29400"}
+TORCHRUN = {
+    "RANK": "5",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "8",
+    "LOCAL_WORLD_SIZE": "4",
+    "MASTER_ADDR": "node0",
+    "MASTER_PORT": "29400",
+}
 # What Aurora's mpiexec (PALS) sets for rank 13 of 24 with -ppn 12.
-PALS = {"PALS_RANKID": "13", "PALS_LOCAL_RANKID": "1", "PALS_LOCAL_SIZE": "12", "PMI_RANK": "13",
-        "PMI_SIZE": "24", "PMI_LOCAL_RANK": "1", "PMI_LOCAL_SIZE": "12", "MASTER_ADDR": "x4000c0s0b0n0-hsn0"}
-OPENMPI = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "h0"}
-SLURM = {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_TASKS_PER_NODE": "4(x2)",
-         "SLURM_NNODES": "2", "MASTER_ADDR": "n0"}
+PALS = {
+    "PALS_RANKID": "13",
+    "PALS_LOCAL_RANKID": "1",
+    "PALS_LOCAL_SIZE": "12",
+    "PMI_RANK": "13",
+    "PMI_SIZE": "24",
+    "PMI_LOCAL_RANK": "1",
+    "PMI_LOCAL_SIZE": "12",
+    "MASTER_ADDR": "x4000c0s0b0n0-hsn0",
+}
+OPENMPI = {
+    "OMPI_COMM_WORLD_RANK": "3",
+    "OMPI_COMM_WORLD_SIZE": "4",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    "MASTER_ADDR": "h0",
+}
+SLURM = {
+    "SLURM_PROCID": "6",
+    "SLURM_NTASKS": "8",
+    "SLURM_LOCALID": "2",
+    "SLURM_TASKS_PER_NODE": "4(x2)",
+    "SLURM_NNODES": "2",
+    "MASTER_ADDR": "n0",
+}
 
 
 def test_torchrun():
     le = parse_launch_env(TORCHRUN)
-    assert le == LaunchEnv(launcher="torchrun", rank=5, local_rank=1, world_size=8, local_world_size=4,
-                           master_addr="node0", master_port=29400)
+    assert le == LaunchEnv(
+        launcher="torchrun",
+        rank=5,
+        local_rank=1,
+        world_size=8,
+        local_world_size=4,
+        master_addr="node0",
+        master_port=29400,
+    )
 
 
 def test_pals_on_aurora():
@@ -80,32 +112,47 @@ def test_single_process():
     assert (le.launcher, le.rank, le.world_size, le.local_world_size) == ("single", 0, 1, 1)
 
 
-@pytest.mark.parametrize("env, names", [
-    ({"RANK": "0"}, "WORLD_SIZE"),
-    ({"RANK": "0", "WORLD_SIZE": "2"}, "LOCAL_RANK"),
-    ({"WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "RANK"),
-    ({"LOCAL_RANK": "0"}, "RANK and WORLD_SIZE"),
-    ({"PALS_RANKID": "0", "PALS_LOCAL_RANKID": "0"}, "PMI_SIZE"),
-    ({"PMI_RANK": "0", "PMI_SIZE": "2"}, "PALS_LOCAL_RANKID or PMI_LOCAL_RANK or MPI_LOCALRANKID"),
-    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}, "OMPI_COMM_WORLD_SIZE"),
-    ({"SLURM_PROCID": "0", "SLURM_LOCALID": "0"}, "SLURM_NTASKS or SLURM_NPROCS"),
-])
+@pytest.mark.parametrize(
+    "env, names",
+    [
+        ({"RANK": "0"}, "WORLD_SIZE"),
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "LOCAL_RANK"),
+        ({"WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "RANK"),
+        ({"LOCAL_RANK": "0"}, "RANK and WORLD_SIZE"),
+        ({"PALS_RANKID": "0", "PALS_LOCAL_RANKID": "0"}, "PMI_SIZE"),
+        ({"PMI_RANK": "0", "PMI_SIZE": "2"}, "PALS_LOCAL_RANKID or PMI_LOCAL_RANK or MPI_LOCALRANKID"),
+        ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}, "OMPI_COMM_WORLD_SIZE"),
+        ({"SLURM_PROCID": "0", "SLURM_LOCALID": "0"}, "SLURM_NTASKS or SLURM_NPROCS"),
+    ],
+)
 def test_missing_variables_are_named(env, names):
     with pytest.raises(SpecError, match=names):
         parse_launch_env(env)
 
 
-@pytest.mark.parametrize("env, names", [
-    ({**TORCHRUN, "RANK": "8"}, "RANK=8 is not below WORLD_SIZE=8"),
-    ({**TORCHRUN, "LOCAL_RANK": "4"}, "local rank 4 is not below the ranks per node 4"),
-    ({**TORCHRUN, "LOCAL_WORLD_SIZE": "3"}, "WORLD_SIZE=8 is not a multiple of the ranks per node 3"),
-    ({**TORCHRUN, "RANK": "two"}, "RANK='two' is not a non-negative integer"),
-    ({**TORCHRUN, "WORLD_SIZE": "0"}, "WORLD_SIZE=0"),
-    ({**TORCHRUN, "MASTER_PORT": "70000"}, "MASTER_PORT=70000"),
-    ({**PALS, "PMI_RANK": "12"}, "contradictory PALS_RANKID=13 and PMI_RANK=12"),
-    ({**TORCHRUN, "RANK": "3", "WORLD_SIZE": "24", "LOCAL_WORLD_SIZE": "12", "LOCAL_RANK": "3", **{
-        k: v for k, v in PALS.items() if k != "MASTER_ADDR"}}, "RANK=3 but PALS_RANKID=13"),
-])
+@pytest.mark.parametrize(
+    "env, names",
+    [
+        ({**TORCHRUN, "RANK": "8"}, "RANK=8 is not below WORLD_SIZE=8"),
+        ({**TORCHRUN, "LOCAL_RANK": "4"}, "local rank 4 is not below the ranks per node 4"),
+        ({**TORCHRUN, "LOCAL_WORLD_SIZE": "3"}, "WORLD_SIZE=8 is not a multiple of the ranks per node 3"),
+        ({**TORCHRUN, "RANK": "two"}, "RANK='two' is not a non-negative integer"),
+        ({**TORCHRUN, "WORLD_SIZE": "0"}, "WORLD_SIZE=0"),
+        ({**TORCHRUN, "MASTER_PORT": "70000"}, "MASTER_PORT=70000"),
+        ({**PALS, "PMI_RANK": "12"}, "contradictory PALS_RANKID=13 and PMI_RANK=12"),
+        (
+            {
+                **TORCHRUN,
+                "RANK": "3",
+                "WORLD_SIZE": "24",
+                "LOCAL_WORLD_SIZE": "12",
+                "LOCAL_RANK": "3",
+                **{k: v for k, v in PALS.items() if k != "MASTER_ADDR"},
+            },
+            "RANK=3 but PALS_RANKID=13",
+        ),
+    ],
+)
 def test_contradictory_variables_are_named(env, names):
     with pytest.raises(SpecError, match=names):
         parse_launch_env(env)
@@ -129,11 +176,13 @@ def test_ranks_per_node_override_and_errors():
 
 
 def test_master_address():
-    single_node = LaunchEnv(launcher="pals", rank=0, local_rank=0, world_size=4, local_world_size=4,
-                            master_addr=None, master_port=29500)
+    single_node = LaunchEnv(
+        launcher="pals", rank=0, local_rank=0, world_size=4, local_world_size=4, master_addr=None, master_port=29500
+    )
     assert master_address(single_node, None) == "127.0.0.1"
-    two_nodes = LaunchEnv(launcher="pals", rank=0, local_rank=0, world_size=8, local_world_size=4,
-                          master_addr=None, master_port=29500)
+    two_nodes = LaunchEnv(
+        launcher="pals", rank=0, local_rank=0, world_size=8, local_world_size=4, master_addr=None, master_port=29500
+    )
     with pytest.raises(SpecError, match="MASTER_ADDR is not set"):
         master_address(two_nodes, None)
     assert master_address(parse_launch_env(PALS), None) == "x4000c0s0b0n0-hsn0"
@@ -146,8 +195,16 @@ def test_device_kind_override():
 
 
 def test_context_layout_and_text():
-    ctx = DistContext(rank=3, local_rank=1, world_size=4, nodes=2, ranks_per_node=2, device=torch.device("cpu"),
-                      backend="gloo", launcher="torchrun")
+    ctx = DistContext(
+        rank=3,
+        local_rank=1,
+        world_size=4,
+        nodes=2,
+        ranks_per_node=2,
+        device=torch.device("cpu"),
+        backend="gloo",
+        launcher="torchrun",
+    )
     assert ctx.layout == Layout(nodes=2, ranks_per_node=2)
     assert ctx.multi_node and not ctx.is_main
     assert str(ctx) == "RANK(3/4)-NODES(2)-RPN(2) cpu/gloo via torchrun"

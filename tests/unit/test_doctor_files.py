@@ -28,8 +28,12 @@ CASES = [(kind, name, spec) for kind in ("scripts", "launchers") for name, spec 
 def _request(kind: str, path: Path, args: list[str]) -> DoctorRequest:
     opts = dict(zip(args[::2], args[1::2]))
     files = {"launchers": (path,)} if kind == "launchers" else {"scripts": (path,)}
-    return DoctorRequest(**files, platform=opts.get("--platform"), strategy=opts.get("--strategy"),
-                         nodes=int(opts["--nodes"]) if "--nodes" in opts else None)
+    return DoctorRequest(
+        **files,
+        platform=opts.get("--platform"),
+        strategy=opts.get("--strategy"),
+        nodes=int(opts["--nodes"]) if "--nodes" in opts else None,
+    )
 
 
 def test_every_fixture_is_in_the_manifest():
@@ -61,8 +65,14 @@ def _emit_all(root: Path) -> list[tuple[Path, str]]:
         for strategy in STRATEGY_NAMES:
             for nodes in (1, 2):
                 folder = root / f"{platform}-{strategy}-{nodes}"
-                req = EmitRequest(strategy=strategy, platform=platform, nodes=nodes, account="proj",
-                                  static_graph=True if strategy == "ddp" else None, script_args=("--x", "a b"))
+                req = EmitRequest(
+                    strategy=strategy,
+                    platform=platform,
+                    nodes=nodes,
+                    account="proj",
+                    static_graph=True if strategy == "ddp" else None,
+                    script_args=("--x", "a b"),
+                )
                 write_files_atomically(folder, emit_files(req, folder).files)
                 out += [(p, platform) for p in sorted(folder.iterdir())]
     return out
@@ -85,30 +95,41 @@ def test_emitted_header_gives_the_doctor_its_context(tmp_path):
     from prism_strategy.diagnose.launcher_checks import read_launcher
 
     ctx = read_launcher(folder / "launch.pbs").refine(Context())
-    assert (ctx.platform.name, ctx.strategy.name, ctx.nodes, ctx.env_profile) == ("aurora", "zero3", 2,
-                                                                                  "aurora-prism-2026.11")
+    assert (ctx.platform.name, ctx.strategy.name, ctx.nodes, ctx.env_profile) == (
+        "aurora",
+        "zero3",
+        2,
+        "aurora-prism-2026.11",
+    )
 
 
 def test_edited_emitted_launcher_is_caught(tmp_path):
     folder = tmp_path / "out"
-    write_files_atomically(folder, emit_files(EmitRequest(strategy="fsdp_full_shard", platform="aurora", nodes=2),
-                                              folder).files)
+    write_files_atomically(
+        folder, emit_files(EmitRequest(strategy="fsdp_full_shard", platform="aurora", nodes=2), folder).files
+    )
     pbs = folder / "launch.pbs"
     text = pbs.read_text().replace("export CCL_WORKER_COUNT=1", "export CCL_WORKER_COUNT=8")
     text = text.replace("exec python3", "export LD_PRELOAD=/usr/lib64/libpil4dfs.so\n    exec python3")
     text = text.replace('-ppn "$RANKS_PER_NODE"', "-ppn 6")
     pbs.write_text(text)
     rules = {f.rule: f.severity for f in diagnose(DoctorRequest(launchers=(pbs,))).findings}
-    assert rules == {"env-ccl-worker-count": "error", "daos-preload-fsdp": "error",
-                     "launcher-ranks-per-node-mismatch": "error"}
+    assert rules == {
+        "env-ccl-worker-count": "error",
+        "daos-preload-fsdp": "error",
+        "launcher-ranks-per-node-mismatch": "error",
+    }
 
 
 def test_unknown_facts_are_assumed_one_group_at_most():
     facts = Context().facts()
-    assert evaluate({"device": "xpu", "passes_device_id": True}, {**facts, "passes_device_id": (True,)},
-                    frozenset({"device"})) == {"device"}
-    assert evaluate({"device": "xpu", "passes_device_id": True}, {**facts, "passes_device_id": (True,)},
-                    frozenset()) is None
+    assert evaluate(
+        {"device": "xpu", "passes_device_id": True}, {**facts, "passes_device_id": (True,)}, frozenset({"device"})
+    ) == {"device"}
+    assert (
+        evaluate({"device": "xpu", "passes_device_id": True}, {**facts, "passes_device_id": (True,)}, frozenset())
+        is None
+    )
     both = {"device": "xpu", "compile": True, "multi_node": True}
     assert evaluate(both, {**facts, "compile": (True,)}, frozenset({"device", "nodes"})) is None
     known = Context(platform=load_platform("aurora"), nodes=2).facts()
@@ -147,8 +168,9 @@ def test_bad_launcher_inputs_are_spec_errors(tmp_path):
 
 def test_a_per_rank_wrapper_script_beside_the_launcher_is_followed(tmp_path):
     launcher = tmp_path / "launch.pbs"
-    launcher.write_text("#!/bin/bash\nmodule load frameworks\nexport CCL_WORKER_COUNT=1\n"
-                        "mpiexec -n 24 -ppn 12 bash rank.sh\n")
+    launcher.write_text(
+        "#!/bin/bash\nmodule load frameworks\nexport CCL_WORKER_COUNT=1\nmpiexec -n 24 -ppn 12 bash rank.sh\n"
+    )
     rank = tmp_path / "rank.sh"
     rank.write_text("module load frameworks\nexec python3 train.py\n")
     rules = {f.rule for f in diagnose(DoctorRequest(launchers=(launcher,))).findings}

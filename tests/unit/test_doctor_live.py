@@ -20,8 +20,12 @@ p = subprocess.Popen([sys.executable, "-c", sys.argv[3], sys.argv[1]], start_new
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 open(sys.argv[2], "w").write(str(p.pid))
 """
-BAD_ENV = {"CCL_WORKER_COUNT": "4", "CCL_REDUCE_SCATTER": "ring", "TORCH_XPU_ALLOC_CONF": "expandable_segments:True",
-           "LD_PRELOAD": "/usr/lib64/libpil4dfs.so"}
+BAD_ENV = {
+    "CCL_WORKER_COUNT": "4",
+    "CCL_REDUCE_SCATTER": "ring",
+    "TORCH_XPU_ALLOC_CONF": "expandable_segments:True",
+    "LD_PRELOAD": "/usr/lib64/libpil4dfs.so",
+}
 
 
 def _no_devices(tmp_path) -> tuple[str, ...]:
@@ -49,8 +53,11 @@ def test_known_bad_variables_set_now(tmp_path, monkeypatch):
         monkeypatch.setenv(k, v)
     report = diagnose(DoctorRequest(platform="aurora", strategy="fsdp_full_shard", device_globs=_no_devices(tmp_path)))
     assert {f.rule: f.severity for f in report.findings} == {
-        "env-ccl-worker-count": "error", "env-ccl-reduce-scatter-ring": "error",
-        "env-torch-xpu-alloc-conf": "error", "daos-preload-fsdp": "error"}
+        "env-ccl-worker-count": "error",
+        "env-ccl-reduce-scatter-ring": "error",
+        "env-torch-xpu-alloc-conf": "error",
+        "daos-preload-fsdp": "error",
+    }
     assert all(f.file == "<environment>" and f.line == 0 for f in report.findings)
     assert report.exit_code == 1
 
@@ -74,7 +81,9 @@ def test_variables_against_the_profile(tmp_path, monkeypatch):
     assert "FI_PROVIDER" in profile["missing"]
     assert {f.rule for f in report.findings} == {"env-differs-from-profile", "oneccl-2025.2-usm-pointers"}
     assert report.exit_code == 0
-    alcf = diagnose(DoctorRequest(platform="aurora", env_profile="aurora-alcf-minimal", device_globs=_no_devices(tmp_path)))
+    alcf = diagnose(
+        DoctorRequest(platform="aurora", env_profile="aurora-alcf-minimal", device_globs=_no_devices(tmp_path))
+    )
     assert alcf.environment["profile"]["set"] == ["CCL_PROCESS_LAUNCHER"]
 
 
@@ -115,7 +124,9 @@ def test_leftover_process_is_listed_by_pid(holder, monkeypatch):
     pid, device = holder
     _clear_env(monkeypatch)
     report = diagnose(DoctorRequest(device_globs=(str(device),)))
-    assert [(f.rule, f.severity, f.file) for f in report.findings] == [("stale-device-processes", "error", f"<process {pid}>")]
+    assert [(f.rule, f.severity, f.file) for f in report.findings] == [
+        ("stale-device-processes", "error", f"<process {pid}>")
+    ]
     assert f"PID {pid}" in report.findings[0].message and str(device) in report.findings[0].message
     assert report.environment["stale_processes"] == [pid] and _alive(pid)
 

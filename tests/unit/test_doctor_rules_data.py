@@ -20,7 +20,7 @@ from prism_strategy.specs.presets import DATA, read_toml
 SRC = Path(__file__).resolve().parents[2] / "src" / "prism_strategy"
 SCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "scripts" / "bad_device_id.py"
 
-NEW_RULE = '''
+NEW_RULE = """
 [[rule]]
 id = "cuda-device-id-note"
 kind = "guardrail"
@@ -29,7 +29,7 @@ when = { device = "cuda", passes_device_id = true }
 reason = "on CUDA, device_id binds the process group to one device eagerly"
 fix = "nothing to do"
 source = "this test"
-'''
+"""
 
 
 @pytest.fixture
@@ -48,8 +48,13 @@ def _found(platform: str | None) -> dict[str, tuple[str, int, str]]:
 
 def test_a_rule_added_as_data_is_reported_with_no_code_change(rules_with_new_rule):
     found = _found("polaris")  # CUDA: xpu-no-device-id does not apply, the new rule does
-    assert found == {"cuda-device-id-note": ("info", 10, "init_process_group(..., device_id=...): on CUDA, device_id "
-                                                         "binds the process group to one device eagerly")}
+    assert found == {
+        "cuda-device-id-note": (
+            "info",
+            10,
+            "init_process_group(..., device_id=...): on CUDA, device_id binds the process group to one device eagerly",
+        )
+    }
     assert _found("aurora") == {"xpu-no-device-id": ("error", 10, _found("aurora")["xpu-no-device-id"][2])}
 
 

@@ -8,15 +8,38 @@ from prism_strategy.emit.env import check_text, load_env_profile, profile_lines,
 from prism_strategy.specs import SpecError
 from prism_strategy.specs.presets import load_platform, platform_names
 
-HOSTILE = ["$(touch pwned)", "`touch pwned`", "'; touch pwned; '", '"; touch pwned; "', "a b", "*", "${HOME}",
-           "\\", "!x", "~", "#c", "a;b|c&d>e<f", "{a,b}", "", "$", "'", '"']
+HOSTILE = [
+    "$(touch pwned)",
+    "`touch pwned`",
+    "'; touch pwned; '",
+    '"; touch pwned; "',
+    "a b",
+    "*",
+    "${HOME}",
+    "\\",
+    "!x",
+    "~",
+    "#c",
+    "a;b|c&d>e<f",
+    "{a,b}",
+    "",
+    "$",
+    "'",
+    '"',
+]
 
 # PRISM's validated set, with ALCF's oneCCL-page completion-queue size (131072 is Polaris's NCCL
 # value; PRISM had no measured reason to keep it).
 DOMAIN_VALIDATED = {
-    "CCL_WORKER_COUNT": "1", "CCL_PROCESS_LAUNCHER": "none", "CCL_ATL_TRANSPORT": "ofi", "CCL_OP_SYNC": "1",
-    "CCL_ALLREDUCE": "ring", "FI_PROVIDER": "cxi", "FI_CXI_DEFAULT_CQ_SIZE": "1048576",
-    "FI_CXI_OFLOW_BUF_SIZE": "8388608", "FI_CXI_RX_MATCH_MODE": "hybrid",
+    "CCL_WORKER_COUNT": "1",
+    "CCL_PROCESS_LAUNCHER": "none",
+    "CCL_ATL_TRANSPORT": "ofi",
+    "CCL_OP_SYNC": "1",
+    "CCL_ALLREDUCE": "ring",
+    "FI_PROVIDER": "cxi",
+    "FI_CXI_DEFAULT_CQ_SIZE": "1048576",
+    "FI_CXI_OFLOW_BUF_SIZE": "8388608",
+    "FI_CXI_RX_MATCH_MODE": "hybrid",
 }
 
 
@@ -58,16 +81,19 @@ def test_unknown_profile_lists_the_names(tmp_path):
     with pytest.raises(SpecError, match="aurora-prism-2026.11"):
         load_env_profile("nope")
     bad = tmp_path / "bad.toml"
-    bad.write_text('name = "x"\nversion = "1"\ndescription = "d"\nsource = "s"\n[[var]]\nname = "A B"\n'
-                   'value = "1"\nwhy = "w"\nsource = "s"\n')
+    bad.write_text(
+        'name = "x"\nversion = "1"\ndescription = "d"\nsource = "s"\n[[var]]\nname = "A B"\n'
+        'value = "1"\nwhy = "w"\nsource = "s"\n'
+    )
     with pytest.raises(SpecError, match="not a valid variable name"):
         load_env_profile(str(bad))
 
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_sh_quote_keeps_any_text_literal(text, tmp_path):
-    out = subprocess.run(["bash", "-c", f"printf '%s' {sh_quote(text)}"], cwd=tmp_path,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["bash", "-c", f"printf '%s' {sh_quote(text)}"], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     assert out.stdout == text
     assert not list(tmp_path.iterdir())
 

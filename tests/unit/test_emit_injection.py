@@ -11,8 +11,21 @@ import pytest
 from prism_strategy.emit.files import write_files_atomically
 from prism_strategy.emit.launch import EmitRequest, emit_files
 
-HOSTILE_ARGS = ("$(touch pwned_a)", "`touch pwned_b`", "'; touch pwned_c; '", '"; touch pwned_d; "', "a b",
-                "*", "${HOME}", "\\", "!x", "--flag=1;touch pwned_e", "", "$((1+1))", "> pwned_f")
+HOSTILE_ARGS = (
+    "$(touch pwned_a)",
+    "`touch pwned_b`",
+    "'; touch pwned_c; '",
+    '"; touch pwned_d; "',
+    "a b",
+    "*",
+    "${HOME}",
+    "\\",
+    "!x",
+    "--flag=1;touch pwned_e",
+    "",
+    "$((1+1))",
+    "> pwned_f",
+)
 HOSTILE_SCRIPT = "my dir/$(touch pwned_g) `touch pwned_h`.py"
 
 RECORD = """#!/bin/bash
@@ -43,8 +56,15 @@ echo node0001
 def _stubs(root: Path) -> Path:
     bin_dir = root / "bin"
     bin_dir.mkdir()
-    for name, text in (("python3", RECORD), ("torchrun", RECORD), ("module", MODULE), ("mpiexec", RUN_RANK),
-                       ("srun", RUN_RANK), ("scontrol", SCONTROL), ("conda", CONDA)):
+    for name, text in (
+        ("python3", RECORD),
+        ("torchrun", RECORD),
+        ("module", MODULE),
+        ("mpiexec", RUN_RANK),
+        ("srun", RUN_RANK),
+        ("scontrol", SCONTROL),
+        ("conda", CONDA),
+    ):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     return bin_dir
@@ -52,9 +72,16 @@ def _stubs(root: Path) -> Path:
 
 def _emit(root: Path, platform: str, **kw) -> Path:
     out = root / "out $(touch pwned_out)"
-    req = EmitRequest(strategy="fsdp_full_shard", platform=platform, nodes=2, job_name="j $(touch pwned_j) `x`",
-                      account="acct $(touch pwned_acct); `touch pwned_acct2`", script=HOSTILE_SCRIPT,
-                      script_args=HOSTILE_ARGS, **kw)
+    req = EmitRequest(
+        strategy="fsdp_full_shard",
+        platform=platform,
+        nodes=2,
+        job_name="j $(touch pwned_j) `x`",
+        account="acct $(touch pwned_acct); `touch pwned_acct2`",
+        script=HOSTILE_SCRIPT,
+        script_args=HOSTILE_ARGS,
+        **kw,
+    )
     return write_files_atomically(out, emit_files(req, out).files)
 
 
@@ -64,8 +91,7 @@ def _run(root: Path, launcher: Path, extra_env: dict, *, ok: bool = True) -> Pat
     stub_out = root / "stub_out"
     stub_out.mkdir(exist_ok=True)
     bin_dir = root / "bin" if (root / "bin").exists() else _stubs(root)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin",
-           "HOME": str(root), "STUB_OUT": str(stub_out), **extra_env}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(root), "STUB_OUT": str(stub_out), **extra_env}
     res = subprocess.run(["bash", str(launcher)], cwd=work, env=env, capture_output=True, text=True, timeout=60)
     assert (res.returncode == 0) == ok, res.stderr
     (stub_out / "stderr").write_text(res.stderr)
@@ -82,14 +108,18 @@ def _no_pwned(root: Path) -> None:
     assert not list(Path.cwd().glob("pwned*"))
 
 
-@pytest.mark.parametrize(("platform", "launcher", "extra"), [("aurora", "launch.pbs", "pbs"),
-                                                             ("dgx-h100", "launch.slurm", "slurm")])
+@pytest.mark.parametrize(
+    ("platform", "launcher", "extra"), [("aurora", "launch.pbs", "pbs"), ("dgx-h100", "launch.slurm", "slurm")]
+)
 def test_hostile_values_reach_the_script_literally_and_execute_nothing(tmp_path, platform, launcher, extra):
     out = _emit(tmp_path, platform)
     nodefile = tmp_path / "nodefile"
     nodefile.write_text("x4000c0s0b0n0.hostmgmt.example\nx4000c0s1b0n0.hostmgmt.example\n")
-    env = {"PBS_NODEFILE": str(nodefile), "PBS_O_WORKDIR": str(tmp_path / "work")} if extra == "pbs" \
+    env = (
+        {"PBS_NODEFILE": str(nodefile), "PBS_O_WORKDIR": str(tmp_path / "work")}
+        if extra == "pbs"
         else {"SLURM_JOB_NODELIST": "node[0001-0002]"}
+    )
     stub_out = _run(tmp_path, out / launcher, env)
     assert _argv(stub_out / "python3.argv") == [HOSTILE_SCRIPT, *HOSTILE_ARGS]
     rank_env = dict(line.split("=", 1) for line in (stub_out / "python3.env").read_text().splitlines() if "=" in line)
@@ -122,8 +152,13 @@ def test_env_sh_can_be_sourced_with_hostile_paths_around(tmp_path):
     stub_out = tmp_path / "stub_out"
     stub_out.mkdir()
     bin_dir = _stubs(tmp_path)
-    res = subprocess.run(["bash", "-c", 'source "$1" && env', "_", str(out / "env.sh")], capture_output=True, text=True,
-                         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_OUT": str(stub_out)}, check=True)
+    res = subprocess.run(
+        ["bash", "-c", 'source "$1" && env', "_", str(out / "env.sh")],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_OUT": str(stub_out)},
+        check=True,
+    )
     lines = res.stdout.splitlines()
     assert "NCCL_NET=AWS Libfabric" in lines  # with the plugin ALCF's NCCL page puts on the library path:
     assert "LD_LIBRARY_PATH=/soft/libraries/hwloc/lib/:/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib" in lines
@@ -133,11 +168,14 @@ def test_env_sh_can_be_sourced_with_hostile_paths_around(tmp_path):
     assert os.listdir(out)
 
 
-@pytest.mark.parametrize(("platform", "launcher", "rank_env", "missing"), [
-    ("aurora", "launch.pbs", "PALS_RANKID=3 PMI_RANK=3", "PMI_LOCAL_RANK"),
-    ("aurora", "launch.pbs", "PALS_LOCAL_RANKID=3", "PMI_RANK"),
-    ("dgx-h100", "launch.slurm", "SLURM_PROCID=3", "SLURM_LOCALID"),
-])
+@pytest.mark.parametrize(
+    ("platform", "launcher", "rank_env", "missing"),
+    [
+        ("aurora", "launch.pbs", "PALS_RANKID=3 PMI_RANK=3", "PMI_LOCAL_RANK"),
+        ("aurora", "launch.pbs", "PALS_LOCAL_RANKID=3", "PMI_RANK"),
+        ("dgx-h100", "launch.slurm", "SLURM_PROCID=3", "SLURM_LOCALID"),
+    ],
+)
 def test_a_rank_without_a_local_rank_stops_loudly(tmp_path, platform, launcher, rank_env, missing):
     """No silent fallback to local rank 0 (every rank on device 0): the rank stops and says why."""
     out = _emit(tmp_path, platform)
@@ -163,8 +201,15 @@ def test_torchrun_script_drops_mpiexec_only_settings(tmp_path):
 
 def test_torchrun_script_defines_module_or_says_how(tmp_path):
     """bash torchrun.sh is not a login shell: without a module init to source it stops with the fix."""
-    if any(Path(p).exists() for p in ("/etc/profile.d/lmod.sh", "/etc/profile.d/z00_lmod.sh",
-                                      "/etc/profile.d/modules.sh", "/usr/share/lmod/lmod/init/bash")):
+    if any(
+        Path(p).exists()
+        for p in (
+            "/etc/profile.d/lmod.sh",
+            "/etc/profile.d/z00_lmod.sh",
+            "/etc/profile.d/modules.sh",
+            "/usr/share/lmod/lmod/init/bash",
+        )
+    ):
         pytest.skip("this machine has a module init: the missing-init path cannot be shown")
     out = _emit(tmp_path, "aurora")
     _stubs(tmp_path)

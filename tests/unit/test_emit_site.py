@@ -5,11 +5,11 @@ import re
 import subprocess
 
 import pytest
+from test_emit_launch import shellcheck_binary
 
 from prism_strategy.emit.launch import EmitRequest, emit_files
 from prism_strategy.emit.site import load_site
 from prism_strategy.specs import SpecError
-from test_emit_launch import shellcheck_binary
 
 
 def launcher(tmp_path, name="launch.pbs", **kw) -> str:
@@ -21,13 +21,21 @@ def queue_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("#PBS -q "))
 
 
-@pytest.mark.parametrize(("platform", "nodes", "walltime", "queue"), [
-    ("aurora", 1, "01:00:00", "debug"), ("aurora", 2, "00:30:00", "debug"),
-    ("aurora", 8, "01:00:00", "debug-scaling"), ("aurora", 8, "06:00:00", "capacity"),
-    ("aurora", 300, "06:00:00", "prod"), ("aurora-composite", 16, "12:00:00", "capacity"),
-    ("polaris", 2, "01:00:00", "debug"), ("polaris", 8, "01:00:00", "debug-scaling"),
-    ("polaris", 12, "02:00:00", "prod"), ("polaris", 4, "24:00:00", "capacity"),
-])
+@pytest.mark.parametrize(
+    ("platform", "nodes", "walltime", "queue"),
+    [
+        ("aurora", 1, "01:00:00", "debug"),
+        ("aurora", 2, "00:30:00", "debug"),
+        ("aurora", 8, "01:00:00", "debug-scaling"),
+        ("aurora", 8, "06:00:00", "capacity"),
+        ("aurora", 300, "06:00:00", "prod"),
+        ("aurora-composite", 16, "12:00:00", "capacity"),
+        ("polaris", 2, "01:00:00", "debug"),
+        ("polaris", 8, "01:00:00", "debug-scaling"),
+        ("polaris", 12, "02:00:00", "prod"),
+        ("polaris", 4, "24:00:00", "capacity"),
+    ],
+)
 def test_queue_follows_node_count_and_walltime(tmp_path, platform, nodes, walltime, queue):
     text = launcher(tmp_path, platform=platform, nodes=nodes, walltime=walltime)
     assert queue_line(text) == f"#PBS -q {queue}"
@@ -35,14 +43,17 @@ def test_queue_follows_node_count_and_walltime(tmp_path, platform, nodes, wallti
     assert q.min_nodes <= nodes <= q.max_nodes
 
 
-@pytest.mark.parametrize(("changes", "match"), [
-    ({"queue": "debug", "nodes": 8}, r"queue debug on aurora takes 1-2 nodes up to 01:00:00, not 8 nodes"),
-    ({"queue": "debug", "nodes": 1, "walltime": "02:00:00"}, r"--walltime 02:00:00 is outside"),
-    ({"queue": "prod", "nodes": 3}, r"prod on aurora takes 256-1024 nodes up to 12:00:00 \(as small\)"),
-    ({"nodes": 20, "walltime": "06:00:00"}, r"no aurora queue takes 20 nodes for 06:00:00"),
-    ({"queue": "preemptable"}, r"--queue must be one of debug, debug-scaling, capacity, prod on aurora"),
-    ({"platform": "polaris", "nodes": 12, "walltime": "04:00:00"}, r"no polaris queue takes 12 nodes"),
-])
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"queue": "debug", "nodes": 8}, r"queue debug on aurora takes 1-2 nodes up to 01:00:00, not 8 nodes"),
+        ({"queue": "debug", "nodes": 1, "walltime": "02:00:00"}, r"--walltime 02:00:00 is outside"),
+        ({"queue": "prod", "nodes": 3}, r"prod on aurora takes 256-1024 nodes up to 12:00:00 \(as small\)"),
+        ({"nodes": 20, "walltime": "06:00:00"}, r"no aurora queue takes 20 nodes for 06:00:00"),
+        ({"queue": "preemptable"}, r"--queue must be one of debug, debug-scaling, capacity, prod on aurora"),
+        ({"platform": "polaris", "nodes": 12, "walltime": "04:00:00"}, r"no polaris queue takes 12 nodes"),
+    ],
+)
 def test_queue_outside_its_limits_is_refused(tmp_path, changes, match):
     with pytest.raises(SpecError, match=match) as err:
         launcher(tmp_path, **changes)
@@ -51,8 +62,10 @@ def test_queue_outside_its_limits_is_refused(tmp_path, changes, match):
 
 def test_explicit_queue_within_limits_is_kept(tmp_path):
     assert queue_line(launcher(tmp_path, queue="capacity", nodes=2)) == "#PBS -q capacity"
-    assert queue_line(launcher(tmp_path, platform="polaris", queue="preemptable", nodes=4,
-                               walltime="48:00:00")) == "#PBS -q preemptable"
+    assert (
+        queue_line(launcher(tmp_path, platform="polaris", queue="preemptable", nodes=4, walltime="48:00:00"))
+        == "#PBS -q preemptable"
+    )
 
 
 def test_polaris_binding_filesystems_conda_and_nccl_plugin(tmp_path):
@@ -64,7 +77,9 @@ def test_polaris_binding_filesystems_conda_and_nccl_plugin(tmp_path):
     net = body.index('export NCCL_NET="AWS Libfabric"')
     plugin = [i for i, line in enumerate(body) if line.startswith("export LD_LIBRARY_PATH=")]
     assert [body[i].split("=", 1)[1].split("$", 1)[0] for i in plugin] == [
-        "/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib", "/soft/libraries/hwloc/lib/"]
+        "/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib",
+        "/soft/libraries/hwloc/lib/",
+    ]
     assert plugin and min(plugin) > net
     assert 'MASTER_ADDR="${MASTER_ADDR%%.*}.hsn.cm.polaris.alcf.anl.gov"' in body
 
@@ -86,8 +101,14 @@ def test_cuda_slurm_launcher_has_no_aurora_comment(tmp_path):
 
 def test_every_profile_on_every_alcf_platform_passes_shellcheck(tmp_path):
     paths = []
-    for k, (platform, profile) in enumerate([("aurora", "aurora-alcf-minimal"), ("aurora", "aurora-prism-2026.11"),
-                                              ("aurora-composite", None), ("polaris", None)]):
+    for k, (platform, profile) in enumerate(
+        [
+            ("aurora", "aurora-alcf-minimal"),
+            ("aurora", "aurora-prism-2026.11"),
+            ("aurora-composite", None),
+            ("polaris", None),
+        ]
+    ):
         out = tmp_path / str(k)
         out.mkdir()
         for f in emit_files(EmitRequest(strategy="zero3", platform=platform, nodes=2, env_profile=profile), out).files:

@@ -8,23 +8,24 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
-from prism_strategy.engines import ENGINES, StepCollective, get_engine, step_collectives
+from prism_strategy.engines import ENGINES, StepCollective, engine_of, get_engine, step_collectives
 from prism_strategy.engines.ddp import bucket_count
 from prism_strategy.engines.deepspeed import bucket_elements
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs import Layout, SpecError
 from prism_strategy.specs.model import MultimodalSpec
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.presets import load_model
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import STRATEGY_NAMES, get_strategy
-from prism_strategy.engines import engine_of
 
 T = TrainingSpec.from_precision("bf16-mixed", seq_len=32)
 LAY = Layout(nodes=2, ranks_per_node=2)
 TINY = load_model("tiny-llama")
 
 
-def collectives(name: str, model=TINY, ga: int = 2, layout: Layout = LAY, **options) -> dict[tuple[str, str], StepCollective]:
+def collectives(
+    name: str, model=TINY, ga: int = 2, layout: Layout = LAY, **options
+) -> dict[tuple[str, str], StepCollective]:
     parts = model_parts(MultimodalSpec(backbone=model), T)
     spec = get_strategy(name).with_options(**options)
     return {(c.op, c.phase): c for c in step_collectives(spec, parts, T, layout, ga)}
@@ -109,8 +110,9 @@ def test_the_ds_config_we_emit_takes_deepspeeds_all_reduce_path_in_zero12_and_re
     zero_config = pytest.importorskip("deepspeed.runtime.zero.config")
     for name, op in (("zero1", "all_reduce"), ("zero2", "all_reduce"), ("zero3", "reduce_scatter")):
         spec = get_strategy(name)
-        cfg = zero_config.DeepSpeedZeroConfig(**get_engine("deepspeed").engine_config(spec, micro_batch=2,
-                                                                                    world_size=4)["zero_optimization"])
+        cfg = zero_config.DeepSpeedZeroConfig(
+            **get_engine("deepspeed").engine_config(spec, micro_batch=2, world_size=4)["zero_optimization"]
+        )
         all_reduces = cfg.use_multi_rank_bucket_allreduce if cfg.stage < 3 else not cfg.reduce_scatter
         assert (cfg.contiguous_gradients, all_reduces) == (True, op == "all_reduce"), name
         ops = {c.op for c in collectives(name).values()}
@@ -141,8 +143,14 @@ def test_engine_facts():
     assert facts["fsdp_full_shard"]["root_only_wrap"] is True and facts["zero1"]["reshard_or_sharded"] is True
 
 
-@pytest.mark.parametrize("bad, message", [(dict(bucket_mb=0), "bucket size"), (dict(bucket_mb=True), "bucket size"),
-                                          (dict(reduce_dtype="fp16"), "--reduce-dtype")])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(bucket_mb=0), "bucket size"),
+        (dict(bucket_mb=True), "bucket size"),
+        (dict(reduce_dtype="fp16"), "--reduce-dtype"),
+    ],
+)
 def test_bad_options(bad, message):
     with pytest.raises(SpecError, match=message):
         get_strategy("ddp").with_options(**bad)

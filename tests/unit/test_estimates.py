@@ -2,21 +2,25 @@
 DeepSpeed's own estimator."""
 
 import dataclasses
-import math
 
 import pytest
 
 from prism_strategy.estimate.comm import collective_seconds, estimate_comm
 from prism_strategy.estimate.compute import flops_per_sample, part_flops_per_sample
 from prism_strategy.estimate.memory import (
-    block_activation_bytes_per_token, estimate_memory, max_micro_batch, model_state_rows, moments,
+    block_activation_bytes_per_token,
+    estimate_memory,
+    max_micro_batch,
+    model_state_rows,
+    moments,
 )
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, TransformerSpec, load_model, load_platform
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 
-TINY = TransformerSpec(name="tiny", layers=2, hidden=8, heads=2, kv_heads=1, head_dim=4, ffn=16, vocab=10,
-                       max_positions=64)
+TINY = TransformerSpec(
+    name="tiny", layers=2, hidden=8, heads=2, kv_heads=1, head_dim=4, ffn=16, vocab=10, max_positions=64
+)
 P = TINY.total_params
 LAY4 = Layout(nodes=1, ranks_per_node=4)
 CPU = load_platform("cpu")
@@ -43,8 +47,9 @@ def test_zero2_matches_deepspeed_estimator(nodes, rpn):
     ds = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
     model = load_model("olmo-7b")
     s = states("zero2", layout=Layout(nodes=nodes, ranks_per_node=rpn), model=model)
-    _, gpu = ds.estimate_zero2_model_states_mem_needs(model.total_params, num_gpus_per_node=rpn, num_nodes=nodes,
-                                                      cpu_offload=False)
+    _, gpu = ds.estimate_zero2_model_states_mem_needs(
+        model.total_params, num_gpus_per_node=rpn, num_nodes=nodes, cpu_offload=False
+    )
     assert sum(s.values()) == pytest.approx(gpu, rel=1e-6)  # 2P + 18P/N
 
 
@@ -61,9 +66,15 @@ def test_zero3_matches_deepspeed_estimator(nodes, rpn):
     big_l = next(b for _, label, b in end.fixed if "largest layer" in label)
     est = {k: sum(b for key, _, b in end.fixed if key == k) for k in ("params", "grads", "optimizer")}
     largest = model.vocab * model.hidden
-    _, gpu, _ = ds.estimate_zero3_model_states_mem_needs(model.total_params, largest, num_gpus_per_node=rpn,
-                                                         num_nodes=nodes, cpu_offload=False,
-                                                         cpu_offload_params=False, zero_init=True)
+    _, gpu, _ = ds.estimate_zero3_model_states_mem_needs(
+        model.total_params,
+        largest,
+        num_gpus_per_node=rpn,
+        num_nodes=nodes,
+        cpu_offload=False,
+        cpu_offload_params=False,
+        zero_init=True,
+    )
     assert sum(est.values()) + big_l == pytest.approx(gpu, rel=1e-6)  # L + 18P/N
 
 
@@ -87,8 +98,14 @@ def test_eager_block_count_is_what_autograd_saves_on_a_real_llama_block():
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     h, f, b, t, d = 64, 176, 2, 24, 16
-    cfg = LlamaConfig(hidden_size=h, intermediate_size=f, num_attention_heads=4, num_key_value_heads=2,
-                      num_hidden_layers=1, attn_implementation="sdpa")
+    cfg = LlamaConfig(
+        hidden_size=h,
+        intermediate_size=f,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=1,
+        attn_implementation="sdpa",
+    )
     block, rope = LlamaDecoderLayer(cfg, 0).to(torch.bfloat16), LlamaRotaryEmbedding(cfg)
     params = {p.untyped_storage().data_ptr() for p in block.parameters()}
     saved: dict[int, int] = {}
@@ -103,8 +120,9 @@ def test_eager_block_count_is_what_autograd_saves_on_a_real_llama_block():
         y = block(x, position_embeddings=rope(x, torch.arange(t).unsqueeze(0)))
     (y[0] if isinstance(y, tuple) else y).sum().backward()
     rope_tables = 2 * t * d * 2
-    spec = TransformerSpec(name="tiny", layers=1, hidden=h, heads=4, kv_heads=2, head_dim=d, ffn=f, vocab=32,
-                           max_positions=t)
+    spec = TransformerSpec(
+        name="tiny", layers=1, hidden=h, heads=4, kv_heads=2, head_dim=d, ffn=f, vocab=32, max_positions=t
+    )
     assert (sum(saved.values()) - rope_tables) / (b * t) == block_activation_bytes_per_token(spec, 2, True, 2)
 
 
@@ -131,8 +149,18 @@ def test_fsdp_peak_moves_to_the_end_of_backward_without_activations():
     """Start of backward: no grads yet (zero_grad sets them to None). End of backward: every
     block's sharded grads, plus the root unit's unsharded bf16 grads and their fp32
     reduce-scatter copy (the root reduces last)."""
-    big_vocab = TransformerSpec(name="v", layers=2, hidden=8, heads=2, kv_heads=1, head_dim=4, ffn=16, vocab=4000,
-                                max_positions=64, tied_embeddings=False)
+    big_vocab = TransformerSpec(
+        name="v",
+        layers=2,
+        hidden=8,
+        heads=2,
+        kv_heads=1,
+        head_dim=4,
+        ffn=16,
+        vocab=4000,
+        max_positions=64,
+        tied_embeddings=False,
+    )
     est = _mem("fsdp_full_shard", model=big_vocab)
     assert est.moment == "end of backward"
     root_trainable = big_vocab.root_params
@@ -180,7 +208,9 @@ def test_flops_by_hand():
     fwd = 2 * (2 * mm * 16 + 4 * 16 * 16 * 8 * 0.5) + 2 * 10 * 8 * 16
     assert flops_per_sample(parts, t) == 3 * fwd
     t1 = TrainingSpec.from_precision("bf16-mixed", seq_len=16, ckpt_freq=2)  # 1 of 2 blocks recomputed
-    assert flops_per_sample(model_parts(MultimodalSpec(backbone=TINY), t1), t1) == 3 * fwd + (2 * mm * 16 + 4 * 16 * 16 * 8 * 0.5)
+    assert flops_per_sample(model_parts(MultimodalSpec(backbone=TINY), t1), t1) == 3 * fwd + (
+        2 * mm * 16 + 4 * 16 * 16 * 8 * 0.5
+    )
 
 
 def test_projector_only_is_about_two_thirds_of_e2e():

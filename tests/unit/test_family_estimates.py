@@ -16,8 +16,21 @@ from prism_strategy.strategies import get_strategy
 
 HF = Path(__file__).parent.parent / "fixtures" / "hf"
 # A small Mixtral-like MoE: 2 blocks, 4 experts of width 24, top-2; and its dense twin.
-MOE = TransformerSpec(name="moe", hf_model_type="mixtral", layers=2, hidden=16, heads=4, kv_heads=2, head_dim=4,
-                      ffn=24, vocab=50, max_positions=64, experts=4, experts_per_token=2, expert_ffn=24)
+MOE = TransformerSpec(
+    name="moe",
+    hf_model_type="mixtral",
+    layers=2,
+    hidden=16,
+    heads=4,
+    kv_heads=2,
+    head_dim=4,
+    ffn=24,
+    vocab=50,
+    max_positions=64,
+    experts=4,
+    experts_per_token=2,
+    expert_ffn=24,
+)
 DENSE = dataclasses.replace(MOE, experts=0, experts_per_token=0, expert_ffn=0)
 T = TrainingSpec.from_precision("bf16-mixed", seq_len=32)
 
@@ -29,7 +42,9 @@ def parts(spec):
 def test_moe_states_count_every_expert():
     # per block: the dense twin's 3 MLP matrices become 4 experts' and a router Linear(16, 4)
     assert MOE.block_params - DENSE.block_params == 3 * 16 * 24 * (4 - 1) + 16 * 4
-    mem = estimate_memory(parts(MOE), T, load_platform("cpu"), Layout(nodes=1, ranks_per_node=4), get_strategy("ddp"), 1)
+    mem = estimate_memory(
+        parts(MOE), T, load_platform("cpu"), Layout(nodes=1, ranks_per_node=4), get_strategy("ddp"), 1
+    )
     assert mem.params == MOE.total_params * T.param_bytes  # DDP: every rank holds every expert
 
 
@@ -50,7 +65,10 @@ def test_moe_activations_add_routing_to_the_active_width():
     extra = k * 2 * e * h + 4 * 4 + 8 * k
     assert block_activation_bytes_per_token(MOE, e, True) == block_activation_bytes_per_token(twin, e, True) + extra
     frozen_extra = k * e * h + 4 * 4 + 8 * k  # a frozen expert saves no input for weight gradients
-    assert block_activation_bytes_per_token(MOE, e, False) == block_activation_bytes_per_token(twin, e, False) + frozen_extra
+    assert (
+        block_activation_bytes_per_token(MOE, e, False)
+        == block_activation_bytes_per_token(twin, e, False) + frozen_extra
+    )
 
 
 def test_moe_kernels_router_and_grouped_gemms_replace_the_dense_mlp():
@@ -73,8 +91,11 @@ def test_moe_plan_states_data_parallelism_only_and_dense_does_not():
     reasons = plan(MOE, platform="cpu", ranks_per_node=2, seq_len=32, micro_batch=1).reasons
     line = [r for r in reasons if "mixture of experts" in r]
     assert len(line) == 1 and "data parallelism only" in line[0] and "expert parallelism is not modelled" in line[0]
-    assert not [r for r in plan(DENSE, platform="cpu", ranks_per_node=2, seq_len=32, micro_batch=1).reasons
-                if r.startswith("assumption")]
+    assert not [
+        r
+        for r in plan(DENSE, platform="cpu", ranks_per_node=2, seq_len=32, micro_batch=1).reasons
+        if r.startswith("assumption")
+    ]
 
 
 def test_moe_precision_line_only_when_params_and_compute_differ():
@@ -98,7 +119,9 @@ def test_sliding_window_assumption_only_past_the_window():
 def test_ddp_autocast_copies_no_expert_weights():
     # transformers' grouped_mm experts are not autocast-enabled: under bf16-mixed they run in fp32
     # (seen on CPU: the experts' grouped_mm got and returned float32 while q_proj returned bfloat16)
-    mem = estimate_memory(parts(MOE), T, load_platform("cpu"), Layout(nodes=1, ranks_per_node=4), get_strategy("ddp"), 1)
+    mem = estimate_memory(
+        parts(MOE), T, load_platform("cpu"), Layout(nodes=1, ranks_per_node=4), get_strategy("ddp"), 1
+    )
     copies = sum(b for _, label, b in mem.items if label.startswith("autocast"))
     attn_mm, h = 16 * 16 + 2 * 16 * 8 + 16 * 16, 16
     assert copies == (2 * (attn_mm + 4 * h) + 50 * h) * T.compute_bytes  # attention + router per block, LM head

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from prism_strategy.specs.parts import transformer_tensors
 from prism_strategy.specs import SpecError, load_model
 from prism_strategy.specs.hf import build_meta_model, spec_from_hf_dict, supported_model_types
+from prism_strategy.specs.parts import transformer_tensors
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -24,22 +24,47 @@ SMALL = {  # sizes away from every class default, so the diff dict exercises the
     "gpt2": dict(n_embd=64, n_layer=3, n_head=4, vocab_size=101, n_positions=77),
     "gpt_neox": H | L | V | dict(intermediate_size=200, max_position_embeddings=99),
     "gemma2": H | L | V | dict(num_key_value_heads=2, head_dim=24, intermediate_size=200),
-    "gemma3_text": H | L | V | dict(num_key_value_heads=2, head_dim=24, intermediate_size=200, tie_word_embeddings=False),
+    "gemma3_text": H
+    | L
+    | V
+    | dict(num_key_value_heads=2, head_dim=24, intermediate_size=200, tie_word_embeddings=False),
     "phi3": H | L | V | dict(num_key_value_heads=2, intermediate_size=200, pad_token_id=None),
     "mistral": H | L | V | dict(num_key_value_heads=2, intermediate_size=200),
-    "mixtral": H | L | V | dict(num_key_value_heads=2, intermediate_size=48, num_local_experts=5, num_experts_per_tok=2),
-    "qwen2_moe": H | V | MOE | dict(num_hidden_layers=4, num_key_value_heads=2, intermediate_size=200,
-                                     shared_expert_intermediate_size=96, decoder_sparse_step=2, mlp_only_layers=[3]),
-    "qwen3_moe": H | V | MOE | dict(num_hidden_layers=4, num_key_value_heads=2, head_dim=32, intermediate_size=200,
-                                     mlp_only_layers=[0]),
+    "mixtral": H
+    | L
+    | V
+    | dict(num_key_value_heads=2, intermediate_size=48, num_local_experts=5, num_experts_per_tok=2),
+    "qwen2_moe": H
+    | V
+    | MOE
+    | dict(
+        num_hidden_layers=4,
+        num_key_value_heads=2,
+        intermediate_size=200,
+        shared_expert_intermediate_size=96,
+        decoder_sparse_step=2,
+        mlp_only_layers=[3],
+    ),
+    "qwen3_moe": H
+    | V
+    | MOE
+    | dict(num_hidden_layers=4, num_key_value_heads=2, head_dim=32, intermediate_size=200, mlp_only_layers=[0]),
     "olmoe": H | L | V | dict(num_key_value_heads=2, intermediate_size=48, num_experts=6, num_experts_per_tok=2),
     "starcoder2": H | L | V | dict(num_key_value_heads=2, intermediate_size=200),
 }
 PUBLISHED = {  # model card totals (safetensors metadata) agree with the meta-device counts
-    "gpt2": 124_439_808, "pythia-1b": 1_011_781_632, "gemma-2-9b": 9_241_705_984, "gemma-3-1b": 999_885_952,
-    "phi-3-mini-4k": 3_821_079_552, "mistral-7b": 7_241_732_096, "mixtral-8x7b": 46_702_792_704,
-    "qwen1.5-moe-a2.7b": 14_315_784_192, "qwen3-30b-a3b": 30_532_122_624, "olmoe-1b-7b": 6_919_161_856,
-    "starcoder2-7b": 7_173_923_840, "clip-vit-large-patch14-336": 303_507_456,
+    "gpt2": 124_439_808,
+    "pythia-1b": 1_011_781_632,
+    "gemma-2-9b": 9_241_705_984,
+    "gemma-3-1b": 999_885_952,
+    "phi-3-mini-4k": 3_821_079_552,
+    "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen1.5-moe-a2.7b": 14_315_784_192,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "olmoe-1b-7b": 6_919_161_856,
+    "starcoder2-7b": 7_173_923_840,
+    "clip-vit-large-patch14-336": 303_507_456,
 }
 
 
@@ -162,20 +187,28 @@ def test_blocks_the_runtime_wraps_hold_the_spec_blocks(model_type):
         cfg = transformers.AutoConfig.for_model(model_type, **SMALL[model_type])
         model, spec = meta_causal_lm(cfg), spec_from_hf_dict(cfg.to_dict(), name=model_type)
     real = [sum(p.numel() for p in b.module.parameters()) for b in find_blocks(model)]
-    pm = part_modules(Part(name="m", spec=spec, params=spec.total_params, trains=True, backward=True, tokens=1, tensors=0))
+    pm = part_modules(
+        Part(name="m", spec=spec, params=spec.total_params, trains=True, backward=True, tokens=1, tensors=0)
+    )
     units = ([pm.embed] if pm.embed_unit else []) + pm.blocks
     spec_units = [sum(n for m in u for n, _ in m) for u in units]
     assert sorted(real) == sorted(spec_units)  # the spec keeps an MoE's dense-block count, not their positions
     assert real == spec_units or spec.dense_layers
-    assert sum(p.numel() for p in unique_params(model)) - sum(real) == (spec.root_params if not pm.embed_unit
-                                                                        else spec.root_params - spec.embed_params)
+    assert sum(p.numel() for p in unique_params(model)) - sum(real) == (
+        spec.root_params if not pm.embed_unit else spec.root_params - spec.embed_params
+    )
 
 
 def test_gemma3_text_config_leaning_on_class_defaults():
     # Gemma 3 4B's text_config names only what differs from Gemma3TextConfig (no heads, kv heads,
     # head_dim or vocabulary): the class's 8 heads, 4 kv heads, head_dim 256 and 262,208 tokens apply
-    text = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
-            "sliding_window": 1024}
+    text = {
+        "model_type": "gemma3_text",
+        "hidden_size": 2560,
+        "intermediate_size": 10240,
+        "num_hidden_layers": 34,
+        "sliding_window": 1024,
+    }
     spec = spec_from_hf_dict({"model_type": "gemma3", "text_config": text}, name="g")
     model = meta_causal_lm(transformers.Gemma3TextConfig(**{k: v for k, v in text.items() if k != "model_type"}))
     assert (spec.heads, spec.kv_heads, spec.head_dim, spec.vocab) == (8, 4, 256, 262208)
@@ -186,8 +219,18 @@ def test_preset_of_an_unbuildable_family_is_one_clear_error():
     from prism_strategy.specs.hf import to_hf_config
     from prism_strategy.specs.model import TransformerSpec
 
-    spec = TransformerSpec(name="mine", hf_model_type="mamba", layers=2, hidden=8, heads=2, kv_heads=2, head_dim=4,
-                           ffn=16, vocab=10, max_positions=32)
+    spec = TransformerSpec(
+        name="mine",
+        hf_model_type="mamba",
+        layers=2,
+        hidden=8,
+        heads=2,
+        kv_heads=2,
+        head_dim=4,
+        ffn=16,
+        vocab=10,
+        max_positions=32,
+    )
     assert spec.total_params > 0  # planning needs no transformers family
     with pytest.raises(SpecError, match="--traced and bench need one of these"):
         to_hf_config(spec)

@@ -13,12 +13,12 @@ from prism_strategy.estimate.comm import estimate_comm
 from prism_strategy.estimate.compute import block_kernels, phase_times, step_kernels
 from prism_strategy.estimate.host import grad_path_s, host_terms
 from prism_strategy.estimate.memory_runtime import runtime_memory
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.report.plan_json import option_dict
 from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.report.plan_json import option_dict
 from prism_strategy.specs import load_model, load_platform
 from prism_strategy.specs.cluster import Layout
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 
 RECORDS = {r.id: r for r in load_published("aurora-prism")}
@@ -109,8 +109,9 @@ def test_reserved_adds_the_allocator_cache_and_plan_says_which_figure():
     o = evaluate(sc, get_strategy("ddp"))
     none = runtime_memory(o.memory, dataclasses.replace(sc.platform, allocator_cache_factor=0.0))
     some = runtime_memory(o.memory, dataclasses.replace(sc.platform, allocator_cache_factor=1.0))
-    assert none.reserved == none.allocated and some.reserved == pytest.approx(none.allocated + o.memory.activations
-                                                                              + o.memory.buffers)
+    assert none.reserved == none.allocated and some.reserved == pytest.approx(
+        none.allocated + o.memory.activations + o.memory.buffers
+    )
     assert some.device == some.reserved + o.memory.reserve
     d = option_dict(o)
     assert "allocated" in d["memory_figure"] and d["memory_reserved_gib"] >= d["memory_allocated_gib"]

@@ -15,15 +15,17 @@ TRUE_FWD = [1.0, 0.2, 1.0, 0.2]  # seconds per step over steps 1-10, 11-20, 21-3
 def _log(tmp_path, fwd_values) -> Path:
     lines = []
     for i, fwd in enumerate(fwd_values):
-        lines += [f"Step {10 * (i + 1)}: Loss 2.0000 (rank_mean=2.0)",
-                  f"  [TIMING] Data: 0.000s | Fwd: {fwd:.3f}s | Bwd: 0.500s | Opt: 0.000s"]
+        lines += [
+            f"Step {10 * (i + 1)}: Loss 2.0000 (rank_mean=2.0)",
+            f"  [TIMING] Data: 0.000s | Fwd: {fwd:.3f}s | Bwd: 0.500s | Opt: 0.000s",
+        ]
     p = tmp_path / "train.log"
     p.write_text("\n".join(lines) + "\n")
     return p
 
 
 def _running(values):
-    return [sum(values[:i + 1]) / (i + 1) for i in range(len(values))]  # equal 10-step intervals
+    return [sum(values[: i + 1]) / (i + 1) for i in range(len(values))]  # equal 10-step intervals
 
 
 @pytest.mark.parametrize("mode, logged", [("running", _running(TRUE_FWD)), ("interval", TRUE_FWD)])
@@ -37,9 +39,17 @@ def test_running_and_interval_timing_both_give_the_true_step_times(tmp_path, mod
 
 
 def test_torchtitan_log_defaults_to_e2e():
-    imp = build_import(F / "torchtitan" / "train.log", dict(model="qwen3-0.6b", strategy="fsdp_full_shard",
-                                                             platform="aurora", nodes=2, ckpt_freq=0,
-                                                             precision="bf16-mixed"))
+    imp = build_import(
+        F / "torchtitan" / "train.log",
+        dict(
+            model="qwen3-0.6b",
+            strategy="fsdp_full_shard",
+            platform="aurora",
+            nodes=2,
+            ckpt_freq=0,
+            precision="bf16-mixed",
+        ),
+    )
     assert imp.result.config["mode"] == "e2e" and "torchtitan" in imp.origin["mode"]
 
 

@@ -7,16 +7,29 @@ from pathlib import Path
 import pytest
 
 from prism_strategy.bench.importers import build_import, read_log
-from prism_strategy.readers.training_log import Window
-from prism_strategy.readers.prism import unrun_means
 from prism_strategy.bench.importers.steady import steady_state
+from prism_strategy.readers.prism import unrun_means
+from prism_strategy.readers.training_log import Window
 from prism_strategy.specs import SpecError
 
 F = Path(__file__).parents[1] / "fixtures" / "imports"
-A1 = dict(model="qwen3-0.6b", vision="siglip2-base-patch16-224", platform="aurora", seq_len=512, ckpt_freq=1,
-          precision="bf16-pure")
-TITAN = dict(model="qwen3-0.6b", mode="e2e", strategy="fsdp_full_shard", platform="aurora", nodes=2, ckpt_freq=0,
-             precision="bf16-mixed")
+A1 = dict(
+    model="qwen3-0.6b",
+    vision="siglip2-base-patch16-224",
+    platform="aurora",
+    seq_len=512,
+    ckpt_freq=1,
+    precision="bf16-pure",
+)
+TITAN = dict(
+    model="qwen3-0.6b",
+    mode="e2e",
+    strategy="fsdp_full_shard",
+    platform="aurora",
+    nodes=2,
+    ckpt_freq=0,
+    precision="bf16-mixed",
+)
 MON = dict(model="tiny-llama", mode="e2e", strategy="ddp", platform="cpu", ckpt_freq=0, precision="fp32")
 
 
@@ -27,11 +40,17 @@ def test_prism_log_undoes_running_means_and_reads_the_scenario():
     assert m["step_time_s"] == pytest.approx(2.48, rel=0.01)
     assert m["backward_s"] == pytest.approx(1.89, rel=0.01) and m["forward_s"] == pytest.approx(0.54, rel=0.02)
     assert m["samples_per_s"] == pytest.approx(48 / m["step_time_s"])
-    assert (c["mode"], c["strategy"], c["nproc"], c["ranks_per_node"], c["micro_batch"], c["grad_accum"]) == \
-        ("e2e", "ddp", 12, 12, 4, 1)
+    assert (c["mode"], c["strategy"], c["nproc"], c["ranks_per_node"], c["micro_batch"], c["grad_accum"]) == (
+        "e2e",
+        "ddp",
+        12,
+        12,
+        4,
+        1,
+    )
     assert c["static_graph"] is True and c["bucket_cap_mb"] == 50
     assert imp.origin["strategy"].endswith("train.log:2") and imp.origin["model"] == "flag"
-    assert imp.result.peak_allocated_bytes == pytest.approx(37.9e9)   # [MEMORY] Peak: GB = 1e9 bytes
+    assert imp.result.peak_allocated_bytes == pytest.approx(37.9e9)  # [MEMORY] Peak: GB = 1e9 bytes
     assert imp.result.peak_reserved_bytes == pytest.approx(40100 * 2**20)
     assert imp.result.provenance == "imported" and imp.result.source.endswith("train.log")
     # 20 windows of 10 steps: 2 warm-up dropped, and the stalled steps 121-130
@@ -48,7 +67,7 @@ def test_prism_perf_jsonl_agrees_with_the_text_log():
 def test_torchtitan_step_time_from_tokens_per_second():
     imp = build_import(F / "torchtitan" / "train.log", TITAN)
     c, m = imp.result.config, imp.result.measured
-    assert (c["micro_batch"], c["seq_len"], c["nproc"]) == (2, 8192, 24)   # from the start line and --nodes
+    assert (c["micro_batch"], c["seq_len"], c["nproc"]) == (2, 8192, 24)  # from the start line and --nodes
     assert m["step_time_s"] == pytest.approx(2 * 8192 / 5125, rel=0.01)
     assert m["tflops_per_device"] == pytest.approx(82, rel=0.01)
     assert imp.result.peak_reserved_bytes == pytest.approx(44.0 * 2**30) and imp.result.peak_allocated_bytes is None
@@ -58,16 +77,24 @@ def test_torchtitan_step_time_from_tokens_per_second():
 def test_stepmonitor_folder_slowest_rank_per_step():
     imp = build_import(F / "monitor" / "good", MON)
     c, m = imp.result.config, imp.result.measured
-    assert (c["nproc"], c["micro_batch"], c["seq_len"]) == (2, 4, 128)   # samples 4, tokens 512 per rank step
+    assert (c["nproc"], c["micro_batch"], c["seq_len"]) == (2, 4, 128)  # samples 4, tokens 512 per rank step
     assert 0.045 < m["step_time_s"] < 0.055 and imp.steady.as_dict()["outlier_steps"] == [7]
-    assert imp.result.peak_allocated_bytes is None and m["peak_memory_bytes"] == 301_000_000   # CPU: max RSS
+    assert imp.result.peak_allocated_bytes is None and m["peak_memory_bytes"] == 301_000_000  # CPU: max RSS
 
 
-@pytest.mark.parametrize("path, line, partial", [
-    ("prism/malformed.log", 47, False), ("prism/partial.log", 64, True),
-    ("prism_perf_malformed", 6, False), ("prism_perf_partial", 25, True),
-    ("torchtitan/malformed.log", 5, False), ("torchtitan/partial.log", 12, True),
-    ("monitor/malformed", 5, False), ("monitor/partial", 13, True)])
+@pytest.mark.parametrize(
+    "path, line, partial",
+    [
+        ("prism/malformed.log", 47, False),
+        ("prism/partial.log", 64, True),
+        ("prism_perf_malformed", 6, False),
+        ("prism_perf_partial", 25, True),
+        ("torchtitan/malformed.log", 5, False),
+        ("torchtitan/partial.log", 12, True),
+        ("monitor/malformed", 5, False),
+        ("monitor/partial", 13, True),
+    ],
+)
 def test_bad_or_partial_log_names_file_and_line(path, line, partial):
     flags = MON | {"nodes": 1} if path.startswith("monitor") else (TITAN if "titan" in path else A1 | {"mode": "e2e"})
     with pytest.raises(SpecError) as e:
@@ -76,8 +103,11 @@ def test_bad_or_partial_log_names_file_and_line(path, line, partial):
 
 
 def test_missing_fields_are_named_and_flags_win(tmp_path):
-    with pytest.raises(SpecError, match=r"does not say model, seq_len, ckpt_freq, precision; pass --model, "
-                                        r"--seq-len, --ckpt-freq, --precision"):
+    with pytest.raises(
+        SpecError,
+        match=r"does not say model, seq_len, ckpt_freq, precision; pass --model, "
+        r"--seq-len, --ckpt-freq, --precision",
+    ):
         build_import(F / "prism" / "train.log", {"platform": "aurora"})
     imp = build_import(F / "prism" / "train.log", A1 | {"nodes": 2, "mode": "projector"})
     assert imp.result.config["ranks_per_node"] == 6 and imp.result.config["mode"] == "projector"
@@ -85,8 +115,10 @@ def test_missing_fields_are_named_and_flags_win(tmp_path):
     (tmp_path / "perf.jsonl").write_text(fsdp)
     with pytest.raises(SpecError, match="not how it shards; pass --strategy"):
         build_import(tmp_path / "perf.jsonl", A1 | {"mode": "e2e"})
-    assert build_import(tmp_path / "perf.jsonl", A1 | {"mode": "e2e", "strategy": "fsdp_full_shard"}).result.strategy \
+    assert (
+        build_import(tmp_path / "perf.jsonl", A1 | {"mode": "e2e", "strategy": "fsdp_full_shard"}).result.strategy
         == "fsdp_full_shard"
+    )
 
 
 def test_unknown_format_and_rank_file_are_clear_errors(tmp_path):
@@ -115,7 +147,7 @@ def test_steady_state_drops_warmup_and_outliers_and_weights_by_steps():
     assert st.mean(lambda w: w.step_s) == pytest.approx(1.0, abs=0.005)
     weighted = steady_state([_w(0, 9), _w(1, 1.0, 1), _w(2, 1.02, 3), _w(3, 1.01, 1)], "f")
     assert weighted.mean(lambda w: w.step_s) == pytest.approx((1.0 + 3 * 1.02 + 1.01) / 5)
-    flat = steady_state([_w(i, 2.0) for i in range(6)], "f")   # MAD 0: nothing is an outlier
+    flat = steady_state([_w(i, 2.0) for i in range(6)], "f")  # MAD 0: nothing is an outlier
     assert not flat.outliers and len(flat.kept) == 5
     with pytest.raises(SpecError, match="steady state needs at least 3"):
         steady_state([_w(0, 1.0), _w(1, 1.0)], "short.log")

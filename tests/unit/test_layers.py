@@ -54,5 +54,7 @@ def test_the_check_sees_a_name_test(tmp_path):
     (tmp_path / "planner.py").write_text('def f(s):\n    return s.strategy == "zero3" or s.engine in ("ddp",)\n')
     (tmp_path / "engines").mkdir()
     (tmp_path / "engines" / "ddp.py").write_text('x = 1 if "ddp" == "ddp" else 0\n')
-    assert sorted(name_tests_outside_owners(tmp_path)) == ["planner.py:2: s.engine in ('ddp',)",
-                                                        "planner.py:2: s.strategy == 'zero3'"]
+    assert sorted(name_tests_outside_owners(tmp_path)) == [
+        "planner.py:2: s.engine in ('ddp',)",
+        "planner.py:2: s.strategy == 'zero3'",
+    ]

@@ -69,8 +69,9 @@ def test_chunked_loss_peak_is_the_modelled_chunk_not_the_logits(dtype):
     Vocab is small beside the tokens, so the head-sized gradient buffer autograd accumulates the
     chunks' contributions in (not modelled) stays under 2% of the figure."""
     torch.manual_seed(0)
-    spec = TransformerSpec(name="v", layers=1, hidden=64, heads=4, kv_heads=4, head_dim=16, ffn=128, vocab=512,
-                           max_positions=1024)
+    spec = TransformerSpec(
+        name="v", layers=1, hidden=64, heads=4, kv_heads=4, head_dim=16, ffn=128, vocab=512, max_positions=1024
+    )
     head = _Head(torch.randn(spec.vocab, spec.hidden, dtype=dtype, requires_grad=True))
     labels = torch.randint(0, spec.vocab, (4, 1024))
     hidden = torch.randn(4, 1024, spec.hidden, dtype=dtype, requires_grad=True)
@@ -79,6 +80,7 @@ def test_chunked_loss_peak_is_the_modelled_chunk_not_the_logits(dtype):
         def run():
             loss_fn(head, hidden, labels).backward()
             hidden.grad = head.weight.grad = None
+
         return run
 
     e = hidden.element_size()

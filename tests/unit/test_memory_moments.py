@@ -5,12 +5,13 @@ engines/*.py docstrings)."""
 from __future__ import annotations
 
 from prism_strategy.estimate.memory import block_activation_bytes_per_token, estimate_memory, moments
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, TransformerSpec, load_platform
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 
-DEEP = TransformerSpec(name="deep", layers=16, hidden=8, heads=2, kv_heads=1, head_dim=4, ffn=16, vocab=10,
-                       max_positions=64)
+DEEP = TransformerSpec(
+    name="deep", layers=16, hidden=8, heads=2, kv_heads=1, head_dim=4, ffn=16, vocab=10, max_positions=64
+)
 LAY4 = Layout(nodes=1, ranks_per_node=4)
 CPU, AURORA = load_platform("cpu"), load_platform("aurora")
 
@@ -65,4 +66,6 @@ def test_deepspeed_step_steps_the_flat_fp32_partition():
     rows = {label: b for _, label, b in step.fixed}
     assert sum(b for k, _, b in step.fixed if k in ("params", "optimizer")) == 2 * p + 12 * p / 4
     assert rows["fp32 flat gradient partition (1/4)"] == 4 * -(-p // 4)
-    assert rows["foreach AdamW temporary: _foreach_sqrt of the whole state group (the flat fp32 partition)"] == 4 * -(-p // 4)
+    assert rows["foreach AdamW temporary: _foreach_sqrt of the whole state group (the flat fp32 partition)"] == 4 * -(
+        -p // 4
+    )

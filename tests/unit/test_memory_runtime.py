@@ -20,8 +20,21 @@ from prism_strategy.strategies import get_strategy
 
 def _c6(**changes):
     """PRISM C6's scenario (OLMo-7B projector-only DDP, one Aurora node), as the record has it."""
-    kw = dict(model="olmo-7b", vision="siglip2-base-patch16-224", mode="projector", platform="aurora", nodes=1,
-              seq_len=1024, micro_batch=2, global_batch=2 * 16 * 12, ckpt_freq=0, precision="bf16-pure") | changes
+    kw = (
+        dict(
+            model="olmo-7b",
+            vision="siglip2-base-patch16-224",
+            mode="projector",
+            platform="aurora",
+            nodes=1,
+            seq_len=1024,
+            micro_batch=2,
+            global_batch=2 * 16 * 12,
+            ckpt_freq=0,
+            precision="bf16-pure",
+        )
+        | changes
+    )
     sc = build_scenario(**kw)
     return sc, evaluate(sc, get_strategy("ddp"))
 
@@ -71,9 +84,22 @@ def test_max_micro_batch_is_the_last_batch_whose_reserved_at_the_limit_fits():
     assert mb >= 1
     usable = sc.platform.usable_bytes
     for b, fits in ((mb, True), (mb + 1, False)):
-        x = evaluate(build_scenario(**dict(model="olmo-7b", vision="siglip2-base-patch16-224", mode="projector",
-                                         platform="aurora", seq_len=1024, micro_batch=b, ckpt_freq=0,
-                                         precision="bf16-pure", varying_lengths=True)), get_strategy("ddp"))
+        x = evaluate(
+            build_scenario(
+                **dict(
+                    model="olmo-7b",
+                    vision="siglip2-base-patch16-224",
+                    mode="projector",
+                    platform="aurora",
+                    seq_len=1024,
+                    micro_batch=b,
+                    ckpt_freq=0,
+                    precision="bf16-pure",
+                    varying_lengths=True,
+                )
+            ),
+            get_strategy("ddp"),
+        )
         assert (x.memory_runtime["memory_at_limit_gib"] * GiB <= usable) is fits, b
 
 
@@ -81,8 +107,16 @@ def test_fixed_shape_cache_is_reported_but_not_held_against_the_device():
     """llm-foundry MF-06 (MPT-7b, micro-batch 6, seq 2048, no checkpointing, 8 H100 80 GB) ran; its
     unpressed reserved figure exceeds the device, which the allocator's flush and retry
     (memory_stats num_alloc_retries) gives back: the plan reports both and judges the limit."""
-    sc = build_scenario("mpt-7b", platform="dgx-h100", seq_len=2048, micro_batch=6, global_batch=48, ckpt_freq=0,
-                        precision="bf16-mixed", loss="fused")
+    sc = build_scenario(
+        "mpt-7b",
+        platform="dgx-h100",
+        seq_len=2048,
+        micro_batch=6,
+        global_batch=48,
+        ckpt_freq=0,
+        precision="bf16-mixed",
+        loss="fused",
+    )
     o = evaluate(sc, get_strategy("fsdp_full_shard"))
     rt = o.memory_runtime
     assert rt["memory_device_gib"] * GiB > sc.platform.usable_bytes >= rt["memory_at_limit_gib"] * GiB

@@ -59,8 +59,9 @@ def fake_step(m: torch.nn.Module, t: FakeTime) -> None:
 def test_args_round_trip():
     p = argparse.ArgumentParser()
     add_fault_args(p)
-    spec = fault_from_args(p.parse_args(["--fault", "slow-rank", "--fault-step", "3", "--fault-rank", "1",
-                                         "--fault-scale", "0.2"]))
+    spec = fault_from_args(
+        p.parse_args(["--fault", "slow-rank", "--fault-step", "3", "--fault-rank", "1", "--fault-scale", "0.2"])
+    )
     assert spec == FaultSpec(kind="slow-rank", step=3, rank=1, scale=0.2)
     assert fault_from_args(p.parse_args([])).kind == "none"
 
@@ -182,10 +183,12 @@ def test_slow_data_sleeps_in_before_batch_only():
 def test_kill_is_a_sigkill_in_forward_of_its_step(tmp_path):
     import subprocess
 
-    code = ("import sys; sys.path.insert(0, {ex!r}); import torch; from faults import FaultInjector, FaultSpec\n"
-            "m = torch.nn.Linear(2, 2); inj = FaultInjector(FaultSpec(kind='kill', step=1, rank=0), 0).attach(m)\n"
-            "inj.set_step(0); m(torch.ones(2)); print('step 0 done', flush=True)\n"
-            "inj.set_step(1); m(torch.ones(2)); print('step 1 done', flush=True)\n")
+    code = (
+        "import sys; sys.path.insert(0, {ex!r}); import torch; from faults import FaultInjector, FaultSpec\n"
+        "m = torch.nn.Linear(2, 2); inj = FaultInjector(FaultSpec(kind='kill', step=1, rank=0), 0).attach(m)\n"
+        "inj.set_step(0); m(torch.ones(2)); print('step 0 done', flush=True)\n"
+        "inj.set_step(1); m(torch.ones(2)); print('step 1 done', flush=True)\n"
+    )
     ex = str(Path(__file__).resolve().parents[2] / "examples")
     res = subprocess.run([sys.executable, "-c", code.format(ex=ex)], capture_output=True, text=True, timeout=120)
     assert res.returncode == -9 and res.stdout == "step 0 done\n", (res.returncode, res.stdout, res.stderr)

@@ -40,7 +40,9 @@ def test_shipped_profile_keeps_the_shipped_routing_and_prices(aurora, prism_env)
     assert [gpu_kernel_route(op, routed)[0] for op in OPS] == [True, True, False]
     for op in OPS:
         for ranks, nodes in ((12, 1), (24, 2)):
-            assert collective_call(op, SIZE, ranks, nodes, 1, routed) == collective_call(op, SIZE, ranks, nodes, 1, aurora)
+            assert collective_call(op, SIZE, ranks, nodes, 1, routed) == collective_call(
+                op, SIZE, ranks, nodes, 1, aurora
+            )
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from prism_strategy.estimate.memory import moments
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.runtime.optim import optimizer_factory
 from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, load_model, load_platform
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 
 TOLERANCE = 0.02
@@ -49,8 +49,9 @@ def measured_step_peak(optimizer: str) -> float:
 
 
 def predicted_step(optimizer: str) -> float:
-    t = TrainingSpec.from_precision("fp32", seq_len=16, optimizer="adamw",
-                                    optimizer_impl=optimizer.partition("-")[2] or "auto")
+    t = TrainingSpec.from_precision(
+        "fp32", seq_len=16, optimizer="adamw", optimizer_impl=optimizer.partition("-")[2] or "auto"
+    )
     parts = model_parts(MultimodalSpec(backbone=load_model("tiny-llama")), t)
     ms = moments(parts, t, CPU, Layout(nodes=1, ranks_per_node=1), get_strategy("ddp"))
     return next(m for m in ms if m.name == "optimizer step").total(0)
@@ -60,7 +61,9 @@ def predicted_step(optimizer: str) -> float:
 def test_optimizer_step_peak_matches_the_moment(optimizer):
     measured, predicted = measured_step_peak(optimizer), predicted_step(optimizer)
     err = (predicted - measured) / measured
-    assert abs(err) <= TOLERANCE, f"{optimizer}: predicted {predicted:.0f} B, measured {measured:.0f} B ({100 * err:+.1f}%)"
+    assert abs(err) <= TOLERANCE, (
+        f"{optimizer}: predicted {predicted:.0f} B, measured {measured:.0f} B ({100 * err:+.1f}%)"
+    )
 
 
 def test_foreach_holds_a_state_sized_temporary_the_fused_step_does_not():

@@ -16,8 +16,8 @@ from prism_strategy.estimate.comm_nccl import call_channels, channels, compute_c
 from prism_strategy.estimate.overlap import Phase, Slot, exposed_collectives, phase_wall_s, schedule
 from prism_strategy.planning.planner import plan
 from prism_strategy.specs.cluster import Layout
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.model import MultimodalSpec
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.presets import load_model, load_platform
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import get_strategy
@@ -47,8 +47,11 @@ def test_the_last_reduction_is_exposed_and_a_second_stream_follows_its_own():
 def test_backward_regather_queues_behind_the_reduce_scatter_on_one_stream():
     # c0 0-2; g1 0-1 (prefetched at c0's start); r0 2-3; g2 issued after r0 on the same stream: 3-5;
     # r1 waits c1 (2-4) and g2: 5-6; c2 waits g2: 5-7; r2 7-8.  Two separate streams would give 7.
-    slots = [Slot(2.0, reduce=(1.0, 0.0)), Slot(2.0, gather=(1.0, 0.0), reduce=(1.0, 0.0)),
-             Slot(2.0, gather=(2.0, 0.0), reduce=(1.0, 0.0))]
+    slots = [
+        Slot(2.0, reduce=(1.0, 0.0)),
+        Slot(2.0, gather=(1.0, 0.0), reduce=(1.0, 0.0)),
+        Slot(2.0, gather=(2.0, 0.0), reduce=(1.0, 0.0)),
+    ]
     assert wall(slots, in_flight=1) == pytest.approx(8.0)
 
 
@@ -62,8 +65,18 @@ def test_compute_beside_a_collective_runs_at_one_minus_its_sm_share():
 def test_exposed_collectives_of_a_step_with_contention():
     # forward: 3 gathers of 1 s at 33 channels on 132 SMs, 30 s of compute (10 per unit); the first
     # gather is exposed (1 s), the other two run beside units 0 and 1: + 0.25 x 2 s
-    c = CollectiveCost(op="all_gather", group="world", link="spans nodes", ranks=16, bytes_per_call=1e9,
-                       calls_per_step=3, seconds_per_step=3.0, overlappable=True, phase="forward", channels=33)
+    c = CollectiveCost(
+        op="all_gather",
+        group="world",
+        link="spans nodes",
+        ranks=16,
+        bytes_per_call=1e9,
+        calls_per_step=3,
+        seconds_per_step=3.0,
+        overlappable=True,
+        phase="forward",
+        channels=33,
+    )
     comm = CommEstimate(collectives=(c,), per_tensor_s=0.0)
     p132 = dataclasses.replace(H100, sm_count=132)
     assert exposed_collectives(comm, 30.0, 0.0, 1, p132).seconds == pytest.approx(1.0 + 0.25 * 2)
@@ -112,8 +125,10 @@ def test_fsdp_exposed_communication_grows_with_nodes_on_dgx_h100():
     longer rings, so more exposed time and less per-GPU throughput once the sharded optimizer is
     small. One node differs: NCCL runs 24 channels inside it (more SMs taken) and the optimizer
     state is sharded over 8 ranks, not 16 (estimate/comm_nccl.py compute_channels; the optimizer step)."""
-    rows = [plan("llama-2-7b", platform="dgx-h100", nodes=n, seq_len=2048, micro_batch=4).option("fsdp_full_shard")
-            for n in (2, 4, 8, 16, 32, 64, 128)]
+    rows = [
+        plan("llama-2-7b", platform="dgx-h100", nodes=n, seq_len=2048, micro_batch=4).option("fsdp_full_shard")
+        for n in (2, 4, 8, 16, 32, 64, 128)
+    ]
     exposed = [o.exposed_comm_s for o in rows]
     assert all(a < b for a, b in zip(exposed, exposed[1:])), exposed
     without_optimizer = [o.compute_s + o.exposed_comm_s for o in rows]
@@ -131,8 +146,13 @@ def test_aurora_and_cpu_keep_their_model():
         o = plan("qwen3-0.6b", platform=name, nodes=2, seq_len=512, micro_batch=1).option("fsdp_full_shard")
         assert o.comm is not None and all(not c.call_seconds for c in o.comm.collectives)
         assert o.step_time_s == pytest.approx(o.compute_s + o.comm_s + o.optimizer_s)
-    assert schedules_overlap(H100) and "schedule" in plan("qwen3-0.6b", platform="dgx-h100", nodes=2, seq_len=512,
-                                                         micro_batch=1).option("ddp").provenance["communication"]
+    assert (
+        schedules_overlap(H100)
+        and "schedule"
+        in plan("qwen3-0.6b", platform="dgx-h100", nodes=2, seq_len=512, micro_batch=1)
+        .option("ddp")
+        .provenance["communication"]
+    )
 
 
 def test_bucket_sizes_match_the_bucket_count():

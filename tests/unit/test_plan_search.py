@@ -4,9 +4,9 @@ import inspect
 
 import pytest
 
-from prism_strategy.planning.search import batch_problem, ckpt_candidates, nearest_multiples, resolve_batch
 from prism_strategy.planning.planner import plan
 from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.planning.search import batch_problem, ckpt_candidates, nearest_multiples, resolve_batch
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import TrainingSpec
 
@@ -15,14 +15,17 @@ def ceiling(plain: int, accumulating: int):
     return lambda acc: accumulating if acc else plain
 
 
-@pytest.mark.parametrize("g, world, plain, accumulating, expected", [
-    (96, 24, 8, 8, (4, 1)),     # 4 per rank, fits whole
-    (96, 24, 3, 3, (2, 2)),     # 3 fits but does not divide 4: 2 x 2
-    (96, 24, 4, 1, (4, 1)),     # accumulating costs memory; no accumulation needed
-    (96, 24, 3, 1, (1, 4)),     # 2 x 2 would need accumulation room for 2: only 1 x 4
-    (72, 12, 5, 4, (3, 2)),     # 6 per rank: 3 x 2
-    (12, 12, 0, 0, (1, 1)),     # nothing fits: the smallest, reported as infeasible by the caller
-])
+@pytest.mark.parametrize(
+    "g, world, plain, accumulating, expected",
+    [
+        (96, 24, 8, 8, (4, 1)),  # 4 per rank, fits whole
+        (96, 24, 3, 3, (2, 2)),  # 3 fits but does not divide 4: 2 x 2
+        (96, 24, 4, 1, (4, 1)),  # accumulating costs memory; no accumulation needed
+        (96, 24, 3, 1, (1, 4)),  # 2 x 2 would need accumulation room for 2: only 1 x 4
+        (72, 12, 5, 4, (3, 2)),  # 6 per rank: 3 x 2
+        (12, 12, 0, 0, (1, 1)),  # nothing fits: the smallest, reported as infeasible by the caller
+    ],
+)
 def test_global_batch_is_exact_with_the_largest_dividing_micro_batch(g, world, plain, accumulating, expected):
     b = resolve_batch(TrainingSpec(global_batch=g), world, ceiling(plain, accumulating))
     assert (b.micro_batch, b.grad_accum) == expected
@@ -42,13 +45,16 @@ def test_pinned_micro_batch_or_accumulation_with_global_batch():
     assert (b.micro_batch, b.grad_accum) == (1, 4)
 
 
-@pytest.mark.parametrize("kw, world, fragment", [
-    (dict(global_batch=100), 24, "nearest valid: 96 or 120"),
-    (dict(global_batch=10), 24, "nearest valid: 24"),
-    (dict(global_batch=96, micro_batch=3), 24, "use one of 1, 2, 4"),
-    (dict(global_batch=96, grad_accum=3), 24, "--grad-accum 3 does not divide"),
-    (dict(global_batch=96, micro_batch=2, grad_accum=1), 24, "not --global-batch 96"),
-])
+@pytest.mark.parametrize(
+    "kw, world, fragment",
+    [
+        (dict(global_batch=100), 24, "nearest valid: 96 or 120"),
+        (dict(global_batch=10), 24, "nearest valid: 24"),
+        (dict(global_batch=96, micro_batch=3), 24, "use one of 1, 2, 4"),
+        (dict(global_batch=96, grad_accum=3), 24, "--grad-accum 3 does not divide"),
+        (dict(global_batch=96, micro_batch=2, grad_accum=1), 24, "not --global-batch 96"),
+    ],
+)
 def test_batch_problems_name_the_valid_values(kw, world, fragment):
     assert fragment in batch_problem(TrainingSpec(**kw), world)
 

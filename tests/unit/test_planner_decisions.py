@@ -44,6 +44,7 @@ def per_rank(o) -> float:
 
 # ------------------------------------------------------------------ Qwen3-0.6B end-to-end (A)
 
+
 def test_one_node_ddp_of_the_0_6b_is_comm_bound():
     """A1 vs A2: DDP's step 2.50 s, one rank's 0.38 s (compute and optimizer); A1's host spent
     1.46 s in xccl:all_reduce and 1.49 s in AccumulateGrad. Comm and the grad path dominate."""
@@ -59,9 +60,12 @@ def test_full_shard_beats_ddp_by_the_measured_2_6x_on_two_nodes():
 
 
 @pytest.mark.parametrize("nodes", [2, 4, 8])
-@pytest.mark.xfail(strict=True, reason="known gap: the model calls 0.6B full_shard compute-bound (comm 0.34-0.37 s "
-                                       "vs compute 0.48 s at 2-8 nodes); A3-fsdp's 0.805 s step holds at most A2's "
-                                       "0.38 s of compute, so >= 0.42 s is comm and host (records A2, A3-fsdp)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: the model calls 0.6B full_shard compute-bound (comm 0.34-0.37 s "
+    "vs compute 0.48 s at 2-8 nodes); A3-fsdp's 0.805 s step holds at most A2's "
+    "0.38 s of compute, so >= 0.42 s is comm and host (records A2, A3-fsdp)",
+)
 def test_full_shard_of_the_0_6b_is_comm_bound_across_nodes(nodes):
     """A2 + A3-fsdp: 24 x 4 samples / 119.2 samples/s = 0.805 s per step, of which one rank's
     whole step (A2) is 0.38 s; DOMAIN 2 (PRISM): comm-bound 'on 2+ nodes'."""
@@ -69,8 +73,9 @@ def test_full_shard_of_the_0_6b_is_comm_bound_across_nodes(nodes):
     assert fs.bound == "comm"
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: 59% of one rank's rate predicted vs 47% measured "
-                                       "(records A2, A3-fsdp)")
+@pytest.mark.xfail(
+    strict=True, reason="known gap: 59% of one rank's rate predicted vs 47% measured (records A2, A3-fsdp)"
+)
 def test_full_shard_of_the_0_6b_keeps_47_percent_of_one_ranks_rate_on_two_nodes():
     """A2: one rank, 4 samples in 0.38 s = 10.5 samples/s; A3-fsdp: 119.2 / 24 = 4.97 per rank:
     47% (A3's micro-batch 4 is assumed, as in the record). DOMAIN 2: full-shard efficiency
@@ -99,6 +104,7 @@ def test_hsdp_shard_grad_op_beats_full_shard_for_the_0_6b_on_2_plus_nodes(nodes,
 
 
 # ------------------------------------------------------------------ projector-only on OLMo-7B (C)
+
 
 @pytest.mark.parametrize("record_id", ["C3", "C4-daos"])
 def test_projector_only_on_7b_backbone_is_ddp(record_id):
@@ -129,6 +135,7 @@ def test_zero2_is_a_little_slower_than_ddp_for_the_projector():
 
 # ------------------------------------------------------------------ OLMo-3 7B end-to-end (D)
 
+
 def test_7b_e2e_ddp_does_not_fit_a_tile():
     """D5: one rank with no DDP ran out of memory at optimizer.step with 62.81 GB allocated; DDP
     holds the same states on every rank plus its gradient buckets, so it cannot fit either."""
@@ -154,12 +161,15 @@ def test_7b_e2e_zero3_outruns_zero2_on_one_node():
     assert at("D1", "zero3", **ZERO_BS8).samples_per_s > at("D1", "zero2", **ZERO_BS8).samples_per_s
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: ZeRO-3 / ZeRO-2 5.5x predicted (27.3 / 5.0 samples/s) vs 1.52x "
-                                       "measured (14.9 / 9.8); ZeRO-2's 14.8 GB gradient all-reduce is priced 16.9 s "
-                                       "on the host-staged CCL_ALLREDUCE=ring DDP's A1 was fitted on, and A1's own "
-                                       "1.46 s for 1.37 GB scaled to 14.8 GB is 15.8 s, more than PRISM's whole "
-                                       "9.8 s ZeRO-2 step: PRISM's ZeRO all-reduce did not run at A1's rate (CCL "
-                                       "profile of the ZeRO runs unrecorded); DOMAIN 2, scenario as D1 at BS 8")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: ZeRO-3 / ZeRO-2 5.5x predicted (27.3 / 5.0 samples/s) vs 1.52x "
+    "measured (14.9 / 9.8); ZeRO-2's 14.8 GB gradient all-reduce is priced 16.9 s "
+    "on the host-staged CCL_ALLREDUCE=ring DDP's A1 was fitted on, and A1's own "
+    "1.46 s for 1.37 GB scaled to 14.8 GB is 15.8 s, more than PRISM's whole "
+    "9.8 s ZeRO-2 step: PRISM's ZeRO all-reduce did not run at A1's rate (CCL "
+    "profile of the ZeRO runs unrecorded); DOMAIN 2, scenario as D1 at BS 8",
+)
 def test_7b_e2e_zero3_over_zero2_is_the_measured_1_5x():
     """The collectives are DeepSpeed 0.19.8's for our ds_config (engines/deepspeed.py cites the
     lines): ZeRO-2 all-reduces whole buckets (use_multi_rank_bucket_allreduce, default true, even
@@ -178,13 +188,15 @@ def test_7b_e2e_zero3_over_zero2_is_the_measured_1_5x():
 # cudaMalloc's flush cannot release, estimate/memory_runtime.py) against the usable memory.
 _FITS_GAPS = {
     "C6-b4": "predicts 39.6 GiB at the limit (60.8 usable) at batch 4 where the run ran out of memory at 59.4 GB "
-             "(55.3 GiB) allocated",
+    "(55.3 GiB) allocated",
 }
-_MEMORY_RECORDS = [pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=f"known gap: {_FITS_GAPS[rid]}, "
-                                                                                f"record {rid}"))
-                   if rid in _FITS_GAPS else rid
-                   for rid, r in RECORDS.items()
-                   if r.measured.oom or r.measured.peak_gb is not None or r.measured.peak_allocated_gb is not None]
+_MEMORY_RECORDS = [
+    pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=f"known gap: {_FITS_GAPS[rid]}, record {rid}"))
+    if rid in _FITS_GAPS
+    else rid
+    for rid, r in RECORDS.items()
+    if r.measured.oom or r.measured.peak_gb is not None or r.measured.peak_allocated_gb is not None
+]
 
 
 @pytest.mark.parametrize("record_id", _MEMORY_RECORDS)
@@ -193,7 +205,10 @@ def test_the_plan_fits_where_the_run_fit_and_not_where_it_ran_out(record_id):
     the records' notes); D2 and D3 fit at that length (57.7 GiB at the limit for D3, 60.8 usable)
     though their allocated figures stay above the measured ones (test_published_memory)."""
     o = at(record_id)
-    fits = o.memory_runtime["memory_at_limit_gib"] * GiB <= build_scenario(**RECORDS[record_id].scenario_kwargs()).platform.usable_bytes
+    fits = (
+        o.memory_runtime["memory_at_limit_gib"] * GiB
+        <= build_scenario(**RECORDS[record_id].scenario_kwargs()).platform.usable_bytes
+    )
     assert fits is not RECORDS[record_id].measured.oom
 
 
@@ -220,6 +235,7 @@ def test_7b_shard_grad_op_shows_gathered_params_and_root_only_wrap_cost():
 
 # ------------------------------------------------------------------ AuroraGPT-2B, compute-bound (E)
 
+
 def test_compute_bound_2b_keeps_its_per_device_rate_from_2_to_64_nodes():
     """E1, E2: 82 -> 77 TFLOPS per tile (torchtitan, seq 8192): 93.9%, between 76.5/82.5 = 92.7%
     and 77.5/81.5 = 95.1% given the integer figures. Section E is the compute-bound reference
@@ -236,6 +252,7 @@ def test_the_compiled_multi_node_2b_runs_are_not_called_not_viable(record_id):
 
 
 # ------------------------------------------------------------------ rules and provenance
+
 
 def test_not_viable_options_are_never_recommended():
     """rules.toml: deepspeed-compile (PRISM, Aurora) is not viable; xpu-multinode-compile is a
@@ -264,6 +281,7 @@ def test_loss_buffers_named_when_they_are_the_largest_item():
     loss = next(b for _, label, b in fs.memory.items if label.startswith("loss:"))
     assert loss == pytest.approx(fs.micro_batch * 2048 * 50304 * 12, rel=0.01)
     assert any("fp32 loss buffers are the largest item" in n for n in fs.notes)
-    short = plan("olmo-7b", platform="aurora", nodes=1, seq_len=256, ckpt_freq=0, micro_batch=1).option("fsdp_full_shard")
+    short = plan("olmo-7b", platform="aurora", nodes=1, seq_len=256, ckpt_freq=0, micro_batch=1).option(
+        "fsdp_full_shard"
+    )
     assert not any("fp32 loss buffers" in n for n in short.notes)
-

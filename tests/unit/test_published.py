@@ -48,17 +48,20 @@ def test_step_time_from_samples_range_uses_midpoint_and_accumulation(tmp_path):
     assert r.scenario_kwargs()["global_batch"] == 12
 
 
-@pytest.mark.parametrize("bad, words", [
-    (GOOD.replace('"tiny-llama"', '"no-such-model"'), "unknown model"),
-    (GOOD.replace('"ddp"', '"ddpp"'), "unknown strategy"),
-    (GOOD.replace('"ddp"', '"none"'), "needs one rank"),
-    (GOOD.replace("micro_batch = 2", 'micro_batch = "two"'), "micro_batch"),
-    (GOOD.replace("samples_per_s = [10.0, 14.0]", "oom = true"), "measures nothing"),
-    (GOOD.replace('section = "A"', 'section = "Z"'), "no source"),
-    (GOOD + GOOD.split("[[record]]")[1].join(["[[record]]", ""]), "duplicate id"),
-    ("platform = 'aurora'\n", "at least one [[record]]"),
-    ("platform = [", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (GOOD.replace('"tiny-llama"', '"no-such-model"'), "unknown model"),
+        (GOOD.replace('"ddp"', '"ddpp"'), "unknown strategy"),
+        (GOOD.replace('"ddp"', '"none"'), "needs one rank"),
+        (GOOD.replace("micro_batch = 2", 'micro_batch = "two"'), "micro_batch"),
+        (GOOD.replace("samples_per_s = [10.0, 14.0]", "oom = true"), "measures nothing"),
+        (GOOD.replace('section = "A"', 'section = "Z"'), "no source"),
+        (GOOD + GOOD.split("[[record]]")[1].join(["[[record]]", ""]), "duplicate id"),
+        ("platform = 'aurora'\n", "at least one [[record]]"),
+        ("platform = [", "not valid TOML"),
+    ],
+)
 def test_malformed_file_is_one_spec_error(tmp_path, bad, words):
     with pytest.raises(SpecError, match=words.replace("[", r"\[").replace("]", r"\]")):
         load_published(_write(tmp_path, bad))

@@ -47,45 +47,86 @@ class Case:
 AURORA = {r.id: r for r in load_published("aurora-prism")}
 
 AURORA_CASES = [
-    Case("A4", "allocated", gap="predicted 15.1 GiB allocated vs 35.3 (37.9 GB, -57%, local batch 8) at the start "
-         "of backward at 512 text tokens; the upcast loss (9.6 GiB at 12 bytes per logit: 8 x 708 tokens x 151,936 "
-         "vocab) is the largest item. PRISM's source (d1fd3d3c): the loss is the upcast kernel (F.cross_entropy on "
-         "bf16 logits under the trainer's autocast, whose log_softmax runs in fp32), and the trainer holds the bf16 "
-         "logits through backward: +2 bytes/logit = +1.6 GiB, unmodelled. The 512 is the shared table's: PRISM's "
-         "collator truncates at MAX_SEQ_LENGTH (default 2048) and pads to the batch's longest, and peak_gb is the "
-         "run's maximum; the model meets 35.3 GiB at 1949 text tokens. Deciding needs the run's cap and longest batch "
-         "(benchmarks/allocator_fit.py)"),
-    Case("B1", "allocated", gap="predicted 11.2 GiB vs 27.0 (29.0 GB, -59%); projector-only, the same loss buffers as "
-         "A4 (9.6 GiB, +1.6 GiB for the kept logits); the model meets 27.0 GiB at 1633 text tokens, under the "
-         "collator's default cap (2048); the e2e - projector difference is 8.9 GB measured vs 4.2 GB predicted"),
-    Case("C6-b2", "reserved", gap="in-sample (the varying-shape factor is fitted on C6-b2/b3): predicted 27.7 GiB "
-         "reserved vs 32.1 (34.5 GB, -14%); the record gives one figure for batch 2 and 3, which a term growing with "
-         "the batch cannot meet both ways (leave-one-out -14.5% / +29.6%, benchmarks/allocator_fit.py)"),
+    Case(
+        "A4",
+        "allocated",
+        gap="predicted 15.1 GiB allocated vs 35.3 (37.9 GB, -57%, local batch 8) at the start "
+        "of backward at 512 text tokens; the upcast loss (9.6 GiB at 12 bytes per logit: 8 x 708 tokens x 151,936 "
+        "vocab) is the largest item. PRISM's source (d1fd3d3c): the loss is the upcast kernel (F.cross_entropy on "
+        "bf16 logits under the trainer's autocast, whose log_softmax runs in fp32), and the trainer holds the bf16 "
+        "logits through backward: +2 bytes/logit = +1.6 GiB, unmodelled. The 512 is the shared table's: PRISM's "
+        "collator truncates at MAX_SEQ_LENGTH (default 2048) and pads to the batch's longest, and peak_gb is the "
+        "run's maximum; the model meets 35.3 GiB at 1949 text tokens. Deciding needs the run's cap and longest batch "
+        "(benchmarks/allocator_fit.py)",
+    ),
+    Case(
+        "B1",
+        "allocated",
+        gap="predicted 11.2 GiB vs 27.0 (29.0 GB, -59%); projector-only, the same loss buffers as "
+        "A4 (9.6 GiB, +1.6 GiB for the kept logits); the model meets 27.0 GiB at 1633 text tokens, under the "
+        "collator's default cap (2048); the e2e - projector difference is 8.9 GB measured vs 4.2 GB predicted",
+    ),
+    Case(
+        "C6-b2",
+        "reserved",
+        gap="in-sample (the varying-shape factor is fitted on C6-b2/b3): predicted 27.7 GiB "
+        "reserved vs 32.1 (34.5 GB, -14%); the record gives one figure for batch 2 and 3, which a term growing with "
+        "the batch cannot meet both ways (leave-one-out -14.5% / +29.6%, benchmarks/allocator_fit.py)",
+    ),
     Case("C6-b3", "reserved", note="in-sample (varying-shape factor, as C6-b2): 35.0 GiB predicted vs 32.1 (34.5 GB)"),
-    Case("C6-b2-allocated", "allocated", gap="predicted 24.2 GiB allocated vs 12.7 (13.6 GB, +91%): the same 13.6 "
-         "for batch 2 and 3 reads like a current figure after the step (frozen params 13.0 GiB), not a peak"),
-    Case("C6-b4", "oom", gap="predicted to fit: 39.6 GiB at the limit (35.2 allocated + pinned slivers + 2.0 "
-         "runtime) vs 60.8 usable, where the run died with 55.3 GiB (59.4 GB) allocated: the allocated model is "
-         ">= 20 GiB short at batch 4 (no batch-linear allocation meets both C6-b2's 32.1 reserved and this 55.3), "
-         "unexplained like A4/B1"),
-    Case("D1", "allocated", note="in-sample: section D's longest text (331 tokens, under the runs' cap of 1024: "
-         "--max-seq-length 1024 in PRISM's docs/results/scaling_study.md) is inferred from D1's 50.5 GB "
-         "(benchmarks/allocator_fit.py infer_seq_len), so this agrees by construction; at the cap the model gives "
-         "107.3 GB"),
-    Case("D2", "allocated", gap="compiled (estimate/memory_compile.py): predicted 35.9 GiB vs 30.7 (33.0 GB, +17%) "
-         "at the inferred 331 text tokens: the partitioner terms save 11.1 GiB where PRISM's compile saved 16.3 "
-         "(D1 -> D2; benchmarks/compile_memory_fit.py)"),
+    Case(
+        "C6-b2-allocated",
+        "allocated",
+        gap="predicted 24.2 GiB allocated vs 12.7 (13.6 GB, +91%): the same 13.6 "
+        "for batch 2 and 3 reads like a current figure after the step (frozen params 13.0 GiB), not a peak",
+    ),
+    Case(
+        "C6-b4",
+        "oom",
+        gap="predicted to fit: 39.6 GiB at the limit (35.2 allocated + pinned slivers + 2.0 "
+        "runtime) vs 60.8 usable, where the run died with 55.3 GiB (59.4 GB) allocated: the allocated model is "
+        ">= 20 GiB short at batch 4 (no batch-linear allocation meets both C6-b2's 32.1 reserved and this 55.3), "
+        "unexplained like A4/B1",
+    ),
+    Case(
+        "D1",
+        "allocated",
+        note="in-sample: section D's longest text (331 tokens, under the runs' cap of 1024: "
+        "--max-seq-length 1024 in PRISM's docs/results/scaling_study.md) is inferred from D1's 50.5 GB "
+        "(benchmarks/allocator_fit.py infer_seq_len), so this agrees by construction; at the cap the model gives "
+        "107.3 GB",
+    ),
+    Case(
+        "D2",
+        "allocated",
+        gap="compiled (estimate/memory_compile.py): predicted 35.9 GiB vs 30.7 (33.0 GB, +17%) "
+        "at the inferred 331 text tokens: the partitioner terms save 11.1 GiB where PRISM's compile saved 16.3 "
+        "(D1 -> D2; benchmarks/compile_memory_fit.py)",
+    ),
     Case("D3", "allocated", gap="compiled: predicted 50.8 GiB vs 43.4 (46.6 GB, +17%), as D2"),
-    Case("D4", "allocated", note="held out of the length inference (D1): 45.3 GiB predicted vs 39.3-45.4 "
-         "(42.2-48.7 GB)"),
+    Case(
+        "D4", "allocated", note="held out of the length inference (D1): 45.3 GiB predicted vs 39.3-45.4 (42.2-48.7 GB)"
+    ),
     Case("D3-b32", "oom", note="agrees; compile's saving on PRISM's stack is under-predicted (D2)"),
-    Case("D4-b20", "oom", note="held out of the length inference: 63.1 GiB at the limit (55.5 allocated + pinned "
-         "slivers + 2.0 runtime) vs 60.8 usable"),
-    Case("D5", "oom_at_step", note="died at optimizer.step with 62.81 GB (58.5 GiB) allocated: the figure at failure "
-         "is a lower bound of the step's need"),
-    Case("E1", "allocated", gap="compiled with the loss (estimate/memory_compile.py): 36.1 GiB allocated vs 44.0 "
-         "(-18%); torchtitan logs max_reserved, so 44 GiB reads as reserved: predicted 46.6 (+6%) with the "
-         "fixed-length allocator terms"),
+    Case(
+        "D4-b20",
+        "oom",
+        note="held out of the length inference: 63.1 GiB at the limit (55.5 allocated + pinned "
+        "slivers + 2.0 runtime) vs 60.8 usable",
+    ),
+    Case(
+        "D5",
+        "oom_at_step",
+        note="died at optimizer.step with 62.81 GB (58.5 GiB) allocated: the figure at failure "
+        "is a lower bound of the step's need",
+    ),
+    Case(
+        "E1",
+        "allocated",
+        gap="compiled with the loss (estimate/memory_compile.py): 36.1 GiB allocated vs 44.0 "
+        "(-18%); torchtitan logs max_reserved, so 44 GiB reads as reserved: predicted 46.6 (+6%) with the "
+        "fixed-length allocator terms",
+    ),
 ]
 
 
@@ -127,8 +168,17 @@ def test_prism_7b_ddp_on_one_aurora_node_dies_at_the_optimizer_step():
     """Issue 17: PRISM found OLMo-3 7B end-to-end under DDP does not fit one Aurora node (section D
     runs FSDP instead). Every rank holds bf16 params, grads and both moments (54.4 GiB) and
     foreach AdamW's _foreach_sqrt of the second moment (13.8 GiB) at the step."""
-    sc = build_scenario("olmo-3-7b", vision="siglip2-base-patch16-224", platform="aurora", nodes=1, seq_len=1024,
-                        micro_batch=1, global_batch=12, ckpt_freq=1, precision="bf16-pure")
+    sc = build_scenario(
+        "olmo-3-7b",
+        vision="siglip2-base-patch16-224",
+        platform="aurora",
+        nodes=1,
+        seq_len=1024,
+        micro_batch=1,
+        global_batch=12,
+        ckpt_freq=1,
+        precision="bf16-pure",
+    )
     o = evaluate(sc, get_strategy("ddp"))
     assert not o.feasible and o.memory.moment == "optimizer step", (o.memory.moment, o.why_not)
 
@@ -139,22 +189,50 @@ CUDA = {r.id: r for r in load_published("cuda-published")}
 CUDA_CASES = [
     Case("TT-18", "active", note="FSDP1 FULL_SHARD, modelled as FSDP2 (bf16 gathers either way)"),
     Case("TT-20", "active"),
-    Case("TT-20-reserved", "reserved", note="in the CUDA allocator fit (TT-18, TT-20: factor 0.30); held out, "
-         "the factor from TT-18 alone puts reserved +6.2% off"),
-    Case("TT-01", "reserved", note="held out of the CUDA allocator fit (TT-18, TT-20): seq 8192, Llama 3.1 8B, "
-         "run with expandable segments (torchtitan 9dec370's run_llama_train.sh): 86.7 GiB vs 82.4"),
-    Case("TT-02", "reserved", note="compiled SAC (estimate/memory_compile.py): the o_proj / down outputs SAC "
-         "caches are not kept by the compiled graph"),
-    Case("TT-21", "reserved", gap="compiled full checkpointing: 24.7 GiB reserved vs 28.9 (-15%); compile changes "
-         "almost nothing there, and the eager pair (PR #165 FSDP2 AC, 31.02 GiB reserved) is itself predicted "
-         "-20%: the allocator's cache under full checkpointing (issue 17 item 5), not compile"),
+    Case(
+        "TT-20-reserved",
+        "reserved",
+        note="in the CUDA allocator fit (TT-18, TT-20: factor 0.30); held out, "
+        "the factor from TT-18 alone puts reserved +6.2% off",
+    ),
+    Case(
+        "TT-01",
+        "reserved",
+        note="held out of the CUDA allocator fit (TT-18, TT-20): seq 8192, Llama 3.1 8B, "
+        "run with expandable segments (torchtitan 9dec370's run_llama_train.sh): 86.7 GiB vs 82.4",
+    ),
+    Case(
+        "TT-02",
+        "reserved",
+        note="compiled SAC (estimate/memory_compile.py): the o_proj / down outputs SAC "
+        "caches are not kept by the compiled graph",
+    ),
+    Case(
+        "TT-21",
+        "reserved",
+        gap="compiled full checkpointing: 24.7 GiB reserved vs 28.9 (-15%); compile changes "
+        "almost nothing there, and the eager pair (PR #165 FSDP2 AC, 31.02 GiB reserved) is itself predicted "
+        "-20%: the allocator's cache under full checkpointing (issue 17 item 5), not compile",
+    ),
     Case("TT-22", "reserved", note="compiled SAC, as TT-02"),
-    Case("TT-23", "reserved", gap="compiled SAC at local batch 16: 97.1 GiB reserved vs 88.2 (+10.1%); allocated "
-         "76.9 + the CUDA 0.30 cache of 69 GiB transient: at 93% of the device the cache is smaller (item 5)"),
-    Case("TT-24", "ran", note="compiled, no checkpointing, at 95% of the device: fits only with compile's "
-         "recomputed upcasts and act(gate) (85.4 GiB allocated)"),
-    Case("MF-06", "ran", note="llm-foundry's fused cross-entropy (--loss fused); judged at the limit (72.4 of 77.6 "
-         "GiB): unpressed, the fixed-shape cache would put reserved at 90.7, which the flush and retry releases"),
+    Case(
+        "TT-23",
+        "reserved",
+        gap="compiled SAC at local batch 16: 97.1 GiB reserved vs 88.2 (+10.1%); allocated "
+        "76.9 + the CUDA 0.30 cache of 69 GiB transient: at 93% of the device the cache is smaller (item 5)",
+    ),
+    Case(
+        "TT-24",
+        "ran",
+        note="compiled, no checkpointing, at 95% of the device: fits only with compile's "
+        "recomputed upcasts and act(gate) (85.4 GiB allocated)",
+    ),
+    Case(
+        "MF-06",
+        "ran",
+        note="llm-foundry's fused cross-entropy (--loss fused); judged at the limit (72.4 of 77.6 "
+        "GiB): unpressed, the fixed-shape cache would put reserved at 90.7, which the flush and retry releases",
+    ),
     Case("MF-08", "ran"),
     Case("MF-09", "ran"),
     Case("MF-13", "ran", note="as MF-06 on A100 80 GB: 75.5 GiB at the limit of 77.6, 93.8 unpressed"),

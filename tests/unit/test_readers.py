@@ -22,10 +22,26 @@ from prism_strategy.specs.errors import SpecError
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 IMP, LOGS = FIX / "imports", FIX / "logs"
 SRC = Path(__file__).resolve().parents[2] / "src" / "prism_strategy"
-CPU = dict(model="tiny-llama", mode="e2e", strategy="ddp", platform="cpu", nodes=1, micro_batch=2, seq_len=128,
-           ckpt_freq=0, precision="fp32")
-A1 = dict(model="qwen3-0.6b", vision="siglip2-base-patch16-224", platform="aurora", seq_len=512, ckpt_freq=1,
-          precision="bf16-pure", mode="e2e")
+CPU = dict(
+    model="tiny-llama",
+    mode="e2e",
+    strategy="ddp",
+    platform="cpu",
+    nodes=1,
+    micro_batch=2,
+    seq_len=128,
+    ckpt_freq=0,
+    precision="fp32",
+)
+A1 = dict(
+    model="qwen3-0.6b",
+    vision="siglip2-base-patch16-224",
+    platform="aurora",
+    seq_len=512,
+    ckpt_freq=1,
+    precision="bf16-pure",
+    mode="e2e",
+)
 
 
 def test_every_reader_has_the_four_names_and_a_unique_format():
@@ -36,8 +52,11 @@ def test_every_reader_has_the_four_names_and_a_unique_format():
 
 
 def test_the_timing_grammar_lives_in_one_file():
-    files = [p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py")
-             if re.search(r"re\.compile\([^\n]*TIMING", p.read_text())]
+    files = [
+        p.relative_to(SRC).as_posix()
+        for p in SRC.rglob("*.py")
+        if re.search(r"re\.compile\([^\n]*TIMING", p.read_text())
+    ]
     assert files == ["readers/prism.py"]
 
 
@@ -60,7 +79,7 @@ def test_a_per_rank_timing_log_reads_the_same_for_analyze_and_import(tmp_path):
     path = _torchrun_log(tmp_path)
     run = load_run([path])
     assert sorted((r.rank, r.step) for r in run.records) == [(r, s) for r in (0, 1) for s in range(10)]
-    assert {round(r.backward, 6) for r in run.records if r.rank == 1} == {0.6}   # line 6 split per rank
+    assert {round(r.backward, 6) for r in run.records if r.rank == 1} == {0.6}  # line 6 split per rank
     log = read_log(path)
     assert [w.last_step for w in log.windows] == list(range(10))
     assert all(w.step_s == pytest.approx(1.01) and w.phases["backward"] == pytest.approx(0.6) for w in log.windows)
@@ -76,9 +95,15 @@ def test_a_phase_named_without_a_time_exits_2_in_analyze_too():
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "malformed.log:47" in res.output
 
 
-@pytest.mark.parametrize("line, records", [
-    ("[TIMING] step 3 | Data: ?0.01s | Fwd 0.3s", None), ("[TIMING] step 3 | Data = | Fwd 0.3s", None),
-    ("[TIMING] step 3 | Fwd 0.3s | Bwd 0.5s (data loader idle)", 1), ("[TIMING] DATA_READ done", 0)])
+@pytest.mark.parametrize(
+    "line, records",
+    [
+        ("[TIMING] step 3 | Data: ?0.01s | Fwd 0.3s", None),
+        ("[TIMING] step 3 | Data = | Fwd 0.3s", None),
+        ("[TIMING] step 3 | Fwd 0.3s | Bwd 0.5s (data loader idle)", 1),
+        ("[TIMING] DATA_READ done", 0),
+    ],
+)
 def test_a_phase_field_without_a_time_is_bad_but_prose_is_not(tmp_path, line, records):
     p = tmp_path / "x.log"
     p.write_text(line + "\n")
@@ -91,13 +116,13 @@ def test_a_phase_field_without_a_time_is_bad_but_prose_is_not(tmp_path, line, re
 
 
 def test_a_cut_last_line_is_left_out_by_analyze_and_refused_by_import():
-    path = IMP / "prism" / "partial.log"   # ends '[TIMING] Data: 0.023s | Fwd: 0' (no newline)
+    path = IMP / "prism" / "partial.log"  # ends '[TIMING] Data: 0.023s | Fwd: 0' (no newline)
     run = load_run([path])
-    assert max(r.step for r in run.records) == 100   # analyze used to add a step with a 0 s forward
+    assert max(r.step for r in run.records) == 100  # analyze used to add a step with a 0 s forward
     assert all(r.forward > 0.5 for r in run.records)
     assert any(":64:" in s and "cut off" in s for s in run.skipped)
     shown = CliRunner().invoke(app, ["analyze", str(path), "--json"])
-    assert any(":64:" in s for s in json.loads(shown.output)["skipped"])   # said, not silently dropped
+    assert any(":64:" in s for s in json.loads(shown.output)["skipped"])  # said, not silently dropped
     with pytest.raises(SpecError, match=r"partial\.log:64: .*cut off"):
         build_import(path, A1)
 
@@ -110,7 +135,7 @@ def test_prism_native_log_gives_analyze_the_logged_steps_and_interval_means():
     assert [r.step for r in run.records] == list(range(10, 201, 10)) == [w.last_step for w in log.windows]
     assert [r.backward for r in run.records] == [w.phases["backward"] for w in log.windows]
     logged = [float(m) for m in re.findall(r"Bwd: ([0-9.]+)s", path.read_text())]
-    assert run.records[1].backward == pytest.approx(2 * logged[1] - logged[0], abs=1e-9)   # steps 11-20
+    assert run.records[1].backward == pytest.approx(2 * logged[1] - logged[0], abs=1e-9)  # steps 11-20
 
 
 def test_prism_perf_jsonl_gives_analyze_its_50_step_windows_not_every_record():
@@ -137,8 +162,9 @@ def test_prism_running_mean_line_without_its_step_line_is_refused_by_both(tmp_pa
     """A grep of PRISM's [TIMING] lines loses the 'Step N: Loss' lines: the running means cannot be
     undone. analyze used to count them as steps 0, 1, 2 with the running means as step times."""
     p = tmp_path / "grep.log"
-    p.write_text("".join(f"  [TIMING] Data: 0.010s | Fwd: 0.500s | Bwd: {1 + i / 10:.3f}s | Opt: 0.030s\n"
-                         for i in range(5)))
+    p.write_text(
+        "".join(f"  [TIMING] Data: 0.010s | Fwd: 0.500s | Bwd: {1 + i / 10:.3f}s | Opt: 0.030s\n" for i in range(5))
+    )
     for read in (lambda: load_run([p]), lambda: read_log(p)):
         with pytest.raises(SpecError, match=r"grep\.log:1: \[TIMING\] line with no 'Step N: Loss' line"):
             read()
@@ -159,8 +185,21 @@ def test_a_named_format_is_read_as_named_and_a_bad_name_lists_them(tmp_path):
 
 
 def test_a_collective_benchmark_is_detected_without_format(tmp_path):
-    res = CliRunner().invoke(app, ["results", "import", str(IMP / "all_reduce_perf_2x8_h100.out"), "--platform",
-                                   "dgx-h100", "--nodes", "2", "--db", str(tmp_path / "r.db"), "--json"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "results",
+            "import",
+            str(IMP / "all_reduce_perf_2x8_h100.out"),
+            "--platform",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["points"] == 16
 

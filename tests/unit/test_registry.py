@@ -14,10 +14,10 @@ import torch.distributed as dist
 from prism_strategy import WrapConfig, plan, wrap
 from prism_strategy.emit.launch import EmitRequest, emit_files
 from prism_strategy.engines import step_collectives
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.specs import Layout, SpecError
 from prism_strategy.specs.model import MultimodalSpec
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.presets import load_model
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import STRATEGY_NAMES, all_strategies, get_strategy, register, unregister
@@ -30,8 +30,11 @@ NAME = "ddp_bucket100"
 
 @pytest.fixture
 def variant():
-    spec = register(dataclasses.replace(get_strategy("ddp"), name=NAME, bucket_mb=100,
-                                        description="DDP with 100 MiB gradient buckets."))
+    spec = register(
+        dataclasses.replace(
+            get_strategy("ddp"), name=NAME, bucket_mb=100, description="DDP with 100 MiB gradient buckets."
+        )
+    )
     yield spec
     unregister(NAME)
     assert NAME not in {s.name for s in all_strategies()}
@@ -40,8 +43,16 @@ def variant():
 @pytest.fixture
 def one_rank(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    yield DistContext(rank=0, local_rank=0, world_size=1, nodes=1, ranks_per_node=1, device=torch.device("cpu"),
-                      backend="gloo", launcher="torchrun")
+    yield DistContext(
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        nodes=1,
+        ranks_per_node=1,
+        device=torch.device("cpu"),
+        backend="gloo",
+        launcher="torchrun",
+    )
     dist.destroy_process_group()
 
 
@@ -53,7 +64,9 @@ def test_variant_is_planned_and_predicted(variant):
     assert calls(mine) < calls(ddp) and mine.memory.total == ddp.memory.total
     t = TrainingSpec.from_precision("bf16-mixed", seq_len=512)
     parts = model_parts(MultimodalSpec(backbone=load_model("qwen3-0.6b")), t)
-    ar = next(c for c in step_collectives(variant, parts, t, Layout(nodes=2, ranks_per_node=12)) if c.op == "all_reduce")
+    ar = next(
+        c for c in step_collectives(variant, parts, t, Layout(nodes=2, ranks_per_node=12)) if c.op == "all_reduce"
+    )
     assert ar.bytes_per_call >= 100 * 2**20
 
 
@@ -69,8 +82,13 @@ def test_variant_is_wrapped_for_real(variant, one_rank):
     torch.manual_seed(0)
     ref, tokens = TinyLlama(TinyConfig()), torch.randint(0, TinyConfig().vocab, (2, 8))
     torch.manual_seed(0)
-    job = wrap(TinyLlama(TinyConfig()), NAME, ctx=one_rank, optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
-               mixed_precision=None)
+    job = wrap(
+        TinyLlama(TinyConfig()),
+        NAME,
+        ctx=one_rank,
+        optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
+        mixed_precision=None,
+    )
     assert job.model.bucket_bytes_cap == 100 * 2**20
     ref(tokens).float().mean().backward()
     before = {n: p.detach().clone() for n, p in ref.named_parameters()}

@@ -7,34 +7,42 @@ from __future__ import annotations
 import pytest
 
 from prism_strategy.planning.planner import _situation
-from prism_strategy.rules import FACT_NAMES, check, get_rule, load_rules, parse_rules
 from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.rules import FACT_NAMES, check, get_rule, load_rules, parse_rules
 from prism_strategy.specs import SpecError
 from prism_strategy.strategies import get_strategy
-
 
 # Each rule's situation, written from its source (DOMAIN.md sections 2, 4, 5 and the ALCF docs
 # each rule names), not from rules.toml's `when`; then the same run with the rule's fix applied.
 SITUATIONS: dict[str, tuple[dict, dict]] = {
     # DOMAIN 5: multi-node compile on XPU deadlocks oneCCL; "single node is fine"
-    "xpu-multinode-compile": (dict(device="xpu", engine="fsdp2", compile=True, multi_node=True),
-                              dict(multi_node=False)),
+    "xpu-multinode-compile": (
+        dict(device="xpu", engine="fsdp2", compile=True, multi_node=True),
+        dict(multi_node=False),
+    ),
     # PRISM's stack (AI-ModCon/PRISM src/training/distributed.py): the backbone compiled whole, then FSDP1
-    "xpu-multinode-compile-deadlocked-stack": (dict(device="xpu", compile=True, multi_node=True,
-                                                    compiles_whole_under_fsdp1=True),
-                                               dict(compiles_whole_under_fsdp1=False)),
+    "xpu-multinode-compile-deadlocked-stack": (
+        dict(device="xpu", compile=True, multi_node=True, compiles_whole_under_fsdp1=True),
+        dict(compiles_whole_under_fsdp1=False),
+    ),
     # DOMAIN 2/5: DeepSpeed + torch.compile is not viable (NaN / AttributeError), on any device
     "deepspeed-compile": (dict(device="cuda", engine="deepspeed", compile=True, multi_node=False), dict(compile=False)),
     # DOMAIN 2: find_unused_parameters=True disables static_graph
-    "find-unused-vs-static-graph": (dict(engine="ddp", find_unused_parameters=True, static_graph=True),
-                                    dict(static_graph=False)),
-    "find-unused-cost": (dict(device="xpu", engine="ddp", find_unused_parameters=True, static_graph=False),
-                         dict(find_unused_parameters=False)),
+    "find-unused-vs-static-graph": (
+        dict(engine="ddp", find_unused_parameters=True, static_graph=True),
+        dict(static_graph=False),
+    ),
+    "find-unused-cost": (
+        dict(device="xpu", engine="ddp", find_unused_parameters=True, static_graph=False),
+        dict(find_unused_parameters=False),
+    ),
     # DOMAIN 4: no device_id on XPU (DataLoader workers hang); CUDA may pass it
     "xpu-no-device-id": (dict(device="xpu", backend="xccl", passes_device_id=True), dict(device="cuda")),
     # DOMAIN 4: FSDP and ZeRO-3 runs must not preload libpil4dfs.so
-    "daos-preload-fsdp": (dict(device="xpu", engine="deepspeed", reshard_or_sharded=True, preloads_pil4dfs=True),
-                          dict(preloads_pil4dfs=False)),
+    "daos-preload-fsdp": (
+        dict(device="xpu", engine="deepspeed", reshard_or_sharded=True, preloads_pil4dfs=True),
+        dict(preloads_pil4dfs=False),
+    ),
     # DOMAIN 4: never empty_cache() inside FSDP training on XPU
     "xpu-empty-cache-fsdp": (dict(device="xpu", engine="fsdp2", calls_empty_cache=True), dict(calls_empty_cache=False)),
     # DOMAIN 2: wrapping only the root makes one giant flat parameter
@@ -44,8 +52,10 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
     # DOMAIN 4: a 1-element fp32 all-reduce dropped the last rank in one oneCCL release
     "allreduce-one-element-probe": (dict(one_element_fp32_allreduce=True), dict(one_element_fp32_allreduce=False)),
     # DOMAIN 4: a later `module load frameworks` overrides earlier CCL exports
-    "launcher-export-before-module-load": (dict(exported_before_module_load=True),
-                                           dict(exported_before_module_load=False)),
+    "launcher-export-before-module-load": (
+        dict(exported_before_module_load=True),
+        dict(exported_before_module_load=False),
+    ),
     "launcher-no-per-rank-export": (dict(device="xpu", per_rank_exports=False), dict(per_rank_exports=True)),
     # ALCF: one rank per tile, 12 per node in FLAT mode
     "launcher-ranks-per-node-mismatch": (dict(ranks_per_node_matches=False), dict(ranks_per_node_matches=True)),
@@ -59,13 +69,32 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
 }
 
 # A run that follows every rule: 2 Aurora nodes, FSDP2 per block, eager, PRISM's launcher.
-HEALTHY = dict(device="xpu", backend="xccl", engine="fsdp2", compile=False, multi_node=True,
-               find_unused_parameters=False, static_graph=False, passes_device_id=False, root_only_wrap=False,
-               reshard_or_sharded=True, preloads_pil4dfs=False, calls_empty_cache=False, workers_after_mesh=False,
-               one_element_fp32_allreduce=False, exported_before_module_load=False, per_rank_exports=True,
-               ranks_per_node_matches=True, stale_device_processes=False, differs_from_profile=False,
-               hierarchy_matches_ranks=True, rank_straddles_sockets=False, queue_fits=True, names_filesystems=True,
-               compiles_whole_under_fsdp1=False)
+HEALTHY = dict(
+    device="xpu",
+    backend="xccl",
+    engine="fsdp2",
+    compile=False,
+    multi_node=True,
+    find_unused_parameters=False,
+    static_graph=False,
+    passes_device_id=False,
+    root_only_wrap=False,
+    reshard_or_sharded=True,
+    preloads_pil4dfs=False,
+    calls_empty_cache=False,
+    workers_after_mesh=False,
+    one_element_fp32_allreduce=False,
+    exported_before_module_load=False,
+    per_rank_exports=True,
+    ranks_per_node_matches=True,
+    stale_device_processes=False,
+    differs_from_profile=False,
+    hierarchy_matches_ranks=True,
+    rank_straddles_sockets=False,
+    queue_fits=True,
+    names_filesystems=True,
+    compiles_whole_under_fsdp1=False,
+)
 
 
 def fired(facts: dict) -> set[str]:
@@ -96,8 +125,18 @@ def test_a_run_that_follows_every_rule_fires_none():
 
 def test_when_keys_are_facts():
     assert all(set(r.when) <= FACT_NAMES for r in load_rules())
-    bad = {"rule": [{"id": "x", "kind": "guardrail", "when": {"varlen_attention": True}, "reason": "r", "fix": "f",
-                     "source": "s"}]}
+    bad = {
+        "rule": [
+            {
+                "id": "x",
+                "kind": "guardrail",
+                "when": {"varlen_attention": True},
+                "reason": "r",
+                "fix": "f",
+                "source": "s",
+            }
+        ]
+    }
     with pytest.raises(SpecError, match="`when` key 'varlen_attention' is not a rule fact"):
         parse_rules(bad)
     with pytest.raises(SpecError, match="'colour' is not a rule fact"):

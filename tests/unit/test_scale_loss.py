@@ -69,8 +69,9 @@ def test_proportional_spread_costs_the_same_for_any_number_of_sync_points():
     assert one.seconds == pytest.approx(expected, rel=1e-3) and many.seconds == pytest.approx(one.seconds)
     unmeasured = late_ranks(512, 8, 3.0, 96, None)
     assert unmeasured.seconds == 0.0  # no invented point value
-    assert unmeasured.slow_seconds == pytest.approx(default_jitter().high * 3.0 * (_pdf_integral(512) - _pdf_integral(8)),
-                                                    rel=1e-3)
+    assert unmeasured.slow_seconds == pytest.approx(
+        default_jitter().high * 3.0 * (_pdf_integral(512) - _pdf_integral(8)), rel=1e-3
+    )
 
 
 def test_default_spread_is_the_published_variation_over_twice_the_expected_max():
@@ -103,8 +104,7 @@ def test_aurora_at_10_nodes_the_range_holds_both_readings():
 
 
 def test_a_measured_spread_prices_the_late_ranks_into_the_step():
-    sc = build_scenario("llama-3.1-8b", platform="h100-96gb-500w", nodes=64, seq_len=8192, micro_batch=2,
-                        ckpt_freq=1)
+    sc = build_scenario("llama-3.1-8b", platform="h100-96gb-500w", nodes=64, seq_len=8192, micro_batch=2, ckpt_freq=1)
     base = evaluate(sc, get_strategy("fsdp_full_shard"))
     jit = evaluate(sc.with_platform(replace(sc.platform, rank_jitter=0.02)), get_strategy("fsdp_full_shard"))
     added = 0.02 * base.compute_s * (_pdf_integral(512) - _pdf_integral(8))
@@ -116,8 +116,14 @@ def test_a_measured_spread_prices_the_late_ranks_into_the_step():
 def _rank_file(folder, rank: int, locals_s: list[float]) -> None:
     lines = [{"kind": "meta", "rank": rank, "world_size": 3, "device": "cuda:0"}]
     for i, t in enumerate(locals_s):
-        lines.append({"kind": "step", "step": i, "step_s": t + 0.5,
-                      "phases": {"data": 0.01, "forward": t - 0.02, "backward": 0.5, "optimizer": 0.01}})
+        lines.append(
+            {
+                "kind": "step",
+                "step": i,
+                "step_s": t + 0.5,
+                "phases": {"data": 0.01, "forward": t - 0.02, "backward": 0.5, "optimizer": 0.01},
+            }
+        )
     (folder / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
@@ -142,8 +148,19 @@ def test_plan_cli_takes_the_spread_from_a_stepmonitor_folder_and_refuses_bad_inp
 
     for rank, t in enumerate((1.0, 1.1, 0.9)):
         _rank_file(tmp_path, rank, [t] * 4)
-    args = ["plan", "--model", "qwen3-0.6b", "--platform", "aurora", "--nodes", "10", "--seq-len", "512",
-            "--micro-batch", "4"]
+    args = [
+        "plan",
+        "--model",
+        "qwen3-0.6b",
+        "--platform",
+        "aurora",
+        "--nodes",
+        "10",
+        "--seq-len",
+        "512",
+        "--micro-batch",
+        "4",
+    ]
     r = CliRunner().invoke(app, [*args, "--rank-jitter", str(tmp_path), "--json"])
     assert r.exit_code == 0, r.output
     cv = statistics.stdev((1.0, 1.1, 0.9))

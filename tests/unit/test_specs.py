@@ -5,13 +5,31 @@ import json
 import pytest
 
 from prism_strategy.specs import (
-    Layout, MultimodalSpec, SpecError, TrainingSpec, TransformerSpec, load_model, load_platform,
-    model_names, platform_names,
+    Layout,
+    MultimodalSpec,
+    SpecError,
+    TrainingSpec,
+    TransformerSpec,
+    load_model,
+    load_platform,
+    model_names,
+    platform_names,
 )
 from prism_strategy.specs.hf import spec_from_hf_dict
 
-REQUIRED_MODELS = {"olmo-1b", "olmo-7b", "olmo-3-7b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b",
-                   "llama-2-7b", "auroragpt-2b", "siglip2-base-patch16-224", "siglip2-so400m-patch14-384"}
+REQUIRED_MODELS = {
+    "olmo-1b",
+    "olmo-7b",
+    "olmo-3-7b",
+    "qwen3-0.6b",
+    "qwen3-1.7b",
+    "qwen3-4b",
+    "qwen3-8b",
+    "llama-2-7b",
+    "auroragpt-2b",
+    "siglip2-base-patch16-224",
+    "siglip2-so400m-patch14-384",
+}
 REQUIRED_PLATFORMS = {"aurora", "aurora-composite", "polaris", "dgx-h100", "dgx-h200", "cpu"}
 
 
@@ -42,7 +60,15 @@ def test_variants_by_hand():
 
 def test_auroragpt_2b_architecture():
     m = load_model("auroragpt-2b")
-    assert (m.hidden, m.layers, m.heads, m.kv_heads, m.ffn, m.vocab, m.tied_embeddings) == (2048, 12, 16, 4, 11008, 256128, False)
+    assert (m.hidden, m.layers, m.heads, m.kv_heads, m.ffn, m.vocab, m.tied_embeddings) == (
+        2048,
+        12,
+        16,
+        4,
+        11008,
+        256128,
+        False,
+    )
 
 
 def test_known_published_sizes():
@@ -62,9 +88,18 @@ def test_param_count_equals_transformers_meta_model(name):
 
 
 def test_hf_config_roundtrip(tmp_path):
-    cfg = {"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
-           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936,
-           "tie_word_embeddings": True, "max_position_embeddings": 40960}
+    cfg = {
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 3072,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 40960,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     spec = load_model(str(path))
@@ -73,19 +108,26 @@ def test_hf_config_roundtrip(tmp_path):
 
 
 def test_siglip_full_config_reads_vision_part():
-    spec = spec_from_hf_dict({"model_type": "siglip", "vision_config": {"hidden_size": 768, "image_size": 224,
-                                                                       "patch_size": 16, "vision_use_head": False}},
-                             name="s")
+    spec = spec_from_hf_dict(
+        {
+            "model_type": "siglip",
+            "vision_config": {"hidden_size": 768, "image_size": 224, "patch_size": 16, "vision_use_head": False},
+        },
+        name="s",
+    )
     assert spec.kind == "vision" and spec.num_patches == 196
     assert spec.total_params == load_model("siglip2-base-patch16-224").total_params
 
 
-@pytest.mark.parametrize("text, match", [
-    ("{not json", "not valid JSON"),
-    ('{"model_type": "bert"}', "not supported"),
-    ('{"model_type": "llama", "hidden_size": "big"}', "must be an integer"),
-    ("[1, 2]", "expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"model_type": "bert"}', "not supported"),
+        ('{"model_type": "llama", "hidden_size": "big"}', "must be an integer"),
+        ("[1, 2]", "expected a JSON object"),
+    ],
+)
 def test_bad_config_json(tmp_path, text, match):
     path = tmp_path / "config.json"
     path.write_text(text)

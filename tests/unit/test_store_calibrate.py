@@ -6,29 +6,55 @@ import multiprocessing as mp
 import pytest
 
 from prism_strategy.bench.fit.calibrate import calibrate, errors_pct, fitted_values
-from prism_strategy.bench.results.compare import compare
 from prism_strategy.bench.launch.fingerprint import fingerprint
-from prism_strategy.estimate.calibration import same_setup
+from prism_strategy.bench.results.compare import compare
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store, export
-from prism_strategy.estimate.calibration import apply_calibration, load_calibration, write_calibration
+from prism_strategy.estimate.calibration import apply_calibration, load_calibration, same_setup, write_calibration
 from prism_strategy.specs import SpecError, load_platform
 
-TINY = dict(name="tiny", hf_model_type="llama", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128,
-            vocab=512, max_positions=512)
+TINY = dict(
+    name="tiny",
+    hf_model_type="llama",
+    layers=2,
+    hidden=64,
+    heads=4,
+    kv_heads=2,
+    head_dim=16,
+    ffn=128,
+    vocab=512,
+    max_positions=512,
+)
 
 
 def config(strategy="ddp", mb=2, seq=64, nproc=4, rpn=2, **kw):
-    return dict(model_spec=TINY, strategy=strategy, micro_batch=mb, seq_len=seq, nproc=nproc, ranks_per_node=rpn,
-                precision="fp32", **kw)
+    return dict(
+        model_spec=TINY,
+        strategy=strategy,
+        micro_batch=mb,
+        seq_len=seq,
+        nproc=nproc,
+        ranks_per_node=rpn,
+        precision="fp32",
+        **kw,
+    )
 
 
 def _writer(args):
     path, worker, n = args
     s = Store(path)
     for i in range(n):
-        s.add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"w": worker, "i": i},
-                     measured={"step_time_s": 1.0}, fingerprint={"host": "h"}))
+        s.add(
+            Result(
+                kind="bench",
+                status="ok",
+                strategy="ddp",
+                platform="cpu",
+                config={"w": worker, "i": i},
+                measured={"step_time_s": 1.0},
+                fingerprint={"host": "h"},
+            )
+        )
 
 
 def test_concurrent_writers_lose_nothing(tmp_path):
@@ -46,6 +72,7 @@ def test_a_write_that_finds_the_store_locked_waits_for_the_lock(tmp_path, monkey
     import threading
 
     from prism_strategy.bench.results import store as store_mod
+
     db = tmp_path / "r.db"
     Store(db).add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"i": 0}, measured={}))
     monkeypatch.setattr(store_mod, "BUSY_TIMEOUT_S", 0.02)
@@ -59,8 +86,17 @@ def test_a_write_that_finds_the_store_locked_waits_for_the_lock(tmp_path, monkey
 
 def test_store_roundtrip_and_export(tmp_path):
     s = Store(tmp_path / "r.db")
-    rid = s.add(Result(kind="bench", status="ok", strategy="zero2", platform="cpu", config=config("zero2"),
-                       measured={"step_time_s": 0.5}, fingerprint=fingerprint(platform="cpu", backend="gloo")))
+    rid = s.add(
+        Result(
+            kind="bench",
+            status="ok",
+            strategy="zero2",
+            platform="cpu",
+            config=config("zero2"),
+            measured={"step_time_s": 0.5},
+            fingerprint=fingerprint(platform="cpu", backend="gloo"),
+        )
+    )
     [r] = s.query(platform="cpu")
     assert r.id == rid and r.config == config("zero2") and r.fingerprint["backend"] == "gloo"
     assert r.fingerprint["torch"] and r.fingerprint["code"]
@@ -88,9 +124,20 @@ def synthetic_runs(truth, configs):
     out = []
     for c in configs:
         p = predict(c, truth)
-        out.append(Result(kind="bench", status="ok", strategy=c["strategy"], platform="cpu", config=c,
-                          measured={"step_time_s": p["step_time_s"], "samples_per_s": p["samples_per_s"],
-                                    "peak_memory_bytes": p["memory_bytes"]}))
+        out.append(
+            Result(
+                kind="bench",
+                status="ok",
+                strategy=c["strategy"],
+                platform="cpu",
+                config=c,
+                measured={
+                    "step_time_s": p["step_time_s"],
+                    "samples_per_s": p["samples_per_s"],
+                    "peak_memory_bytes": p["memory_bytes"],
+                },
+            )
+        )
     return out
 
 
@@ -101,10 +148,20 @@ def test_fit_recovers_the_constants_its_runs_were_generated_with(tmp_path):
     link bandwidth and per-collective overhead trade off on a tiny model (comm is a sliver of the
     step): these runs cannot decide them, so they are not asserted."""
     base = load_platform("cpu")
-    truth = dataclasses.replace(base, achievable_fraction=0.12, intra_bw_gbps=0.5, intra_ring_bw_gbps=0.5,
-                                collective_overhead_us=400.0, activation_factor=1.3, framework_reserve_gib=0.05)
-    train = [config(s, mb=mb, seq=seq) for s in ("ddp", "fsdp_full_shard", "hsdp_shard_grad_op", "zero2")
-             for mb, seq in ((1, 64), (4, 128))]
+    truth = dataclasses.replace(
+        base,
+        achievable_fraction=0.12,
+        intra_bw_gbps=0.5,
+        intra_ring_bw_gbps=0.5,
+        collective_overhead_us=400.0,
+        activation_factor=1.3,
+        framework_reserve_gib=0.05,
+    )
+    train = [
+        config(s, mb=mb, seq=seq)
+        for s in ("ddp", "fsdp_full_shard", "hsdp_shard_grad_op", "zero2")
+        for mb, seq in ((1, 64), (4, 128))
+    ]
     held = [config(s, mb=2, seq=256) for s in ("ddp", "fsdp_shard_grad_op", "hsdp_full_shard", "zero2")]
     fitted, report = calibrate(base, synthetic_runs(truth, train))
     assert fitted.activation_factor == pytest.approx(1.3, rel=1e-6)
@@ -114,8 +171,14 @@ def test_fit_recovers_the_constants_its_runs_were_generated_with(tmp_path):
     held_err = errors_pct(fitted, synthetic_runs(truth, held))  # configs the fit did not see, same model
     assert held_err["step_time_median"] < 10 and held_err["memory_median"] == pytest.approx(0, abs=1e-6)
     path = tmp_path / "cpu.toml"
-    write_calibration(path, platform="cpu", fingerprint={"host": "h", "torch": "2.13"},
-                      values=fitted_values(fitted), runs=report["runs"], errors=report["after"])
+    write_calibration(
+        path,
+        platform="cpu",
+        fingerprint={"host": "h", "torch": "2.13"},
+        values=fitted_values(fitted),
+        runs=report["runs"],
+        errors=report["after"],
+    )
     applied = apply_calibration(base, load_calibration(path), str(path))
     assert applied.achievable_fraction == pytest.approx(fitted.achievable_fraction)
     assert applied.source("achievable_fraction").startswith("calibrated")
@@ -144,7 +207,15 @@ def test_compare_puts_a_published_record_beside_its_prediction(tmp_path):
     assert a1["error_pct"]["step_time_s"] == pytest.approx((pred - 2.50) / 2.50 * 100)
     c6, gib = rows["C6-b2"], 2**30 / 1e9
     alloc, reserved = 13.6 / gib, 34.5 / gib
-    assert c6["measured"] == {"samples_per_s": None, "step_time_s": None, "tokens_per_s_per_device": None,
-                              "mfu": None, "alloc_gib": pytest.approx(alloc), "reserved_gib": pytest.approx(reserved)}
-    assert c6["error_pct"]["reserved_gib"] == pytest.approx((c6["predicted"]["reserved_gib"] - reserved) / reserved * 100)
+    assert c6["measured"] == {
+        "samples_per_s": None,
+        "step_time_s": None,
+        "tokens_per_s_per_device": None,
+        "mfu": None,
+        "alloc_gib": pytest.approx(alloc),
+        "reserved_gib": pytest.approx(reserved),
+    }
+    assert c6["error_pct"]["reserved_gib"] == pytest.approx(
+        (c6["predicted"]["reserved_gib"] - reserved) / reserved * 100
+    )
     assert "A4" in rows and "E2" in rows  # every record with a step time or a peak gets a row

@@ -12,14 +12,27 @@ from prism_strategy.bench.results.store import Result, Store, journal_for, mount
 
 def _mounts(tmp_path, fstype: str, point) -> object:
     f = tmp_path / "mounts"
-    f.write_text("sysfs /sys sysfs rw 0 0\n/dev/sda1 / ext4 rw 0 0\n"
-                 f"server:/export {str(point).replace(' ', chr(92) + '040')} {fstype} rw,relatime 0 0\n")
+    f.write_text(
+        "sysfs /sys sysfs rw 0 0\n/dev/sda1 / ext4 rw 0 0\n"
+        f"server:/export {str(point).replace(' ', chr(92) + '040')} {fstype} rw,relatime 0 0\n"
+    )
     return f
 
 
-@pytest.mark.parametrize("fstype, mode", [("nfs4", "delete"), ("lustre", "delete"), ("gpfs", "delete"),
-                                          ("fuse.dfuse", "delete"), ("cifs", "delete"), ("beegfs", "delete"),
-                                          ("ext4", "wal"), ("xfs", "wal"), ("tmpfs", "wal")])
+@pytest.mark.parametrize(
+    "fstype, mode",
+    [
+        ("nfs4", "delete"),
+        ("lustre", "delete"),
+        ("gpfs", "delete"),
+        ("fuse.dfuse", "delete"),
+        ("cifs", "delete"),
+        ("beegfs", "delete"),
+        ("ext4", "wal"),
+        ("xfs", "wal"),
+        ("tmpfs", "wal"),
+    ],
+)
 def test_journal_mode_follows_the_longest_mount_prefix(tmp_path, fstype, mode):
     home = tmp_path / "my home"  # a space: /proc/mounts writes it \\040
     home.mkdir()
@@ -33,8 +46,9 @@ def test_journal_mode_follows_the_longest_mount_prefix(tmp_path, fstype, mode):
 def test_a_store_on_a_network_filesystem_runs_the_rollback_journal(tmp_path):
     mounts = _mounts(tmp_path, "lustre", tmp_path)
     db = tmp_path / "r.db"
-    Store(db, mounts=mounts).add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"i": 0},
-                                        measured={}))
+    Store(db, mounts=mounts).add(
+        Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"i": 0}, measured={})
+    )
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     assert not (tmp_path / "r.db-wal").exists() and not (tmp_path / "r.db-shm").exists()
     Store(db).query()  # the same file seen as local (no mounts file naming it): switched to WAL
@@ -45,8 +59,17 @@ def _writer(args):
     path, mounts, worker, n = args
     s = Store(path, mounts=mounts)
     for i in range(n):
-        s.add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"w": worker, "i": i},
-                     measured={"step_time_s": 1.0}, fingerprint={"host": "h"}))
+        s.add(
+            Result(
+                kind="bench",
+                status="ok",
+                strategy="ddp",
+                platform="cpu",
+                config={"w": worker, "i": i},
+                measured={"step_time_s": 1.0},
+                fingerprint={"host": "h"},
+            )
+        )
 
 
 def test_concurrent_writers_lose_nothing_in_delete_mode(tmp_path):

@@ -4,12 +4,20 @@ import pytest
 
 from prism_strategy.rules import check, load_rules
 from prism_strategy.specs import Layout, SpecError
-from prism_strategy.strategies import MeshAxis, STRATEGY_NAMES, get_strategy, parse_strategies
+from prism_strategy.strategies import STRATEGY_NAMES, MeshAxis, get_strategy, parse_strategies
 
 
 def test_catalogue_names_pinned():
-    assert STRATEGY_NAMES == ("ddp", "fsdp_full_shard", "fsdp_shard_grad_op", "hsdp_full_shard",
-                              "hsdp_shard_grad_op", "zero1", "zero2", "zero3")
+    assert STRATEGY_NAMES == (
+        "ddp",
+        "fsdp_full_shard",
+        "fsdp_shard_grad_op",
+        "hsdp_full_shard",
+        "hsdp_shard_grad_op",
+        "zero1",
+        "zero2",
+        "zero3",
+    )
 
 
 def test_unknown_strategy_lists_choices():

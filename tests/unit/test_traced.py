@@ -13,18 +13,49 @@ import pytest
 from torch import nn
 
 from prism_strategy.estimate.memory import KEYS, estimate_memory
-from prism_strategy.specs.parts import model_parts, transformer_tensors
-from prism_strategy.traced.estimate import (
-    TraceError, TracedMemory, differences, search_max_micro_batch, trace_memory, trace_option, traced_fields,
-)
 from prism_strategy.specs import Layout, MultimodalSpec, SpecError, TrainingSpec, TransformerSpec, load_platform
+from prism_strategy.specs.parts import model_parts, transformer_tensors
 from prism_strategy.strategies import get_strategy
+from prism_strategy.traced.estimate import (
+    TracedMemory,
+    TraceError,
+    differences,
+    search_max_micro_batch,
+    trace_memory,
+    trace_option,
+    traced_fields,
+)
 
-TINY = TransformerSpec(name="tiny", hf_model_type="llama", layers=2, hidden=128, heads=4, kv_heads=2, head_dim=32,
-                       ffn=256, vocab=1024, max_positions=512)
-VISION = TransformerSpec(name="tiny-siglip", kind="vision", hf_model_type="siglip_vision_model", layers=1, hidden=64,
-                         heads=4, kv_heads=4, head_dim=16, ffn=128, qkv_bias=True, o_bias=True, mlp_bias=True,
-                         mlp="gelu", norm="layernorm", image_size=32, patch_size=8)
+TINY = TransformerSpec(
+    name="tiny",
+    hf_model_type="llama",
+    layers=2,
+    hidden=128,
+    heads=4,
+    kv_heads=2,
+    head_dim=32,
+    ffn=256,
+    vocab=1024,
+    max_positions=512,
+)
+VISION = TransformerSpec(
+    name="tiny-siglip",
+    kind="vision",
+    hf_model_type="siglip_vision_model",
+    layers=1,
+    hidden=64,
+    heads=4,
+    kv_heads=4,
+    head_dim=16,
+    ffn=128,
+    qkv_bias=True,
+    o_bias=True,
+    mlp_bias=True,
+    mlp="gelu",
+    norm="layernorm",
+    image_size=32,
+    patch_size=8,
+)
 WORLD4 = Layout(nodes=1, ranks_per_node=4)
 MIXED = TrainingSpec.from_precision("bf16-mixed", seq_len=64)
 FP32 = TrainingSpec.from_precision("fp32", seq_len=64)
@@ -41,8 +72,10 @@ def ddp() -> TracedMemory:
 
 
 def test_importing_the_planner_and_traced_module_loads_no_torch():
-    code = ("import sys, prism_strategy.planning.planner, prism_strategy.traced.estimate; "
-            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    code = (
+        "import sys, prism_strategy.planning.planner, prism_strategy.traced.estimate; "
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -104,8 +137,14 @@ def test_zero_strategies_are_not_traced_and_say_so():
     """DeepSpeed cannot run under fake tensors: trace_memory hands back the analytic estimate under
     an 'analytic' label. That the two agree is what the label means, not evidence for either."""
     t = trace_memory(TINY, MIXED, WORLD4, "zero3", 2)
-    est = estimate_memory(model_parts(MultimodalSpec(backbone=TINY), MIXED), MIXED, load_platform("aurora"), WORLD4,
-                          get_strategy("zero3"), 2)
+    est = estimate_memory(
+        model_parts(MultimodalSpec(backbone=TINY), MIXED),
+        MIXED,
+        load_platform("aurora"),
+        WORLD4,
+        get_strategy("zero3"),
+        2,
+    )
     assert t.method.startswith("analytic (DeepSpeed cannot be traced)") and not t.traced
     assert t.peak_bytes == pytest.approx(est.total - est.reserve) and t.by_key["reserve"] == 0
     assert differences(est, t) == []  # nothing traced, so no disagreement is claimed
@@ -187,12 +226,15 @@ def test_factory_built_on_meta_keeps_tied_weights_tied():
     assert t.by_key["params"] == (256 * 32 + 256) * 4  # the shared matrix once, plus the head bias
 
 
-@pytest.mark.parametrize("text, message", [
-    ("test_traced:", "must look like 'package.module:function'"),
-    ("prism_strategy_no_such_mod:f", "cannot import 'prism_strategy_no_such_mod'"),
-    ("test_traced:no_such_fn", "has no 'no_such_fn'"),
-    ("test_traced:TINY", "is a TransformerSpec, not a function"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("test_traced:", "must look like 'package.module:function'"),
+        ("prism_strategy_no_such_mod:f", "cannot import 'prism_strategy_no_such_mod'"),
+        ("test_traced:no_such_fn", "has no 'no_such_fn'"),
+        ("test_traced:TINY", "is a TransformerSpec, not a function"),
+    ],
+)
 def test_bad_factory_strings_are_one_line_spec_errors(text, message):
     with pytest.raises(SpecError, match=message) as e:
         trace_memory(text, FP32, WORLD4, "ddp", 1)
@@ -238,26 +280,56 @@ def test_refuses_to_run_inside_a_process_group():
 
 
 def test_differences_name_the_item_that_differs(fsdp):
-    est = estimate_memory(model_parts(MultimodalSpec(backbone=TINY), MIXED), MIXED, load_platform("cpu"), WORLD4,
-                          get_strategy("fsdp_full_shard"), 2)
-    same = TracedMemory(peak_bytes=est.total, by_key={k: getattr(est, k) for k in KEYS}, method="traced: x",
-                        seconds=0, torch_version="", micro_batch=2)
+    est = estimate_memory(
+        model_parts(MultimodalSpec(backbone=TINY), MIXED),
+        MIXED,
+        load_platform("cpu"),
+        WORLD4,
+        get_strategy("fsdp_full_shard"),
+        2,
+    )
+    same = TracedMemory(
+        peak_bytes=est.total,
+        by_key={k: getattr(est, k) for k in KEYS},
+        method="traced: x",
+        seconds=0,
+        torch_version="",
+        micro_batch=2,
+    )
     assert differences(est, same) == []
-    off = TracedMemory(peak_bytes=est.total + est.activations, by_key={**same.by_key, "activations": 2 * est.activations},
-                       method="traced: x", seconds=0, torch_version="", micro_batch=2, phase="backward")
+    off = TracedMemory(
+        peak_bytes=est.total + est.activations,
+        by_key={**same.by_key, "activations": 2 * est.activations},
+        method="traced: x",
+        seconds=0,
+        torch_version="",
+        micro_batch=2,
+        phase="backward",
+    )
     notes = differences(est, off)
     assert len(notes) == 2 and notes[0].startswith("analytic ") and "backward" in notes[0]
     assert notes[1].startswith("activations differ")
     moved = est.activations / 2  # same total, split differently: no note
-    shuffled = TracedMemory(peak_bytes=est.total, by_key={**same.by_key, "activations": est.activations - moved,
-                                                          "buffers": est.buffers + moved},
-                            method="traced: x", seconds=0, torch_version="", micro_batch=2)
+    shuffled = TracedMemory(
+        peak_bytes=est.total,
+        by_key={**same.by_key, "activations": est.activations - moved, "buffers": est.buffers + moved},
+        method="traced: x",
+        seconds=0,
+        torch_version="",
+        micro_batch=2,
+    )
     assert differences(est, shuffled) == []
 
 
 def test_traced_fields_have_the_keys_of_memory_gib(fsdp):
-    est = estimate_memory(model_parts(MultimodalSpec(backbone=TINY), MIXED), MIXED, load_platform("aurora"), WORLD4,
-                          get_strategy("fsdp_full_shard"), 2)
+    est = estimate_memory(
+        model_parts(MultimodalSpec(backbone=TINY), MIXED),
+        MIXED,
+        load_platform("aurora"),
+        WORLD4,
+        get_strategy("fsdp_full_shard"),
+        2,
+    )
     d = traced_fields(fsdp, reserve_bytes=est.reserve, analytic=est)
     assert set(d["traced_memory_gib"]) == set(est.gib())
     assert d["traced_memory_gib"]["reserve"] == pytest.approx(est.reserve / 2**30, abs=1e-3)

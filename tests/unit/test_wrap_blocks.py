@@ -24,8 +24,14 @@ def test_blocks_from_no_split_modules():
 
 def test_blocks_of_a_transformers_model():
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                   num_attention_heads=2, num_key_value_heads=1)
+    cfg = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     with torch.device("meta"):
         m = transformers.LlamaForCausalLM(cfg)
     assert [type(b.module).__name__ for b in find_blocks(m)] == ["LlamaDecoderLayer"] * 2

@@ -32,8 +32,16 @@ def write(tmp_path, text: str, name: str = "strategy.toml"):
 
 def test_full_file(tmp_path):
     f = read_strategy_file(write(tmp_path, FULL))
-    assert f == WrapConfig(strategy="ddp", mixed_precision=None, ckpt_freq=2, static_graph=True, bucket_mb=50,
-                           micro_batch=8, grad_accum=4, ranks_per_node=12)
+    assert f == WrapConfig(
+        strategy="ddp",
+        mixed_precision=None,
+        ckpt_freq=2,
+        static_graph=True,
+        bucket_mb=50,
+        micro_batch=8,
+        grad_accum=4,
+        ranks_per_node=12,
+    )
     assert f.spec.bucket_mb == 50 and f.spec.name == "ddp"
 
 
@@ -56,23 +64,26 @@ def test_no_path_reads_the_env_var_the_launchers_export(tmp_path, monkeypatch):
         WrapConfig.from_toml()
 
 
-@pytest.mark.parametrize("text, message", [
-    ('strategy = "ddp"\ncolour = "red"\n', "unknown key 'colour'"),
-    ('mixed_precision = "bf16"\n', "missing key 'strategy'"),
-    ('strategy = "dpp"\n', "unknown strategy 'dpp'"),
-    ('strategy = "ddp"\nckpt_freq = "1"\n', "ckpt_freq must be an int >= 0"),
-    ('strategy = "ddp"\nckpt_freq = true\n', "ckpt_freq must be an int >= 0"),
-    ('strategy = "ddp"\nckpt_freq = -1\n', "ckpt_freq must be an int >= 0"),
-    ('strategy = "ddp"\nstatic_graph = 1\n', "static_graph must be True or False"),
-    ('strategy = "ddp"\nbucket_mb = 0\n', "bucket size must be a number of MiB"),
-    ('strategy = "ddp"\nreduce_dtype = "fp16"\n', r"reduce dtype \(--reduce-dtype\) must be fp32 or bf16"),
-    ('strategy = "ddp"\nmicro_batch = 0\n', "micro_batch must be a positive integer"),
-    ('strategy = "ddp"\ngrad_accum = 1.5\n', "grad_accum must be a positive integer"),
-    ('strategy = "ddp"\nmixed_precision = "fp16"\n', 'mixed_precision must be "bf16" or "none"'),
-    ('strategy = "ddp"\nds_config = "x.json"\n', "ds_config is only for zero"),
-    ('strategy = "zero2"\nds_config = "missing.json"\n', "ds_config 'missing.json' not found"),
-    ('strategy = "ddp"\nckpt_freq = \n', "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('strategy = "ddp"\ncolour = "red"\n', "unknown key 'colour'"),
+        ('mixed_precision = "bf16"\n', "missing key 'strategy'"),
+        ('strategy = "dpp"\n', "unknown strategy 'dpp'"),
+        ('strategy = "ddp"\nckpt_freq = "1"\n', "ckpt_freq must be an int >= 0"),
+        ('strategy = "ddp"\nckpt_freq = true\n', "ckpt_freq must be an int >= 0"),
+        ('strategy = "ddp"\nckpt_freq = -1\n', "ckpt_freq must be an int >= 0"),
+        ('strategy = "ddp"\nstatic_graph = 1\n', "static_graph must be True or False"),
+        ('strategy = "ddp"\nbucket_mb = 0\n', "bucket size must be a number of MiB"),
+        ('strategy = "ddp"\nreduce_dtype = "fp16"\n', r"reduce dtype \(--reduce-dtype\) must be fp32 or bf16"),
+        ('strategy = "ddp"\nmicro_batch = 0\n', "micro_batch must be a positive integer"),
+        ('strategy = "ddp"\ngrad_accum = 1.5\n', "grad_accum must be a positive integer"),
+        ('strategy = "ddp"\nmixed_precision = "fp16"\n', 'mixed_precision must be "bf16" or "none"'),
+        ('strategy = "ddp"\nds_config = "x.json"\n', "ds_config is only for zero"),
+        ('strategy = "zero2"\nds_config = "missing.json"\n', "ds_config 'missing.json' not found"),
+        ('strategy = "ddp"\nckpt_freq = \n', "not valid TOML"),
+    ],
+)
 def test_bad_files(tmp_path, text, message):
     with pytest.raises(SpecError, match=message) as e:
         read_strategy_file(write(tmp_path, text))
@@ -84,14 +95,21 @@ def test_missing_file(tmp_path):
         read_strategy_file(tmp_path / "nope.toml")
 
 
-@pytest.mark.parametrize("cfg", [
-    WrapConfig(strategy="ddp", static_graph=True, bucket_mb=25, ranks_per_node=12, micro_batch=4, grad_accum=2),
-    WrapConfig(strategy="zero2", mixed_precision=None, ckpt_freq=1, ds_config="ds_config.json", reduce_dtype="fp32"),
-    WrapConfig(strategy="hsdp_shard_grad_op", reduce_dtype="bf16", bucket_mb=12.5, compile=True),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        WrapConfig(strategy="ddp", static_graph=True, bucket_mb=25, ranks_per_node=12, micro_batch=4, grad_accum=2),
+        WrapConfig(
+            strategy="zero2", mixed_precision=None, ckpt_freq=1, ds_config="ds_config.json", reduce_dtype="fp32"
+        ),
+        WrapConfig(strategy="hsdp_shard_grad_op", reduce_dtype="bf16", bucket_mb=12.5, compile=True),
+    ],
+)
 def test_round_trip(tmp_path, cfg):
     """What emit writes, wrap_from_file reads back unchanged."""
     (tmp_path / "ds_config.json").write_text("{}")
     got = read_strategy_file(write(tmp_path, render_strategy_toml(cfg, "# test")))
-    expected = cfg if cfg.ds_config is None else cfg.with_changes(ds_config=str((tmp_path / "ds_config.json").resolve()))
+    expected = (
+        cfg if cfg.ds_config is None else cfg.with_changes(ds_config=str((tmp_path / "ds_config.json").resolve()))
+    )
     assert got == expected

@@ -22,9 +22,16 @@ SGD = lambda params: torch.optim.SGD(params, lr=0.1)  # noqa: E731
 
 
 def ctx(device: str = "cpu", nodes: int = 1, rpn: int = 2) -> DistContext:
-    return DistContext(rank=0, local_rank=0, world_size=nodes * rpn, nodes=nodes, ranks_per_node=rpn,
-                       device=torch.device(device), backend={"xpu": "xccl", "cuda": "nccl"}.get(device, "gloo"),
-                       launcher="torchrun")
+    return DistContext(
+        rank=0,
+        local_rank=0,
+        world_size=nodes * rpn,
+        nodes=nodes,
+        ranks_per_node=rpn,
+        device=torch.device(device),
+        backend={"xpu": "xccl", "cuda": "nccl"}.get(device, "gloo"),
+        launcher="torchrun",
+    )
 
 
 def model() -> TinyLlama:
@@ -35,8 +42,10 @@ def test_compile_across_nodes_on_xpu_warns_naming_the_stack_that_deadlocked():
     """rules.toml: PRISM's whole-backbone compile (FSDP1) deadlocked oneCCL; torchtitan's per-block
     compile with FSDP2 ran on 2 and 64 nodes (E1, E2): a warning, and wrap() goes on (to the missing
     process group)."""
-    with pytest.warns(UserWarning, match=r"\[xpu-multinode-compile\].*PRISM's stack.*deadlocked oneCCL.*E1, E2"), \
-            pytest.raises(SpecError, match="no process group"):
+    with (
+        pytest.warns(UserWarning, match=r"\[xpu-multinode-compile\].*PRISM's stack.*deadlocked oneCCL.*E1, E2"),
+        pytest.raises(SpecError, match="no process group"),
+    ):
         wrap(model(), "hsdp_full_shard", ctx=ctx("xpu", nodes=2), optimizer=SGD, compile=True)
 
 
@@ -74,37 +83,49 @@ def test_root_only_fsdp_warns():
 
 
 def test_ddp_options_on_other_engines_warn():
-    with pytest.warns(UserWarning, match="static_graph, bucket_mb do not apply to fsdp_full_shard"), \
-            pytest.raises(SpecError, match="no process group"):
+    with (
+        pytest.warns(UserWarning, match="static_graph, bucket_mb do not apply to fsdp_full_shard"),
+        pytest.raises(SpecError, match="no process group"),
+    ):
         wrap(model(), "fsdp_full_shard", ctx=ctx(), optimizer=SGD, static_graph=True, bucket_mb=50)
 
 
 def test_situation_matches_the_rules_keys():
-    facts = situation(get_strategy("hsdp_full_shard"), ctx("xpu", nodes=2), compile=True, static_graph=False,
-                      find_unused_parameters=False, has_blocks=True)
+    facts = situation(
+        get_strategy("hsdp_full_shard"),
+        ctx("xpu", nodes=2),
+        compile=True,
+        static_graph=False,
+        find_unused_parameters=False,
+        has_blocks=True,
+    )
     assert facts.device == "xpu" and facts.multi_node and facts.engine == "fsdp2"
     assert facts.passes_device_id is False and facts.root_only_wrap is False and facts.reshard_or_sharded
-    ddp = situation(get_strategy("ddp"), ctx(), compile=False, static_graph=True, find_unused_parameters=False,
-                    has_blocks=False)
+    ddp = situation(
+        get_strategy("ddp"), ctx(), compile=False, static_graph=True, find_unused_parameters=False, has_blocks=False
+    )
     assert ddp.root_only_wrap is None and ddp.reshard_or_sharded is False  # the engine's facts
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(strategy="fsdp"), "unknown strategy 'fsdp'; choose one of ddp, fsdp_full_shard"),
-    (dict(strategy=3), "strategy must be a strategy name"),
-    (dict(optimizer=torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1)), "optimizer must be a factory"),
-    (dict(mixed_precision="fp16"), "mixed_precision must be 'bf16' or None"),
-    (dict(ckpt_freq=-1), "ckpt_freq must be an int >= 0"),
-    (dict(ckpt_freq=True), "ckpt_freq must be an int >= 0"),
-    (dict(static_graph="yes"), "static_graph must be True or False"),
-    (dict(compile=1), "compile must be True or False"),
-    (dict(bucket_mb=0), "bucket size must be a number of MiB"),
-    (dict(reduce_dtype="fp16"), r"reduce dtype \(--reduce-dtype\) must be fp32 or bf16"),
-    (dict(block_types=(3,)), "block_types must be module classes or class names"),
-    (dict(block_types=torch.nn.Conv2d), "no module of block_types"),
-    (dict(model="not a module"), "model must be a torch.nn.Module"),
-    (dict(ctx=object()), "ctx must be the DistContext"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(strategy="fsdp"), "unknown strategy 'fsdp'; choose one of ddp, fsdp_full_shard"),
+        (dict(strategy=3), "strategy must be a strategy name"),
+        (dict(optimizer=torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1)), "optimizer must be a factory"),
+        (dict(mixed_precision="fp16"), "mixed_precision must be 'bf16' or None"),
+        (dict(ckpt_freq=-1), "ckpt_freq must be an int >= 0"),
+        (dict(ckpt_freq=True), "ckpt_freq must be an int >= 0"),
+        (dict(static_graph="yes"), "static_graph must be True or False"),
+        (dict(compile=1), "compile must be True or False"),
+        (dict(bucket_mb=0), "bucket size must be a number of MiB"),
+        (dict(reduce_dtype="fp16"), r"reduce dtype \(--reduce-dtype\) must be fp32 or bf16"),
+        (dict(block_types=(3,)), "block_types must be module classes or class names"),
+        (dict(block_types=torch.nn.Conv2d), "no module of block_types"),
+        (dict(model="not a module"), "model must be a torch.nn.Module"),
+        (dict(ctx=object()), "ctx must be the DistContext"),
+    ],
+)
 def test_bad_input_is_a_one_line_spec_error(kwargs, message):
     args = dict(model=model(), strategy="ddp", ctx=ctx(), optimizer=SGD) | kwargs
     m, s = args.pop("model"), args.pop("strategy")
@@ -137,8 +158,13 @@ def test_generated_deepspeed_config():
 
 
 def test_callers_deepspeed_config_is_checked_and_not_mutated():
-    mine = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "train_batch_size": 64,
-            "bf16": {"enabled": True}, "zero_optimization": {"stage": 2, "overlap_comm": True}}
+    mine = {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 4,
+        "train_batch_size": 64,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2, "overlap_comm": True},
+    }
     with pytest.warns(UserWarning, match="gradient_accumulation_steps=4 ignored"):
         cfg = deepspeed_config(get_strategy("zero2"), ctx(nodes=2, rpn=4), mixed_precision="bf16", ds_config=mine)
     assert (cfg["train_batch_size"], cfg["gradient_accumulation_steps"]) == (16, 1)

@@ -12,10 +12,24 @@ from prism_strategy.cli.app import app
 from prism_strategy.cli.results_cmds import results_app
 
 # in the order `prism-strategy --help` lists them
-for _command in (plan_cmds.plan, plan_cmds.estimate, plan_cmds.models, plan_cmds.platforms, plan_cmds.strategies,
-                 bench_cmds.bench, bench_cmds.ceiling, bench_cmds.compare, bench_cmds.calibrate, bench_cmds.tune,
-                 bench_cmds.report, diagnose_cmds.analyze, diagnose_cmds.emit, diagnose_cmds.doctor,
-                 bench_cmds.census, bench_cmds.commbench):
+for _command in (
+    plan_cmds.plan,
+    plan_cmds.estimate,
+    plan_cmds.models,
+    plan_cmds.platforms,
+    plan_cmds.strategies,
+    bench_cmds.bench,
+    bench_cmds.ceiling,
+    bench_cmds.compare,
+    bench_cmds.calibrate,
+    bench_cmds.tune,
+    bench_cmds.report,
+    diagnose_cmds.analyze,
+    diagnose_cmds.emit,
+    diagnose_cmds.doctor,
+    bench_cmds.census,
+    bench_cmds.commbench,
+):
     app.command()(_command)
 app.add_typer(results_app, name="results")
 

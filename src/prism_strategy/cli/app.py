@@ -20,8 +20,9 @@ def _one_line(text: str) -> str:
 
 
 # click's exception classes as typer uses them (typer >= 0.2x vendors its own click)
-_USAGE_ERROR, _CLICK_EXCEPTION = (next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
-                                  for name in ("UsageError", "ClickException"))
+_USAGE_ERROR, _CLICK_EXCEPTION = (
+    next(c for c in typer.BadParameter.__mro__ if c.__name__ == name) for name in ("UsageError", "ClickException")
+)
 
 
 def _flags_as_flags(cmd) -> None:
@@ -36,6 +37,7 @@ def _flags_as_flags(cmd) -> None:
         if opt is not None:
             opt.metavar = ""
         return opt
+
     cmd.get_help_option = help_option
     for sub in getattr(cmd, "commands", {}).values():
         _flags_as_flags(sub)
@@ -68,9 +70,14 @@ class OneLineErrors(TyperGroup):
 
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors,
-                  context_settings=HELP_OPTIONS,
-                  help="Pick, configure, launch, measure and debug the data-parallel strategy of a PyTorch job.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    cls=OneLineErrors,
+    context_settings=HELP_OPTIONS,
+    help="Pick, configure, launch, measure and debug the data-parallel strategy of a PyTorch job.",
+)
 
 
 def _print_version(value: bool) -> None:
@@ -82,8 +89,11 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", help="Print the version and exit", is_eager=True,
-                                                callback=_print_version)] = False) -> None:
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the version and exit", is_eager=True, callback=_print_version)
+    ] = False,
+) -> None:
     """Pick, configure, launch, measure and debug the data-parallel strategy of a PyTorch job."""
 
 

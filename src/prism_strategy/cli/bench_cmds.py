@@ -8,33 +8,72 @@ from typing import Annotated, Optional
 import typer
 
 from prism_strategy.cli.app import cli_errors
-from prism_strategy.cli.options import (BenchModel, BenchPrecision, CkptFreq, CommBucketMb, CommReduceDtype, Db,
-                                        GradAccum, JsonOut, Loss, Mode, Nproc, Optimizer, PerStrategyTimeoutS,
-                                        Platform, RankMicroBatch, Rpn, SeqLen, Strategies, TimeoutS, Vision)
+from prism_strategy.cli.options import (
+    BenchModel,
+    BenchPrecision,
+    CkptFreq,
+    CommBucketMb,
+    CommReduceDtype,
+    Db,
+    GradAccum,
+    JsonOut,
+    Loss,
+    Mode,
+    Nproc,
+    Optimizer,
+    PerStrategyTimeoutS,
+    Platform,
+    RankMicroBatch,
+    Rpn,
+    SeqLen,
+    Strategies,
+    TimeoutS,
+    Vision,
+)
 
 
 @cli_errors
 def bench(
     model: BenchModel = "tiny-llama",
     strategies: Strategies = "ddp,fsdp_full_shard",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: RankMicroBatch = 2,
-    seq_len: SeqLen = 128, steps: Annotated[int, typer.Option(help="Timed optimizer steps per run")] = 3,
+    nproc: Nproc = 4,
+    ranks_per_node: Rpn = None,
+    micro_batch: RankMicroBatch = 2,
+    seq_len: SeqLen = 128,
+    steps: Annotated[int, typer.Option(help="Timed optimizer steps per run")] = 3,
     warmup: Annotated[int, typer.Option(help="Untimed steps first")] = 1,
     precision: BenchPrecision = "fp32",
-    ckpt_freq: CkptFreq = "0", grad_accum: GradAccum = 1,
-    optimizer: Optimizer = "adamw", loss: Loss = "upcast",
-    platform: Platform = "cpu", timeout_s: TimeoutS = 300,
-    db: Db = None, json_out: JsonOut = False,
+    ckpt_freq: CkptFreq = "0",
+    grad_accum: GradAccum = 1,
+    optimizer: Optimizer = "adamw",
+    loss: Loss = "upcast",
+    platform: Platform = "cpu",
+    timeout_s: TimeoutS = 300,
+    db: Db = None,
+    json_out: JsonOut = False,
 ) -> None:
     """Launch real multi-process runs, one job per strategy; store every result."""
     from prism_strategy.bench.launch.requests import bench_request
     from prism_strategy.bench.results.store import Store
     from prism_strategy.report.bench_output import bench_with_progress, show_bench
 
-    base, names = bench_request(strategies, platform, model=model, nproc=nproc, ranks_per_node=ranks_per_node,
-                                micro_batch=micro_batch, seq_len=seq_len, steps=steps, warmup=warmup,
-                                precision=precision, ckpt_freq=ckpt_freq, grad_accum=grad_accum, timeout_s=timeout_s,
-                                optimizer=optimizer, loss=loss)  # before the progress bar: exit 2 is one line
+    base, names = bench_request(
+        strategies,
+        platform,
+        model=model,
+        nproc=nproc,
+        ranks_per_node=ranks_per_node,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        steps=steps,
+        warmup=warmup,
+        precision=precision,
+        ckpt_freq=ckpt_freq,
+        grad_accum=grad_accum,
+        timeout_s=timeout_s,
+        optimizer=optimizer,
+        loss=loss,
+    )  # before the progress bar: exit 2 is one line
     store = Store(db)
     results = bench_with_progress(base, names, platform, store)
     show_bench(results, store, json_out)
@@ -44,28 +83,49 @@ def bench(
 
 @cli_errors
 def ceiling(
-    strategy: Annotated[str, typer.Option(help="Strategy to search")] = "ddp", model: BenchModel = "tiny-llama",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None, seq_len: SeqLen = 128,
-    precision: BenchPrecision = "fp32", ckpt_freq: CkptFreq = "0",
+    strategy: Annotated[str, typer.Option(help="Strategy to search")] = "ddp",
+    model: BenchModel = "tiny-llama",
+    nproc: Nproc = 4,
+    ranks_per_node: Rpn = None,
+    seq_len: SeqLen = 128,
+    precision: BenchPrecision = "fp32",
+    ckpt_freq: CkptFreq = "0",
     memory_limit: Annotated[Optional[float], typer.Option(help="CPU: GiB of tracked tensor memory per rank")] = None,
     max_micro_batch: Annotated[int, typer.Option(help="Search cap: no larger micro-batch is tried")] = 1024,
-    platform: Platform = "cpu", timeout_s: TimeoutS = 300, db: Db = None, json_out: JsonOut = False,
+    platform: Platform = "cpu",
+    timeout_s: TimeoutS = 300,
+    db: Db = None,
+    json_out: JsonOut = False,
 ) -> None:
     """Largest micro-batch that runs, by bisection seeded with the planner's prediction."""
     from prism_strategy.bench.launch.requests import ceiling_search
     from prism_strategy.report.bench_output import show_ceiling
 
-    data = ceiling_search(strategy, memory_limit=memory_limit, max_micro_batch=max_micro_batch, platform=platform,
-                          db=db, model=model, nproc=nproc, ranks_per_node=ranks_per_node, seq_len=seq_len,
-                          precision=precision, ckpt_freq=ckpt_freq, timeout_s=timeout_s)
+    data = ceiling_search(
+        strategy,
+        memory_limit=memory_limit,
+        max_micro_batch=max_micro_batch,
+        platform=platform,
+        db=db,
+        model=model,
+        nproc=nproc,
+        ranks_per_node=ranks_per_node,
+        seq_len=seq_len,
+        precision=precision,
+        ckpt_freq=ckpt_freq,
+        timeout_s=timeout_s,
+    )
     show_ceiling(data, max_micro_batch, json_out)
     if data["ceiling"] == 0:  # a valid question with a negative answer: even micro-batch 1 does not run
         raise typer.Exit(1)
 
 
 @cli_errors
-def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 'auto' or 'none'")] = "auto",
-            json_out: JsonOut = False) -> None:
+def compare(
+    db: Db = None,
+    calibration: Annotated[str, typer.Option(help="File, 'auto' or 'none'")] = "auto",
+    json_out: JsonOut = False,
+) -> None:
     """Prediction beside measurement for every stored configuration, with error %."""
     from prism_strategy.bench.launch.requests import compare_rows
     from prism_strategy.report.bench_output import show_compare
@@ -74,12 +134,18 @@ def compare(db: Db = None, calibration: Annotated[str, typer.Option(help="File, 
 
 
 @cli_errors
-def calibrate(platform: Annotated[str, typer.Option(help="Platform preset to fit (as plan's --platform)")] = "aurora",
-              db: Db = None,
-              out: Annotated[Optional[str], typer.Option(help="Default: the user cache, used by plan automatically")] = None,
-              fit: Annotated[str, typer.Option(help="all | steps (step time, memory) | comm (latency and bandwidth "
-                                                    "from the store's collective curves)")] = "all",
-              json_out: JsonOut = False) -> None:
+def calibrate(
+    platform: Annotated[str, typer.Option(help="Platform preset to fit (as plan's --platform)")] = "aurora",
+    db: Db = None,
+    out: Annotated[Optional[str], typer.Option(help="Default: the user cache, used by plan automatically")] = None,
+    fit: Annotated[
+        str,
+        typer.Option(
+            help="all | steps (step time, memory) | comm (latency and bandwidth from the store's collective curves)"
+        ),
+    ] = "all",
+    json_out: JsonOut = False,
+) -> None:
     """Fit the platform's terms to its published records and stored results; write a calibration file."""
     from prism_strategy.bench.fit.calibrate import run_calibrate
     from prism_strategy.report.bench_output import show_calibrate
@@ -95,9 +161,14 @@ def tune(
     model: BenchModel = "tiny-llama",
     strategies: Strategies = "ddp,fsdp_full_shard,zero2",
     micro_batches: Annotated[str, typer.Option(help="e.g. 1,2,4")] = "1,2,4",
-    ckpt_freqs: Annotated[str, typer.Option(help="e.g. 0,1")] = "0", nproc: Nproc = 4, ranks_per_node: Rpn = None,
-    seq_len: SeqLen = 128, precision: BenchPrecision = "fp32",
-    platform: Platform = "cpu", timeout_s: TimeoutS = 300, db: Db = None,
+    ckpt_freqs: Annotated[str, typer.Option(help="e.g. 0,1")] = "0",
+    nproc: Nproc = 4,
+    ranks_per_node: Rpn = None,
+    seq_len: SeqLen = 128,
+    precision: BenchPrecision = "fp32",
+    platform: Platform = "cpu",
+    timeout_s: TimeoutS = 300,
+    db: Db = None,
     calibration: Annotated[str, typer.Option(help="Rank with: file, 'auto' or 'none'")] = "auto",
     json_out: JsonOut = False,
 ) -> None:
@@ -105,15 +176,32 @@ def tune(
     from prism_strategy.bench.launch.requests import tune_search
     from prism_strategy.report.bench_output import show_tune
 
-    show_tune(tune_search(strategies, micro_batches, ckpt_freqs, platform=platform, db=db, calibration=calibration,
-                          model=model, nproc=nproc, ranks_per_node=ranks_per_node, seq_len=seq_len,
-                          precision=precision, timeout_s=timeout_s), json_out)
+    show_tune(
+        tune_search(
+            strategies,
+            micro_batches,
+            ckpt_freqs,
+            platform=platform,
+            db=db,
+            calibration=calibration,
+            model=model,
+            nproc=nproc,
+            ranks_per_node=ranks_per_node,
+            seq_len=seq_len,
+            precision=precision,
+            timeout_s=timeout_s,
+        ),
+        json_out,
+    )
 
 
 @cli_errors
-def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "prism-report", db: Db = None,
-           model: Annotated[str, typer.Option(help="Model for the predicted scaling curve")] = "qwen3-0.6b",
-           platform: Annotated[str, typer.Option(help="Platform for the predicted scaling curve")] = "aurora") -> None:
+def report(
+    out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "prism-report",
+    db: Db = None,
+    model: Annotated[str, typer.Option(help="Model for the predicted scaling curve")] = "qwen3-0.6b",
+    platform: Annotated[str, typer.Option(help="Platform for the predicted scaling curve")] = "aurora",
+) -> None:
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
     from prism_strategy.report.bench_output import write_store_report
 
@@ -124,8 +212,11 @@ def report(out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "pris
 def census(
     model: BenchModel = "tiny-llama",
     strategies: Strategies = "all",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None, micro_batch: RankMicroBatch = 2,
-    seq_len: SeqLen = 32, grad_accum: GradAccum = 1,
+    nproc: Nproc = 4,
+    ranks_per_node: Rpn = None,
+    micro_batch: RankMicroBatch = 2,
+    seq_len: SeqLen = 32,
+    grad_accum: GradAccum = 1,
     precision: BenchPrecision = "bf16-mixed",
     mode: Mode = "e2e",
     vision: Vision = None,
@@ -140,10 +231,23 @@ def census(
     from prism_strategy.report.census_table import show_census
 
     names = strategy_names(strategies)
-    report = run_census(census_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
-                                    seq_len=seq_len, grad_accum=grad_accum, precision=precision, mode=mode,
-                                    vision=vision, bucket_mb=bucket_mb, reduce_dtype=reduce_dtype,
-                                    timeout_s=timeout_s), names)
+    report = run_census(
+        census_base(
+            model=model,
+            nproc=nproc,
+            ranks_per_node=ranks_per_node,
+            micro_batch=micro_batch,
+            seq_len=seq_len,
+            grad_accum=grad_accum,
+            precision=precision,
+            mode=mode,
+            vision=vision,
+            bucket_mb=bucket_mb,
+            reduce_dtype=reduce_dtype,
+            timeout_s=timeout_s,
+        ),
+        names,
+    )
     show_census(report, json_out)
     if not report.ok:
         raise typer.Exit(1)
@@ -153,16 +257,25 @@ def census(
 def commbench(
     model: BenchModel = "tiny-llama",
     strategies: Strategies = "ddp,fsdp_full_shard",
-    nproc: Nproc = 4, ranks_per_node: Rpn = None,
+    nproc: Nproc = 4,
+    ranks_per_node: Rpn = None,
     micro_batch: Annotated[int, typer.Option(help="Samples per rank (sizes the activations' collectives)")] = 2,
-    seq_len: SeqLen = 32, grad_accum: GradAccum = 1,
+    seq_len: SeqLen = 32,
+    grad_accum: GradAccum = 1,
     precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed | bf16-pure")] = "bf16-mixed",
     bucket_mb: CommBucketMb = None,
     reduce_dtype: CommReduceDtype = None,
-    platform: Platform = "cpu", timeout_s: PerStrategyTimeoutS = 300,
-    launched: Annotated[bool, typer.Option("--launched", help="This process is one of --nproc ranks a scheduler "
-                                                              "started (emit's commbench.pbs / .sbatch)")] = False,
-    db: Db = None, json_out: JsonOut = False,
+    platform: Platform = "cpu",
+    timeout_s: PerStrategyTimeoutS = 300,
+    launched: Annotated[
+        bool,
+        typer.Option(
+            "--launched",
+            help="This process is one of --nproc ranks a scheduler started (emit's commbench.pbs / .sbatch)",
+        ),
+    ] = False,
+    db: Db = None,
+    json_out: JsonOut = False,
 ) -> None:
     """Replay each strategy's collectives of one step (no model compute) on the real backend;
     time each kind, store it, and show it beside the link model's prediction."""
@@ -173,9 +286,18 @@ def commbench(
     from prism_strategy.specs.presets import load_platform
 
     names = strategy_names(strategies)
-    base = commbench_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
-                          seq_len=seq_len, grad_accum=grad_accum, precision=precision, bucket_mb=bucket_mb,
-                          reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+    base = commbench_base(
+        model=model,
+        nproc=nproc,
+        ranks_per_node=ranks_per_node,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        grad_accum=grad_accum,
+        precision=precision,
+        bucket_mb=bucket_mb,
+        reduce_dtype=reduce_dtype,
+        timeout_s=timeout_s,
+    )
     report = (run_launched if launched else run_commbench)(base, names, load_platform(platform), Store(db))
     if report is None:  # a rank other than 0 of a launched run: rank 0 reports
         return

@@ -17,10 +17,14 @@ PlatformRpn = Annotated[Optional[int], typer.Option(help="Default: the platform'
 Mode = Annotated[str, typer.Option(help="e2e | projector | encoder-projector")]
 Precision = Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")]
 Vision = Annotated[Optional[str], typer.Option(help="Vision encoder preset or config path")]
-BucketMb = Annotated[Optional[float], typer.Option(help="Gradient bucket MiB: DDP bucket_cap_mb, DeepSpeed "
-                                                        "reduce/allgather bucket (default: 25)")]
-ReduceDtype = Annotated[Optional[str], typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed "
-                                                         "communication_data_type (default: engine's)")]
+BucketMb = Annotated[
+    Optional[float],
+    typer.Option(help="Gradient bucket MiB: DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket (default: 25)"),
+]
+ReduceDtype = Annotated[
+    Optional[str],
+    typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed communication_data_type (default: engine's)"),
+]
 
 # runs on this machine (bench, ceiling, tune, census, commbench)
 BenchModel = Annotated[str, typer.Option(help="Model preset or config path (tiny-llama / small-llama fit a CPU)")]
@@ -32,14 +36,20 @@ SeqLen = Annotated[int, typer.Option(help="Text tokens per sample")]
 RankMicroBatch = Annotated[int, typer.Option(help="Samples per rank")]
 GradAccum = Annotated[int, typer.Option(help="Micro-batches per optimizer step")]
 BenchPrecision = Annotated[str, typer.Option(help="fp32 | bf16-mixed")]
-CkptFreq = Annotated[str, typer.Option(help="Activation checkpointing: k (every k-th block, 0 = none) or sac "
-                                             "(selective, every block)")]
-Optimizer = Annotated[str, typer.Option(help="adamw (torch's default for the device) | adamw-foreach | "
-                                             "adamw-fused | adamw-loop | sgd")]
+CkptFreq = Annotated[
+    str, typer.Option(help="Activation checkpointing: k (every k-th block, 0 = none) or sac (selective, every block)")
+]
+Optimizer = Annotated[
+    str, typer.Option(help="adamw (torch's default for the device) | adamw-foreach | adamw-fused | adamw-loop | sgd")
+]
 Loss = Annotated[str, typer.Option(help="Loss kernel: upcast (fp32 logits) | fused | chunked")]
 TimeoutS = Annotated[float, typer.Option(help="Seconds per run before it is killed")]
 PerStrategyTimeoutS = Annotated[float, typer.Option(help="Per strategy")]
 CommBucketMb = Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")]
 CommReduceDtype = Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")]
-CompileLoss = Annotated[bool, typer.Option("--compile-loss", help="With --compile: the loss compiled too "
-                                                                  "(torchtitan's default), no fp32 logits held")]
+CompileLoss = Annotated[
+    bool,
+    typer.Option(
+        "--compile-loss", help="With --compile: the loss compiled too (torchtitan's default), no fp32 logits held"
+    ),
+]

@@ -7,8 +7,21 @@ from typing import Annotated, Optional
 import typer
 
 from prism_strategy.cli.app import cli_errors
-from prism_strategy.cli.options import (BucketMb, CkptFreq, CompileLoss, JsonOut, Loss, Mode, Nodes, Optimizer,
-                                        PlatformPreset, PlatformRpn, Precision, ReduceDtype, Vision)
+from prism_strategy.cli.options import (
+    BucketMb,
+    CkptFreq,
+    CompileLoss,
+    JsonOut,
+    Loss,
+    Mode,
+    Nodes,
+    Optimizer,
+    PlatformPreset,
+    PlatformRpn,
+    Precision,
+    ReduceDtype,
+    Vision,
+)
 
 
 @cli_errors
@@ -19,49 +32,100 @@ def plan(
     platform: PlatformPreset = "aurora",
     nodes: Nodes = 1,
     seq_len: Annotated[int, typer.Option(help="Text tokens per sample, the longest (peak memory)")] = 1024,
-    mean_seq_len: Annotated[Optional[int], typer.Option(help="Mean text tokens per sample, padded per batch "
-                                                              "(step time); default --seq-len")] = None,
+    mean_seq_len: Annotated[
+        Optional[int], typer.Option(help="Mean text tokens per sample, padded per batch (step time); default --seq-len")
+    ] = None,
     micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device; default: each strategy's max")] = None,
-    global_batch: Annotated[Optional[int], typer.Option(help="Samples per optimizer step, exactly: "
-                                                              "micro-batch x grad accumulation x world")] = None,
+    global_batch: Annotated[
+        Optional[int], typer.Option(help="Samples per optimizer step, exactly: micro-batch x grad accumulation x world")
+    ] = None,
     grad_accum: Annotated[Optional[int], typer.Option(help="Micro-batches per optimizer step")] = None,
-    ckpt_freq: Annotated[str, typer.Option(help="Activation checkpointing every k-th block, 0 = none; sac = "
-                                                "torchtitan's selective per-op policy on every block; auto = fastest "
-                                                "that fits, per option")] = "auto",
-    loss: Annotated[str, typer.Option(help="Loss kernel: upcast (fp32 logits, HF) | fused (flash-attn CE) | "
-                                           "chunked (Liger / chunked CE)")] = "upcast",
+    ckpt_freq: Annotated[
+        str,
+        typer.Option(
+            help="Activation checkpointing every k-th block, 0 = none; sac = "
+            "torchtitan's selective per-op policy on every block; auto = fastest "
+            "that fits, per option"
+        ),
+    ] = "auto",
+    loss: Annotated[
+        str,
+        typer.Option(
+            help="Loss kernel: upcast (fp32 logits, HF) | fused (flash-attn CE) | chunked (Liger / chunked CE)"
+        ),
+    ] = "upcast",
     precision: Precision = "bf16-mixed",
-    optimizer: Annotated[str, typer.Option(help="adamw (torch's default: foreach on cuda/xpu, loop on cpu) | "
-                                                "adamw-foreach | adamw-fused | adamw-loop | sgd")] = "adamw",
-    vision: Annotated[Optional[str], typer.Option(
-        help="Vision encoder: preset or path to a config.json (SigLIP, CLIP); adds it and a projector")] = None,
+    optimizer: Annotated[
+        str,
+        typer.Option(
+            help="adamw (torch's default: foreach on cuda/xpu, loop on cpu) | "
+            "adamw-foreach | adamw-fused | adamw-loop | sgd"
+        ),
+    ] = "adamw",
+    vision: Annotated[
+        Optional[str],
+        typer.Option(help="Vision encoder: preset or path to a config.json (SigLIP, CLIP); adds it and a projector"),
+    ] = None,
     image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
-    compile: Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile on (--no-compile: eager, "
-                                                                      "whatever --script says)")] = False,
+    compile: Annotated[
+        bool,
+        typer.Option("--compile/--no-compile", help="torch.compile on (--no-compile: eager, whatever --script says)"),
+    ] = False,
     compile_loss: CompileLoss = False,
     ranks_per_node: PlatformRpn = None,
     sweep_nodes: Annotated[Optional[str], typer.Option(help="Node counts for a scaling table, e.g. 1,2,4,8")] = None,
-    calibration: Annotated[str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")] = "auto",
-    traced: Annotated[bool, typer.Option("--traced", help="Also trace the real training step on fake tensors (slow)")] = False,
-    markdown: Annotated[Optional[str], typer.Option(help="Also write a Markdown report here (+ a scaling PNG beside it)")] = None,
+    calibration: Annotated[
+        str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")
+    ] = "auto",
+    traced: Annotated[
+        bool, typer.Option("--traced", help="Also trace the real training step on fake tensors (slow)")
+    ] = False,
+    markdown: Annotated[
+        Optional[str], typer.Option(help="Also write a Markdown report here (+ a scaling PNG beside it)")
+    ] = None,
     bucket_mb: BucketMb = None,
     reduce_dtype: ReduceDtype = None,
-    script: Annotated[Optional[str], typer.Option(help="Your training script: its loss kernel, checkpointing, "
-                                                       "optimizer, precision and compile become the inputs "
-                                                       "(flags given here win)")] = None,
-    db: Annotated[Optional[str], typer.Option(help="Results store whose measured collective curves (commbench, "
-                                                   "imported nccl-tests / oneCCL logs) price matching collectives; "
-                                                   "default: the user's store")] = None,
-    rank_jitter: Annotated[Optional[str], typer.Option(help="Measured per-rank spread of the work between "
-                                                            "synchronisations (std / mean, e.g. 0.02) or a "
-                                                            "StepMonitor folder to read it from: prices the "
-                                                            "late-rank cost at scale into the step")] = None,
-    varying_lengths: Annotated[Optional[bool], typer.Option(
-        "--varying-lengths/--fixed-lengths", help="Batches padded per batch, so shapes change step to step (more "
-        "allocator reserve) / packed to one length; default: varying when --mean-seq-len < --seq-len")] = None,
-    expandable_segments: Annotated[Optional[bool], typer.Option(
-        "--expandable-segments/--no-expandable-segments", help="The run sets PYTORCH_CUDA_ALLOC_CONF="
-        "expandable_segments:True; default: what the platform's env profile sets")] = None,
+    script: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Your training script: its loss kernel, checkpointing, "
+            "optimizer, precision and compile become the inputs "
+            "(flags given here win)"
+        ),
+    ] = None,
+    db: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Results store whose measured collective curves (commbench, "
+            "imported nccl-tests / oneCCL logs) price matching collectives; "
+            "default: the user's store"
+        ),
+    ] = None,
+    rank_jitter: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Measured per-rank spread of the work between "
+            "synchronisations (std / mean, e.g. 0.02) or a "
+            "StepMonitor folder to read it from: prices the "
+            "late-rank cost at scale into the step"
+        ),
+    ] = None,
+    varying_lengths: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--varying-lengths/--fixed-lengths",
+            help="Batches padded per batch, so shapes change step to step (more "
+            "allocator reserve) / packed to one length; default: varying when --mean-seq-len < --seq-len",
+        ),
+    ] = None,
+    expandable_segments: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--expandable-segments/--no-expandable-segments",
+            help="The run sets PYTORCH_CUDA_ALLOC_CONF="
+            "expandable_segments:True; default: what the platform's env profile sets",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
@@ -70,16 +134,41 @@ def plan(
     from prism_strategy.planning.rank_jitter import rank_jitter_from
     from prism_strategy.report.plan_table import show_plan
 
-    inputs = dict(loss=loss, ckpt_freq=ckpt_freq, optimizer=optimizer, precision=precision,
-                  reduce_dtype=reduce_dtype, compile=compile)
+    inputs = dict(
+        loss=loss,
+        ckpt_freq=ckpt_freq,
+        optimizer=optimizer,
+        precision=precision,
+        reduce_dtype=reduce_dtype,
+        compile=compile,
+    )
     given = {k for k in inputs if ctx.get_parameter_source(k).name == "COMMANDLINE"}
     p = plan_from_command_line(
-        script, inputs, given, model=model, mode=mode, platform=platform, nodes=nodes, seq_len=seq_len,
-        mean_seq_len=mean_seq_len, micro_batch=micro_batch, global_batch=global_batch, grad_accum=grad_accum,
-        vision=vision, image_tokens=image_tokens, ranks_per_node=ranks_per_node, calibration=calibration,
-        traced=traced, sweep_nodes=sweep_nodes, bucket_mb=bucket_mb, comm_curves=curves_for_platform(db, platform),
-        rank_jitter=None if rank_jitter is None else rank_jitter_from(rank_jitter), varying_lengths=varying_lengths,
-        expandable_segments=expandable_segments, compile_loss=compile_loss)
+        script,
+        inputs,
+        given,
+        model=model,
+        mode=mode,
+        platform=platform,
+        nodes=nodes,
+        seq_len=seq_len,
+        mean_seq_len=mean_seq_len,
+        micro_batch=micro_batch,
+        global_batch=global_batch,
+        grad_accum=grad_accum,
+        vision=vision,
+        image_tokens=image_tokens,
+        ranks_per_node=ranks_per_node,
+        calibration=calibration,
+        traced=traced,
+        sweep_nodes=sweep_nodes,
+        bucket_mb=bucket_mb,
+        comm_curves=curves_for_platform(db, platform),
+        rank_jitter=None if rank_jitter is None else rank_jitter_from(rank_jitter),
+        varying_lengths=varying_lengths,
+        expandable_segments=expandable_segments,
+        compile_loss=compile_loss,
+    )
     show_plan(p, markdown=markdown, json_out=json_out)
     if p.recommended is None:  # a valid question, answered "nothing fits / nothing viable": a finding
         raise typer.Exit(1)
@@ -88,20 +177,28 @@ def plan(
 @cli_errors
 def estimate(
     model: Annotated[str, typer.Option(help="Preset, config.json, or a pkg.mod:make_model factory")] = "tiny-llama",
-    strategy: Annotated[str, typer.Option(help="Strategy to trace (see `prism-strategy strategies`)")] = "fsdp_full_shard",
+    strategy: Annotated[
+        str, typer.Option(help="Strategy to trace (see `prism-strategy strategies`)")
+    ] = "fsdp_full_shard",
     platform: PlatformPreset = "aurora",
     nodes: Nodes = 1,
     ranks_per_node: PlatformRpn = None,
     seq_len: Annotated[int, typer.Option(help="Text tokens per sample")] = 1024,
-    micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device; default: the largest that fits "
-                                                            "(searched)")] = None,
+    micro_batch: Annotated[
+        Optional[int], typer.Option(help="Samples per device; default: the largest that fits (searched)")
+    ] = None,
     ckpt_freq: CkptFreq = "0",
     precision: Precision = "bf16-mixed",
     mode: Mode = "e2e",
     vision: Vision = None,
-    optimizer: Optimizer = "adamw", loss: Loss = "upcast",
-    compile: Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile on: the analytic side "
-                                                                      "models it, the trace is eager")] = False,
+    optimizer: Optimizer = "adamw",
+    loss: Loss = "upcast",
+    compile: Annotated[
+        bool,
+        typer.Option(
+            "--compile/--no-compile", help="torch.compile on: the analytic side models it, the trace is eager"
+        ),
+    ] = False,
     compile_loss: CompileLoss = False,
     json_out: JsonOut = False,
 ) -> None:
@@ -109,11 +206,26 @@ def estimate(
     from prism_strategy.planning.planner import estimate_traced
     from prism_strategy.report.plan_table import show_estimate
 
-    show_estimate(estimate_traced(model, strategy, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
-                                  seq_len=seq_len, micro_batch=micro_batch, ckpt_freq=ckpt_freq, precision=precision,
-                                  mode=mode, vision=vision, optimizer=optimizer, loss=loss, compile=compile,
-                                  compile_loss=compile_loss),
-                  json_out=json_out)
+    show_estimate(
+        estimate_traced(
+            model,
+            strategy,
+            platform=platform,
+            nodes=nodes,
+            ranks_per_node=ranks_per_node,
+            seq_len=seq_len,
+            micro_batch=micro_batch,
+            ckpt_freq=ckpt_freq,
+            precision=precision,
+            mode=mode,
+            vision=vision,
+            optimizer=optimizer,
+            loss=loss,
+            compile=compile,
+            compile_loss=compile_loss,
+        ),
+        json_out=json_out,
+    )
 
 
 @cli_errors

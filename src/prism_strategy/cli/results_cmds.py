@@ -11,23 +11,34 @@ from prism_strategy.cli.app import HELP_OPTIONS, cli_errors
 from prism_strategy.cli.options import Db
 from prism_strategy.specs.errors import SpecError
 
-results_app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
-                          context_settings=HELP_OPTIONS,
-                          help="List stored results; export them; import runs measured elsewhere.")
+results_app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=False,
+    pretty_exceptions_enable=False,
+    context_settings=HELP_OPTIONS,
+    help="List stored results; export them; import runs measured elsewhere.",
+)
 Opt = typer.Option
 
 
 @results_app.callback(invoke_without_command=True)
 @cli_errors
 def results(
-    ctx: typer.Context, db: Db = None,
+    ctx: typer.Context,
+    db: Db = None,
     platform: Annotated[Optional[str], typer.Option(help="Only results of this platform")] = None,
     export_format: Annotated[Optional[str], typer.Option("--export", help="csv | json")] = None,
     out: Annotated[Optional[str], typer.Option(help="Write the export here instead of stdout")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Machine output: the store (path, journal mode and why) "
-                                                          "and its results")] = False,
-    curves: Annotated[bool, typer.Option("--curves", help="List the measured collective curves instead "
-                                                          "(commbench runs, imported nccl-tests / oneCCL logs)")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Machine output: the store (path, journal mode and why) and its results")
+    ] = False,
+    curves: Annotated[
+        bool,
+        typer.Option(
+            "--curves",
+            help="List the measured collective curves instead (commbench runs, imported nccl-tests / oneCCL logs)",
+        ),
+    ] = False,
 ) -> None:
     """List stored results; export them as CSV or JSON. `results import` adds runs measured elsewhere."""
     from prism_strategy.bench.launch.requests import existing_store
@@ -44,30 +55,53 @@ def results(
 @results_app.command("import")
 @cli_errors
 def results_import(
-    path: Annotated[Optional[str], typer.Argument(help="PRISM log or perf.jsonl (or its folder), a StepMonitor "
-                                                       "folder, a torchtitan log, or an nccl-tests / oneCCL "
-                                                       "benchmark's output", show_default=False)] = None,
+    path: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="PRISM log or perf.jsonl (or its folder), a StepMonitor "
+            "folder, a torchtitan log, or an nccl-tests / oneCCL "
+            "benchmark's output",
+            show_default=False,
+        ),
+    ] = None,
     published: Annotated[Optional[str], Opt(help="Store a shipped published set instead, e.g. aurora-prism")] = None,
     model: Annotated[Optional[str], Opt(help="Model preset (required: logs do not name ours)")] = None,
     vision: Annotated[Optional[str], Opt(help="Vision encoder preset, if the run had one")] = None,
     mode: Annotated[Optional[str], Opt(help="e2e | projector | encoder-projector (PRISM logs say)")] = None,
-    strategy: Annotated[Optional[str], Opt(help="Strategy name (PRISM logs say, except FSDP sharding in perf.jsonl)")] = None,
+    strategy: Annotated[
+        Optional[str], Opt(help="Strategy name (PRISM logs say, except FSDP sharding in perf.jsonl)")
+    ] = None,
     platform: Annotated[Optional[str], Opt(help="Platform preset the run ran on (required)")] = None,
     nodes: Annotated[Optional[int], Opt(help="Nodes (default: the log's world size / the platform's devices)")] = None,
     micro_batch: Annotated[Optional[int], Opt(help="Samples per rank per micro-step")] = None,
-    grad_accum: Annotated[Optional[int], Opt(help="Micro-steps per optimizer step (default: the log's, else 1)")] = None,
+    grad_accum: Annotated[
+        Optional[int], Opt(help="Micro-steps per optimizer step (default: the log's, else 1)")
+    ] = None,
     seq_len: Annotated[Optional[int], Opt(help="Text tokens per sample (max length)")] = None,
     ckpt_freq: Annotated[Optional[int], Opt(help="Activation checkpointing every k-th block; 0 = none")] = None,
     precision: Annotated[Optional[str], Opt(help="bf16-mixed | bf16-pure | fp32")] = None,
-    timing: Annotated[str, Opt(help="PRISM [TIMING] lines: running (means since the last reset, PRISM's "
-                                    "trainer), interval (means since the previous line) or auto")] = "auto",
-    log_format: Annotated[Optional[str], Opt("--format", help="Read PATH as this format (default: detected): "
-                                             "stepmonitor, prism-perf.jsonl, prism-log, torchtitan-log; or "
-                                             "nccl-tests | oneccl-benchmark, a collective benchmark's output "
-                                             "(needs --platform, --nodes)")] = None,
-    ranks_per_node: Annotated[Optional[int], Opt(help="Collective logs: ranks per node (default: the log's "
-                                                     "ranks / --nodes)")] = None,
-    db: Db = None, json_out: Annotated[bool, Opt("--json", help="Machine output: the stored result")] = False,
+    timing: Annotated[
+        str,
+        Opt(
+            help="PRISM [TIMING] lines: running (means since the last reset, PRISM's "
+            "trainer), interval (means since the previous line) or auto"
+        ),
+    ] = "auto",
+    log_format: Annotated[
+        Optional[str],
+        Opt(
+            "--format",
+            help="Read PATH as this format (default: detected): "
+            "stepmonitor, prism-perf.jsonl, prism-log, torchtitan-log; or "
+            "nccl-tests | oneccl-benchmark, a collective benchmark's output "
+            "(needs --platform, --nodes)",
+        ),
+    ] = None,
+    ranks_per_node: Annotated[
+        Optional[int], Opt(help="Collective logs: ranks per node (default: the log's ranks / --nodes)")
+    ] = None,
+    db: Db = None,
+    json_out: Annotated[bool, Opt("--json", help="Machine output: the stored result")] = False,
 ) -> None:
     """Store a run measured elsewhere (flags win over what the log says), or a published set.
 
@@ -93,8 +127,12 @@ def results_import(
 
         if path is None or platform is None:
             raise SpecError(f"--format {log_format} imports a log: give its PATH and --platform")
-        show.show_collective_import(import_collective_log(path, log_format, platform=platform, nodes=nodes,
-                                                          ranks_per_node=ranks_per_node, store=Store(db)), json_out)
+        show.show_collective_import(
+            import_collective_log(
+                path, log_format, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node, store=Store(db)
+            ),
+            json_out,
+        )
     elif published is not None:
         from prism_strategy.bench.importers.published_records import import_published
 
@@ -102,7 +140,19 @@ def results_import(
     else:
         from prism_strategy.bench.importers import import_run
 
-        flags = dict(model=model, vision=vision, mode=mode, strategy=strategy, platform=platform, nodes=nodes,
-                     micro_batch=micro_batch, grad_accum=grad_accum, seq_len=seq_len, ckpt_freq=ckpt_freq,
-                     precision=precision, timing=timing, format=log_format)
+        flags = dict(
+            model=model,
+            vision=vision,
+            mode=mode,
+            strategy=strategy,
+            platform=platform,
+            nodes=nodes,
+            micro_batch=micro_batch,
+            grad_accum=grad_accum,
+            seq_len=seq_len,
+            ckpt_freq=ckpt_freq,
+            precision=precision,
+            timing=timing,
+            format=log_format,
+        )
         show.show_run_import(import_run(path, flags, Store(db)), json_out)

@@ -43,9 +43,10 @@ class RankSummary:
     tokens: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else
-                    round(v, 6) if isinstance(v, float) else v)
-                for k, v in ((f, getattr(self, f)) for f in self.__slots__)}
+        return {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else round(v, 6) if isinstance(v, float) else v)
+            for k, v in ((f, getattr(self, f)) for f in self.__slots__)
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +72,14 @@ class Verdict:
         return str(self.evidence.get("message", ""))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "events": [e.to_dict() for e in self.events],
-                "ranks": {str(r): s.to_dict() for r, s in self.ranks.items()},
-                "evidence": self.evidence, "sources": list(self.sources), "skipped": list(self.skipped)}
+        return {
+            "verdict": self.verdict,
+            "events": [e.to_dict() for e in self.events],
+            "ranks": {str(r): s.to_dict() for r, s in self.ranks.items()},
+            "evidence": self.evidence,
+            "sources": list(self.sources),
+            "skipped": list(self.skipped),
+        }
 
 
 def _hang_event(rep: dict[str, Any]) -> Event:
@@ -81,11 +87,24 @@ def _hang_event(rep: dict[str, Any]) -> Event:
     suspects = tuple(sorted(int(r) for r in behind)) or tuple(rep.get("ranks_reached") or ())
     where = ", ".join(f"rank {r} at {v.get('phase')!r} of step {v.get('step')}" for r, v in behind.items())
     stacks = Path(rep.get("_path", "hang_report.json")).parent / "stacks"
-    msg = (f"hang: no progress for {rep.get('timeout_s')}s; stuck in phase {rep.get('phase')!r} of step "
-           f"{rep.get('step')}, reached by ranks {rep.get('ranks_reached')}"
-           + (f"; not reached by {where}" if where else "") + f"; stacks in {stacks}/")
-    keep = ("phase", "step", "ranks_reached", "ranks_not_reached", "ranks_unknown", "timeout_s",
-            "stacks", "flight_recorder", "exit_code", "detected_by_rank")
+    msg = (
+        f"hang: no progress for {rep.get('timeout_s')}s; stuck in phase {rep.get('phase')!r} of step "
+        f"{rep.get('step')}, reached by ranks {rep.get('ranks_reached')}"
+        + (f"; not reached by {where}" if where else "")
+        + f"; stacks in {stacks}/"
+    )
+    keep = (
+        "phase",
+        "step",
+        "ranks_reached",
+        "ranks_not_reached",
+        "ranks_unknown",
+        "timeout_s",
+        "stacks",
+        "flight_recorder",
+        "exit_code",
+        "detected_by_rank",
+    )
     return Event("hang", int(rep.get("step", -1)), suspects, {k: rep.get(k) for k in keep}, msg, "hang_report")
 
 
@@ -93,12 +112,17 @@ def _rank_summaries(s: Series, skip: int) -> dict[int, RankSummary]:
     t = s.tail(skip) if s.steps.size > skip else s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        med = {f: np.nanmedian(getattr(t, f), axis=1)
-               for f in ("step_s", "data", "forward", "backward", "optimizer", "tokens")}
+        med = {
+            f: np.nanmedian(getattr(t, f), axis=1)
+            for f in ("step_s", "data", "forward", "backward", "optimizer", "tokens")
+        }
     n = np.isfinite(t.step_s).sum(axis=1)
-    return {r: RankSummary(r, int(n[k]), *(float(med[f][k]) for f in
-                                           ("step_s", "data", "forward", "backward", "optimizer", "tokens")))
-            for k, r in enumerate(s.ranks)}
+    return {
+        r: RankSummary(
+            r, int(n[k]), *(float(med[f][k]) for f in ("step_s", "data", "forward", "backward", "optimizer", "tokens"))
+        )
+        for k, r in enumerate(s.ranks)
+    }
 
 
 def _recorded_extra(run: RunLog, found: list[Event]) -> list[Event]:
@@ -122,11 +146,14 @@ def _incomplete_event(run: RunLog) -> Event | None:
     for rec in run.records:
         last[rec.rank] = max(last.get(rec.rank, -1), rec.step)
     last_step = {str(r): last.get(r) for r in open_ranks}
-    where = ", ".join(f"rank {r} after step {last[r]}" if r in last else f"rank {r} before its first step"
-                      for r in open_ranks)
-    msg = (f"incomplete: the log of {len(open_ranks)} of {len(run.meta)} ranks ends without a close record "
-           f"and no hang was reported: {where}. The run was killed (OOM killer, SIGKILL, a lost node, "
-           "the walltime) or is still running; look at the launcher's output and the scheduler's log")
+    where = ", ".join(
+        f"rank {r} after step {last[r]}" if r in last else f"rank {r} before its first step" for r in open_ranks
+    )
+    msg = (
+        f"incomplete: the log of {len(open_ranks)} of {len(run.meta)} ranks ends without a close record "
+        f"and no hang was reported: {where}. The run was killed (OOM killer, SIGKILL, a lost node, "
+        "the walltime) or is still running; look at the launcher's output and the scheduler's log"
+    )
     step = min((v for v in last_step.values() if v is not None), default=-1)
     ev = {"last_step": last_step, "closed": {str(r): n for r, n in sorted(run.closed.items())}}
     return Event("incomplete", step, tuple(open_ranks), ev, msg, "log")
@@ -141,8 +168,11 @@ def _oversubscribed(run: RunLog) -> list[dict[str, Any]]:
         hosts.setdefault(h, []).append(r)
         if isinstance(m.get("cpus"), int):
             cpus[h] = m["cpus"]
-    return [{"host": h, "ranks": len(rs), "cpus": cpus[h]} for h, rs in sorted(hosts.items())
-            if h in cpus and len(rs) > cpus[h]]
+    return [
+        {"host": h, "ranks": len(rs), "cpus": cpus[h]}
+        for h, rs in sorted(hosts.items())
+        if h in cpus and len(rs) > cpus[h]
+    ]
 
 
 def _with_host_facts(ev: Event, run: RunLog) -> Event:
@@ -160,8 +190,10 @@ def _healthy_message(series: Series | None, skip: int) -> str:
     if n == 0:
         return "healthy: no step records, and no hang"
     first = int(series.steps[skip]) if n > skip else int(series.steps[0])
-    return (f"healthy: no collapse, straggler, hang or input skew in {used} steps "
-            f"(steps {first}-{int(series.steps[-1])}" + (f"; the first {skip} are warm-up)" if n > skip else ")"))
+    return (
+        f"healthy: no collapse, straggler, hang or input skew in {used} steps "
+        f"(steps {first}-{int(series.steps[-1])}" + (f"; the first {skip} are warm-up)" if n > skip else ")")
+    )
 
 
 def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
@@ -183,12 +215,14 @@ def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
         kind = "healthy"
         evidence = {"message": _healthy_message(series, cfg.warmup_skip), **base}
     evidence["run"] = base
-    return Verdict(kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip,
-                   tuple(run.skipped))
+    return Verdict(
+        kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip, tuple(run.skipped)
+    )
 
 
-def analyze(paths: Iterable[str | Path] | str | Path, config: DetectConfig | None = None,
-            fmt: str | None = None) -> Verdict:
+def analyze(
+    paths: Iterable[str | Path] | str | Path, config: DetectConfig | None = None, fmt: str | None = None
+) -> Verdict:
     """Read a run directory or log files (`fmt`: only that format) and decide (SpecError on bad input)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]

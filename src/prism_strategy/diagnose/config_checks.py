@@ -32,25 +32,41 @@ class StrategyTomlFile:
 
     def refine(self, ctx: Context) -> Context:
         h = self.header
-        return ctx.refined(platform=h.get("platform"), strategy=self.settings.strategy,
-                           nodes=int(h["nodes"]) if h.get("nodes", "").isdigit() else None)
+        return ctx.refined(
+            platform=h.get("platform"),
+            strategy=self.settings.strategy,
+            nodes=int(h["nodes"]) if h.get("nodes", "").isdigit() else None,
+        )
 
     def check(self, ctx: Context) -> list[Finding]:
         s, f = self.settings, str(self.path)
         engine = get_strategy(s.strategy).engine
         static = bool(s.static_graph)
         unused = {"engine": engine, "find_unused_parameters": s.find_unused_parameters, "static_graph": static}
-        out = check_observed(unused, ctx, file=f, line=_key_line(self.text, "find_unused_parameters"),
-                             detail="find_unused_parameters = true" + (" with static_graph = true" if static else ""))
+        out = check_observed(
+            unused,
+            ctx,
+            file=f,
+            line=_key_line(self.text, "find_unused_parameters"),
+            detail="find_unused_parameters = true" + (" with static_graph = true" if static else ""),
+        )
         if s.compile:
-            out += check_observed({"engine": engine, "compile": True}, ctx, file=f, line=_key_line(self.text, "compile"),
-                                  detail=f"compile = true with {s.strategy}")
+            out += check_observed(
+                {"engine": engine, "compile": True},
+                ctx,
+                file=f,
+                line=_key_line(self.text, "compile"),
+                detail=f"compile = true with {s.strategy}",
+            )
         if ctx.platform is not None and s.ranks_per_node is not None:
             want = ctx.platform.devices_per_node
-            out += check_observed({"ranks_per_node_matches": s.ranks_per_node == want}, ctx, file=f,
-                                  line=_key_line(self.text, "ranks_per_node"),
-                                  detail=f"ranks_per_node = {s.ranks_per_node}, {ctx.platform.name} has {want} devices "
-                                         f"per node")
+            out += check_observed(
+                {"ranks_per_node_matches": s.ranks_per_node == want},
+                ctx,
+                file=f,
+                line=_key_line(self.text, "ranks_per_node"),
+                detail=f"ranks_per_node = {s.ranks_per_node}, {ctx.platform.name} has {want} devices per node",
+            )
         return out
 
 
@@ -78,7 +94,10 @@ class DsConfigFile:
         on = bool(section) and (not isinstance(section, dict) or any(v is True for v in section.values()))
         if not on:
             return []
-        return check_observed({"engine": "deepspeed", "compile": True}, ctx, file=str(self.path),
-                              line=_key_line(self.text, "compile"), detail="the DeepSpeed config enables compile")
-
-
+        return check_observed(
+            {"engine": "deepspeed", "compile": True},
+            ctx,
+            file=str(self.path),
+            line=_key_line(self.text, "compile"),
+            detail="the DeepSpeed config enables compile",
+        )

@@ -36,8 +36,11 @@ class DoctorReport:
         return {s: sum(f.severity == s for f in self.findings) for s in SEVERITIES}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"findings": [f.to_dict() for f in self.findings], "environment": self.environment,
-                "summary": self.counts()}
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "environment": self.environment,
+            "summary": self.counts(),
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,15 +66,23 @@ def diagnose(req: DoctorRequest) -> DoctorReport:
     """Run every check the request asks for; SpecError for bad input (unreadable file, bad name)."""
     if req.nodes is not None and req.nodes < 1:
         raise SpecError(f"--nodes must be >= 1, got {req.nodes}")
-    ctx = Context(platform=load_platform(req.platform) if req.platform else None,
-                  strategy=get_strategy(req.strategy) if req.strategy else None, nodes=req.nodes,
-                  env_profile=req.env_profile)
+    ctx = Context(
+        platform=load_platform(req.platform) if req.platform else None,
+        strategy=get_strategy(req.strategy) if req.strategy else None,
+        nodes=req.nodes,
+        env_profile=req.env_profile,
+    )
     saved = [p for p in req.module_show if str(p) != modules.LIVE]
     shown = tuple(m for p in saved for m in modules.read_module_show(p))
     launchers = [launcher_checks.read_launcher(p, shown) for p in req.launchers]
     if len(saved) < len(req.module_show):  # --module-show live: ask `module show` about what they load
-        loaded = [n for lf in launchers for e in getattr(lf, "timeline", ()) if is_module_load(e)
-                  for n in modules.loaded_names(e.args)]
+        loaded = [
+            n
+            for lf in launchers
+            for e in getattr(lf, "timeline", ())
+            if is_module_load(e)
+            for n in modules.loaded_names(e.args)
+        ]
         shown += modules.module_show_live(loaded)
         launchers = [launcher_checks.read_launcher(p, shown) for p in req.launchers]
     scripts = [script_checks.read_script(p) for p in req.scripts]
@@ -99,18 +110,35 @@ def refuse_plan_file(path: str) -> None:
     except (OSError, UnicodeDecodeError, ValueError):
         return
     if isinstance(data, dict) and "inputs" in data and "options" in data:
-        raise SpecError(f"--launcher {path} is a `plan --json` file, not a launcher; write the launchers with "
-                        f"`prism-strategy emit --from-plan {path} --out DIR` and check those")
+        raise SpecError(
+            f"--launcher {path} is a `plan --json` file, not a launcher; write the launchers with "
+            f"`prism-strategy emit --from-plan {path} --out DIR` and check those"
+        )
 
 
-def doctor_request(*, launchers: tuple[str, ...] | list[str], scripts: tuple[str, ...] | list[str],
-                   module_show: tuple[str, ...] | list[str], device_globs: tuple[str, ...] | list[str],
-                   clean: bool, live: bool | None, settle_s: float, **given: Any) -> DoctorRequest:
+def doctor_request(
+    *,
+    launchers: tuple[str, ...] | list[str],
+    scripts: tuple[str, ...] | list[str],
+    module_show: tuple[str, ...] | list[str],
+    device_globs: tuple[str, ...] | list[str],
+    clean: bool,
+    live: bool | None,
+    settle_s: float,
+    **given: Any,
+) -> DoctorRequest:
     """`doctor`'s request from its command-line values (--clean implies --live); bad input raises."""
     if settle_s < 0:
         raise SpecError(f"--settle-s must be >= 0, got {settle_s}")
     for p in launchers:
         refuse_plan_file(p)
-    return DoctorRequest(launchers=tuple(Path(p) for p in launchers), scripts=tuple(Path(p) for p in scripts),
-                         live=True if clean else live, clean=clean, settle_s=settle_s,
-                         device_globs=tuple(device_globs), module_show=tuple(Path(p) for p in module_show), **given)
+    return DoctorRequest(
+        launchers=tuple(Path(p) for p in launchers),
+        scripts=tuple(Path(p) for p in scripts),
+        live=True if clean else live,
+        clean=clean,
+        settle_s=settle_s,
+        device_globs=tuple(device_globs),
+        module_show=tuple(Path(p) for p in module_show),
+        **given,
+    )

@@ -32,8 +32,11 @@ DOMAINS: dict[str, tuple[Any, ...]] = {
 }
 """Context facts the doctor may not know, with every value they can take."""
 _GROUP = {"device": "device", "engine": "strategy", "reshard_or_sharded": "strategy", "multi_node": "nodes"}
-_ASSUMED_TEXT = {"device": "the job runs on XPU", "strategy": "the job shards parameters (FSDP/HSDP/ZeRO)",
-                 "nodes": "the job spans several nodes"}
+_ASSUMED_TEXT = {
+    "device": "the job runs on XPU",
+    "strategy": "the job shards parameters (FSDP/HSDP/ZeRO)",
+    "nodes": "the job spans several nodes",
+}
 
 
 def doctor_rules() -> tuple[Rule, ...]:
@@ -53,8 +56,15 @@ class Finding:
     source: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"severity": self.severity, "rule": self.rule, "file": self.file, "line": self.line,
-                "message": self.message, "fix": self.fix, "source": self.source}
+        return {
+            "severity": self.severity,
+            "rule": self.rule,
+            "file": self.file,
+            "line": self.line,
+            "message": self.message,
+            "fix": self.fix,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,7 +85,9 @@ class Context:
     def facts(self) -> dict[str, tuple[Any, ...]]:
         s = self.strategy
         return {
-            "device": (self.platform.device,) if self.platform else tuple(sorted(self.devices_seen)) or DOMAINS["device"],
+            "device": (self.platform.device,)
+            if self.platform
+            else tuple(sorted(self.devices_seen)) or DOMAINS["device"],
             "engine": (s.engine,) if s else tuple(sorted(self.engines_seen)) or DOMAINS["engine"],
             "reshard_or_sharded": (s.sharded,) if s else self._sharded_seen(),
             "multi_node": (self.nodes > 1,) if self.nodes else DOMAINS["multi_node"],
@@ -87,9 +99,16 @@ class Context:
         seen = set().union(*(by_engine[e] for e in self.engines_seen)) if self.engines_seen else {True, False}
         return tuple(sorted(seen, reverse=True))
 
-    def refined(self, *, platform: str | None = None, strategy: str | None = None, nodes: int | None = None,
-                devices: frozenset[str] = frozenset(), engines: frozenset[str] = frozenset(),
-                env_profile: str | None = None) -> "Context":
+    def refined(
+        self,
+        *,
+        platform: str | None = None,
+        strategy: str | None = None,
+        nodes: int | None = None,
+        devices: frozenset[str] = frozenset(),
+        engines: frozenset[str] = frozenset(),
+        env_profile: str | None = None,
+    ) -> "Context":
         """Fill only what is still unknown (explicit options win over what files say)."""
         ctx = self
         if platform and ctx.platform is None and platform in platform_names():
@@ -123,8 +142,18 @@ def evaluate(when: dict[str, Any], facts: dict[str, tuple[Any, ...]], assumable:
     return assumed if assumed <= assumable and len(assumed) <= 1 else None
 
 
-def make_finding(rule_id: str, severity: Severity, assumed: set[str], *, file: str, line: int, detail: str,
-                 reason: str, fix: str, source: str) -> Finding:
+def make_finding(
+    rule_id: str,
+    severity: Severity,
+    assumed: set[str],
+    *,
+    file: str,
+    line: int,
+    detail: str,
+    reason: str,
+    fix: str,
+    source: str,
+) -> Finding:
     message = f"{detail}: {reason}" if detail else reason
     if assumed:
         severity = "warning" if severity == "error" else severity
@@ -133,8 +162,9 @@ def make_finding(rule_id: str, severity: Severity, assumed: set[str], *, file: s
     return Finding(severity=severity, rule=rule_id, file=file, line=line, message=message, fix=fix, source=source)
 
 
-def check_observed(observed: dict[str, Any], ctx: Context | None, *, file: str, line: int,
-                   detail: str) -> list[Finding]:
+def check_observed(
+    observed: dict[str, Any], ctx: Context | None, *, file: str, line: int, detail: str
+) -> list[Finding]:
     """The findings for what a check observed (rule facts; context facts such as engine may
     sharpen the context's): every doctor rule whose `when` names an observed fact that is not a
     context fact, evaluated with the context's facts, so rules.toml decides which apply
@@ -143,11 +173,26 @@ def check_observed(observed: dict[str, Any], ctx: Context | None, *, file: str, 
     way to find-unused-vs-static-graph)."""
     facts = context_facts(ctx or Context(), **observed)
     seen = set(observed) - set(DOMAINS)
-    fired = [(r, a) for r in doctor_rules() if set(r.when) & seen
-             and (a := evaluate(r.when, facts, frozenset(r.doctor.assume))) is not None]
-    return [make_finding(r.id, r.doctor.severity, assumed, file=file, line=line, detail=detail,
-                         reason=r.reason, fix=r.fix, source=r.source)
-            for r, assumed in fired if not any(_says_more(o.when, r.when) for o, _ in fired)]
+    fired = [
+        (r, a)
+        for r in doctor_rules()
+        if set(r.when) & seen and (a := evaluate(r.when, facts, frozenset(r.doctor.assume))) is not None
+    ]
+    return [
+        make_finding(
+            r.id,
+            r.doctor.severity,
+            assumed,
+            file=file,
+            line=line,
+            detail=detail,
+            reason=r.reason,
+            fix=r.fix,
+            source=r.source,
+        )
+        for r, assumed in fired
+        if not any(_says_more(o.when, r.when) for o, _ in fired)
+    ]
 
 
 def _says_more(specific: dict[str, Any], general: dict[str, Any]) -> bool:
@@ -169,5 +214,3 @@ HEADER = re.compile(r"^# prism-strategy emit:(.*)$", re.M)
 def parse_header(text: str) -> dict[str, str]:
     m = HEADER.search("\n".join(text.splitlines()[:10]))
     return dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv) if m else {}
-
-

@@ -8,12 +8,15 @@ import re
 from dataclasses import dataclass
 
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_MODULE_NON_LOADS = frozenset({"use", "unuse", "list", "avail", "show", "display", "help", "spider", "whatis",
-                               "is-loaded", "-t", "--terse"})
+_MODULE_NON_LOADS = frozenset(
+    {"use", "unuse", "list", "avail", "show", "display", "help", "spider", "whatis", "is-loaded", "-t", "--terse"}
+)
 
 
-RUN_TIME = re.compile(r"^(PALS_|PMI_|PMIX_|OMPI_|SLURM_|PBS_|MPI_LOCALRANKID|RANK$|LOCAL_RANK$|WORLD_SIZE$|"
-                      r"LOCAL_WORLD_SIZE$|HOSTNAME$|MASTER_ADDR$)")
+RUN_TIME = re.compile(
+    r"^(PALS_|PMI_|PMIX_|OMPI_|SLURM_|PBS_|MPI_LOCALRANKID|RANK$|LOCAL_RANK$|WORLD_SIZE$|"
+    r"LOCAL_WORLD_SIZE$|HOSTNAME$|MASTER_ADDR$)"
+)
 """Variables the launcher or scheduler sets when the job runs: a test on them is true for some
 ranks or jobs, not a choice left to whoever submits."""
 
@@ -80,7 +83,7 @@ def launch_env_options(launch: Event) -> dict[str, tuple[str, str, int]]:
             out[m.group(1)] = (m.group(2), launch.file, launch.line)
         if a in ("-genv", "-env") and k + 2 < len(args) and not ASSIGN.match(args[k + 1]):
             out[args[k + 1]] = (args[k + 2], launch.file, launch.line)
-        in_env = (a.rsplit("/", 1)[-1] == "env" or (in_env and bool(m)))
+        in_env = a.rsplit("/", 1)[-1] == "env" or (in_env and bool(m))
     return out
 
 
@@ -89,7 +92,7 @@ def option_str(launch: Event, names: tuple[str, ...]) -> str | None:
     for k, a in enumerate(args):
         for n in names:
             if a.startswith(n + "="):
-                return a[len(n) + 1:]
+                return a[len(n) + 1 :]
             if a == n and k + 1 < len(args):
                 return args[k + 1]
     return None
@@ -108,7 +111,7 @@ def option_int(launch: Event, names: tuple[str, ...], outer: list[Event]) -> int
     args = list(launch.args)
     for k, a in enumerate(args):
         for n in names:
-            raw = a[len(n) + 1:] if a.startswith(n + "=") else (args[k + 1] if a == n and k + 1 < len(args) else None)
+            raw = a[len(n) + 1 :] if a.startswith(n + "=") else (args[k + 1] if a == n and k + 1 < len(args) else None)
             if raw is not None:
                 return _resolve_int(raw, outer, launch.line)
     return None
@@ -124,8 +127,11 @@ def _resolve_int(raw: str, outer: list[Event], before: int) -> int | None:
 
 def directives(text: str) -> dict[str, int]:
     out = {}
-    for pat, key in ((r"^#PBS\s+-l\s+.*\bselect=(\d+)", "nodes"), (r"^#SBATCH\s+(?:--nodes[= ]|-N\s*)(\d+)\s*$", "nodes"),
-                     (r"^#SBATCH\s+--ntasks-per-node[= ](\d+)", "ranks_per_node")):
+    for pat, key in (
+        (r"^#PBS\s+-l\s+.*\bselect=(\d+)", "nodes"),
+        (r"^#SBATCH\s+(?:--nodes[= ]|-N\s*)(\d+)\s*$", "nodes"),
+        (r"^#SBATCH\s+--ntasks-per-node[= ](\d+)", "ranks_per_node"),
+    ):
         m = re.search(pat, text, re.M)
         if m:
             out[key] = int(m.group(1))

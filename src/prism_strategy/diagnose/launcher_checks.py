@@ -18,7 +18,14 @@ from pathlib import Path
 
 from prism_strategy.diagnose.config_checks import DsConfigFile, StrategyTomlFile
 from prism_strategy.diagnose.findings import Context, Finding, check_observed, parse_header
-from prism_strategy.diagnose.launch_options import Event, directives, launch_env_options, option_int, option_str, resolve
+from prism_strategy.diagnose.launch_options import (
+    Event,
+    directives,
+    launch_env_options,
+    option_int,
+    option_str,
+    resolve,
+)
 from prism_strategy.diagnose.live_checks import check_env_values, check_modules
 from prism_strategy.diagnose.module_checks import check_module_order
 from prism_strategy.diagnose.modules import ModuleFacts
@@ -63,9 +70,14 @@ class LauncherFile:
         if self._deepspeed_line():
             engines.add("deepspeed")
         nodes = int(self.header["nodes"]) if self.header.get("nodes", "").isdigit() else self.nodes()
-        ctx = ctx.refined(platform=self.header.get("platform"), strategy=self.header.get("strategy"), nodes=nodes,
-                          devices=frozenset(devices), engines=frozenset(engines),
-                          env_profile=self.header.get("env-profile"))
+        ctx = ctx.refined(
+            platform=self.header.get("platform"),
+            strategy=self.header.get("strategy"),
+            nodes=nodes,
+            devices=frozenset(devices),
+            engines=frozenset(engines),
+            env_profile=self.header.get("env-profile"),
+        )
         known = tuple((n, v, str(self.path)) for n, v in sorted(self.known_env().items()))
         return replace(ctx, launcher_env=ctx.launcher_env + known)
 
@@ -78,8 +90,11 @@ class LauncherFile:
 
     def ranks_per_node(self) -> int | None:
         if self.launch is not None:
-            rpn = option_int(self.launch, ("-ppn", "--ppn", "-npernode", "--ntasks-per-node", "--nproc-per-node",
-                                            "--nproc_per_node"), self.outer)
+            rpn = option_int(
+                self.launch,
+                ("-ppn", "--ppn", "-npernode", "--ntasks-per-node", "--nproc-per-node", "--nproc_per_node"),
+                self.outer,
+            )
             if rpn:
                 return rpn
         return self.directives.get("ranks_per_node")
@@ -91,14 +106,19 @@ class LauncherFile:
         return None
 
     def _compile_line(self) -> int | None:
-        return next((e.line for e in self.timeline if e.kind == "launch" and any(_COMPILE_FLAG.match(a) for a in e.args)),
-                    None)
+        return next(
+            (e.line for e in self.timeline if e.kind == "launch" and any(_COMPILE_FLAG.match(a) for a in e.args)), None
+        )
 
     def check(self, ctx: Context) -> list[Finding]:
-        out = (check_module_order(self.rank_timeline(), self.launch, self.per_rank, self.modules, ctx)
-               + self._check_ranks_per_node(ctx) + self._check_env(ctx) + check_site(self, ctx)
-               + check_modules([(" ".join(e.args), e.file, e.line) for e in self.timeline if e.kind == "module"])
-               + self._check_compile(ctx))
+        out = (
+            check_module_order(self.rank_timeline(), self.launch, self.per_rank, self.modules, ctx)
+            + self._check_ranks_per_node(ctx)
+            + self._check_env(ctx)
+            + check_site(self, ctx)
+            + check_modules([(" ".join(e.args), e.file, e.line) for e in self.timeline if e.kind == "module"])
+            + self._check_compile(ctx)
+        )
         return [on_branch(f, self.timeline) for f in out]
 
     def rank_timeline(self) -> list[Event]:
@@ -107,8 +127,10 @@ class LauncherFile:
         if self.launch is None or self.launch not in self.outer:
             return self.timeline
         before = self.outer[: self.outer.index(self.launch)]
-        passed = [Event(kind="export", name=n, value=v, file=f, line=ln, branch=self.launch.branch)
-                  for n, (v, f, ln) in launch_env_options(self.launch).items()]
+        passed = [
+            Event(kind="export", name=n, value=v, file=f, line=ln, branch=self.launch.branch)
+            for n, (v, f, ln) in launch_env_options(self.launch).items()
+        ]
         return before + passed + (self.per_rank or [])
 
     def _check_ranks_per_node(self, ctx: Context) -> list[Finding]:
@@ -123,8 +145,14 @@ class LauncherFile:
         detail = f"{rpn} ranks per node, {ctx.platform.name} has {want} devices per node"
         found = check_observed({"ranks_per_node_matches": rpn == want}, ctx, file=file, line=line, detail=detail)
         if rpn < want and (self.nodes() or ctx.nodes) == 1:
-            return [replace(f, severity="info", message=f"{detail} on one node: a single-node job using {rpn} of them: "
-                                                        f"{SMALL_RUN}") for f in found]
+            return [
+                replace(
+                    f,
+                    severity="info",
+                    message=f"{detail} on one node: a single-node job using {rpn} of them: {SMALL_RUN}",
+                )
+                for f in found
+            ]
         return found
 
     def cpu_bind(self) -> str | None:
@@ -144,8 +172,12 @@ class LauncherFile:
     def env_values(self) -> list[tuple[str, str, str, int]]:
         """(name, value, file, line) of every value a rank may run with: each side of a branch
         the script leaves open counts; a value the doctor cannot know is given as written."""
-        out = [(n, b.value if b.value is not None else b.raw, *b.where) for n, bound in self.rank_env.items()
-               for b in bound if b.exported and not b.unset and b.where is not None and (b.value is not None or b.raw)]
+        out = [
+            (n, b.value if b.value is not None else b.raw, *b.where)
+            for n, bound in self.rank_env.items()
+            for b in bound
+            if b.exported and not b.unset and b.where is not None and (b.value is not None or b.raw)
+        ]
         for e in self.timeline:
             if e.kind == "launch":
                 out += [(n, v, f, ln) for n, (v, f, ln) in launch_env_options(e).items()]
@@ -157,8 +189,11 @@ class LauncherFile:
     def known_env(self) -> dict[str, str]:
         """Variables each rank surely runs with (one known value): what a script's
         os.environ.get reads."""
-        return {n: bound[0].value for n, bound in self.rank_env.items()
-                if len(bound) == 1 and bound[0].exported and bound[0].value is not None and not bound[0].unset}
+        return {
+            n: bound[0].value
+            for n, bound in self.rank_env.items()
+            if len(bound) == 1 and bound[0].exported and bound[0].value is not None and not bound[0].unset
+        }
 
     def _check_env(self, ctx: Context) -> list[Finding]:
         out: list[Finding] = []
@@ -170,8 +205,9 @@ class LauncherFile:
         line = self._compile_line()
         if line is None:
             return []
-        return check_observed({"compile": True}, ctx, file=str(self.path), line=line,
-                              detail="the launch passes a torch.compile flag")
+        return check_observed(
+            {"compile": True}, ctx, file=str(self.path), line=line, detail="the launch passes a torch.compile flag"
+        )
 
 
 SMALL_RUN = "fine for a deliberate small or single-device run; the other devices sit idle"
@@ -194,15 +230,23 @@ def read_shell_launcher(path: Path, text: str, modules: tuple[ModuleFacts, ...] 
     try:
         interp = read_events(text, str(path), path.parent, modules)
     except RecursionError:
-        raise SpecError(f"--launcher {str(path)[:120]}: nested too deeply to read (no job script nests "
-                        f"hundreds of blocks)") from None
+        raise SpecError(
+            f"--launcher {str(path)[:120]}: nested too deeply to read (no job script nests hundreds of blocks)"
+        ) from None
     main = main_launch(interp)
     mpi = main is not None and main.event.name in MPI_LAUNCHERS
     rank_state = main.rank_state if mpi and main.rank_state is not None else interp.final
-    return LauncherFile(path=path, header=parse_header(text), outer=interp.events,
-                        per_rank=main.per_rank if mpi else None, launch=main.event if main else None,
-                        directives=directives(text), pbs=PbsDirectives.read(text), modules=modules,
-                        rank_env=rank_state.env)
+    return LauncherFile(
+        path=path,
+        header=parse_header(text),
+        outer=interp.events,
+        per_rank=main.per_rank if mpi else None,
+        launch=main.event if main else None,
+        directives=directives(text),
+        pbs=PbsDirectives.read(text),
+        modules=modules,
+        rank_env=rank_state.env,
+    )
 
 
 PYTHON_SHEBANG = re.compile(r"^#!.*\bpython[\d.]*\b")
@@ -231,11 +275,19 @@ def job_template_line(text: str) -> int | None:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    return next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-                 and _JOB_MARKERS.search(n.value)), None)
+    return next(
+        (
+            n.lineno
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and _JOB_MARKERS.search(n.value)
+        ),
+        None,
+    )
 
 
-def read_launcher(path: Path, modules: tuple[ModuleFacts, ...] = ()) -> "LauncherFile | StrategyTomlFile | DsConfigFile":
+def read_launcher(
+    path: Path, modules: tuple[ModuleFacts, ...] = ()
+) -> "LauncherFile | StrategyTomlFile | DsConfigFile":
     """A shell launcher, a strategy.toml or a ds_config.json (by suffix); a Python program is
     refused: the doctor reads the job script it writes, never Python as shell."""
     path = Path(path)
@@ -252,6 +304,8 @@ def read_launcher(path: Path, modules: tuple[ModuleFacts, ...] = ()) -> "Launche
     if looks_like_python(path, text):
         template = job_template_line(text)
         holds = f" (it holds a job-script template at line {template})" if template else ""
-        raise SpecError(f"--launcher {str(path)[:120]} is a Python program{holds}, not a job script: pass the job "
-                        f"script it writes (e.g. its dry-run output) as --launcher, or the training script as --script")
+        raise SpecError(
+            f"--launcher {str(path)[:120]} is a Python program{holds}, not a job script: pass the job "
+            f"script it writes (e.g. its dry-run output) as --launcher, or the training script as --script"
+        )
     return read_shell_launcher(path, text, modules)

@@ -14,8 +14,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from prism_strategy.diagnose.findings import (Context, Finding, Severity, check_observed, context_facts, evaluate,
-                                              make_finding)
+from prism_strategy.diagnose.findings import (
+    Context,
+    Finding,
+    Severity,
+    check_observed,
+    context_facts,
+    evaluate,
+    make_finding,
+)
 from prism_strategy.emit.env import load_env_profile
 from prism_strategy.rules import Rule, get_rule
 from prism_strategy.specs.presets import DATA, build, read_toml
@@ -105,16 +112,40 @@ def check_env_values(values: dict[str, tuple[str, str, int]], ctx: Context) -> l
         facts = context_facts(ctx, **({bad.fact: True} if bad.fact else {}))
         assumed = evaluate(bad.when, facts, frozenset({"device", "strategy"}))
         if assumed is not None:
-            out.append(make_finding(bad.id, bad.severity, assumed, file=file, line=line,
-                                    detail=f"{bad.var}={value}", reason=bad.reason, fix=bad.fix, source=bad.source))
+            out.append(
+                make_finding(
+                    bad.id,
+                    bad.severity,
+                    assumed,
+                    file=file,
+                    line=line,
+                    detail=f"{bad.var}={value}",
+                    reason=bad.reason,
+                    fix=bad.fix,
+                    source=bad.source,
+                )
+            )
     return out
 
 
 def check_modules(modules: list[tuple[str, str, int]]) -> list[Finding]:
     """Known-bad module versions among (module, file, line)."""
-    return [make_finding(m.id, m.severity, set(), file=file, line=line, detail=f"module {name}",
-                         reason=m.reason, fix=m.fix, source=m.source)
-            for m in load_known_bad().module for name, file, line in modules if m.pattern in name]
+    return [
+        make_finding(
+            m.id,
+            m.severity,
+            set(),
+            file=file,
+            line=line,
+            detail=f"module {name}",
+            reason=m.reason,
+            fix=m.fix,
+            source=m.source,
+        )
+        for m in load_known_bad().module
+        for name, file, line in modules
+        if m.pattern in name
+    ]
 
 
 def check_live(ctx: Context, *, clean: bool, settle_s: float, device_globs: tuple[str, ...] = ()) -> LiveResult:
@@ -130,9 +161,13 @@ def check_live(ctx: Context, *, clean: bool, settle_s: float, device_globs: tupl
     findings += profile_findings
     stale = find_stale_processes(device_globs or DEVICE_GLOBS)
     findings += _process_findings(stale, clean=clean, settle_s=settle_s)
-    environment = {**facts, "modules": [m for m, _, _ in modules], "profile": profile_info,
-                   "variables": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
-                   "stale_processes": [p.pid for p in stale]}
+    environment = {
+        **facts,
+        "modules": [m for m, _, _ in modules],
+        "profile": profile_info,
+        "variables": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
+        "stale_processes": [p.pid for p in stale],
+    }
     return LiveResult(findings=findings, environment=environment)
 
 
@@ -143,15 +178,27 @@ def torch_facts() -> dict[str, Any]:
         import torch.distributed as dist
     except ImportError:  # pragma: no cover - torch is a dependency
         return {"torch": None, "backends": [], "device": None, "device_count": 0}
-    backends = [b for b, probe in (("xccl", "is_xccl_available"), ("nccl", "is_nccl_available"),
-                                   ("gloo", "is_gloo_available"), ("mpi", "is_mpi_available"))
-                if dist.is_available() and getattr(dist, probe, lambda: False)()]
+    backends = [
+        b
+        for b, probe in (
+            ("xccl", "is_xccl_available"),
+            ("nccl", "is_nccl_available"),
+            ("gloo", "is_gloo_available"),
+            ("mpi", "is_mpi_available"),
+        )
+        if dist.is_available() and getattr(dist, probe, lambda: False)()
+    ]
     xpu = torch.xpu.device_count() if hasattr(torch, "xpu") and torch.xpu.is_available() else 0
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     device = "xpu" if xpu else "cuda" if cuda else None
-    out: dict[str, Any] = {"torch": torch.__version__, "backends": backends, "device": device,
-                           "device_count": xpu or cuda, "xpu_runtime": getattr(torch.version, "xpu", None),
-                           "oneccl_root": os.environ.get("CCL_ROOT")}
+    out: dict[str, Any] = {
+        "torch": torch.__version__,
+        "backends": backends,
+        "device": device,
+        "device_count": xpu or cuda,
+        "xpu_runtime": getattr(torch.version, "xpu", None),
+        "oneccl_root": os.environ.get("CCL_ROOT"),
+    }
     if cuda:
         out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     return out
@@ -165,13 +212,26 @@ def compare_profile(env: dict[str, str], ctx: Context) -> tuple[dict[str, Any], 
     profile = load_env_profile(name)
     want = profile.values_for(ctx.platform.name if ctx.platform else "")
     flagged = {b.var for b in load_known_bad().bad if b.var in env and b.hits(env[b.var])}  # reported already
-    differs = {k: {"now": env[k], "profile": v} for k, v in want.items()
-               if k in env and env[k] != v and k not in flagged}
-    info = {"name": profile.name, "set": sorted(k for k in want if env.get(k) == want[k]),
-            "missing": sorted(k for k in want if k not in env), "differs": differs}
-    findings = [f for k, d in differs.items()
-                for f in check_observed({"differs_from_profile": True}, ctx, file="<environment>", line=0,
-                                        detail=f"{k}={d['now']} but profile {profile.name} sets {d['profile']}")]
+    differs = {
+        k: {"now": env[k], "profile": v} for k, v in want.items() if k in env and env[k] != v and k not in flagged
+    }
+    info = {
+        "name": profile.name,
+        "set": sorted(k for k in want if env.get(k) == want[k]),
+        "missing": sorted(k for k in want if k not in env),
+        "differs": differs,
+    }
+    findings = [
+        f
+        for k, d in differs.items()
+        for f in check_observed(
+            {"differs_from_profile": True},
+            ctx,
+            file="<environment>",
+            line=0,
+            detail=f"{k}={d['now']} but profile {profile.name} sets {d['profile']}",
+        )
+    ]
     return info, findings
 
 
@@ -199,7 +259,7 @@ def _ppid_map() -> dict[int, int]:
 def _stat_fields(pid: int) -> list[str]:
     """/proc/PID/stat fields after the command name: [state, ppid, ..., starttime at 19]."""
     raw = (PROC / str(pid) / "stat").read_text()
-    return raw[raw.rindex(")") + 2:].split()
+    return raw[raw.rindex(")") + 2 :].split()
 
 
 def own_tree(ppids: dict[int, int]) -> set[int]:
@@ -243,7 +303,7 @@ def _describe(pid: int) -> tuple[str, str] | None:
         fields = _stat_fields(pid)
     except (OSError, ValueError):
         return None
-    return (None if fields[0] == "Z" else (cmd, fields[19]))
+    return None if fields[0] == "Z" else (cmd, fields[19])
 
 
 def find_stale_processes(globs: tuple[str, ...]) -> list[StaleProcess]:
@@ -289,8 +349,13 @@ def end_processes(procs: list[StaleProcess], *, grace_s: float = TERM_GRACE_S) -
 def _process_findings(stale: list[StaleProcess], *, clean: bool, settle_s: float) -> list[Finding]:
     def one(p: StaleProcess, what: str) -> list[Finding]:
         held = f" holds {', '.join(p.holds)}" if p.holds else " launched a process that holds a device"
-        return check_observed({"stale_device_processes": True}, None, file=f"<process {p.pid}>", line=0,
-                              detail=f"PID {p.pid} ({p.cmdline[:120]}){held}{what}")
+        return check_observed(
+            {"stale_device_processes": True},
+            None,
+            file=f"<process {p.pid}>",
+            line=0,
+            detail=f"PID {p.pid} ({p.cmdline[:120]}){held}{what}",
+        )
 
     if not clean or not stale:
         return [f for p in stale for f in one(p, "")]
@@ -299,8 +364,15 @@ def _process_findings(stale: list[StaleProcess], *, clean: bool, settle_s: float
         time.sleep(settle_s)
     ended = [p for p in stale if p not in survivors]
     out = [f for p in survivors for f in one(p, ": still alive after SIGTERM and SIGKILL")]
-    out += [replace(f, severity="info", fix="relaunch the job", source="DOMAIN 4",
-                    message=f"ended PID {p.pid} ({p.cmdline[:120]}), then waited {settle_s:g} s for device state to "
-                            f"settle")
-            for p in ended for f in one(p, "")]
+    out += [
+        replace(
+            f,
+            severity="info",
+            fix="relaunch the job",
+            source="DOMAIN 4",
+            message=f"ended PID {p.pid} ({p.cmdline[:120]}), then waited {settle_s:g} s for device state to settle",
+        )
+        for p in ended
+        for f in one(p, "")
+    ]
     return out

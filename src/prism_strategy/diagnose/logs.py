@@ -65,8 +65,9 @@ def _files(path: Path) -> list[Path]:
     try:
         for p in path.rglob("*"):
             if len(out) >= MAX_FILES:
-                raise SpecError(f"{path}: more than {MAX_FILES} files under it; pass the run directory "
-                                "or the log files")
+                raise SpecError(
+                    f"{path}: more than {MAX_FILES} files under it; pass the run directory or the log files"
+                )
             if p.is_file() and not SKIP_DIRS & set(p.relative_to(path).parts[:-1]):
                 out.append(p)
     except OSError as e:

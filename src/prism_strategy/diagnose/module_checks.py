@@ -50,16 +50,20 @@ def knowledge(load: Event, shown: tuple[ModuleFacts, ...]) -> LoadKnowledge:
         sets |= set(facts.sets)
         sources.append(facts.source)
         complete = complete and facts.complete
-    return LoadKnowledge(sets=frozenset(sets), complete=complete, sources=tuple(dict.fromkeys(sources)),
-                         unknown=tuple(unknown))
+    return LoadKnowledge(
+        sets=frozenset(sets), complete=complete, sources=tuple(dict.fromkeys(sources)), unknown=tuple(unknown)
+    )
 
 
-_SHOW_FIX = ("make this exact with --module-show live on an Aurora login node, or with saved `module show <module>` "
-             "output as --module-show FILE")
+_SHOW_FIX = (
+    "make this exact with --module-show live on an Aurora login node, or with saved `module show <module>` "
+    "output as --module-show FILE"
+)
 
 
-def check_module_order(tl: list[Event], launch: Event | None, per_rank: list[Event] | None,
-                       shown: tuple[ModuleFacts, ...], ctx: Context) -> list[Finding]:
+def check_module_order(
+    tl: list[Event], launch: Event | None, per_rank: list[Event] | None, shown: tuple[ModuleFacts, ...], ctx: Context
+) -> list[Finding]:
     """Every tracked export followed by a load that (may) reset it and not exported again."""
     tracked = load_known_bad().is_tracked
     loads = [i for i, e in enumerate(tl) if is_module_load(e)]
@@ -86,42 +90,76 @@ def check_module_order(tl: list[Event], launch: Event | None, per_rank: list[Eve
         return _all_lost(tl, loads, known, maybe, launch, per_rank, shown, ctx)
     out = []
     for export, load in known:
-        out += check_observed({"exported_before_module_load": True}, ctx, file=export.file, line=export.line,
-                              detail=f"{export.name} is exported before `module {' '.join(load.args)}` "
-                                     f"({load.file}:{load.line}), which sets it, and not again after it")
+        out += check_observed(
+            {"exported_before_module_load": True},
+            ctx,
+            file=export.file,
+            line=export.line,
+            detail=f"{export.name} is exported before `module {' '.join(load.args)}` "
+            f"({load.file}:{load.line}), which sets it, and not again after it",
+        )
     for k, names in maybe.items():
         load = tl[k]
-        out += _uncertain({"exported_before_module_load": True}, ctx, load.file, load.line,
-                          f"{', '.join(sorted(names))} exported before `module {' '.join(load.args)}` and not "
-                          f"again after it: the doctor does not know whether that module resets "
-                          f"{'them' if len(names) > 1 else 'it'}; {knowledge(load, shown).describe()}")
+        out += _uncertain(
+            {"exported_before_module_load": True},
+            ctx,
+            load.file,
+            load.line,
+            f"{', '.join(sorted(names))} exported before `module {' '.join(load.args)}` and not "
+            f"again after it: the doctor does not know whether that module resets "
+            f"{'them' if len(names) > 1 else 'it'}; {knowledge(load, shown).describe()}",
+        )
     return out
 
 
-def _all_lost(tl: list[Event], loads: list[int], known: list[tuple[Event, Event]], maybe: dict[int, list[str]],
-              launch: Event, per_rank: list[Event], shown: tuple[ModuleFacts, ...], ctx: Context) -> list[Finding]:
+def _all_lost(
+    tl: list[Event],
+    loads: list[int],
+    known: list[tuple[Event, Event]],
+    maybe: dict[int, list[str]],
+    launch: Event,
+    per_rank: list[Event],
+    shown: tuple[ModuleFacts, ...],
+    ctx: Context,
+) -> list[Finding]:
     """Every export comes before the last load: one finding for the launch, not one per variable."""
     load = tl[max(loads)]
     in_rank = max(loads) >= len(tl) - len(per_rank)
     where = f"{load.file}:{load.line}"
-    head = (f"each rank runs `module {' '.join(load.args)}` ({where}) after the last CCL/FI export" if in_rank
-            else f"the CCL/FI exports come before `module {' '.join(load.args)}` ({where}) and none after it")
+    head = (
+        f"each rank runs `module {' '.join(load.args)}` ({where}) after the last CCL/FI export"
+        if in_rank
+        else f"the CCL/FI exports come before `module {' '.join(load.args)}` ({where}) and none after it"
+    )
     if known:
         names = ", ".join(sorted({e.name for e, _ in known}))
-        return check_observed({"per_rank_exports": False}, ctx, file=launch.file, line=launch.line,
-                              detail=f"{head}; it is known to reset {names}")
+        return check_observed(
+            {"per_rank_exports": False},
+            ctx,
+            file=launch.file,
+            line=launch.line,
+            detail=f"{head}; it is known to reset {names}",
+        )
     names = ", ".join(sorted(n for ns in maybe.values() for n in ns))
-    return _uncertain({"per_rank_exports": False}, ctx, launch.file, launch.line,
-                      f"{head}: the doctor does not know whether it resets {names}; "
-                      f"{knowledge(load, shown).describe()}")
+    return _uncertain(
+        {"per_rank_exports": False},
+        ctx,
+        launch.file,
+        launch.line,
+        f"{head}: the doctor does not know whether it resets {names}; {knowledge(load, shown).describe()}",
+    )
 
 
-UNCERTAIN_REASON = ("a module load can reset CCL/FI variables exported before it; if this one does, the ranks run "
-                    "with the module's values instead")
+UNCERTAIN_REASON = (
+    "a module load can reset CCL/FI variables exported before it; if this one does, the ranks run "
+    "with the module's values instead"
+)
 
 
 def _uncertain(observed: dict[str, bool], ctx: Context, file: str, line: int, detail: str) -> list[Finding]:
     """What the rules say if the load does reset the exports, as a warning in words that say the
     doctor does not know whether it does (nothing where the rules do not apply, e.g. not XPU)."""
-    return [replace(f, severity="warning", message=f"{detail}: {UNCERTAIN_REASON}", fix=f"{f.fix}; or {_SHOW_FIX}")
-            for f in check_observed(observed, ctx, file=file, line=line, detail=detail)]
+    return [
+        replace(f, severity="warning", message=f"{detail}: {UNCERTAIN_REASON}", fix=f"{f.fix}; or {_SHOW_FIX}")
+        for f in check_observed(observed, ctx, file=file, line=line, detail=detail)
+    ]

@@ -15,8 +15,10 @@ from pathlib import Path
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import DATA, read_toml
 
-_LMOD = re.compile(r"""^\s*(setenv|pushenv|unsetenv|prepend_path|append_path)\s*\(\s*["']([A-Za-z_]\w*)["']"""
-                   r"""(?:\s*,\s*["']([^"']*)["'])?""")
+_LMOD = re.compile(
+    r"""^\s*(setenv|pushenv|unsetenv|prepend_path|append_path)\s*\(\s*["']([A-Za-z_]\w*)["']"""
+    r"""(?:\s*,\s*["']([^"']*)["'])?"""
+)
 _TCL = re.compile(r"^\s*(setenv|unsetenv|prepend-path|append-path)\s+([A-Za-z_]\w*)(?:\s+(\S.*?))?\s*$")
 _HEADER = re.compile(r"^\s*(/\S+?)(?:\.lua)?:\s*$")
 SETS = frozenset({"setenv", "pushenv", "unsetenv"})
@@ -43,8 +45,9 @@ def known_modules() -> tuple[ModuleFacts, ...]:
     out = []
     for path in sorted((DATA / "modules").glob("*.toml")):
         for m in read_toml(path).get("module", []):
-            out.append(ModuleFacts(name=m["name"], sets={v: None for v in m["sets"]}, complete=False,
-                                   source=m["source"]))
+            out.append(
+                ModuleFacts(name=m["name"], sets={v: None for v in m["sets"]}, complete=False, source=m["source"])
+            )
     return tuple(out)
 
 
@@ -66,10 +69,11 @@ def parse_module_show(text: str, where: str) -> tuple[ModuleFacts, ...]:
     if sets or name != "*":
         blocks.append((name, sets))
     if not blocks:
-        raise SpecError(f"--module-show {where}: no setenv/pushenv/unsetenv line and no module header: "
-                        f"pass the output of `module show <module>`")
-    return tuple(ModuleFacts(name=n, sets=s, complete=True, source=f"module show output ({where})")
-                 for n, s in blocks)
+        raise SpecError(
+            f"--module-show {where}: no setenv/pushenv/unsetenv line and no module header: "
+            f"pass the output of `module show <module>`"
+        )
+    return tuple(ModuleFacts(name=n, sets=s, complete=True, source=f"module show output ({where})") for n, s in blocks)
 
 
 def _module_name(path: str) -> str:
@@ -97,19 +101,29 @@ def module_show_live(names: list[str], timeout_s: float = LIVE_TIMEOUT_S) -> tup
     out: list[ModuleFacts] = []
     for name in dict.fromkeys(names):
         try:
-            res = subprocess.run(["bash", "-lc", 'module show "$1" 2>&1', "module-show", name], capture_output=True,
-                                 text=True, errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL)
+            res = subprocess.run(
+                ["bash", "-lc", 'module show "$1" 2>&1', "module-show", name],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise SpecError(f"--module-show live: `module show {name}` did not run ({type(e).__name__}); "
-                            f"pass saved `module show` output as --module-show FILE") from None
+            raise SpecError(
+                f"--module-show live: `module show {name}` did not run ({type(e).__name__}); "
+                f"pass saved `module show` output as --module-show FILE"
+            ) from None
         first = next((ln.strip() for ln in res.stdout.splitlines() if ln.strip()), "no output")[:120]
         try:
             facts = parse_module_show(res.stdout, f"live (`module show {name}`)") if res.returncode == 0 else ()
         except SpecError:
             facts = ()
         if not facts or all(f.name == "*" and not f.sets for f in facts):
-            raise SpecError(f"--module-show live: `module show {name}` gave no module ({first}): run the doctor "
-                            f"where the module exists (an Aurora login node), or pass saved output as --module-show FILE")
+            raise SpecError(
+                f"--module-show live: `module show {name}` gave no module ({first}): run the doctor "
+                f"where the module exists (an Aurora login node), or pass saved output as --module-show FILE"
+            )
         out += [replace(f, name=name) if f.name == "*" else f for f in facts]
     return tuple(out)
 
@@ -135,5 +149,28 @@ def loaded_names(args: tuple[str, ...]) -> list[str]:
         return rest[-1:]
     if verb in LOAD_VERBS:
         return rest
-    return [] if verb in ("use", "unuse", "list", "avail", "show", "display", "help", "spider", "whatis", "purge",
-                          "is-loaded", "unload", "rm", "del", "save", "reset", "savelist", "keyword") else words
+    return (
+        []
+        if verb
+        in (
+            "use",
+            "unuse",
+            "list",
+            "avail",
+            "show",
+            "display",
+            "help",
+            "spider",
+            "whatis",
+            "purge",
+            "is-loaded",
+            "unload",
+            "rm",
+            "del",
+            "save",
+            "reset",
+            "savelist",
+            "keyword",
+        )
+        else words
+    )

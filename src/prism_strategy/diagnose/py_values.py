@@ -96,7 +96,9 @@ class Values:
         if isinstance(node, ast.Call):
             return self._call(node, scope, line)
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            return self._combine([node.left, node.comparators[0]], scope, line, lambda a, b: _compare(node.ops[0], a, b))
+            return self._combine(
+                [node.left, node.comparators[0]], scope, line, lambda a, b: _compare(node.ops[0], a, b)
+            )
         if isinstance(node, ast.BoolOp):
             op = all if isinstance(node.op, ast.And) else any
             return self._combine(node.values, scope, line, lambda *v: op(bool(x) for x in v))
@@ -136,8 +138,13 @@ class Values:
             values = self.eval(a.value, scope_of, a.line) if a.value is not None else [Alt(UNKNOWN)]
             src = ast.unparse(a.value)[:60] if a.value is not None else "?"
             for v in values:
-                out.append(_alt(v.value, [v, Alt(None, d.notes, d.by_default, d.open_env)],
-                                notes=(f"{name} = {src} (line {a.line})",)))
+                out.append(
+                    _alt(
+                        v.value,
+                        [v, Alt(None, d.notes, d.by_default, d.open_env)],
+                        notes=(f"{name} = {src} (line {a.line})",),
+                    )
+                )
             if d.taken is True:
                 break
         return out or [Alt(UNKNOWN)]
@@ -170,8 +177,9 @@ class Values:
             by_default = by_default and any(h for a, h in zip(alts, holds) if a.by_default)
         if taken is True and env:
             taken = None if not by_default else True
-        return Decision(taken=taken, notes=tuple(dict.fromkeys(notes)), by_default=by_default,
-                        open_env=tuple(dict.fromkeys(env)))
+        return Decision(
+            taken=taken, notes=tuple(dict.fromkeys(notes)), by_default=by_default, open_env=tuple(dict.fromkeys(env))
+        )
 
     # --- calls, attributes, containers -------------------------------------------------------
     def _call(self, node: ast.Call, scope: str, line: int) -> list[Alt]:
@@ -182,8 +190,12 @@ class Values:
             conv = {"str": str, "int": int, "float": float, "bool": bool}[fn]
             return self._combine(node.args, scope, line, conv)
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("lower", "upper", "strip") and not node.args:
-            return self._combine([node.func.value], scope, line,
-                                 lambda v: getattr(v, node.func.attr)() if isinstance(v, str) else UNKNOWN)
+            return self._combine(
+                [node.func.value],
+                scope,
+                line,
+                lambda v: getattr(v, node.func.attr)() if isinstance(v, str) else UNKNOWN,
+            )
         if fn == "dict" and not node.args and all(k.arg for k in node.keywords):
             return self._dict([(k.arg, k.value) for k in node.keywords], scope, line)
         return [Alt(Symbol(f"{fn}(...)", call=True))]
@@ -198,8 +210,12 @@ class Values:
             return [Alt(value, (f"{name}={value} exported by {file}",))]
         if len(node.args) < 2:
             return [Alt(UNKNOWN)]
-        return [_alt(d.value, [d, Alt(None, open_env=(name,))], notes=(f"{name} unset: the default, unless the job sets it",))
-                for d in self.eval(node.args[1], scope, line)]
+        return [
+            _alt(
+                d.value, [d, Alt(None, open_env=(name,))], notes=(f"{name} unset: the default, unless the job sets it",)
+            )
+            for d in self.eval(node.args[1], scope, line)
+        ]
 
     def _attribute(self, node: ast.Attribute, scope: str, line: int) -> list[Alt]:
         if ast.unparse(node) == "os.environ":
@@ -217,15 +233,20 @@ class Values:
                 return [Alt(value, (f"{key[0].value}={value} exported by {file}",))]
             return [Alt(UNKNOWN)]
         if base.split(".")[-1][:1].isupper():  # ShardingStrategy[name.upper()]
-            return self._combine([node.slice], scope, line, lambda k: Symbol(f"{base}.{k}") if isinstance(k, str) else UNKNOWN)
-        return self._combine([node.value, node.slice], scope, line,
-                             lambda d, k: d.get(k, UNKNOWN) if isinstance(d, dict) else UNKNOWN)
+            return self._combine(
+                [node.slice], scope, line, lambda k: Symbol(f"{base}.{k}") if isinstance(k, str) else UNKNOWN
+            )
+        return self._combine(
+            [node.value, node.slice], scope, line, lambda d, k: d.get(k, UNKNOWN) if isinstance(d, dict) else UNKNOWN
+        )
 
     def _dict(self, items: list[tuple[Any, ast.expr]], scope: str, line: int) -> list[Alt]:
         keys = [k for k, _ in items]
         return self._combine([v for _, v in items], scope, line, lambda *vs: dict(zip(keys, vs)), keep_unknown=True)
 
-    def _combine(self, nodes: list[ast.expr], scope: str, line: int, fn: Any, *, keep_unknown: bool = False) -> list[Alt]:
+    def _combine(
+        self, nodes: list[ast.expr], scope: str, line: int, fn: Any, *, keep_unknown: bool = False
+    ) -> list[Alt]:
         """fn over every combination of the operands' alternatives (bounded)."""
         combos: list[Alt] = [Alt(())]
         for n in nodes:

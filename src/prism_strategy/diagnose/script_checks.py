@@ -63,8 +63,15 @@ class ScriptFile:
     def _check(self, ctx: Context) -> list[Finding]:
         vals = self.values(ctx)
         out = []
-        for check in (_device_id, _unused_and_static, _compile, _empty_cache, _loader_after_mesh, _one_element_probe,
-                      _root_only_wrap):
+        for check in (
+            _device_id,
+            _unused_and_static,
+            _compile,
+            _empty_cache,
+            _loader_after_mesh,
+            _one_element_probe,
+            _root_only_wrap,
+        ):
             for f in check(self, ctx):
                 switched = self._switched(f, vals)
                 if switched is not None:
@@ -82,7 +89,7 @@ class ScriptFile:
 
         def merge(*values: object) -> object:
             out = {k.arg: v for k, v in zip(named, values)}
-            for d in values[len(named):]:
+            for d in values[len(named) :]:
                 if not isinstance(d, dict):
                     return UNKNOWN
                 out.update(d)
@@ -92,8 +99,10 @@ class ScriptFile:
 
     def kwarg_values(self, call: Call, name: str, vals: Values, absent: object = UNKNOWN) -> list[Alt]:
         """A keyword's values, passed directly or through **kwargs; `absent` when not passed."""
-        return [replace(a, value=a.value.get(name, absent) if isinstance(a.value, dict) else UNKNOWN)
-                for a in self.call_kwargs(call, vals)]
+        return [
+            replace(a, value=a.value.get(name, absent) if isinstance(a.value, dict) else UNKNOWN)
+            for a in self.call_kwargs(call, vals)
+        ]
 
     def _switched(self, f: Finding, vals: Values) -> Finding | None:
         """A finding on a call under `if` tests that an environment variable decides: dropped
@@ -133,7 +142,9 @@ def read_script(path: Path) -> ScriptFile:
         c.visit(tree)
     except RecursionError:
         raise SpecError(f"--script {path}: nested too deeply to read") from None
-    return ScriptFile(path=path, calls=c.calls, assigns=c.assigns, words=frozenset(c.words), modules=frozenset(c.modules))
+    return ScriptFile(
+        path=path, calls=c.calls, assigns=c.assigns, words=frozenset(c.words), modules=frozenset(c.modules)
+    )
 
 
 def _notes(alt: Alt) -> str:
@@ -147,9 +158,12 @@ def _wrap_strategy(c: Call) -> str | None:
 
 # --- the checks ------------------------------------------------------------------------------
 def _device_id(s: ScriptFile, ctx: Context) -> list[Finding]:
-    return [f for c in s.find("init_process_group") if c.kwarg("device_id") is not None
-            for f in check_observed({"passes_device_id": True}, ctx,
-                                    **s.where(c, "init_process_group(..., device_id=...)"))]
+    return [
+        f
+        for c in s.find("init_process_group")
+        if c.kwarg("device_id") is not None
+        for f in check_observed({"passes_device_id": True}, ctx, **s.where(c, "init_process_group(..., device_id=...)"))
+    ]
 
 
 def _unused_and_static(s: ScriptFile, ctx: Context) -> list[Finding]:
@@ -165,8 +179,11 @@ def _unused_and_static(s: ScriptFile, ctx: Context) -> list[Finding]:
         if on is None:
             continue
         static = any(a.value is True for a in s.kwarg_values(c, "static_graph", vals, absent=False)) or set_static
-        observed = {"find_unused_parameters": True, "static_graph": static,
-                    **({"engine": "ddp"} if c.last in _DDP else {})}
+        observed = {
+            "find_unused_parameters": True,
+            "static_graph": static,
+            **({"engine": "ddp"} if c.last in _DDP else {}),
+        }
         detail = "find_unused_parameters=True with static_graph" if static else "find_unused_parameters=True"
         found = check_observed(observed, ctx, **s.where(c, detail + _notes(on)))
         if not on.by_default:
@@ -185,13 +202,17 @@ def _is_compile(s: ScriptFile, c: Call) -> bool:
 def _compile(s: ScriptFile, ctx: Context) -> list[Finding]:
     """The first torch.compile that can run (one under a test the values decide false cannot)."""
     vals = s.values(ctx)
-    first = next((c for c in s.calls if _is_compile(s, c) and vals.conditions(c.conds, c.scope, c.line).taken
-                  is not False), None)
+    first = next(
+        (c for c in s.calls if _is_compile(s, c) and vals.conditions(c.conds, c.scope, c.line).taken is not False), None
+    )
     if first is None:
         return []
     whole_under_fsdp1 = not first.in_loop and any(c.last in _FSDP1 for c in s.calls)  # PRISM's stack
-    return check_observed({"compile": True, "compiles_whole_under_fsdp1": whole_under_fsdp1}, ctx,
-                          **s.where(first, f"{first.name}(...) compiles the model"))
+    return check_observed(
+        {"compile": True, "compiles_whole_under_fsdp1": whole_under_fsdp1},
+        ctx,
+        **s.where(first, f"{first.name}(...) compiles the model"),
+    )
 
 
 def _empty_cache(s: ScriptFile, ctx: Context) -> list[Finding]:
@@ -203,8 +224,9 @@ def _empty_cache(s: ScriptFile, ctx: Context) -> list[Finding]:
         extra = {"device": "xpu"} if c.name.startswith("torch.xpu.") else {}
         if "fsdp2" in s.engines():  # the loop may run the FSDP model, whatever other engine is also there
             extra["engine"] = "fsdp2"
-        out += check_observed({"calls_empty_cache": True, **extra}, ctx,
-                              **s.where(c, f"{c.name}() inside the training loop"))
+        out += check_observed(
+            {"calls_empty_cache": True, **extra}, ctx, **s.where(c, f"{c.name}() inside the training loop")
+        )
     return out
 
 
@@ -221,12 +243,20 @@ def _loader_after_mesh(s: ScriptFile, ctx: Context) -> list[Finding]:
     out = []
     for mesh in s.find(*_MESH):
         late = [n for n in _worker_loader_lines(s, mesh.scope) if n > mesh.line]
-        late += [c.line for c in s.calls if c.scope == mesh.scope and c.line > mesh.line and "." not in c.name
-                 and _worker_loader_lines(s, c.name)]
+        late += [
+            c.line
+            for c in s.calls
+            if c.scope == mesh.scope and c.line > mesh.line and "." not in c.name and _worker_loader_lines(s, c.name)
+        ]
         if late:
             first = min(late)
-            out += check_observed({"workers_after_mesh": True}, ctx, file=str(s.path), line=first,
-                                  detail=f"a DataLoader with workers is created after the device mesh (line {mesh.line})")
+            out += check_observed(
+                {"workers_after_mesh": True},
+                ctx,
+                file=str(s.path),
+                line=first,
+                detail=f"a DataLoader with workers is created after the device mesh (line {mesh.line})",
+            )
             break
     return out
 
@@ -260,8 +290,9 @@ def _one_element_probe(s: ScriptFile, ctx: Context) -> list[Finding]:
     out = []
     for c in s.find("all_reduce"):
         if c.node.args and _one_element(s, c.node.args[0], c.scope, c.line):
-            out += check_observed({"one_element_fp32_allreduce": True}, ctx,
-                                  **s.where(c, "all_reduce of a 1-element fp32 tensor"))
+            out += check_observed(
+                {"one_element_fp32_allreduce": True}, ctx, **s.where(c, "all_reduce of a 1-element fp32 tensor")
+            )
     return out
 
 
@@ -270,8 +301,9 @@ def _root_only_wrap(s: ScriptFile, ctx: Context) -> list[Finding]:
     fsdp1 = [c for c in s.calls if c.last in _FSDP1]
     out = []
     if len(fsdp2) == 1 and not fsdp2[0].in_loop:
-        out += check_observed(_ROOT_ONLY, ctx,
-                              **s.where(fsdp2[0], "fully_shard() is applied once, to the root module only"))
+        out += check_observed(
+            _ROOT_ONLY, ctx, **s.where(fsdp2[0], "fully_shard() is applied once, to the root module only")
+        )
     if len(fsdp1) == 1:
         out += _root_only_fsdp1(s, fsdp1[0], ctx)
     return out
@@ -280,8 +312,11 @@ def _root_only_wrap(s: ScriptFile, ctx: Context) -> list[Finding]:
 def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
     """FSDP(..., auto_wrap_policy=P) with P None on some path: the variable, the `if` that
     chose it and the environment default behind that test are named with their lines."""
-    paths = [a for a in s.call_kwargs(call, s.values(ctx))
-             if isinstance(a.value, dict) and a.value.get("auto_wrap_policy") is None]
+    paths = [
+        a
+        for a in s.call_kwargs(call, s.values(ctx))
+        if isinstance(a.value, dict) and a.value.get("auto_wrap_policy") is None
+    ]
     if not paths:
         return []
     root = next((a for a in paths if a.by_default), paths[0])
@@ -289,8 +324,10 @@ def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
     how = "auto_wrap_policy is None" if "auto_wrap_policy" in root.value else "no auto_wrap_policy"
     detail = f"{call.last}() at line {call.line} wraps only the root module: {how}{_notes(root)}"
     if isinstance(sharding, Symbol) and sharding.name.upper().endswith("SHARD_GRAD_OP"):
-        detail += (f"; under {sharding.name} the whole model's parameters stay gathered from forward to backward "
-                   f"(PRISM's 7B out-of-memory)")
+        detail += (
+            f"; under {sharding.name} the whole model's parameters stay gathered from forward to backward "
+            f"(PRISM's 7B out-of-memory)"
+        )
     found = check_observed(_ROOT_ONLY, ctx, **s.where(call, detail))
     if not root.by_default:
         found = [replace(f, message=f"{f.message} (only on a path the job's environment must select)") for f in found]

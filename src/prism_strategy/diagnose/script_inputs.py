@@ -24,8 +24,14 @@ from prism_strategy.diagnose.script_checks import read_script
 from prism_strategy.diagnose.script_reads import Found, Reader
 from prism_strategy.specs.errors import SpecError
 
-FLAGS = {"loss": "--loss", "ckpt_freq": "--ckpt-freq", "optimizer": "--optimizer", "precision": "--precision",
-         "reduce_dtype": "--reduce-dtype", "compile": "--compile"}
+FLAGS = {
+    "loss": "--loss",
+    "ckpt_freq": "--ckpt-freq",
+    "optimizer": "--optimizer",
+    "precision": "--precision",
+    "reduce_dtype": "--reduce-dtype",
+    "compile": "--compile",
+}
 """plan() keywords a script can set, with their flags."""
 ASSUMED = {
     "loss": "assumed upcast (HF default: transformers' ForCausalLMLoss casts the logits to fp32)",
@@ -37,9 +43,13 @@ ASSUMED = {
 }
 NOTHING = "nothing in the script sets it"
 READERS: dict[str, Callable[[Reader], list[Found]]] = {
-    "loss": reads.loss, "ckpt_freq": reads.ckpt, "optimizer": reads.optimizer,
-    "precision": lambda r: wrapping.precision(r)[0], "reduce_dtype": lambda r: wrapping.precision(r)[1],
-    "compile": reads.compile_, "strategy": wrapping.strategy,
+    "loss": reads.loss,
+    "ckpt_freq": reads.ckpt,
+    "optimizer": reads.optimizer,
+    "precision": lambda r: wrapping.precision(r)[0],
+    "reduce_dtype": lambda r: wrapping.precision(r)[1],
+    "compile": reads.compile_,
+    "strategy": wrapping.strategy,
 }
 
 
@@ -61,8 +71,9 @@ class ScriptInputs:
     def get(self, name: str) -> ScriptRead:
         return next(r for r in self.reads if r.input == name)
 
-    def plan_inputs(self, current: Mapping[str, Any], given: set[str], *,
-                    source: str = "command line") -> tuple[dict[str, Any], dict[str, Any]]:
+    def plan_inputs(
+        self, current: Mapping[str, Any], given: set[str], *, source: str = "command line"
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """(plan() keywords, the JSON section). current: plan()'s values of FLAGS' keywords as the
         command line has them; given: the keywords whose flags were given there (those win);
         source: where they were given ("command line", or "keyword" from Python)."""
@@ -71,8 +82,11 @@ class ScriptInputs:
             r = self.get(name)
             entry: dict[str, Any] = {"read": r.value, "line": r.line, "evidence": r.evidence}
             if name in given:
-                said = (f"; the script's {_shown(r.value)} (line {r.line}) is not used"
-                        if r.value not in (None, current[name]) else "")
+                said = (
+                    f"; the script's {_shown(r.value)} (line {r.line}) is not used"
+                    if r.value not in (None, current[name])
+                    else ""
+                )
                 flag = "--no-compile" if current[name] is False else FLAGS[name]
                 given_as = f"{flag} given on the command line" if source == "command line" else f"{name}= given"
                 entry |= {"planned": current[name], "by": source, "note": f"{given_as}{said}"}
@@ -111,8 +125,11 @@ def read_plan_inputs(path: str | Path) -> ScriptInputs:
 
 def script_error(e: SpecError, section: dict[str, Any]) -> SpecError:
     """A plan's bad-input error, saying which of its inputs the script set (a flag overrides them)."""
-    by_script = [f"{k} {e_['planned']} (line {e_['line']})" for k, e_ in section["inputs"].items()
-                 if e_["by"] == "script" and k in FLAGS]
+    by_script = [
+        f"{k} {e_['planned']} (line {e_['line']})"
+        for k, e_ in section["inputs"].items()
+        if e_["by"] == "script" and k in FLAGS
+    ]
     if not by_script:
         return e
     return SpecError(f"{e} [--script {section['file']} set {', '.join(by_script)}; a flag given overrides it]")
@@ -160,8 +177,15 @@ def decide(name: str, found: list[Found]) -> ScriptRead:
         also = [f.line for f in found[1:] if f.line != first.line]
         note = "; ".join(x for x in (first.note, f"also line {', '.join(map(str, also))}" if also else "") if x)
         return ScriptRead(input=name, value=first.value, line=first.line, evidence=first.evidence, note=note)
-    cands = "; ".join(f"line {f.line}: {'unreadable' if f.value is None else f.value}"
-                      + (f" ({f.note})" if f.note else "") for f in found[:4])
-    why = ("the script's candidates disagree" if len(values) > 1 else "its value is not one the script fixes"
-           if first.value is None else "it runs only under a test the script leaves open")
+    cands = "; ".join(
+        f"line {f.line}: {'unreadable' if f.value is None else f.value}" + (f" ({f.note})" if f.note else "")
+        for f in found[:4]
+    )
+    why = (
+        "the script's candidates disagree"
+        if len(values) > 1
+        else "its value is not one the script fixes"
+        if first.value is None
+        else "it runs only under a test the script leaves open"
+    )
     return ScriptRead(input=name, value=None, line=first.line, evidence=first.evidence, note=f"{why}: {cands}")

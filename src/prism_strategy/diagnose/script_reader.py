@@ -52,8 +52,9 @@ class Collector(ast.NodeVisitor):
     conds: list[tuple[ast.expr, bool]] = field(default_factory=list)
 
     def bind(self, name: str, line: int, value: ast.expr | None) -> None:
-        self.assigns.setdefault((self.scope, name), []).append(Assignment(line=line, value=value,
-                                                                          conds=tuple(self.conds)))
+        self.assigns.setdefault((self.scope, name), []).append(
+            Assignment(line=line, value=value, conds=tuple(self.conds))
+        )
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
@@ -118,8 +119,9 @@ class Collector(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         name = self.dotted(node.func)
         if name:
-            self.calls.append(Call(name=name, node=node, scope=self.scope, in_loop=self.loops > 0,
-                                   conds=tuple(self.conds)))
+            self.calls.append(
+                Call(name=name, node=node, scope=self.scope, in_loop=self.loops > 0, conds=tuple(self.conds))
+            )
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -149,5 +151,3 @@ class Collector(ast.NodeVisitor):
             return ""
         parts.append(self.aliases.get(node.id, node.id))
         return ".".join(reversed(parts))
-
-

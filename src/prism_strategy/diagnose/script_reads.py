@@ -58,10 +58,12 @@ class Reader:
         note says so (conds=False: the reader has read that test itself)."""
         d = self.vals.conditions(c.conds, c.scope, c.line)
         if conds and (d.taken is None or not d.by_default or d.open_env):
-            note = "; ".join(x.replace("which the doctor cannot decide", "which the script leaves open")
-                             for x in (note, *d.notes) if x)
-        return Found(value=value, line=c.line, evidence=self.text(c.line), note=note,
-                     sure=d.taken is True or not conds)
+            note = "; ".join(
+                x.replace("which the doctor cannot decide", "which the script leaves open")
+                for x in (note, *d.notes)
+                if x
+            )
+        return Found(value=value, line=c.line, evidence=self.text(c.line), note=note, sure=d.taken is True or not conds)
 
     def kwarg(self, c: Call, name: str, absent: object = None) -> object:
         """The keyword's value when every path the values allow agrees; UNKNOWN otherwise."""
@@ -79,8 +81,11 @@ class Reader:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return _LOW.get(node.value.lower()) or _FULL.get(node.value.lower())
         if isinstance(node, ast.Name):
-            found = [a for a in self.s.assigns.get((scope, node.id)) or self.s.assigns.get(("<module>", node.id), [])
-                     if a.value is not None and (a.line < line or scope == "<module>")]
+            found = [
+                a
+                for a in self.s.assigns.get((scope, node.id)) or self.s.assigns.get(("<module>", node.id), [])
+                if a.value is not None and (a.line < line or scope == "<module>")
+            ]
             return self.dtype_of(found[-1].value, scope, found[-1].line) if found else None
         return None
 
@@ -123,21 +128,33 @@ def loss(r: Reader) -> list[Found]:
             out.append(r.found(c, "chunked", "TrainingArguments(use_liger_kernel=True) applies Liger's defaults"))
     for c in r.calls(lambda c: c.last == "CrossEntropyLoss" and "flash_attn" in c.name):
         out.append(r.found(c, "fused", "flash-attn's CrossEntropyLoss (flash_attn/losses/cross_entropy.py)"))
-    out += [f for f in wrap_reads(r, "loss", None, lambda v: v if v in ("upcast", "fused", "chunked") else None)
-            if f.value not in ("upcast", None)]  # wrap's upcast is the model's own loss, whatever kernel that is
+    out += [
+        f
+        for f in wrap_reads(r, "loss", None, lambda v: v if v in ("upcast", "fused", "chunked") else None)
+        if f.value not in ("upcast", None)
+    ]  # wrap's upcast is the model's own loss, whatever kernel that is
     for c in r.calls(_chunked_ce):
-        out.append(r.found(c, "chunked", f"{c.last}: a chunked cross-entropy (as torchtune's "
-                                          "CEWithChunkedOutputLoss)"))
+        out.append(r.found(c, "chunked", f"{c.last}: a chunked cross-entropy (as torchtune's CEWithChunkedOutputLoss)"))
     if out and all(f.sure for f in out):
         return out
     explicit = []
     for c in r.calls(lambda c: c.name in ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss")):
-        upcast = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "float"
-                     for a in c.node.args[:1] for n in ast.walk(a))
-        explicit.append(r.found(c, "upcast", "" if upcast else
-                                "the logits' dtype is not read: fp32 under autocast (its fp32 list has log_softmax, "
-                                "torch include/ATen/autocast_mode.h); bf16 logits outside autocast keep bf16 "
-                                "log-probs, nearer --loss fused"))
+        upcast = any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "float"
+            for a in c.node.args[:1]
+            for n in ast.walk(a)
+        )
+        explicit.append(
+            r.found(
+                c,
+                "upcast",
+                ""
+                if upcast
+                else "the logits' dtype is not read: fp32 under autocast (its fp32 list has log_softmax, "
+                "torch include/ATen/autocast_mode.h); bf16 logits outside autocast keep bf16 "
+                "log-probs, nearer --loss fused",
+            )
+        )
     return out + (explicit or _model_loss(r)[:1])  # a patch that may not run leaves the other kernel a candidate
 
 
@@ -149,8 +166,11 @@ def _model_loss(r: Reader) -> list[Found]:
         if on_line and not any(r.runs(c) for c in on_line):
             continue
         note = "the HF model's own loss (transformers' ForCausalLMLoss casts the logits to fp32)"
-        out.append(r.found(on_line[0], "upcast", note) if on_line else Found(value="upcast", line=n,
-                                                                            evidence=r.text(n), note=note))
+        out.append(
+            r.found(on_line[0], "upcast", note)
+            if on_line
+            else Found(value="upcast", line=n, evidence=r.text(n), note=note)
+        )
     return out
 
 
@@ -169,18 +189,26 @@ def _model_loss_lines(r: Reader) -> list[int]:
     an HF Trainer, which trains on the model's own loss."""
     lines = [c.line for c in r.calls(lambda c: c.last in ("Trainer", "SFTTrainer", "Seq2SeqTrainer"))]
     for node in ast.walk(r.tree):
-        if (isinstance(node, ast.Attribute) and node.attr == "loss" and isinstance(node.ctx, ast.Load)
-                and not (isinstance(node.value, ast.Name) and node.value.id in _NOT_OUTPUTS)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "loss"
+            and isinstance(node.ctx, ast.Load)
+            and not (isinstance(node.value, ast.Name) and node.value.id in _NOT_OUTPUTS)
+        ):
             lines.append(node.lineno)
-        elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
-              and node.slice.value == "loss"):
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "loss":
             lines.append(node.lineno)
     return sorted(lines)
 
 
 # --- activation checkpointing ------------------------------------------------------------------
-_FULL_CKPT = {"checkpoint_wrapper", "ptd_checkpoint_wrapper", "apply_activation_checkpointing",
-              "gradient_checkpointing_enable", "activation_checkpointing_enable"}
+_FULL_CKPT = {
+    "checkpoint_wrapper",
+    "ptd_checkpoint_wrapper",
+    "apply_activation_checkpointing",
+    "gradient_checkpointing_enable",
+    "activation_checkpointing_enable",
+}
 
 
 def ckpt(r: Reader) -> list[Found]:
@@ -192,14 +220,26 @@ def ckpt(r: Reader) -> list[Found]:
     sac_fn = "create_selective_checkpoint_contexts"
     sac = r.calls(lambda c: c.last == sac_fn or _mentions(c, sac_fn))
     if sac:
-        return [r.found(sac[0], "sac", "a per-op selective policy, planned as torchtitan's (save matmul, attention "
-                        "and reduction outputs, recompute every second matmul); the script's own may keep more or less")]
+        return [
+            r.found(
+                sac[0],
+                "sac",
+                "a per-op selective policy, planned as torchtitan's (save matmul, attention "
+                "and reduction outputs, recompute every second matmul); the script's own may keep more or less",
+            )
+        ]
     out = []
-    for c in r.calls(lambda c: c.last in _FULL_CKPT or c.name == "torch.utils.checkpoint.checkpoint"
-                     or c.name == "deepspeed.checkpointing.checkpoint"):
+    for c in r.calls(
+        lambda c: (
+            c.last in _FULL_CKPT
+            or c.name == "torch.utils.checkpoint.checkpoint"
+            or c.name == "deepspeed.checkpointing.checkpoint"
+        )
+    ):
         k = _every_kth(r, c)
-        out.append(r.found(c, k or 1, f"a test `% {k}` picks one block in {k}" if k else "every block",
-                           conds=k is None))
+        out.append(
+            r.found(c, k or 1, f"a test `% {k}` picks one block in {k}" if k else "every block", conds=k is None)
+        )
     out += wrap_reads(r, "ckpt_freq", 0, lambda v: v if v == "sac" or (isinstance(v, int) and v >= 0) else None)
     for c in r.calls(lambda c: c.last == "TrainingArguments"):
         if True in (r.kwarg(c, "gradient_checkpointing", False), r.kwarg(c, "activation_checkpointing", False)):
@@ -209,8 +249,11 @@ def ckpt(r: Reader) -> list[Found]:
 
 def _mentions(c: Call, name: str) -> bool:
     """The call passes `name` itself (functools.partial(create_selective_checkpoint_contexts, policy))."""
-    return any(isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.Attribute) and n.attr == name
-               for a in (*c.node.args, *(k.value for k in c.node.keywords)) for n in ast.walk(a))
+    return any(
+        isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.Attribute) and n.attr == name
+        for a in (*c.node.args, *(k.value for k in c.node.keywords))
+        for n in ast.walk(a)
+    )
 
 
 def _every_kth(r: Reader, c: Call) -> int | None:
@@ -247,21 +290,38 @@ def optimizer(r: Reader) -> list[Found]:
             continue
         fused, foreach = r.kwarg(c, "fused"), r.kwarg(c, "foreach")
         if UNKNOWN in (fused, foreach) or isinstance(fused, Symbol) or isinstance(foreach, Symbol):
-            out.append(Found(value=None, line=c.line, evidence=r.text(c.line),
-                             note="its fused/foreach keywords are not values the script fixes"))
+            out.append(
+                Found(
+                    value=None,
+                    line=c.line,
+                    evidence=r.text(c.line),
+                    note="its fused/foreach keywords are not values the script fixes",
+                )
+            )
             continue
         impl = "fused" if fused else "foreach" if foreach else "loop" if foreach is False else ""
         note = "Adam planned as AdamW (the same state and step)" if c.last == "Adam" else ""
-        out.append(r.found(c, f"adamw-{impl}" if impl else "adamw", note or ("" if impl else "torch's default "
-                           "implementation: foreach on cuda/xpu, the per-tensor loop on cpu")))
+        out.append(
+            r.found(
+                c,
+                f"adamw-{impl}" if impl else "adamw",
+                note
+                or ("" if impl else "torch's default implementation: foreach on cuda/xpu, the per-tensor loop on cpu"),
+            )
+        )
     if out:  # an optimizer the script builds is the one Trainer(optimizers=...) runs, whatever args.optim says
         return out
     for c in r.calls(lambda c: c.last == "TrainingArguments"):
         optim = r.kwarg(c, "optim", "adamw_torch_fused")
         if optim in ("adamw_torch_fused", "adamw_torch"):
-            default = "" if c.kwarg("optim") is not None else (
-                "TrainingArguments' default optim: adamw_torch_fused with torch >= 2.8 (transformers 5.24 "
-                "training_args.py; older transformers: adamw_torch)")
+            default = (
+                ""
+                if c.kwarg("optim") is not None
+                else (
+                    "TrainingArguments' default optim: adamw_torch_fused with torch >= 2.8 (transformers 5.24 "
+                    "training_args.py; older transformers: adamw_torch)"
+                )
+            )
             out.append(r.found(c, "adamw-fused" if optim == "adamw_torch_fused" else "adamw", default))
     return out
 
@@ -269,9 +329,22 @@ def optimizer(r: Reader) -> list[Found]:
 # --- compile ---------------------------------------------------------------------------------
 def compile_(r: Reader) -> list[Found]:
     """torch.compile (or a module's .compile()), TrainingArguments(torch_compile=True)."""
-    out = [r.found(c, True) for c in r.calls(lambda c: c.name in ("torch.compile", "torch._dynamo.optimize") or (
-        c.last == "compile" and "." in c.name and c.name.split(".")[0] not in r.s.modules))]
-    out += [r.found(c, True) for c in r.calls(lambda c: c.last == "TrainingArguments")
-            if r.kwarg(c, "torch_compile", False) is True]
-    return out + [f for f in wrap_reads(r, "compile", False, lambda v: v if isinstance(v, bool) else None)
-                  if f.value is not False or not out]
+    out = [
+        r.found(c, True)
+        for c in r.calls(
+            lambda c: (
+                c.name in ("torch.compile", "torch._dynamo.optimize")
+                or (c.last == "compile" and "." in c.name and c.name.split(".")[0] not in r.s.modules)
+            )
+        )
+    ]
+    out += [
+        r.found(c, True)
+        for c in r.calls(lambda c: c.last == "TrainingArguments")
+        if r.kwarg(c, "torch_compile", False) is True
+    ]
+    return out + [
+        f
+        for f in wrap_reads(r, "compile", False, lambda v: v if isinstance(v, bool) else None)
+        if f.value is not False or not out
+    ]

@@ -13,8 +13,14 @@ from prism_strategy.diagnose.script_reader import Call
 from prism_strategy.diagnose.script_reads import Found, Reader, prism_wraps, wrap_reads
 from prism_strategy.strategies import STRATEGY_NAMES
 
-AUTOCAST = {"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.xpu.amp.autocast",
-            "torch.cpu.amp.autocast"}
+AUTOCAST = {
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.cuda.amp.autocast",
+    "torch.xpu.amp.autocast",
+    "torch.cpu.amp.autocast",
+}
+
 
 # --- precision, reduction dtype ------------------------------------------------------------------
 def precision(r: Reader) -> tuple[list[Found], list[Found]]:
@@ -38,11 +44,17 @@ def precision(r: Reader) -> tuple[list[Found], list[Found]]:
         elif red is not None:
             reduce.append(r.found(c, "bf16" if red != "fp32" else "fp32"))
     mixed += wrap_reads(r, "mixed_precision", "bf16", lambda v: {"bf16": "bf16-mixed", None: "fp32"}.get(v))
-    reduce += [f for f in wrap_reads(r, "reduce_dtype", None, lambda v: v if v in ("fp32", "bf16") else None)
-               if f.value is not None]
+    reduce += [
+        f
+        for f in wrap_reads(r, "reduce_dtype", None, lambda v: v if v in ("fp32", "bf16") else None)
+        if f.value is not None
+    ]
     for c, conf, where in ds_configs(r):
-        low = [k for k in ("bf16", "fp16") if isinstance(conf, dict) and isinstance(conf.get(k), dict)
-               and conf[k].get("enabled") is True]
+        low = [
+            k
+            for k in ("bf16", "fp16")
+            if isinstance(conf, dict) and isinstance(conf.get(k), dict) and conf[k].get("enabled") is True
+        ]
         if low:
             mixed.append(r.found(c, "bf16-mixed", f"DeepSpeed {low[0]} enabled ({where}): fp32 master weights"))
     for c in r.calls(lambda c: c.last in ("TrainingArguments", "Accelerator")):
@@ -64,8 +76,10 @@ def _low_params(r: Reader) -> list[Found]:
         if d in ("bf16", "fp16"):
             out.append(r.found(c, "bf16-pure", "the model is built in low precision"))
     for c in r.calls(lambda c: c.last in ("to", "bfloat16", "half") and "model" in c.name.lower()):
-        if c.last != "to" or any(r.dtype_of(a, c.scope, c.line) in ("bf16", "fp16")
-                                 for a in [*c.node.args, *(k.value for k in c.node.keywords if k.arg == "dtype")]):
+        if c.last != "to" or any(
+            r.dtype_of(a, c.scope, c.line) in ("bf16", "fp16")
+            for a in [*c.node.args, *(k.value for k in c.node.keywords if k.arg == "dtype")]
+        ):
             out.append(r.found(c, "bf16-pure", "the model's parameters are cast to low precision"))
     for c in r.calls(lambda c: c.name == "torch.set_default_dtype"):
         if c.node.args and r.dtype_of(c.node.args[0], c.scope, c.line) in ("bf16", "fp16"):
@@ -96,8 +110,17 @@ def ds_configs(r: Reader) -> list[tuple[Call, object, str]]:
         where = "a dict the script builds"
         if isinstance(conf, str):
             conf, where = _json_beside(r, conf)
-        out.append((c, conf if isinstance(conf, dict) else None, where if isinstance(conf, dict) else
-                    where if isinstance(conf, str) else "a config the script does not fix"))
+        out.append(
+            (
+                c,
+                conf if isinstance(conf, dict) else None,
+                where
+                if isinstance(conf, dict)
+                else where
+                if isinstance(conf, str)
+                else "a config the script does not fix",
+            )
+        )
     return out
 
 
@@ -111,20 +134,31 @@ def _json_beside(r: Reader, name: str) -> tuple[object, str]:
     return name, f"{name}: not found or not JSON"
 
 
-
 # --- strategy ---------------------------------------------------------------------------
 def strategy(r: Reader) -> list[Found]:
     """FSDP1 FullyShardedDataParallel(sharding_strategy=...) (default FULL_SHARD), FSDP2
     fully_shard (reshard_after_forward=False: shard_grad_op), DDP, prism_strategy.wrap(model, NAME)."""
     out = []
-    fsdp1 = {"FULL_SHARD": "fsdp_full_shard", "SHARD_GRAD_OP": "fsdp_shard_grad_op", "HYBRID_SHARD": "hsdp_full_shard",
-             "_HYBRID_SHARD_ZERO2": "hsdp_shard_grad_op", "NO_SHARD": "ddp"}
+    fsdp1 = {
+        "FULL_SHARD": "fsdp_full_shard",
+        "SHARD_GRAD_OP": "fsdp_shard_grad_op",
+        "HYBRID_SHARD": "hsdp_full_shard",
+        "_HYBRID_SHARD_ZERO2": "hsdp_shard_grad_op",
+        "NO_SHARD": "ddp",
+    }
     for c in r.calls(lambda c: c.last in ("FullyShardedDataParallel", "FSDP")):
         how = r.kwarg(c, "sharding_strategy", Symbol("ShardingStrategy.FULL_SHARD"))
         name = fsdp1.get(how.name.rsplit(".", 1)[-1]) if isinstance(how, Symbol) else None
-        out.append(Found(value=name, line=c.line, evidence=r.text(c.line), note="FSDP1 (FullyShardedDataParallel); "
-                         "the plan's fsdp options model FSDP2's fully_shard" if name else "FSDP1 with a "
-                         "sharding_strategy the script does not fix"))
+        out.append(
+            Found(
+                value=name,
+                line=c.line,
+                evidence=r.text(c.line),
+                note="FSDP1 (FullyShardedDataParallel); the plan's fsdp options model FSDP2's fully_shard"
+                if name
+                else "FSDP1 with a sharding_strategy the script does not fix",
+            )
+        )
     shards = r.calls(lambda c: c.last == "fully_shard")
     if shards:
         reshard = r.kwarg(shards[-1], "reshard_after_forward", True)
@@ -133,8 +167,14 @@ def strategy(r: Reader) -> list[Found]:
         names = dict(zip((True, False), hybrid if dims == {2} else flat))
         name = names.get(reshard) if isinstance(reshard, bool) else None
         where = {frozenset({1}): " on a 1-D mesh", frozenset({2}): " on a 2-D mesh (HSDP)"}.get(frozenset(dims), "")
-        out.append(r.found(shards[-1], name, f"FSDP2 (fully_shard){where}" + (
-            "" if where else "; on a 2-D (replicate, shard) mesh it would be the hsdp_ variant")))
+        out.append(
+            r.found(
+                shards[-1],
+                name,
+                f"FSDP2 (fully_shard){where}"
+                + ("" if where else "; on a 2-D (replicate, shard) mesh it would be the hsdp_ variant"),
+            )
+        )
     out += [r.found(c, "ddp") for c in r.calls(lambda c: c.last in ("DistributedDataParallel", "DDP"))]
     for c, conf, where in ds_configs(r):
         zo = conf.get("zero_optimization") if isinstance(conf, dict) else None

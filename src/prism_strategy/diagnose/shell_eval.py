@@ -18,17 +18,73 @@ from typing import Any
 from prism_strategy.diagnose.launch_options import Cond, Event
 from prism_strategy.diagnose.modules import ModuleFacts, facts_for, loaded_names
 from prism_strategy.diagnose.shell_state import Group, Launch, State
-from prism_strategy.diagnose.shell_syntax import (Binding, Expander, Node, case_matches, eval_test, line_of,
-                                                  node_text, parse, string_body)
+from prism_strategy.diagnose.shell_syntax import (
+    Binding,
+    Expander,
+    Node,
+    case_matches,
+    eval_test,
+    line_of,
+    node_text,
+    parse,
+    string_body,
+)
 
 MPI_LAUNCHERS = frozenset({"mpiexec", "mpirun", "srun", "aprun"})
 PROGRAMS = frozenset({"torchrun", "deepspeed", "python", "python3", "accelerate"})
 SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
 WRAPPERS = frozenset({"exec", "time", "nohup", "command", "builtin", "nice", "numactl", "stdbuf"})
-BUILTINS = frozenset({"cd", "echo", "printf", "set", "shopt", "true", "false", ":", "exit", "return", "shift", "wait",
-                      "trap", "ulimit", "umask", "sleep", "mkdir", "rm", "cp", "mv", "ls", "cat", "tee", "date",
-                      "hostname", "type", "which", "test", "[", "read", "pushd", "popd", "eval", "let", "ln",
-                      "touch", "chmod", "head", "tail", "wc", "grep", "sed", "awk", "cut", "sort", "uniq", "env"})
+BUILTINS = frozenset(
+    {
+        "cd",
+        "echo",
+        "printf",
+        "set",
+        "shopt",
+        "true",
+        "false",
+        ":",
+        "exit",
+        "return",
+        "shift",
+        "wait",
+        "trap",
+        "ulimit",
+        "umask",
+        "sleep",
+        "mkdir",
+        "rm",
+        "cp",
+        "mv",
+        "ls",
+        "cat",
+        "tee",
+        "date",
+        "hostname",
+        "type",
+        "which",
+        "test",
+        "[",
+        "read",
+        "pushd",
+        "popd",
+        "eval",
+        "let",
+        "ln",
+        "touch",
+        "chmod",
+        "head",
+        "tail",
+        "wc",
+        "grep",
+        "sed",
+        "awk",
+        "cut",
+        "sort",
+        "uniq",
+        "env",
+    }
+)
 MAX_DEPTH = 4
 STATEMENTS_SKIPPED = frozenset({"comment", "heredoc_body", "heredoc_start", "heredoc_end", "test_command"})
 
@@ -92,7 +148,7 @@ class Interpreter:
         elif t in ("declaration_command", "unset_command"):
             self._declaration(node, state, file, offset)
         elif t in ("variable_assignment", "variable_assignments"):
-            for a in ([node] if t == "variable_assignment" else node.named_children):
+            for a in [node] if t == "variable_assignment" else node.named_children:
                 self._assign(a, state, file, offset, exported=None)
         elif t == "command":
             self._command(node, state, file, offset)
@@ -100,8 +156,14 @@ class Interpreter:
     def _redirected(self, node: Node, state: State, file: str, offset: int) -> None:
         body = node.child_by_field_name("body")
         heredoc = next((c for c in node.named_children if c.type == "heredoc_redirect"), None)
-        target = next((c.child_by_field_name("destination") for c in node.named_children
-                       if c.type == "file_redirect" and node_text(c).lstrip("0123456789").startswith(">")), None)
+        target = next(
+            (
+                c.child_by_field_name("destination")
+                for c in node.named_children
+                if c.type == "file_redirect" and node_text(c).lstrip("0123456789").startswith(">")
+            ),
+            None,
+        )
         if heredoc is not None and body is not None and body.type == "command" and target is not None:
             name = Expander(state.lookup).word(target)
             text = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
@@ -114,8 +176,9 @@ class Interpreter:
         left, right = node.named_children[0], node.named_children[-1]
         op = next((node_text(c) for c in node.children if not c.is_named), "&&")
         if left.type == "test_command":
-            self._branches([(left, right)] if op == "&&" else [(left, None)], right if op == "||" else None,
-                           state, file, offset)
+            self._branches(
+                [(left, right)] if op == "&&" else [(left, None)], right if op == "||" else None, state, file, offset
+            )
             return
         self.statement(left, state, file, offset)
         if op == "&&":  # a command chain: read as if each step succeeds
@@ -155,8 +218,7 @@ class Interpreter:
                 else_body = Group([x for x in c.named_children if x.type != "comment"])
         self._branches(clauses, else_body, state, file, offset)
 
-    def _branches(self, clauses: list[tuple[Any, Any]], else_body: Any, state: State, file: str,
-                  offset: int) -> None:
+    def _branches(self, clauses: list[tuple[Any, Any]], else_body: Any, state: State, file: str, offset: int) -> None:
         """Take the first clause the script decides true, skip those it decides false; an open
         one runs on a fork that carries its condition."""
         sides: list[State] = []
@@ -176,8 +238,15 @@ class Interpreter:
             here.branch = state.branch + tuple(negations) + (cond,)
             self._run(body, here, file, offset)
             sides.append(here)
-            negations.append(Cond(text=f"not {text}", file=file, line=line, names=names,
-                                  default=None if default is None else not default))
+            negations.append(
+                Cond(
+                    text=f"not {text}",
+                    file=file,
+                    line=line,
+                    names=names,
+                    default=None if default is None else not default,
+                )
+            )
         else:
             here = state.fork()
             here.branch = state.branch + tuple(negations)
@@ -193,10 +262,12 @@ class Interpreter:
     def _run(self, body: Any, state: State, file: str, offset: int) -> None:
         if body is None:
             return
-        for n in (body.nodes if isinstance(body, Group) else [body]):
+        for n in body.nodes if isinstance(body, Group) else [body]:
             self.statement(n, state, file, offset)
 
-    def _decide(self, test: Any, state: State, file: str, offset: int) -> tuple[bool | None, bool | None, tuple[str, ...], str, int]:
+    def _decide(
+        self, test: Any, state: State, file: str, offset: int
+    ) -> tuple[bool | None, bool | None, tuple[str, ...], str, int]:
         nodes = test.nodes if isinstance(test, Group) else [test]
         tests = [n for n in nodes if n.type in ("test_command", "negated_command")]
         text = " ".join(node_text(n) for n in nodes)[:80] or "?"
@@ -223,8 +294,9 @@ class Interpreter:
         sides, matched = [], False
         for item in (c for c in node.named_children if c.type == "case_item"):
             pats = [Expander(state.lookup).word(v) for v in item.children_by_field_name("value")]
-            body = [c for c in item.named_children if c not in item.children_by_field_name("value")
-                    and c.type != "comment"]
+            body = [
+                c for c in item.named_children if c not in item.children_by_field_name("value") and c.type != "comment"
+            ]
             if value is not None:
                 if any(p is not None and case_matches(value, p) for p in pats):
                     self._run(Group(body), state, file, offset)
@@ -232,8 +304,15 @@ class Interpreter:
                 continue
             hit = None if default is None or None in pats else any(case_matches(default, p) for p in pats if p)
             text = f"case {node_text(word)} in {'|'.join(p or '?' for p in pats)})"
-            here = state.fork(Cond(text=text, file=file, line=line_of(item, offset), names=opened,
-                                   default=None if hit is None else (hit and not matched)))
+            here = state.fork(
+                Cond(
+                    text=text,
+                    file=file,
+                    line=line_of(item, offset),
+                    names=opened,
+                    default=None if hit is None else (hit and not matched),
+                )
+            )
             matched = matched or bool(hit)
             self._run(Group(body), here, file, offset)
             sides.append(here)
@@ -275,8 +354,9 @@ class Interpreter:
             elif c.type == "variable_name" and export:
                 name = node_text(c)
                 was = state.env.get(name)
-                state.env[name] = tuple(replace(b, exported=True) for b in was) if was else \
-                    (Binding(value=None, exported=True),)
+                state.env[name] = (
+                    tuple(replace(b, exported=True) for b in was) if was else (Binding(value=None, exported=True),)
+                )
                 values = {b.value for b in was} if was else set()
                 if was and len(values) == 1 and None not in values:
                     self.emit(state, kind="export", name=name, value=values.pop(), file=file, line=line)
@@ -289,12 +369,20 @@ class Interpreter:
             n, v = a.child_by_field_name("name"), a.child_by_field_name("value")
             if n is not None:
                 value = ex.word(v) if v is not None else ""
-                self.emit(state, kind="export", name=node_text(n),
-                          value=value if value is not None else node_text(v), file=file, line=line)
+                self.emit(
+                    state,
+                    kind="export",
+                    name=node_text(n),
+                    value=value if value is not None else node_text(v),
+                    file=file,
+                    line=line,
+                )
         if name_node is None:
             return
-        words = [name_node.named_children[0] if name_node.named_children else name_node,
-                 *node.children_by_field_name("argument")]
+        words = [
+            name_node.named_children[0] if name_node.named_children else name_node,
+            *node.children_by_field_name("argument"),
+        ]
         values = [ex.word(w) for w in words]
         while values and values[0] in WRAPPERS:
             words, values = words[1:], values[1:]
@@ -303,8 +391,9 @@ class Interpreter:
         cmd = Path(values[0]).name
         args = tuple(v if v is not None else _shown(w) for v, w in zip(values[1:], words[1:]))
         if cmd in ("module", "ml"):
-            self._module(("load", *args) if cmd == "ml" and args and args[0] not in ("load", "swap") else args,
-                         state, file, line)
+            self._module(
+                ("load", *args) if cmd == "ml" and args and args[0] not in ("load", "swap") else args, state, file, line
+            )
         elif cmd in ("source", ".") and args:
             self._source(args[0], state)
         elif cmd in state.functions and self.depth < MAX_DEPTH:
@@ -332,7 +421,7 @@ class Interpreter:
         self.emit(state, kind="module", args=args, file=file, line=line)
         for loaded in loaded_names(args):
             facts = facts_for(loaded, self.modules)
-            for var, value in (facts.sets.items() if facts else ()):
+            for var, value in facts.sets.items() if facts else ():
                 state.env[var] = (Binding(value=value, exported=True, where=(file, line)),)
 
     def _source(self, target: str, state: State) -> None:
@@ -355,30 +444,33 @@ class Interpreter:
         finally:
             self.depth -= 1
 
-    def _rank_command(self, launch: Event, words: list[Node], values: list[str | None], state: State, file: str,
-                      offset: int) -> Launch:
+    def _rank_command(
+        self, launch: Event, words: list[Node], values: list[str | None], state: State, file: str, offset: int
+    ) -> Launch:
         """What each rank runs: a program, a `bash -c BODY` (read as a script in a copy of the
         job's state, the rank's inherited environment), or a script file beside the launcher."""
         for k in range(1, len(values)):
             base = Path(values[k]).name if values[k] else ""
             if base in SHELLS:
-                return self._shell_rank(launch, words[k + 1:], values[k + 1:], state, file, offset)
+                return self._shell_rank(launch, words[k + 1 :], values[k + 1 :], state, file, offset)
             if base in PROGRAMS or base.startswith("python"):
                 return Launch(event=launch, per_rank=[], runs_python=True)
             if base.endswith(".sh"):
                 return self._file_rank(launch, base, state)
         return Launch(event=launch, per_rank=None, runs_python=False)
 
-    def _shell_rank(self, launch: Event, words: list[Node], values: list[str | None], state: State, file: str,
-                    offset: int) -> Launch:
+    def _shell_rank(
+        self, launch: Event, words: list[Node], values: list[str | None], state: State, file: str, offset: int
+    ) -> Launch:
         flags = [v for v in values if v and v.startswith("-")]
         rest = [(w, v) for w, v in zip(words, values) if not (v and v.startswith("-"))]
         if not rest:
             return Launch(event=launch, per_rank=None, runs_python=False)
         if not any("c" in f[1:] for f in flags if not f.startswith("--")):
             name = Path(rest[0][1] or "").name
-            return self._file_rank(launch, name, state) if name else Launch(event=launch, per_rank=None,
-                                                                              runs_python=False)
+            return (
+                self._file_rank(launch, name, state) if name else Launch(event=launch, per_rank=None, runs_python=False)
+            )
         body = string_body(rest[0][0], Expander(state.lookup))
         if body is None:
             return Launch(event=launch, per_rank=None, runs_python=False)
@@ -416,5 +508,8 @@ def main_launch(interp: Interpreter) -> Launch | None:
     """The training launch: the first MPI launch whose ranks run Python, else the first MPI
     launch, else the first program launch (torchrun, deepspeed, python)."""
     mpi = [x for x in interp.launches if x.event.name in MPI_LAUNCHERS]
-    return next((x for x in mpi if x.runs_python), None) or (mpi[0] if mpi else None) or \
-        (interp.launches[0] if interp.launches else None)
+    return (
+        next((x for x in mpi if x.runs_python), None)
+        or (mpi[0] if mpi else None)
+        or (interp.launches[0] if interp.launches else None)
+    )

@@ -18,8 +18,12 @@ class State:
     branch: tuple[Cond, ...] = ()
 
     def fork(self, cond: Cond | None = None) -> "State":
-        return State(env=dict(self.env), functions=dict(self.functions), files=dict(self.files),
-                     branch=self.branch + ((cond,) if cond else ()))
+        return State(
+            env=dict(self.env),
+            functions=dict(self.functions),
+            files=dict(self.files),
+            branch=self.branch + ((cond,) if cond else ()),
+        )
 
     def lookup(self, name: str) -> tuple[Binding, ...] | None:
         return self.env.get(name)
@@ -58,5 +62,3 @@ class Group:
     """Statements read as one body (an if clause's test or body)."""
 
     nodes: list[Node]
-
-

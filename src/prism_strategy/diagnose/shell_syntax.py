@@ -30,8 +30,9 @@ def _parser() -> Any:
         import tree_sitter_bash
         from tree_sitter import Language, Parser
     except ImportError:
-        raise SpecError("reading shell launchers needs tree-sitter and tree-sitter-bash: "
-                        "pip install 'prism-strategy[doctor]'") from None
+        raise SpecError(
+            "reading shell launchers needs tree-sitter and tree-sitter-bash: pip install 'prism-strategy[doctor]'"
+        ) from None
     return Parser(Language(tree_sitter_bash.language()))
 
 
@@ -39,7 +40,9 @@ def parse(text: str) -> Node:
     """The root node of `text` (errors are kept as ERROR nodes: what parses is still read)."""
     data = text.encode("utf-8", errors="replace")
     if len(data) > MAX_BYTES:
-        raise SpecError(f"launcher is {len(data) // 1024} KiB: too long for a job script (limit {MAX_BYTES // 1024} KiB)")
+        raise SpecError(
+            f"launcher is {len(data) // 1024} KiB: too long for a job script (limit {MAX_BYTES // 1024} KiB)"
+        )
     return _parser().parse(data).root_node
 
 
@@ -204,7 +207,7 @@ def string_pieces(node: Node) -> list[tuple[str, Node | None]]:
         out.append((raw[start:end].decode("utf-8", errors="replace"), c))
         pos = end
     if len(raw) - 1 > pos:
-        out.append((raw[pos:len(raw) - 1].decode("utf-8", errors="replace"), None))
+        out.append((raw[pos : len(raw) - 1].decode("utf-8", errors="replace"), None))
     return out
 
 
@@ -246,10 +249,19 @@ def string_body(node: Node, ex: "Expander") -> tuple[str, int] | None:
 
 # --- [ ... ] / [[ ... ]] / test --------------------------------------------------------------
 _UNARY_STR = {"-z": lambda v: v == "", "-n": lambda v: v != ""}
-_BINARY = {"=": lambda a, b: fnmatch.fnmatchcase(a, b), "==": lambda a, b: fnmatch.fnmatchcase(a, b),
-           "!=": lambda a, b: not fnmatch.fnmatchcase(a, b)}
-_NUMERIC = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-gt": lambda a, b: a > b,
-            "-lt": lambda a, b: a < b, "-ge": lambda a, b: a >= b, "-le": lambda a, b: a <= b}
+_BINARY = {
+    "=": lambda a, b: fnmatch.fnmatchcase(a, b),
+    "==": lambda a, b: fnmatch.fnmatchcase(a, b),
+    "!=": lambda a, b: not fnmatch.fnmatchcase(a, b),
+}
+_NUMERIC = {
+    "-eq": lambda a, b: a == b,
+    "-ne": lambda a, b: a != b,
+    "-gt": lambda a, b: a > b,
+    "-lt": lambda a, b: a < b,
+    "-ge": lambda a, b: a >= b,
+    "-le": lambda a, b: a <= b,
+}
 
 
 def eval_test(node: Node, ex: Expander) -> bool | None:

@@ -86,14 +86,17 @@ def _candidates(lf: "LauncherFile", ctx: Context) -> tuple[list[tuple[PlatformSp
     return [(p, load_site(p.name)) for p in pool if load_site(p.name).queues or load_site(p.name).filesystems], certain
 
 
-def _finding(observed: dict[str, bool], ctx: Context, certain: bool, names: list[str], *, file: str, line: int,
-             detail: str) -> list[Finding]:
+def _finding(
+    observed: dict[str, bool], ctx: Context, certain: bool, names: list[str], *, file: str, line: int, detail: str
+) -> list[Finding]:
     """Certain: the rule's own severity. Assumed platform: at most a warning, naming the candidates."""
     if certain:
         return check_observed(observed, ctx, file=file, line=line, detail=detail)
     detail = f"{detail} (applies on {', '.join(sorted(set(names)))}; pass --platform to be sure)"
-    return [replace(f, severity="warning") if f.severity == "error" else f
-            for f in check_observed(observed, ctx, file=file, line=line, detail=detail)]
+    return [
+        replace(f, severity="warning") if f.severity == "error" else f
+        for f in check_observed(observed, ctx, file=file, line=line, detail=detail)
+    ]
 
 
 def check_site(lf: "LauncherFile", ctx: Context) -> list[Finding]:
@@ -110,13 +113,21 @@ def _queue_limits(lf: "LauncherFile", ctx: Context) -> list[Finding]:
         return []
     nodes = lf.nodes()
     cands, certain = _candidates(lf, ctx)
-    problems = [(p.name, site.problems(queue, nodes, pbs.get("walltime"))) for p, site in cands
-                if queue in site.queue_names()]
+    problems = [
+        (p.name, site.problems(queue, nodes, pbs.get("walltime"))) for p, site in cands if queue in site.queue_names()
+    ]
     if not problems or not all(found for _, found in problems):
         return []
     detail = "; ".join(dict.fromkeys(x for _, found in problems for x in found))
-    return _finding({"queue_fits": False}, ctx, certain, [n for n, _ in problems], file=str(lf.path),
-                    line=pbs.line("queue"), detail=detail)
+    return _finding(
+        {"queue_fits": False},
+        ctx,
+        certain,
+        [n for n, _ in problems],
+        file=str(lf.path),
+        line=pbs.line("queue"),
+        detail=detail,
+    )
 
 
 def _filesystems(lf: "LauncherFile", ctx: Context) -> list[Finding]:
@@ -131,9 +142,15 @@ def _filesystems(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     for n, fs in needing:
         by_fs.setdefault(fs, []).append(n)
     want = " or ".join(f"-l filesystems={fs} ({', '.join(ns)})" for fs, ns in by_fs.items())
-    return _finding({"names_filesystems": False}, ctx, certain, [n for n, _ in needing],
-                    file=str(lf.path), line=min(n for _, n in pbs.values.values()),
-                    detail=f"no #PBS -l filesystems= line; the job needs e.g. {want}")
+    return _finding(
+        {"names_filesystems": False},
+        ctx,
+        certain,
+        [n for n, _ in needing],
+        file=str(lf.path),
+        line=min(n for _, n in pbs.values.values()),
+        detail=f"no #PBS -l filesystems= line; the job needs e.g. {want}",
+    )
 
 
 HIERARCHY_PLATFORMS = {"FLAT": "aurora", "COMPOSITE": "aurora-composite"}
@@ -152,9 +169,14 @@ def _device_hierarchy(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     if preset is None:
         return []
     devices = load_platform(preset).devices_per_node
-    return check_observed({"hierarchy_matches_ranks": devices == rpn}, ctx, file=file, line=line,
-                          detail=f"ZE_FLAT_DEVICE_HIERARCHY={value} shows {devices} devices per node, the launch "
-                                 f"runs {rpn} ranks per node")
+    return check_observed(
+        {"hierarchy_matches_ranks": devices == rpn},
+        ctx,
+        file=file,
+        line=line,
+        detail=f"ZE_FLAT_DEVICE_HIERARCHY={value} shows {devices} devices per node, the launch "
+        f"runs {rpn} ranks per node",
+    )
 
 
 def _socket_straddle(lf: "LauncherFile", ctx: Context) -> list[Finding]:
@@ -164,7 +186,9 @@ def _socket_straddle(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     rpn = lf.ranks_per_node()
     if bind is None or rpn is None:
         return []
-    cands, certain = _candidates(lf, ctx) if ctx.platform is None else ([(ctx.platform, load_site(ctx.platform.name))], True)
+    cands, certain = (
+        _candidates(lf, ctx) if ctx.platform is None else ([(ctx.platform, load_site(ctx.platform.name))], True)
+    )
     if not certain or not cands:
         return []
     platform, site = cands[0]
@@ -176,10 +200,15 @@ def _socket_straddle(lf: "LauncherFile", ctx: Context) -> list[Finding]:
         used = sorted({(c % cores) // per_socket for c in rank_cores})
         if len(used) > 1:
             first, last = min(rank_cores), max(rank_cores)
-            return check_observed({"rank_straddles_sockets": True}, ctx, file=lf.launch.file, line=lf.launch.line,
-                                  detail=f"--cpu-bind {re.sub(r'^depth:', 'depth -d ', bind)} at {rpn} ranks per node "
-                                         f"puts local rank {rank} on cores {first}-{last}, across sockets {used[0]} "
-                                         f"and {used[-1]} ({platform.name}: {sockets} x {per_socket} cores)")
+            return check_observed(
+                {"rank_straddles_sockets": True},
+                ctx,
+                file=lf.launch.file,
+                line=lf.launch.line,
+                detail=f"--cpu-bind {re.sub(r'^depth:', 'depth -d ', bind)} at {rpn} ranks per node "
+                f"puts local rank {rank} on cores {first}-{last}, across sockets {used[0]} "
+                f"and {used[-1]} ({platform.name}: {sockets} x {per_socket} cores)",
+            )
     return []
 
 

@@ -24,15 +24,19 @@ WALLTIME = "00:15:00"
 
 def _run_line(job: "_Job") -> str:
     req = job.req
-    opts = [f"--grad-accum {req.grad_accum}", f"--precision {sh_quote(req.precision)}",
-            f"--platform {sh_quote(job.platform.name)}"]
+    opts = [
+        f"--grad-accum {req.grad_accum}",
+        f"--precision {sh_quote(req.precision)}",
+        f"--platform {sh_quote(job.platform.name)}",
+    ]
     if req.bucket_mb is not None:
         opts.append(f"--bucket-mb {req.bucket_mb:g}")
     if req.reduce_dtype is not None:
         opts.append(f"--reduce-dtype {sh_quote(req.reduce_dtype)}")
-    return ('exec python3 -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
-            '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" ' + " ".join(opts)
-            + " --json")
+    return (
+        'exec python3 -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
+        '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" ' + " ".join(opts) + " --json"
+    )
 
 
 def _scenario_lines(job: "_Job", submit: str) -> list[str]:
@@ -46,8 +50,12 @@ def _scenario_lines(job: "_Job", submit: str) -> list[str]:
 
 
 def _with_scenario(text: str, old_submit: str, lines: list[str]) -> str:
-    out = "\n".join("# commbench: times the collectives of one step at this scale, without the model's compute"
-                    if x.startswith(f"# Submit: {old_submit}") else x for x in text.split("\n"))
+    out = "\n".join(
+        "# commbench: times the collectives of one step at this scale, without the model's compute"
+        if x.startswith(f"# Submit: {old_submit}")
+        else x
+        for x in text.split("\n")
+    )
     head, _, rest = out.partition("set -euo pipefail\n")
     return head + "set -euo pipefail\n" + "\n".join(lines) + "\n" + rest
 
@@ -61,9 +69,21 @@ def commbench_files(job: "_Job") -> list[FileText]:
     if job.platform.launcher == "pbs":
         submit = "qsub -v PRISM_COMMBENCH_MODEL=qwen3-8b commbench.pbs"
         text = _with_scenario(render_pbs(bench, _run_line(bench)), "qsub launch.pbs", _scenario_lines(bench, submit))
-        return [FileText(name="commbench.pbs", text=text, executable=True,
-                         description=f"PBS job: `{submit}` (times the strategy's collectives at this scale)")]
+        return [
+            FileText(
+                name="commbench.pbs",
+                text=text,
+                executable=True,
+                description=f"PBS job: `{submit}` (times the strategy's collectives at this scale)",
+            )
+        ]
     submit = "sbatch --export=ALL,PRISM_COMMBENCH_MODEL=qwen3-8b commbench.sbatch"
     text = _with_scenario(render_slurm(bench, _run_line(bench)), "sbatch launch.slurm", _scenario_lines(bench, submit))
-    return [FileText(name="commbench.sbatch", text=text, executable=True,
-                     description=f"Slurm job: `{submit}` (times the strategy's collectives at this scale)")]
+    return [
+        FileText(
+            name="commbench.sbatch",
+            text=text,
+            executable=True,
+            description=f"Slurm job: `{submit}` (times the strategy's collectives at this scale)",
+        )
+    ]

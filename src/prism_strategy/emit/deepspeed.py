@@ -7,13 +7,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from prism_strategy.engines import engine_of
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import StrategySpec
-from prism_strategy.engines import engine_of
 
 
-def build_ds_config(strategy: StrategySpec, *, micro_batch: int, world_size: int, grad_accum: int = 1,
-                    precision: str = "bf16-mixed", gradient_clipping: float | None = None) -> dict[str, Any]:
+def build_ds_config(
+    strategy: StrategySpec,
+    *,
+    micro_batch: int,
+    world_size: int,
+    grad_accum: int = 1,
+    precision: str = "bf16-mixed",
+    gradient_clipping: float | None = None,
+) -> dict[str, Any]:
     """A ds_config dict DeepSpeed's DeepSpeedConfig accepts. No train_batch_size: DeepSpeed derives
     it from micro-batch x accumulation x the world size it finds, so one file serves any world.
     The optimizer is the client's (passed to deepspeed.initialize), so no optimizer section is
@@ -21,8 +28,9 @@ def build_ds_config(strategy: StrategySpec, *, micro_batch: int, world_size: int
     reproduced under ZeRO."""
     if micro_batch <= 0 or world_size <= 0 or grad_accum <= 0:
         raise SpecError("micro_batch, world_size and grad_accum must be > 0")
-    cfg = engine_of(strategy).engine_config(strategy, micro_batch=micro_batch, world_size=world_size, grad_accum=grad_accum,
-                                      precision=precision)
+    cfg = engine_of(strategy).engine_config(
+        strategy, micro_batch=micro_batch, world_size=world_size, grad_accum=grad_accum, precision=precision
+    )
     if cfg is None:
         raise SpecError(f"strategy {strategy.name!r} is not a DeepSpeed ZeRO stage; choose zero1, zero2 or zero3")
     if gradient_clipping is not None:

@@ -76,10 +76,15 @@ class EnvProfile:
                 raise SpecError(f"env profile {self.name!r}: {n!r} is not a valid variable name")
         if len(set(names)) != len(names):
             raise SpecError(f"env profile {self.name!r}: a variable is listed twice (or both set and unset)")
-        for text in (*self.modules, *self.module_use, *(v.value for v in self.var), *(e.value for e in self.prepend),
-                     *((self.conda_activate,) if self.conda_activate else ()),
-                     *(v.torchrun_value for v in self.var if v.torchrun_value),
-                     *(x for v in self.var for x in v.platform_values.values())):
+        for text in (
+            *self.modules,
+            *self.module_use,
+            *(v.value for v in self.var),
+            *(e.value for e in self.prepend),
+            *((self.conda_activate,) if self.conda_activate else ()),
+            *(v.torchrun_value for v in self.var if v.torchrun_value),
+            *(x for v in self.var for x in v.platform_values.values()),
+        ):
             check_text("env profile value", text)
 
     def values_for(self, platform: str) -> dict[str, str]:
@@ -98,7 +103,9 @@ def load_env_profile(name_or_path: str) -> EnvProfile:
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.is_file():
         return build(EnvProfile, read_toml(p), str(p))
-    raise SpecError(f"unknown env profile {name_or_path!r}; use one of {', '.join(profile_names())} or a path to a profile .toml")
+    raise SpecError(
+        f"unknown env profile {name_or_path!r}; use one of {', '.join(profile_names())} or a path to a profile .toml"
+    )
 
 
 # --- shell text ------------------------------------------------------------------------------
@@ -131,7 +138,9 @@ def profile_lines(profile: EnvProfile, platform: str, indent: str = "", launcher
     out += [f"{indent}module use {sh_quote(p)}" for p in profile.module_use]
     out += [f"{indent}module load {sh_quote(m)}" for m in profile.modules]
     if profile.conda_activate is not None:
-        out.append(f"{indent}conda activate" + (f" {sh_quote(profile.conda_activate)}" if profile.conda_activate else ""))
+        out.append(
+            f"{indent}conda activate" + (f" {sh_quote(profile.conda_activate)}" if profile.conda_activate else "")
+        )
     if profile.modules or profile.module_use:
         out.append(f"{indent}# exported after the module loads: a module load can set or reset these variables")
     dropped = []

@@ -37,10 +37,16 @@ def _load(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise SpecError(f"--from-plan {path}: no such file; write one with `prism-strategy plan ... --json > {path.name}`") from None
+        raise SpecError(
+            f"--from-plan {path}: no such file; write one with `prism-strategy plan ... --json > {path.name}`"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SpecError(f"--from-plan {path}: not a `plan --json` file ({e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("inputs"), dict) or not isinstance(data.get("options"), list):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("inputs"), dict)
+        or not isinstance(data.get("options"), list)
+    ):
         raise SpecError(f"--from-plan {path}: not a `plan --json` file (needs 'inputs' and 'options')")
     return data
 
@@ -69,42 +75,82 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
     if not isinstance(inputs.get("platform"), str) or not isinstance(inputs.get("precision"), str):
         raise SpecError(f"{where}: inputs need 'platform' and 'precision' strings")
     rpn = None if inputs.get("ranks_per_node") is None else _int(inputs, "ranks_per_node", where, 1)
-    return PlanChoice(strategy=name, platform=inputs["platform"], nodes=_int(inputs, "nodes", where, 1), ranks_per_node=rpn,
-                      precision=inputs["precision"], micro_batch=_int(option, "micro_batch", where, 1),
-                      grad_accum=_int(option, "grad_accum", where, 1),
-                      ckpt_freq="sac" if option.get("ckpt_freq") == "sac" else _int(option, "ckpt_freq", where, 0),
-                      compile=bool(inputs.get("compile", False)), plan_file=path.name,
-                      loss=str(inputs.get("loss", "upcast")))
+    return PlanChoice(
+        strategy=name,
+        platform=inputs["platform"],
+        nodes=_int(inputs, "nodes", where, 1),
+        ranks_per_node=rpn,
+        precision=inputs["precision"],
+        micro_batch=_int(option, "micro_batch", where, 1),
+        grad_accum=_int(option, "grad_accum", where, 1),
+        ckpt_freq="sac" if option.get("ckpt_freq") == "sac" else _int(option, "ckpt_freq", where, 0),
+        compile=bool(inputs.get("compile", False)),
+        plan_file=path.name,
+        loss=str(inputs.get("loss", "upcast")),
+    )
 
 
 def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
     """`base` (the launcher options: account, queue, env profile, ...) with the plan's choices."""
-    return replace(base, strategy=choice.strategy, platform=choice.platform, nodes=choice.nodes,
-                   ranks_per_node=choice.ranks_per_node, precision=choice.precision, micro_batch=choice.micro_batch,
-                   grad_accum=choice.grad_accum, ckpt_freq=choice.ckpt_freq, compile=choice.compile or base.compile,
-                   loss=choice.loss)
+    return replace(
+        base,
+        strategy=choice.strategy,
+        platform=choice.platform,
+        nodes=choice.nodes,
+        ranks_per_node=choice.ranks_per_node,
+        precision=choice.precision,
+        micro_batch=choice.micro_batch,
+        grad_accum=choice.grad_accum,
+        ckpt_freq=choice.ckpt_freq,
+        compile=choice.compile or base.compile,
+        loss=choice.loss,
+    )
 
 
-def emit_request(*, from_plan: str | None, strategy: str | None, platform: str | None, nodes: int | None,
-                 ranks_per_node: int | None = None, precision: str | None, ckpt_freq: int | str | None,
-                 micro_batch: int | None, grad_accum: int | None, loss: str | None = None,
-                 **launcher: Any) -> tuple[EmitRequest, PlanChoice | None]:
+def emit_request(
+    *,
+    from_plan: str | None,
+    strategy: str | None,
+    platform: str | None,
+    nodes: int | None,
+    ranks_per_node: int | None = None,
+    precision: str | None,
+    ckpt_freq: int | str | None,
+    micro_batch: int | None,
+    grad_accum: int | None,
+    loss: str | None = None,
+    **launcher: Any,
+) -> tuple[EmitRequest, PlanChoice | None]:
     """The request `emit` runs: from its options, or from a plan (whose choices the options may not
     contradict). `launcher`: the other EmitRequest fields (account, queue, env_profile, ...)."""
-    chosen = {"--platform": platform, "--nodes": nodes, "--ranks-per-node": ranks_per_node, "--precision": precision,
-              "--ckpt-freq": ckpt_freq, "--micro-batch": micro_batch, "--grad-accum": grad_accum, "--loss": loss}
+    chosen = {
+        "--platform": platform,
+        "--nodes": nodes,
+        "--ranks-per-node": ranks_per_node,
+        "--precision": precision,
+        "--ckpt-freq": ckpt_freq,
+        "--micro-batch": micro_batch,
+        "--grad-accum": grad_accum,
+        "--loss": loss,
+    }
     if from_plan is None:
         if strategy is None or platform is None:
             raise SpecError("emit needs --strategy and --platform, or --from-plan PLAN.json (from `plan --json`)")
         k, policy = parse_ckpt(0 if ckpt_freq is None else ckpt_freq)
         if k is None:
             raise SpecError("emit --ckpt-freq auto: plan searches it; give k or sac, or emit --from-plan")
-        req = EmitRequest(strategy=strategy, platform=platform, nodes=1 if nodes is None else nodes,
-                          ranks_per_node=ranks_per_node,
-                          precision=precision or "bf16-mixed", ckpt_freq="sac" if policy == "sac" else k,
-                          loss=parse_loss(loss or "upcast"),
-                          micro_batch=1 if micro_batch is None else micro_batch,
-                          grad_accum=1 if grad_accum is None else grad_accum, **launcher)
+        req = EmitRequest(
+            strategy=strategy,
+            platform=platform,
+            nodes=1 if nodes is None else nodes,
+            ranks_per_node=ranks_per_node,
+            precision=precision or "bf16-mixed",
+            ckpt_freq="sac" if policy == "sac" else k,
+            loss=parse_loss(loss or "upcast"),
+            micro_batch=1 if micro_batch is None else micro_batch,
+            grad_accum=1 if grad_accum is None else grad_accum,
+            **launcher,
+        )
         return req, None
     given = [k for k, v in chosen.items() if v is not None]
     if given:

@@ -19,18 +19,26 @@ from pathlib import Path
 
 from prism_strategy import rules
 from prism_strategy.emit.deepspeed import build_ds_config, dumps
-from prism_strategy.emit.env import EnvProfile, check_text, comment, load_env_profile, profile_lines, render_env_sh, sh_quote
+from prism_strategy.emit.env import (
+    EnvProfile,
+    check_text,
+    comment,
+    load_env_profile,
+    profile_lines,
+    render_env_sh,
+    sh_quote,
+)
 from prism_strategy.emit.files import FileText
 from prism_strategy.emit.site import SiteSpec, load_site
 from prism_strategy.emit.strategy_file import STRATEGY_FILE, WRAP_CALL, precision_to_mixed, render_strategy_toml
+from prism_strategy.engines import engine_of
 from prism_strategy.rules import RuleFacts
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.specs.training import PRECISIONS, check_options
-from prism_strategy.wrap_config import WrapConfig
 from prism_strategy.strategies import StrategySpec, get_strategy
-from prism_strategy.engines import engine_of
+from prism_strategy.wrap_config import WrapConfig
 
 MASTER_PORT = 29500
 """torch.distributed's default rendezvous port."""
@@ -103,8 +111,12 @@ class _Job:
 
     @property
     def header(self) -> str:
-        vals = dict(platform=self.platform.name, strategy=self.strategy.name, nodes=self.layout.nodes,
-                    **{"ranks-per-node": self.layout.ranks_per_node, "env-profile": self.profile.name})
+        vals = dict(
+            platform=self.platform.name,
+            strategy=self.strategy.name,
+            nodes=self.layout.nodes,
+            **{"ranks-per-node": self.layout.ranks_per_node, "env-profile": self.profile.name},
+        )
         return HEADER_PREFIX + "".join(f" {k}={re.sub(r'[^A-Za-z0-9_.-]', '_', str(v))}" for k, v in vals.items())
 
 
@@ -112,21 +124,42 @@ def emit_files(req: EmitRequest, out: Path) -> Emitted:
     """Validate the request and render every file; nothing is written here."""
     job = _validate(req, out)
     files = [
-        FileText(name="env.sh", text=render_env_sh(job.profile, job.platform.name, job.header),
-                 description=f"env profile {job.profile.name}: `source env.sh` on a compute node"),
+        FileText(
+            name="env.sh",
+            text=render_env_sh(job.profile, job.platform.name, job.header),
+            description=f"env profile {job.profile.name}: `source env.sh` on a compute node",
+        ),
         *_launcher_files(job),
-        FileText(name="torchrun.sh", text=render_torchrun(job), executable=True,
-                 description="local single-node run: `bash torchrun.sh`"),
-        FileText(name=STRATEGY_FILE, text=render_strategy_toml(_strategy_file(job), job.header),
-                 description=f"wrap() settings: job = {WRAP_CALL}"),
+        FileText(
+            name="torchrun.sh",
+            text=render_torchrun(job),
+            executable=True,
+            description="local single-node run: `bash torchrun.sh`",
+        ),
+        FileText(
+            name=STRATEGY_FILE,
+            text=render_strategy_toml(_strategy_file(job), job.header),
+            description=f"wrap() settings: job = {WRAP_CALL}",
+        ),
     ]
     engine = engine_of(job.strategy)
     if engine.config_file is not None:
-        cfg = build_ds_config(job.strategy, micro_batch=req.micro_batch, world_size=job.layout.world,
-                              grad_accum=req.grad_accum, precision=req.precision)
+        cfg = build_ds_config(
+            job.strategy,
+            micro_batch=req.micro_batch,
+            world_size=job.layout.world,
+            grad_accum=req.grad_accum,
+            precision=req.precision,
+        )
         files.append(FileText(name=engine.config_file, text=dumps(cfg), description=f"{engine.name} config"))
-    return Emitted(files=files, platform=job.platform, strategy=job.strategy, profile=job.profile,
-                   layout=job.layout, notes=_notes(job))
+    return Emitted(
+        files=files,
+        platform=job.platform,
+        strategy=job.strategy,
+        profile=job.profile,
+        layout=job.layout,
+        notes=_notes(job),
+    )
 
 
 def _validate(req: EmitRequest, out: Path) -> _Job:
@@ -145,16 +178,30 @@ def _validate(req: EmitRequest, out: Path) -> _Job:
         raise SpecError(f"--walltime must be HH:MM:SS, got {req.walltime!r}")
     if req.filesystems is not None and not _FILESYSTEMS.match(req.filesystems):
         raise SpecError(f"--filesystems must be names joined by ':' (e.g. flare:home), got {req.filesystems!r}")
-    for label, text in (("--account", req.account or ""), ("--queue", req.queue or ""), ("--job-name", req.job_name),
-                        ("--script", req.script), *(("script argument", a) for a in req.script_args)):
+    for label, text in (
+        ("--account", req.account or ""),
+        ("--queue", req.queue or ""),
+        ("--job-name", req.job_name),
+        ("--script", req.script),
+        *(("script argument", a) for a in req.script_args),
+    ):
         check_text(label, text)
     if not req.script:
         raise SpecError("--script must not be empty")
     _refuse_not_viable(strategy, platform, req)
     site = load_site(req.platform)
     queue, note = _queue(platform, site, req)
-    return _Job(req=req, platform=platform, strategy=strategy, profile=profile, layout=layout,
-                strategy_file=str(Path(out).absolute() / STRATEGY_FILE), site=site, queue=queue, queue_note=note)
+    return _Job(
+        req=req,
+        platform=platform,
+        strategy=strategy,
+        profile=profile,
+        layout=layout,
+        strategy_file=str(Path(out).absolute() / STRATEGY_FILE),
+        site=site,
+        queue=queue,
+        queue_note=note,
+    )
 
 
 def _layout(platform: PlatformSpec, req: EmitRequest) -> Layout:
@@ -163,8 +210,10 @@ def _layout(platform: PlatformSpec, req: EmitRequest) -> Layout:
     if rpn is None:
         return Layout.for_platform(platform, req.nodes)
     if rpn > platform.devices_per_node:
-        raise SpecError(f"--ranks-per-node {rpn} exceeds {platform.name}'s {platform.devices_per_node} devices per "
-                        f"node; use 1..{platform.devices_per_node}")
+        raise SpecError(
+            f"--ranks-per-node {rpn} exceeds {platform.name}'s {platform.devices_per_node} devices per "
+            f"node; use 1..{platform.devices_per_node}"
+        )
     return Layout(nodes=req.nodes, ranks_per_node=rpn)
 
 
@@ -180,9 +229,16 @@ def _queue(platform: PlatformSpec, site: SiteSpec, req: EmitRequest) -> tuple[st
 
 
 def _refuse_not_viable(strategy: StrategySpec, platform: PlatformSpec, req: EmitRequest) -> None:
-    facts = RuleFacts(device=platform.device, backend=platform.backend, compile=req.compile, multi_node=req.nodes > 1,
-                      find_unused_parameters=False, preloads_pil4dfs=False, static_graph=bool(req.static_graph),
-                      **engine_of(strategy).facts(strategy))
+    facts = RuleFacts(
+        device=platform.device,
+        backend=platform.backend,
+        compile=req.compile,
+        multi_node=req.nodes > 1,
+        find_unused_parameters=False,
+        preloads_pil4dfs=False,
+        static_graph=bool(req.static_graph),
+        **engine_of(strategy).facts(strategy),
+    )
     for v in rules.check(facts):
         if v.rule.blocks:
             raise SpecError(f"not viable ({v.rule.id}): {v.message}")
@@ -191,26 +247,39 @@ def _refuse_not_viable(strategy: StrategySpec, platform: PlatformSpec, req: Emit
 def _strategy_file(job: _Job) -> WrapConfig:
     req, engine = job.req, engine_of(job.strategy)
     return WrapConfig(
-        strategy=job.strategy.name, mixed_precision=precision_to_mixed(req.precision), ckpt_freq=req.ckpt_freq,
+        strategy=job.strategy.name,
+        mixed_precision=precision_to_mixed(req.precision),
+        ckpt_freq=req.ckpt_freq,
         loss=req.loss,  # type: ignore[arg-type]
         static_graph=bool(req.static_graph) if engine.declares_static_graph else None,
-        bucket_mb=req.bucket_mb, reduce_dtype=req.reduce_dtype,  # type: ignore[arg-type]
-        find_unused_parameters=False, compile=req.compile, nodes=job.layout.nodes, ranks_per_node=job.layout.ranks_per_node,
-        micro_batch=req.micro_batch, grad_accum=req.grad_accum, ds_config=engine.config_file,
+        bucket_mb=req.bucket_mb,
+        reduce_dtype=req.reduce_dtype,  # type: ignore[arg-type]
+        find_unused_parameters=False,
+        compile=req.compile,
+        nodes=job.layout.nodes,
+        ranks_per_node=job.layout.ranks_per_node,
+        micro_batch=req.micro_batch,
+        grad_accum=req.grad_accum,
+        ds_config=engine.config_file,
     )
 
 
 def _notes(job: _Job) -> list[str]:
     notes = [job.queue_note] if job.queue_note else []
     if job.platform.launcher == "pbs" and not job.site.queues:
-        notes.append(f"{job.platform.name} has no [[queues]] data: no queue was checked" +
-                     ("" if job.queue else "; add --queue or let PBS use its default queue"))
+        notes.append(
+            f"{job.platform.name} has no [[queues]] data: no queue was checked"
+            + ("" if job.queue else "; add --queue or let PBS use its default queue")
+        )
     if job.platform.launcher in ("pbs", "slurm") and not job.req.account:
         notes.append("no --account given: add your project before submitting")
-    notes += engine_of(job.strategy).emit_notes(job.strategy, precision=job.req.precision, world=job.layout.world,
-                                          nodes=job.layout.nodes)
+    notes += engine_of(job.strategy).emit_notes(
+        job.strategy, precision=job.req.precision, world=job.layout.world, nodes=job.layout.nodes
+    )
     if job.platform.launcher == "torchrun" and job.layout.nodes > 1:
-        notes.append(f"{job.platform.name} has no scheduler launcher: torchrun.sh runs one node of the {job.layout.nodes}")
+        notes.append(
+            f"{job.platform.name} has no scheduler launcher: torchrun.sh runs one node of the {job.layout.nodes}"
+        )
     return notes
 
 
@@ -219,13 +288,25 @@ def _launcher_files(job: _Job) -> list[FileText]:
     from prism_strategy.emit.commbench import commbench_files
 
     if job.platform.launcher == "pbs":
-        return [FileText(name="launch.pbs", text=render_pbs(job), executable=True,
-                         description="PBS job: `qsub launch.pbs` (mpiexec, one rank per device)"),
-                *commbench_files(job)]
+        return [
+            FileText(
+                name="launch.pbs",
+                text=render_pbs(job),
+                executable=True,
+                description="PBS job: `qsub launch.pbs` (mpiexec, one rank per device)",
+            ),
+            *commbench_files(job),
+        ]
     if job.platform.launcher == "slurm":
-        return [FileText(name="launch.slurm", text=render_slurm(job), executable=True,
-                         description="Slurm job: `sbatch launch.slurm` (srun, one rank per device)"),
-                *commbench_files(job)]
+        return [
+            FileText(
+                name="launch.slurm",
+                text=render_slurm(job),
+                executable=True,
+                description="Slurm job: `sbatch launch.slurm` (srun, one rank per device)",
+            ),
+            *commbench_files(job),
+        ]
     return []
 
 
@@ -238,9 +319,14 @@ def _rank_function(job: _Job, rank: str, local_rank: str, run_line: str | None =
     """The per-rank command: modules, profile, layout, script. $1..$4 = addr, port, world, ranks per node.
     `rank` and `local_rank` are shell expansions that fail loudly when the launcher set neither."""
     i = "    "
-    why = ("# Runs once per rank, on its node. The profile is exported again after the module loads:",
-           "# a module load can set or reset these variables.") if job.profile.modules else (
-           "# Runs once per rank, on its node: the profile's variables, the rank layout, then the script.",)
+    why = (
+        (
+            "# Runs once per rank, on its node. The profile is exported again after the module loads:",
+            "# a module load can set or reset these variables.",
+        )
+        if job.profile.modules
+        else ("# Runs once per rank, on its node: the profile's variables, the rank layout, then the script.",)
+    )
     return [
         *why,
         "prism_rank() {",
@@ -255,13 +341,19 @@ def _rank_function(job: _Job, rank: str, local_rank: str, run_line: str | None =
 
 
 PALS_RANK = "${PALS_RANKID:-${PMI_RANK:?mpiexec set no rank (PALS_RANKID or PMI_RANK)}}"
-PALS_LOCAL_RANK = ("${PALS_LOCAL_RANKID:-${PMI_LOCAL_RANK:?mpiexec set no local rank (PALS_LOCAL_RANKID or "
-                   "PMI_LOCAL_RANK): every rank would take device 0}}")
+PALS_LOCAL_RANK = (
+    "${PALS_LOCAL_RANKID:-${PMI_LOCAL_RANK:?mpiexec set no local rank (PALS_LOCAL_RANKID or "
+    "PMI_LOCAL_RANK): every rank would take device 0}}"
+)
 SLURM_RANK = "${SLURM_PROCID:?srun set no SLURM_PROCID}"
 SLURM_LOCAL_RANK = "${SLURM_LOCALID:?srun set no SLURM_LOCALID: every rank would take device 0}"
-RANK_LAUNCH = ('bash -lc "$(declare -f prism_rank); prism_rank \\"\\$@\\"" prism_rank '
-               '"$MASTER_ADDR" "$MASTER_PORT" "$NRANKS" "$RANKS_PER_NODE"')
+RANK_LAUNCH = (
+    'bash -lc "$(declare -f prism_rank); prism_rank \\"\\$@\\"" prism_rank '
+    '"$MASTER_ADDR" "$MASTER_PORT" "$NRANKS" "$RANKS_PER_NODE"'
+)
 """Ships prism_rank to each rank's login shell (which defines `module`) with addr, port, world, ranks per node."""
+
+
 def _pbs_directives(job: _Job) -> list[str]:
     req, site = job.req, job.site
     filesystems = req.filesystems or site.filesystems
@@ -289,10 +381,13 @@ def _cpu_bind(job: _Job) -> str:
 
 def _master_addr(job: _Job) -> list[str]:
     suffix = job.site.master_addr_suffix
-    lines = [f"# rendezvous on the first host of the job: its high-speed-network name ({job.site.source('master_addr_suffix')})"
-             if suffix else "# rendezvous on the first host of the job (short host name)",
-             'MASTER_ADDR="$(head -n 1 "${PBS_NODEFILE:?not running under PBS}")"',
-             f'MASTER_ADDR="${{MASTER_ADDR%%.*}}{suffix}"']
+    lines = [
+        f"# rendezvous on the first host of the job: its high-speed-network name ({job.site.source('master_addr_suffix')})"
+        if suffix
+        else "# rendezvous on the first host of the job (short host name)",
+        'MASTER_ADDR="$(head -n 1 "${PBS_NODEFILE:?not running under PBS}")"',
+        f'MASTER_ADDR="${{MASTER_ADDR%%.*}}{suffix}"',
+    ]
     return lines
 
 
@@ -361,7 +456,7 @@ MODULE_INIT = [
     "if ! type module >/dev/null 2>&1; then",
     '    for init in "${MODULESHOME:-/nonexistent}/init/bash" /etc/profile.d/lmod.sh /etc/profile.d/z00_lmod.sh \\',
     "                /etc/profile.d/modules.sh /usr/share/lmod/lmod/init/bash; do",
-    '        # shellcheck source=/dev/null',
+    "        # shellcheck source=/dev/null",
     '        if [ -f "$init" ]; then source "$init"; break; fi',
     "    done",
     '    type module >/dev/null 2>&1 || { echo "torchrun.sh: no module command; run it from a login shell: bash -l torchrun.sh" >&2; exit 1; }',

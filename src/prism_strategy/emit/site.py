@@ -15,7 +15,6 @@ from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import DATA, build, platform_names, read_toml
 
 
-
 def walltime_seconds(text: str) -> int | None:
     """HH:MM:SS (also H:MM:SS and MM:SS, as PBS accepts them) -> seconds; None when malformed."""
     parts = text.strip().split(":")
@@ -53,8 +52,9 @@ class QueueLimit:
                 raise SpecError(f"queue {self.name!r}: walltime {t!r} is not HH:MM:SS")
 
     def takes(self, nodes: int, walltime_s: int) -> bool:
-        return (self.min_nodes <= nodes <= self.max_nodes
-                and walltime_seconds(self.min_walltime) <= walltime_s <= walltime_seconds(self.max_walltime))
+        return self.min_nodes <= nodes <= self.max_nodes and walltime_seconds(
+            self.min_walltime
+        ) <= walltime_s <= walltime_seconds(self.max_walltime)
 
     @property
     def limits(self) -> str:
@@ -94,8 +94,10 @@ class SiteSpec:
         for q in self.queues:
             if q.auto and q.takes(nodes, secs):
                 return q
-        raise SpecError(f"no {self.platform} queue takes {nodes} nodes for {walltime}: {self._limits()}; "
-                        "change --nodes or --walltime")
+        raise SpecError(
+            f"no {self.platform} queue takes {nodes} nodes for {walltime}: {self._limits()}; "
+            "change --nodes or --walltime"
+        )
 
     def check_queue(self, name: str, nodes: int, walltime: str) -> QueueLimit:
         """The band of queue `name` that takes this job; SpecError naming the limits otherwise."""
@@ -108,8 +110,10 @@ class SiteSpec:
                 return q
         limits = "; ".join(q.limits for q in bands)
         if not any(q.min_nodes <= nodes <= q.max_nodes for q in bands):
-            raise SpecError(f"queue {name} on {self.platform} takes {limits}, not {nodes} nodes; "
-                            f"drop --queue to pick one from the node count")
+            raise SpecError(
+                f"queue {name} on {self.platform} takes {limits}, not {nodes} nodes; "
+                f"drop --queue to pick one from the node count"
+            )
         raise SpecError(f"queue {name} on {self.platform} takes {limits}; --walltime {walltime} is outside it")
 
     def problems(self, name: str, nodes: int | None, walltime: str | None) -> list[str]:
@@ -122,9 +126,12 @@ class SiteSpec:
             out.append(f"queue {name} takes {'; '.join(q.limits for q in bands)}, not {nodes} nodes")
         secs = walltime_seconds(walltime) if walltime else None
         fitting = [q for q in bands if nodes is None or q.min_nodes <= nodes <= q.max_nodes] or bands
-        if secs is not None and not any(walltime_seconds(q.min_walltime) <= secs <= walltime_seconds(q.max_walltime)
-                                        for q in fitting):
-            out.append(f"walltime {walltime} is outside queue {name}'s {' or '.join(q.max_walltime for q in fitting)} limit")
+        if secs is not None and not any(
+            walltime_seconds(q.min_walltime) <= secs <= walltime_seconds(q.max_walltime) for q in fitting
+        ):
+            out.append(
+                f"walltime {walltime} is outside queue {name}'s {' or '.join(q.max_walltime for q in fitting)} limit"
+            )
         return out
 
     def _limits(self) -> str:
@@ -151,5 +158,8 @@ def load_site(platform: str) -> SiteSpec:
     queues = data.get("queues", [])
     if not isinstance(launch, dict) or not isinstance(queues, list):
         raise SpecError(f"platform {name}: [launch] must be a table and [[queues]] a list of tables")
-    return build(SiteSpec, {"platform": str(data.get("name", name)), **launch, "queues": queues},
-                 f"platform {name} [launch]/[[queues]]")
+    return build(
+        SiteSpec,
+        {"platform": str(data.get("name", name)), **launch, "queues": queues},
+        f"platform {name} [launch]/[[queues]]",
+    )

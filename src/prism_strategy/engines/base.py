@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import OPTIMIZER_STATES, TrainingSpec
 
 if TYPE_CHECKING:
@@ -102,9 +102,22 @@ class Engine(ABC):
         """Params, grads and optimizer state per device, once the first step has run."""
 
     @abstractmethod
-    def moments(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, *,
-                states: Rows, acts: Rows, reserve: Rows, wrap: str, accumulating: bool,
-                saved_acts: Rows = (), late_acts: Rows = (), step_impl: str = "loop") -> list[Moment]:
+    def moments(
+        self,
+        parts: tuple[Part, ...],
+        t: TrainingSpec,
+        s: "StrategySpec",
+        layout: Layout,
+        *,
+        states: Rows,
+        acts: Rows,
+        reserve: Rows,
+        wrap: str,
+        accumulating: bool,
+        saved_acts: Rows = (),
+        late_acts: Rows = (),
+        step_impl: str = "loop",
+    ) -> list[Moment]:
         """The moments of one step that can hold the peak. acts: per-sample activations at the
         start of backward (with the loss / recompute transient); saved_acts: without it;
         late_acts: what is still alive when the top part's bottom block runs backward.
@@ -115,14 +128,28 @@ class Engine(ABC):
         return t.compute_bytes
 
     @abstractmethod
-    def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
-                         grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
+    def step_collectives(
+        self,
+        s: "StrategySpec",
+        parts: tuple[Part, ...],
+        t: TrainingSpec,
+        layout: Layout,
+        grad_accum: int = 1,
+        wrap: str = "block",
+    ) -> tuple[StepCollective, ...]:
         """Every collective of one optimizer step (grad_accum micro-steps)."""
 
     # --- runtime, emit, rules -----------------------------------------------------------
 
-    def engine_config(self, s: "StrategySpec", *, micro_batch: int, world_size: int, grad_accum: int = 1,
-                      precision: str = "bf16-mixed") -> dict[str, Any] | None:
+    def engine_config(
+        self,
+        s: "StrategySpec",
+        *,
+        micro_batch: int,
+        world_size: int,
+        grad_accum: int = 1,
+        precision: str = "bf16-mixed",
+    ) -> dict[str, Any] | None:
         """The engine's own config file (DeepSpeed's ds_config); None when it has none."""
         return None
 
@@ -158,8 +185,11 @@ def sharded_states(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", 
         ("params", f"trainable params ({t.param_dtype}, 1/{dp})", pt * t.param_bytes / dp),
         ("params", f"frozen params ({t.compute_dtype}, 1/{dp})", pf * t.compute_bytes / dp),
         ("grads", f"grads ({t.grad_dtype}, 1/{dg})", pt * t.grad_bytes / dg),
-        ("optimizer", f"{t.optimizer} state ({t.optim_state_dtype}{', + fp32 master' if t.master_weights else ''}, 1/{do})",
-         pt * t.optim_bytes / do),
+        (
+            "optimizer",
+            f"{t.optimizer} state ({t.optim_state_dtype}{', + fp32 master' if t.master_weights else ''}, 1/{do})",
+            pt * t.optim_bytes / do,
+        ),
     ]
 
 
@@ -178,10 +208,20 @@ def step_transient(tensors: list[float], t: TrainingSpec, impl: str, state_bytes
     if t.optimizer != "adamw" or not tensors or impl == "fused":
         return []
     if impl == "foreach":
-        return [("buffers", f"foreach AdamW temporary: _foreach_sqrt of the whole state group{what}",
-                 sum(tensors) * state_bytes)]
-    return [("buffers", f"per-tensor AdamW temporaries: sqrt + quotient of the largest tensor{what}",
-             2 * max(tensors) * state_bytes)]
+        return [
+            (
+                "buffers",
+                f"foreach AdamW temporary: _foreach_sqrt of the whole state group{what}",
+                sum(tensors) * state_bytes,
+            )
+        ]
+    return [
+        (
+            "buffers",
+            f"per-tensor AdamW temporaries: sqrt + quotient of the largest tensor{what}",
+            2 * max(tensors) * state_bytes,
+        )
+    ]
 
 
 def adam_states(t: TrainingSpec) -> int:
@@ -223,8 +263,13 @@ def part_modules(part: Part) -> PartModules:
         return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], blocks=[], head=[])
     sp = part.spec
     vision = sp.kind == "vision"
-    return PartModules(embed=sp.embed_modules(), blocks=sp.stack, head=sp.head_modules(), embed_unit=vision,
-                       head_unit=vision and sp.pooling_head)
+    return PartModules(
+        embed=sp.embed_modules(),
+        blocks=sp.stack,
+        head=sp.head_modules(),
+        embed_unit=vision,
+        head_unit=vision and sp.pooling_head,
+    )
 
 
 @cache

@@ -17,10 +17,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prism_strategy.engines.base import (MiB, TORCH_DTYPE, Engine, Moment, Rows, StepCollective, numels, part_modules,
-                                         sharded_states, step_transient, trainable)
-from prism_strategy.specs.parts import Part
+from prism_strategy.engines.base import (
+    TORCH_DTYPE,
+    Engine,
+    MiB,
+    Moment,
+    Rows,
+    StepCollective,
+    numels,
+    part_modules,
+    sharded_states,
+    step_transient,
+    trainable,
+)
 from prism_strategy.specs.cluster import Layout
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import DTYPE_BYTES, TrainingSpec
 
 if TYPE_CHECKING:
@@ -63,18 +74,41 @@ class DDPEngine(Engine):
     def residual_bytes(self, s, t) -> int:
         return t.param_bytes if t.compute_dtype != t.param_dtype else t.compute_bytes
 
-    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=(),
-                late_acts=(), step_impl="loop") -> list[Moment]:
+    def moments(
+        self,
+        parts,
+        t,
+        s,
+        layout,
+        *,
+        states,
+        acts,
+        reserve,
+        wrap,
+        accumulating,
+        saved_acts=(),
+        late_acts=(),
+        step_impl="loop",
+    ) -> list[Moment]:
         """Start of backward (autocast copies and activations alive); the optimizer step (every
         gradient still in its bucket, the activations and autocast copies freed, the optimizer's
         own temporaries over every trainable tensor, full size)."""
         tensors = [n for p in parts if p.trains for n in numels(part_modules(p).forward_order())]
         step = step_transient(tensors, t, step_impl, DTYPE_BYTES[t.optim_state_dtype])
-        return [Moment("start of backward", states + _autocast_copies(parts, t) + reserve, acts),
-                Moment("optimizer step", states + step + reserve, [])]
+        return [
+            Moment("start of backward", states + _autocast_copies(parts, t) + reserve, acts),
+            Moment("optimizer step", states + step + reserve, []),
+        ]
 
-    def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
-                         grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
+    def step_collectives(
+        self,
+        s: "StrategySpec",
+        parts: tuple[Part, ...],
+        t: TrainingSpec,
+        layout: Layout,
+        grad_accum: int = 1,
+        wrap: str = "block",
+    ) -> tuple[StepCollective, ...]:
         if layout.world <= 1 or trainable(parts) == 0:
             return ()
         e = t.grad_bytes  # DDP reduces .grad as it is: the parameter dtype
@@ -83,16 +117,36 @@ class DDPEngine(Engine):
         first = FIRST_BUCKET_BYTES if s.bucket_mb is None else cap
         buckets = bucket_sizes(sizes, first, cap)
         calls = len(buckets)
-        out = [StepCollective(op="all_reduce", group="world", group_size=layout.world, dtype=TORCH_DTYPE[t.grad_dtype],
-                              bytes_per_call=sum(sizes) / calls, calls=calls, phase="backward", overlappable=True,
-                              what=f"gradient buckets ({cap / MiB:g} MiB cap)", sizes=tuple(buckets))]
+        out = [
+            StepCollective(
+                op="all_reduce",
+                group="world",
+                group_size=layout.world,
+                dtype=TORCH_DTYPE[t.grad_dtype],
+                bytes_per_call=sum(sizes) / calls,
+                calls=calls,
+                phase="backward",
+                overlappable=True,
+                what=f"gradient buckets ({cap / MiB:g} MiB cap)",
+                sizes=tuple(buckets),
+            )
+        ]
         buffers = sum(_rope_buffer_bytes(p) for p in parts)
         if buffers:  # broadcast_buffers=True: once per synchronized forward (not under no_sync)
-            out.append(StepCollective(op="broadcast", group="world", group_size=layout.world, dtype="float32",
-                                      bytes_per_call=buffers, calls=1, phase="forward", overlappable=False,
-                                      what="module buffers from rank 0 (rotary inv_freq)"))
+            out.append(
+                StepCollective(
+                    op="broadcast",
+                    group="world",
+                    group_size=layout.world,
+                    dtype="float32",
+                    bytes_per_call=buffers,
+                    calls=1,
+                    phase="forward",
+                    overlappable=False,
+                    what="module buffers from rank 0 (rotary inv_freq)",
+                )
+            )
         return tuple(out)
-
 
     def describe(self, s) -> str:
         return f"DistributedDataParallel(bucket_cap_mb={s.bucket_mb or DEFAULT_BUCKET_MB:g})"

@@ -40,11 +40,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from prism_strategy.engines.base import (FP32, MiB, TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective,
-                                         adam_states, ceil_div, module_sizes, numels, part_modules, step_transient, trainable)
-from prism_strategy.specs.parts import Part
+from prism_strategy.engines.base import (
+    DTYPE_BYTES,
+    FP32,
+    TORCH_DTYPE,
+    Engine,
+    MiB,
+    Moment,
+    Rows,
+    StepCollective,
+    adam_states,
+    ceil_div,
+    module_sizes,
+    numels,
+    part_modules,
+    step_transient,
+    trainable,
+)
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
@@ -102,13 +117,34 @@ class DeepSpeedEngine(Engine):
         optim = pt * (adam_states(t) * FP32 + (FP32 if low else 0)) / n
         return [
             ("params", f"params ({t.compute_dtype}{', 1/' + str(dp) if dp > 1 else ', full'})", (pt + pf) * e / dp),
-            ("grads", {1: "bf16 grads (full) + fp32 partition", 2: "grad partition (bf16 + fp32)",
-                       3: "fp32 grad partition"}[st] if low else f"fp32 grads (stage {st})", grads[st]),
+            (
+                "grads",
+                {1: "bf16 grads (full) + fp32 partition", 2: "grad partition (bf16 + fp32)", 3: "fp32 grad partition"}[
+                    st
+                ]
+                if low
+                else f"fp32 grads (stage {st})",
+                grads[st],
+            ),
             ("optimizer", f"{t.optimizer} state (fp32{' + fp32 master' if low else ''}, 1/{n})", optim),
         ]
 
-    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=(),
-                late_acts=(), step_impl="loop") -> list[Moment]:
+    def moments(
+        self,
+        parts,
+        t,
+        s,
+        layout,
+        *,
+        states,
+        acts,
+        reserve,
+        wrap,
+        accumulating,
+        saved_acts=(),
+        late_acts=(),
+        step_impl="loop",
+    ) -> list[Moment]:
         """Start of backward (activations, no gradients unless accumulating); ZeRO-1/2: the
         first gradient hook, once the loss buffers are freed (stage_1_and_2's process_gradients
         calls setup_buckets there, in both stages: the ipg buckets now exist, most activations
@@ -120,20 +156,31 @@ class DeepSpeedEngine(Engine):
         st = _stage(s)
         persistent = buckets if st == 3 else []  # stage 3 allocates its ipg bucket at init
         start = no_grads + (grads if accumulating else []) + gathered + persistent + reserve
-        out = [Moment("start of backward", start, list(acts)),
-               Moment("end of backward", states + gathered + buckets + reserve, [])]
+        out = [
+            Moment("start of backward", start, list(acts)),
+            Moment("end of backward", states + gathered + buckets + reserve, []),
+        ]
         if st == 1:
             out.append(Moment("first gradient hook", start + buckets, list(saved_acts)))
         elif st == 2:  # copy_grads_in_partition allocates the partition's buffer at its first reduce,
             # in backward: the rank owning the last parameters gets it with the first bucket
-            part = [("grads", f"grad partition buffer ({t.compute_dtype}, 1/{layout.world}, from the first bucket)",
-                     trainable(parts) * t.compute_bytes / layout.world)]
+            part = [
+                (
+                    "grads",
+                    f"grad partition buffer ({t.compute_dtype}, 1/{layout.world}, from the first bucket)",
+                    trainable(parts) * t.compute_bytes / layout.world,
+                )
+            ]
             out.append(Moment("first gradient hook", start + buckets + part, list(saved_acts)))
-        return out + [self._step_moment(parts, t, s, layout, no_grads, grads, buckets if st < 3 else persistent,
-                                        reserve, step_impl)]
+        return out + [
+            self._step_moment(
+                parts, t, s, layout, no_grads, grads, buckets if st < 3 else persistent, reserve, step_impl
+            )
+        ]
 
-    def _step_moment(self, parts, t, s, layout, no_grads: Rows, grads: Rows, buckets: Rows, reserve: Rows,
-                     impl: str) -> Moment:
+    def _step_moment(
+        self, parts, t, s, layout, no_grads: Rows, grads: Rows, buckets: Rows, reserve: Rows, impl: str
+    ) -> Moment:
         """The client torch optimizer steps DeepSpeed's flat fp32 partition, one tensor per param
         group (ZeRO-1/2, stage_1_and_2.py step: the rank's gradients are flattened and cast to an
         fp32 partition, the model's gradients freed, then optimizer.step()) or per sub-group of
@@ -158,15 +205,31 @@ class DeepSpeedEngine(Engine):
             modules = [n for p in parts for n in module_sizes(p)]
             largest = max(modules, default=0)
             gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
-            return ([("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
-                     ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e)],
-                    [("buffers", f"ipg reduce bucket ({b:.2e} elements, allocated at init)",
-                      b * DTYPE_BYTES[comm_dtype(s, t)])])
+            return (
+                [
+                    ("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
+                    ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e),
+                ],
+                [
+                    (
+                        "buffers",
+                        f"ipg reduce bucket ({b:.2e} elements, allocated at init)",
+                        b * DTYPE_BYTES[comm_dtype(s, t)],
+                    )
+                ],
+            )
         n = 2 if OVERLAP_COMM[_stage(s)] else 1  # allocated whole whatever the model size (setup_buckets)
         return [], [("buffers", f"ipg reduce buckets ({n} x {b:.2e} elements, allocated whole)", n * b * e)]
 
-    def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
-                         grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
+    def step_collectives(
+        self,
+        s: "StrategySpec",
+        parts: tuple[Part, ...],
+        t: TrainingSpec,
+        layout: Layout,
+        grad_accum: int = 1,
+        wrap: str = "block",
+    ) -> tuple[StepCollective, ...]:
         n, st = layout.world, _stage(s)
         if n <= 1:
             return ()
@@ -176,15 +239,32 @@ class DeepSpeedEngine(Engine):
 
         def add(op, dtype, elems, calls, phase, overlap, what):
             if calls > 0 and elems > 0:
-                out.append(StepCollective(op=op, group="world", group_size=n, dtype=dtype, calls=calls, phase=phase,
-                                          bytes_per_call=elems * DTYPE_BYTES[dtype] / calls, overlappable=overlap,
-                                          what=what))
+                out.append(
+                    StepCollective(
+                        op=op,
+                        group="world",
+                        group_size=n,
+                        dtype=dtype,
+                        calls=calls,
+                        phase=phase,
+                        bytes_per_call=elems * DTYPE_BYTES[dtype] / calls,
+                        overlappable=overlap,
+                        what=what,
+                    )
+                )
 
         grad_sizes = [n for p in reversed(parts) if p.trains for n in reversed(numels(part_modules(p).forward_order()))]
         if st in (1, 2):
             occ = grad_accum if st == 2 else 1
-            add("all_reduce", cd, pt * occ, _ipg_buckets(grad_sizes, b) * occ, "backward" if st == 2 else "step",
-                st == 2, "gradient buckets, all-reduced whole")
+            add(
+                "all_reduce",
+                cd,
+                pt * occ,
+                _ipg_buckets(grad_sizes, b) * occ,
+                "backward" if st == 2 else "step",
+                st == 2,
+                "gradient buckets, all-reduced whole",
+            )
             flat = -(-pt // (2 * n)) * 2 * n
             add("all_gather", model_dtype, flat, 1 if pt else 0, "step", False, "updated bf16 params, after the step")
         else:
@@ -192,14 +272,31 @@ class DeepSpeedEngine(Engine):
             add("all_gather", model_dtype, *fwd, "forward", True, "per-module param gathers (+ prefetch), forward")
             add("all_gather", model_dtype, *bwd, "backward", True, "modules released in forward, gathered again")
             padded = sum(-(-x // n) * n for x in grad_sizes)
-            add("reduce_scatter", cd, padded * grad_accum, _ipg_buckets(grad_sizes, b) * grad_accum, "backward", True,
-                "gradient buckets, reduce-scattered")
-            persistent = [-(-x // n) * n for p in parts for x in numels(part_modules(p).forward_order())
-                          if x < PERSISTENCE_THRESHOLD]
-            add("all_gather", model_dtype, sum(persistent), len(persistent), "step", False,
-                "persistent small params, one call each, after the step")
+            add(
+                "reduce_scatter",
+                cd,
+                padded * grad_accum,
+                _ipg_buckets(grad_sizes, b) * grad_accum,
+                "backward",
+                True,
+                "gradient buckets, reduce-scattered",
+            )
+            persistent = [
+                -(-x // n) * n
+                for p in parts
+                for x in numels(part_modules(p).forward_order())
+                if x < PERSISTENCE_THRESHOLD
+            ]
+            add(
+                "all_gather",
+                model_dtype,
+                sum(persistent),
+                len(persistent),
+                "step",
+                False,
+                "persistent small params, one call each, after the step",
+            )
         return tuple(out)
-
 
     def engine_config(self, s, *, micro_batch, world_size, grad_accum=1, precision="bf16-mixed") -> dict[str, Any]:
         from prism_strategy.specs.training import TrainingSpec as T
@@ -207,17 +304,30 @@ class DeepSpeedEngine(Engine):
         st = _stage(s)
         t = T.from_precision("fp32" if precision == "fp32" else "bf16-mixed")
         b = bucket_elements(s, t)
-        zero: dict[str, Any] = {"stage": st, "overlap_comm": OVERLAP_COMM[st], "contiguous_gradients": True,
-                                "reduce_scatter": True, "reduce_bucket_size": b}
+        zero: dict[str, Any] = {
+            "stage": st,
+            "overlap_comm": OVERLAP_COMM[st],
+            "contiguous_gradients": True,
+            "reduce_scatter": True,
+            "reduce_bucket_size": b,
+        }
         if st < 3:
             zero["allgather_bucket_size"] = b
         else:
-            zero.update(stage3_prefetch_bucket_size=b, stage3_max_live_parameters=max(10 * b, 10**9),
-                        stage3_max_reuse_distance=MAX_REUSE_DISTANCE,
-                        stage3_param_persistence_threshold=PERSISTENCE_THRESHOLD)
-        cfg: dict[str, Any] = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": grad_accum,
-                               "bf16": {"enabled": precision != "fp32"}, "zero_optimization": zero,
-                               "steps_per_print": 2**31 - 1, "wall_clock_breakdown": False}
+            zero.update(
+                stage3_prefetch_bucket_size=b,
+                stage3_max_live_parameters=max(10 * b, 10**9),
+                stage3_max_reuse_distance=MAX_REUSE_DISTANCE,
+                stage3_param_persistence_threshold=PERSISTENCE_THRESHOLD,
+            )
+        cfg: dict[str, Any] = {
+            "train_micro_batch_size_per_gpu": micro_batch,
+            "gradient_accumulation_steps": grad_accum,
+            "bf16": {"enabled": precision != "fp32"},
+            "zero_optimization": zero,
+            "steps_per_print": 2**31 - 1,
+            "wall_clock_breakdown": False,
+        }
         if s.reduce_dtype is not None:
             cfg["communication_data_type"] = {"fp32": "fp32", "bf16": "bf16"}[s.reduce_dtype]
         return cfg
@@ -231,7 +341,9 @@ class DeepSpeedEngine(Engine):
     def precision_note(self, precision: str) -> str | None:
         if precision != "bf16-pure":
             return None
-        return "DeepSpeed bf16 keeps fp32 master weights and fp32 Adam state: bf16-pure runs (and is estimated) that way"
+        return (
+            "DeepSpeed bf16 keeps fp32 master weights and fp32 Adam state: bf16-pure runs (and is estimated) that way"
+        )
 
     def describe(self, s) -> str:
         return f"ZeRO stage {s.zero_stage}, {bucket_elements_text(s)}"
@@ -248,14 +360,19 @@ def _ipg_buckets(sizes: list[int], bucket: int) -> int:
     return calls + (1 if filled else 0)
 
 
-def _zero3_gathers(parts: tuple[Part, ...], bucket: int, grad_accum: int) -> tuple[tuple[float, int], tuple[float, int]]:
+def _zero3_gathers(
+    parts: tuple[Part, ...], bucket: int, grad_accum: int
+) -> tuple[tuple[float, int], tuple[float, int]]:
     """(elements, calls) of ZeRO-3's per-module gathers over one step, forward and backward. Forward: every module
     holding a non-persistent param, fetched in prefetch calls of up to prefetch_bucket_size
     elements each (one per module when modules are larger).
     Backward, where gradients flow: the modules whose next use is more than the reuse distance
     away (about twice the elements used after them in forward)."""
-    modules = [(sum(n for n, _ in m), sum(n for n, _ in m if n >= PERSISTENCE_THRESHOLD), p.backward)
-               for p in parts for m in part_modules(p).forward_order()]
+    modules = [
+        (sum(n for n, _ in m), sum(n for n, _ in m if n >= PERSISTENCE_THRESHOLD), p.backward)
+        for p in parts
+        for m in part_modules(p).forward_order()
+    ]
     fwd = [g for _, g, _ in modules if g]
     after, released = 0, []
     for total, gathered, backward in reversed(modules):

@@ -21,11 +21,23 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prism_strategy.engines.base import (TORCH_DTYPE, DTYPE_BYTES, Engine, Moment, Rows, StepCollective, padded,
-                                         part_modules, sharded_states, step_transient, trainable)
-from prism_strategy.specs.parts import Part, largest_block, root_unit
+from prism_strategy.engines.base import (
+    DTYPE_BYTES,
+    TORCH_DTYPE,
+    Engine,
+    Moment,
+    Rows,
+    StepCollective,
+    padded,
+    part_modules,
+    sharded_states,
+    step_transient,
+    trainable,
+)
 from prism_strategy.specs.cluster import Layout
-from prism_strategy.specs.training import DTYPE_BYTES as SPEC_DTYPE_BYTES, TrainingSpec
+from prism_strategy.specs.parts import Part, largest_block, root_unit
+from prism_strategy.specs.training import DTYPE_BYTES as SPEC_DTYPE_BYTES
+from prism_strategy.specs.training import TrainingSpec
 
 if TYPE_CHECKING:
     from prism_strategy.strategies import StrategySpec
@@ -97,15 +109,36 @@ class FSDP2Engine(Engine):
     def states(self, parts, t, s, layout) -> Rows:
         return sharded_states(parts, t, s, layout)
 
-    def moments(self, parts, t, s, layout, *, states, acts, reserve, wrap, accumulating, saved_acts=(),
-                late_acts=(), step_impl="loop") -> list[Moment]:
+    def moments(
+        self,
+        parts,
+        t,
+        s,
+        layout,
+        *,
+        states,
+        acts,
+        reserve,
+        wrap,
+        accumulating,
+        saved_acts=(),
+        late_acts=(),
+        step_impl="loop",
+    ) -> list[Moment]:
         step = Moment("optimizer step", states + _step_rows(parts, t, s, layout, step_impl) + reserve, [])
         if wrap == "block":
             return _block_moments(parts, t, s, layout, states, acts, reserve, accumulating, list(late_acts)) + [step]
         return [Moment("start of backward", states + _root_wrap_rows(parts, t, s) + reserve, acts), step]
 
-    def step_collectives(self, s: "StrategySpec", parts: tuple[Part, ...], t: TrainingSpec, layout: Layout,
-                         grad_accum: int = 1, wrap: str = "block") -> tuple[StepCollective, ...]:
+    def step_collectives(
+        self,
+        s: "StrategySpec",
+        parts: tuple[Part, ...],
+        t: TrainingSpec,
+        layout: Layout,
+        grad_accum: int = 1,
+        wrap: str = "block",
+    ) -> tuple[StepCollective, ...]:
         group, shards = ("node", layout.ranks_per_node) if s.hybrid else ("world", layout.world)
         if shards <= 1 and not (s.hybrid and layout.nodes > 1):
             return ()
@@ -116,29 +149,77 @@ class FSDP2Engine(Engine):
 
         def add(op, grp, size, dtype, elems, calls, phase, overlap, what, order=()):
             if calls:
-                out.append(StepCollective(op=op, group=grp, group_size=size, dtype=dtype, calls=calls, phase=phase,
-                                          bytes_per_call=elems * DTYPE_BYTES[dtype] / calls, overlappable=overlap,
-                                          what=what, sizes=tuple(n * DTYPE_BYTES[dtype] for n in order)))
+                out.append(
+                    StepCollective(
+                        op=op,
+                        group=grp,
+                        group_size=size,
+                        dtype=dtype,
+                        calls=calls,
+                        phase=phase,
+                        bytes_per_call=elems * DTYPE_BYTES[dtype] / calls,
+                        overlappable=overlap,
+                        what=what,
+                        sizes=tuple(n * DTYPE_BYTES[dtype] for n in order),
+                    )
+                )
 
         # issue order: the root is gathered first (its pre-forward wraps the blocks') and reduced last
         # (its post-backward runs from the root's final callback); the blocks in between, backward reversed
-        add("all_gather", group, shards, ag_dtype, sum(u.params for u in units) * grad_accum,
-            len(units) * grad_accum, "forward", len(units) > 1, "each unit's params, forward",
-            [units[-1].params] + [u.params for u in units[:-1]])
+        add(
+            "all_gather",
+            group,
+            shards,
+            ag_dtype,
+            sum(u.params for u in units) * grad_accum,
+            len(units) * grad_accum,
+            "forward",
+            len(units) > 1,
+            "each unit's params, forward",
+            [units[-1].params] + [u.params for u in units[:-1]],
+        )
         if s.reshard_after_forward:
             again = regathered(units)
-            add("all_gather", group, shards, ag_dtype, sum(u.params for u in again) * grad_accum,
-                len(again) * grad_accum, "backward", True, "resharded blocks re-gathered in backward",
-                [u.params for u in reversed(again)])
+            add(
+                "all_gather",
+                group,
+                shards,
+                ag_dtype,
+                sum(u.params for u in again) * grad_accum,
+                len(again) * grad_accum,
+                "backward",
+                True,
+                "resharded blocks re-gathered in backward",
+                [u.params for u in reversed(again)],
+            )
         reduced = [u for u in units if u.trainable > 0]
         order = [u.trainable for u in reversed(reduced) if u.block] + [u.trainable for u in reduced if not u.block]
-        add("reduce_scatter", group, shards, rd, sum(u.trainable for u in reduced), len(reduced), "backward", True,
-            "each unit's gradients", order)
+        add(
+            "reduce_scatter",
+            group,
+            shards,
+            rd,
+            sum(u.trainable for u in reduced),
+            len(reduced),
+            "backward",
+            True,
+            "each unit's gradients",
+            order,
+        )
         if s.hybrid and layout.nodes > 1:
-            add("all_reduce", "across_nodes", layout.nodes, rd, sum(u.trainable for u in reduced) / shards,
-                len(reduced), "backward", True, "reduced shards across the replicas", [n / shards for n in order])
+            add(
+                "all_reduce",
+                "across_nodes",
+                layout.nodes,
+                rd,
+                sum(u.trainable for u in reduced) / shards,
+                len(reduced),
+                "backward",
+                True,
+                "reduced shards across the replicas",
+                [n / shards for n in order],
+            )
         return tuple(out)
-
 
     def describe(self, s) -> str:
         return f"fully_shard(reshard_after_forward={s.reshard_after_forward}, reduce_dtype={s.reduce_dtype or 'grad dtype'})"
@@ -151,19 +232,32 @@ def gathered_model_bytes(parts: tuple[Part, ...], t: TrainingSpec) -> float:
 
 
 def _gathered_whole_model(parts: tuple[Part, ...], t: TrainingSpec) -> tuple[str, str, float]:
-    return ("params", f"gathered params ({t.compute_dtype}, whole model, forward to backward)",
-            gathered_model_bytes(parts, t))
+    return (
+        "params",
+        f"gathered params ({t.compute_dtype}, whole model, forward to backward)",
+        gathered_model_bytes(parts, t),
+    )
 
 
 def _root_wrap_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec") -> Rows:
     """One flat unit: its whole unsharded grads and their reduce-dtype copy, and the whole model
     gathered (full_shard re-gathers it in backward; shard_grad_op never lets it go)."""
     pt = trainable(parts)
-    rows: Rows = [("buffers", "unsharded grads of the single root unit (+ reduce-scatter copy)",
-                   pt * (t.compute_bytes + t.grad_bytes))]
+    rows: Rows = [
+        (
+            "buffers",
+            "unsharded grads of the single root unit (+ reduce-scatter copy)",
+            pt * (t.compute_bytes + t.grad_bytes),
+        )
+    ]
     if s.reshard_after_forward:
-        return rows + [("buffers", "whole model re-gathered in backward (root-only wrap)",
-                        sum(p.params for p in parts) * t.compute_bytes)]
+        return rows + [
+            (
+                "buffers",
+                "whole model re-gathered in backward (root-only wrap)",
+                sum(p.params for p in parts) * t.compute_bytes,
+            )
+        ]
     return rows + [_gathered_whole_model(parts, t)]
 
 
@@ -179,12 +273,26 @@ def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layo
 def _local_shards(parts: tuple[Part, ...], n: int) -> tuple[int, ...]:
     """Each trainable tensor's local shard (dim 0 padded to n, then split); cached: the planner asks
     for it at every micro-batch it tries."""
-    return tuple(-(-rows // n) * (numel // rows) for p in parts if p.trains for m in part_modules(p).forward_order()
-                 for numel, rows in m)
+    return tuple(
+        -(-rows // n) * (numel // rows)
+        for p in parts
+        if p.trains
+        for m in part_modules(p).forward_order()
+        for numel, rows in m
+    )
 
 
-def _block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layout: Layout, states: Rows,
-                   acts: Rows, reserve: Rows, accumulating: bool, late_acts: Rows) -> list[Moment]:
+def _block_moments(
+    parts: tuple[Part, ...],
+    t: TrainingSpec,
+    s: "StrategySpec",
+    layout: Layout,
+    states: Rows,
+    acts: Rows,
+    reserve: Rows,
+    accumulating: bool,
+    late_acts: Rows,
+) -> list[Moment]:
     """Per-block units: start of backward, late backward, end of backward."""
     e, gb = t.compute_bytes, t.grad_bytes
     params_optim = [r for r in states if r[0] != "grads"]
@@ -193,24 +301,41 @@ def _block_moments(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", 
     train_block = largest_block(tuple(p for p in parts if p.trains))
     root_trainable = sum((p.spec.root_params if p.spec else p.params) for p in parts if p.trains)
     pt, dg = trainable(parts), s.degree(s.grad_shard, layout)
-    block_grads = [("grads", f"grads of every unit but the root ({t.grad_dtype}, 1/{dg})",
-                    (pt - root_trainable) * gb / dg)]  # the root reduces last
+    block_grads = [
+        ("grads", f"grads of every unit but the root ({t.grad_dtype}, 1/{dg})", (pt - root_trainable) * gb / dg)
+    ]  # the root reduces last
     # tied or not, the head's grad is made first in backward and kept (as .grad, or as autograd's
     # buffer waiting for the embedding's share) until the root unit reduces
-    head = sum(p.spec.vocab * p.spec.hidden for p in parts if p.trains and p.spec is not None and p.spec.kind == "decoder")
-    gathered: Rows = ([("buffers", "root unit gathered (embeddings, LM head)", root * e),
-                       ("buffers", "all-gather of the largest block + prefetch", 2 * block * e)])
+    head = sum(
+        p.spec.vocab * p.spec.hidden for p in parts if p.trains and p.spec is not None and p.spec.kind == "decoder"
+    )
+    gathered: Rows = [
+        ("buffers", "root unit gathered (embeddings, LM head)", root * e),
+        ("buffers", "all-gather of the largest block + prefetch", 2 * block * e),
+    ]
     start = params_optim + (grads if accumulating else [])
     start += gathered if s.reshard_after_forward else [_gathered_whole_model(parts, t)]
     start += [("buffers", "first block's unsharded grads", train_block * e)]
-    late = params_optim + block_grads + gathered + [
-        ("buffers", "one block's unsharded grads + reduce-scatter copy", train_block * (e + gb)),
-        ("buffers", "LM head's unsharded grad (kept until the root reduces, last)", head * e)]
-    end = params_optim + block_grads + [
-        ("buffers", "root unit unsharded grads + reduce-scatter copy (reduced last)", root_trainable * (e + gb))]
+    late = (
+        params_optim
+        + block_grads
+        + gathered
+        + [
+            ("buffers", "one block's unsharded grads + reduce-scatter copy", train_block * (e + gb)),
+            ("buffers", "LM head's unsharded grad (kept until the root reduces, last)", head * e),
+        ]
+    )
+    end = (
+        params_optim
+        + block_grads
+        + [("buffers", "root unit unsharded grads + reduce-scatter copy (reduced last)", root_trainable * (e + gb))]
+    )
     if any(p.trains and p.spec is not None and p.spec.tied_embeddings for p in parts):
         # observed, torch 2.13 (traces and a real gloo run): with a tied LM head the root's
         # gathered params are still allocated when its reduce-scatter runs
         end.append(("buffers", "root unit still gathered (tied LM head)", root * e))
-    return [Moment("start of backward", start + reserve, acts), Moment("late backward", late + reserve, late_acts),
-            Moment("end of backward", end + reserve, [])]
+    return [
+        Moment("start of backward", start + reserve, acts),
+        Moment("late backward", late + reserve, late_acts),
+        Moment("end of backward", end + reserve, []),
+    ]

@@ -13,12 +13,31 @@ from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import read_toml
 
-FITTED = ("achievable_fraction", "peak_tflops_bf16", "peak_tflops_fp32", "intra_bw_gbps", "intra_ring_bw_gbps",
-          "nic_bw_gbps", "intra_latency_us", "inter_latency_us", "collective_overhead_us", "scaleout_overhead_us",
-          "per_tensor_overhead_us", "kernel_launch_us", "activation_factor", "framework_reserve_gib",
-          "allocator_cache_factor", "grad_path_us_per_tensor.ddp", "grad_path_us_per_tensor.fsdp2",
-          "grad_path_us_per_tensor.deepspeed", "nccl_scale.base_latency", "nccl_scale.intra_latency",
-          "nccl_scale.net_latency", "nccl_scale.intra_bw", "nccl_scale.inter_bw")
+FITTED = (
+    "achievable_fraction",
+    "peak_tflops_bf16",
+    "peak_tflops_fp32",
+    "intra_bw_gbps",
+    "intra_ring_bw_gbps",
+    "nic_bw_gbps",
+    "intra_latency_us",
+    "inter_latency_us",
+    "collective_overhead_us",
+    "scaleout_overhead_us",
+    "per_tensor_overhead_us",
+    "kernel_launch_us",
+    "activation_factor",
+    "framework_reserve_gib",
+    "allocator_cache_factor",
+    "grad_path_us_per_tensor.ddp",
+    "grad_path_us_per_tensor.fsdp2",
+    "grad_path_us_per_tensor.deepspeed",
+    "nccl_scale.base_latency",
+    "nccl_scale.intra_latency",
+    "nccl_scale.net_latency",
+    "nccl_scale.intra_bw",
+    "nccl_scale.inter_bw",
+)
 """Dotted names are entries of a platform table (grad_path_us_per_tensor.<engine>, nccl_scale.<factor>)."""
 
 
@@ -42,11 +61,22 @@ def default_calibration_dir() -> Path:
     return cache / "prism-strategy" / "calibration"
 
 
-def write_calibration(path: Path, *, platform: str, fingerprint: dict[str, Any], values: dict[str, float],
-                      runs: int, errors: dict[str, float]) -> None:
+def write_calibration(
+    path: Path,
+    *,
+    platform: str,
+    fingerprint: dict[str, Any],
+    values: dict[str, float],
+    runs: int,
+    errors: dict[str, float],
+) -> None:
     """TOML written by hand (strings JSON-escaped, which TOML basic strings accept); atomic rename."""
     lines = [f"platform = {json.dumps(platform)}", f"runs = {runs}", "", "[fingerprint]"]
-    lines += [f"{k} = {json.dumps(str(v))}" for k, v in fingerprint.items() if k in ("host", "torch", "backend", "platform", "date", "code")]
+    lines += [
+        f"{k} = {json.dumps(str(v))}"
+        for k, v in fingerprint.items()
+        if k in ("host", "torch", "backend", "platform", "date", "code")
+    ]
     lines += ["", "[values]"] + [f"{json.dumps(k) if '.' in k else k} = {float(v)!r}" for k, v in values.items()]
     lines += ["", "[error_pct]"] + [f"{k} = {float(v)!r}" for k, v in errors.items()]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,8 +88,10 @@ def write_calibration(path: Path, *, platform: str, fingerprint: dict[str, Any],
 def load_calibration(path: str | Path) -> dict[str, Any]:
     data = read_toml(path)
     if not isinstance(data.get("values"), dict) or "platform" not in data:
-        raise SpecError(f"{path} is not a calibration file (needs `platform` and a [values] table); "
-                        "write one with `prism-strategy calibrate`")
+        raise SpecError(
+            f"{path} is not a calibration file (needs `platform` and a [values] table); "
+            "write one with `prism-strategy calibrate`"
+        )
     unknown = set(data["values"]) - set(FITTED)
     if unknown:
         raise SpecError(f"{path}: unknown calibrated values {sorted(unknown)}")
@@ -109,6 +141,8 @@ def calibrated_platform(platform: PlatformSpec, calibration: str | None) -> Plat
             torch_version = metadata.version("torch")
         except metadata.PackageNotFoundError:
             return platform
-        found = find_calibration(platform, {"platform": platform.name, "torch": torch_version, "backend": platform.backend})
+        found = find_calibration(
+            platform, {"platform": platform.name, "torch": torch_version, "backend": platform.backend}
+        )
         return platform if found is None else apply_calibration(platform, load_calibration(found), str(found))
     return apply_calibration(platform, load_calibration(calibration), str(calibration))

@@ -24,15 +24,14 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from prism_strategy.engines import StepCollective, step_collectives
+from prism_strategy.engines import StepCollective, engine_of, step_collectives
 from prism_strategy.estimate.comm_measured import measured_seconds
 from prism_strategy.estimate.comm_nccl import nccl_choice, nccl_choice_by_topology, nccl_topology
 from prism_strategy.estimate.comm_oneccl import gpu_kernel_route, oneccl_seconds
-from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec
-from prism_strategy.engines import engine_of
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,7 +106,9 @@ def alpha_beta_seconds(op: str, size: float, ranks: int, nodes: int, concurrent:
     return t + factor * (intra + inter)
 
 
-def collective_call(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> tuple[float, str]:
+def collective_call(
+    op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec
+) -> tuple[float, str]:
     """(seconds of one call, the algorithm the backend runs for it)."""
     return _call(op, size, ranks, nodes, concurrent, p)[:2]
 
@@ -133,7 +134,8 @@ def comm_readings(p: PlatformSpec) -> dict[str, PlatformSpec]:
     out = {"shipped": p}
     if p.backend == "xccl" and p.scaleout_overhead_us > 0:
         out["cross-node cost per peer node"] = replace(
-            p, scaleout_overhead_us=0.0, inter_latency_us=p.inter_latency_us + p.scaleout_overhead_us)
+            p, scaleout_overhead_us=0.0, inter_latency_us=p.inter_latency_us + p.scaleout_overhead_us
+        )
     return out
 
 
@@ -141,17 +143,26 @@ def model_description(p: PlatformSpec) -> str:
     """Which collective model prices this platform, for provenance."""
     if p.backend == "nccl" and p.gpu_arch:
         scaled = ", ".join(f"{k} x{v:.3g}" for k, v in p.nccl_scale.items() if v != 1.0)
-        return (f"NCCL's cost model (data/nccl_tuning.toml from NCCL src/graph/tuning.cc; {p.gpu_arch}, "
-                f"{p.nvlink_links} NVLinks, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}"
-                + (f"; fitted to measured curves: {scaled}" if scaled else "") + "), estimate/comm_nccl.py")
+        return (
+            f"NCCL's cost model (data/nccl_tuning.toml from NCCL src/graph/tuning.cc; {p.gpu_arch}, "
+            f"{p.nvlink_links} NVLinks, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}"
+            + (f"; fitted to measured curves: {scaled}" if scaled else "")
+            + "), estimate/comm_nccl.py"
+        )
     if p.backend == "xccl":
         routes = {op: gpu_kernel_route(op, p) for op in ("all_reduce", "all_gather", "reduce_scatter")}
-        how = "; ".join(f"{op} " + ("topo" if gpu else f"host-staged flat ring ({why})") for op, (gpu, why) in routes.items())
-        return (f"oneCCL as profiled (estimate/comm_oneccl.py): {how} "
-                f"(Xe Link {p.intra_bw_gbps:g} GB/s, then scale-out {p.scaleout_overhead_us:g} us + "
-                f"{p.inter_latency_us:g} us per peer node, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node})")
-    return (f"alpha-beta ring (estimate/comm.py): intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x "
-            f"{p.nics_per_node}")
+        how = "; ".join(
+            f"{op} " + ("topo" if gpu else f"host-staged flat ring ({why})") for op, (gpu, why) in routes.items()
+        )
+        return (
+            f"oneCCL as profiled (estimate/comm_oneccl.py): {how} "
+            f"(Xe Link {p.intra_bw_gbps:g} GB/s, then scale-out {p.scaleout_overhead_us:g} us + "
+            f"{p.inter_latency_us:g} us per peer node, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node})"
+        )
+    return (
+        f"alpha-beta ring (estimate/comm.py): intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x "
+        f"{p.nics_per_node}"
+    )
 
 
 def collective_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> float:
@@ -165,13 +176,25 @@ def price(c: StepCollective, layout: Layout, p: PlatformSpec) -> CollectiveCost:
     ranks, nodes, conc = group_geometry(c.group, layout)
     one, algorithm, channels = _call(c.op, c.bytes_per_call, ranks, nodes, conc, p)
     hit = measured_seconds(p.measured_collectives, c.op, c.bytes_per_call, ranks, nodes, conc)
-    if hit is not None:  # a matching measured curve wins (estimate/comm_measured.py); the kernel's channels stay the model's
+    if (
+        hit is not None
+    ):  # a matching measured curve wins (estimate/comm_measured.py); the kernel's channels stay the model's
         one, algorithm = hit.seconds, f"measured: {hit.curve.label} {hit.curve.shape} ({hit.how})"
     link = "intra-node" if nodes == 1 else ("inter-node" if ranks == nodes else "spans nodes")
-    return CollectiveCost(op=c.op, group=c.group, link=link, ranks=ranks, bytes_per_call=c.bytes_per_call,
-                          calls_per_step=c.calls, seconds_per_step=one * c.calls, overlappable=c.overlappable,
-                          algorithm=algorithm, phase=c.phase, channels=channels,
-                          call_seconds=_call_seconds(c, one * c.calls, ranks, nodes, conc, p))
+    return CollectiveCost(
+        op=c.op,
+        group=c.group,
+        link=link,
+        ranks=ranks,
+        bytes_per_call=c.bytes_per_call,
+        calls_per_step=c.calls,
+        seconds_per_step=one * c.calls,
+        overlappable=c.overlappable,
+        algorithm=algorithm,
+        phase=c.phase,
+        channels=channels,
+        call_seconds=_call_seconds(c, one * c.calls, ranks, nodes, conc, p),
+    )
 
 
 LOG_BAND = math.log(1.02)
@@ -183,7 +206,9 @@ def schedules_overlap(p: PlatformSpec) -> bool:
     return p.backend == "nccl" and not p.host_blocking_collectives
 
 
-def _call_seconds(c: StepCollective, total: float, ranks: int, nodes: int, conc: int, p: PlatformSpec) -> tuple[float, ...]:
+def _call_seconds(
+    c: StepCollective, total: float, ranks: int, nodes: int, conc: int, p: PlatformSpec
+) -> tuple[float, ...]:
     """Each call of one micro-step priced at its own size, scaled to the kind's total (priced at the
     mean size, as census counts it): the schedule sees the large root unit apart from the blocks."""
     sizes = getattr(c, "sizes", ())
@@ -230,10 +255,19 @@ def _step_collectives(s, parts, t, layout, grad_accum, wrap) -> tuple[StepCollec
 
 
 def estimate_comm(
-    parts: tuple[Part, ...], t: TrainingSpec, p: PlatformSpec, layout: Layout, s: StrategySpec,
-    grad_accum: int = 1, wrap: str = "block",
+    parts: tuple[Part, ...],
+    t: TrainingSpec,
+    p: PlatformSpec,
+    layout: Layout,
+    s: StrategySpec,
+    grad_accum: int = 1,
+    wrap: str = "block",
 ) -> CommEstimate:
     out = tuple(price(c, layout, p) for c in _step_collectives(s, parts, t, layout, grad_accum, wrap))
     tensors = sum(x.tensors for x in parts if x.trains)
-    hooks = tensors * p.per_tensor_overhead_us * 1e-6 * grad_accum if engine_of(s).per_tensor_hooks and layout.world > 1 else 0.0
+    hooks = (
+        tensors * p.per_tensor_overhead_us * 1e-6 * grad_accum
+        if engine_of(s).per_tensor_hooks and layout.world > 1
+        else 0.0
+    )
     return CommEstimate(collectives=out, per_tensor_s=hooks)

@@ -74,18 +74,22 @@ class Term:
     what: str
 
 
-NCCL_TERMS = (Term(name="nccl_scale.base_latency", kind="latency", what="NCCL base latency of every call"),
-              Term(name="nccl_scale.intra_latency", kind="latency", what="NCCL NVLink/PCI hop latency"),
-              Term(name="nccl_scale.net_latency", kind="latency", what="NCCL network hop latency"),
-              Term(name="nccl_scale.intra_bw", kind="bandwidth", what="NCCL bus bandwidth inside a node"),
-              Term(name="nccl_scale.inter_bw", kind="bandwidth", what="NCCL bus bandwidth across nodes"))
-RING_TERMS = (Term(name="collective_overhead_us", kind="latency", what="fixed cost of every call"),
-              Term(name="scaleout_overhead_us", kind="latency", what="fixed cost of a call crossing nodes"),
-              Term(name="intra_latency_us", kind="latency", what="latency per ring step inside a node"),
-              Term(name="inter_latency_us", kind="latency", what="latency per ring step across nodes"),
-              Term(name="intra_bw_gbps", kind="bandwidth", what="link bandwidth inside a node"),
-              Term(name="intra_ring_bw_gbps", kind="bandwidth", what="flat-ring bandwidth inside a node"),
-              Term(name="nic_bw_gbps", kind="bandwidth", what="bandwidth of one NIC"))
+NCCL_TERMS = (
+    Term(name="nccl_scale.base_latency", kind="latency", what="NCCL base latency of every call"),
+    Term(name="nccl_scale.intra_latency", kind="latency", what="NCCL NVLink/PCI hop latency"),
+    Term(name="nccl_scale.net_latency", kind="latency", what="NCCL network hop latency"),
+    Term(name="nccl_scale.intra_bw", kind="bandwidth", what="NCCL bus bandwidth inside a node"),
+    Term(name="nccl_scale.inter_bw", kind="bandwidth", what="NCCL bus bandwidth across nodes"),
+)
+RING_TERMS = (
+    Term(name="collective_overhead_us", kind="latency", what="fixed cost of every call"),
+    Term(name="scaleout_overhead_us", kind="latency", what="fixed cost of a call crossing nodes"),
+    Term(name="intra_latency_us", kind="latency", what="latency per ring step inside a node"),
+    Term(name="inter_latency_us", kind="latency", what="latency per ring step across nodes"),
+    Term(name="intra_bw_gbps", kind="bandwidth", what="link bandwidth inside a node"),
+    Term(name="intra_ring_bw_gbps", kind="bandwidth", what="flat-ring bandwidth inside a node"),
+    Term(name="nic_bw_gbps", kind="bandwidth", what="bandwidth of one NIC"),
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,8 +108,15 @@ def curve_label(c: MeasuredCurve) -> str:
 
 
 def points_of(curves: tuple[MeasuredCurve, ...] | list[MeasuredCurve]) -> list[CommPoint]:
-    return [CommPoint(op=c.op, ranks=c.ranks, nodes=c.nodes, concurrent=c.concurrent, bytes=b, seconds=t,
-                      curve=curve_label(c)) for c in curves if c.ranks > 1 for b, t in c.points if b > 0 and t > 0]
+    return [
+        CommPoint(
+            op=c.op, ranks=c.ranks, nodes=c.nodes, concurrent=c.concurrent, bytes=b, seconds=t, curve=curve_label(c)
+        )
+        for c in curves
+        if c.ranks > 1
+        for b, t in c.points
+        if b > 0 and t > 0
+    ]
 
 
 def value(p: PlatformSpec, name: str) -> float:
@@ -202,13 +213,17 @@ def decide(p: PlatformSpec, pts: list[CommPoint]) -> tuple[list[Term], dict[str,
             t, idx = terms[k], [i for i in bound if sign * j[i, k] >= need]
             col = np.array([j[i, k] for i in rows])
             if not idx or not np.linalg.norm(col):
-                held[t.name] = (f"no {kind}-bound point exercises it "
-                                f"({'small' if kind == 'latency' else 'large'} sizes on such a group decide it)")
+                held[t.name] = (
+                    f"no {kind}-bound point exercises it "
+                    f"({'small' if kind == 'latency' else 'large'} sizes on such a group decide it)"
+                )
             elif _residual(col, basis) < RESIDUAL:
                 earlier = ", ".join(c.name for c in chosen if c.kind == kind)
-                held[t.name] = (f"cannot be told apart from {earlier} with {len(rows)} measured configuration(s) "
-                                "(op, ranks, nodes): " + ("measure another rank count" if kind == "latency" else
-                                                          "the same points are bound by both"))
+                held[t.name] = (
+                    f"cannot be told apart from {earlier} with {len(rows)} measured configuration(s) "
+                    "(op, ranks, nodes): "
+                    + ("measure another rank count" if kind == "latency" else "the same points are bound by both")
+                )
             else:
                 chosen.append(t)
                 basis.append(col)
@@ -221,15 +236,24 @@ def _loss(p: PlatformSpec, pts: list[CommPoint], meas: np.ndarray) -> tuple[np.n
     return r, float(r @ r)
 
 
-def fit_values(start: PlatformSpec, pts: list[CommPoint], groups: Groups,
-               bounds: Callable[[str], tuple[float, float]], iters: int = 60) -> PlatformSpec:
+def fit_values(
+    start: PlatformSpec,
+    pts: list[CommPoint],
+    groups: Groups,
+    bounds: Callable[[str], tuple[float, float]],
+    iters: int = 60,
+) -> PlatformSpec:
     """Levenberg-Marquardt on one log factor per group, every value kept inside its bounds."""
     if not groups or not pts:
         return start
     meas = np.array([x.seconds for x in pts])
     lo = np.array([max(math.log(max(bounds(n)[0], 1e-300) / value(start, n)) for n in g) for g in groups])
-    hi = np.array([min(math.log(bounds(n)[1] / value(start, n)) if math.isfinite(bounds(n)[1]) else 50.0 for n in g)
-                   for g in groups])
+    hi = np.array(
+        [
+            min(math.log(bounds(n)[1] / value(start, n)) if math.isfinite(bounds(n)[1]) else 50.0 for n in g)
+            for g in groups
+        ]
+    )
     x = np.clip(np.zeros(len(groups)), lo, hi)
     p = _moved(start, groups, x, start)
     r, loss = _loss(p, pts, meas)
@@ -296,8 +320,10 @@ def fit(start: PlatformSpec, pts: list[CommPoint], bounds) -> tuple[PlatformSpec
         groups[first] = (chosen[first].name, *tied)
         p = _fit_on_bound_points(start, pts, groups, bounds)
         for n in tied:
-            held[n] += (f"; scaled with {chosen[first].name} (the preset's split kept): at the preset it alone is "
-                        f"more latency than measured")
+            held[n] += (
+                f"; scaled with {chosen[first].name} (the preset's split kept): at the preset it alone is "
+                f"more latency than measured"
+            )
     return p, decided, held
 
 
@@ -341,40 +367,65 @@ def bus_bandwidths(p: PlatformSpec, curves: list[MeasuredCurve]) -> list[dict[st
 
 
 def _at_bound(v: float, bounds: tuple[float, float]) -> str | None:
-    """"lower" / "upper" when the fit stopped at a bound (data/calibration_bounds.toml): the points
+    """ "lower" / "upper" when the fit stopped at a bound (data/calibration_bounds.toml): the points
     asked for more than the bound allows, so another cost is in them."""
     lo, hi = bounds
     return "lower" if v <= lo * (1 + 1e-6) else "upper" if v >= hi * (1 - 1e-6) else None
 
 
-def calibrate_comm(start: PlatformSpec, curves: list[MeasuredCurve] | tuple[MeasuredCurve, ...],
-                   bounds: Callable[[str], tuple[float, float]]) -> tuple[PlatformSpec, dict[str, Any]]:
+def calibrate_comm(
+    start: PlatformSpec,
+    curves: list[MeasuredCurve] | tuple[MeasuredCurve, ...],
+    bounds: Callable[[str], tuple[float, float]],
+) -> tuple[PlatformSpec, dict[str, Any]]:
     """Fit start's comm terms to the curves; the report: each term before / after and which points
     decided it (or why it is held), fitted and leave-one-out errors, bus bandwidth at the largest size."""
     pts = points_of(curves)
     if len({x.bytes for x in pts}) < 2:
-        raise SpecError(f"cannot fit {start.name}'s communication terms: the stored collective points hold one size "
-                        "(latency and bandwidth need a sweep: nccl-tests -b 8 -e 8G -f 2, or commbench)")
+        raise SpecError(
+            f"cannot fit {start.name}'s communication terms: the stored collective points hold one size "
+            "(latency and bandwidth need a sweep: nccl-tests -b 8 -e 8G -f 2, or commbench)"
+        )
     fitted, decided, held = fit(start, pts, bounds)
     if not decided:
-        raise SpecError(f"cannot fit {start.name}'s communication terms: no stored point is latency- or "
-                        "bandwidth-bound under the model (measure from 8 B to at least 1 GiB)")
+        raise SpecError(
+            f"cannot fit {start.name}'s communication terms: no stored point is latency- or "
+            "bandwidth-bound under the model (measure from 8 B to at least 1 GiB)"
+        )
     before, after = errors_pct(start, pts), errors_pct(fitted, pts)
-    terms = [{"name": t.name, "kind": t.kind, "what": t.what, "before": value(start, t.name),
-              "after": value(fitted, t.name), "decided_by": decided.get(t.name), "held": held.get(t.name),
-              "at_bound": _at_bound(value(fitted, t.name), bounds(t.name)) if t.name in decided else None}
-             for t in terms_of(start)]
+    terms = [
+        {
+            "name": t.name,
+            "kind": t.kind,
+            "what": t.what,
+            "before": value(start, t.name),
+            "after": value(fitted, t.name),
+            "decided_by": decided.get(t.name),
+            "held": held.get(t.name),
+            "at_bound": _at_bound(value(fitted, t.name), bounds(t.name)) if t.name in decided else None,
+        }
+        for t in terms_of(start)
+    ]
     loo = leave_one_out(start, pts, bounds)
     between = sorted(set(range(len(pts))) - set(bound_points(fitted, pts)))
-    report = {"points": len(pts), "curves": sorted({x.curve for x in pts}), "terms": terms,
-              "before": {"comm_median": median_abs(before)}, "after": {"comm_median": median_abs(after)},
-              "max_abs_err_pct": max(abs(e) for e in after), "leave_one_out": loo,
-              "bus_bandwidth": bus_bandwidths(fitted, list(curves)),
-              "not_fitted": _span(pts, between) + " (between latency- and bandwidth-bound: reported, not fitted)"
-              if between else ""}
+    report = {
+        "points": len(pts),
+        "curves": sorted({x.curve for x in pts}),
+        "terms": terms,
+        "before": {"comm_median": median_abs(before)},
+        "after": {"comm_median": median_abs(after)},
+        "max_abs_err_pct": max(abs(e) for e in after),
+        "leave_one_out": loo,
+        "bus_bandwidth": bus_bandwidths(fitted, list(curves)),
+        "not_fitted": _span(pts, between) + " (between latency- and bandwidth-bound: reported, not fitted)"
+        if between
+        else "",
+    }
     if not loo:
-        report["leave_one_out_note"] = ("nothing to leave out: the rows hold one rank count and one op, so the "
-                                        "fit cannot be checked on a group shape it did not see")
+        report["leave_one_out_note"] = (
+            "nothing to leave out: the rows hold one rank count and one op, so the "
+            "fit cannot be checked on a group shape it did not see"
+        )
     return fitted, report
 
 

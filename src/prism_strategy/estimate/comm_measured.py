@@ -38,8 +38,12 @@ class Match:
 
 
 def fits_shape(c: MeasuredCurve, op: str, ranks: int, nodes: int, concurrent: int) -> bool:
-    return (c.op == op and c.ranks // c.nodes == ranks // nodes and (c.nodes > 1) == (nodes > 1)
-            and c.concurrent == concurrent)
+    return (
+        c.op == op
+        and c.ranks // c.nodes == ranks // nodes
+        and (c.nodes > 1) == (nodes > 1)
+        and c.concurrent == concurrent
+    )
 
 
 def ring_fit(c: MeasuredCurve) -> tuple[float, float] | None:
@@ -48,7 +52,7 @@ def ring_fit(c: MeasuredCurve) -> tuple[float, float] | None:
         return None
     h, f = ring_steps(c.op, c.ranks), bus_factor(c.op, c.ranks)
     xs, ts = [f * b for b, _ in c.points], [t for _, t in c.points]
-    n, mx, mt = len(xs), sum(xs) / len(xs), sum(ts) / len(ts)
+    mx, mt = sum(xs) / len(xs), sum(ts) / len(ts)
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (t - mt) for x, t in zip(xs, ts)) / sxx if sxx else 0.0
     intercept = mt - slope * mx
@@ -84,8 +88,9 @@ def carried(c: MeasuredCurve, size: float, ranks: int) -> float | None:
     return ring_steps(c.op, ranks) * a + moving * bus_factor(c.op, ranks) / bus_factor(c.op, c.ranks)
 
 
-def measured_seconds(curves: tuple[MeasuredCurve, ...], op: str, size: float, ranks: int, nodes: int,
-                     concurrent: int) -> Match | None:
+def measured_seconds(
+    curves: tuple[MeasuredCurve, ...], op: str, size: float, ranks: int, nodes: int, concurrent: int
+) -> Match | None:
     """The measured seconds of one call, from the best matching curve: the same rank count
     first (the newest), else the nearest rank count of the same shape; None when none matches."""
     if ranks <= 1 or size <= 0:
@@ -107,6 +112,8 @@ def describe(m: Match, ranks: int, nodes: int) -> str:
     c = m.curve
     head = f"measured: {c.label} {c.op}, {c.shape} ranks, {c.date}"
     if m.how == "carried":
-        return (f"{head}; carried to {nodes}x{ranks // nodes} ranks by the ring form (per-hop latency x hops, "
-                "bus bandwidth x bus factor)")
+        return (
+            f"{head}; carried to {nodes}x{ranks // nodes} ranks by the ring form (per-hop latency x hops, "
+            "bus bandwidth x bus factor)"
+        )
     return head + ("" if len(c.points) == 1 else "; other sizes interpolated")

@@ -113,8 +113,7 @@ def bandwidths(p: PlatformSpec, op: str, ranks: int, nodes: int, concurrent: int
     ll_max = caps["ll_max"][row][i2]
     steps = ring_steps(op, ranks)
     ll128 = p.nvlink_links > 0  # LL128 needs NVLink inside the node (typeIntra <= PATH_NVB)
-    out = {("ring", "LL"): min(ll_max, bus * ref["ring_ll_factor"]),
-           ("ring", "Simple"): bus}
+    out = {("ring", "LL"): min(ll_max, bus * ref["ring_ll_factor"]), ("ring", "Simple"): bus}
     if ll128:
         out[("ring", "LL128")] = min(bus * ref["ring_ll128_factor"], n * caps["ring_ll128_per_channel"][a][i2])
     out = {k: v * ranks / steps for k, v in out.items()}  # bus bandwidth -> algorithm bandwidth
@@ -151,8 +150,16 @@ def latency_us(p: PlatformSpec, op: str, algo: str, proto: str, ranks: int, node
     return lat + (steps - inter_steps) * intra + inter_steps * inter
 
 
-TOPOLOGY = ("gpu_arch", "nvlink_links", "intra_bw_gbps", "nic_bw_gbps", "nics_per_node", "devices_per_node", "cpu_vendor",
-            "nccl_scale")
+TOPOLOGY = (
+    "gpu_arch",
+    "nvlink_links",
+    "intra_bw_gbps",
+    "nic_bw_gbps",
+    "nics_per_node",
+    "devices_per_node",
+    "cpu_vendor",
+    "nccl_scale",
+)
 """The platform fields NCCL's model reads: the key of the per-group tables cached below."""
 
 
@@ -164,9 +171,19 @@ def _table(topo: tuple, op: str, ranks: int, nodes: int, concurrent: int) -> tup
     """((algorithm, protocol, latency us, bandwidth GB/s) per enabled pair, the ring plateau:
     the bytes per call from which ring/Simple all-reduce latency is multiplied, and by how much,
     and the communicator's compute channels)."""
-    p = PlatformSpec(name="nccl-topology", device="cuda", backend="nccl", memory_gib=1.0, peak_tflops_bf16=1.0,
-                     peak_tflops_fp32=1.0, hbm_bw_gbps=1.0, intra_ring_bw_gbps=1.0, intra_latency_us=0.0,
-                     inter_latency_us=0.0, **(dict(zip(TOPOLOGY, topo)) | {"nccl_scale": dict(topo[-1])}))
+    p = PlatformSpec(
+        name="nccl-topology",
+        device="cuda",
+        backend="nccl",
+        memory_gib=1.0,
+        peak_tflops_bf16=1.0,
+        peak_tflops_fp32=1.0,
+        hbm_bw_gbps=1.0,
+        intra_ring_bw_gbps=1.0,
+        intra_latency_us=0.0,
+        inter_latency_us=0.0,
+        **(dict(zip(TOPOLOGY, topo)) | {"nccl_scale": dict(topo[-1])}),
+    )
     n, _ = channels(p, nodes, max(1, ranks // nodes))
     ref = tuning()["refinements"]
     rows = []
@@ -186,8 +203,16 @@ def nccl_choice(p: PlatformSpec, op: str, size: float, ranks: int, nodes: int, c
 
 def nccl_topology(p: PlatformSpec) -> tuple:
     """The platform fields NCCL's model reads (TOPOLOGY), as a cache key."""
-    return (p.gpu_arch, p.nvlink_links, p.intra_bw_gbps, p.nic_bw_gbps, p.nics_per_node, p.devices_per_node, p.cpu_vendor,
-            tuple(sorted(p.nccl_scale.items())))
+    return (
+        p.gpu_arch,
+        p.nvlink_links,
+        p.intra_bw_gbps,
+        p.nic_bw_gbps,
+        p.nics_per_node,
+        p.devices_per_node,
+        p.cpu_vendor,
+        tuple(sorted(p.nccl_scale.items())),
+    )
 
 
 @lru_cache(maxsize=8192)

@@ -77,8 +77,11 @@ def scale_out_seconds(op: str, size: float, rpn: int, nodes: int, concurrent: in
     steps = ring_steps(op, nodes)
     factor = 2 if op == "all_reduce" else 1
     bw = min(p.nic_bw_gbps, p.nic_bw_gbps * p.nics_per_node / (rpn * concurrent))
-    return (p.scaleout_overhead_us * 1e-6 + steps * p.inter_latency_us * 1e-6
-            + factor * part * (nodes - 1) / nodes / (bw * _eff(p)))
+    return (
+        p.scaleout_overhead_us * 1e-6
+        + steps * p.inter_latency_us * 1e-6
+        + factor * part * (nodes - 1) / nodes / (bw * _eff(p))
+    )
 
 
 def gpu_kernel_route(op: str, p: PlatformSpec) -> tuple[bool, str]:
@@ -103,8 +106,9 @@ def with_ccl_env(p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
         raise SpecError(f"CCL_WORKER_COUNT={raw!r} is not a positive integer; set it to 1 (PRISM's profile)")
     ar = env.get("CCL_ALLREDUCE", "topo")
     algos = {v: env[v] for vs in ALGORITHM_VARS.values() for v in vs if v in env}
-    return replace(p, ccl_worker_count=int(raw), ccl_algorithms=algos,
-                   allreduce_algorithm="topology" if ar == "topo" else "ring")
+    return replace(
+        p, ccl_worker_count=int(raw), ccl_algorithms=algos, allreduce_algorithm="topology" if ar == "topo" else "ring"
+    )
 
 
 def oneccl_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> tuple[float, str]:

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 from prism_strategy.estimate import families
 from prism_strategy.estimate.memory import checkpointed_blocks, sac_linears
-from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.model import TransformerSpec
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import TrainingSpec
 
 NORM_KERNELS = {"rmsnorm": 7, "layernorm": 1, "layernorm_noparam": 3}
@@ -114,8 +114,9 @@ def _part_kernels(part: Part, training: TrainingSpec) -> tuple[int, int, int, in
     return fwd, bwd, spec.layers * blk.gemms + root_gemms, g_bwd
 
 
-def step_kernels(parts: tuple[Part, ...], training: TrainingSpec, grad_accum: int = 1,
-                 trainable_tensors: int | None = None) -> PhaseKernels:
+def step_kernels(
+    parts: tuple[Part, ...], training: TrainingSpec, grad_accum: int = 1, trainable_tensors: int | None = None
+) -> PhaseKernels:
     """Kernels one rank launches per optimizer step (model only: the engine's own copies and
     collectives are counted by its grad-path term)."""
     f = b = g = 0
@@ -214,8 +215,9 @@ class PhaseTimes:
         return self.forward_launch + self.backward_launch > self.forward_flops + self.backward_flops
 
 
-def phase_times(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int,
-                grad_accum: int = 1) -> PhaseTimes:
+def phase_times(
+    parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int, grad_accum: int = 1
+) -> PhaseTimes:
     if platform.compute_terms is not None:  # achievable fraction by matmul shape and operation
         from prism_strategy.estimate.compute_shape import shaped_seconds
 
@@ -228,9 +230,14 @@ def phase_times(parts: tuple[Part, ...], training: TrainingSpec, platform: Platf
         f_bwd = micro_batch * grad_accum * sum(x.backward + x.recompute for x in fl) / rate
     k = step_kernels(parts, training, grad_accum)
     launch = platform.kernel_launch_us * 1e-6
-    return PhaseTimes(forward=max(f_fwd, k.forward * launch), backward=max(f_bwd, k.backward * launch),
-                      forward_launch=k.forward * launch, backward_launch=k.backward * launch,
-                      forward_flops=f_fwd, backward_flops=f_bwd)
+    return PhaseTimes(
+        forward=max(f_fwd, k.forward * launch),
+        backward=max(f_bwd, k.backward * launch),
+        forward_launch=k.forward * launch,
+        backward_launch=k.backward * launch,
+        forward_flops=f_fwd,
+        backward_flops=f_bwd,
+    )
 
 
 def kernel_launch_s(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec) -> float:
@@ -244,8 +251,9 @@ def compute_time_s(parts: tuple[Part, ...], training: TrainingSpec, platform: Pl
     return phase_times(parts, training, platform, micro_batch).total
 
 
-def optimizer_time_s(trainable_per_device: float, bytes_per_param: float, platform: PlatformSpec,
-                     trainable_tensors: int = 0) -> float:
+def optimizer_time_s(
+    trainable_per_device: float, bytes_per_param: float, platform: PlatformSpec, trainable_tensors: int = 0
+) -> float:
     """Memory-bound (it reads and writes params, grads and states) or launch-bound (foreach
     kernels over the tensor lists), whichever is longer."""
     memory = 2 * trainable_per_device * bytes_per_param / (platform.hbm_bw_gbps * 1e9)

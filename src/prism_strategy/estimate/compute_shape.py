@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from prism_strategy.estimate.compute import SAC_RECOMPUTED_GEMMS, block_gemms, block_kernels, selective_ac
 from prism_strategy.estimate.memory import checkpointed_blocks
-from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import ComputeTerms, PlatformSpec
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import TrainingSpec
 
 
@@ -50,15 +50,21 @@ class Rates:
         """Seconds of one forward of these matmuls over `tokens` tokens (one micro-batch)."""
         if tokens <= 0:
             return 0.0
-        return sum(2.0 * i * o * tokens / (self.flops * gemm_efficiency(self.terms, self.fraction, tokens, i, o))
-                   for i, o in gemms)
+        return sum(
+            2.0 * i * o * tokens / (self.flops * gemm_efficiency(self.terms, self.fraction, tokens, i, o))
+            for i, o in gemms
+        )
 
 
 def _rates(platform: PlatformSpec, training: TrainingSpec) -> Rates:
     assert platform.compute_terms is not None
     peak = platform.peak_tflops_bf16 if training.compute_dtype == "bf16" else platform.peak_tflops_fp32
-    return Rates(flops=peak * 1e12, fraction=platform.achievable_fraction, terms=platform.compute_terms,
-                 ew_s_per_byte=1.0 / (platform.hbm_bw_gbps * 1e9))
+    return Rates(
+        flops=peak * 1e12,
+        fraction=platform.achievable_fraction,
+        terms=platform.compute_terms,
+        ew_s_per_byte=1.0 / (platform.hbm_bw_gbps * 1e9),
+    )
 
 
 def part_seconds(part: Part, training: TrainingSpec, platform: PlatformSpec, micro_batch: int) -> tuple[float, float]:
@@ -94,8 +100,9 @@ def part_seconds(part: Part, training: TrainingSpec, platform: PlatformSpec, mic
     return fwd, bwd + recompute
 
 
-def shaped_seconds(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec,
-                   micro_batch: int) -> tuple[float, float]:
+def shaped_seconds(
+    parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int
+) -> tuple[float, float]:
     """(forward, backward incl. recompute) seconds of one micro-step over all parts."""
     f = b = 0.0
     for p in parts:

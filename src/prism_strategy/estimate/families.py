@@ -114,22 +114,26 @@ def assumptions(model: MultimodalSpec, training: TrainingSpec) -> list[str]:
                 f"{spec.moe_layers} of {spec.layers} blocks sparse): planned with data parallelism only, every rank "
                 f"holds all experts (their states sharded as the strategy shards them); expert parallelism is not "
                 f"modelled; FLOPs and activations count the {spec.experts_per_token} routed experts per token "
-                f"(balanced routing, no dropped tokens)")
+                f"(balanced routing, no dropped tokens)"
+            )
         if spec.moe and training.param_dtype != training.compute_dtype:
             out.append(
                 f"assumption: the experts' FLOPs and activations are priced in {training.compute_dtype}, but "
                 "transformers' default grouped_mm experts are not autocast-enabled and run at the parameters' dtype "
                 f"({training.param_dtype} here: seen on CPU); on CUDA torch's grouped_mm takes bf16 only (from "
                 "torch/_meta_registrations.py, which mirrors _grouped_mm_cuda; not run here): train MoEs with "
-                "--precision bf16-pure, or experts_implementation='eager'")
+                "--precision bf16-pure, or experts_implementation='eager'"
+            )
         if spec.sliding_layers and seq_len > spec.sliding_window:
             out.append(
                 f"assumption: attention FLOPs count the full causal context on every layer; {spec.sliding_layers} of "
                 f"{spec.layers} layers of {spec.name} attend within a {spec.sliding_window}-token window, which a "
-                "windowed flash kernel exploits (less work) and SDPA with a mask does not (more)")
+                "windowed flash kernel exploits (less work) and SDPA with a mask does not (more)"
+            )
         if spec.hf_model_type == "gemma2":
             out.append(
                 "assumption: flash attention (no seq x seq scores saved); transformers runs Gemma 2 with eager "
                 "attention unless asked (no SDPA: logit soft-capping), which saves the scores of every layer: "
-                "train with attn_implementation='flash_attention_2'")
+                "train with attn_implementation='flash_attention_2'"
+            )
     return out

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from prism_strategy.estimate.comm import CommEstimate
 from prism_strategy.estimate.overlap import exposed_collectives, schedules_overlap
-from prism_strategy.specs.parts import Part
 from prism_strategy.specs.cluster import Layout, PlatformSpec
+from prism_strategy.specs.parts import Part
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -36,8 +36,9 @@ class HostTerms:
         return self.exposed_collectives_s + self.grad_path_s
 
 
-def grad_path_s(parts: tuple[Part, ...], engine: str, layout: Layout, grad_accum: int,
-                platform: PlatformSpec) -> tuple[float, str] | None:
+def grad_path_s(
+    parts: tuple[Part, ...], engine: str, layout: Layout, grad_accum: int, platform: PlatformSpec
+) -> tuple[float, str] | None:
     """(seconds per step, source), or None when the platform has no figure for this engine."""
     us = platform.grad_path_us_per_tensor.get(engine)
     if us is None:
@@ -49,8 +50,16 @@ def grad_path_s(parts: tuple[Part, ...], engine: str, layout: Layout, grad_accum
     return tensors * us * 1e-6 * grad_accum, f"{tensors} tensors x {us:g} us x {grad_accum} micro-steps ({src})"
 
 
-def host_terms(parts: tuple[Part, ...], comm: CommEstimate, engine: str, layout: Layout, grad_accum: int,
-               compute_s: float, platform: PlatformSpec, phases: tuple[float, float] | None = None) -> HostTerms:
+def host_terms(
+    parts: tuple[Part, ...],
+    comm: CommEstimate,
+    engine: str,
+    layout: Layout,
+    grad_accum: int,
+    compute_s: float,
+    platform: PlatformSpec,
+    phases: tuple[float, float] | None = None,
+) -> HostTerms:
     """phases: (forward, backward) compute of the step, for the schedule's overlap (estimate/overlap.py)."""
     grad = grad_path_s(parts, engine, layout, grad_accum, platform)
     if grad is None:
@@ -61,6 +70,6 @@ def host_terms(parts: tuple[Part, ...], comm: CommEstimate, engine: str, layout:
         exposed = exposed_collectives(comm, phases[0], phases[1], grad_accum, platform).seconds
     else:
         exposed = comm.exposed_s(compute_s, platform.comm_overlap) - comm.per_tensor_s
-    return HostTerms(grad_path_s=grad[0], grad_path_source=grad[1], collectives_s=comm.total_s,
-                     exposed_collectives_s=exposed)
-
+    return HostTerms(
+        grad_path_s=grad[0], grad_path_source=grad[1], collectives_s=comm.total_s, exposed_collectives_s=exposed
+    )

@@ -47,16 +47,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from prism_strategy.engines import engine_of
 from prism_strategy.engines.base import Moment, Rows
 from prism_strategy.engines.fsdp2 import gathered_model_bytes
-from prism_strategy.specs.parts import Part
+from prism_strategy.estimate import families, memory_compile
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.model import TransformerSpec
+from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec
-from prism_strategy.engines import engine_of
-from prism_strategy.estimate import families
-from prism_strategy.estimate import memory_compile
 
 FP32 = 4
 CE_BYTES = 3 * FP32  # per token x vocab: fp32 log-probs saved, fp32 grad in, fp32 grad out
@@ -124,7 +123,9 @@ def saved_block_bytes_per_token(spec: TransformerSpec, t: TrainingSpec, trains: 
     estimate/memory_compile.py, the partitioner's recomputed upcasts and act(gate))."""
     a = block_activation_bytes_per_token(spec, t.compute_bytes, trains, residual)
     if t.compile:
-        a = (a - memory_compile.block_savings_per_token(spec, t.compute_bytes, residual, trains)) * memory_compile.REMAINING_FACTOR
+        a = (
+            a - memory_compile.block_savings_per_token(spec, t.compute_bytes, residual, trains)
+        ) * memory_compile.REMAINING_FACTOR
     return a
 
 
@@ -202,8 +203,9 @@ def loss_bytes_per_token(spec: TransformerSpec, training: TrainingSpec) -> tuple
     return "loss: fp32 log-probs + fp32 logit grads", v * CE_BYTES
 
 
-def transient_bytes_per_sample(parts: tuple[Part, ...], training: TrainingSpec,
-                               residual: int | None = None) -> tuple[str, float]:
+def transient_bytes_per_sample(
+    parts: tuple[Part, ...], training: TrainingSpec, residual: int | None = None
+) -> tuple[str, float]:
     """The largest buffer backward adds on top of the saved activations, per sample: the loss
     kernel's buffers, or one checkpointed block recomputed (the loss is freed before that;
     compiled, the recomputed block holds what the compiled graph saves)."""
@@ -217,8 +219,9 @@ def transient_bytes_per_sample(parts: tuple[Part, ...], training: TrainingSpec,
             best = max(best, (label, p.tokens * per_token), key=lambda r: r[1])
         if training.ckpt_freq > 0:
             a = saved_block_bytes_per_token(p.spec, training, p.trains, res)
-            best = max(best, (f"{p.name} block recomputed in backward{_compiled(training)}", p.tokens * a),
-                       key=lambda r: r[1])
+            best = max(
+                best, (f"{p.name} block recomputed in backward{_compiled(training)}", p.tokens * a), key=lambda r: r[1]
+            )
     return best
 
 
@@ -237,8 +240,11 @@ def activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, p
 def saved_activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
     """Per sample: each part's saved activations (what is left once the backward transient is freed)."""
     res, f = residual_bytes(s, t), platform.activation_factor
-    return [("activations", f"{p.name} activations{_compiled(t)}", a * f)
-            for p in parts if (a := part_activation_bytes_per_sample(p, t, res))]
+    return [
+        ("activations", f"{p.name} activations{_compiled(t)}", a * f)
+        for p in parts
+        if (a := part_activation_bytes_per_sample(p, t, res))
+    ]
 
 
 def _compiled(t: TrainingSpec) -> str:
@@ -253,8 +259,13 @@ def late_backward_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec
     rows = saved_activation_rows(tuple(below), t, s, platform)
     if top.backward and top.spec is not None:
         a = saved_block_bytes_per_token(top.spec, t, top.trains, residual_bytes(s, t)) * top.tokens
-        rows.append(("activations", f"{top.name} bottom block's activations (saved or recomputed){_compiled(t)}",
-                     a * platform.activation_factor))
+        rows.append(
+            (
+                "activations",
+                f"{top.name} bottom block's activations (saved or recomputed){_compiled(t)}",
+                a * platform.activation_factor,
+            )
+        )
     return rows
 
 
@@ -264,22 +275,47 @@ def model_state_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, 
     return engine_of(s).states(parts, t, s, layout)
 
 
-def moments(parts: tuple[Part, ...], t: TrainingSpec, platform: PlatformSpec, layout: Layout, s: StrategySpec,
-            wrap: str = "block", accumulating: bool = False) -> list[Moment]:
+def moments(
+    parts: tuple[Part, ...],
+    t: TrainingSpec,
+    platform: PlatformSpec,
+    layout: Layout,
+    s: StrategySpec,
+    wrap: str = "block",
+    accumulating: bool = False,
+) -> list[Moment]:
     """The moments of one training step that can hold the peak (module docstring)."""
     states = model_state_rows(parts, t, s, layout)
     acts = activation_rows(parts, t, s, platform)
-    reserve: Rows = [("reserve", "framework reserve (runtime, collective buffers)", platform.framework_reserve_gib * GiB)]
-    return engine_of(s).moments(parts, t, s, layout, states=states, acts=acts, reserve=reserve, wrap=wrap,
-                                accumulating=accumulating, saved_acts=saved_activation_rows(parts, t, s, platform),
-                                late_acts=late_backward_rows(parts, t, s, platform),
-                                step_impl=t.optimizer_impl_on(platform.device))
+    reserve: Rows = [
+        ("reserve", "framework reserve (runtime, collective buffers)", platform.framework_reserve_gib * GiB)
+    ]
+    return engine_of(s).moments(
+        parts,
+        t,
+        s,
+        layout,
+        states=states,
+        acts=acts,
+        reserve=reserve,
+        wrap=wrap,
+        accumulating=accumulating,
+        saved_acts=saved_activation_rows(parts, t, s, platform),
+        late_acts=late_backward_rows(parts, t, s, platform),
+        step_impl=t.optimizer_impl_on(platform.device),
+    )
 
 
 # --- the estimate ------------------------------------------------------------------------
 def estimate_memory(
-    parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, layout: Layout,
-    strategy: StrategySpec, micro_batch: int, wrap: str = "block", accumulating: bool = False,
+    parts: tuple[Part, ...],
+    training: TrainingSpec,
+    platform: PlatformSpec,
+    layout: Layout,
+    strategy: StrategySpec,
+    micro_batch: int,
+    wrap: str = "block",
+    accumulating: bool = False,
 ) -> MemoryEstimate:
     """Peak bytes per device: the largest moment of the step (module docstring), plus the
     platform's framework reserve. `wrap`: "block" (each transformer block is an FSDP unit) or
@@ -293,8 +329,16 @@ def estimate_memory(
     return MemoryEstimate(**sums, items=tuple(r for r in rows if r[2] > 0), per_sample=per_sample, moment=peak.name)
 
 
-def max_micro_batch(parts, training, platform, layout, strategy, wrap: str = "block", accumulating: bool = False,
-                    usable_bytes: float | None = None) -> int:
+def max_micro_batch(
+    parts,
+    training,
+    platform,
+    layout,
+    strategy,
+    wrap: str = "block",
+    accumulating: bool = False,
+    usable_bytes: float | None = None,
+) -> int:
     """Largest micro-batch whose every moment fits the usable memory (each is linear in it);
     `usable_bytes` replaces the platform's."""
     usable = platform.usable_bytes if usable_bytes is None else usable_bytes

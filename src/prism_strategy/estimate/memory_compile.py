@@ -107,6 +107,8 @@ def loss_label_and_bytes(v: int, e: int) -> tuple[str, float]:
 def description(compile_loss: bool) -> str:
     """The plan's memory provenance for a compiled scenario."""
     loss = "; the loss compiled too: low-precision logits + their grad" if compile_loss else "; the loss eager"
-    return (f"torch.compile: estimate/memory_compile.py ({SOURCE}: norm inputs kept in their storage dtype, "
-            f"act(gate) recomputed, compiled SAC keeps no o_proj/down outputs{loss}); remaining factor "
-            f"{REMAINING_FACTOR:g} (torchtitan TT-02/TT-01, TT-22/TT-20: benchmarks/compile_memory_fit.py)")
+    return (
+        f"torch.compile: estimate/memory_compile.py ({SOURCE}: norm inputs kept in their storage dtype, "
+        f"act(gate) recomputed, compiled SAC keeps no o_proj/down outputs{loss}); remaining factor "
+        f"{REMAINING_FACTOR:g} (torchtitan TT-02/TT-01, TT-22/TT-20: benchmarks/compile_memory_fit.py)"
+    )

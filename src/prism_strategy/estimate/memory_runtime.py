@@ -135,8 +135,9 @@ def varying_factor(platform: PlatformSpec, training: TrainingSpec | None) -> flo
     return platform.allocator_varying_factor if varies and not expandable(platform, training) else 0.0
 
 
-def cache_bytes(transient: float, per_sample_activations: float, platform: PlatformSpec,
-                training: TrainingSpec | None) -> float:
+def cache_bytes(
+    transient: float, per_sample_activations: float, platform: PlatformSpec, training: TrainingSpec | None
+) -> float:
     """What the caching allocator holds beyond allocated at a moment when nothing presses it
     (what max_memory_reserved reports; module docstring)."""
     return platform.allocator_cache_factor * transient + varying_factor(platform, training) * per_sample_activations
@@ -163,20 +164,25 @@ def runtime_memory(mem: MemoryEstimate, platform: PlatformSpec, training: Traini
 TRANSIENT_KEYS = ("activations", "buffers")
 
 
-def _moment_device(m: Moment, micro_batch: int, platform: PlatformSpec, training: TrainingSpec | None,
-                   at_limit: bool = True) -> float:
+def _moment_device(
+    m: Moment, micro_batch: int, platform: PlatformSpec, training: TrainingSpec | None, at_limit: bool = True
+) -> float:
     """A moment's allocated + framework reserve + the allocator's share: the pinned part at the
     device's limit (at_limit), or the whole cache as an unpressed run reserves it."""
     rows = m.fixed + [(k, label, b * micro_batch) for k, label, b in m.per_sample]
     transient = sum(b for k, _, b in rows if k in TRANSIENT_KEYS)
     per_sample = micro_batch * sum(b for k, _, b in m.per_sample if k == "activations")
-    extra = (pinned_bytes(per_sample, platform, training) if at_limit
-             else cache_bytes(transient, per_sample, platform, training))
+    extra = (
+        pinned_bytes(per_sample, platform, training)
+        if at_limit
+        else cache_bytes(transient, per_sample, platform, training)
+    )
     return m.total(micro_batch) + extra
 
 
-def device_peak(ms: list[Moment], micro_batch: int, platform: PlatformSpec, training: TrainingSpec | None,
-                at_limit: bool = True) -> float:
+def device_peak(
+    ms: list[Moment], micro_batch: int, platform: PlatformSpec, training: TrainingSpec | None, at_limit: bool = True
+) -> float:
     """Reserved + the runtime's share at the step's worst moment. at_limit: reserved as it stands when
     a request fails (after the allocator's flush and retry), what must fit the usable memory; else
     what an unpressed run's max_memory_reserved shows. Reserved never shrinks unpressed (no
@@ -184,8 +190,9 @@ def device_peak(ms: list[Moment], micro_batch: int, platform: PlatformSpec, trai
     return max(_moment_device(m, micro_batch, platform, training, at_limit) for m in ms)
 
 
-def max_micro_batch_reserved(ms: list[Moment], platform: PlatformSpec, training: TrainingSpec | None,
-                             usable_bytes: float | None = None) -> int:
+def max_micro_batch_reserved(
+    ms: list[Moment], platform: PlatformSpec, training: TrainingSpec | None, usable_bytes: float | None = None
+) -> int:
     """Largest micro-batch whose every moment's reserved-at-the-limit + runtime fits (each is linear in it)."""
     usable = platform.usable_bytes if usable_bytes is None else usable_bytes
     best = 1 << 20
@@ -199,9 +206,14 @@ def max_micro_batch_reserved(ms: list[Moment], platform: PlatformSpec, training:
     return best
 
 
-def memory_fields(mem: MemoryEstimate, platform: PlatformSpec, training: TrainingSpec | None = None,
-                  ms: list[Moment] | None = None, micro_batch: int = 1,
-                  limit: float | None = None) -> dict[str, object]:
+def memory_fields(
+    mem: MemoryEstimate,
+    platform: PlatformSpec,
+    training: TrainingSpec | None = None,
+    ms: list[Moment] | None = None,
+    micro_batch: int = 1,
+    limit: float | None = None,
+) -> dict[str, object]:
     """Plan JSON: which figure `memory_gib.total` is; the allocator's reserved figure unpressed
     (max_memory_reserved) and at the limit (after the flush and retry), each + the runtime at the
     worst moment; feasibility is judged on the latter. limit: device_peak(ms, ...) when the caller
@@ -212,8 +224,12 @@ def memory_fields(mem: MemoryEstimate, platform: PlatformSpec, training: Trainin
     unpressed = rt.device if ms is None else device_peak(ms, micro_batch, platform, training, at_limit=False)
     if limit is None:
         limit = rt.allocated + rt.runtime if ms is None else device_peak(ms, micro_batch, platform, training)
-    return {"memory_figure": "allocated + runtime reserve (max_memory_allocated + framework_reserve_gib)",
-            "memory_allocated_gib": round(rt.allocated / GiB, 3), "memory_reserved_gib": round(rt.reserved / GiB, 3),
-            "memory_device_gib": round(unpressed / GiB, 3), "memory_at_limit_gib": round(limit / GiB, 3),
-            "memory_judged_on": "memory_at_limit_gib: allocated + runtime + the cache a flush cannot release "
-                                "(estimate/memory_runtime.py)"}
+    return {
+        "memory_figure": "allocated + runtime reserve (max_memory_allocated + framework_reserve_gib)",
+        "memory_allocated_gib": round(rt.allocated / GiB, 3),
+        "memory_reserved_gib": round(rt.reserved / GiB, 3),
+        "memory_device_gib": round(unpressed / GiB, 3),
+        "memory_at_limit_gib": round(limit / GiB, 3),
+        "memory_judged_on": "memory_at_limit_gib: allocated + runtime + the cache a flush cannot release "
+        "(estimate/memory_runtime.py)",
+    }

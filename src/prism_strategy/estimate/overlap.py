@@ -42,8 +42,16 @@ from functools import lru_cache
 from prism_strategy.estimate.comm import CollectiveCost, CommEstimate, schedules_overlap
 from prism_strategy.specs.cluster import PlatformSpec
 
-__all__ = ["Exposed", "Phase", "Slot", "description", "exposed_collectives", "phase_wall_s", "schedule",
-           "schedules_overlap"]
+__all__ = [
+    "Exposed",
+    "Phase",
+    "Slot",
+    "description",
+    "exposed_collectives",
+    "phase_wall_s",
+    "schedule",
+    "schedules_overlap",
+]
 
 FORWARD_GATHERS_IN_FLIGHT = 2
 """Unit k's all-gather waits for unit k-2's copy-out (FSDP2 wait_for_unshard in forward)."""
@@ -201,8 +209,9 @@ def _roles(cs: list[CollectiveCost]) -> list[tuple[CollectiveCost, str]]:
     return out
 
 
-def phase_of(compute_s: float, kinds: list[tuple[CollectiveCost, list[float], str]], sm_count: int,
-             gathers_from: int) -> Phase:
+def phase_of(
+    compute_s: float, kinds: list[tuple[CollectiveCost, list[float], str]], sm_count: int, gathers_from: int
+) -> Phase:
     """kinds: (cost, seconds of its calls, "gather" | "reduce" | "side"). Call i of a gather goes
     to slot i + gathers_from; reductions are right-aligned (the last call after the last slot);
     consecutive slots are merged beyond MAX_SLOTS. Compute is split evenly over the slots."""
@@ -219,8 +228,15 @@ def phase_of(compute_s: float, kinds: list[tuple[CollectiveCost, list[float], st
             sec[k] += x
             weighted[k] += x * frac
     frac_of = {r: [w / x if x > 0 else 0.0 for x, w in zip(*cols[r])] for r in cols}
-    return Phase([compute_s / n] * n, cols["gather"][0], frac_of["gather"], cols["reduce"][0], frac_of["reduce"],
-                 cols["side"][0], frac_of["side"])
+    return Phase(
+        [compute_s / n] * n,
+        cols["gather"][0],
+        frac_of["gather"],
+        cols["reduce"][0],
+        frac_of["reduce"],
+        cols["side"][0],
+        frac_of["side"],
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -231,15 +247,17 @@ class Exposed:
     """Of it: collectives nothing can hide (step phase, not overlappable)."""
 
 
-def exposed_collectives(comm: CommEstimate, forward_s: float, backward_s: float, grad_accum: int,
-                        p: PlatformSpec) -> Exposed:
+def exposed_collectives(
+    comm: CommEstimate, forward_s: float, backward_s: float, grad_accum: int, p: PlatformSpec
+) -> Exposed:
     """forward_s / backward_s: compute of the whole step (grad_accum micro-steps) per phase."""
     return _exposed(comm.collectives, forward_s, backward_s, grad_accum, p.sm_count)
 
 
 @lru_cache(maxsize=512)
-def _exposed(collectives: tuple[CollectiveCost, ...], forward_s: float, backward_s: float, grad_accum: int,
-             sm_count: int) -> Exposed:
+def _exposed(
+    collectives: tuple[CollectiveCost, ...], forward_s: float, backward_s: float, grad_accum: int, sm_count: int
+) -> Exposed:
     """By value: a sweep asks for each option's one-node step again at every node count."""
     fixed = sum(c.seconds_per_step for c in collectives if not c.overlappable or c.phase not in ("forward", "backward"))
     live = [c for c in collectives if c.overlappable and c.phase in ("forward", "backward") and c.seconds_per_step > 0]
@@ -252,8 +270,10 @@ def _exposed(collectives: tuple[CollectiveCost, ...], forward_s: float, backward
         if micro_steps == 0 or not here:
             continue
         wall = 0.0
-        for phase, compute, in_flight, gathers_from in (("forward", f_mb, FORWARD_GATHERS_IN_FLIGHT, 0),
-                                                        ("backward", b_mb, BACKWARD_GATHERS_IN_FLIGHT, 1)):
+        for phase, compute, in_flight, gathers_from in (
+            ("forward", f_mb, FORWARD_GATHERS_IN_FLIGHT, 0),
+            ("backward", b_mb, BACKWARD_GATHERS_IN_FLIGHT, 1),
+        ):
             kinds = [(c, _calls(c, ga), role) for c, role in _roles([c for c in here if c.phase == phase])]
             wall += phase_wall_s(phase_of(compute, kinds, sm_count, gathers_from), in_flight) if kinds else compute
         total += micro_steps * (wall - f_mb - b_mb)
@@ -261,7 +281,13 @@ def _exposed(collectives: tuple[CollectiveCost, ...], forward_s: float, backward
 
 
 def description(p: PlatformSpec) -> str:
-    sms = f"compute beside a collective at 1 - channels / {p.sm_count} SMs" if p.sm_count else "no SM count: no contention"
-    return (f"overlap per unit from the engine's schedule (estimate/overlap.py: first gather and last reductions "
-            f"exposed, each unit's collectives behind its neighbour's compute; {sms}; left out, so optimistic at "
-            f"many nodes: late ranks, fabric congestion, HBM taken by collectives)")
+    sms = (
+        f"compute beside a collective at 1 - channels / {p.sm_count} SMs"
+        if p.sm_count
+        else "no SM count: no contention"
+    )
+    return (
+        f"overlap per unit from the engine's schedule (estimate/overlap.py: first gather and last reductions "
+        f"exposed, each unit's collectives behind its neighbour's compute; {sms}; left out, so optimistic at "
+        f"many nodes: late ranks, fabric congestion, HBM taken by collectives)"
+    )

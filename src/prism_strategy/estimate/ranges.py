@@ -76,10 +76,16 @@ def fit_errors() -> dict[str, FitErrors]:
             continue
         d = read_toml(f)
         for name, p in d.get("platform", {}).items():
-            out[name] = FitErrors(measurements=d["measurements"], platform=name, max_nodes=int(p["max_nodes"]),
-                                  halfwidth=float(d["halfwidth"]), gpu_spread=float(d.get("gpu_spread", 0.0)),
-                                  prior_halfwidth=float(d["prior_halfwidth"]), records=int(d["records"]),
-                                  device=str(d.get("device", "")))
+            out[name] = FitErrors(
+                measurements=d["measurements"],
+                platform=name,
+                max_nodes=int(p["max_nodes"]),
+                halfwidth=float(d["halfwidth"]),
+                gpu_spread=float(d.get("gpu_spread", 0.0)),
+                prior_halfwidth=float(d["prior_halfwidth"]),
+                records=int(d["records"]),
+                device=str(d.get("device", "")),
+            )
     return out
 
 
@@ -141,9 +147,13 @@ class PredictionRange:
         if w + self.fast <= self.slow:
             return self
         terms = self.terms | {READINGS: w}
-        return PredictionRange(fast=self.fast, slow=self.fast + w, terms=terms,
-                               basis=self.basis + f"; the slowest reading of the cross-node cost the fit cannot rule out "
-                               f"is x{math.exp(w):.2f} the step (provenance.communication_beyond_fit): inside the range")
+        return PredictionRange(
+            fast=self.fast,
+            slow=self.fast + w,
+            terms=terms,
+            basis=self.basis + f"; the slowest reading of the cross-node cost the fit cannot rule out "
+            f"is x{math.exp(w):.2f} the step (provenance.communication_beyond_fit): inside the range",
+        )
 
 
 COMM, LATE, READINGS = "communication beyond the measured nodes", "late ranks", "comm readings"
@@ -153,18 +163,33 @@ def _base(platform: PlatformSpec) -> tuple[float, int, str]:
     fit = fit_errors().get(platform.fit_platform or platform.name)
     if fit is None:
         base = uncalibrated_halfwidth(platform.device)
-        return base, 1, (f"predicted range: uncalibrated preset, the pre-fit error of the {platform.device} fits "
-                         f"(x{math.exp(base):.2f})")
+        return (
+            base,
+            1,
+            (
+                f"predicted range: uncalibrated preset, the pre-fit error of the {platform.device} fits "
+                f"(x{math.exp(base):.2f})"
+            ),
+        )
     other = bool(platform.fit_platform) and platform.fit_platform != platform.name
     base = math.hypot(fit.halfwidth, gpu_widening() if other else 0.0)
-    why = (f"predicted range: {fit.measurements} leave-one-out {QUANTILE:.0%} range (x{math.exp(fit.halfwidth):.2f}, "
-           f"{fit.records} records)" + (f", another GPU than {fit.platform}'s (x{math.exp(gpu_widening()):.2f})"
-                                       if other else ""))
+    why = (
+        f"predicted range: {fit.measurements} leave-one-out {QUANTILE:.0%} range (x{math.exp(fit.halfwidth):.2f}, "
+        f"{fit.records} records)"
+        + (f", another GPU than {fit.platform}'s (x{math.exp(gpu_widening()):.2f})" if other else "")
+    )
     return base, fit.max_nodes, why
 
 
-def prediction_range(platform: PlatformSpec, nodes: int, compute_s: float, comm_s: float,
-                     late_s: float = 0.0, step_s: float = 0.0, late_basis: str = "") -> PredictionRange:
+def prediction_range(
+    platform: PlatformSpec,
+    nodes: int,
+    compute_s: float,
+    comm_s: float,
+    late_s: float = 0.0,
+    step_s: float = 0.0,
+    late_basis: str = "",
+) -> PredictionRange:
     """late_s: the late-rank seconds the slow side takes (estimate/scale_loss.LateRanks.slow_seconds),
     against the predicted step_s."""
     share = comm_s / (comm_s + compute_s) if comm_s + compute_s > 0 else 0.0
@@ -172,12 +197,16 @@ def prediction_range(platform: PlatformSpec, nodes: int, compute_s: float, comm_
     terms = {}
     if (comm := comm_widening(nodes, max_nodes, share)) > 0:
         terms[COMM] = comm
-        why += (f"; slower side: {nodes} nodes beyond the {max_nodes} measured, communication {share:.0%} of the work "
-                f"(x{math.exp(comm):.2f}; measure it: prism-strategy commbench at {nodes} nodes)")
+        why += (
+            f"; slower side: {nodes} nodes beyond the {max_nodes} measured, communication {share:.0%} of the work "
+            f"(x{math.exp(comm):.2f}; measure it: prism-strategy commbench at {nodes} nodes)"
+        )
     if late_s > 0 and step_s > 0:
         terms[LATE] = math.log1p(late_s / step_s)
-        why += (f"; slower side: {late_basis} (x{math.exp(terms[LATE]):.3f}; measure the per-rank spread: "
-                "--rank-jitter FOLDER of StepMonitor logs)")
+        why += (
+            f"; slower side: {late_basis} (x{math.exp(terms[LATE]):.3f}; measure the per-rank spread: "
+            "--rank-jitter FOLDER of StepMonitor logs)"
+        )
     return PredictionRange(fast=base, slow=base + sum(terms.values()), terms=terms, basis=why)
 
 

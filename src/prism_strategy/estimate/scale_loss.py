@@ -97,10 +97,16 @@ class LateRanks:
     def basis(self) -> str:
         s = self.seconds or self.slow_seconds
         en, em = expected_max_normal(self.ranks), expected_max_normal(max(1, self.measured_ranks))
-        return (f"late ranks: {self.sync_points} sync points, cv {self.cv:.1%} "
-                + ("measured (--rank-jitter)" if self.measured else f"(top of the default range, {default_jitter().source})")
-                + f", E[max] of {self.ranks} ranks {en:.2f} vs {em:.2f} at the {self.measured_ranks} the fit measured: "
-                f"+{s:.3g} s")
+        return (
+            f"late ranks: {self.sync_points} sync points, cv {self.cv:.1%} "
+            + (
+                "measured (--rank-jitter)"
+                if self.measured
+                else f"(top of the default range, {default_jitter().source})"
+            )
+            + f", E[max] of {self.ranks} ranks {en:.2f} vs {em:.2f} at the {self.measured_ranks} the fit measured: "
+            f"+{s:.3g} s"
+        )
 
 
 def late_ranks(ranks: int, measured_ranks: int, compute_s: float, sync_points: int, cv: float | None) -> LateRanks:
@@ -109,5 +115,12 @@ def late_ranks(ranks: int, measured_ranks: int, compute_s: float, sync_points: i
     k = max(1, sync_points)
     use = cv if cv is not None else default_jitter().high
     s = late_rank_seconds(ranks, measured_ranks, k, use * compute_s / k)
-    return LateRanks(seconds=s if cv is not None else 0.0, slow_seconds=0.0 if cv is not None else s, cv=use,
-                     measured=cv is not None, sync_points=k, ranks=ranks, measured_ranks=measured_ranks)
+    return LateRanks(
+        seconds=s if cv is not None else 0.0,
+        slow_seconds=0.0 if cv is not None else s,
+        cv=use,
+        measured=cv is not None,
+        sync_points=k,
+        ranks=ranks,
+        measured_ranks=measured_ranks,
+    )

@@ -6,33 +6,39 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from prism_strategy.engines import engine_of
+from prism_strategy.estimate.calibration import calibrated_platform
 from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
-from prism_strategy.estimate.families import assumptions
 from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
+from prism_strategy.estimate.families import assumptions
 from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, moments
 from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_reserved, memory_fields
-from prism_strategy.specs.parts import Part, model_parts
-from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
 from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
 from prism_strategy.estimate.scale_loss import LateRanks, late_ranks
-from prism_strategy.rules import RuleFacts, check
+from prism_strategy.planning.option import Option, Plan
+from prism_strategy.planning.provenance import provenance
 from prism_strategy.planning.recommend import annotate, recommend
 from prism_strategy.planning.scenario import Scenario, build_scenario
+from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
+from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.specs.values import int_list
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
-from prism_strategy.engines import engine_of
-from prism_strategy.estimate.calibration import calibrated_platform
-from prism_strategy.planning.option import Option, Plan
-from prism_strategy.planning.provenance import provenance
+
 
 def _situation(sc: Scenario, s: StrategySpec) -> RuleFacts:
     """The planner's rule facts; the engine contributes its own."""
-    return RuleFacts(device=sc.platform.device, backend=sc.platform.backend, compile=sc.training.compile,
-                     multi_node=sc.layout.multi_node, **engine_of(s).facts(s))
+    return RuleFacts(
+        device=sc.platform.device,
+        backend=sc.platform.backend,
+        compile=sc.training.compile,
+        multi_node=sc.layout.multi_node,
+        **engine_of(s).facts(s),
+    )
 
 
 def timed_view(sc: Scenario, parts: tuple[Part, ...]) -> tuple[Scenario, tuple[Part, ...]]:
@@ -51,8 +57,9 @@ def _with_run_options(s: StrategySpec, t: TrainingSpec) -> StrategySpec:
     return s.with_options(bucket_mb=t.bucket_mb)
 
 
-def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout,
-          comm: CommEstimate | None = None) -> None:
+def _time(
+    sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout, comm: CommEstimate | None = None
+) -> None:
     """comm: the step's collectives when already priced on this platform (fits vary compute only)."""
     t, p = sc.training, sc.platform
     s = _with_run_options(s, t)
@@ -60,8 +67,16 @@ def _time(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay
     o.comm = comm
     phases = phase_times(parts, t, p, o.micro_batch, o.grad_accum)  # max(FLOPs, launches) per phase
     o.compute_s = phases.total
-    host = host_terms(parts, comm, s.engine, layout, o.grad_accum, o.compute_s, p,  # grad path, overlap, blocking
-                      (phases.forward, phases.backward))
+    host = host_terms(
+        parts,
+        comm,
+        s.engine,
+        layout,
+        o.grad_accum,
+        o.compute_s,
+        p,  # grad path, overlap, blocking
+        (phases.forward, phases.backward),
+    )
     o.comm_s = comm.total_s + host.grad_path_s
     o.exposed_comm_s = host.exposed_s
     opt_bytes = t.param_bytes + t.grad_bytes + t.optim_bytes
@@ -83,8 +98,9 @@ def _late_ranks(o: Option, comm: CommEstimate, layout: Layout, p: PlatformSpec) 
     return late_ranks(layout.world, measured, o.compute_s, syncs, p.rank_jitter)
 
 
-def per_device_rates(parts: tuple[Part, ...], t: TrainingSpec, p: PlatformSpec,
-                     samples_per_s_per_device: float) -> tuple[float, float]:
+def per_device_rates(
+    parts: tuple[Part, ...], t: TrainingSpec, p: PlatformSpec, samples_per_s_per_device: float
+) -> tuple[float, float]:
     """(tokens/s per device, MFU): decoder tokens per sample, and model FLOPs per sample (forward
     + backward from estimate/compute.py, recompute excluded) against the platform's peak."""
     tokens = sum(x.tokens for x in parts if x.spec is not None and x.spec.kind == "decoder")
@@ -104,9 +120,19 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     mb, ga, max_mb = batch.micro_batch, batch.grad_accum, batch.max_micro_batch
     mem = estimate_memory(parts, t, p, lay, s, mb, accumulating=ga > 1)
     device = device_peak(ms[ga > 1], mb, p, t)
-    o = Option(strategy=s.name, feasible=True, why_not=None, memory=mem, max_micro_batch=max_mb,
-               micro_batch=mb, grad_accum=ga, global_batch=mb * ga * lay.world, ckpt_freq=t.ckpt_name,
-               provenance=provenance(sc), memory_runtime=memory_fields(mem, p, t, ms[ga > 1], mb, limit=device))
+    o = Option(
+        strategy=s.name,
+        feasible=True,
+        why_not=None,
+        memory=mem,
+        max_micro_batch=max_mb,
+        micro_batch=mb,
+        grad_accum=ga,
+        global_batch=mb * ga * lay.world,
+        ckpt_freq=t.ckpt_name,
+        provenance=provenance(sc),
+        memory_runtime=memory_fields(mem, p, t, ms[ga > 1], mb, limit=device),
+    )
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
     if blocked:
         o.feasible, o.why_not = False, f"not viable: {blocked[0].message}"
@@ -153,21 +179,36 @@ def _set_readings(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Opt
     if len(readings) < 2 or lay.nodes <= measured:
         return
     for label, p in readings.items():
-        x = Option(strategy=s.name, feasible=True, why_not=None, memory=None,  # type: ignore[arg-type]
-                   max_micro_batch=0, micro_batch=o.micro_batch, grad_accum=o.grad_accum)
+        x = Option(
+            strategy=s.name,
+            feasible=True,
+            why_not=None,
+            memory=None,  # type: ignore[arg-type]
+            max_micro_batch=0,
+            micro_batch=o.micro_batch,
+            grad_accum=o.grad_accum,
+        )
         _time(sc.with_platform(p), parts, s, x, lay)
         o.step_time_s_readings[label] = x.step_time_s
     each = ", ".join(f"{k} {v:.3f} s" for k, v in o.step_time_s_readings.items())
     o.provenance["communication_beyond_fit"] = (
         f"predicted at {lay.nodes} nodes, beyond the {measured} the fit measured, where its records cannot tell how "
-        f"the cross-node cost grows (estimate/comm.comm_readings): step {each}; measure it at {lay.nodes} nodes")
+        f"the cross-node cost grows (estimate/comm.comm_readings): step {each}; measure it at {lay.nodes} nodes"
+    )
 
 
 def _set_range(o: Option, platform: PlatformSpec, nodes: int) -> None:
     """After _set_readings: the range holds every reading the fit cannot rule out."""
     late = o.late_ranks
-    r = prediction_range(platform, nodes, o.compute_s, o.comm_s, late_s=late.slow_seconds if late else 0.0,
-                         step_s=o.step_time_s, late_basis=late.basis if late and late.slow_seconds > 0 else "")
+    r = prediction_range(
+        platform,
+        nodes,
+        o.compute_s,
+        o.comm_s,
+        late_s=late.slow_seconds if late else 0.0,
+        step_s=o.step_time_s,
+        late_basis=late.basis if late and late.slow_seconds > 0 else "",
+    )
     r = r.with_readings(o.step_time_s, o.step_time_s_readings)
     o.range = r
     o.step_time_s_range = r.step_range(o.step_time_s)
@@ -178,8 +219,15 @@ def _set_range(o: Option, platform: PlatformSpec, nodes: int) -> None:
 
 
 def _time_only(sc: Scenario, parts, s: StrategySpec, mb: int, ga: int, layout: Layout) -> float:
-    o = Option(strategy=s.name, feasible=True, why_not=None, memory=None, max_micro_batch=0,  # type: ignore[arg-type]
-               micro_batch=mb, grad_accum=ga)
+    o = Option(
+        strategy=s.name,
+        feasible=True,
+        why_not=None,
+        memory=None,
+        max_micro_batch=0,  # type: ignore[arg-type]
+        micro_batch=mb,
+        grad_accum=ga,
+    )
     _time(sc, parts, s, o, layout)
     return o.samples_per_s
 
@@ -189,28 +237,56 @@ def _searched_batch(t) -> int | None:
     return t.global_batch if t.micro_batch is None and t.grad_accum is None else None
 
 
-def _oom_reason(mem: MemoryEstimate, usable: float, mb: int, max_mb: int, global_batch: int | None = None,
-                device: float | None = None) -> str:
+def _oom_reason(
+    mem: MemoryEstimate,
+    usable: float,
+    mb: int,
+    max_mb: int,
+    global_batch: int | None = None,
+    device: float | None = None,
+) -> str:
     """device: reserved + runtime at the worst moment (what is judged); mem.total: allocated + runtime."""
     top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
     hint = f"max micro-batch {max_mb}" if max_mb > 0 else "model states alone do not fit"
     at = f"no micro-batch dividing global batch {global_batch} fits: " if global_batch is not None and mb == 1 else ""
     need = mem.total if device is None else device
     alloc = f" reserved ({mem.total / GiB:.1f} allocated)" if need - mem.total >= 0.05 * GiB else ""
-    return (f"{at}out of memory: needs {need / GiB:.1f} GiB{alloc} at micro-batch {mb} > {usable / GiB:.1f} GiB "
-            f"usable ({top} GiB; {hint})")
+    return (
+        f"{at}out of memory: needs {need / GiB:.1f} GiB{alloc} at micro-batch {mb} > {usable / GiB:.1f} GiB "
+        f"usable ({top} GiB; {hint})"
+    )
 
 
 def plan(
-    model: Any = "qwen3-0.6b", *, mode: str = "e2e", platform: str | PlatformSpec = "aurora", nodes: int = 1,
-    seq_len: int = 1024, mean_seq_len: int | None = None, micro_batch: int | None = None,
-    global_batch: int | None = None, grad_accum: int | None = None, ckpt_freq: int | str = "auto",
-    precision: str = "bf16-mixed", optimizer: str = "adamw", vision: Any = None, image_tokens: int | None = None,
-    compile: bool = False, ranks_per_node: int | None = None, sweep_nodes: Sequence[int] | str | None = None,
-    calibration: str | None = "auto", traced: bool = False, bucket_mb: float | None = None,
-    reduce_dtype: str | None = None, loss: str = "upcast", comm_curves: Sequence[Any] = (),
-    script: dict[str, Any] | None = None, rank_jitter: float | None = None,
-    varying_lengths: bool | None = None, expandable_segments: bool | None = None, compile_loss: bool = False,
+    model: Any = "qwen3-0.6b",
+    *,
+    mode: str = "e2e",
+    platform: str | PlatformSpec = "aurora",
+    nodes: int = 1,
+    seq_len: int = 1024,
+    mean_seq_len: int | None = None,
+    micro_batch: int | None = None,
+    global_batch: int | None = None,
+    grad_accum: int | None = None,
+    ckpt_freq: int | str = "auto",
+    precision: str = "bf16-mixed",
+    optimizer: str = "adamw",
+    vision: Any = None,
+    image_tokens: int | None = None,
+    compile: bool = False,
+    ranks_per_node: int | None = None,
+    sweep_nodes: Sequence[int] | str | None = None,
+    calibration: str | None = "auto",
+    traced: bool = False,
+    bucket_mb: float | None = None,
+    reduce_dtype: str | None = None,
+    loss: str = "upcast",
+    comm_curves: Sequence[Any] = (),
+    script: dict[str, Any] | None = None,
+    rank_jitter: float | None = None,
+    varying_lengths: bool | None = None,
+    expandable_segments: bool | None = None,
+    compile_loss: bool = False,
 ) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
@@ -253,12 +329,29 @@ def plan(
     expandable_segments: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = the
         platform's env profile (both: estimate/memory_runtime.py, the allocator's reserve).
     """
-    sc = build_scenario(model, mode=mode, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node,
-                        seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch, ckpt_freq=ckpt_freq,
-                        precision=precision, optimizer=optimizer, vision=vision, image_tokens=image_tokens,
-                        compile=compile, grad_accum=grad_accum, mean_seq_len=mean_seq_len, bucket_mb=bucket_mb,
-                        loss=loss, varying_lengths=varying_lengths, expandable_segments=expandable_segments,
-                        compile_loss=compile_loss)
+    sc = build_scenario(
+        model,
+        mode=mode,
+        platform=platform,
+        nodes=nodes,
+        ranks_per_node=ranks_per_node,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        global_batch=global_batch,
+        ckpt_freq=ckpt_freq,
+        precision=precision,
+        optimizer=optimizer,
+        vision=vision,
+        image_tokens=image_tokens,
+        compile=compile,
+        grad_accum=grad_accum,
+        mean_seq_len=mean_seq_len,
+        bucket_mb=bucket_mb,
+        loss=loss,
+        varying_lengths=varying_lengths,
+        expandable_segments=expandable_segments,
+        compile_loss=compile_loss,
+    )
     check_ranks_per_node(sc, ranks_per_node)
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
     sweep = int_list(sweep_nodes, "--sweep-nodes")
@@ -274,8 +367,9 @@ def plan(
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
     reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
-    result = Plan(scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings,
-                  script=script)
+    result = Plan(
+        scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings, script=script
+    )
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
     return result
@@ -285,8 +379,10 @@ def check_ranks_per_node(sc: Scenario, asked: int | None) -> None:
     """A planned job places one rank per device: more ranks per node than devices is bad input."""
     dev = sc.platform.devices_per_node
     if asked is not None and asked > dev:
-        raise SpecError(f"--ranks-per-node {asked} exceeds {sc.platform.name}'s {dev} devices per node "
-                        f"(one rank per device); use 1..{dev}")
+        raise SpecError(
+            f"--ranks-per-node {asked} exceeds {sc.platform.name}'s {dev} devices per node "
+            f"(one rank per device); use 1..{dev}"
+        )
 
 
 def trace_options(sc: Scenario, options: list[Option]) -> None:
@@ -295,14 +391,27 @@ def trace_options(sc: Scenario, options: list[Option]) -> None:
 
     reserve = sc.platform.framework_reserve_gib * GiB
     for o in options:
-        t = trace_option(sc.model, with_ckpt(sc, o.ckpt_freq).training, sc.layout, o.strategy, o.micro_batch,
-                         usable_bytes=sc.platform.usable_bytes, reserve_bytes=reserve)
+        t = trace_option(
+            sc.model,
+            with_ckpt(sc, o.ckpt_freq).training,
+            sc.layout,
+            o.strategy,
+            o.micro_batch,
+            usable_bytes=sc.platform.usable_bytes,
+            reserve_bytes=reserve,
+        )
         o.traced = traced_fields(t.memory, reserve_bytes=reserve, search=t.search, analytic=o.memory)
         o.notes.extend(o.traced.get("traced_notes", []))
 
 
-def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nodes_list: list[int],
-               recommended: str | None = None, specs: list[StrategySpec] | None = None) -> list[dict[str, Any]]:
+def sweep_rows(
+    sc: Scenario,
+    parts: tuple[Part, ...],
+    options: list[Option],
+    nodes_list: list[int],
+    recommended: str | None = None,
+    specs: list[StrategySpec] | None = None,
+) -> list[dict[str, Any]]:
     """Scaling table of the leading strategies (the 3 best feasible at the planned size) and the
     recommended one, at the planned batch and checkpointing settings."""
     lead = [o.strategy for o in sorted((o for o in options if o.feasible), key=lambda o: -o.samples_per_s)[:3]]
@@ -315,17 +424,44 @@ def sweep_rows(sc: Scenario, parts: tuple[Part, ...], options: list[Option], nod
         problem = batch_problem(at.training, at.layout.world)
         for name in lead:
             if problem is not None:
-                rows.append({"nodes": n, "strategy": name, "feasible": False, "why_not": problem, "micro_batch": None,
-                             "grad_accum": None, "global_batch": None, "ckpt_freq": None, "step_time_s": None,
-                             "samples_per_s": None, "scaling_efficiency": None, "bound": None,
-                             "step_time_s_range": None, "samples_per_s_range": None})
+                rows.append(
+                    {
+                        "nodes": n,
+                        "strategy": name,
+                        "feasible": False,
+                        "why_not": problem,
+                        "micro_batch": None,
+                        "grad_accum": None,
+                        "global_batch": None,
+                        "ckpt_freq": None,
+                        "step_time_s": None,
+                        "samples_per_s": None,
+                        "scaling_efficiency": None,
+                        "bound": None,
+                        "step_time_s_range": None,
+                        "samples_per_s_range": None,
+                    }
+                )
                 continue
             e = evaluate_searched(at, by_name[name], parts, evaluate)
-            rows.append({"nodes": n, "strategy": name, "feasible": e.feasible, "why_not": e.why_not,
-                         "micro_batch": e.micro_batch, "grad_accum": e.grad_accum, "global_batch": e.global_batch,
-                         "ckpt_freq": e.ckpt_freq, "step_time_s": e.step_time_s, "samples_per_s": e.samples_per_s,
-                         "scaling_efficiency": None, "bound": e.bound,
-                         "step_time_s_range": e.step_time_s_range, "samples_per_s_range": e.samples_per_s_range})
+            rows.append(
+                {
+                    "nodes": n,
+                    "strategy": name,
+                    "feasible": e.feasible,
+                    "why_not": e.why_not,
+                    "micro_batch": e.micro_batch,
+                    "grad_accum": e.grad_accum,
+                    "global_batch": e.global_batch,
+                    "ckpt_freq": e.ckpt_freq,
+                    "step_time_s": e.step_time_s,
+                    "samples_per_s": e.samples_per_s,
+                    "scaling_efficiency": None,
+                    "bound": e.bound,
+                    "step_time_s_range": e.step_time_s_range,
+                    "samples_per_s_range": e.samples_per_s_range,
+                }
+            )
     return row_efficiency(rows)
 
 
@@ -354,10 +490,21 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> Option | dict[str, 
     if isinstance(model, str) and ":" in model and not model.endswith(".json"):
         sc = build_scenario("tiny-llama", **kw)  # layout, training and platform only
         mb = sc.training.micro_batch or 1
-        t = trace_option(model, sc.training, sc.layout, s, mb, usable_bytes=sc.platform.usable_bytes,
-                         reserve_bytes=sc.platform.framework_reserve_gib * GiB)
-        return {"strategy": s.name, "micro_batch": mb, "memory_gib": None,
-                **traced_fields(t.memory, reserve_bytes=sc.platform.framework_reserve_gib * GiB, search=t.search)}
+        t = trace_option(
+            model,
+            sc.training,
+            sc.layout,
+            s,
+            mb,
+            usable_bytes=sc.platform.usable_bytes,
+            reserve_bytes=sc.platform.framework_reserve_gib * GiB,
+        )
+        return {
+            "strategy": s.name,
+            "micro_batch": mb,
+            "memory_gib": None,
+            **traced_fields(t.memory, reserve_bytes=sc.platform.framework_reserve_gib * GiB, search=t.search),
+        }
     sc = build_scenario(model, **kw)
     check_ranks_per_node(sc, kw.get("ranks_per_node"))
     o = evaluate(sc, s)

@@ -30,8 +30,10 @@ def rank_jitter_from(value: str) -> float:
     try:
         cv = float(value)
     except ValueError:
-        raise SpecError(f"--rank-jitter {value!r}: give the spread as a number (std / mean, e.g. 0.02) or a "
-                        "StepMonitor folder of rank*.jsonl files") from None
+        raise SpecError(
+            f"--rank-jitter {value!r}: give the spread as a number (std / mean, e.g. 0.02) or a "
+            "StepMonitor folder of rank*.jsonl files"
+        ) from None
     if not 0 <= cv < 1:
         raise SpecError(f"--rank-jitter {value}: must be in [0, 1) (std / mean of one rank's work, e.g. 0.02)")
     return cv
@@ -40,8 +42,10 @@ def rank_jitter_from(value: str) -> float:
 def stepmonitor_jitter(folder: Path) -> float:
     files = rank_files(folder)
     if len(files) < 2:
-        raise SpecError(f"--rank-jitter {folder}: {len(files)} rank*.jsonl file(s); a spread across ranks needs "
-                        "the logs of 2 or more ranks (StepMonitor writes one per rank)")
+        raise SpecError(
+            f"--rank-jitter {folder}: {len(files)} rank*.jsonl file(s); a spread across ranks needs "
+            "the logs of 2 or more ranks (StepMonitor writes one per rank)"
+        )
     s = Series.from_records(read_folder(folder).records)  # the readers' grammar: analyze reads these alike
     local = s.local
     spreads = []
@@ -50,8 +54,10 @@ def stepmonitor_jitter(folder: Path) -> float:
         if len(col) >= 2 and (mean := sum(col) / len(col)) > 0:
             spreads.append(math.sqrt(sum((x - mean) ** 2 for x in col) / (len(col) - 1)) / mean)
     if not spreads:
-        raise SpecError(f"--rank-jitter {folder}: no step after the first {WARMUP} with data/forward/optimizer "
-                        "phases on 2 or more ranks; log more steps with StepMonitor")
+        raise SpecError(
+            f"--rank-jitter {folder}: no step after the first {WARMUP} with data/forward/optimizer "
+            "phases on 2 or more ranks; log more steps with StepMonitor"
+        )
     spreads.sort()
     mid = len(spreads) // 2
     return spreads[mid] if len(spreads) % 2 else 0.5 * (spreads[mid - 1] + spreads[mid])

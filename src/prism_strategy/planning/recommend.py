@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from prism_strategy.engines import engine_of
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes, moments
 from prism_strategy.estimate.memory_runtime import device_peak
 from prism_strategy.estimate.ranges import LATE, max_measured_nodes
-from prism_strategy.specs.parts import Part
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
+from prism_strategy.specs.parts import Part
 from prism_strategy.strategies import all_strategies, get_strategy
-from prism_strategy.engines import engine_of
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
@@ -33,10 +33,14 @@ def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str
     root = estimate_memory(parts, sc.training, sc.platform, sc.layout, s, o.micro_batch, wrap="root")
     extra = (root.total - o.memory.total) / GiB
     t, p = sc.training, sc.platform  # judged as options are: reserved at the limit (estimate/memory_runtime.py)
-    need = device_peak(moments(parts, t, p, sc.layout, s, wrap="root", accumulating=o.grad_accum > 1), o.micro_batch, p, t)
+    need = device_peak(
+        moments(parts, t, p, sc.layout, s, wrap="root", accumulating=o.grad_accum > 1), o.micro_batch, p, t
+    )
     fits = "it would fit" if need <= p.usable_bytes else "it does not fit"
-    return (f"this option wraps each transformer block; wrapping only the root (one flat unit) instead would add "
-            f"{extra:.1f} GiB ({root.total / GiB:.1f} GiB at micro-batch {o.micro_batch}: {fits})")
+    return (
+        f"this option wraps each transformer block; wrapping only the root (one flat unit) instead would add "
+        f"{extra:.1f} GiB ({root.total / GiB:.1f} GiB at micro-batch {o.micro_batch}: {fits})"
+    )
 
 
 def _loss_note(o: "Option") -> str | None:
@@ -44,29 +48,37 @@ def _loss_note(o: "Option") -> str | None:
     label, b = (o.memory.largest_items(1) or [("", 0.0)])[0]
     if not label.startswith("loss:"):
         return None
-    return (f"the fp32 loss buffers are the largest item ({b / GiB:.1f} GiB at micro-batch {o.micro_batch}: "
-            "tokens x vocab x 12 bytes); a chunked or fused cross-entropy would free most of it")
+    return (
+        f"the fp32 loss buffers are the largest item ({b / GiB:.1f} GiB at micro-batch {o.micro_batch}: "
+        "tokens x vocab x 12 bytes); a chunked or fused cross-entropy would free most of it"
+    )
 
 
 def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
     s, t, notes = get_strategy(o.strategy), sc.training, []
     if s.param_shard != "none" and not s.reshard_after_forward:
         gathered = gathered_model_bytes(parts, t)
-        notes.append(f"keeps the whole model gathered ({gathered / GiB:.1f} GiB) on each of "
-                     f"{sc.layout.ranks_per_node} ranks per node from forward to backward")
+        notes.append(
+            f"keeps the whole model gathered ({gathered / GiB:.1f} GiB) on each of "
+            f"{sc.layout.ranks_per_node} ranks per node from forward to backward"
+        )
     if (n := _root_wrap_note(sc, parts, o)) is not None:
         notes.append(n)
     if (n := _loss_note(o)) is not None:
         notes.append(n)
     if engine_of(s).declares_static_graph and sc.model.mode != "e2e":
-        notes.append(f"only the {sc.model.trainable_params / 1e6:.1f}M trainable params are all-reduced; "
-                     "static_graph=True when every batch uses the same modalities")
+        notes.append(
+            f"only the {sc.model.trainable_params / 1e6:.1f}M trainable params are all-reduced; "
+            "static_graph=True when every batch uses the same modalities"
+        )
     if (n := engine_of(s).precision_note(t.precision)) is not None:
         notes.append(n)
     if o.comm is not None and o.comm_s > 0:
         links = sorted({c.link for c in o.comm.collectives if c.seconds_per_step > 0})
-        notes.append(f"{o.bound}-bound: communication {o.comm_s:.3f} s ({', '.join(links) or 'none'}) vs compute "
-                     f"{o.compute_s:.3f} s per step; {o.exposed_comm_s:.3f} s exposed")
+        notes.append(
+            f"{o.bound}-bound: communication {o.comm_s:.3f} s ({', '.join(links) or 'none'}) vs compute "
+            f"{o.compute_s:.3f} s per step; {o.exposed_comm_s:.3f} s exposed"
+        )
     return notes
 
 
@@ -82,14 +94,20 @@ FRUGAL = 0.05
 def ckpt_text(k: int | str) -> str:
     if k == "sac":
         return "selective checkpointing (sac) on every block"
-    return {0: "no checkpointing", 1: "checkpointing every block", 2: "checkpointing every 2nd block",
-            3: "checkpointing every 3rd block"}.get(k, f"checkpointing every {k}th block")
+    return {
+        0: "no checkpointing",
+        1: "checkpointing every block",
+        2: "checkpointing every 2nd block",
+        3: "checkpointing every 3rd block",
+    }.get(k, f"checkpointing every {k}th block")
 
 
 def batch_text(o: "Option") -> str:
     """micro-batch x accumulation = samples per step, and the checkpointing, of one option."""
-    return (f"micro-batch {o.micro_batch} x accumulation {o.grad_accum} = {o.global_batch} samples per step, "
-            f"{ckpt_text(o.ckpt_freq)}")
+    return (
+        f"micro-batch {o.micro_batch} x accumulation {o.grad_accum} = {o.global_batch} samples per step, "
+        f"{ckpt_text(o.ckpt_freq)}"
+    )
 
 
 def _engine_rank(name: str) -> int:
@@ -125,20 +143,25 @@ def _tie_break(pick: "Option", best: "Option") -> str:
         return f"the simpler engine ({ps.engine}{', nothing sharded' if not ps.sharded else ''}, not {bs.engine})"
     if pick.max_micro_batch != best.max_micro_batch:
         return f"the more memory-frugal option (max micro-batch {pick.max_micro_batch} vs {best.max_micro_batch})"
-    return (f"the more memory-frugal option ({pick.memory.total / GiB:.1f} vs {best.memory.total / GiB:.1f} GiB "
-            "per device)")
+    return (
+        f"the more memory-frugal option ({pick.memory.total / GiB:.1f} vs {best.memory.total / GiB:.1f} GiB per device)"
+    )
 
 
 def _first_reason(pick: "Option", best: "Option", feasible: list["Option"]) -> str:
-    how = (f"{pick.samples_per_s:.2f} samples/s at {batch_text(pick)} ({pick.bound}-bound, exposed communication "
-           f"{pick.comm_fraction:.0%} of the step)")
+    how = (
+        f"{pick.samples_per_s:.2f} samples/s at {batch_text(pick)} ({pick.bound}-bound, exposed communication "
+        f"{pick.comm_fraction:.0%} of the step)"
+    )
     if pick is best:
         return f"{pick.strategy}: highest predicted throughput of {len(feasible)} feasible options, {how}"
     faster = sum(o.samples_per_s > pick.samples_per_s for o in feasible)
     others = f"; {faster} options in the band are faster" if faster > 1 else ""
-    return (f"{pick.strategy}: {how}; within the {TIE:.0%} uncertainty band of the fastest, {best.strategy} at "
-            f"{best.samples_per_s:.2f} samples/s ({best.samples_per_s / pick.samples_per_s - 1:+.0%}{others}), "
-            f"and chosen as {_tie_break(pick, best)}")
+    return (
+        f"{pick.strategy}: {how}; within the {TIE:.0%} uncertainty band of the fastest, {best.strategy} at "
+        f"{best.samples_per_s:.2f} samples/s ({best.samples_per_s / pick.samples_per_s - 1:+.0%}{others}), "
+        f"and chosen as {_tie_break(pick, best)}"
+    )
 
 
 def _batch_lead(sc: "Scenario", pick: "Option", feasible: list["Option"]) -> str | None:
@@ -149,9 +172,11 @@ def _batch_lead(sc: "Scenario", pick: "Option", feasible: list["Option"]) -> str
     rival = next((o for o in feasible if o is not pick and o.samples_per_s <= pick.samples_per_s), None)
     if rival is None or pick.global_batch <= rival.global_batch:
         return None
-    return (f"{pick.strategy}'s lead over {rival.strategy} comes partly from a larger batch: {pick.global_batch} vs "
-            f"{rival.global_batch} samples per step (each option at its largest micro-batch); pass --global-batch "
-            "to compare them at one batch")
+    return (
+        f"{pick.strategy}'s lead over {rival.strategy} comes partly from a larger batch: {pick.global_batch} vs "
+        f"{rival.global_batch} samples per step (each option at its largest micro-batch); pass --global-batch "
+        "to compare them at one batch"
+    )
 
 
 def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list[str], list[str]]:
@@ -167,10 +192,12 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
     reasons = [_first_reason(pick, best, feasible)]
     if (lead := _batch_lead(sc, pick, feasible)) is not None:
         reasons.append(lead)
-    runner = next((o for o in feasible[feasible.index(pick) + 1:]), None)
+    runner = next((o for o in feasible[feasible.index(pick) + 1 :]), None)
     if runner is not None:
-        reasons.append(f"next below it: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
-                       f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}")
+        reasons.append(
+            f"next below it: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
+            f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}"
+        )
     if (overlap := _range_reason(sc, pick, best if best is not pick else runner)) is not None:
         reasons.append(overlap)
     if (scale := _scale_reason(sc, pick)) is not None:
@@ -188,15 +215,21 @@ def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:
     lay, hows = sc.layout, []
     for name in names:
         if name == LATE:
-            hows.append(f"the per-rank spread: log a few steps with StepMonitor at {lay.world} ranks "
-                        "and pass the folder as --rank-jitter (`prism-strategy analyze` checks the same logs for stragglers)")
+            hows.append(
+                f"the per-rank spread: log a few steps with StepMonitor at {lay.world} ranks "
+                "and pass the folder as --rank-jitter (`prism-strategy analyze` checks the same logs for stragglers)"
+            )
         elif not any("commbench" in h for h in hows):
-            hows.append(f"the collectives at {lay.nodes} nodes: prism-strategy commbench --model "
-                        f"{sc.model.backbone.name} --strategies {pick.strategy} --nproc {lay.world} --ranks-per-node "
-                        f"{lay.ranks_per_node} (emit writes commbench.pbs / commbench.sbatch)")
+            hows.append(
+                f"the collectives at {lay.nodes} nodes: prism-strategy commbench --model "
+                f"{sc.model.backbone.name} --strategies {pick.strategy} --nproc {lay.world} --ranks-per-node "
+                f"{lay.ranks_per_node} (emit writes commbench.pbs / commbench.sbatch)"
+            )
     parts = ", ".join(f"{k} x{math.exp(r.terms[k]):.2f}" for k in names)
-    return (f"{pick.strategy} may run as slow as {rng[0]:.2f} samples/s ({1 - rng[0] / pick.samples_per_s:.0%} below "
-            f"the prediction), mostly from {parts} (provenance.range); measure " + "; ".join(hows))
+    return (
+        f"{pick.strategy} may run as slow as {rng[0]:.2f} samples/s ({1 - rng[0] / pick.samples_per_s:.0%} below "
+        f"the prediction), mostly from {parts} (provenance.range); measure " + "; ".join(hows)
+    )
 
 
 FLAG_OF_FACT = {"compile": "--compile"}
@@ -208,8 +241,13 @@ def _blocking_rules(sc: "Scenario", options: list["Option"]) -> dict[str, Any]:
     per_option = []
     for o in options:
         s = get_strategy(o.strategy)
-        facts = RuleFacts(device=sc.platform.device, backend=sc.platform.backend, compile=sc.training.compile,
-                          multi_node=sc.layout.multi_node, **engine_of(s).facts(s))
+        facts = RuleFacts(
+            device=sc.platform.device,
+            backend=sc.platform.backend,
+            compile=sc.training.compile,
+            multi_node=sc.layout.multi_node,
+            **engine_of(s).facts(s),
+        )
         per_option.append({v.rule.id: v.rule for v in check(facts) if v.rule.blocks})
     if not per_option or not all(per_option):
         return {}
@@ -239,8 +277,10 @@ def _grouped_reasons(infeasible: list["Option"], total: int) -> list[str]:
     groups: dict[str, list[str]] = {}
     for o in infeasible:
         groups.setdefault(o.why_not or "", []).append(o.strategy)
-    return [f"{'every option' if len(names) == total and total > 1 else ', '.join(names)}: {why}"
-            for why, names in groups.items()]
+    return [
+        f"{'every option' if len(names) == total and total > 1 else ', '.join(names)}: {why}"
+        for why, names in groups.items()
+    ]
 
 
 def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str | None:
@@ -254,15 +294,21 @@ def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str
     lay = sc.layout
     if lay.multi_node:  # what sets them apart crosses nodes: one node cannot decide it
         beyond = " (beyond the nodes the fit measured)" if lay.nodes > max_measured_nodes(sc.platform) else ""
-        how = (f"measure their collectives at this scale{beyond}: prism-strategy commbench --model "
-               f"{sc.model.backbone.name} --strategies {pick.strategy},{rival.strategy} --nproc {lay.world} "
-               f"--ranks-per-node {lay.ranks_per_node} "
-               f"(emit writes commbench.pbs / commbench.sbatch for {lay.nodes} nodes)")
+        how = (
+            f"measure their collectives at this scale{beyond}: prism-strategy commbench --model "
+            f"{sc.model.backbone.name} --strategies {pick.strategy},{rival.strategy} --nproc {lay.world} "
+            f"--ranks-per-node {lay.ranks_per_node} "
+            f"(emit writes commbench.pbs / commbench.sbatch for {lay.nodes} nodes)"
+        )
     else:
-        how = (f"run both on one node: prism-strategy bench --model {sc.model.backbone.name} --strategies "
-               f"{pick.strategy},{rival.strategy} --nproc {lay.ranks_per_node} --platform {sc.platform.name}")
-    return (f"{rival.strategy}'s {rival.samples_per_s:.2f} samples/s lies inside {pick.strategy}'s predicted range "
-            f"({lo:.2f}-{hi:.2f}, provenance.range): the model cannot rank these two; {how}")
+        how = (
+            f"run both on one node: prism-strategy bench --model {sc.model.backbone.name} --strategies "
+            f"{pick.strategy},{rival.strategy} --nproc {lay.ranks_per_node} --platform {sc.platform.name}"
+        )
+    return (
+        f"{rival.strategy}'s {rival.samples_per_s:.2f} samples/s lies inside {pick.strategy}'s predicted range "
+        f"({lo:.2f}-{hi:.2f}, provenance.range): the model cannot rank these two; {how}"
+    )
 
 
 def _warnings(sc: "Scenario") -> list[str]:

@@ -51,17 +51,23 @@ def batch_problem(t: TrainingSpec, world: int) -> str | None:
         return None
     if g % world:
         near = " or ".join(str(v) for v in nearest_multiples(g, world))
-        return (f"--global-batch {g} is not a multiple of the {world} ranks (micro-batch x grad accumulation x "
-                f"world must equal it); nearest valid: {near}")
+        return (
+            f"--global-batch {g} is not a multiple of the {world} ranks (micro-batch x grad accumulation x "
+            f"world must equal it); nearest valid: {near}"
+        )
     per_rank = g // world
     for name, v in (("--micro-batch", mb), ("--grad-accum", ga)):
         if v is not None and per_rank % v:
             ok = ", ".join(map(str, divisors(per_rank)))
-            return (f"{name} {v} does not divide --global-batch {g} / {world} ranks = {per_rank} samples per rank; "
-                    f"use one of {ok}")
+            return (
+                f"{name} {v} does not divide --global-batch {g} / {world} ranks = {per_rank} samples per rank; "
+                f"use one of {ok}"
+            )
     if mb is not None and ga is not None and mb * ga != per_rank:
-        return (f"--micro-batch {mb} x --grad-accum {ga} x {world} ranks = {mb * ga * world}, not --global-batch {g}; "
-                "drop one of the three")
+        return (
+            f"--micro-batch {mb} x --grad-accum {ga} x {world} ranks = {mb * ga * world}, not --global-batch {g}; "
+            "drop one of the three"
+        )
     return None
 
 

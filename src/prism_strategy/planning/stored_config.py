@@ -43,9 +43,19 @@ def config_scenario(config: dict[str, Any], platform: str | PlatformSpec = "cpu"
         raise SpecError(f"nproc {nproc} is not a multiple of ranks per node {rpn}")
     accum = int(config.get("grad_accum", 1))
     return build_scenario(
-        config_model(config), mode=config.get("mode", "e2e"), vision=config_vision(config), platform=platform,
-        nodes=nproc // rpn, ranks_per_node=rpn, seq_len=int(config["seq_len"]), micro_batch=int(config["micro_batch"]),
-        global_batch=int(config["micro_batch"]) * nproc * accum, ckpt_freq=config.get("ckpt_freq", 0),
-        precision=config.get("precision", "bf16-mixed"), optimizer=config.get("optimizer", "adamw"),
-        loss=config.get("loss", "upcast"), compile=bool(config.get("compile", False)),
-        bucket_mb=config.get("bucket_mb"))
+        config_model(config),
+        mode=config.get("mode", "e2e"),
+        vision=config_vision(config),
+        platform=platform,
+        nodes=nproc // rpn,
+        ranks_per_node=rpn,
+        seq_len=int(config["seq_len"]),
+        micro_batch=int(config["micro_batch"]),
+        global_batch=int(config["micro_batch"]) * nproc * accum,
+        ckpt_freq=config.get("ckpt_freq", 0),
+        precision=config.get("precision", "bf16-mixed"),
+        optimizer=config.get("optimizer", "adamw"),
+        loss=config.get("loss", "upcast"),
+        compile=bool(config.get("compile", False)),
+        bucket_mb=config.get("bucket_mb"),
+    )

@@ -18,7 +18,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from prism_strategy.readers import hang_report, nccl_tests, oneccl_benchmark, prism, prism_perf, step_monitor, torchtitan
+from prism_strategy.readers import (
+    hang_report,
+    nccl_tests,
+    oneccl_benchmark,
+    prism,
+    prism_perf,
+    step_monitor,
+    torchtitan,
+)
 from prism_strategy.readers.collective_log import CollectiveLog, Sample
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
@@ -27,11 +35,23 @@ READERS: tuple[ModuleType, ...] = (step_monitor, prism_perf, prism, torchtitan, 
 """Tried in this order; the JSONL readers tell theirs apart by the first line's keys."""
 FORMATS = {r.FORMAT: r for r in READERS}
 COLLECTIVE_FORMATS = {"nccl-tests": nccl_tests, "oneccl-benchmark": oneccl_benchmark}
-KNOWN = ("a StepMonitor folder (rank*.jsonl), PRISM perf.jsonl, a log with [TIMING] lines, a torchtitan log "
-         "or a hang_report.json")
+KNOWN = (
+    "a StepMonitor folder (rank*.jsonl), PRISM perf.jsonl, a log with [TIMING] lines, a torchtitan log "
+    "or a hang_report.json"
+)
 
-__all__ = ["READERS", "FORMATS", "COLLECTIVE_FORMATS", "CollectiveLog", "ParsedLog", "Sample", "reader_for",
-           "read_file", "read_run", "collective_format"]
+__all__ = [
+    "READERS",
+    "FORMATS",
+    "COLLECTIVE_FORMATS",
+    "CollectiveLog",
+    "ParsedLog",
+    "Sample",
+    "reader_for",
+    "read_file",
+    "read_run",
+    "collective_format",
+]
 
 
 def named(fmt: str) -> ModuleType:
@@ -76,8 +96,10 @@ def _in_folder(folder: Path, fmt: str | None, options: dict[str, Any]) -> Parsed
             continue
         files = [p for p in sorted(folder.iterdir()) if p.is_file() and reader_for(p, reader.FORMAT, in_folder=True)]
         if len(files) > 1:
-            raise SpecError(f"{folder}: {len(files)} {reader.FORMAT} files ({', '.join(p.name for p in files)}); "
-                            "pass the file itself")
+            raise SpecError(
+                f"{folder}: {len(files)} {reader.FORMAT} files ({', '.join(p.name for p in files)}); "
+                "pass the file itself"
+            )
         if files:
             return read_file(reader, files[0], **options)
     raise SpecError(f"{folder}: expected {KNOWN} in it; found none: pass the file itself")
@@ -93,8 +115,10 @@ def read_run(path: str | Path, fmt: str | None = None, **options: Any) -> Parsed
     else:
         reader = reader_for(path, fmt)
         if reader is None:
-            raise SpecError(f"{path}: not a PRISM log ([TIMING] lines), nor any format read here ({KNOWN}); "
-                            "see `prism-strategy results import --help`")
+            raise SpecError(
+                f"{path}: not a PRISM log ([TIMING] lines), nor any format read here ({KNOWN}); "
+                "see `prism-strategy results import --help`"
+            )
         if reader is step_monitor:
             raise SpecError(f"{path}: a StepMonitor rank file; pass its folder ({path.parent}) to read every rank")
         log = read_file(reader, path, **options)

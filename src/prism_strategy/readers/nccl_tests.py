@@ -30,11 +30,28 @@ from prism_strategy.readers.collective_log import CollectiveLog, Sample, bad_lin
 from prism_strategy.specs.errors import SpecError
 
 FORMAT = "nccl-tests"
-OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-       "broadcast": "broadcast"}
-DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64",
-          "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64",
-          "uint64": "uint64", "char": "int8", "int": "int32", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+OPS = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "broadcast": "broadcast",
+}
+DTYPES = {
+    "float": "float32",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "double": "float64",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "uint32": "uint32",
+    "int64": "int64",
+    "uint64": "uint64",
+    "char": "int8",
+    "int": "int32",
+    "f8e4m3": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+}
 IN_PLACE = ("all_reduce", "broadcast")
 _RANK = re.compile(r"#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device")
 _PROGRAM = re.compile(r"# Collective test (?:starting|concluded): (\w+)_perf")
@@ -62,8 +79,10 @@ def _row(log: CollectiveLog, per_iter: bool, i: int, line: str, ended: bool) -> 
         raise bad_line(log.path, i, ended, "a result row", _ROW) from None
     for wrong in (t[8], t[8 + side]):
         if wrong != "N/A" and wrong != "0":
-            raise SpecError(f"{log.path}:{i}: #wrong = {wrong}: nccl-tests found corrupted data at size {size}; "
-                            "its times are not a measurement to price with (check the fabric, rerun)")
+            raise SpecError(
+                f"{log.path}:{i}: #wrong = {wrong}: nccl-tests found corrupted data at size {size}; "
+                "its times are not a measurement to price with (check the fabric, rerun)"
+            )
     op = log.op or ""
     us = inp if op in IN_PLACE else oop
     if size <= 0 or us <= 0:
@@ -79,8 +98,10 @@ def read(path: Path) -> CollectiveLog:
         s = line.strip()
         if m := _PROGRAM.search(s):
             if m.group(1) not in OPS:
-                raise SpecError(f"{path}:{i}: {m.group(1)}_perf is not a collective the planner prices; "
-                                f"import one of {', '.join(o + '_perf' for o in OPS)}")
+                raise SpecError(
+                    f"{path}:{i}: {m.group(1)}_perf is not a collective the planner prices; "
+                    f"import one of {', '.join(o + '_perf' for o in OPS)}"
+                )
             log.op = OPS[m.group(1)]
         elif m := _RANK.match(s):
             ranks[int(m.group(1))] = m.group(2)
@@ -90,11 +111,15 @@ def read(path: Path) -> CollectiveLog:
             footer = True
         elif s[:1].isdigit():
             if footer:
-                raise SpecError(f"{path}:{i}: a result row after the '# Avg bus bandwidth' footer: a second run; "
-                                "import one run per log")
+                raise SpecError(
+                    f"{path}:{i}: a result row after the '# Avg bus bandwidth' footer: a second run; "
+                    "import one run per log"
+                )
             if not log.op:
-                raise SpecError(f"{path}:{i}: which collective is this? the log does not say (older nccl-tests) "
-                                "and the file name names none; rename it e.g. all_reduce_perf.out")
+                raise SpecError(
+                    f"{path}:{i}: which collective is this? the log does not say (older nccl-tests) "
+                    "and the file name names none; rename it e.g. all_reduce_perf.out"
+                )
             dtype, redop, sample = _row(log, per_iter, i, s, ended)
             kinds.add((dtype, redop))
             if any(x.bytes == sample.bytes for x in log.samples):
@@ -102,8 +127,10 @@ def read(path: Path) -> CollectiveLog:
             log.samples.append(sample)
             log.dtype = DTYPES.get(dtype, dtype)
     if not footer:
-        raise SpecError(f"{path}:{last}: the log ends before nccl-tests' '# Avg bus bandwidth' footer (a truncated "
-                        "log: the run did not finish); import a complete log")
+        raise SpecError(
+            f"{path}:{last}: the log ends before nccl-tests' '# Avg bus bandwidth' footer (a truncated "
+            "log: the run did not finish); import a complete log"
+        )
     if len(kinds) > 1:
         raise SpecError(f"{path}: several data types / reductions in one log ({sorted(kinds)}); run one -d/-o per log")
     if not log.samples:

@@ -33,8 +33,14 @@ from prism_strategy.readers.collective_log import CollectiveLog, Sample, bad_lin
 from prism_strategy.specs.errors import SpecError
 
 FORMAT = "oneccl-benchmark"
-OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "allgatherv": "all_gather",
-       "reduce_scatter": "reduce_scatter", "bcast": "broadcast", "broadcast": "broadcast"}
+OPS = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "allgatherv": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "bcast": "broadcast",
+    "broadcast": "broadcast",
+}
 NEEDED = ("#bytes", "#repetitions", "t_min[usec]", "t_max[usec]", "t_avg[usec]", "stddev[%]")
 _KEY = re.compile(r"(?:#\s*)?(#processes|buf_count|datatype|Benchmarking):\s*(.*)")
 
@@ -48,16 +54,19 @@ def _settings(log: CollectiveLog, key: str, value: str, where: str) -> None:
     if key == "Benchmarking":
         names = value.split()
         if len(names) != 1:
-            raise SpecError(f"{where}: benchmarks {', '.join(names) or 'nothing'} together (their times are "
-                            "summed); run one collective per -l")
+            raise SpecError(
+                f"{where}: benchmarks {', '.join(names) or 'nothing'} together (their times are "
+                "summed); run one collective per -l"
+            )
         if names[0] not in OPS:
             raise SpecError(f"{where}: {names[0]} is not a collective the planner prices; one of {', '.join(OPS)}")
         log.op = OPS[names[0]]
     elif key == "#processes":
         log.ranks = int(value)
     elif key == "buf_count" and value.strip() != "1":
-        raise SpecError(f"{where}: buf_count {value.strip()}: buffers run at once, not one collective; rerun with "
-                        "--buf_count 1")
+        raise SpecError(
+            f"{where}: buf_count {value.strip()}: buffers run at once, not one collective; rerun with --buf_count 1"
+        )
     elif key == "datatype":
         log.dtype = value.strip()
 
@@ -81,11 +90,14 @@ def read(path: Path) -> CollectiveLog:
         elif s[:1].isdigit() and cols is not None:
             log.samples.append(_row(log, cols, i, s, ended))
     if not done:
-        raise SpecError(f"{path}:{last}: the log ends before the benchmark's '# All done' (a truncated log: the run "
-                        "did not finish); import a complete log")
+        raise SpecError(
+            f"{path}:{last}: the log ends before the benchmark's '# All done' (a truncated log: the run "
+            "did not finish); import a complete log"
+        )
     if tables != 1 or not log.op:
-        raise SpecError(f"{path}: expected one '# Benchmarking:' table, found {tables}; run one datatype and "
-                        "reduction per log")
+        raise SpecError(
+            f"{path}: expected one '# Benchmarking:' table, found {tables}; run one datatype and reduction per log"
+        )
     if log.op == "all_gather":
         if not log.ranks:
             raise SpecError(f"{path}: an allgather log without '# #processes:': the gathered size is unknown")

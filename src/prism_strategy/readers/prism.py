@@ -68,8 +68,18 @@ from pathlib import Path
 
 from prism_strategy.readers.steps import PHASES, StepTimes
 from prism_strategy.readers.training_log import (
-    MAX_INDEX, TEXT_SUFFIXES, ParsedLog, Window, bad_line, file_contains, log_lines, rank_from_path, seconds,
-    step_windows, window_records)
+    MAX_INDEX,
+    TEXT_SUFFIXES,
+    ParsedLog,
+    Window,
+    bad_line,
+    file_contains,
+    log_lines,
+    rank_from_path,
+    seconds,
+    step_windows,
+    window_records,
+)
 from prism_strategy.specs.errors import SpecError
 
 FORMAT = "prism-log"
@@ -89,15 +99,26 @@ INDEX = re.compile(r"\b(?:step|iter|iteration)\s*[:=#]?\s*(\d+)\b(?!\s*(?:ms|s)\
 RANK = re.compile(r"\[(?:rank|default)(\d+)\]|\brank\s*[:=]?\s*(\d+)", re.IGNORECASE)
 TOKENS = re.compile(r"\b(tokens|tok|seq_len|seq)\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
 NATIVE = re.compile(rf"\[TIMING\] Data: {_F}s \| Fwd: {_F}s \| Bwd: {_F}s \| Opt: {_F}s\s*$")
-PHASE_OF = {"data": "data", "fwd": "forward", "forward": "forward", "bwd": "backward", "backward": "backward",
-            "opt": "optimizer", "optim": "optimizer", "optimizer": "optimizer"}
+PHASE_OF = {
+    "data": "data",
+    "fwd": "forward",
+    "forward": "forward",
+    "bwd": "backward",
+    "backward": "backward",
+    "opt": "optimizer",
+    "optim": "optimizer",
+    "optimizer": "optimizer",
+}
 THROUGHPUT = re.compile(rf"\[THROUGHPUT\] {_F} samples/sec \(effective batch: (\d+)\)\s*$")
 MEM_PEAK = re.compile(rf"\[MEMORY\] Peak: {_F}GB, Current: {_F}GB")
 MEM50 = re.compile(r"\[MEMORY\] Allocated: (\d+)MB \| Reserved: (\d+)MB")
 WORLD = re.compile(r"\[Native DDP\] World size: (\d+)")
 ACCUM = re.compile(r"\[Native DDP\] Training: \d+ steps, grad_accum=(\d+)")
-MODES = (("Projector-Only mode", "projector"), ("Encoder+Projector mode", "encoder-projector"),
-         ("E2E mode with", "e2e"))
+MODES = (
+    ("Projector-Only mode", "projector"),
+    ("Encoder+Projector mode", "encoder-projector"),
+    ("E2E mode with", "e2e"),
+)
 FSDP = re.compile(r"\[FSDP\] Model wrapped with strategy=(\w+)")
 HSDP = re.compile(r"\[HSDP\] Model wrapped: (\S+)")
 TOPO = re.compile(r"\[HSDP\] Topology: (\d+) nodes x (\d+) ranks/node")
@@ -111,9 +132,11 @@ over without a regex)."""
 EXPECTED = "'[TIMING] [step N] Data: Xs | Fwd: Xs | Bwd: Xs | Opt: Xs [| Total: Xs]' (s or ms)"
 
 # tag in the line -> (pattern it must match, what PRISM prints)
-CHECKED = (("[THROUGHPUT]", THROUGHPUT, "'[THROUGHPUT] X samples/sec (effective batch: N)'"),
-           ("[MEMORY] Peak", MEM_PEAK, "'[MEMORY] Peak: XGB, Current: XGB'"),
-           ("[MEMORY] Allocated", MEM50, "'[MEMORY] Allocated: NMB | Reserved: NMB'"))
+CHECKED = (
+    ("[THROUGHPUT]", THROUGHPUT, "'[THROUGHPUT] X samples/sec (effective batch: N)'"),
+    ("[MEMORY] Peak", MEM_PEAK, "'[MEMORY] Peak: XGB, Current: XGB'"),
+    ("[MEMORY] Allocated", MEM50, "'[MEMORY] Allocated: NMB | Reserved: NMB'"),
+)
 
 
 def looks_like(path: Path) -> bool:
@@ -145,7 +168,7 @@ def parse_timing(line: str, path: Path, i: int) -> Timing | None:
     tag = TAG.search(line)
     if tag is None:
         return None
-    body = line[tag.end():]
+    body = line[tag.end() :]
     fields = list(FIELD.finditer(body))
     if not fields:
         return None
@@ -161,8 +184,9 @@ def parse_timing(line: str, path: Path, i: int) -> Timing | None:
     step = int(im.group(1)) if im else None
     if (rank or 0) >= MAX_INDEX or (step or 0) >= MAX_INDEX:
         return None
-    return Timing(step, int(tag.group(1)) if tag.group(1) else None, rank, times,
-                  float(tm.group(2)) if tm else math.nan)
+    return Timing(
+        step, int(tag.group(1)) if tag.group(1) else None, rank, times, float(tm.group(2)) if tm else math.nan
+    )
 
 
 def parse_timing_line(line: str, counters: dict[int, int], default_rank: int = 0) -> StepTimes | None:
@@ -195,11 +219,11 @@ def unrun_means(points: list[tuple[int, str, list[float]]]) -> list[Window]:
         if prev_step is not None and window_start(prev_step) == start and prev_step < step:
             m = prev_step - start
             vals_i = [max(0.0, (v * n - p * m) / (n - m)) for v, p in zip(vals, prev_vals)]
-            out.append(Window(last_step=step, steps=n - m, where=where, step_s=sum(vals_i),
-                              phases=dict(zip(PHASES, vals_i))))
+            out.append(
+                Window(last_step=step, steps=n - m, where=where, step_s=sum(vals_i), phases=dict(zip(PHASES, vals_i)))
+            )
         else:
-            out.append(Window(last_step=step, steps=n, where=where, step_s=sum(vals),
-                              phases=dict(zip(PHASES, vals))))
+            out.append(Window(last_step=step, steps=n, where=where, step_s=sum(vals), phases=dict(zip(PHASES, vals))))
         prev_step, prev_vals = step, vals
     return out
 
@@ -228,8 +252,7 @@ def interval_windows(points: list[tuple[int, str, list[float]]]) -> list[Window]
     out, prev_step = [], None
     for step, where, vals in points:
         steps = step - prev_step if prev_step is not None and prev_step < step else max(1, step - window_start(step))
-        out.append(Window(last_step=step, steps=steps, where=where, step_s=sum(vals),
-                          phases=dict(zip(PHASES, vals))))
+        out.append(Window(last_step=step, steps=steps, where=where, step_s=sum(vals), phases=dict(zip(PHASES, vals))))
         prev_step = step
     return out
 
@@ -242,9 +265,12 @@ def timing_windows(points: list[tuple[int, str, list[float]]], mode: str, log: P
     if mode == "auto":
         bad = first_impossible_interval(points)
         mode = "interval" if bad else "running"
-        log.notes.append(f"[TIMING] read as per-interval means: as running means they give a negative time at {bad}"
-                         if bad else "[TIMING] read as running means since the last 50-step reset (PRISM's native "
-                                     "trainer); pass --timing interval if your trainer logs per-interval means")
+        log.notes.append(
+            f"[TIMING] read as per-interval means: as running means they give a negative time at {bad}"
+            if bad
+            else "[TIMING] read as running means since the last 50-step reset (PRISM's native "
+            "trainer); pass --timing interval if your trainer logs per-interval means"
+        )
     return unrun_means(points) if mode == "running" else interval_windows(points)
 
 
@@ -265,16 +291,15 @@ def _scenario_line(line: str, where: str, log: ParsedLog) -> None:
         log.state("static_graph", m.group(2) == "True", where)
     if m := FSDP.search(line):
         if m.group(1) not in FSDP_NAMES:
-            raise SpecError(f"{where}: FSDP sharding {m.group(1)!r} has no strategy here; "
-                            f"known: {', '.join(FSDP_NAMES)}")
+            raise SpecError(
+                f"{where}: FSDP sharding {m.group(1)!r} has no strategy here; known: {', '.join(FSDP_NAMES)}"
+            )
         log.state("strategy", FSDP_NAMES[m.group(1)], where)
     if m := HSDP.search(line):
         log.state("strategy", HSDP_NAMES.get(m.group(1).rstrip(","), "hsdp_full_shard"), where)
     if m := TOPO.search(line):
         log.state("nodes", int(m.group(1)), where)
         log.state("ranks_per_node", int(m.group(2)), where)
-
-
 
 
 def segments(line: str) -> list[str]:
@@ -299,8 +324,16 @@ class _Points:
     rank: int | None = None
 
 
-def _timing_line(t: Timing, seg: str, where: str, pending: int | None, pts: _Points, counters: dict[int, int],
-                 default_rank: int, log: ParsedLog) -> int | None:
+def _timing_line(
+    t: Timing,
+    seg: str,
+    where: str,
+    pending: int | None,
+    pts: _Points,
+    counters: dict[int, int],
+    default_rank: int,
+    log: ParsedLog,
+) -> int | None:
     """File one [TIMING] line; returns the pending 'Step N: Loss' step left (None once used)."""
     pts.rank = pts.rank if t.rank is None else t.rank
     if t.window is not None:
@@ -309,8 +342,10 @@ def _timing_line(t: Timing, seg: str, where: str, pending: int | None, pts: _Poi
         pts.running.append((pending, where, _four(t, where)))
         return None
     elif t.step is None and NATIVE.search(seg):
-        raise SpecError(f"{where}: [TIMING] line with no 'Step N: Loss' line before it; PRISM logs both, "
-                        "and the step count is needed to undo its running means: pass the whole log")
+        raise SpecError(
+            f"{where}: [TIMING] line with no 'Step N: Loss' line before it; PRISM logs both, "
+            "and the step count is needed to undo its running means: pass the whole log"
+        )
     else:
         pts.counted |= t.step is None
         log.record(_counted(t, counters, default_rank), where)
@@ -320,8 +355,9 @@ def _timing_line(t: Timing, seg: str, where: str, pending: int | None, pts: _Poi
 def _four(t: Timing, where: str) -> list[float]:
     vals = t.phases()
     if not all(math.isfinite(v) for v in vals):
-        raise SpecError(f"{where}: a PRISM running-mean [TIMING] line needs Data, Fwd, Bwd and Opt times; "
-                        f"expected {EXPECTED}")
+        raise SpecError(
+            f"{where}: a PRISM running-mean [TIMING] line needs Data, Fwd, Bwd and Opt times; expected {EXPECTED}"
+        )
     return vals
 
 
@@ -374,8 +410,10 @@ def _windows(log: ParsedLog, pts: _Points, timing_mode: str, default_rank: int) 
     if pts.running:
         log.windows = timing_windows(pts.running, timing_mode, log)
     elif pts.per_50:
-        log.windows = [Window(last_step=s, steps=s - window_start(s), where=w, step_s=sum(v),
-                              phases=dict(zip(PHASES, v))) for s, w, v in pts.per_50]
+        log.windows = [
+            Window(last_step=s, steps=s - window_start(s), where=w, step_s=sum(v), phases=dict(zip(PHASES, v)))
+            for s, w, v in pts.per_50
+        ]
         log.notes.append("timing from the [TIMING Step N] 50-step windows (no per-log [TIMING] lines)")
     if log.windows and not log.records:
         window_records(log, default_rank if pts.rank is None else pts.rank)

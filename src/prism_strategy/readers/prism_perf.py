@@ -29,7 +29,17 @@ from typing import Any
 from prism_strategy.readers.prism import unrun_means, window_start
 from prism_strategy.readers.steps import PHASES, StepTimes
 from prism_strategy.readers.training_log import (
-    ParsedLog, Window, first_json, index, json_lines, number, rank_from_path, seconds, step_windows, window_records)
+    ParsedLog,
+    Window,
+    first_json,
+    index,
+    json_lines,
+    number,
+    rank_from_path,
+    seconds,
+    step_windows,
+    window_records,
+)
 
 FORMAT = "prism-perf.jsonl"
 SUFFIXES = (".jsonl",)
@@ -51,8 +61,9 @@ _KEYS = "|".join(re.escape(k) for name in ("step", "step_s", *PHASES) for k in A
 
 def looks_like(path: Path) -> bool:
     line = first_json(path)
-    return path.suffix == ".jsonl" and '"kind"' not in line and bool(
-        re.search(rf'"(?:site|{_KEYS})(?:_ms)?"\s*:', line))
+    return (
+        path.suffix == ".jsonl" and '"kind"' not in line and bool(re.search(rf'"(?:site|{_KEYS})(?:_ms)?"\s*:', line))
+    )
 
 
 def _num(obj: dict[str, Any], name: str) -> float:
@@ -93,15 +104,25 @@ def _scenario(obj: dict[str, Any], where: str, log: ParsedLog) -> None:
         log.state("dist_strategy", str(ds), where)
 
 
-def _site_record(obj: dict[str, Any], where: str, log: ParsedLog, per_50: list[Window],
-                 running: list[tuple[int, str, float, float]]) -> None:
+def _site_record(
+    obj: dict[str, Any], where: str, log: ParsedLog, per_50: list[Window], running: list[tuple[int, str, float, float]]
+) -> None:
     _scenario(obj, where, log)
     step = int(number(obj, "step", where))
     if obj["site"] == "trainer_native_per_50":
-        ph = {p: number(obj, k, where) for p, k in (("data", "data_s"), ("forward", "fwd_s"),
-                                                    ("backward", "bwd_s"), ("optimizer", "opt_s"))}
-        per_50.append(Window(last_step=step, steps=step - window_start(step), where=where,
-                             step_s=number(obj, "total_step_s", where), phases=ph))
+        ph = {
+            p: number(obj, k, where)
+            for p, k in (("data", "data_s"), ("forward", "fwd_s"), ("backward", "bwd_s"), ("optimizer", "opt_s"))
+        }
+        per_50.append(
+            Window(
+                last_step=step,
+                steps=step - window_start(step),
+                where=where,
+                step_s=number(obj, "total_step_s", where),
+                phases=ph,
+            )
+        )
         log.peak("peak_reserved_bytes", (number(obj, "mem_reserved_mb", where, required=False) or 0) * MiB or None)
     else:
         running.append((step, where, number(obj, "samples_per_sec", where), number(obj, "samples_per_step", where)))
@@ -125,8 +146,10 @@ def read(path: Path) -> ParsedLog:
     if per_50:
         log.windows = per_50
     elif running:  # total time since the reset = samples_per_step * n / running samples/s
-        log.windows = [Window(last_step=w.last_step, steps=w.steps, where=w.where, step_s=w.step_s)
-                       for w in unrun_means([(s, w, [sps_step / sps]) for s, w, sps, sps_step in running if sps > 0])]
+        log.windows = [
+            Window(last_step=w.last_step, steps=w.steps, where=w.where, step_s=w.step_s)
+            for w in unrun_means([(s, w, [sps_step / sps]) for s, w, sps, sps_step in running if sps > 0])
+        ]
         log.notes.append("timing from per-log running samples/s (no trainer_native_per_50 records)")
     if log.windows and not log.records:
         window_records(log, rank_from_path(path) or 0)

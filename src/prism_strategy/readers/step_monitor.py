@@ -16,7 +16,16 @@ from typing import Any
 
 from prism_strategy.readers.steps import Event, step_times
 from prism_strategy.readers.training_log import (
-    ParsedLog, first_json, index, integer, json_lines, number, rank_from_path, seconds, step_windows)
+    ParsedLog,
+    first_json,
+    index,
+    integer,
+    json_lines,
+    number,
+    rank_from_path,
+    seconds,
+    step_windows,
+)
 from prism_strategy.specs.errors import SpecError
 
 FORMAT = "stepmonitor"
@@ -37,8 +46,14 @@ def _event(obj: dict[str, Any], where: str) -> Event:
     ranks, evidence = obj.get("ranks", ()), obj.get("evidence", {})
     if not isinstance(obj.get("event"), str) or not isinstance(ranks, list) or not isinstance(evidence, dict):
         raise SpecError(f"{where}: event record needs an 'event' name, a 'ranks' list and an 'evidence' object")
-    return Event(obj["event"], integer(obj.get("step", -1), where, "step"),
-                 tuple(index(r, where, "rank") for r in ranks), evidence, str(obj.get("message", "")), "online")
+    return Event(
+        obj["event"],
+        integer(obj.get("step", -1), where, "step"),
+        tuple(index(r, where, "rank") for r in ranks),
+        evidence,
+        str(obj.get("message", "")),
+        "online",
+    )
 
 
 def _restart(log: ParsedLog, where: str, extras: list[Any]) -> None:
@@ -59,8 +74,14 @@ def _step(obj: dict[str, Any], where: str, log: ParsedLog, extras: list[Any], ra
         raise SpecError(f"{where}: step record lacks or mangles {e}") from None
     index(rec.step, where, "step")
     log.record(rec._replace(**{f: seconds(getattr(rec, f)) for f in TIME_FIELDS}), where)
-    extras.append((where, number(obj, "samples", where, required=False), number(obj, "tokens", where, required=False),
-                   number(obj, "peak_mem_bytes", where, required=False)))
+    extras.append(
+        (
+            where,
+            number(obj, "samples", where, required=False),
+            number(obj, "tokens", where, required=False),
+            number(obj, "peak_mem_bytes", where, required=False),
+        )
+    )
 
 
 def read(path: Path) -> ParsedLog:

@@ -44,9 +44,15 @@ def step_times(rec: dict[str, Any], rank: int) -> StepTimes:
     if cpu and "forward" in cpu:
         cpu_fwd = cpu["forward"]
         cpu_local = sum(cpu.get(p, 0.0) for p in ("data", "forward", "optimizer"))
-    return StepTimes(int(rec["step"]), rank, float(rec["step_s"]),
-                     *(float(ph.get(p, math.nan)) for p in PHASES),
-                     math.nan if tok is None else float(tok), cpu_fwd, cpu_local)
+    return StepTimes(
+        int(rec["step"]),
+        rank,
+        float(rec["step_s"]),
+        *(float(ph.get(p, math.nan)) for p in PHASES),
+        math.nan if tok is None else float(tok),
+        cpu_fwd,
+        cpu_local,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,5 +67,11 @@ class Event:
     source: Literal["online", "offline", "hang_report", "log"] = "offline"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event": self.kind, "step": self.step, "ranks": list(self.ranks),
-                "evidence": self.evidence, "message": self.message, "source": self.source}
+        return {
+            "event": self.kind,
+            "step": self.step,
+            "ranks": list(self.ranks),
+            "evidence": self.evidence,
+            "message": self.message,
+            "source": self.source,
+        }

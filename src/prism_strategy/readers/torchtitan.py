@@ -27,11 +27,15 @@ FORMAT = "torchtitan-log"
 SUFFIXES = TEXT_SUFFIXES
 GiB = 2.0**30
 _N = r"(-?[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?\d+)?|nan|inf)"
-METRICS = re.compile(rf"(?<!validate )\bstep:\s*(\d+)\s+loss:\s*{_N}\s+(?:grad_norm:\s*{_N}\s+)?"
-                     rf"memory:\s*([0-9.]+)\s*GiB\(\s*([0-9.]+)%\)\s+tps:\s*([0-9,]+)"
-                     rf"(?:\s+tflops:\s*([0-9,.]+))?(?:\s+mfu:\s*([0-9.]+)%)?\s*$")
-START = re.compile(r"Training starts at step (\d+), with local batch size (\d+), global batch size (\d+)"
-                   r"(?:, gradient accumulation steps (\d+))?, sequence length (\d+)")
+METRICS = re.compile(
+    rf"(?<!validate )\bstep:\s*(\d+)\s+loss:\s*{_N}\s+(?:grad_norm:\s*{_N}\s+)?"
+    rf"memory:\s*([0-9.]+)\s*GiB\(\s*([0-9.]+)%\)\s+tps:\s*([0-9,]+)"
+    rf"(?:\s+tflops:\s*([0-9,.]+))?(?:\s+mfu:\s*([0-9.]+)%)?\s*$"
+)
+START = re.compile(
+    r"Training starts at step (\d+), with local batch size (\d+), global batch size (\d+)"
+    r"(?:, gradient accumulation steps (\d+))?, sequence length (\d+)"
+)
 EXPECTED = "'step: N  loss: X  [grad_norm: X]  memory: XGiB(P%)  tps: N  tflops: X  mfu: P%'"
 
 
@@ -82,5 +86,14 @@ def read(path: Path) -> ParsedLog:
 
 def set_step_times(log: ParsedLog, tokens_per_step_per_device: int) -> None:
     """tokens/s per device -> seconds per optimizer step, once batch and sequence are known."""
-    log.windows = [Window(last_step=w.last_step, steps=w.steps, where=w.where, tokens_per_s=w.tokens_per_s,
-                          extra=w.extra, step_s=tokens_per_step_per_device / w.tokens_per_s) for w in log.windows]
+    log.windows = [
+        Window(
+            last_step=w.last_step,
+            steps=w.steps,
+            where=w.where,
+            tokens_per_s=w.tokens_per_s,
+            extra=w.extra,
+            step_s=tokens_per_step_per_device / w.tokens_per_s,
+        )
+        for w in log.windows
+    ]

@@ -85,8 +85,10 @@ class ParsedLog:
     def state(self, name: str, value: Any, where: str) -> None:
         """The log states a scenario field; the first statement wins unless a later one disagrees."""
         if name in self.scenario and self.scenario[name] != value:
-            raise SpecError(f"{where}: the log says {name} = {value!r} but {self.scenario_where[name]} says "
-                            f"{self.scenario[name]!r}; import one run at a time")
+            raise SpecError(
+                f"{where}: the log says {name} = {value!r} but {self.scenario_where[name]} says "
+                f"{self.scenario[name]!r}; import one run at a time"
+            )
         self.scenario[name] = value
         self.scenario_where.setdefault(name, where)
 
@@ -99,8 +101,9 @@ class ParsedLog:
         self.wheres.append(where)
 
     def cut_off(self, path: Path, i: int, what: str) -> None:
-        self.cut = (f"{path}:{i}: {what} (the last line is cut off: a partial log: killed mid-write, or still "
-                    "being written)")
+        self.cut = (
+            f"{path}:{i}: {what} (the last line is cut off: a partial log: killed mid-write, or still being written)"
+        )
         self.skipped.append(self.cut)
 
     def merge(self, other: ParsedLog) -> None:
@@ -147,7 +150,7 @@ def file_contains(path: Path, needle: str, chunk: int = 1 << 20) -> bool:
                 text = tail + block.lower()
                 if needle in text:
                     return True
-                tail = text[-len(needle):]
+                tail = text[-len(needle) :]
     except (OSError, UnicodeError):
         return False
     return False
@@ -196,8 +199,9 @@ def window_records(log: ParsedLog, rank: int) -> None:
     detectors then see one point per window, not per step."""
     for w in log.windows:
         if w.step_s is not None:
-            log.record(StepTimes(w.last_step, rank, w.step_s, *(w.phases.get(p, float("nan")) for p in PHASES)),
-                       w.where)
+            log.record(
+                StepTimes(w.last_step, rank, w.step_s, *(w.phases.get(p, float("nan")) for p in PHASES)), w.where
+            )
 
 
 def step_windows(log: ParsedLog) -> list[Window]:
@@ -211,8 +215,9 @@ def step_windows(log: ParsedLog) -> list[Window]:
     for step in sorted(s for s, rows in by_step.items() if set(rows) == ranks):
         rows = [by_step[step][r] for r in sorted(ranks)]
         phases = {p: max(v) for p in PHASES if (v := [getattr(r, p) for r, _ in rows if math.isfinite(getattr(r, p))])}
-        out.append(Window(last_step=step, steps=1, where=rows[0][1], step_s=max(r.step_s for r, _ in rows),
-                          phases=phases))
+        out.append(
+            Window(last_step=step, steps=1, where=rows[0][1], step_s=max(r.step_s for r, _ in rows), phases=phases)
+        )
     return out
 
 

@@ -9,9 +9,20 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.bench.results.store import Result, Store, export
-from prism_strategy.report.bench_tables import (WIDTH, calibrate_lines, ceiling_lines, compare_table, failures,
-                                                import_lines, print_table, progress, published_lines,
-                                                results_table, store_line, tune_lines)
+from prism_strategy.report.bench_tables import (
+    WIDTH,
+    calibrate_lines,
+    ceiling_lines,
+    compare_table,
+    failures,
+    import_lines,
+    print_table,
+    progress,
+    published_lines,
+    results_table,
+    store_line,
+    tune_lines,
+)
 from prism_strategy.report.console import print_json
 
 
@@ -61,14 +72,22 @@ def show_compare(rows: list[dict[str, Any]], json_out: bool) -> None:
         print_table(compare_table(rows), WIDTH)
 
 
-def show_results(store: Store, platform: str | None, export_format: str | None, out: str | None,
-                 json_out: bool) -> None:
+def show_results(
+    store: Store, platform: str | None, export_format: str | None, out: str | None, json_out: bool
+) -> None:
     """`results`: the store's results as a table, JSON (with the store's journal mode), or an
     export (CSV / JSON) to stdout or written whole to `out`."""
     rows = store.query(platform=platform)
     if json_out:
-        print(json.dumps({"store": {"path": str(store.path)} | store.journal.as_dict(),
-                          "results": json.loads(export(rows, "json"))}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "store": {"path": str(store.path)} | store.journal.as_dict(),
+                    "results": json.loads(export(rows, "json")),
+                },
+                indent=2,
+            )
+        )
         return
     if export_format is None:
         print_table(results_table(rows), WIDTH)
@@ -92,10 +111,12 @@ def show_curves(store: Store, platform: str | None) -> None:
 
 
 def show_collective_import(done: dict[str, Any], json_out: bool) -> None:
-    lines = [f"{done['action']} {done['points']} {done['format']} {done['op']} points "
-             f"({done['bytes_min']:.0f}..{done['bytes_max']:.0f} B) for {done['platform']} "
-             f"{done['nodes']}x{done['ranks_per_node']} ranks",
-             f"plan prices {done['op']} with them"]
+    lines = [
+        f"{done['action']} {done['points']} {done['format']} {done['op']} points "
+        f"({done['bytes_min']:.0f}..{done['bytes_max']:.0f} B) for {done['platform']} "
+        f"{done['nodes']}x{done['ranks_per_node']} ranks",
+        f"plan prices {done['op']} with them",
+    ]
     show_lines_or_json(done, lines, json_out)
 
 
@@ -105,17 +126,25 @@ def show_published_import(name: str, done: list[tuple[Result, str]], json_out: b
 
 
 def show_run_import(imp: Any, json_out: bool) -> None:
-    data = {"id": imp.result.id, "action": imp.action, "format": imp.format, "config": imp.result.config,
-            "measured": imp.result.measured, "predicted": imp.result.predicted, "origin": imp.origin,
-            "peak_allocated_bytes": imp.result.peak_allocated_bytes,
-            "peak_reserved_bytes": imp.result.peak_reserved_bytes, "notes": imp.notes}
+    data = {
+        "id": imp.result.id,
+        "action": imp.action,
+        "format": imp.format,
+        "config": imp.result.config,
+        "measured": imp.result.measured,
+        "predicted": imp.result.predicted,
+        "origin": imp.origin,
+        "peak_allocated_bytes": imp.result.peak_allocated_bytes,
+        "peak_reserved_bytes": imp.result.peak_reserved_bytes,
+        "notes": imp.notes,
+    }
     show_lines_or_json(data, None if json_out else import_lines(imp), json_out)
 
 
 def write_store_report(out: str, db: str | None, model: str, platform: str) -> None:
     """`report`: the PNGs (predicted vs measured, the scaling curve, the breakdown), one path a line."""
-    from prism_strategy.bench.results.compare import compare
     from prism_strategy.bench.launch.requests import existing_store
+    from prism_strategy.bench.results.compare import compare
     from prism_strategy.planning.planner import plan
     from prism_strategy.report.plots import check_out_dir, write_report
 

@@ -16,60 +16,111 @@ def _f(v: Any, fmt: str = "{:.3f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-QUANTITY = {"samples_per_s": "samples/s", "step_time_s": "step s", "tokens_per_s_per_device": "tok/s/dev",
-            "mfu": "MFU", "memory_gib": "peak GiB",
-            "alloc_gib": "alloc GiB", "reserved_gib": "reserved GiB", "max_micro_batch": "max mb"}
+QUANTITY = {
+    "samples_per_s": "samples/s",
+    "step_time_s": "step s",
+    "tokens_per_s_per_device": "tok/s/dev",
+    "mfu": "MFU",
+    "memory_gib": "peak GiB",
+    "alloc_gib": "alloc GiB",
+    "reserved_gib": "reserved GiB",
+    "max_micro_batch": "max mb",
+}
 WIDTH = 100
 
 
 def _from(provenance: str, record: str | None = None) -> str:
-    return {"bench": "bench", "imported": "import", "published": f"pub {record or ''}".strip()}.get(provenance,
-                                                                                                  provenance)
+    return {"bench": "bench", "imported": "import", "published": f"pub {record or ''}".strip()}.get(
+        provenance, provenance
+    )
 
 
 def results_table(results: list[Result], title: str = "measured results") -> Table:
-    t = Table(title=title, box=None, padding=(0, 1, 0, 0), pad_edge=False, caption="from: bench = this tool, import = a log, pub = a "
-                                                        "published record; predictions in --json")
-    for col in ("id", "from", "strategy", "status", "ranks x mb", "seq", "step s", "samp/s",
-                "fwd/bwd/opt s", "peak GiB"):
+    t = Table(
+        title=title,
+        box=None,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        caption="from: bench = this tool, import = a log, pub = a published record; predictions in --json",
+    )
+    for col in (
+        "id",
+        "from",
+        "strategy",
+        "status",
+        "ranks x mb",
+        "seq",
+        "step s",
+        "samp/s",
+        "fwd/bwd/opt s",
+        "peak GiB",
+    ):
         t.add_column(col, no_wrap=True)
     for r in results:
         m, c = r.measured, r.config
         phases = "/".join(_f(m.get(k), "{:.2f}") for k in ("forward_s", "backward_s", "optimizer_s"))
         peak = r.peak_allocated_bytes or m.get("peak_memory_bytes")
-        t.add_row(str(r.id), _from(r.provenance, (m.get("published") or {}).get("id")), r.strategy, r.status,
-                  f"{c.get('nproc', '')}x{c.get('micro_batch', '')}", str(c.get("seq_len", "")),
-                  _f(m.get("step_time_s")), _f(m.get("samples_per_s"), "{:.1f}"), phases,
-                  _f(peak / 2**30 if peak else None, "{:.2f}"))
+        t.add_row(
+            str(r.id),
+            _from(r.provenance, (m.get("published") or {}).get("id")),
+            r.strategy,
+            r.status,
+            f"{c.get('nproc', '')}x{c.get('micro_batch', '')}",
+            str(c.get("seq_len", "")),
+            _f(m.get("step_time_s")),
+            _f(m.get("samples_per_s"), "{:.1f}"),
+            phases,
+            _f(peak / 2**30 if peak else None, "{:.2f}"),
+        )
     return t
 
 
 def compare_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="predicted vs measured", box=None, padding=(0, 1, 0, 0), pad_edge=False,
-              caption="error % = (predicted - measured) / measured; predicted: "
-                                                     "analytic model; MFU: model FLOPs (estimate/compute.py) / "
-                                                     "the platform's peak; alloc/reserved: peak allocated/reserved "
-                                                     "memory, each beside the predicted peak")
+    t = Table(
+        title="predicted vs measured",
+        box=None,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        caption="error % = (predicted - measured) / measured; predicted: "
+        "analytic model; MFU: model FLOPs (estimate/compute.py) / "
+        "the platform's peak; alloc/reserved: peak allocated/reserved "
+        "memory, each beside the predicted peak",
+    )
     for col in ("id", "from", "strategy", "ranks x mb", "seq", "quantity", "predicted", "measured", "error %"):
         t.add_column(col, no_wrap=True)
     for r in rows:
         c = r["config"]
         for q, pv in r["predicted"].items():
-            t.add_row(str(r["id"]), _from(r.get("provenance", "bench"), r.get("record")), r["strategy"],
-                      f"{c.get('nproc', '')}x{c.get('micro_batch')}", str(c.get("seq_len")), QUANTITY.get(q, q),
-                      _f(pv, "{:.4g}"), _f(r["measured"][q], "{:.4g}"), _f(r["error_pct"][q], "{:+.1f}"))
+            t.add_row(
+                str(r["id"]),
+                _from(r.get("provenance", "bench"), r.get("record")),
+                r["strategy"],
+                f"{c.get('nproc', '')}x{c.get('micro_batch')}",
+                str(c.get("seq_len")),
+                QUANTITY.get(q, q),
+                _f(pv, "{:.4g}"),
+                _f(r["measured"][q], "{:.4g}"),
+                _f(r["error_pct"][q], "{:+.1f}"),
+            )
     return t
 
 
 def _scenario_text(c: dict[str, Any], platform: str) -> str:
     model = c["model"] + (f" + {c['vision']}" if c.get("vision") else "")
     nodes = c["nproc"] // c["ranks_per_node"]
-    ckpt = ("selective checkpointing (sac)" if c["ckpt_freq"] == "sac" else
-            f"ckpt every {c['ckpt_freq']}" if c["ckpt_freq"] else "no checkpointing")
+    ckpt = (
+        "selective checkpointing (sac)"
+        if c["ckpt_freq"] == "sac"
+        else f"ckpt every {c['ckpt_freq']}"
+        if c["ckpt_freq"]
+        else "no checkpointing"
+    )
     ckpt += "".join(f", {k} {c[k]}" for k in ("optimizer", "loss") if c.get(k))
-    return (f"{model}, {c['mode']}, {c['strategy']}, {nodes} node(s) x {c['ranks_per_node']} ranks, micro-batch "
-            f"{c['micro_batch']}, grad accum {c['grad_accum']}, seq {c['seq_len']}, {ckpt}, {c['precision']}, "
-            f"platform {platform}")
+    return (
+        f"{model}, {c['mode']}, {c['strategy']}, {nodes} node(s) x {c['ranks_per_node']} ranks, micro-batch "
+        f"{c['micro_batch']}, grad accum {c['grad_accum']}, seq {c['seq_len']}, {ckpt}, {c['precision']}, "
+        f"platform {platform}"
+    )
 
 
 def _gib(v: float | None) -> str:
@@ -91,27 +142,36 @@ def import_lines(imp: Any) -> list[str]:
     told = sorted(k for k, v in imp.origin.items() if v == "flag")
     short = {str(f): f.name for f in imp.files}
     logged = [f"{k} ({_short(v, short)})" for k, v in imp.origin.items() if v != "flag"]
-    phases = ", ".join(f"{k} {m[f'{k}_s']:.3f}" for k in ("data", "forward", "backward", "optimizer")
-                       if f"{k}_s" in m)
-    lines = [f"imported {r.source} ({imp.format}) as result {r.id} [{imp.action}]",
-             f"scenario: {_scenario_text(r.config, r.platform)}",
-             f"from flags: {', '.join(told) or 'none'}", f"from the log: {'; '.join(logged) or 'none'}",
-             f"steady state: {imp.steady.summary()}",
-             f"measured: step {m['step_time_s']:.4g} s" + (f" ({phases})" if phases else "")
-             + f", {m['samples_per_s']:.4g} samples/s, peak allocated {_gib(r.peak_allocated_bytes)}, "
-               f"peak reserved {_gib(r.peak_reserved_bytes)}",
-             f"predicted (analytic model, {r.platform}): step {p['step_time_s']:.4g} s, "
-             f"{p['samples_per_s']:.4g} samples/s, peak {_gib(p['memory_bytes'])}"]
+    phases = ", ".join(f"{k} {m[f'{k}_s']:.3f}" for k in ("data", "forward", "backward", "optimizer") if f"{k}_s" in m)
+    lines = [
+        f"imported {r.source} ({imp.format}) as result {r.id} [{imp.action}]",
+        f"scenario: {_scenario_text(r.config, r.platform)}",
+        f"from flags: {', '.join(told) or 'none'}",
+        f"from the log: {'; '.join(logged) or 'none'}",
+        f"steady state: {imp.steady.summary()}",
+        f"measured: step {m['step_time_s']:.4g} s"
+        + (f" ({phases})" if phases else "")
+        + f", {m['samples_per_s']:.4g} samples/s, peak allocated {_gib(r.peak_allocated_bytes)}, "
+        f"peak reserved {_gib(r.peak_reserved_bytes)}",
+        f"predicted (analytic model, {r.platform}): step {p['step_time_s']:.4g} s, "
+        f"{p['samples_per_s']:.4g} samples/s, peak {_gib(p['memory_bytes'])}",
+    ]
     lines += [f"note: {n}" for n in imp.notes]
     return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="    ")]
 
 
 def published_lines(name: str, done: list[tuple[Result, str]]) -> list[str]:
     counts = {a: sum(1 for _, x in done if x == a) for a in ("added", "updated", "unchanged")}
-    head = (f"published {name}: {len(done)} records stored with provenance 'published' ("
-            + ", ".join(f"{n} {a}" for a, n in counts.items()) + "); `compare` shows them beside the predictions")
-    rows = [f"  {r.id:>4} {(r.measured.get('published') or {}).get('id', ''):<10} {r.status:<4} {r.strategy:<18} "
-            f"{r.config['nproc']:>4} ranks  mb {r.config['micro_batch']:<3} {a}" for r, a in done]
+    head = (
+        f"published {name}: {len(done)} records stored with provenance 'published' ("
+        + ", ".join(f"{n} {a}" for a, n in counts.items())
+        + "); `compare` shows them beside the predictions"
+    )
+    rows = [
+        f"  {r.id:>4} {(r.measured.get('published') or {}).get('id', ''):<10} {r.status:<4} {r.strategy:<18} "
+        f"{r.config['nproc']:>4} ranks  mb {r.config['micro_batch']:<3} {a}"
+        for r, a in done
+    ]
     import textwrap
 
     return textwrap.wrap(head, WIDTH, subsequent_indent="    ") + rows
@@ -122,16 +182,31 @@ def tune_lines(data: dict[str, Any]) -> list[str]:
     import textwrap
 
     best = data["best"]
-    lines = [f"tune (measured): {data['runs']} runs of a {data['grid_size']}-run grid",
-             f"  {'strategy':<20} {'mb':>4} {'ckpt':>4} {'predicted/s':>12} {'measured/s':>11}"]
+    lines = [
+        f"tune (measured): {data['runs']} runs of a {data['grid_size']}-run grid",
+        f"  {'strategy':<20} {'mb':>4} {'ckpt':>4} {'predicted/s':>12} {'measured/s':>11}",
+    ]
     for m in data["measured"]:
-        mark = "*" if best and (m["strategy"], m["micro_batch"], m["ckpt_freq"]) == (
-            best["strategy"], best["micro_batch"], best["ckpt_freq"]) else " "
-        lines.append(f"{mark} {m['strategy']:<20} {m['micro_batch']:>4} {m['ckpt_freq']:>4} "
-                     f"{m['predicted_samples_per_s']:>12.2f} {m['samples_per_s']:>11.2f}")
-    lines.append("best (measured): " + (f"{best['strategy']} at micro-batch {best['micro_batch']}, ckpt "
-                                        f"{best['ckpt_freq']}: {best['samples_per_s']:.2f} samples/s (*)"
-                                        if best else "none ran"))
+        mark = (
+            "*"
+            if best
+            and (m["strategy"], m["micro_batch"], m["ckpt_freq"])
+            == (best["strategy"], best["micro_batch"], best["ckpt_freq"])
+            else " "
+        )
+        lines.append(
+            f"{mark} {m['strategy']:<20} {m['micro_batch']:>4} {m['ckpt_freq']:>4} "
+            f"{m['predicted_samples_per_s']:>12.2f} {m['samples_per_s']:>11.2f}"
+        )
+    lines.append(
+        "best (measured): "
+        + (
+            f"{best['strategy']} at micro-batch {best['micro_batch']}, ckpt "
+            f"{best['ckpt_freq']}: {best['samples_per_s']:.2f} samples/s (*)"
+            if best
+            else "none ran"
+        )
+    )
     lines.append(f"stopped: {data['stop_reason']}")
     return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="    ")]
 
@@ -141,11 +216,15 @@ def ceiling_lines(data: dict[str, Any], max_micro_batch: int) -> list[str]:
     and each trial."""
     ok_all = all(status == "ok" for _, status in data["trials"])
     if data["ceiling"] >= max_micro_batch and ok_all:
-        head = (f"{data['strategy']}: runs at every size tried up to {max_micro_batch}, the search cap (predicted "
-                f"ceiling {data['predicted']}); raise --max-micro-batch to search further")
+        head = (
+            f"{data['strategy']}: runs at every size tried up to {max_micro_batch}, the search cap (predicted "
+            f"ceiling {data['predicted']}); raise --max-micro-batch to search further"
+        )
     else:
-        head = (f"{data['strategy']}: largest micro-batch that runs = {data['ceiling']} (measured; predicted "
-                f"{data['predicted']})")
+        head = (
+            f"{data['strategy']}: largest micro-batch that runs = {data['ceiling']} (measured; predicted "
+            f"{data['predicted']})"
+        )
     lines = [head, f"  {data['runs']} trial runs, in order:", f"  {'micro-batch':>11} status"]
     lines += [f"  {mb:>11} {status}" for mb, status in data["trials"]]
     import textwrap
@@ -167,8 +246,11 @@ def calibrate_lines(report: dict[str, Any]) -> list[str]:
 
     b, a, rep = report["before"], report["after"], report["replaces"]
     rows = f"{report['runs']} {report.get('rows', 'runs')}"
-    head = (f"calibrated {report['platform']} on {rows} -> {report['file']}" if report["written"]
-            else f"{report['platform']}: {report['refused']}")
+    head = (
+        f"calibrated {report['platform']} on {rows} -> {report['file']}"
+        if report["written"]
+        else f"{report['platform']}: {report['refused']}"
+    )
     lines = [head]
     for key, what in (("step_time_median", "step time"), ("memory_median", "peak memory")):
         if key in a and key in b:
@@ -177,8 +259,9 @@ def calibrate_lines(report: dict[str, Any]) -> list[str]:
     lines += [f"  held at a bound: {n}" for n in report.get("held_at_bounds", [])]
     lines += [f"  {report['kept']}"] if report.get("kept") else []
     for row in report.get("records", []):
-        lines.append(f"  {row['id']:12s} step error {row['before_err_pct']:+7.1f}% before, "
-                     f"{row['after_err_pct']:+7.1f}% after")
+        lines.append(
+            f"  {row['id']:12s} step error {row['before_err_pct']:+7.1f}% before, {row['after_err_pct']:+7.1f}% after"
+        )
     lines += [f"  {row['id']:12s} not fitted: {row['why']}" for row in report.get("not_fitted", [])]
     lines += comm_lines(report["comm"]) if "comm" in report else []
     return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="      ")]
@@ -187,18 +270,25 @@ def calibrate_lines(report: dict[str, Any]) -> list[str]:
 def comm_lines(c: dict[str, Any]) -> list[str]:
     """calibrate's communication fit (estimate/comm_fit.py): each term and what decided or held it,
     fitted and leave-one-out errors, busbw measured vs fitted at each curve's largest size."""
-    lines = [f"  collectives: {c['points']} points of {', '.join(c['curves'])}; median error "
-             f"{c['before']['comm_median']:.1f}% before, {c['after']['comm_median']:.1f}% fitted "
-             f"(worst {c['max_abs_err_pct']:.1f}%)"]
+    lines = [
+        f"  collectives: {c['points']} points of {', '.join(c['curves'])}; median error "
+        f"{c['before']['comm_median']:.1f}% before, {c['after']['comm_median']:.1f}% fitted "
+        f"(worst {c['max_abs_err_pct']:.1f}%)"
+    ]
     for t in c["terms"]:
         how = f"decided by {t['decided_by']}" if t["decided_by"] else f"held: {t['held']}"
         how += f" (stopped at its {t['at_bound']} bound)" if t.get("at_bound") else ""
         lines.append(f"    {t['name']} ({t['what']}): {t['before']:.4g} -> {t['after']:.4g}; {how}")
-    lines += [f"    leave out {r['left_out']}: median error {r['median_abs_err_pct']:.1f}% on its {r['points']} points"
-              for r in c["leave_one_out"]]
+    lines += [
+        f"    leave out {r['left_out']}: median error {r['median_abs_err_pct']:.1f}% on its {r['points']} points"
+        for r in c["leave_one_out"]
+    ]
     lines += [f"    leave-one-out: {c['leave_one_out_note']}"] if c.get("leave_one_out_note") else []
-    lines += [f"    busbw at {b['bytes'] / 2**20:.6g} MiB of {b['curve']}: {b['measured_busbw_gbps']:.1f} GB/s measured, "
-              f"{b['fitted_busbw_gbps']:.1f} fitted" for b in c["bus_bandwidth"]]
+    lines += [
+        f"    busbw at {b['bytes'] / 2**20:.6g} MiB of {b['curve']}: {b['measured_busbw_gbps']:.1f} GB/s measured, "
+        f"{b['fitted_busbw_gbps']:.1f} fitted"
+        for b in c["bus_bandwidth"]
+    ]
     lines += [f"    not fitted: {c['not_fitted']}"] if c.get("not_fitted") else []
     return lines
 
@@ -209,8 +299,13 @@ def failures(results: list[Result]) -> list[str]:
 
 def progress(total: int, label: str):
     """A rich progress bar; returns (progress, task_id)."""
-    p = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                 TimeElapsedColumn(), console=Console(stderr=True))
+    p = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
     return p, p.add_task(label, total=total or None)
 
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from rich.console import Console
 
+from prism_strategy.engines import collective_kinds
 from prism_strategy.report.console import Column, fitted_table, table_console
 from prism_strategy.specs.presets import load_model, load_platform, model_names, platform_names
-from prism_strategy.engines import collective_kinds
 from prism_strategy.strategies import STRATEGIES
 
 
@@ -16,9 +16,21 @@ def models_rows() -> list[dict[str, Any]]:
     rows = []
     for n in model_names():
         m = load_model(n)
-        rows.append({"name": n, "kind": m.kind, "params": m.total_params, "layers": m.layers, "hidden": m.hidden,
-                     "heads": m.heads, "kv_heads": m.kv_heads, "ffn": m.ffn, "vocab": m.vocab,
-                     "max_positions": m.max_positions, "source": m.source})
+        rows.append(
+            {
+                "name": n,
+                "kind": m.kind,
+                "params": m.total_params,
+                "layers": m.layers,
+                "hidden": m.hidden,
+                "heads": m.heads,
+                "kv_heads": m.kv_heads,
+                "ffn": m.ffn,
+                "vocab": m.vocab,
+                "max_positions": m.max_positions,
+                "source": m.source,
+            }
+        )
     return rows
 
 
@@ -26,17 +38,37 @@ def platforms_rows() -> list[dict[str, Any]]:
     rows = []
     for n in platform_names():
         p = load_platform(n)
-        rows.append({"name": n, "device": p.device, "backend": p.backend, "devices_per_node": p.devices_per_node,
-                     "memory_gib": p.memory_gib, "peak_tflops_bf16": p.peak_tflops_bf16, "launcher": p.launcher,
-                     "env_profile": p.env_profile, "description": p.description})
+        rows.append(
+            {
+                "name": n,
+                "device": p.device,
+                "backend": p.backend,
+                "devices_per_node": p.devices_per_node,
+                "memory_gib": p.memory_gib,
+                "peak_tflops_bf16": p.peak_tflops_bf16,
+                "launcher": p.launcher,
+                "env_profile": p.env_profile,
+                "description": p.description,
+            }
+        )
     return rows
 
 
 def strategies_rows() -> list[dict[str, Any]]:
-    return [{"name": s.name, "engine": s.engine, "params": s.param_shard, "grads": s.grad_shard,
-             "optimizer": s.optim_shard, "reshard_after_forward": s.reshard_after_forward,
-             "collectives": collective_kinds(s), "torch_form": s.torch_form,
-             "description": s.description} for s in STRATEGIES]
+    return [
+        {
+            "name": s.name,
+            "engine": s.engine,
+            "params": s.param_shard,
+            "grads": s.grad_shard,
+            "optimizer": s.optim_shard,
+            "reshard_after_forward": s.reshard_after_forward,
+            "collectives": collective_kinds(s),
+            "torch_form": s.torch_form,
+            "description": s.description,
+        }
+        for s in STRATEGIES
+    ]
 
 
 LONG_TEXT = {"source", "description", "collectives", "torch_form", "env_profile"}
@@ -47,9 +79,15 @@ OPTIONAL = {"kv_heads": 3, "max_positions": 2, "launcher": 1, "reshard_after_for
 
 def print_rows(title: str, rows: list[dict[str, Any]], console: Console | None = None) -> None:
     c = console or table_console()
-    columns = [Column(header=k, footnote=k in LONG_TEXT, drop=OPTIONAL.get(k, 0),
-                      justify="right" if isinstance(rows[0][k], (int, float)) and not isinstance(rows[0][k], bool) else "left")
-               for k in rows[0]]
+    columns = [
+        Column(
+            header=k,
+            footnote=k in LONG_TEXT,
+            drop=OPTIONAL.get(k, 0),
+            justify="right" if isinstance(rows[0][k], (int, float)) and not isinstance(rows[0][k], bool) else "left",
+        )
+        for k in rows[0]
+    ]
     body = [[_cell(k, v) for k, v in r.items()] for r in rows]
     c.print(fitted_table(title, columns, body, c.width))
 
@@ -66,8 +104,11 @@ def show_catalog(kind: str, json_out: bool = False) -> None:
     """`models`, `platforms` or `strategies`: the rows as JSON or as a table."""
     from prism_strategy.report.console import print_json
 
-    title, rows_fn = {"models": ("model presets", models_rows), "platforms": ("platform presets", platforms_rows),
-                      "strategies": ("strategies", strategies_rows)}[kind]
+    title, rows_fn = {
+        "models": ("model presets", models_rows),
+        "platforms": ("platform presets", platforms_rows),
+        "strategies": ("strategies", strategies_rows),
+    }[kind]
     rows = rows_fn()
     if json_out:
         print_json(rows)

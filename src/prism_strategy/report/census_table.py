@@ -33,29 +33,56 @@ def _calls(predicted: int, recorded: int | None) -> str:
 
 def _add_strategy(t: Table, s: StrategyCensus) -> None:
     for i, r in enumerate(s.rows):
-        t.add_row(s.strategy if i == 0 else "", r.op, str(r.group_size), r.dtype,
-                  _calls(r.calls_predicted, r.calls_recorded),
-                  _bytes(r.bytes_predicted), _bytes(r.bytes_recorded), _pct(r.bytes_predicted, r.bytes_recorded))
+        t.add_row(
+            s.strategy if i == 0 else "",
+            r.op,
+            str(r.group_size),
+            r.dtype,
+            _calls(r.calls_predicted, r.calls_recorded),
+            _bytes(r.bytes_predicted),
+            _bytes(r.bytes_recorded),
+            _pct(r.bytes_predicted, r.bytes_recorded),
+        )
     err = s.bytes_error_pct
     verdict = "ok" if s.ok else ("FAILED RUN" if err is None else "OFF")
-    t.add_row("" if s.rows else s.strategy, f"[bold]{verdict}[/]", "", "", "",
-              _bytes(sum(r.bytes_predicted for r in s.rows)),
-              _bytes(sum(r.bytes_recorded or 0 for r in s.rows)) if s.recorded else "-",
-              "-" if err is None else f"|{err:.1f}|", end_section=True)
+    t.add_row(
+        "" if s.rows else s.strategy,
+        f"[bold]{verdict}[/]",
+        "",
+        "",
+        "",
+        _bytes(sum(r.bytes_predicted for r in s.rows)),
+        _bytes(sum(r.bytes_recorded or 0 for r in s.rows)) if s.recorded else "-",
+        "-" if err is None else f"|{err:.1f}|",
+        end_section=True,
+    )
 
 
 def census_table(report: CensusReport, predicted_by: str) -> Table:
     c = report.config
     shape = f"{c.get('model')}" + (f" + {c['vision_spec']['name']} ({c.get('mode')})" if c.get("vision_spec") else "")
-    t = Table(title=f"census: collectives of one optimizer step, world {report.world}",
-              box=box.SIMPLE_HEAD, pad_edge=False,
-              caption=(f"{shape}, mb {c.get('micro_batch')}, seq {c.get('seq_len')}, grad accum "
-                       f"{c.get('grad_accum')}, {c.get('precision')}, {c.get('ranks_per_node')} ranks per node\n"
-                       f"calls predicted/recorded; predicted: {predicted_by}; recorded: torch.profiler c10d ops, "
-                       f"rank 0\nerr % per row (pred - rec) / rec; strategy line: sum |pred - rec| / recorded, "
-                       f"ok within {TOLERANCE_PCT:g}%"))
-    for col, just in (("strategy", "left"), ("op", "left"), ("group", "right"), ("dtype", "left"),
-                      ("calls", "right"), ("predicted", "right"), ("recorded", "right"), ("err %", "right")):
+    t = Table(
+        title=f"census: collectives of one optimizer step, world {report.world}",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        caption=(
+            f"{shape}, mb {c.get('micro_batch')}, seq {c.get('seq_len')}, grad accum "
+            f"{c.get('grad_accum')}, {c.get('precision')}, {c.get('ranks_per_node')} ranks per node\n"
+            f"calls predicted/recorded; predicted: {predicted_by}; recorded: torch.profiler c10d ops, "
+            f"rank 0\nerr % per row (pred - rec) / rec; strategy line: sum |pred - rec| / recorded, "
+            f"ok within {TOLERANCE_PCT:g}%"
+        ),
+    )
+    for col, just in (
+        ("strategy", "left"),
+        ("op", "left"),
+        ("group", "right"),
+        ("dtype", "left"),
+        ("calls", "right"),
+        ("predicted", "right"),
+        ("recorded", "right"),
+        ("err %", "right"),
+    ):
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for s in report.strategies:
         _add_strategy(t, s)

@@ -46,8 +46,15 @@ class Column:
 
 
 def _table(title: str | None, cols: list[Column], rows: list[list[str]], caption: str | None) -> Table:
-    t = Table(title=Text(title) if title else None, caption=Text(caption, style="dim") if caption else None,
-              box=box.SIMPLE_HEAD, padding=0, show_edge=False, title_justify="left", caption_justify="left")
+    t = Table(
+        title=Text(title) if title else None,
+        caption=Text(caption, style="dim") if caption else None,
+        box=box.SIMPLE_HEAD,
+        padding=0,
+        show_edge=False,
+        title_justify="left",
+        caption_justify="left",
+    )
     for c in cols:
         t.add_column(c.header, justify=c.justify, overflow="fold", max_width=c.max_width)  # type: ignore[arg-type]
     for r in rows:
@@ -59,8 +66,14 @@ def natural_width(t: Table) -> int:
     return Console(width=10_000).measure(t).maximum
 
 
-def fitted_table(title: str | None, columns: list[Column], rows: list[list[str]], width: int,
-                 caption: str | None = None, ref_header: str = "see") -> RenderableType:
+def fitted_table(
+    title: str | None,
+    columns: list[Column],
+    rows: list[list[str]],
+    width: int,
+    caption: str | None = None,
+    ref_header: str = "see",
+) -> RenderableType:
     """The table at `width`: long text columns become footnotes ("[n] header: value") referenced
     from a `ref_header` column, then optional columns are dropped, until it fits."""
     keep = list(range(len(columns)))

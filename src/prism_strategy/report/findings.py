@@ -44,15 +44,29 @@ def _render_environment(env: dict[str, Any], console: Console) -> None:
     table = Table(title="environment", show_header=False)
     table.add_column("what")
     table.add_column("value", overflow="fold")
-    for key in ("torch", "backends", "device", "device_count", "xpu_runtime", "nccl", "oneccl_root", "modules",
-                "stale_processes"):
+    for key in (
+        "torch",
+        "backends",
+        "device",
+        "device_count",
+        "xpu_runtime",
+        "nccl",
+        "oneccl_root",
+        "modules",
+        "stale_processes",
+    ):
         if key in env and env[key] not in (None, [], ""):
             value = env[key]
             table.add_row(key, Text(", ".join(map(str, value)) if isinstance(value, list) else str(value)))
     profile = env.get("profile") or {}
     if profile.get("name"):
-        table.add_row("profile", Text(f"{profile['name']}: {len(profile['set'])} set, {len(profile['missing'])} missing, "
-                                 f"{len(profile['differs'])} different"))
+        table.add_row(
+            "profile",
+            Text(
+                f"{profile['name']}: {len(profile['set'])} set, {len(profile['missing'])} missing, "
+                f"{len(profile['differs'])} different"
+            ),
+        )
     for name, value in (env.get("variables") or {}).items():
         table.add_row(Text(name), Text(value))
     console.print(table)
@@ -62,8 +76,10 @@ def render_emit(emitted: Emitted, out: Path, console: Console | None = None) -> 
     """A README-like summary of the files written and how to run them."""
     console = console or Console(highlight=False)
     p, lay = emitted.platform, emitted.layout
-    console.print(f"[bold]{emitted.strategy.name}[/bold] on {escape(p.name)}: {lay.nodes} node(s) x {lay.ranks_per_node} "
-                  f"ranks ({p.device}/{p.backend}), env profile {escape(emitted.profile.name)}")
+    console.print(
+        f"[bold]{emitted.strategy.name}[/bold] on {escape(p.name)}: {lay.nodes} node(s) x {lay.ranks_per_node} "
+        f"ranks ({p.device}/{p.backend}), env profile {escape(emitted.profile.name)}"
+    )
     console.print(f"wrote {escape(str(out))}/")
     for f in emitted.files:
         console.print(f"  {f.name:<16} {escape(f.description)}")
@@ -73,10 +89,19 @@ def render_emit(emitted: Emitted, out: Path, console: Console | None = None) -> 
 
 
 def emit_json(emitted: Emitted, out: Path) -> str:
-    return json.dumps({"out": str(out), "strategy": emitted.strategy.name, "platform": emitted.platform.name,
-                       "nodes": emitted.layout.nodes, "ranks_per_node": emitted.layout.ranks_per_node,
-                       "env_profile": emitted.profile.name, "notes": emitted.notes,
-                       "files": [{"name": f.name, "description": f.description} for f in emitted.files]}, indent=2)
+    return json.dumps(
+        {
+            "out": str(out),
+            "strategy": emitted.strategy.name,
+            "platform": emitted.platform.name,
+            "nodes": emitted.layout.nodes,
+            "ranks_per_node": emitted.layout.ranks_per_node,
+            "env_profile": emitted.profile.name,
+            "notes": emitted.notes,
+            "files": [{"name": f.name, "description": f.description} for f in emitted.files],
+        },
+        indent=2,
+    )
 
 
 def show_emit(emitted: Emitted, out: Path, *, json_out: bool = False) -> None:

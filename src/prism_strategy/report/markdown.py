@@ -9,13 +9,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.specs.parts import model_parts
 from prism_strategy.planning.option import Plan
 from prism_strategy.planning.planner import sweep_rows
 from prism_strategy.planning.recommend import TIE
 from prism_strategy.report.plan_table import SWEEP_CAPTION, caption, option_notes, plan_title
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.parts import model_parts
 
 DEFAULT_SWEEP = (1, 2, 4, 8, 16)
 """Node counts of the scaling plot when the plan was made without --sweep-nodes."""
@@ -34,13 +34,41 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
 
 def _options(p: Plan) -> list[str]:
     refs, notes = option_notes(p)
-    rows = [[("**" + o.strategy + "**") if o.strategy == p.recommended else o.strategy, "yes" if o.feasible else "no",
-             f"{o.memory.total / GiB:.1f}", o.max_micro_batch, o.ckpt_freq, o.micro_batch, o.grad_accum, o.global_batch,
-             f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", f"{o.comm_fraction:.0%}", o.bound,
-             "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}", ref]
-            for o, ref in zip(p.options, refs)]
-    head = ["strategy", "fits", "GiB/dev", "max mb", "ckpt", "mb", "accum", "global", "step s", "samples/s", "comm",
-            "bound", "eff", "note"]
+    rows = [
+        [
+            ("**" + o.strategy + "**") if o.strategy == p.recommended else o.strategy,
+            "yes" if o.feasible else "no",
+            f"{o.memory.total / GiB:.1f}",
+            o.max_micro_batch,
+            o.ckpt_freq,
+            o.micro_batch,
+            o.grad_accum,
+            o.global_batch,
+            f"{o.step_time_s:.3f}",
+            f"{o.samples_per_s:.1f}",
+            f"{o.comm_fraction:.0%}",
+            o.bound,
+            "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}",
+            ref,
+        ]
+        for o, ref in zip(p.options, refs)
+    ]
+    head = [
+        "strategy",
+        "fits",
+        "GiB/dev",
+        "max mb",
+        "ckpt",
+        "mb",
+        "accum",
+        "global",
+        "step s",
+        "samples/s",
+        "comm",
+        "bound",
+        "eff",
+        "note",
+    ]
     return [*_table(head, rows), "", f"_{caption(p)}._", "", *(f"{n}. {_cell(t)}" for n, t in enumerate(notes, 1))]
 
 
@@ -48,22 +76,32 @@ def _assumptions(p: Plan) -> list[str]:
     inputs = p.scenario.inputs()
     params = inputs.pop("params")
     lines = [f"- {k}: `{v}`" for k, v in inputs.items() if v is not None]
-    lines.append(f"- params: {params['total'] / 1e9:.3f}B total, {params['trainable'] / 1e9:.3f}B trainable "
-                 f"({params['source']})")
+    lines.append(
+        f"- params: {params['total'] / 1e9:.3f}B total, {params['trainable'] / 1e9:.3f}B trainable ({params['source']})"
+    )
     pick = next((o for o in p.options if o.strategy == p.recommended), p.options[0])
     lines += [f"- {k}: {v}" for k, v in pick.provenance.items()]
-    lines.append(f"- options within {TIE:.0%} of the fastest are a tie (an uncalibrated prediction is not more "
-                 "accurate); the simplest engine in the band wins, and among its options the fastest unless another "
-                 "leaves 5% more room (a 5% larger max micro-batch, or at the same max micro-batch 5% less memory)")
+    lines.append(
+        f"- options within {TIE:.0%} of the fastest are a tie (an uncalibrated prediction is not more "
+        "accurate); the simplest engine in the band wins, and among its options the fastest unless another "
+        "leaves 5% more room (a 5% larger max micro-batch, or at the same max micro-batch 5% less memory)"
+    )
     return lines
 
 
 def _sweep(sweep: list[dict[str, Any]], png: str) -> list[str]:
-    rows = [[r["nodes"], r["strategy"], "yes" if r["feasible"] else "no", *("-" if r[k] is None else r[k] for k in
-             ("ckpt_freq", "micro_batch", "grad_accum", "global_batch")),
-             "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
-             "-" if r["scaling_efficiency"] is None else f"{r['scaling_efficiency']:.2f}", r.get("why_not") or ""]
-            for r in sweep]
+    rows = [
+        [
+            r["nodes"],
+            r["strategy"],
+            "yes" if r["feasible"] else "no",
+            *("-" if r[k] is None else r[k] for k in ("ckpt_freq", "micro_batch", "grad_accum", "global_batch")),
+            "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
+            "-" if r["scaling_efficiency"] is None else f"{r['scaling_efficiency']:.2f}",
+            r.get("why_not") or "",
+        ]
+        for r in sweep
+    ]
     head = ["nodes", "strategy", "fits", "ckpt", "mb", "accum", "global", "samples/s", "eff", "why not"]
     return [*_table(head, rows), "", SWEEP_CAPTION + ".", "", f"![scaling (predicted)]({png})"]
 
@@ -76,8 +114,14 @@ def render_markdown(p: Plan, sweep: list[dict[str, Any]], png_name: str) -> str:
     if p.script is not None:  # plan --script: what was read from which line
         from prism_strategy.report.plan_script import option_verdicts, script_lines
 
-        lines += ["", "### Read from the training script", "", "```", *script_lines(p.script, option_verdicts(p.options)),
-                  "```"]
+        lines += [
+            "",
+            "### Read from the training script",
+            "",
+            "```",
+            *script_lines(p.script, option_verdicts(p.options)),
+            "```",
+        ]
     lines += ["", "### Scaling (predicted)", "", *_sweep(sweep, png_name), ""]
     return "\n".join(lines)
 
@@ -91,8 +135,13 @@ def write_markdown(p: Plan, path: str | Path) -> tuple[Path, Path]:
         raise SpecError(f"--markdown {md} is a folder; give a file name, e.g. {md / 'plan.md'}")
     if not md.parent.is_dir():
         raise SpecError(f"--markdown {md}: folder {md.parent} does not exist; create it first")
-    sweep = p.sweep or sweep_rows(p.scenario, model_parts(p.scenario.model, p.scenario.training), p.options,
-                                  sorted(set(DEFAULT_SWEEP) | {p.scenario.layout.nodes}), p.recommended)
+    sweep = p.sweep or sweep_rows(
+        p.scenario,
+        model_parts(p.scenario.model, p.scenario.training),
+        p.options,
+        sorted(set(DEFAULT_SWEEP) | {p.scenario.layout.nodes}),
+        p.recommended,
+    )
     tmp_md, tmp_png = (x.with_name(f".{x.name}.tmp-{os.getpid()}{x.suffix}") for x in (md, png))
     try:
         from prism_strategy.report.plots import scaling_plot

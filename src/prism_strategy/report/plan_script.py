@@ -7,8 +7,15 @@ from typing import Any
 
 from prism_strategy.specs.cluster import GiB
 
-LABELS = {"loss": "loss", "ckpt_freq": "checkpointing", "optimizer": "optimizer", "precision": "precision",
-          "reduce_dtype": "reduce dtype", "compile": "compile", "strategy": "strategy"}
+LABELS = {
+    "loss": "loss",
+    "ckpt_freq": "checkpointing",
+    "optimizer": "optimizer",
+    "precision": "precision",
+    "reduce_dtype": "reduce dtype",
+    "compile": "compile",
+    "strategy": "strategy",
+}
 WIDTH = 100
 
 
@@ -50,8 +57,10 @@ def option_verdicts(options) -> dict[str, str]:
     out = {}
     for o in options:
         if o.feasible:
-            out[o.strategy] = (f"fits: {o.memory.total / GiB:.1f} GiB per device at micro-batch {o.micro_batch}, "
-                               f"{o.step_time_s:.3f} s per step, {o.samples_per_s:.1f} samples/s")
+            out[o.strategy] = (
+                f"fits: {o.memory.total / GiB:.1f} GiB per device at micro-batch {o.micro_batch}, "
+                f"{o.step_time_s:.3f} s per step, {o.samples_per_s:.1f} samples/s"
+            )
         else:
             out[o.strategy] = f"does not fit: {o.why_not}"
     return out

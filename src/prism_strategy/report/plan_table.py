@@ -45,17 +45,23 @@ def plan_title(p: Plan) -> str:
     seq = f"seq {t.seq_len}" + (f" (mean {t.mean_seq_len})" if t.mean_seq_len else "")
     ckpt = "checkpointing: fastest that fits per option" if t.ckpt_auto else ckpt_text(t.ckpt_name)
     batch = f", global batch {t.global_batch}" if t.global_batch else ""
-    run = f", {t.optimizer} ({t.optimizer_impl_on(sc.platform.device)})" + (f", loss {t.loss}" if t.loss != "upcast" else "")
-    return (f"{sc.model.name} ({sc.model.mode}) on {sc.layout.nodes} x {sc.platform.name} ({sc.layout.world} ranks), "
-            f"{seq}, {t.precision}{batch}, {ckpt}{run}")
+    run = f", {t.optimizer} ({t.optimizer_impl_on(sc.platform.device)})" + (
+        f", loss {t.loss}" if t.loss != "upcast" else ""
+    )
+    return (
+        f"{sc.model.name} ({sc.model.mode}) on {sc.layout.nodes} x {sc.platform.name} ({sc.layout.world} ranks), "
+        f"{seq}, {t.precision}{batch}, {ckpt}{run}"
+    )
 
 
-CAPTION = ("predicted by the analytic model{calibrated} (provenance in --json); GiB per device at the step's worst moment, "
-           "as judged against usable memory (allocated + runtime + the cache a flush cannot free; memory_judged_on); mb x accum x ranks = "
-           "global samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; range = 80% range "
-           "of samples/s (fit's leave-one-out errors; the low side widened beyond what was measured; provenance.range); "
-           "tok/s/dev = tokens/s per device; MFU = model FLOPs (no recompute) / the {peak} peak; comm = exposed share "
-           "of the step; eff = samples/s per node vs the same option (mb, accum, ckpt) on 1 node")
+CAPTION = (
+    "predicted by the analytic model{calibrated} (provenance in --json); GiB per device at the step's worst moment, "
+    "as judged against usable memory (allocated + runtime + the cache a flush cannot free; memory_judged_on); mb x accum x ranks = "
+    "global samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; range = 80% range "
+    "of samples/s (fit's leave-one-out errors; the low side widened beyond what was measured; provenance.range); "
+    "tok/s/dev = tokens/s per device; MFU = model FLOPs (no recompute) / the {peak} peak; comm = exposed share "
+    "of the step; eff = samples/s per node vs the same option (mb, accum, ckpt) on 1 node"
+)
 
 
 def _judged_gib(o: Option) -> float:
@@ -77,14 +83,23 @@ def option_notes(p: Plan) -> tuple[list[str], list[str]]:
 
 
 OPTION_COLUMNS = [
-    Column(header="strategy"), Column(header="fits"), Column(header="GiB", justify="right"),
-    Column(header="largest items (GiB)", drop=8, max_width=36), Column(header="max mb", justify="right", drop=7),
-    Column(header="ckpt", justify="right"), Column(header="mb", justify="right"),
-    Column(header="accum", justify="right"), Column(header="global", justify="right"),
-    Column(header="step s", justify="right", drop=4), Column(header="samples/s", justify="right"),
+    Column(header="strategy"),
+    Column(header="fits"),
+    Column(header="GiB", justify="right"),
+    Column(header="largest items (GiB)", drop=8, max_width=36),
+    Column(header="max mb", justify="right", drop=7),
+    Column(header="ckpt", justify="right"),
+    Column(header="mb", justify="right"),
+    Column(header="accum", justify="right"),
+    Column(header="global", justify="right"),
+    Column(header="step s", justify="right", drop=4),
+    Column(header="samples/s", justify="right"),
     Column(header="range", justify="right", drop=2),
-    Column(header="tok/s/dev", justify="right", drop=3), Column(header="MFU", justify="right", drop=1),
-    Column(header="comm", justify="right"), Column(header="bound", drop=6), Column(header="eff", justify="right", drop=5),
+    Column(header="tok/s/dev", justify="right", drop=3),
+    Column(header="MFU", justify="right", drop=1),
+    Column(header="comm", justify="right"),
+    Column(header="bound", drop=6),
+    Column(header="eff", justify="right", drop=5),
     Column(header="note"),
 ]
 
@@ -98,14 +113,33 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
     rows = []
     for o, ref in zip(p.options, refs):
         mark = "*" if o.strategy == p.recommended else ""
-        row = [mark + o.strategy, "yes" if o.feasible else "no", f"{_judged_gib(o):.1f}", _fmt_items(o),
-               str(o.max_micro_batch), str(o.ckpt_freq), str(o.micro_batch), str(o.grad_accum), str(o.global_batch),
-               f"{o.step_time_s:.3f}", f"{o.samples_per_s:.1f}", _range(o), _compact(o.tokens_per_s_per_device),
-               f"{o.mfu:.0%}", f"{o.comm_fraction:.0%}", o.bound,
-               "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}", ref]
+        row = [
+            mark + o.strategy,
+            "yes" if o.feasible else "no",
+            f"{_judged_gib(o):.1f}",
+            _fmt_items(o),
+            str(o.max_micro_batch),
+            str(o.ckpt_freq),
+            str(o.micro_batch),
+            str(o.grad_accum),
+            str(o.global_batch),
+            f"{o.step_time_s:.3f}",
+            f"{o.samples_per_s:.1f}",
+            _range(o),
+            _compact(o.tokens_per_s_per_device),
+            f"{o.mfu:.0%}",
+            f"{o.comm_fraction:.0%}",
+            o.bound,
+            "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}",
+            ref,
+        ]
         if traced:
-            row.insert(3, "-" if not o.traced else
-                       f"{o.traced['traced_memory_gib']['total']:.1f} / {o.traced['traced_max_micro_batch']}")
+            row.insert(
+                3,
+                "-"
+                if not o.traced
+                else f"{o.traced['traced_memory_gib']['total']:.1f} / {o.traced['traced_max_micro_batch']}",
+            )
         rows.append(row)
     return fitted_table(plan_title(p), cols, rows, width, caption=caption(p))
 
@@ -120,11 +154,18 @@ def caption(p: Plan) -> str:
 
 
 SWEEP_COLUMNS = [
-    Column(header="nodes", justify="right"), Column(header="strategy"), Column(header="fits"),
-    Column(header="ckpt", justify="right"), Column(header="mb", justify="right"), Column(header="accum", justify="right"),
-    Column(header="global", justify="right"), Column(header="step s", justify="right", drop=2),
-    Column(header="samples/s", justify="right"), Column(header="range", justify="right", drop=3),
-    Column(header="eff", justify="right"), Column(header="bound", drop=1),
+    Column(header="nodes", justify="right"),
+    Column(header="strategy"),
+    Column(header="fits"),
+    Column(header="ckpt", justify="right"),
+    Column(header="mb", justify="right"),
+    Column(header="accum", justify="right"),
+    Column(header="global", justify="right"),
+    Column(header="step s", justify="right", drop=2),
+    Column(header="samples/s", justify="right"),
+    Column(header="range", justify="right", drop=3),
+    Column(header="eff", justify="right"),
+    Column(header="bound", drop=1),
     Column(header="why not", footnote=True),
 ]
 
@@ -134,19 +175,38 @@ def _num(v, fmt: str) -> str:
 
 
 def sweep_table(p: Plan, width: int = 120) -> RenderableType:
-    rows = [[str(r["nodes"]), ("*" if r["strategy"] == p.recommended else "") + r["strategy"],
-             "yes" if r["feasible"] else "no", _ckpt(r["ckpt_freq"]), _num(r["micro_batch"], "d"),
-             _num(r["grad_accum"], "d"), _num(r["global_batch"], "d"), _num(r["step_time_s"], ".3f"),
-             _num(r["samples_per_s"], ".1f"), _range_pct(r.get("samples_per_s_range"), r["samples_per_s"]),
-             _num(r["scaling_efficiency"], ".2f"), r["bound"] or "-",
-             r.get("why_not") or ""] for r in p.sweep]
+    rows = [
+        [
+            str(r["nodes"]),
+            ("*" if r["strategy"] == p.recommended else "") + r["strategy"],
+            "yes" if r["feasible"] else "no",
+            _ckpt(r["ckpt_freq"]),
+            _num(r["micro_batch"], "d"),
+            _num(r["grad_accum"], "d"),
+            _num(r["global_batch"], "d"),
+            _num(r["step_time_s"], ".3f"),
+            _num(r["samples_per_s"], ".1f"),
+            _range_pct(r.get("samples_per_s_range"), r["samples_per_s"]),
+            _num(r["scaling_efficiency"], ".2f"),
+            r["bound"] or "-",
+            r.get("why_not") or "",
+        ]
+        for r in p.sweep
+    ]
     cols = SWEEP_COLUMNS if any(r[-1] for r in rows) else SWEEP_COLUMNS[:-1]
-    return fitted_table("scaling (predicted): the leading strategies and the pick (*) over node counts", cols,
-                        [r[:len(cols)] for r in rows], width, caption=SWEEP_CAPTION)
+    return fitted_table(
+        "scaling (predicted): the leading strategies and the pick (*) over node counts",
+        cols,
+        [r[: len(cols)] for r in rows],
+        width,
+        caption=SWEEP_CAPTION,
+    )
 
 
-SWEEP_CAPTION = ("eff = samples/s per node over the same strategy's first feasible row above (fewest nodes), "
-                 "each row at its own micro-batch, accumulation and checkpointing")
+SWEEP_CAPTION = (
+    "eff = samples/s per node over the same strategy's first feasible row above (fewest nodes), "
+    "each row at its own micro-batch, accumulation and checkpointing"
+)
 
 
 def _bullets(lines: list[str], mark: str = "-") -> Table:
@@ -202,8 +262,10 @@ def estimate_lines(d: dict) -> list[str]:
     lines.append(f"  max micro-batch: analytic {d.get('max_micro_batch', '-')}, traced {d['traced_max_micro_batch']}")
     lines += [f"  note: {n}" for n in d.get("traced_notes", [])]
     if "torch.compile" in d.get("provenance", {}).get("memory", ""):
-        lines.append("  note: the trace runs eager (fake tensors are not compiled); the analytic side has "
-                     "torch.compile's term (estimate/memory_compile.py)")
+        lines.append(
+            "  note: the trace runs eager (fake tensors are not compiled); the analytic side has "
+            "torch.compile's term (estimate/memory_compile.py)"
+        )
     import textwrap
 
     return [w for line in lines for w in textwrap.wrap(line, 100, subsequent_indent="        ")]
@@ -216,8 +278,8 @@ def show_plan(p: Plan, *, markdown: str | None = None, json_out: bool = False) -
 
         write_markdown(p, markdown)
     if json_out:
-        from prism_strategy.report.plan_json import plan_dict
         from prism_strategy.report.console import print_json
+        from prism_strategy.report.plan_json import plan_dict
 
         print_json(plan_dict(p))
     else:
@@ -227,7 +289,6 @@ def show_plan(p: Plan, *, markdown: str | None = None, json_out: bool = False) -
 def show_estimate(d: dict, *, json_out: bool = False) -> None:
     """What `estimate` prints: the JSON or the lines."""
     from prism_strategy.report.console import print_json
-
     from prism_strategy.report.plan_json import estimate_dict
 
     d = estimate_dict(d)

@@ -57,8 +57,9 @@ def _run_label(r: dict[str, Any]) -> str:
 
 
 def _ticks(ax, rows: list[dict[str, Any]]) -> None:
-    ax.set_xticks(range(len(rows)), [_run_label(r) for r in rows], fontsize=7, rotation=35, ha="right",
-                  rotation_mode="anchor")
+    ax.set_xticks(
+        range(len(rows)), [_run_label(r) for r in rows], fontsize=7, rotation=35, ha="right", rotation_mode="anchor"
+    )
 
 
 def _scenario(rows: list[dict[str, Any]]) -> str:
@@ -98,8 +99,12 @@ def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path:
     return _save(fig, path)
 
 
-MEASURED = (("forward", "forward"), ("backward", "backward (incl. its communication)"), ("optimizer", "optimizer"),
-            ("other", "rest of the step (data, sync, ...)"))
+MEASURED = (
+    ("forward", "forward"),
+    ("backward", "backward (incl. its communication)"),
+    ("optimizer", "optimizer"),
+    ("other", "rest of the step (data, sync, ...)"),
+)
 PREDICTED = (("compute", "compute"), ("exposed_comm", "communication (exposed)"), ("optimizer", "optimizer"))
 
 
@@ -120,8 +125,15 @@ def breakdown_plot(rows: list[dict[str, Any]], path: Path) -> Path:
         bottom = [0.0] * len(rows)
         for k, (key, label) in enumerate(parts):
             vals = [_phase(r["phases"][side], key) for r in rows]
-            ax.bar([i + dx for i in range(len(rows))], vals, 0.38, bottom=bottom, color=colors[(4 * j + k) % 10],
-                   label=f"{side}: {label}", hatch="//" if key == "exposed_comm" else None)
+            ax.bar(
+                [i + dx for i in range(len(rows))],
+                vals,
+                0.38,
+                bottom=bottom,
+                color=colors[(4 * j + k) % 10],
+                label=f"{side}: {label}",
+                hatch="//" if key == "exposed_comm" else None,
+            )
             bottom = [b + v for b, v in zip(bottom, vals)]
         if side == "predicted":
             for i, r in enumerate(rows):
@@ -141,16 +153,22 @@ def breakdown_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in measured_rows(rows) if any(r["phases"]["measured"].get(k) for k in ("forward", "backward"))]
 
 
-def scaling_plot(sweep: list[dict[str, Any]], path: Path, *, highlight: str | None = None,
-                 title: str = "scaling curve") -> Path:
+def scaling_plot(
+    sweep: list[dict[str, Any]], path: Path, *, highlight: str | None = None, title: str = "scaling curve"
+) -> Path:
     """sweep: plan sweep rows (nodes, strategy, feasible, samples_per_s); `highlight`: the pick, drawn bold.
     `title` names the scenario (model, platform, ranks per node, batch)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for s in dict.fromkeys(r["strategy"] for r in sweep):
         pts = [(r["nodes"], r["samples_per_s"]) for r in sweep if r["strategy"] == s and r["feasible"]]
         bold = s == highlight
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", linewidth=2.5 if bold else 1.2,
-                label=f"{s} (recommended)" if bold else s)
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker="o",
+            linewidth=2.5 if bold else 1.2,
+            label=f"{s} (recommended)" if bold else s,
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("nodes")
@@ -174,8 +192,10 @@ def write_report(rows: list[dict[str, Any]], scaling: Any, outdir: Path, store: 
     notes = []
     measured = measured_rows(rows)
     if not measured:
-        notes.append(f"no measured runs in {store}: the throughput and breakdown plots need some (`prism-strategy "
-                     "bench`, or `results import`); only the predicted scaling curve was drawn")
+        notes.append(
+            f"no measured runs in {store}: the throughput and breakdown plots need some (`prism-strategy "
+            "bench`, or `results import`); only the predicted scaling curve was drawn"
+        )
         return written, notes
     written.append(throughput_plot(measured, outdir / "throughput.png"))
     phased = breakdown_rows(rows)

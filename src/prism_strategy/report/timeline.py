@@ -10,8 +10,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from prism_strategy.diagnose.analyze import Verdict  # noqa: E402
 from prism_strategy.specs.errors import SpecError  # noqa: E402
@@ -19,8 +19,13 @@ from prism_strategy.specs.errors import SpecError  # noqa: E402
 MAX_PANELS = 8
 FORMATS = (".png", ".svg", ".pdf")
 PHASES = (("data", "#9e9e9e"), ("forward", "#1f77b4"), ("backward", "#d62728"), ("optimizer", "#2ca02c"))
-EVENT_COLOR = {"collapse": "#d62728", "straggler": "#ff7f0e", "input_skew": "#bcbd22", "hang": "#000000",
-               "incomplete": "#7f7f7f"}
+EVENT_COLOR = {
+    "collapse": "#d62728",
+    "straggler": "#ff7f0e",
+    "input_skew": "#bcbd22",
+    "hang": "#000000",
+    "incomplete": "#7f7f7f",
+}
 
 
 def _panel_ranks(v: Verdict) -> list[int]:
@@ -77,8 +82,7 @@ def plot_timeline(v: Verdict, path: str | Path) -> Path:
     if is_dir:
         raise SpecError(f"--plot {path} is a folder; give an image file name")
     ranks = _panel_ranks(v)
-    fig, axes = plt.subplots(len(ranks), 1, sharex=True, squeeze=False,
-                             figsize=(11, 1.2 + 1.6 * len(ranks)))
+    fig, axes = plt.subplots(len(ranks), 1, sharex=True, squeeze=False, figsize=(11, 1.2 + 1.6 * len(ranks)))
     idx = {r: i for i, r in enumerate(v.series.ranks)}
     for ax, r in zip(axes[:, 0], ranks):
         _draw_rank(ax, v, idx[r])

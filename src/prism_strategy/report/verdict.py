@@ -15,8 +15,14 @@ from prism_strategy.diagnose.analyze import Verdict
 from prism_strategy.readers.steps import Event
 from prism_strategy.runtime.detect import fmt_s
 
-STYLE = {"healthy": "bold green", "input_skew": "bold yellow", "straggler": "bold red",
-         "collapse": "bold red", "hang": "bold red", "incomplete": "bold red"}
+STYLE = {
+    "healthy": "bold green",
+    "input_skew": "bold yellow",
+    "straggler": "bold red",
+    "collapse": "bold red",
+    "hang": "bold red",
+    "incomplete": "bold red",
+}
 MAX_RANK_ROWS = 16
 WIDTH = 100
 
@@ -44,31 +50,41 @@ def rank_ranges(ranks: Any) -> str:
 # -- evidence as sentences ---------------------------------------------------------------------
 def _collapse_lines(ev: dict[str, Any]) -> list[str]:
     b0, b1 = ev.get("baseline_steps", ["?", "?"])
-    return [f"backward {fmt_s(ev.get('backward_baseline_s'))} -> {fmt_s(ev.get('backward_s'))} "
-            f"({ev.get('backward_factor')}x) on every rank from step {ev.get('from_step')} to "
-            f"{ev.get('to_step')} ({ev.get('hot_steps')} steps at >= {ev.get('threshold')}x its baseline)",
-            f"forward {fmt_s(ev.get('forward_baseline_s'))} -> {fmt_s(ev.get('forward_s'))} "
-            f"(at most {ev.get('forward_factor')}x on any rank): compute did not change",
-            f"step {fmt_s(ev.get('step_baseline_s'))} -> {fmt_s(ev.get('step_s'))} "
-            f"({ev.get('step_time_factor')}x); baseline: steps {b0}-{b1}"]
+    return [
+        f"backward {fmt_s(ev.get('backward_baseline_s'))} -> {fmt_s(ev.get('backward_s'))} "
+        f"({ev.get('backward_factor')}x) on every rank from step {ev.get('from_step')} to "
+        f"{ev.get('to_step')} ({ev.get('hot_steps')} steps at >= {ev.get('threshold')}x its baseline)",
+        f"forward {fmt_s(ev.get('forward_baseline_s'))} -> {fmt_s(ev.get('forward_s'))} "
+        f"(at most {ev.get('forward_factor')}x on any rank): compute did not change",
+        f"step {fmt_s(ev.get('step_baseline_s'))} -> {fmt_s(ev.get('step_s'))} "
+        f"({ev.get('step_time_factor')}x); baseline: steps {b0}-{b1}",
+    ]
 
 
 def _cause_line(r: str, c: dict[str, Any]) -> str:
     cause = c.get("cause")
     if cause == "data_loader":
-        return (f"cause: data loader: rank {r}'s data phase takes {_plus(c.get('extra_data_s'))} per step "
-                f"over the others' ({_plus(c.get('extra_wall_s'))} in all): its input pipeline is slow")
+        return (
+            f"cause: data loader: rank {r}'s data phase takes {_plus(c.get('extra_data_s'))} per step "
+            f"over the others' ({_plus(c.get('extra_wall_s'))} in all): its input pipeline is slow"
+        )
     if cause == "waiting":
-        return (f"cause: waiting: rank {r} spends {fmt_s(c.get('extra_wall_s'))} more wall time per step "
-                f"but {fmt_s(c.get('extra_cpu_s'))} more CPU time (the others' CPU time stretches "
-                f"{c.get('others_wall_per_cpu')}x into wall time): it waits - on storage, a slower device "
-                "the host waits on, a core (CPU starvation), a sleep - rather than computes")
+        return (
+            f"cause: waiting: rank {r} spends {fmt_s(c.get('extra_wall_s'))} more wall time per step "
+            f"but {fmt_s(c.get('extra_cpu_s'))} more CPU time (the others' CPU time stretches "
+            f"{c.get('others_wall_per_cpu')}x into wall time): it waits - on storage, a slower device "
+            "the host waits on, a core (CPU starvation), a sleep - rather than computes"
+        )
     parts = f"forward {_plus(c.get('extra_forward_s'))}, optimizer {_plus(c.get('extra_optimizer_s'))}"
     if c.get("cpu_time") == "recorded":
-        return (f"cause: compute: rank {r}'s CPU time is {c.get('cpu_ratio')}x the others' "
-                f"({_plus(c.get('extra_cpu_s'))}; its wall time {_plus(c.get('extra_wall_s'))}, {parts})")
-    return (f"cause: compute, by wall time ({parts}); no CPU time was recorded (accelerator or "
-            "external log), so waiting cannot be told apart")
+        return (
+            f"cause: compute: rank {r}'s CPU time is {c.get('cpu_ratio')}x the others' "
+            f"({_plus(c.get('extra_cpu_s'))}; its wall time {_plus(c.get('extra_wall_s'))}, {parts})"
+        )
+    return (
+        f"cause: compute, by wall time ({parts}); no CPU time was recorded (accelerator or "
+        "external log), so waiting cannot be told apart"
+    )
 
 
 def _straggler_lines(ev: dict[str, Any]) -> list[str]:
@@ -78,21 +94,27 @@ def _straggler_lines(ev: dict[str, Any]) -> list[str]:
     lines = []
     for r in ranks:
         share = (ev.get("over_ratio_share") or {}).get(r)
-        lines.append(f"rank {r}: data + forward + optimizer take {fmt_s(wall.get(r))} per step, the other "
-                     f"ranks {fmt_s(ev.get('others_local_wall_s'))} ({ev.get('local_ratio', {}).get(r)}x; over "
-                     f"{ev.get('threshold')}x in {round(100 * share) if share is not None else '?'}% of "
-                     f"{ev.get('n_steps')} steps)")
-        lines.append(f"rank {r} waits {fmt_s(wait.get(r))} in backward, the others "
-                     f"{fmt_s(others[len(others) // 2] if others else None)}: they wait for it "
-                     "in the gradient collective")
+        lines.append(
+            f"rank {r}: data + forward + optimizer take {fmt_s(wall.get(r))} per step, the other "
+            f"ranks {fmt_s(ev.get('others_local_wall_s'))} ({ev.get('local_ratio', {}).get(r)}x; over "
+            f"{ev.get('threshold')}x in {round(100 * share) if share is not None else '?'}% of "
+            f"{ev.get('n_steps')} steps)"
+        )
+        lines.append(
+            f"rank {r} waits {fmt_s(wait.get(r))} in backward, the others "
+            f"{fmt_s(others[len(others) // 2] if others else None)}: they wait for it "
+            "in the gradient collective"
+        )
         lines.append(_cause_line(r, (ev.get("causes") or {}).get(r, {})))
     return lines
 
 
 def _hang_lines(ev: dict[str, Any]) -> list[str]:
     behind = ev.get("ranks_not_reached") or {}
-    lines = [f"stuck in phase {ev.get('phase')!r} of step {ev.get('step')} for over {ev.get('timeout_s')} s; "
-             f"reached by ranks {rank_ranges(ev.get('ranks_reached') or [])}"]
+    lines = [
+        f"stuck in phase {ev.get('phase')!r} of step {ev.get('step')} for over {ev.get('timeout_s')} s; "
+        f"reached by ranks {rank_ranges(ev.get('ranks_reached') or [])}"
+    ]
     for r, where in behind.items():
         if isinstance(where, dict):
             lines.append(f"rank {r} never got there: last seen in {where.get('phase')!r} of step {where.get('step')}")
@@ -100,18 +122,22 @@ def _hang_lines(ev: dict[str, Any]) -> list[str]:
 
 
 def _skew_lines(ev: dict[str, Any]) -> list[str]:
-    return [f"compute follows the batch's tokens: Spearman r = {ev.get('spearman_compute_vs_tokens')} over "
-            f"{ev.get('points')} (rank, step) points",
-            f"{ev.get('tokens_min')}-{ev.get('tokens_max')} tokens -> {fmt_s(ev.get('compute_min_s'))}-"
-            f"{fmt_s(ev.get('compute_max_s'))}; {fmt_s((ev.get('s_per_1k_tokens') or 0) / 1000)} per 1k tokens "
-            "more"]
+    return [
+        f"compute follows the batch's tokens: Spearman r = {ev.get('spearman_compute_vs_tokens')} over "
+        f"{ev.get('points')} (rank, step) points",
+        f"{ev.get('tokens_min')}-{ev.get('tokens_max')} tokens -> {fmt_s(ev.get('compute_min_s'))}-"
+        f"{fmt_s(ev.get('compute_max_s'))}; {fmt_s((ev.get('s_per_1k_tokens') or 0) / 1000)} per 1k tokens "
+        "more",
+    ]
 
 
 def _incomplete_lines(ev: dict[str, Any]) -> list[str]:
     last = ev.get("last_step") or {}
     closed = ev.get("closed") or {}
-    lines = [f"rank {r}: " + (f"last step {s}" if s is not None else "no step") + " recorded, no close record"
-             for r, s in list(last.items())[:MAX_RANK_ROWS]]
+    lines = [
+        f"rank {r}: " + (f"last step {s}" if s is not None else "no step") + " recorded, no close record"
+        for r, s in list(last.items())[:MAX_RANK_ROWS]
+    ]
     if len(last) > MAX_RANK_ROWS:
         lines.append(f"... and {len(last) - MAX_RANK_ROWS} more ranks")
     if closed:
@@ -119,8 +145,13 @@ def _incomplete_lines(ev: dict[str, Any]) -> list[str]:
     return lines
 
 
-SENTENCES = {"collapse": _collapse_lines, "straggler": _straggler_lines, "hang": _hang_lines,
-             "input_skew": _skew_lines, "incomplete": _incomplete_lines}
+SENTENCES = {
+    "collapse": _collapse_lines,
+    "straggler": _straggler_lines,
+    "hang": _hang_lines,
+    "input_skew": _skew_lines,
+    "incomplete": _incomplete_lines,
+}
 
 
 def evidence_lines(e: Event) -> list[str]:
@@ -143,15 +174,24 @@ def _events_table(v: Verdict) -> Table:
 
 
 def _collapse_table(e: Event) -> Table:
-    t = Table(title=f"collapse per rank: baseline steps {'-'.join(map(str, e.evidence.get('baseline_steps', [])))} "
-                    f"-> steps {e.evidence.get('from_step')}-{e.evidence.get('to_step')}")
+    t = Table(
+        title=f"collapse per rank: baseline steps {'-'.join(map(str, e.evidence.get('baseline_steps', [])))} "
+        f"-> steps {e.evidence.get('from_step')}-{e.evidence.get('to_step')}"
+    )
     for col in ("rank", "backward before", "after", "x", "forward before", "after", "x"):
         t.add_column(col, justify="right")
     per = e.evidence.get("per_rank") or {}
     for r in list(per)[:MAX_RANK_ROWS]:
         p = per[r]
-        t.add_row(r, fmt_s(p.get("backward_baseline_s")), fmt_s(p.get("backward_s")), str(p.get("backward_ratio")),
-                  fmt_s(p.get("forward_baseline_s")), fmt_s(p.get("forward_s")), str(p.get("forward_ratio")))
+        t.add_row(
+            r,
+            fmt_s(p.get("backward_baseline_s")),
+            fmt_s(p.get("backward_s")),
+            str(p.get("backward_ratio")),
+            fmt_s(p.get("forward_baseline_s")),
+            fmt_s(p.get("forward_s")),
+            str(p.get("forward_ratio")),
+        )
     return t
 
 
@@ -191,8 +231,17 @@ def _ranks_table(v: Verdict) -> Table:
     for r in shown:
         m = v.ranks[r]
         tok = "-" if not math.isfinite(m.tokens) else f"{m.tokens:.0f}"
-        t.add_row(str(r), str(m.steps), cell(m.step_s), cell(m.data), cell(m.forward), cell(m.backward),
-                  cell(m.optimizer), tok, style="red" if r in flagged else None)
+        t.add_row(
+            str(r),
+            str(m.steps),
+            cell(m.step_s),
+            cell(m.data),
+            cell(m.forward),
+            cell(m.backward),
+            cell(m.optimizer),
+            tok,
+            style="red" if r in flagged else None,
+        )
     return t
 
 
@@ -203,8 +252,11 @@ def _wrap(text: str, width: int, first: str, rest: str) -> str:
 def render_verdict(v: Verdict, console: Console | None = None) -> None:
     if console is None:
         c = Console(highlight=False)
-        console = Console(width=min(c.width, WIDTH), highlight=False) if c.is_terminal else Console(
-            width=WIDTH, highlight=False)
+        console = (
+            Console(width=min(c.width, WIDTH), highlight=False)
+            if c.is_terminal
+            else Console(width=WIDTH, highlight=False)
+        )
     console.print(f"[{STYLE[v.verdict]}]verdict: {v.verdict}[/]")
     width = min(console.width, WIDTH)
     console.print(_wrap(v.message, width, "", "  "), markup=False, soft_wrap=True)

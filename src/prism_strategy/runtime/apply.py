@@ -16,13 +16,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from prism_strategy.engines import engine_of
 from prism_strategy.runtime.blocks import BlockSlot
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.job import DDPJob, DeepSpeedJob, FSDPJob, Job, WrapSummary
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.wrap_config import WrapConfig
 from prism_strategy.strategies import StrategySpec
-from prism_strategy.engines import engine_of
+from prism_strategy.wrap_config import WrapConfig
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 _MIXED = {"bf16": torch.bfloat16, None: None}
@@ -45,18 +45,31 @@ def _autocast_hooks(model: nn.Module, device_type: str, dtype: torch.dtype) -> N
     model.register_forward_hook(leave, always_call=True)
 
 
-def apply_ddp(model: nn.Module, *, static_graph: bool, find_unused_parameters: bool,
-              bucket_cap_mb: int | None) -> nn.Module:
+def apply_ddp(
+    model: nn.Module, *, static_graph: bool, find_unused_parameters: bool, bucket_cap_mb: int | None
+) -> nn.Module:
     """DDP: buckets are views of .grad (gradient_as_bucket_view); only parameters with
     requires_grad are bucketed, so frozen ones are never communicated."""
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(model, static_graph=static_graph, find_unused_parameters=find_unused_parameters,
-                                   gradient_as_bucket_view=True, bucket_cap_mb=bucket_cap_mb)
+    return DistributedDataParallel(
+        model,
+        static_graph=static_graph,
+        find_unused_parameters=find_unused_parameters,
+        gradient_as_bucket_view=True,
+        bucket_cap_mb=bucket_cap_mb,
+    )
 
 
-def apply_fsdp(model: nn.Module, blocks: list[BlockSlot], *, mesh: Any, reshard_after_forward: bool,
-               param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None) -> nn.Module:
+def apply_fsdp(
+    model: nn.Module,
+    blocks: list[BlockSlot],
+    *,
+    mesh: Any,
+    reshard_after_forward: bool,
+    param_dtype: torch.dtype | None,
+    reduce_dtype: torch.dtype | None,
+) -> nn.Module:
     """FSDP2 fully_shard on each block, then the root. A 2-D mesh makes it HSDP. Neither the last
     block nor the root (embeddings, LM head) is resharded after forward: backward needs them
     first (torchtitan). torch 2.13 honours an explicit True on the root: it frees the root after
@@ -66,8 +79,9 @@ def apply_fsdp(model: nn.Module, blocks: list[BlockSlot], *, mesh: Any, reshard_
 
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for i, slot in enumerate(blocks):
-        fully_shard(slot.module, mesh=mesh, mp_policy=mp,
-                    reshard_after_forward=reshard_after_forward and i < len(blocks) - 1)
+        fully_shard(
+            slot.module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward and i < len(blocks) - 1
+        )
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
     return model
 
@@ -80,41 +94,88 @@ def apply_deepspeed(model: nn.Module, optimizer: torch.optim.Optimizer, *, confi
     return engine
 
 
-def wrap_ddp(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer: OptimizerFactory,
-             summary: dict[str, Any], *, config: WrapConfig, blocks: list[BlockSlot], ds_config: Any = None) -> Job:
+def wrap_ddp(
+    model: nn.Module,
+    spec: StrategySpec,
+    ctx: DistContext,
+    optimizer: OptimizerFactory,
+    summary: dict[str, Any],
+    *,
+    config: WrapConfig,
+    blocks: list[BlockSlot],
+    ds_config: Any = None,
+) -> Job:
     model.to(ctx.device)
     if config.mixed_precision:
         _autocast_hooks(model, ctx.device.type, _MIXED[config.mixed_precision])
     static = bool(config.static_graph)  # on only when the caller declares the graph fixed
-    ddp = apply_ddp(model, static_graph=static, find_unused_parameters=config.find_unused_parameters,
-                    bucket_cap_mb=spec.bucket_mb)
+    ddp = apply_ddp(
+        model, static_graph=static, find_unused_parameters=config.find_unused_parameters, bucket_cap_mb=spec.bucket_mb
+    )
     opt = _build_optimizer(optimizer, model)
-    opts = (f"static_graph={static} find_unused_parameters={config.find_unused_parameters} "
-            f"gradient_as_bucket_view=True; {engine_of(spec).describe(spec)}")
+    opts = (
+        f"static_graph={static} find_unused_parameters={config.find_unused_parameters} "
+        f"gradient_as_bucket_view=True; {engine_of(spec).describe(spec)}"
+    )
     precision = "bf16 autocast compute, fp32 params and grads" if config.mixed_precision else "fp32"
-    return DDPJob(model=ddp, optimizer=opt, strategy=spec, ctx=ctx, module=model,
-                  summary=WrapSummary(mesh=f"dp={ctx.world_size}", precision=precision, engine_options=opts, **summary))
+    return DDPJob(
+        model=ddp,
+        optimizer=opt,
+        strategy=spec,
+        ctx=ctx,
+        module=model,
+        summary=WrapSummary(mesh=f"dp={ctx.world_size}", precision=precision, engine_options=opts, **summary),
+    )
 
 
-def wrap_fsdp(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer: OptimizerFactory,
-              summary: dict[str, Any], *, config: WrapConfig, blocks: list[BlockSlot], ds_config: Any = None) -> Job:
+def wrap_fsdp(
+    model: nn.Module,
+    spec: StrategySpec,
+    ctx: DistContext,
+    optimizer: OptimizerFactory,
+    summary: dict[str, Any],
+    *,
+    config: WrapConfig,
+    blocks: list[BlockSlot],
+    ds_config: Any = None,
+) -> Job:
     mesh = ctx.mesh_2d if spec.hybrid else ctx.mesh_1d
     dtype = _MIXED[config.mixed_precision]
     reduce = _REDUCE[spec.reduce_dtype] if spec.reduce_dtype else (torch.float32 if dtype else None)
-    apply_fsdp(model, blocks, mesh=mesh, reshard_after_forward=spec.reshard_after_forward,
-               param_dtype=dtype, reduce_dtype=reduce)
+    apply_fsdp(
+        model,
+        blocks,
+        mesh=mesh,
+        reshard_after_forward=spec.reshard_after_forward,
+        param_dtype=dtype,
+        reduce_dtype=reduce,
+    )
     opt = _build_optimizer(optimizer, model)
     mesh_text = " x ".join(f"{n}={s}" for n, s in zip(mesh.mesh_dim_names, mesh.shape))
     precision = "bf16 params/compute, fp32 sharded params and reduce" if dtype else "fp32"
-    return FSDPJob(model=model, optimizer=opt, strategy=spec, ctx=ctx, module=model,
-                   summary=WrapSummary(mesh=mesh_text, precision=precision,
-                                       engine_options=engine_of(spec).describe(spec),
-                                       **summary))
+    return FSDPJob(
+        model=model,
+        optimizer=opt,
+        strategy=spec,
+        ctx=ctx,
+        module=model,
+        summary=WrapSummary(
+            mesh=mesh_text, precision=precision, engine_options=engine_of(spec).describe(spec), **summary
+        ),
+    )
 
 
-def wrap_deepspeed(model: nn.Module, spec: StrategySpec, ctx: DistContext, optimizer: OptimizerFactory,
-                   summary: dict[str, Any], *, config: WrapConfig, blocks: list[BlockSlot],
-                   ds_config: dict[str, Any] | str | Path | None) -> Job:
+def wrap_deepspeed(
+    model: nn.Module,
+    spec: StrategySpec,
+    ctx: DistContext,
+    optimizer: OptimizerFactory,
+    summary: dict[str, Any],
+    *,
+    config: WrapConfig,
+    blocks: list[BlockSlot],
+    ds_config: dict[str, Any] | str | Path | None,
+) -> Job:
     _import_deepspeed(ctx.device.type)
     cfg = deepspeed_config(spec, ctx, mixed_precision=config.mixed_precision, ds_config=ds_config)
     model.to(ctx.device)
@@ -123,9 +184,16 @@ def wrap_deepspeed(model: nn.Module, spec: StrategySpec, ctx: DistContext, optim
     if bf16:  # DeepSpeed keeps bf16 params but leaves inputs alone; FSDP2 casts them: do the same
         engine.module.register_forward_pre_hook(_cast_floats_hook(torch.bfloat16), with_kwargs=True)
     precision = "bf16 params with fp32 master weights, float inputs cast to bf16" if bf16 else "fp32"
-    return DeepSpeedJob(model=engine, optimizer=engine.optimizer, strategy=spec, ctx=ctx, module=engine.module,
-                        summary=WrapSummary(mesh=f"dp={ctx.world_size}", precision=precision,
-                                            engine_options=engine_of(spec).describe(spec), **summary))
+    return DeepSpeedJob(
+        model=engine,
+        optimizer=engine.optimizer,
+        strategy=spec,
+        ctx=ctx,
+        module=engine.module,
+        summary=WrapSummary(
+            mesh=f"dp={ctx.world_size}", precision=precision, engine_options=engine_of(spec).describe(spec), **summary
+        ),
+    )
 
 
 WRAP_BY_ENGINE: dict[str, Callable[..., Job]] = {"ddp": wrap_ddp, "fsdp2": wrap_fsdp, "deepspeed": wrap_deepspeed}
@@ -145,29 +213,37 @@ def _cast_floats_hook(dtype: torch.dtype) -> Callable[..., Any]:
     return hook
 
 
-def deepspeed_config(spec: StrategySpec, ctx: DistContext, *, mixed_precision: str | None,
-                     ds_config: dict[str, Any] | str | Path | None) -> dict[str, Any]:
+def deepspeed_config(
+    spec: StrategySpec, ctx: DistContext, *, mixed_precision: str | None, ds_config: dict[str, Any] | str | Path | None
+) -> dict[str, Any]:
     """The generated config (emit.deepspeed.build_ds_config), or the caller's, checked against
     the strategy; never mutates the caller's dict. wrap() drives accumulation itself, so
     DeepSpeed's micro-step counting is off."""
     if ds_config is None:
         # micro_batch=1: DeepSpeed uses batch sizes only for its own dataloader and logging.
-        cfg = engine_of(spec).engine_config(spec, micro_batch=1, world_size=ctx.world_size,
-                                      precision="bf16-mixed" if mixed_precision else "fp32")
+        cfg = engine_of(spec).engine_config(
+            spec, micro_batch=1, world_size=ctx.world_size, precision="bf16-mixed" if mixed_precision else "fp32"
+        )
     else:
         cfg = copy.deepcopy(_load_ds_config(ds_config))
         bf16 = bool(cfg.get("bf16", {}).get("enabled", False))
         if bf16 != (mixed_precision == "bf16"):
-            raise SpecError(f"ds_config bf16.enabled={str(bf16).lower()} contradicts mixed_precision={mixed_precision!r}; "
-                            "make them agree")
+            raise SpecError(
+                f"ds_config bf16.enabled={str(bf16).lower()} contradicts mixed_precision={mixed_precision!r}; "
+                "make them agree"
+            )
     stage = cfg.get("zero_optimization", {}).get("stage")
     want = engine_of(spec).engine_config(spec, micro_batch=1, world_size=1)["zero_optimization"]
     if stage != want["stage"]:
-        raise SpecError(f"ds_config has zero_optimization.stage={stage!r} but the strategy is {spec.name}; "
-                        f"set stage {want['stage']} or choose the matching zero strategy")
+        raise SpecError(
+            f"ds_config has zero_optimization.stage={stage!r} but the strategy is {spec.name}; "
+            f"set stage {want['stage']} or choose the matching zero strategy"
+        )
     if "optimizer" in cfg:
-        raise SpecError("ds_config has an optimizer section but wrap() passes the client optimizer; "
-                        "remove the optimizer section from ds_config")
+        raise SpecError(
+            "ds_config has an optimizer section but wrap() passes the client optimizer; "
+            "remove the optimizer section from ds_config"
+        )
     _one_micro_step_per_step(cfg, ctx.world_size)
     cfg.setdefault("zero_allow_untested_optimizer", True)  # the client picks the optimizer (e.g. SGD)
     cfg["managed_gradient_accumulation"] = False
@@ -178,14 +254,21 @@ def deepspeed_config(spec: StrategySpec, ctx: DistContext, *, mixed_precision: s
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def _one_micro_step_per_step(cfg: dict[str, Any], world_size: int) -> None:
     """Batch keys for this world with DeepSpeed's accumulation at 1: the training script
     accumulates (job.no_sync()), every job.step() is an optimizer step."""
     gas = cfg.get("gradient_accumulation_steps", 1)
     if gas != 1:
-        warnings.warn(f"ds_config gradient_accumulation_steps={gas} ignored: wrap() steps on every job.step(); "
-                      "accumulate micro-batches in the training loop with job.no_sync()", UserWarning, stacklevel=4)
-    micro = cfg.get("train_micro_batch_size_per_gpu") or max(cfg.get("train_batch_size", world_size) // (gas * world_size), 1)
+        warnings.warn(
+            f"ds_config gradient_accumulation_steps={gas} ignored: wrap() steps on every job.step(); "
+            "accumulate micro-batches in the training loop with job.no_sync()",
+            UserWarning,
+            stacklevel=4,
+        )
+    micro = cfg.get("train_micro_batch_size_per_gpu") or max(
+        cfg.get("train_batch_size", world_size) // (gas * world_size), 1
+    )
     cfg.update(gradient_accumulation_steps=1, train_micro_batch_size_per_gpu=micro, train_batch_size=micro * world_size)
 
 
@@ -211,8 +294,10 @@ def _import_deepspeed(device_type: str) -> Any:
     try:
         import deepspeed
     except ImportError:
-        raise SpecError("zero1/zero2/zero3 need DeepSpeed, which is not installed; "
-                        "pip install 'prism-strategy[deepspeed]' or choose ddp/fsdp_*/hsdp_*") from None
+        raise SpecError(
+            "zero1/zero2/zero3 need DeepSpeed, which is not installed; "
+            "pip install 'prism-strategy[deepspeed]' or choose ddp/fsdp_*/hsdp_*"
+        ) from None
     return deepspeed
 
 

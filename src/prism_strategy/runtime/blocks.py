@@ -30,8 +30,10 @@ def _type_names(block_types: BlockTypes) -> tuple[tuple[type, ...], frozenset[st
     items = [block_types] if isinstance(block_types, (type, str)) else list(block_types or ())
     bad = [t for t in items if not isinstance(t, (type, str))]
     if bad:
-        raise SpecError(f"block_types must be module classes or class names, got {bad[0]!r}; "
-                        "pass e.g. block_types=(LlamaDecoderLayer,)")
+        raise SpecError(
+            f"block_types must be module classes or class names, got {bad[0]!r}; "
+            "pass e.g. block_types=(LlamaDecoderLayer,)"
+        )
     classes = tuple(t for t in items if isinstance(t, type))
     return classes, frozenset(t for t in items if isinstance(t, str))
 
@@ -78,8 +80,10 @@ def find_blocks(model: nn.Module, block_types: BlockTypes = None) -> list[BlockS
     if block_types is None and not blocks:
         return _largest_module_list(model)
     if not blocks:
-        raise SpecError(f"no module of block_types {block_types!r} in {type(model).__name__}; "
-                        "pass the model's transformer block class")
+        raise SpecError(
+            f"no module of block_types {block_types!r} in {type(model).__name__}; "
+            "pass the model's transformer block class"
+        )
     return blocks
 
 

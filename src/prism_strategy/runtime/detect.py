@@ -177,24 +177,44 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     if not np.all(flat):
         return None
     step0, step1 = nanmedian(s.step_s[:, b0:b1]), nanmedian(s.step_s[:, i:j])
-    per_rank = {str(r): {"backward_baseline_s": rounded(base_b[k]), "backward_s": rounded(bwd[k]),
-                         "backward_ratio": rounded(bwd[k] / base_b[k], 2),
-                         "forward_baseline_s": rounded(base_f[k]), "forward_s": rounded(fwd[k]),
-                         "forward_ratio": rounded(fwd_ratio[k], 2)} for k, r in enumerate(s.ranks)}
+    per_rank = {
+        str(r): {
+            "backward_baseline_s": rounded(base_b[k]),
+            "backward_s": rounded(bwd[k]),
+            "backward_ratio": rounded(bwd[k] / base_b[k], 2),
+            "forward_baseline_s": rounded(base_f[k]),
+            "forward_s": rounded(fwd[k]),
+            "forward_ratio": rounded(fwd_ratio[k], 2),
+        }
+        for k, r in enumerate(s.ranks)
+    }
     factor = float(np.median(bwd / base_b))
-    before_after = {"backward_baseline_s": float(np.median(base_b)), "backward_s": float(np.median(bwd)),
-                    "forward_baseline_s": float(np.median(base_f)), "forward_s": float(np.median(fwd)),
-                    "step_baseline_s": float(step0), "step_s": float(step1)}
-    ev = {"from_step": int(s.steps[i]), "to_step": int(s.steps[j - 1]), "hot_steps": j - i,
-          "baseline_steps": [int(s.steps[b0]), int(s.steps[b1 - 1])],
-          **{k: rounded(v) for k, v in before_after.items()},
-          "backward_factor": rounded(factor, 2), "forward_factor": rounded(float(np.max(fwd_ratio)), 2),
-          "step_time_factor": rounded(step1 / step0, 2), "threshold": cfg.collapse_factor,
-          "per_rank": per_rank}
+    before_after = {
+        "backward_baseline_s": float(np.median(base_b)),
+        "backward_s": float(np.median(bwd)),
+        "forward_baseline_s": float(np.median(base_f)),
+        "forward_s": float(np.median(fwd)),
+        "step_baseline_s": float(step0),
+        "step_s": float(step1),
+    }
+    ev = {
+        "from_step": int(s.steps[i]),
+        "to_step": int(s.steps[j - 1]),
+        "hot_steps": j - i,
+        "baseline_steps": [int(s.steps[b0]), int(s.steps[b1 - 1])],
+        **{k: rounded(v) for k, v in before_after.items()},
+        "backward_factor": rounded(factor, 2),
+        "forward_factor": rounded(float(np.max(fwd_ratio)), 2),
+        "step_time_factor": rounded(step1 / step0, 2),
+        "threshold": cfg.collapse_factor,
+        "per_rank": per_rank,
+    }
     ba = {k: fmt_s(v) for k, v in before_after.items()}
-    msg = (f"collapse: backward {ba['backward_baseline_s']} -> {ba['backward_s']} ({factor:.1f}x) on all "
-           f"{len(s.ranks)} ranks together from step {ev['from_step']} to {ev['to_step']}, while forward "
-           f"stayed {ba['forward_baseline_s']} -> {ba['forward_s']}: the collective slowed, not one rank")
+    msg = (
+        f"collapse: backward {ba['backward_baseline_s']} -> {ba['backward_s']} ({factor:.1f}x) on all "
+        f"{len(s.ranks)} ranks together from step {ev['from_step']} to {ev['to_step']}, while forward "
+        f"stayed {ba['forward_baseline_s']} -> {ba['forward_s']}: the collective slowed, not one rank"
+    )
     return Event("collapse", int(s.steps[i]), s.ranks, ev, msg)
 
 
@@ -241,14 +261,23 @@ def detect_input_skew(s: Series, cfg: DetectConfig) -> Event | None:
         return None
     slope = float(np.polyfit(x, y, 1)[0]) * 1000.0
     ranks = tuple(r for k, r in enumerate(t.ranks) if ok[k].any())
-    ev = {"spearman_compute_vs_tokens": rounded(corr, 3), "pearson": rounded(_pearson(x, y), 3), "points": int(x.size),
-          "tokens_min": rounded(float(x.min()), 1), "tokens_max": rounded(float(x.max()), 1),
-          "compute_min_s": rounded(float(y.min())), "compute_max_s": rounded(float(y.max())),
-          "s_per_1k_tokens": rounded(slope, 5), "threshold": cfg.skew_corr}
+    ev = {
+        "spearman_compute_vs_tokens": rounded(corr, 3),
+        "pearson": rounded(_pearson(x, y), 3),
+        "points": int(x.size),
+        "tokens_min": rounded(float(x.min()), 1),
+        "tokens_max": rounded(float(x.max()), 1),
+        "compute_min_s": rounded(float(y.min())),
+        "compute_max_s": rounded(float(y.max())),
+        "s_per_1k_tokens": rounded(slope, 5),
+        "threshold": cfg.skew_corr,
+    }
     first = int(t.steps[np.argmax(ok.any(axis=0))])
-    msg = (f"input skew: compute follows the batch's tokens (r={corr:.2f}; "
-           f"{x.min():.0f}-{x.max():.0f} tokens -> {y.min():.4f}-{y.max():.4f}s); "
-           "bucket by length or balance tokens per rank")
+    msg = (
+        f"input skew: compute follows the batch's tokens (r={corr:.2f}; "
+        f"{x.min():.0f}-{x.max():.0f} tokens -> {y.min():.4f}-{y.max():.4f}s); "
+        "bucket by length or balance tokens per rank"
+    )
     return Event("input_skew", first, ranks, ev, msg)
 
 
@@ -268,7 +297,14 @@ def summarize(s: Series) -> dict[str, Any]:
         return {"ranks": len(s.ranks)}
     lo, hi = int(np.nanargmin(local)), int(np.nanargmax(local))
     ratio = local[hi] / local[lo] if local[lo] > 0 else math.nan
-    return {"ranks": len(s.ranks), "steps": [int(s.steps[0]), int(s.steps[-1])],
-            "step_s": rounded(float(np.nanmedian(step))), "fastest_rank": s.ranks[lo],
-            "fastest_local_s": rounded(local[lo]), "slowest_rank": s.ranks[hi],
-            "slowest_local_s": rounded(local[hi]), "straggler_ratio": rounded(ratio, 3), "measure": "wall"}
+    return {
+        "ranks": len(s.ranks),
+        "steps": [int(s.steps[0]), int(s.steps[-1])],
+        "step_s": rounded(float(np.nanmedian(step))),
+        "fastest_rank": s.ranks[lo],
+        "fastest_local_s": rounded(local[lo]),
+        "slowest_rank": s.ranks[hi],
+        "slowest_local_s": rounded(local[hi]),
+        "straggler_ratio": rounded(ratio, 3),
+        "measure": "wall",
+    }

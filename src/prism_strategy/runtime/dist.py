@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from prism_strategy.runtime.launch_env import (
-    Launcher,
     LaunchEnv,
+    Launcher,
     master_address,
     parse_launch_env,
     resolve_ranks_per_node,
@@ -72,8 +72,11 @@ class DistContext:
         """replicate = nodes, shard = ranks per node (HSDP); ranks are node-contiguous."""
         from torch.distributed.device_mesh import init_device_mesh
 
-        return init_device_mesh(self.device.type, (self.nodes, self.ranks_per_node),
-                                mesh_dim_names=(str(MeshAxis.REPLICATE), str(MeshAxis.SHARD)))
+        return init_device_mesh(
+            self.device.type,
+            (self.nodes, self.ranks_per_node),
+            mesh_dim_names=(str(MeshAxis.REPLICATE), str(MeshAxis.SHARD)),
+        )
 
     def barrier(self) -> None:
         dist.barrier()
@@ -90,8 +93,10 @@ class DistContext:
         self.destroy()
 
     def __str__(self) -> str:
-        return (f"RANK({self.rank}/{self.world_size})-NODES({self.nodes})-RPN({self.ranks_per_node}) "
-                f"{self.device}/{self.backend} via {self.launcher}")
+        return (
+            f"RANK({self.rank}/{self.world_size})-NODES({self.nodes})-RPN({self.ranks_per_node}) "
+            f"{self.device}/{self.backend} via {self.launcher}"
+        )
 
 
 def pick_device_kind(env: dict[str, str] | os._Environ) -> str:
@@ -116,8 +121,9 @@ def _device_index(local_rank: int, count: int, kind: str) -> int:
     if count == 1:
         return 0
     if local_rank >= count:
-        raise SpecError(f"local rank {local_rank} but only {count} {kind} devices are visible; "
-                        "launch at most one rank per device")
+        raise SpecError(
+            f"local rank {local_rank} but only {count} {kind} devices are visible; launch at most one rank per device"
+        )
     return local_rank
 
 
@@ -137,8 +143,13 @@ def set_local_device(kind: str, local_rank: int) -> torch.device:
 def _export_torchrun_env(le: LaunchEnv, addr: str, rpn: int | None) -> None:
     """Mirror the launcher's answer as the torchrun contract (RANK, WORLD_SIZE, ...) for libraries
     that read it (DeepSpeed, Accelerate). Never overrides a variable already set."""
-    values = {"RANK": le.rank, "LOCAL_RANK": le.local_rank, "WORLD_SIZE": le.world_size,
-              "MASTER_ADDR": addr, "MASTER_PORT": le.master_port}
+    values = {
+        "RANK": le.rank,
+        "LOCAL_RANK": le.local_rank,
+        "WORLD_SIZE": le.world_size,
+        "MASTER_ADDR": addr,
+        "MASTER_PORT": le.master_port,
+    }
     if rpn is not None:
         values["LOCAL_WORLD_SIZE"] = le.local_world_size or rpn
     for key, value in values.items():
@@ -147,8 +158,9 @@ def _export_torchrun_env(le: LaunchEnv, addr: str, rpn: int | None) -> None:
 
 def _init_group(le: LaunchEnv, backend: str, device: torch.device, timeout: timedelta) -> None:
     if dist.is_initialized():
-        raise SpecError("a process group already exists; call init_distributed() once per process "
-                        "(or ctx.destroy() first)")
+        raise SpecError(
+            "a process group already exists; call init_distributed() once per process (or ctx.destroy() first)"
+        )
     kw: dict[str, Any] = dict(backend=backend, timeout=timeout, rank=le.rank, world_size=le.world_size)
     if device.type == "cuda":  # device-only: CUDA binds the group to the device; never on XPU (DOMAIN 4)
         kw["device_id"] = device
@@ -165,8 +177,9 @@ def _ranks_per_node_from_hosts() -> int:
     dist.all_gather_object(hosts, socket.gethostname())
     counts = {hosts.count(h) for h in set(hosts)}
     if len(counts) != 1:
-        raise SpecError(f"nodes run different numbers of ranks ({sorted(counts)}); "
-                        "run the same number of ranks on every node")
+        raise SpecError(
+            f"nodes run different numbers of ranks ({sorted(counts)}); run the same number of ranks on every node"
+        )
     return counts.pop()
 
 
@@ -188,9 +201,16 @@ def init_distributed(*, ranks_per_node: int | None = None, timeout_s: float = 60
     _init_group(le, backend, device, timedelta(seconds=timeout_s))
     if rpn is None:
         rpn = _ranks_per_node_from_hosts()
-    return DistContext(rank=le.rank, local_rank=le.local_rank, world_size=le.world_size,
-                       nodes=le.world_size // rpn, ranks_per_node=rpn, device=device, backend=backend,
-                       launcher=le.launcher)
+    return DistContext(
+        rank=le.rank,
+        local_rank=le.local_rank,
+        world_size=le.world_size,
+        nodes=le.world_size // rpn,
+        ranks_per_node=rpn,
+        device=device,
+        backend=backend,
+        launcher=le.launcher,
+    )
 
 
 def destroy() -> None:

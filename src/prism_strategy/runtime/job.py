@@ -56,8 +56,16 @@ def global_numel(p: torch.Tensor) -> int:
 class Job:
     """model, optimizer, strategy and the step verbs; torch engines (DDP, FSDP2) by default."""
 
-    def __init__(self, *, model: Any, optimizer: Any, strategy: StrategySpec, ctx: DistContext,
-                 module: nn.Module, summary: WrapSummary) -> None:
+    def __init__(
+        self,
+        *,
+        model: Any,
+        optimizer: Any,
+        strategy: StrategySpec,
+        ctx: DistContext,
+        module: nn.Module,
+        summary: WrapSummary,
+    ) -> None:
         self.model = model
         """Call this for forward: DDP / FSDP2 module or DeepSpeed engine."""
         self.optimizer = optimizer
@@ -98,17 +106,22 @@ class Job:
         s, spec = self._summary, self.strategy
         local, total = self.param_storage()
         trainable = sum(global_numel(p) for p in self._module.parameters() if p.requires_grad)
-        ckpt = f"on {s.checkpointed} ({'selective, every block' if s.ckpt_freq == 'sac' else f'every {s.ckpt_freq}'})" \
-            if s.ckpt_freq else "off"
-        return "\n".join((
-            f"strategy   {spec.name} ({spec.engine}): {spec.description}",
-            f"mesh       {s.mesh} over {self.ctx.backend} on {self.ctx.device.type}; {self.ctx.layout}",
-            f"blocks     {s.blocks} x {s.block_class}; activation checkpointing {ckpt}; compile {'on' if s.compiled else 'off'}; "
-            f"loss {s.loss}",
-            f"precision  {s.precision}",
-            f"engine     {s.engine_options}",
-            f"params     {local:,} stored on this rank of {total:,} ({100 * local / max(total, 1):.1f}%); {trainable:,} trainable",
-        ))
+        ckpt = (
+            f"on {s.checkpointed} ({'selective, every block' if s.ckpt_freq == 'sac' else f'every {s.ckpt_freq}'})"
+            if s.ckpt_freq
+            else "off"
+        )
+        return "\n".join(
+            (
+                f"strategy   {spec.name} ({spec.engine}): {spec.description}",
+                f"mesh       {s.mesh} over {self.ctx.backend} on {self.ctx.device.type}; {self.ctx.layout}",
+                f"blocks     {s.blocks} x {s.block_class}; activation checkpointing {ckpt}; compile {'on' if s.compiled else 'off'}; "
+                f"loss {s.loss}",
+                f"precision  {s.precision}",
+                f"engine     {s.engine_options}",
+                f"params     {local:,} stored on this rank of {total:,} ({100 * local / max(total, 1):.1f}%); {trainable:,} trainable",
+            )
+        )
 
 
 class DDPJob(Job):
@@ -160,8 +173,10 @@ class DeepSpeedJob(Job):
         sd: dict[str, torch.Tensor] = {}
         with gather:
             if self.ctx.rank == 0:
-                sd = {k.replace(_CKPT_PREFIX, ""): v.detach().to("cpu", copy=True)
-                      for k, v in self._module.state_dict().items()}
+                sd = {
+                    k.replace(_CKPT_PREFIX, ""): v.detach().to("cpu", copy=True)
+                    for k, v in self._module.state_dict().items()
+                }
         if dist.is_initialized():
             dist.barrier()
         return sd

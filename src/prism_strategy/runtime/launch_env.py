@@ -38,7 +38,9 @@ class LaunchEnv:
 def _int(env: Mapping[str, str], key: str, launcher: str) -> int:
     raw = env[key].strip()
     if not re.fullmatch(r"\d+", raw):
-        raise SpecError(f"{launcher} launch: {key}={env[key]!r} is not a non-negative integer; fix the launcher environment")
+        raise SpecError(
+            f"{launcher} launch: {key}={env[key]!r} is not a non-negative integer; fix the launcher environment"
+        )
     return int(raw)
 
 
@@ -47,16 +49,20 @@ def _first(env: Mapping[str, str], keys: tuple[str, ...], launcher: str) -> tupl
     found = [(k, _int(env, k, launcher)) for k in keys if k in env]
     for k, v in found[1:]:
         if v != found[0][1]:
-            raise SpecError(f"{launcher} launch: contradictory {found[0][0]}={found[0][1]} and {k}={v}; "
-                            "they must name the same rank/size: fix the launcher environment")
+            raise SpecError(
+                f"{launcher} launch: contradictory {found[0][0]}={found[0][1]} and {k}={v}; "
+                "they must name the same rank/size: fix the launcher environment"
+            )
     return found[0] if found else None
 
 
 def _need(env: Mapping[str, str], keys: tuple[str, ...], launcher: str, what: str) -> int:
     hit = _first(env, keys, launcher)
     if hit is None:
-        raise SpecError(f"{launcher} launch: missing {' or '.join(keys)} ({what}); "
-                        "launch with the full launcher environment or run without any launcher variables")
+        raise SpecError(
+            f"{launcher} launch: missing {' or '.join(keys)} ({what}); "
+            "launch with the full launcher environment or run without any launcher variables"
+        )
     return hit[1]
 
 
@@ -75,12 +81,26 @@ def _slurm_tasks_per_node(env: Mapping[str, str]) -> int | None:
 
 
 # launcher -> (trigger keys, rank keys, size keys, local-rank keys, local-size keys)
-_LAUNCHERS: tuple[tuple[Launcher, tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...] = (
+_LAUNCHERS: tuple[
+    tuple[Launcher, tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
+] = (
     ("torchrun", ("RANK", "WORLD_SIZE"), ("RANK",), ("WORLD_SIZE",), ("LOCAL_RANK",), ("LOCAL_WORLD_SIZE",)),
-    ("openmpi", ("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",),
-     ("OMPI_COMM_WORLD_LOCAL_RANK",), ("OMPI_COMM_WORLD_LOCAL_SIZE",)),
-    ("pals", ("PALS_RANKID", "PMI_RANK", "PMIX_RANK"), ("PALS_RANKID", "PMI_RANK", "PMIX_RANK"), ("PMI_SIZE",),
-     ("PALS_LOCAL_RANKID", "PMI_LOCAL_RANK", "MPI_LOCALRANKID"), ("PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE", "MPI_LOCALNRANKS")),
+    (
+        "openmpi",
+        ("OMPI_COMM_WORLD_RANK",),
+        ("OMPI_COMM_WORLD_RANK",),
+        ("OMPI_COMM_WORLD_SIZE",),
+        ("OMPI_COMM_WORLD_LOCAL_RANK",),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE",),
+    ),
+    (
+        "pals",
+        ("PALS_RANKID", "PMI_RANK", "PMIX_RANK"),
+        ("PALS_RANKID", "PMI_RANK", "PMIX_RANK"),
+        ("PMI_SIZE",),
+        ("PALS_LOCAL_RANKID", "PMI_LOCAL_RANK", "MPI_LOCALRANKID"),
+        ("PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE", "MPI_LOCALNRANKS"),
+    ),
     ("slurm", ("SLURM_PROCID",), ("SLURM_PROCID",), ("SLURM_NTASKS", "SLURM_NPROCS"), ("SLURM_LOCALID",), ()),
 )
 
@@ -101,8 +121,10 @@ def _local_rank(env: Mapping[str, str], keys: tuple[str, ...], launcher: str, wo
         return hit[1]
     if world == 1:
         return 0
-    raise SpecError(f"{launcher} launch of {world} ranks: no local rank ({' or '.join(keys)}), so every rank would "
-                    f"take device 0; {_LOCAL_RANK_FIX[launcher]}")
+    raise SpecError(
+        f"{launcher} launch of {world} ranks: no local rank ({' or '.join(keys)}), so every rank would "
+        f"take device 0; {_LOCAL_RANK_FIX[launcher]}"
+    )
 
 
 def _read(env: Mapping[str, str], spec: tuple) -> LaunchEnv:
@@ -112,9 +134,19 @@ def _read(env: Mapping[str, str], spec: tuple) -> LaunchEnv:
     local_rank = _local_rank(env, lrank_k, name, world)
     local_size = _slurm_tasks_per_node(env) if name == "slurm" else _maybe(env, lsize_k, name)
     port = _int(env, "MASTER_PORT", name) if "MASTER_PORT" in env else DEFAULT_MASTER_PORT
-    return _validated(LaunchEnv(launcher=name, rank=rank, local_rank=local_rank, world_size=world,
-                                local_world_size=local_size, master_addr=env.get("MASTER_ADDR") or None,
-                                master_port=port), rank_k[0], size_k[0])
+    return _validated(
+        LaunchEnv(
+            launcher=name,
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world,
+            local_world_size=local_size,
+            master_addr=env.get("MASTER_ADDR") or None,
+            master_port=port,
+        ),
+        rank_k[0],
+        size_k[0],
+    )
 
 
 def _validated(le: LaunchEnv, rank_key: str, size_key: str) -> LaunchEnv:
@@ -122,13 +154,19 @@ def _validated(le: LaunchEnv, rank_key: str, size_key: str) -> LaunchEnv:
     if le.world_size < 1:
         raise SpecError(f"{where}: {size_key}={le.world_size}; it must be >= 1")
     if le.rank >= le.world_size:
-        raise SpecError(f"{where}: {rank_key}={le.rank} is not below {size_key}={le.world_size}; fix the launcher environment")
+        raise SpecError(
+            f"{where}: {rank_key}={le.rank} is not below {size_key}={le.world_size}; fix the launcher environment"
+        )
     lws = le.local_world_size
     if lws is not None and (lws < 1 or le.local_rank >= lws):
-        raise SpecError(f"{where}: local rank {le.local_rank} is not below the ranks per node {lws}; fix the launcher environment")
+        raise SpecError(
+            f"{where}: local rank {le.local_rank} is not below the ranks per node {lws}; fix the launcher environment"
+        )
     if lws is not None and le.world_size % lws:
-        raise SpecError(f"{where}: {size_key}={le.world_size} is not a multiple of the ranks per node {lws}; "
-                        "run the same number of ranks on every node")
+        raise SpecError(
+            f"{where}: {size_key}={le.world_size} is not a multiple of the ranks per node {lws}; "
+            "run the same number of ranks on every node"
+        )
     if le.master_port > 65535:
         raise SpecError(f"{where}: MASTER_PORT={le.master_port} is not a TCP port; choose one in 1024-65535")
     return le
@@ -145,12 +183,16 @@ def _check_agreement(chosen: LaunchEnv, env: Mapping[str, str]) -> None:
         other = _first(env, spec[2], spec[0])
         size = _maybe(env, spec[3], spec[0])
         if other is not None and size == chosen.world_size and other[1] != chosen.rank:
-            raise SpecError(f"contradictory launch environment: RANK={chosen.rank} but {other[0]}={other[1]} "
-                            f"(both with {chosen.world_size} ranks); unset RANK or export it from {other[0]}")
+            raise SpecError(
+                f"contradictory launch environment: RANK={chosen.rank} but {other[0]}={other[1]} "
+                f"(both with {chosen.world_size} ranks); unset RANK or export it from {other[0]}"
+            )
         local = _first(env, spec[4], spec[0])
         if local is not None and size == chosen.world_size and local[1] != chosen.local_rank:
-            raise SpecError(f"contradictory launch environment: LOCAL_RANK={chosen.local_rank} but {local[0]}={local[1]} "
-                            f"(a wrapper's fallback puts ranks on the wrong device); export LOCAL_RANK from {local[0]}")
+            raise SpecError(
+                f"contradictory launch environment: LOCAL_RANK={chosen.local_rank} but {local[0]}={local[1]} "
+                f"(a wrapper's fallback puts ranks on the wrong device); export LOCAL_RANK from {local[0]}"
+            )
 
 
 def _triggered(spec: tuple, env: Mapping[str, str]) -> bool:
@@ -167,10 +209,19 @@ def parse_launch_env(env: Mapping[str, str]) -> LaunchEnv:
             _check_agreement(chosen, env)
             return chosen
     if "LOCAL_RANK" in env:
-        raise SpecError("LOCAL_RANK is set but RANK and WORLD_SIZE are not; launch with torchrun, "
-                        "or export RANK and WORLD_SIZE as well")
-    return LaunchEnv(launcher="single", rank=0, local_rank=0, world_size=1, local_world_size=1,
-                     master_addr=env.get("MASTER_ADDR") or None, master_port=DEFAULT_MASTER_PORT)
+        raise SpecError(
+            "LOCAL_RANK is set but RANK and WORLD_SIZE are not; launch with torchrun, "
+            "or export RANK and WORLD_SIZE as well"
+        )
+    return LaunchEnv(
+        launcher="single",
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        local_world_size=1,
+        master_addr=env.get("MASTER_ADDR") or None,
+        master_port=DEFAULT_MASTER_PORT,
+    )
 
 
 def resolve_ranks_per_node(le: LaunchEnv, ranks_per_node: int | None) -> int | None:
@@ -182,8 +233,10 @@ def resolve_ranks_per_node(le: LaunchEnv, ranks_per_node: int | None) -> int | N
     if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
         raise SpecError(f"ranks_per_node must be a positive integer, got {ranks_per_node!r}")
     if le.world_size % ranks_per_node:
-        raise SpecError(f"ranks_per_node={ranks_per_node} does not divide the world size {le.world_size}; "
-                        "choose a divisor of the number of ranks")
+        raise SpecError(
+            f"ranks_per_node={ranks_per_node} does not divide the world size {le.world_size}; "
+            "choose a divisor of the number of ranks"
+        )
     return ranks_per_node
 
 
@@ -193,5 +246,7 @@ def master_address(le: LaunchEnv, ranks_per_node: int | None) -> str:
         return le.master_addr
     if le.world_size == 1 or (le.local_world_size or ranks_per_node) == le.world_size:
         return "127.0.0.1"
-    raise SpecError(f"{le.launcher} launch over several nodes: MASTER_ADDR is not set; export MASTER_ADDR "
-                    "as the first host's high-speed interface name (and MASTER_PORT) before launching")
+    raise SpecError(
+        f"{le.launcher} launch over several nodes: MASTER_ADDR is not set; export MASTER_ADDR "
+        "as the first host's high-speed interface name (and MASTER_PORT) before launching"
+    )

@@ -46,8 +46,9 @@ def shifted_labels(labels: torch.Tensor) -> torch.Tensor:
     return F.pad(labels[..., 1:], (0, 1), value=IGNORE_INDEX).reshape(-1)
 
 
-def chunked_cross_entropy(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
-                          chunk: int | None = None) -> torch.Tensor:
+def chunked_cross_entropy(
+    head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, chunk: int | None = None
+) -> torch.Tensor:
     """Mean next-token cross-entropy of head(hidden) against labels (B, T), HF's shift and
     ignore_index, computed `chunk` tokens at a time; each chunk's logits are recomputed in backward,
     so at most one chunk's logits (and their fp32 copies) exist at once."""
@@ -56,8 +57,10 @@ def chunked_cross_entropy(head: nn.Module, hidden: torch.Tensor, labels: torch.T
     weight = getattr(head, "weight", None)
     vocab = weight.shape[0] if weight is not None and weight.dim() == 2 else h.shape[-1]
     c = chunk or chunk_tokens(h.shape[0], vocab, h.shape[-1])
-    total = sum(checkpoint(_chunk_loss_sum, head, h[i:i + c], y[i:i + c], use_reentrant=False)
-                for i in range(0, h.shape[0], c))
+    total = sum(
+        checkpoint(_chunk_loss_sum, head, h[i : i + c], y[i : i + c], use_reentrant=False)
+        for i in range(0, h.shape[0], c)
+    )
     return total / (y != IGNORE_INDEX).sum().clamp(min=1)
 
 
@@ -70,8 +73,9 @@ def _liger_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> 
     except ImportError:
         return None
     h = hidden.reshape(-1, hidden.shape[-1])
-    return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX)(head.weight, h, shifted_labels(labels),
-                                                                      getattr(head, "bias", None))
+    return LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX)(
+        head.weight, h, shifted_labels(labels), getattr(head, "bias", None)
+    )
 
 
 def _fused_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -91,15 +95,19 @@ def apply_loss(model: nn.Module, loss: str) -> str:
         return "upcast"
     base, head = getattr(model, "model", None), getattr(model, "lm_head", None)
     if not isinstance(base, nn.Module) or not isinstance(head, nn.Module):
-        raise SpecError(f"loss={loss!r} needs a causal LM with `model` and `lm_head` (an HF *ForCausalLM), not "
-                        f"{type(model).__name__}; compute the loss with "
-                        "prism_strategy.runtime.loss.chunked_cross_entropy(head, hidden, labels) instead")
+        raise SpecError(
+            f"loss={loss!r} needs a causal LM with `model` and `lm_head` (an HF *ForCausalLM), not "
+            f"{type(model).__name__}; compute the loss with "
+            "prism_strategy.runtime.loss.chunked_cross_entropy(head, hidden, labels) instead"
+        )
     if loss == "fused":
         try:
             import flash_attn.losses.cross_entropy  # noqa: F401
         except ImportError:
-            raise SpecError("loss='fused' needs flash-attn's CrossEntropyLoss (pip install flash-attn, CUDA only); "
-                            "use loss='chunked' instead") from None
+            raise SpecError(
+                "loss='fused' needs flash-attn's CrossEntropyLoss (pip install flash-attn, CUDA only); "
+                "use loss='chunked' instead"
+            ) from None
     original = model.forward
 
     def forward(self: nn.Module, input_ids: Any = None, labels: Any = None, **kw: Any) -> Any:
@@ -122,6 +130,7 @@ def apply_loss(model: nn.Module, loss: str) -> str:
         return "fused (flash-attn)"
     try:
         import liger_kernel  # noqa: F401
+
         return "chunked (liger on a device, torch on cpu)"
     except ImportError:
         return "chunked (torch)"

@@ -170,10 +170,19 @@ class StepMonitor:
     to, so a restart into the same folder adds a run; `analyze` reads the last one.
     """
 
-    def __init__(self, out_dir: str | os.PathLike, *, ctx: Any = None, hang_timeout_s: float | None = 300.0,
-                 summary_every: int = 10, detect: DetectConfig | None = None, gather: bool = True,
-                 backstop: bool = True, exit_fn: Callable[[int], None] = os._exit,
-                 event_factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        *,
+        ctx: Any = None,
+        hang_timeout_s: float | None = 300.0,
+        summary_every: int = 10,
+        detect: DetectConfig | None = None,
+        gather: bool = True,
+        backstop: bool = True,
+        exit_fn: Callable[[int], None] = os._exit,
+        event_factory: Callable[[], Any] | None = None,
+    ) -> None:
         self.out_dir, self.ctx = Path(out_dir), ctx
         self.hang_timeout_s, self.summary_every = hang_timeout_s, max(1, int(summary_every))
         self.detect, self.gather, self.backstop, self.exit_fn = detect or DetectConfig(), gather, backstop, exit_fn
@@ -190,8 +199,12 @@ class StepMonitor:
         if self._started:
             return self
         self.rank, self.world_size, self.device = _identity(self.ctx)
-        self._dist = (self.gather and self.world_size > 1 and torch.distributed.is_available()
-                      and torch.distributed.is_initialized())
+        self._dist = (
+            self.gather
+            and self.world_size > 1
+            and torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+        )
         if self._event_factory is None and self.device.type != "cpu":
             dev = self.device.type
             self._event_factory = lambda: torch.Event(device=dev, enable_timing=True)
@@ -206,15 +219,35 @@ class StepMonitor:
         cfg = self.detect
         keep_last = max(4 * self.summary_every, cfg.collapse_steps + 2 * self.summary_every, 32)
         self._history = _History(cfg.warmup_skip + cfg.warmup_steps, keep_last)
-        self._write({"kind": "meta", "rank": self.rank, "world_size": self.world_size, "pid": os.getpid(),
-                     "host": socket.gethostname(), "cpus": _cpus(), "device": str(self.device), "t0": time.time(),
-                     "hang_timeout_s": self.hang_timeout_s, "summary_every": self.summary_every,
-                     "gather": self._dist, "torch": torch.__version__, "format": 1})
+        self._write(
+            {
+                "kind": "meta",
+                "rank": self.rank,
+                "world_size": self.world_size,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "cpus": _cpus(),
+                "device": str(self.device),
+                "t0": time.time(),
+                "hang_timeout_s": self.hang_timeout_s,
+                "summary_every": self.summary_every,
+                "gather": self._dist,
+                "torch": torch.__version__,
+                "format": 1,
+            }
+        )
         self._fh.flush()
         if self.hang_timeout_s:
-            self._watchdog = Watchdog(self.out_dir, self.rank, self.world_size, self.hang_timeout_s,
-                                      self.progress, on_hang=self._on_hang, exit_fn=self.exit_fn,
-                                      backstop=self.backstop)
+            self._watchdog = Watchdog(
+                self.out_dir,
+                self.rank,
+                self.world_size,
+                self.hang_timeout_s,
+                self.progress,
+                on_hang=self._on_hang,
+                exit_fn=self.exit_fn,
+                backstop=self.backstop,
+            )
             self._watchdog.start()
         self._started = True
         return self
@@ -284,10 +317,17 @@ class StepMonitor:
 
     def _end(self, exc_type: Any) -> None:
         t1 = time.perf_counter()
-        rec: dict[str, Any] = {"kind": "step", "step": self._step_i, "rank": self.rank, "t": time.time(),
-                               "step_s": t1 - self._t0, "phases": self._phases,
-                               "samples": self._samples, "tokens": self._tokens,
-                               "peak_mem_bytes": self._peak_mem()}
+        rec: dict[str, Any] = {
+            "kind": "step",
+            "step": self._step_i,
+            "rank": self.rank,
+            "t": time.time(),
+            "step_s": t1 - self._t0,
+            "phases": self._phases,
+            "samples": self._samples,
+            "tokens": self._tokens,
+            "peak_mem_bytes": self._peak_mem(),
+        }
         if self._cpu is not None:
             rec["cpu"] = self._cpu
             self._c_prev_end = time.process_time()
@@ -347,7 +387,7 @@ class StepMonitor:
         block = np.full((k, len(FIELDS)), np.nan)
         rows = self._rows[-k:]
         if rows:
-            block[-len(rows):] = rows
+            block[-len(rows) :] = rows
         self._rows.clear()
         if self._dist:
             self.progress.mark("monitor_gather")
@@ -374,10 +414,16 @@ class StepMonitor:
             summ = summarize(window)
             self._write({"kind": "summary", "step": self._step_i, **summ})
             if "straggler_ratio" in summ:
-                log.info("step %d: step %.4fs; fastest rank %s (%.4fs local), slowest rank %s (%.4fs), "
-                         "straggler ratio %.2f", self._step_i, summ["step_s"] or 0, summ["fastest_rank"],
-                         summ["fastest_local_s"] or 0, summ["slowest_rank"], summ["slowest_local_s"] or 0,
-                         summ["straggler_ratio"] or 0)
+                log.info(
+                    "step %d: step %.4fs; fastest rank %s (%.4fs local), slowest rank %s (%.4fs), straggler ratio %.2f",
+                    self._step_i,
+                    summ["step_s"] or 0,
+                    summ["fastest_rank"],
+                    summ["fastest_local_s"] or 0,
+                    summ["slowest_rank"],
+                    summ["slowest_local_s"] or 0,
+                    summ["straggler_ratio"] or 0,
+                )
         for ev in detect_all(self._history.series(ranks), self.detect):
             if ev.kind not in self._fired:
                 self._fired.add(ev.kind)
@@ -391,6 +437,15 @@ class StepMonitor:
 
     def _on_hang(self, own: dict) -> None:
         """Watchdog thread, just before exit: put the hang event in this rank's JSONL."""
-        self._write({"kind": "event", "event": "hang", "step": own["step"], "ranks": [self.rank],
-                     "evidence": own, "message": f"hang in phase {own['phase']!r}", "source": "online"})
+        self._write(
+            {
+                "kind": "event",
+                "event": "hang",
+                "step": own["step"],
+                "ranks": [self.rank],
+                "evidence": own,
+                "message": f"hang in phase {own['phase']!r}",
+                "source": "online",
+            }
+        )
         self._fh.flush()

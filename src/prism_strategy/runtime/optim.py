@@ -10,12 +10,18 @@ import torch
 
 from prism_strategy.specs.training import parse_optimizer
 
-IMPL_FLAGS: dict[str, dict[str, bool]] = {"auto": {}, "foreach": {"foreach": True}, "fused": {"fused": True},
-                                          "loop": {"foreach": False}}
+IMPL_FLAGS: dict[str, dict[str, bool]] = {
+    "auto": {},
+    "foreach": {"foreach": True},
+    "fused": {"fused": True},
+    "loop": {"foreach": False},
+}
 """torch.optim.AdamW keywords per implementation ("auto" passes neither: torch picks)."""
 
 
-def optimizer_factory(name: str = "adamw", lr: float = 1e-4, **kw: Any) -> Callable[[Iterable[Any]], torch.optim.Optimizer]:
+def optimizer_factory(
+    name: str = "adamw", lr: float = 1e-4, **kw: Any
+) -> Callable[[Iterable[Any]], torch.optim.Optimizer]:
     """`lambda params: torch.optim.AdamW(params, lr, foreach=...)` for an `--optimizer` name
     ("adamw", "adamw-foreach", "adamw-fused", "adamw-loop", "sgd"); SpecError for another name."""
     algo, impl = parse_optimizer(name)

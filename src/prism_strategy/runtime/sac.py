@@ -26,8 +26,11 @@ def save_ops() -> set[Any]:
 
     ops = {op.default for op in get_default_op_list().compute_intensive_ops}
     ops |= {torch.ops.aten.max.default, torch.ops.aten.linear.default}
-    for name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_cudnn_attention",
-                 "_scaled_dot_product_fused_attention_overrideable"):
+    for name in (
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_fused_attention_overrideable",
+    ):
         if hasattr(torch.ops.aten, name):
             ops.add(getattr(torch.ops.aten, name).default)
     return ops

@@ -32,12 +32,21 @@ def _straggler_stats(s: Series) -> dict[str, Any] | None:
     local = local[:, ok]
     ref = _others_median(local)
     ratio = local / np.where(ref > 0, ref, np.nan)
-    return {"ratio": nanmedian(ratio, axis=1), "local": nanmedian(local, axis=1), "all_ratios": ratio,
-            "backward": nanmedian(s.backward[:, ok], axis=1), "data": nanmedian(s.data[:, ok], axis=1),
-            "forward": nanmedian(s.forward[:, ok], axis=1), "optimizer": nanmedian(s.optimizer[:, ok], axis=1),
-            "cpu": nanmedian(s.cpu_local[:, ok], axis=1), "tokens": nanmedian(s.tokens[:, ok], axis=1),
-            "step": nanmedian(s.step_s[:, ok]), "n": ok.sum(), "steps": s.steps[ok],
-            "slowest": np.argmax(local, axis=0)}
+    return {
+        "ratio": nanmedian(ratio, axis=1),
+        "local": nanmedian(local, axis=1),
+        "all_ratios": ratio,
+        "backward": nanmedian(s.backward[:, ok], axis=1),
+        "data": nanmedian(s.data[:, ok], axis=1),
+        "forward": nanmedian(s.forward[:, ok], axis=1),
+        "optimizer": nanmedian(s.optimizer[:, ok], axis=1),
+        "cpu": nanmedian(s.cpu_local[:, ok], axis=1),
+        "tokens": nanmedian(s.tokens[:, ok], axis=1),
+        "step": nanmedian(s.step_s[:, ok]),
+        "n": ok.sum(),
+        "steps": s.steps[ok],
+        "slowest": np.argmax(local, axis=0),
+    }
 
 
 def _excess(a: np.ndarray, k: int, others: list[int]) -> float:
@@ -70,11 +79,17 @@ def straggler_cause(st: dict[str, Any], k: int, others: list[int], ratio: float)
         cause = "compute"
     else:
         cause = "waiting"
-    return {"cause": cause, "extra_wall_s": rounded(wall), "extra_data_s": rounded(data),
-            "extra_forward_s": rounded(_excess(st["forward"], k, others)),
-            "extra_optimizer_s": rounded(_excess(st["optimizer"], k, others)),
-            "extra_cpu_s": rounded(cpu), "cpu_ratio": rounded(cpu_ratio, 2), "others_wall_per_cpu": rounded(stretch, 2),
-            "cpu_time": "recorded" if cpu_known else "not recorded"}
+    return {
+        "cause": cause,
+        "extra_wall_s": rounded(wall),
+        "extra_data_s": rounded(data),
+        "extra_forward_s": rounded(_excess(st["forward"], k, others)),
+        "extra_optimizer_s": rounded(_excess(st["optimizer"], k, others)),
+        "extra_cpu_s": rounded(cpu),
+        "cpu_ratio": rounded(cpu_ratio, 2),
+        "others_wall_per_cpu": rounded(stretch, 2),
+        "cpu_time": "recorded" if cpu_known else "not recorded",
+    }
 
 
 def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
@@ -89,8 +104,13 @@ def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
         return None
     excess = st["local"] - np.array([np.median(np.delete(st["local"], k)) for k in range(len(s.ranks))])
     over = np.mean(st["all_ratios"] >= cfg.straggler_ratio, axis=1)
-    slow = [k for k in range(len(s.ranks)) if st["ratio"][k] >= cfg.straggler_ratio
-            and over[k] >= cfg.straggler_consistency and excess[k] >= cfg.straggler_min_share * st["step"]]
+    slow = [
+        k
+        for k in range(len(s.ranks))
+        if st["ratio"][k] >= cfg.straggler_ratio
+        and over[k] >= cfg.straggler_consistency
+        and excess[k] >= cfg.straggler_min_share * st["step"]
+    ]
     if not slow or len(slow) * 2 > len(s.ranks):
         return None
     others = [k for k in range(len(s.ranks)) if k not in slow]
@@ -105,31 +125,40 @@ def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
     return _straggler_event(s, cfg, st, slow, others, over)
 
 
-def _straggler_event(s: Series, cfg: DetectConfig, st: dict[str, Any], slow: list[int], others: list[int],
-                     over: np.ndarray) -> Event:
+def _straggler_event(
+    s: Series, cfg: DetectConfig, st: dict[str, Any], slow: list[int], others: list[int], over: np.ndarray
+) -> Event:
     ranks = tuple(s.ranks[k] for k in slow)
     per = {str(s.ranks[k]): k for k in range(len(s.ranks))}
     causes = {str(s.ranks[k]): straggler_cause(st, k, others, cfg.straggler_ratio) for k in slow}
     worst = max(slow, key=lambda k: st["ratio"][k])
     cause = causes[str(s.ranks[worst])]["cause"]
     fastest = s.ranks[int(np.argmin(st["local"]))]
-    ev = {"ranks": list(ranks), "fastest_rank": fastest, "measure": "wall", "cause": cause, "causes": causes,
-          "local_ratio": {r: rounded(st["ratio"][k], 2) for r, k in per.items()},
-          "local_wall_s": {r: rounded(st["local"][k]) for r, k in per.items()},
-          "others_local_wall_s": rounded(float(np.median(st["local"][others]))),
-          "local_cpu_s": {r: rounded(st["cpu"][k]) for r, k in per.items()},
-          "data_s": {r: rounded(st["data"][k]) for r, k in per.items()},
-          "forward_s": {r: rounded(st["forward"][k]) for r, k in per.items()},
-          "collective_wait_s": {r: rounded(st["backward"][k]) for r, k in per.items()},
-          "slowest_share": {str(s.ranks[k]): rounded(float(np.mean(st["slowest"] == k)), 2) for k in slow},
-          "over_ratio_share": {str(s.ranks[k]): rounded(float(over[k]), 2) for k in slow},
-          "steps": [int(st["steps"][0]), int(st["steps"][-1])], "n_steps": int(st["n"]),
-          "threshold": cfg.straggler_ratio}
+    ev = {
+        "ranks": list(ranks),
+        "fastest_rank": fastest,
+        "measure": "wall",
+        "cause": cause,
+        "causes": causes,
+        "local_ratio": {r: rounded(st["ratio"][k], 2) for r, k in per.items()},
+        "local_wall_s": {r: rounded(st["local"][k]) for r, k in per.items()},
+        "others_local_wall_s": rounded(float(np.median(st["local"][others]))),
+        "local_cpu_s": {r: rounded(st["cpu"][k]) for r, k in per.items()},
+        "data_s": {r: rounded(st["data"][k]) for r, k in per.items()},
+        "forward_s": {r: rounded(st["forward"][k]) for r, k in per.items()},
+        "collective_wait_s": {r: rounded(st["backward"][k]) for r, k in per.items()},
+        "slowest_share": {str(s.ranks[k]): rounded(float(np.mean(st["slowest"] == k)), 2) for k in slow},
+        "over_ratio_share": {str(s.ranks[k]): rounded(float(over[k]), 2) for k in slow},
+        "steps": [int(st["steps"][0]), int(st["steps"][-1])],
+        "n_steps": int(st["n"]),
+        "threshold": cfg.straggler_ratio,
+    }
     wait_others = float(np.median(st["backward"][others]))
-    msg = (f"straggler ({CAUSE_WORDS[cause]}): rank(s) {', '.join(map(str, ranks))} take "
-           f"{st['ratio'][worst]:.2f}x the other ranks' wall time outside the gradient collective "
-           f"({fmt_s(st['local'][worst])} vs {fmt_s(float(np.median(st['local'][others])))}) over "
-           f"{ev['n_steps']} steps, and wait least in backward ({fmt_s(st['backward'][worst])} vs "
-           f"{fmt_s(wait_others)} for the others)")
+    msg = (
+        f"straggler ({CAUSE_WORDS[cause]}): rank(s) {', '.join(map(str, ranks))} take "
+        f"{st['ratio'][worst]:.2f}x the other ranks' wall time outside the gradient collective "
+        f"({fmt_s(st['local'][worst])} vs {fmt_s(float(np.median(st['local'][others])))}) over "
+        f"{ev['n_steps']} steps, and wait least in backward ({fmt_s(st['backward'][worst])} vs "
+        f"{fmt_s(wait_others)} for the others)"
+    )
     return Event("straggler", ev["steps"][0], ranks, ev, msg)
-

@@ -136,19 +136,35 @@ def merge_reports(out_dir: Path, world_size: int) -> dict:
     far = max(states.values(), key=lambda s: (s["step"], s["seq"]))
     reached = sorted(r for r, s in states.items() if (s["step"], s["phase"]) == (far["step"], far["phase"]))
     behind = {str(r): {"step": s["step"], "phase": s["phase"]} for r, s in states.items() if r not in reached}
-    return {"event": "hang", "step": far["step"], "phase": far["phase"], "ranks_reached": reached,
-            "ranks_not_reached": behind, "ranks_unknown": sorted(set(range(world_size)) - set(states)),
-            "per_rank": {str(r): s for r, s in states.items()},
-            "stacks": {str(r): f"stacks/rank{r}.txt" for r in range(world_size)
-                       if (out_dir / "stacks" / f"rank{r}.txt").exists()}}
+    return {
+        "event": "hang",
+        "step": far["step"],
+        "phase": far["phase"],
+        "ranks_reached": reached,
+        "ranks_not_reached": behind,
+        "ranks_unknown": sorted(set(range(world_size)) - set(states)),
+        "per_rank": {str(r): s for r, s in states.items()},
+        "stacks": {
+            str(r): f"stacks/rank{r}.txt" for r in range(world_size) if (out_dir / "stacks" / f"rank{r}.txt").exists()
+        },
+    }
 
 
 class Watchdog:
     """Started by `StepMonitor`; `fire()` is what happens on timeout (callable in tests)."""
 
-    def __init__(self, out_dir: Path, rank: int, world_size: int, timeout_s: float,
-                 progress: Progress, *, on_hang: Callable[[dict], None] | None = None,
-                 exit_fn: Callable[[int], None] = os._exit, backstop: bool = True) -> None:
+    def __init__(
+        self,
+        out_dir: Path,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+        progress: Progress,
+        *,
+        on_hang: Callable[[dict], None] | None = None,
+        exit_fn: Callable[[int], None] = os._exit,
+        backstop: bool = True,
+    ) -> None:
         self.out_dir, self.rank, self.world_size = Path(out_dir), rank, world_size
         self.timeout_s, self.progress = float(timeout_s), progress
         self.tick_s = _clamp(self.timeout_s / 20, 0.05, 1.0)
@@ -189,8 +205,9 @@ class Watchdog:
     def _loop(self) -> None:
         while not self._stop.wait(self.tick_s):
             if self._backstop_file is not None:
-                faulthandler.dump_traceback_later(self.timeout_s + self.grace_s + 30, repeat=False,
-                                                  file=self._backstop_file, exit=True)
+                faulthandler.dump_traceback_later(
+                    self.timeout_s + self.grace_s + 30, repeat=False, file=self._backstop_file, exit=True
+                )
             self._heartbeat()
             p = self.progress
             if p.active and not p.paused and time.monotonic() - p.last_mono > self.timeout_s:
@@ -229,23 +246,47 @@ class Watchdog:
         p = self.progress
         self._heartbeat(force=True)
         dump_stacks(self.out_dir / "stacks" / f"rank{self.rank}.txt")
-        fr = _run_bounded(lambda: dump_flight_recorder(
-            self.out_dir / "flight_recorder" / f"fr_trace_rank_{self.rank}"), 5.0)
-        own = {"event": "hang", "rank": self.rank, "step": p.step, "phase": p.phase,
-               "stuck_for_s": round(time.monotonic() - p.last_mono, 3), "timeout_s": self.timeout_s,
-               "last_progress": p.last_progress, "pid": os.getpid(), "host": socket.gethostname(),
-               "flight_recorder": fr, "exit_code": HANG_EXIT_CODE}
+        fr = _run_bounded(
+            lambda: dump_flight_recorder(self.out_dir / "flight_recorder" / f"fr_trace_rank_{self.rank}"), 5.0
+        )
+        own = {
+            "event": "hang",
+            "rank": self.rank,
+            "step": p.step,
+            "phase": p.phase,
+            "stuck_for_s": round(time.monotonic() - p.last_mono, 3),
+            "timeout_s": self.timeout_s,
+            "last_progress": p.last_progress,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "flight_recorder": fr,
+            "exit_code": HANG_EXIT_CODE,
+        }
         (self.out_dir / "hang").mkdir(exist_ok=True)
         _write_json(self.out_dir / "hang" / f"rank{self.rank}.json", own)
         self._wait_for_peers()
         report = merge_reports(self.out_dir, self.world_size)
-        report.update(timeout_s=self.timeout_s, detected_by_rank=self.rank, written=time.time(),
-                      exit_code=HANG_EXIT_CODE, flight_recorder=fr)
+        report.update(
+            timeout_s=self.timeout_s,
+            detected_by_rank=self.rank,
+            written=time.time(),
+            exit_code=HANG_EXIT_CODE,
+            flight_recorder=fr,
+        )
         _write_json(self.out_dir / "hang_report.json", report)
-        log.critical("hang: rank %d saw no progress for %.0fs in phase %r of step %d; job stuck in %r "
-                     "(reached by ranks %s, not by %s); stacks in %s; exiting with %d", self.rank,
-                     self.timeout_s, p.phase, p.step, report.get("phase"), report.get("ranks_reached"),
-                     report.get("ranks_not_reached"), self.out_dir / "stacks", HANG_EXIT_CODE)
+        log.critical(
+            "hang: rank %d saw no progress for %.0fs in phase %r of step %d; job stuck in %r "
+            "(reached by ranks %s, not by %s); stacks in %s; exiting with %d",
+            self.rank,
+            self.timeout_s,
+            p.phase,
+            p.step,
+            report.get("phase"),
+            report.get("ranks_reached"),
+            report.get("ranks_not_reached"),
+            self.out_dir / "stacks",
+            HANG_EXIT_CODE,
+        )
         if self.on_hang is not None:
             _run_bounded(lambda: self.on_hang(own), 5.0)
         self._drop_backstop()

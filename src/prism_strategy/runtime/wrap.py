@@ -18,23 +18,42 @@ import torch.distributed as dist
 from torch import nn
 
 from prism_strategy import rules
+from prism_strategy.engines import engine_of
 from prism_strategy.rules import RuleFacts
 from prism_strategy.runtime.apply import WRAP_BY_ENGINE, OptimizerFactory, deepspeed_config  # noqa: F401
-from prism_strategy.runtime.blocks import BlockTypes, apply_checkpointing, apply_compile, checkpointed_count, find_blocks
+from prism_strategy.runtime.blocks import (
+    BlockTypes,
+    apply_checkpointing,
+    apply_compile,
+    checkpointed_count,
+    find_blocks,
+)
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.job import Job
 from prism_strategy.runtime.loss import apply_loss
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.wrap_config import WrapConfig
 from prism_strategy.strategies import StrategySpec
-from prism_strategy.engines import engine_of
+from prism_strategy.wrap_config import WrapConfig
 
 
-def wrap(model: nn.Module, strategy: str | StrategySpec | None = None, *, ctx: DistContext, optimizer: OptimizerFactory,
-         block_types: BlockTypes = None, mixed_precision: str | None = "bf16", ckpt_freq: int | str = 0,
-         static_graph: bool | None = None, find_unused_parameters: bool = False, bucket_mb: float | None = None,
-         reduce_dtype: str | None = None, ds_config: dict[str, Any] | str | Path | None = None,
-         compile: bool = False, loss: str = "upcast", config: WrapConfig | None = None) -> Job:
+def wrap(
+    model: nn.Module,
+    strategy: str | StrategySpec | None = None,
+    *,
+    ctx: DistContext,
+    optimizer: OptimizerFactory,
+    block_types: BlockTypes = None,
+    mixed_precision: str | None = "bf16",
+    ckpt_freq: int | str = 0,
+    static_graph: bool | None = None,
+    find_unused_parameters: bool = False,
+    bucket_mb: float | None = None,
+    reduce_dtype: str | None = None,
+    ds_config: dict[str, Any] | str | Path | None = None,
+    compile: bool = False,
+    loss: str = "upcast",
+    config: WrapConfig | None = None,
+) -> Job:
     """Apply `strategy` to `model` (in place) and return the Job handle.
 
     optimizer: a factory, e.g. `lambda params: torch.optim.AdamW(params, lr=1e-4)`; it gets the
@@ -49,17 +68,37 @@ def wrap(model: nn.Module, strategy: str | StrategySpec | None = None, *, ctx: D
         if isinstance(strategy, StrategySpec):
             bucket_mb = strategy.bucket_mb if bucket_mb is None else bucket_mb
             reduce_dtype = strategy.reduce_dtype if reduce_dtype is None else reduce_dtype
-        config = WrapConfig(strategy=name, mixed_precision=mixed_precision, ckpt_freq=ckpt_freq,  # type: ignore[arg-type]
-                            static_graph=static_graph, find_unused_parameters=find_unused_parameters,
-                            bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, compile=compile, loss=loss)  # type: ignore[arg-type]
+        config = WrapConfig(
+            strategy=name,
+            mixed_precision=mixed_precision,
+            ckpt_freq=ckpt_freq,  # type: ignore[arg-type]
+            static_graph=static_graph,
+            find_unused_parameters=find_unused_parameters,
+            bucket_mb=bucket_mb,
+            reduce_dtype=reduce_dtype,
+            compile=compile,
+            loss=loss,
+        )  # type: ignore[arg-type]
     elif not isinstance(config, WrapConfig):
         raise SpecError(f"config must be a WrapConfig, got {type(config).__name__}")
-    return _wrap(model, config, ctx=ctx, optimizer=optimizer, block_types=block_types,
-                 ds_config=ds_config if ds_config is not None else config.ds_config)
+    return _wrap(
+        model,
+        config,
+        ctx=ctx,
+        optimizer=optimizer,
+        block_types=block_types,
+        ds_config=ds_config if ds_config is not None else config.ds_config,
+    )
 
 
-def wrap_from_file(model: nn.Module, path: str | Path | None = None, *, ctx: DistContext,
-                   optimizer: OptimizerFactory, block_types: BlockTypes = None) -> Job:
+def wrap_from_file(
+    model: nn.Module,
+    path: str | Path | None = None,
+    *,
+    ctx: DistContext,
+    optimizer: OptimizerFactory,
+    block_types: BlockTypes = None,
+) -> Job:
     """wrap() with the settings of a strategy.toml written by `prism-strategy emit`; with no
     path, the file named by $PRISM_STRATEGY_FILE (the emitted launchers export it). A file whose
     layout (nodes x ranks per node) differs from the running world is warned about: the run works,
@@ -77,28 +116,54 @@ def layout_mismatch(config: WrapConfig, ctx: DistContext) -> str | None:
     if planned == running:
         return None
     per_step = config.micro_batch * config.grad_accum if config.micro_batch else None
-    batch = (f"; global batch {per_step * planned[0] * planned[1]} planned, {per_step * ctx.world_size} now"
-             if per_step else "")
-    return (f"strategy file planned {planned[0]} nodes x {planned[1]} ranks per node, this job runs {running[0]} x "
-            f"{running[1]}{batch}: launch with the emitted launcher, or plan and emit again for this layout")
+    batch = (
+        f"; global batch {per_step * planned[0] * planned[1]} planned, {per_step * ctx.world_size} now"
+        if per_step
+        else ""
+    )
+    return (
+        f"strategy file planned {planned[0]} nodes x {planned[1]} ranks per node, this job runs {running[0]} x "
+        f"{running[1]}{batch}: launch with the emitted launcher, or plan and emit again for this layout"
+    )
 
 
-def _wrap(model: nn.Module, config: WrapConfig, *, ctx: DistContext, optimizer: OptimizerFactory,
-          block_types: BlockTypes, ds_config: Any) -> Job:
+def _wrap(
+    model: nn.Module,
+    config: WrapConfig,
+    *,
+    ctx: DistContext,
+    optimizer: OptimizerFactory,
+    block_types: BlockTypes,
+    ds_config: Any,
+) -> Job:
     spec = config.spec
     _validate(model, ctx, optimizer)
     blocks = find_blocks(model, block_types)
     if config.ckpt_freq and not blocks:
-        raise SpecError(f"ckpt_freq={config.ckpt_freq} needs transformer blocks, none found in {type(model).__name__}; "
-                        "pass block_types=(YourBlock,)")
+        raise SpecError(
+            f"ckpt_freq={config.ckpt_freq} needs transformer blocks, none found in {type(model).__name__}; "
+            "pass block_types=(YourBlock,)"
+        )
     # 0. refuse what cannot work, before touching the model
-    enforce_guardrails(situation(spec, ctx, compile=config.compile, static_graph=bool(config.static_graph),
-                                 find_unused_parameters=config.find_unused_parameters, has_blocks=bool(blocks)))
+    enforce_guardrails(
+        situation(
+            spec,
+            ctx,
+            compile=config.compile,
+            static_graph=bool(config.static_graph),
+            find_unused_parameters=config.find_unused_parameters,
+            has_blocks=bool(blocks),
+        )
+    )
     _warn_ignored(spec, config)
     if not dist.is_initialized():
         raise SpecError("no process group: call ctx = init_distributed() before wrap()")
-    summary = dict(blocks=len(blocks), block_class=type(blocks[0].module).__name__ if blocks else "-",
-                   ckpt_freq=config.ckpt_freq, compiled=config.compile)
+    summary = dict(
+        blocks=len(blocks),
+        block_class=type(blocks[0].module).__name__ if blocks else "-",
+        ckpt_freq=config.ckpt_freq,
+        compiled=config.compile,
+    )
     # 1. activation checkpointing, every ckpt_freq-th block: the same for every strategy. An HF
     # model's KV cache would keep every checkpointed block's K/V alive to the end of backward
     # (the traced estimate measured it: OLMo-7B's max micro-batch 64 -> 27), so turn it off, as
@@ -113,19 +178,35 @@ def _wrap(model: nn.Module, config: WrapConfig, *, ctx: DistContext, optimizer: 
     if config.compile:
         apply_compile(model, blocks)
     # 3. data parallelism: the strategy's engine; 4. the optimizer (inside the engine's apply)
-    return WRAP_BY_ENGINE[spec.engine](model, spec, ctx, optimizer, summary, config=config, blocks=blocks,
-                                       ds_config=ds_config)
+    return WRAP_BY_ENGINE[spec.engine](
+        model, spec, ctx, optimizer, summary, config=config, blocks=blocks, ds_config=ds_config
+    )
 
 
 # ----------------------------------------------------------------------------- guardrails
 
-def situation(spec: StrategySpec, ctx: DistContext, *, compile: bool, static_graph: bool,
-              find_unused_parameters: bool, has_blocks: bool) -> RuleFacts:
+
+def situation(
+    spec: StrategySpec,
+    ctx: DistContext,
+    *,
+    compile: bool,
+    static_graph: bool,
+    find_unused_parameters: bool,
+    has_blocks: bool,
+) -> RuleFacts:
     """The rule facts of this wrap() call; the engine contributes its own."""
-    return RuleFacts(device=ctx.device.type, backend=ctx.backend, compile=compile, multi_node=ctx.nodes > 1,
-                     find_unused_parameters=find_unused_parameters, static_graph=static_graph, passes_device_id=False,
-                     preloads_pil4dfs="libpil4dfs" in os.environ.get("LD_PRELOAD", ""),
-                     **engine_of(spec).facts(spec, has_blocks=has_blocks))
+    return RuleFacts(
+        device=ctx.device.type,
+        backend=ctx.backend,
+        compile=compile,
+        multi_node=ctx.nodes > 1,
+        find_unused_parameters=find_unused_parameters,
+        static_graph=static_graph,
+        passes_device_id=False,
+        preloads_pil4dfs="libpil4dfs" in os.environ.get("LD_PRELOAD", ""),
+        **engine_of(spec).facts(spec, has_blocks=has_blocks),
+    )
 
 
 def enforce_guardrails(facts: RuleFacts) -> None:
@@ -140,20 +221,31 @@ def enforce_guardrails(facts: RuleFacts) -> None:
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def _validate(model: Any, ctx: Any, optimizer: Any) -> None:
     if not isinstance(model, nn.Module):
         raise SpecError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(ctx, DistContext):
         raise SpecError(f"ctx must be the DistContext from init_distributed(), got {type(ctx).__name__}")
     if isinstance(optimizer, torch.optim.Optimizer) or not callable(optimizer):
-        raise SpecError("optimizer must be a factory, e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4): "
-                        "FSDP2 and DeepSpeed replace the parameters, so the optimizer is built after wrapping")
+        raise SpecError(
+            "optimizer must be a factory, e.g. optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4): "
+            "FSDP2 and DeepSpeed replace the parameters, so the optimizer is built after wrapping"
+        )
 
 
 def _warn_ignored(spec: StrategySpec, config: WrapConfig) -> None:
-    given = [n for n, v in (("static_graph", config.static_graph), ("find_unused_parameters", config.find_unused_parameters),
-                            ("bucket_mb", config.bucket_mb), ("reduce_dtype", config.reduce_dtype))
-             if v and n not in engine_of(spec).options]
+    given = [
+        n
+        for n, v in (
+            ("static_graph", config.static_graph),
+            ("find_unused_parameters", config.find_unused_parameters),
+            ("bucket_mb", config.bucket_mb),
+            ("reduce_dtype", config.reduce_dtype),
+        )
+        if v and n not in engine_of(spec).options
+    ]
     if given:
-        warnings.warn(f"{', '.join(given)} do not apply to {spec.name} ({spec.engine}); ignored",
-                      UserWarning, stacklevel=4)
+        warnings.warn(
+            f"{', '.join(given)} do not apply to {spec.name} ({spec.engine}); ignored", UserWarning, stacklevel=4
+        )

@@ -5,6 +5,15 @@ from prism_strategy.specs.presets import load_model, load_platform, model_names,
 from prism_strategy.specs.training import TrainingSpec
 
 __all__ = [
-    "Layout", "PlatformSpec", "SpecError", "MultimodalSpec", "ProjectorSpec", "TransformerSpec",
-    "TrainingSpec", "load_model", "load_platform", "model_names", "platform_names",
+    "Layout",
+    "PlatformSpec",
+    "SpecError",
+    "MultimodalSpec",
+    "ProjectorSpec",
+    "TransformerSpec",
+    "TrainingSpec",
+    "load_model",
+    "load_platform",
+    "model_names",
+    "platform_names",
 ]

@@ -141,8 +141,18 @@ class PlatformSpec:
     attached from the results store by `plan --db`; estimate/comm_measured.py prices with them."""
 
     def __post_init__(self) -> None:
-        for f in ("devices_per_node", "memory_gib", "peak_tflops_bf16", "peak_tflops_fp32",
-                  "intra_bw_gbps", "intra_ring_bw_gbps", "hbm_bw_gbps", "nic_bw_gbps", "nics_per_node", "ring_channels"):
+        for f in (
+            "devices_per_node",
+            "memory_gib",
+            "peak_tflops_bf16",
+            "peak_tflops_fp32",
+            "intra_bw_gbps",
+            "intra_ring_bw_gbps",
+            "hbm_bw_gbps",
+            "nic_bw_gbps",
+            "nics_per_node",
+            "ring_channels",
+        ):
             if getattr(self, f) <= 0:
                 raise SpecError(f"platform {self.name!r}: {f} must be > 0, got {getattr(self, f)}")
         for f in ("usable_fraction", "achievable_fraction", "bw_efficiency"):
@@ -154,8 +164,10 @@ class PlatformSpec:
             if getattr(self, f) < 0:
                 raise SpecError(f"platform {self.name!r}: {f} must be >= 0, got {getattr(self, f)}")
         if self.rank_jitter is not None and not 0 <= self.rank_jitter < 1:
-            raise SpecError(f"platform {self.name!r}: rank_jitter must be in [0, 1) (std / mean of one rank's work "
-                            f"between synchronisations, e.g. 0.02), got {self.rank_jitter}")
+            raise SpecError(
+                f"platform {self.name!r}: rank_jitter must be in [0, 1) (std / mean of one rank's work "
+                f"between synchronisations, e.g. 0.02), got {self.rank_jitter}"
+            )
         if self.ccl_worker_count < 1:
             raise SpecError(f"platform {self.name!r}: ccl_worker_count must be >= 1, got {self.ccl_worker_count}")
         if self.sm_count < 0:

@@ -13,12 +13,21 @@ from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf_families import DECODERS, MAX_SIZE, Config, hf_kwargs, read_family
 from prism_strategy.specs.model import TransformerSpec
 
-__all__ = ["MAX_SIZE", "build_hf_model", "build_meta_model", "load_hf_config", "spec_from_hf_dict",
-           "supported_model_types", "to_hf_config"]
+__all__ = [
+    "MAX_SIZE",
+    "build_hf_model",
+    "build_meta_model",
+    "load_hf_config",
+    "spec_from_hf_dict",
+    "supported_model_types",
+    "to_hf_config",
+]
 
 _VISION_TYPES = ("siglip_vision_model", "siglip", "siglip2_vision_model", "siglip2", "clip_vision_model", "clip")
 _TEXT_WRAPPERS = {"gemma3": "gemma3_text"}
 """Multimodal configs whose text_config is a supported decoder (Gemma 3 4B and larger)."""
+
+
 def preset_example() -> str:
     """The installed path of a preset TOML a user can copy and edit (data/models/llama-2-7b.toml)."""
     return str(resources.files("prism_strategy") / "data" / "models" / "llama-2-7b.toml")
@@ -30,8 +39,10 @@ def supported_model_types() -> tuple[str, ...]:
 
 def unsupported(where: str, model_type: Any) -> SpecError:
     what = f"model_type {model_type!r} is not supported" if model_type is not None else "config has no model_type"
-    return SpecError(f"{where}: {what}; supported: {', '.join(supported_model_types())}; or describe the model as a "
-                     f"preset TOML (TransformerSpec fields: copy {preset_example()}) and pass its path to --model")
+    return SpecError(
+        f"{where}: {what}; supported: {', '.join(supported_model_types())}; or describe the model as a "
+        f"preset TOML (TransformerSpec fields: copy {preset_example()}) and pass its path to --model"
+    )
 
 
 def load_hf_config(path: Path) -> TransformerSpec:
@@ -40,7 +51,9 @@ def load_hf_config(path: Path) -> TransformerSpec:
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"cannot read model config {path}: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
-        raise SpecError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); pass a Hugging Face config.json") from None
+        raise SpecError(
+            f"{path} is not valid JSON (line {e.lineno}: {e.msg}); pass a Hugging Face config.json"
+        ) from None
     if not isinstance(cfg, dict):
         raise SpecError(f"{path} is not a Hugging Face config (expected a JSON object)")
     return spec_from_hf_dict(cfg, name=Path(path).parent.name or Path(path).stem, source=str(path))
@@ -57,23 +70,43 @@ def spec_from_hf_dict(cfg: dict, *, name: str, source: str = "") -> TransformerS
         return _vision_spec(cfg, name=name, source=source, model_type=mt)
     if not isinstance(mt, str) or mt not in DECODERS:
         raise unsupported(where, mt)
-    return TransformerSpec(name=name, kind="decoder", hf_model_type=mt, source=source or f"config.json ({mt})",
-                           **read_family(cfg, mt, where))
+    return TransformerSpec(
+        name=name,
+        kind="decoder",
+        hf_model_type=mt,
+        source=source or f"config.json ({mt})",
+        **read_family(cfg, mt, where),
+    )
 
 
 def _vision_spec(cfg: dict, *, name: str, source: str, model_type: str) -> TransformerSpec:
     c = Config(cfg, source or name)
     hidden, heads = c.int("hidden_size", 768), c.int("num_attention_heads", 12)
     clip = model_type.startswith("clip")
-    family = dict(hf_model_type="clip_vision_model", cls_token=True, patch_bias=False, pre_norm=True) if clip else \
-        dict(hf_model_type="siglip_vision_model", pooling_head=c.bool("vision_use_head", True))
+    family = (
+        dict(hf_model_type="clip_vision_model", cls_token=True, patch_bias=False, pre_norm=True)
+        if clip
+        else dict(hf_model_type="siglip_vision_model", pooling_head=c.bool("vision_use_head", True))
+    )
     return TransformerSpec(
-        name=name, kind="vision", source=source or model_type,
-        layers=c.int("num_hidden_layers", 12), hidden=hidden, heads=heads, kv_heads=heads,
-        head_dim=c.head_dim(hidden, heads, honoured=False), ffn=c.int("intermediate_size", 3072),
-        qkv_bias=True, o_bias=True, mlp_bias=True, mlp="gelu", norm="layernorm",
-        image_size=c.int("image_size", 224), patch_size=c.int("patch_size", 32 if clip else 16),
-        channels=c.int("num_channels", 3), **family,
+        name=name,
+        kind="vision",
+        source=source or model_type,
+        layers=c.int("num_hidden_layers", 12),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=heads,
+        head_dim=c.head_dim(hidden, heads, honoured=False),
+        ffn=c.int("intermediate_size", 3072),
+        qkv_bias=True,
+        o_bias=True,
+        mlp_bias=True,
+        mlp="gelu",
+        norm="layernorm",
+        image_size=c.int("image_size", 224),
+        patch_size=c.int("patch_size", 32 if clip else 16),
+        channels=c.int("num_channels", 3),
+        **family,
     )
 
 
@@ -82,11 +115,22 @@ def to_hf_config(spec: TransformerSpec):
     import transformers
 
     if spec.kind == "vision":
-        cls = transformers.CLIPVisionConfig if spec.hf_model_type == "clip_vision_model" else transformers.SiglipVisionConfig
+        cls = (
+            transformers.CLIPVisionConfig
+            if spec.hf_model_type == "clip_vision_model"
+            else transformers.SiglipVisionConfig
+        )
         extra = {} if spec.hf_model_type == "clip_vision_model" else {"vision_use_head": spec.pooling_head}
-        return cls(hidden_size=spec.hidden, intermediate_size=spec.ffn, num_hidden_layers=spec.layers,
-                   num_attention_heads=spec.heads, num_channels=spec.channels, image_size=spec.image_size,
-                   patch_size=spec.patch_size, **extra)
+        return cls(
+            hidden_size=spec.hidden,
+            intermediate_size=spec.ffn,
+            num_hidden_layers=spec.layers,
+            num_attention_heads=spec.heads,
+            num_channels=spec.channels,
+            image_size=spec.image_size,
+            patch_size=spec.patch_size,
+            **extra,
+        )
     cls = transformers.AutoConfig.for_model(spec.hf_model_type).__class__
     return cls(**hf_kwargs(spec))
 
@@ -97,7 +141,11 @@ def build_hf_model(spec: TransformerSpec):
 
     cfg = to_hf_config(spec)
     if spec.kind == "vision":
-        cls = transformers.CLIPVisionModel if spec.hf_model_type == "clip_vision_model" else transformers.SiglipVisionModel
+        cls = (
+            transformers.CLIPVisionModel
+            if spec.hf_model_type == "clip_vision_model"
+            else transformers.SiglipVisionModel
+        )
         return cls(cfg)
     return transformers.AutoModelForCausalLM.from_config(cfg)
 

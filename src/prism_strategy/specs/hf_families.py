@@ -40,8 +40,9 @@ MAX_SIZE = 2**40
 class Config:
     """A config.json dict read with one family's defaults, every size checked."""
 
-    def __init__(self, cfg: dict, where: str, defaults: dict[str, Any] | None = None,
-                 aliases: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, cfg: dict, where: str, defaults: dict[str, Any] | None = None, aliases: dict[str, str] | None = None
+    ) -> None:
         self.cfg = {(aliases or {}).get(k, k): v for k, v in cfg.items()}
         self.where, self.defaults = where, defaults or {}
 
@@ -73,17 +74,26 @@ class Config:
         if honoured and (self.has("head_dim") or self.defaults.get("head_dim")):
             return self.int("head_dim")
         if hidden % heads:
-            raise SpecError(f"{self.where}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}; "
-                            "give head_dim in the config")
+            raise SpecError(
+                f"{self.where}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}; "
+                "give head_dim in the config"
+            )
         return hidden // heads
 
 
 def _sizes(c: Config, honours_head_dim: bool = True) -> dict[str, Any]:
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
-    return dict(layers=c.int("num_hidden_layers"), hidden=hidden, heads=heads,
-                kv_heads=c.int("num_key_value_heads", heads), head_dim=c.head_dim(hidden, heads, honours_head_dim),
-                ffn=c.int("intermediate_size"), vocab=c.int("vocab_size"), max_positions=c.int("max_position_embeddings"),
-                tied_embeddings=c.bool("tie_word_embeddings"))
+    return dict(
+        layers=c.int("num_hidden_layers"),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=c.int("num_key_value_heads", heads),
+        head_dim=c.head_dim(hidden, heads, honours_head_dim),
+        ffn=c.int("intermediate_size"),
+        vocab=c.int("vocab_size"),
+        max_positions=c.int("max_position_embeddings"),
+        tied_embeddings=c.bool("tie_word_embeddings"),
+    )
 
 
 def _dense_layers(c: Config, layers: int) -> int:
@@ -124,16 +134,27 @@ def _qwen2_moe(c: Config, layers: int) -> dict[str, Any]:
 
 
 def _qwen3_moe(c: Config, layers: int) -> dict[str, Any]:
-    return dict(qk_norm="per_head", **_attention_bias(c),
-                **_moe(c, layers, "num_experts", "moe_intermediate_size", sparse_step=True))
+    return dict(
+        qk_norm="per_head",
+        **_attention_bias(c),
+        **_moe(c, layers, "num_experts", "moe_intermediate_size", sparse_step=True),
+    )
 
 
 def _gpt2(c: Config) -> dict[str, Any]:
     if c.bool("add_cross_attention"):
-        raise SpecError(f"{c.where}: add_cross_attention is set: a GPT-2 with cross-attention is not a causal LM "
-                        "this tool plans")
-    return dict(norm="layernorm", mlp="gelu", qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=True,
-                position_embeddings=c.int("max_position_embeddings"))
+        raise SpecError(
+            f"{c.where}: add_cross_attention is set: a GPT-2 with cross-attention is not a causal LM this tool plans"
+        )
+    return dict(
+        norm="layernorm",
+        mlp="gelu",
+        qkv_bias=True,
+        o_bias=True,
+        mlp_bias=True,
+        fused_qkv=True,
+        position_embeddings=c.int("max_position_embeddings"),
+    )
 
 
 _RMS = dict(norm="rmsnorm")
@@ -145,35 +166,84 @@ DECODERS: dict[str, tuple[dict[str, Any], bool, Reader]] = {
     "llama": ({}, True, lambda c, n: _RMS | _llama(c)),
     "mistral": ({"num_key_value_heads": 8}, True, lambda c, n: dict(_RMS)),
     "qwen2": ({"num_key_value_heads": 32}, True, lambda c, n: _RMS | dict(qkv_bias=True)),
-    "qwen3": ({"num_key_value_heads": 32, "head_dim": 128}, True,
-              lambda c, n: _RMS | dict(qk_norm="per_head") | _attention_bias(c)),
+    "qwen3": (
+        {"num_key_value_heads": 32, "head_dim": 128},
+        True,
+        lambda c, n: _RMS | dict(qk_norm="per_head") | _attention_bias(c),
+    ),
     "olmo": ({}, True, lambda c, n: dict(norm="layernorm_noparam") | _attention_bias(c)),
     "olmo2": ({}, True, lambda c, n: _RMS | dict(qk_norm="full") | _attention_bias(c)),
     "olmo3": ({}, True, lambda c, n: _RMS | dict(qk_norm="full") | _attention_bias(c)),
-    "gpt2": ({"tie_word_embeddings": True}, False,
-             lambda c, n: _gpt2(c)),
-    "gpt_neox": ({}, False, lambda c, n: dict(norm="layernorm", mlp="gelu", fused_qkv=True, mlp_bias=True,
-                                              qkv_bias=c.bool("attention_bias", True), o_bias=c.bool("attention_bias", True))),
-    "gemma2": ({"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True}, True,
-               lambda c, n: _GEMMA | _attention_bias(c)),
-    "gemma3_text": ({"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True}, True,
-                    lambda c, n: _GEMMA | dict(qk_norm="per_head") | _attention_bias(c)),
+    "gpt2": ({"tie_word_embeddings": True}, False, lambda c, n: _gpt2(c)),
+    "gpt_neox": (
+        {},
+        False,
+        lambda c, n: dict(
+            norm="layernorm",
+            mlp="gelu",
+            fused_qkv=True,
+            mlp_bias=True,
+            qkv_bias=c.bool("attention_bias", True),
+            o_bias=c.bool("attention_bias", True),
+        ),
+    ),
+    "gemma2": (
+        {"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True},
+        True,
+        lambda c, n: _GEMMA | _attention_bias(c),
+    ),
+    "gemma3_text": (
+        {"num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True},
+        True,
+        lambda c, n: _GEMMA | dict(qk_norm="per_head") | _attention_bias(c),
+    ),
     "phi3": ({}, True, lambda c, n: _RMS | dict(fused_qkv=True, fused_gate_up=True)),
-    "starcoder2": ({"num_key_value_heads": 2, "tie_word_embeddings": True}, True,
-                   lambda c, n: dict(norm="layernorm", mlp="gelu", qkv_bias=c.bool("use_bias", True),
-                                     o_bias=c.bool("use_bias", True), mlp_bias=c.bool("use_bias", True))),
-    "mixtral": ({"num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2}, True,
-                lambda c, n: _RMS | _moe(c, n, "num_local_experts", "intermediate_size")),
-    "qwen2_moe": ({"num_key_value_heads": 16, "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
-                   "shared_expert_intermediate_size": 5632}, True, lambda c, n: _RMS | _qwen2_moe(c, n)),
-    "qwen3_moe": ({"num_key_value_heads": 4, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
-                  True, lambda c, n: _RMS | _qwen3_moe(c, n)),
-    "olmoe": ({"num_experts": 64, "num_experts_per_tok": 8}, True,
-              lambda c, n: _RMS | dict(qk_norm="full") | _attention_bias(c) | _moe(c, n, "num_experts", "intermediate_size")),
+    "starcoder2": (
+        {"num_key_value_heads": 2, "tie_word_embeddings": True},
+        True,
+        lambda c, n: dict(
+            norm="layernorm",
+            mlp="gelu",
+            qkv_bias=c.bool("use_bias", True),
+            o_bias=c.bool("use_bias", True),
+            mlp_bias=c.bool("use_bias", True),
+        ),
+    ),
+    "mixtral": (
+        {"num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2},
+        True,
+        lambda c, n: _RMS | _moe(c, n, "num_local_experts", "intermediate_size"),
+    ),
+    "qwen2_moe": (
+        {
+            "num_key_value_heads": 16,
+            "num_experts": 60,
+            "num_experts_per_tok": 4,
+            "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632,
+        },
+        True,
+        lambda c, n: _RMS | _qwen2_moe(c, n),
+    ),
+    "qwen3_moe": (
+        {"num_key_value_heads": 4, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
+        True,
+        lambda c, n: _RMS | _qwen3_moe(c, n),
+    ),
+    "olmoe": (
+        {"num_experts": 64, "num_experts_per_tok": 8},
+        True,
+        lambda c, n: _RMS | dict(qk_norm="full") | _attention_bias(c) | _moe(c, n, "num_experts", "intermediate_size"),
+    ),
 }
 ALIASES = {
-    "gpt2": {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
-             "n_positions": "max_position_embeddings", "n_inner": "intermediate_size"},
+    "gpt2": {
+        "n_embd": "hidden_size",
+        "n_layer": "num_hidden_layers",
+        "n_head": "num_attention_heads",
+        "n_positions": "max_position_embeddings",
+        "n_inner": "intermediate_size",
+    },
     "mixtral": {"num_experts": "num_local_experts"},
     "qwen3_moe": {"num_local_experts": "num_experts"},
     "olmoe": {"num_local_experts": "num_experts"},
@@ -205,11 +275,22 @@ def _sliding(c: Config, model_type: str, layers: int) -> dict[str, Any]:
 
 
 SECONDARY = {  # (num_attention_heads, vocab_size, max_position_embeddings) of each config class
-    "llama": (32, 32000, 2048), "mistral": (32, 32000, 131072), "qwen2": (32, 151936, 32768),
-    "qwen3": (32, 151936, 32768), "olmo": (32, 50304, 2048), "olmo2": (32, 50304, 2048), "olmo3": (32, 50304, 2048),
-    "gpt2": (12, 50257, 1024), "gpt_neox": (64, 50432, 2048), "gemma2": (8, 256000, 8192),
-    "gemma3_text": (8, 262208, 131072), "phi3": (32, 32064, 4096), "starcoder2": (24, 49152, 4096),
-    "mixtral": (32, 32000, 131072), "qwen2_moe": (16, 151936, 32768), "qwen3_moe": (32, 151936, 32768),
+    "llama": (32, 32000, 2048),
+    "mistral": (32, 32000, 131072),
+    "qwen2": (32, 151936, 32768),
+    "qwen3": (32, 151936, 32768),
+    "olmo": (32, 50304, 2048),
+    "olmo2": (32, 50304, 2048),
+    "olmo3": (32, 50304, 2048),
+    "gpt2": (12, 50257, 1024),
+    "gpt_neox": (64, 50432, 2048),
+    "gemma2": (8, 256000, 8192),
+    "gemma3_text": (8, 262208, 131072),
+    "phi3": (32, 32064, 4096),
+    "starcoder2": (24, 49152, 4096),
+    "mixtral": (32, 32000, 131072),
+    "qwen2_moe": (16, 151936, 32768),
+    "qwen3_moe": (32, 151936, 32768),
     "olmoe": (16, 50304, 4096),
 }
 """Defaults a config.json may lean on (Gemma 3's text_config omits its 8 heads and its vocabulary);
@@ -220,7 +301,9 @@ one of these models)."""
 def read_family(cfg: dict, model_type: str, where: str) -> dict[str, Any]:
     """TransformerSpec fields of a decoder config.json of a known family."""
     defaults, honours_head_dim, reader = DECODERS[model_type]
-    defaults = dict(zip(("num_attention_heads", "vocab_size", "max_position_embeddings"), SECONDARY[model_type])) | defaults
+    defaults = (
+        dict(zip(("num_attention_heads", "vocab_size", "max_position_embeddings"), SECONDARY[model_type])) | defaults
+    )
     c = Config(cfg, where, defaults, ALIASES.get(model_type))
     if model_type == "gpt2":
         c.defaults |= {"intermediate_size": 4 * c.int("hidden_size")}
@@ -232,12 +315,21 @@ def hf_kwargs(spec: Any) -> dict[str, Any]:
     """The family's config arguments that rebuild this spec (the inverse of read_family)."""
     mt = spec.hf_model_type
     if mt not in DECODERS:
-        raise SpecError(f"model {spec.name!r}: hf_model_type {mt!r} is not a family this tool builds with transformers "
-                        f"({', '.join(DECODERS)}); plan works from the preset alone, --traced and bench need one of these")
+        raise SpecError(
+            f"model {spec.name!r}: hf_model_type {mt!r} is not a family this tool builds with transformers "
+            f"({', '.join(DECODERS)}); plan works from the preset alone, --traced and bench need one of these"
+        )
     kw: dict[str, Any] = dict(
-        vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.ffn, num_hidden_layers=spec.layers,
-        num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads, max_position_embeddings=spec.max_positions,
-        tie_word_embeddings=spec.tied_embeddings, pad_token_id=None)  # a class default may lie outside a small vocab
+        vocab_size=spec.vocab,
+        hidden_size=spec.hidden,
+        intermediate_size=spec.ffn,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        max_position_embeddings=spec.max_positions,
+        tie_word_embeddings=spec.tied_embeddings,
+        pad_token_id=None,
+    )  # a class default may lie outside a small vocab
     if DECODERS[mt][1] and (spec.head_dim != spec.hidden // spec.heads or DECODERS[mt][0].get("head_dim")):
         kw["head_dim"] = spec.head_dim
     if mt in ("llama", "qwen3", "olmo", "olmo2", "olmo3", "gemma2", "gemma3_text", "gpt_neox", "qwen3_moe", "olmoe"):
@@ -247,16 +339,24 @@ def hf_kwargs(spec: Any) -> dict[str, Any]:
     if mt == "starcoder2":
         kw["use_bias"] = spec.qkv_bias
     if mt == "gpt2":
-        kw = dict(vocab_size=spec.vocab, n_embd=spec.hidden, n_layer=spec.layers, n_head=spec.heads,
-                  n_positions=spec.position_embeddings, n_inner=spec.ffn, tie_word_embeddings=spec.tied_embeddings,
-                  pad_token_id=None)
+        kw = dict(
+            vocab_size=spec.vocab,
+            n_embd=spec.hidden,
+            n_layer=spec.layers,
+            n_head=spec.heads,
+            n_positions=spec.position_embeddings,
+            n_inner=spec.ffn,
+            tie_word_embeddings=spec.tied_embeddings,
+            pad_token_id=None,
+        )
     if mt in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe"):
         kw["num_local_experts" if mt == "mixtral" else "num_experts"] = spec.experts
         if spec.moe:
             kw["num_experts_per_tok"] = spec.experts_per_token
     if mt in ("qwen2_moe", "qwen3_moe") and spec.moe:
-        kw |= dict(moe_intermediate_size=spec.expert_ffn, decoder_sparse_step=1,
-                   mlp_only_layers=list(range(spec.dense_layers)))
+        kw |= dict(
+            moe_intermediate_size=spec.expert_ffn, decoder_sparse_step=1, mlp_only_layers=list(range(spec.dense_layers))
+        )
     if mt == "qwen2_moe":
         kw["qkv_bias"] = spec.qkv_bias
         if spec.moe:

@@ -101,20 +101,27 @@ class TransformerSpec:
             if getattr(self, f) <= 0:
                 raise SpecError(f"model {self.name!r}: {f} must be > 0, got {getattr(self, f)}")
         if self.heads % self.kv_heads:
-            raise SpecError(f"model {self.name!r}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+            raise SpecError(
+                f"model {self.name!r}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
         if self.kind == "decoder" and (self.vocab <= 0 or self.max_positions <= 0):
             raise SpecError(f"model {self.name!r}: a decoder needs vocab > 0 and max_positions > 0")
         if self.kind == "vision" and (self.image_size <= 0 or self.patch_size <= 0):
             raise SpecError(f"model {self.name!r}: a vision encoder needs image_size and patch_size > 0")
         if self.kind == "vision" and self.image_size < self.patch_size:
-            raise SpecError(f"model {self.name!r}: image_size {self.image_size} is smaller than patch_size "
-                            f"{self.patch_size}: no patch fits")
+            raise SpecError(
+                f"model {self.name!r}: image_size {self.image_size} is smaller than patch_size "
+                f"{self.patch_size}: no patch fits"
+            )
         if self.block_norms not in (2, 4):
             raise SpecError(f"model {self.name!r}: block_norms must be 2 or 4, got {self.block_norms}")
-        if self.experts and not (0 < self.experts_per_token <= self.experts and self.expert_ffn > 0
-                                 and 0 <= self.dense_layers < self.layers):
-            raise SpecError(f"model {self.name!r}: an MoE needs 0 < experts_per_token <= experts, expert_ffn > 0 "
-                            f"and 0 <= dense_layers < layers")
+        if self.experts and not (
+            0 < self.experts_per_token <= self.experts and self.expert_ffn > 0 and 0 <= self.dense_layers < self.layers
+        ):
+            raise SpecError(
+                f"model {self.name!r}: an MoE needs 0 < experts_per_token <= experts, expert_ffn > 0 "
+                f"and 0 <= dense_layers < layers"
+            )
 
     # --- structure: the tensors transformers builds ----------------------------------------
     def norm_params(self, width: int) -> int:
@@ -141,7 +148,9 @@ class TransformerSpec:
 
     def attention_modules(self) -> list[Module]:
         h, q, kv, b = self.hidden, self.q_width, self.kv_width, self.qkv_bias
-        mods = [_linear(q + 2 * kv, h, b)] if self.fused_qkv else [_linear(q, h, b), _linear(kv, h, b), _linear(kv, h, b)]
+        mods = (
+            [_linear(q + 2 * kv, h, b)] if self.fused_qkv else [_linear(q, h, b), _linear(kv, h, b), _linear(kv, h, b)]
+        )
         if self.qk_norm != "none":
             qn, kn = (self.head_dim, self.head_dim) if self.qk_norm == "per_head" else (q, kv)
             mods += [[(qn, qn)], [(kn, kn)]]
@@ -180,8 +189,15 @@ class TransformerSpec:
         h = self.hidden
         if self.kind == "vision":
             c, p, n = self.channels, self.patch_size, self.positions
-            return [m for m in ([(h, h)] if self.cls_token else [], [(c * p * p * h, h)] + ([(h, h)] if self.patch_bias else []),
-                                [(n * h, n)]) if m]
+            return [
+                m
+                for m in (
+                    [(h, h)] if self.cls_token else [],
+                    [(c * p * p * h, h)] + ([(h, h)] if self.patch_bias else []),
+                    [(n * h, n)],
+                )
+                if m
+            ]
         pos = [[(self.position_embeddings * h, self.position_embeddings)]] if self.position_embeddings else []
         return [[(self.vocab * h, self.vocab)]] + pos
 
@@ -193,8 +209,12 @@ class TransformerSpec:
             return [m for m in [norm] + ([] if self.tied_embeddings else [[(self.vocab * h, self.vocab)]]) if m]
         mods = [norm]
         if self.pooling_head:
-            mods += [[(h, 1), (3 * h * h, 3 * h), (3 * h, 3 * h)], _linear(h, h, True), norm,
-                     *self.mlp_modules(self.ffn, bias=True)]
+            mods += [
+                [(h, 1), (3 * h * h, 3 * h), (3 * h, 3 * h)],
+                _linear(h, h, True),
+                norm,
+                *self.mlp_modules(self.ffn, bias=True),
+            ]
         return [m for m in mods + ([norm] if self.pre_norm else []) if m]
 
     # --- parameter counts (exact) -------------------------------------------------------
@@ -310,7 +330,9 @@ class MultimodalSpec:
         if self.mode not in MODES:
             raise SpecError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
         if self.mode != "e2e" and self.vision is None:
-            raise SpecError(f"mode {self.mode!r} trains a projector: add a vision encoder with --vision (e.g. siglip2-so400m-patch14-384)")
+            raise SpecError(
+                f"mode {self.mode!r} trains a projector: add a vision encoder with --vision (e.g. siglip2-so400m-patch14-384)"
+            )
         if self.backbone.kind != "decoder":
             raise SpecError(f"backbone {self.backbone.name!r} is a {self.backbone.kind} model; use a decoder")
         if self.vision is not None and self.vision.kind != "vision":

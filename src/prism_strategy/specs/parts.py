@@ -59,17 +59,43 @@ def model_parts(model: MultimodalSpec, training: TrainingSpec) -> tuple[Part, ..
     if model.vision is not None:
         v, p = model.vision, model.projector
         assert p is not None
-        parts.append(Part(name="vision", spec=v, params=v.total_params, trains=model.vision_trains,
-                          backward=model.vision_trains, tokens=v.positions, tensors=transformer_tensors(v)))
+        parts.append(
+            Part(
+                name="vision",
+                spec=v,
+                params=v.total_params,
+                trains=model.vision_trains,
+                backward=model.vision_trains,
+                tokens=v.positions,
+                tensors=transformer_tensors(v),
+            )
+        )
         below_trains = model.vision_trains
-        parts.append(Part(name="projector", spec=None, params=p.params, trains=True, backward=True,
-                          tokens=image_tokens(model, training), tensors=4,
-                          widths=(p.in_width, p.out_width)))
+        parts.append(
+            Part(
+                name="projector",
+                spec=None,
+                params=p.params,
+                trains=True,
+                backward=True,
+                tokens=image_tokens(model, training),
+                tensors=4,
+                widths=(p.in_width, p.out_width),
+            )
+        )
         below_trains = True
     b = model.backbone
-    parts.append(Part(name="backbone", spec=b, params=b.total_params, trains=model.backbone_trains,
-                      backward=model.backbone_trains or below_trains,
-                      tokens=backbone_tokens(model, training), tensors=transformer_tensors(b)))
+    parts.append(
+        Part(
+            name="backbone",
+            spec=b,
+            params=b.total_params,
+            trains=model.backbone_trains,
+            backward=model.backbone_trains or below_trains,
+            tokens=backbone_tokens(model, training),
+            tensors=transformer_tensors(b),
+        )
+    )
     return tuple(parts)
 
 

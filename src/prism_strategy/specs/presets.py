@@ -69,8 +69,10 @@ def _kind(p: Path, what: str) -> str:
     try:
         return "dir" if p.is_dir() else "file" if p.exists() else "missing"
     except (OSError, ValueError) as e:
-        raise SpecError(f"unknown {what} {str(p)[:60]!r}...: neither a preset nor a usable path "
-                        f"({getattr(e, 'strerror', None) or e})") from None
+        raise SpecError(
+            f"unknown {what} {str(p)[:60]!r}...: neither a preset nor a usable path "
+            f"({getattr(e, 'strerror', None) or e})"
+        ) from None
 
 
 @cache
@@ -82,15 +84,19 @@ def load_model(name_or_path: str) -> TransformerSpec:
         return build(TransformerSpec, read_toml(path), f"model preset {name_or_path}")
     kind = _kind(p, "model")
     if kind == "missing" and _looks_like_path(name_or_path):
-        raise SpecError(f"model file {name_or_path!r} does not exist ({p.absolute()}); give the path to a config.json "
-                        "(or its folder), a preset .toml, or a preset name (`prism-strategy models`)")
+        raise SpecError(
+            f"model file {name_or_path!r} does not exist ({p.absolute()}); give the path to a config.json "
+            "(or its folder), a preset .toml, or a preset name (`prism-strategy models`)"
+        )
     if p.suffix == ".toml" and kind == "file":
         return build(TransformerSpec, read_toml(p), str(p))
     if kind == "dir" and (p / "config.json").exists():
         return load_hf_config(p / "config.json")
     if p.suffix == ".json" and kind == "file":
         return load_hf_config(p)
-    raise SpecError(f"unknown model {name_or_path!r}; use a preset ({', '.join(model_names())}) or a path to a config.json")
+    raise SpecError(
+        f"unknown model {name_or_path!r}; use a preset ({', '.join(model_names())}) or a path to a config.json"
+    )
 
 
 @cache
@@ -100,11 +106,15 @@ def load_platform(name_or_path: str) -> PlatformSpec:
         return build(PlatformSpec, read_toml(DATA / "platforms" / f"{name_or_path}.toml"), f"platform {name_or_path}")
     kind = _kind(p, "platform")
     if kind == "missing" and _looks_like_path(name_or_path):
-        raise SpecError(f"platform file {name_or_path!r} does not exist ({p.absolute()}); give the path to a platform "
-                        "TOML or a preset name (`prism-strategy platforms`)")
+        raise SpecError(
+            f"platform file {name_or_path!r} does not exist ({p.absolute()}); give the path to a platform "
+            "TOML or a preset name (`prism-strategy platforms`)"
+        )
     if p.suffix == ".toml" and kind == "file":
         return build(PlatformSpec, read_toml(p), str(p))
-    raise SpecError(f"unknown platform {name_or_path!r}; use one of {', '.join(platform_names())} or a path to a platform .toml")
+    raise SpecError(
+        f"unknown platform {name_or_path!r}; use one of {', '.join(platform_names())} or a path to a platform .toml"
+    )
 
 
 def spec_from_module(module: Any, *, name: str = "module") -> TransformerSpec:

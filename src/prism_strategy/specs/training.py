@@ -12,8 +12,9 @@ REDUCE_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 
 def check_options(bucket_mb: object, reduce_dtype: object) -> None:
     """SpecError unless bucket_mb is a positive number of MiB and reduce_dtype fp32/bf16 (or None)."""
-    if bucket_mb is not None and (isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float))
-                                  or not 0 < bucket_mb <= 4096):
+    if bucket_mb is not None and (
+        isinstance(bucket_mb, bool) or not isinstance(bucket_mb, (int, float)) or not 0 < bucket_mb <= 4096
+    ):
         raise SpecError(f"bucket size must be a number of MiB in (0, 4096], got {bucket_mb!r}; e.g. --bucket-mb 25")
     if reduce_dtype is not None and reduce_dtype not in REDUCE_DTYPES:
         raise SpecError(f"reduce dtype (--reduce-dtype) must be fp32 or bf16, got {reduce_dtype!r}")
@@ -64,6 +65,8 @@ def parse_optimizer(name: str) -> tuple[str, str]:
         raise SpecError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZER_NAMES)}")
     algo, _, impl = name.strip().lower().partition("-")
     return algo, impl or "auto"
+
+
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 CKPT_POLICIES: tuple[str, ...] = ("full", "sac")
 LOSSES: tuple[str, ...] = ("upcast", "fused", "chunked")
@@ -142,17 +145,20 @@ class TrainingSpec:
         if self.ckpt_freq < 0:
             raise SpecError(f"--ckpt-freq must be >= 0 (0 = no checkpointing), got {self.ckpt_freq}")
         if self.ckpt_policy not in CKPT_POLICIES:
-            raise SpecError(f"unknown checkpointing policy {self.ckpt_policy!r}; "
-                            f"choose one of {', '.join(CKPT_POLICIES)}")
+            raise SpecError(
+                f"unknown checkpointing policy {self.ckpt_policy!r}; choose one of {', '.join(CKPT_POLICIES)}"
+            )
         if self.ckpt_policy == "sac" and self.ckpt_freq != 1:
-            raise SpecError(f"selective checkpointing (sac) wraps every block: ckpt_freq must be 1, "
-                            f"got {self.ckpt_freq}")
+            raise SpecError(
+                f"selective checkpointing (sac) wraps every block: ckpt_freq must be 1, got {self.ckpt_freq}"
+            )
         if self.optimizer not in OPTIMIZERS:
             raise SpecError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZER_NAMES)}")
         parse_loss(self.loss)
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
-            raise SpecError(f"unknown optimizer implementation {self.optimizer_impl!r}; choose one of "
-                            f"{', '.join(OPTIMIZER_IMPLS)}")
+            raise SpecError(
+                f"unknown optimizer implementation {self.optimizer_impl!r}; choose one of {', '.join(OPTIMIZER_IMPLS)}"
+            )
 
     @classmethod
     def from_precision(cls, precision: str, **kw) -> "TrainingSpec":

@@ -33,15 +33,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from prism_strategy.engines import engine_of
 from prism_strategy.estimate.memory import KEYS, MemoryEstimate, estimate_memory, max_micro_batch
-from prism_strategy.specs.parts import model_parts
-from prism_strategy.traced.search import find_max_micro_batch
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
+from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec, get_strategy
-from prism_strategy.engines import engine_of
+from prism_strategy.traced.search import find_max_micro_batch
 
 ModelSource = MultimodalSpec | TransformerSpec | str | Callable[[], Any]
 TOLERANCE = 0.15
@@ -124,8 +124,15 @@ class TracedOption:
 
 
 # --- public API ------------------------------------------------------------------------
-def trace_memory(model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec | str,
-                 micro_batch: int, *, device: str = "cpu") -> TracedMemory:
+def trace_memory(
+    model_spec: ModelSource,
+    training: TrainingSpec,
+    layout: Layout,
+    strategy: StrategySpec | str,
+    micro_batch: int,
+    *,
+    device: str = "cpu",
+) -> TracedMemory:
     """Peak memory per device of one full training step of the real model at `micro_batch`.
 
     model_spec: MultimodalSpec / TransformerSpec (built through transformers), a preset name or
@@ -135,29 +142,65 @@ def trace_memory(model_spec: ModelSource, training: TrainingSpec, layout: Layout
     return trace_option(model_spec, training, layout, strategy, micro_batch, device=device).memory
 
 
-def search_max_micro_batch(model_spec: ModelSource, training: TrainingSpec, layout: Layout,
-                           strategy: StrategySpec | str, usable_bytes: float, *, reserve_bytes: float = 0.0,
-                           seed: int | None = None, max_traces: int = MAX_TRACES, cap: int = MAX_MICRO_BATCH,
-                           device: str = "cpu") -> MicroBatchSearch:
+def search_max_micro_batch(
+    model_spec: ModelSource,
+    training: TrainingSpec,
+    layout: Layout,
+    strategy: StrategySpec | str,
+    usable_bytes: float,
+    *,
+    reserve_bytes: float = 0.0,
+    seed: int | None = None,
+    max_traces: int = MAX_TRACES,
+    cap: int = MAX_MICRO_BATCH,
+    device: str = "cpu",
+) -> MicroBatchSearch:
     """Largest micro-batch whose traced peak + reserve_bytes <= usable_bytes, by bisection
     seeded with `seed` (default: the analytic max micro-batch) over traced steps of one model
     build; at most `max_traces` traced steps (see traced/search.py)."""
-    opt = trace_option(model_spec, training, layout, strategy, None, usable_bytes=usable_bytes,
-                       reserve_bytes=reserve_bytes, seed=seed, max_traces=max_traces, cap=cap, device=device)
+    opt = trace_option(
+        model_spec,
+        training,
+        layout,
+        strategy,
+        None,
+        usable_bytes=usable_bytes,
+        reserve_bytes=reserve_bytes,
+        seed=seed,
+        max_traces=max_traces,
+        cap=cap,
+        device=device,
+    )
     assert opt.search is not None
     return opt.search
 
 
-def traced_max_micro_batch(model_spec: ModelSource, training: TrainingSpec, layout: Layout,
-                           strategy: StrategySpec | str, usable_bytes: float, **kw: Any) -> int:
+def traced_max_micro_batch(
+    model_spec: ModelSource,
+    training: TrainingSpec,
+    layout: Layout,
+    strategy: StrategySpec | str,
+    usable_bytes: float,
+    **kw: Any,
+) -> int:
     """search_max_micro_batch(...).micro_batch (0: even micro-batch 1 does not fit)."""
     return search_max_micro_batch(model_spec, training, layout, strategy, usable_bytes, **kw).micro_batch
 
 
-def trace_option(model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec | str,
-                 micro_batch: int | None, *, usable_bytes: float | None = None, reserve_bytes: float = 0.0,
-                 seed: int | None = None, max_traces: int = MAX_TRACES, cap: int = MAX_MICRO_BATCH,
-                 device: str = "cpu") -> TracedOption:
+def trace_option(
+    model_spec: ModelSource,
+    training: TrainingSpec,
+    layout: Layout,
+    strategy: StrategySpec | str,
+    micro_batch: int | None,
+    *,
+    usable_bytes: float | None = None,
+    reserve_bytes: float = 0.0,
+    seed: int | None = None,
+    max_traces: int = MAX_TRACES,
+    cap: int = MAX_MICRO_BATCH,
+    device: str = "cpu",
+) -> TracedOption:
     """Traced memory at `micro_batch` and, when `usable_bytes` is given, the traced max
     micro-batch, from one model build. micro_batch None: measured at the max micro-batch found
     (1 when none fits)."""
@@ -183,11 +226,17 @@ def trace_option(model_spec: ModelSource, training: TrainingSpec, layout: Layout
         if usable_bytes is not None:
             budget = usable_bytes - reserve_bytes
             hint_seed, per_sample = _analytic_hint(spec, training, layout, s, budget)
-            found = find_max_micro_batch(probe, budget, seed=seed or hint_seed, per_sample=per_sample,
-                                         max_probes=max_traces, cap=cap)
-            search = MicroBatchSearch(micro_batch=found.micro_batch, traces=found.probes, exact=found.exact,
-                                      points=found.points, seconds=time.perf_counter() - t0,
-                                      method=_method(s, layout, spec))
+            found = find_max_micro_batch(
+                probe, budget, seed=seed or hint_seed, per_sample=per_sample, max_probes=max_traces, cap=cap
+            )
+            search = MicroBatchSearch(
+                micro_batch=found.micro_batch,
+                traces=found.probes,
+                exact=found.exact,
+                points=found.points,
+                seconds=time.perf_counter() - t0,
+                method=_method(s, layout, spec),
+            )
         mb = micro_batch or max(1, search.micro_batch if search else 1)
         probe(mb)
     what = session.built.what if session.built is not None else name
@@ -195,17 +244,24 @@ def trace_option(model_spec: ModelSource, training: TrainingSpec, layout: Layout
     return TracedOption(memory=memory, search=search)
 
 
-def analytic_memory(model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec | str,
-                    micro_batch: int) -> TracedMemory:
+def analytic_memory(
+    model_spec: ModelSource, training: TrainingSpec, layout: Layout, strategy: StrategySpec | str, micro_batch: int
+) -> TracedMemory:
     """The analytic estimate in TracedMemory form (reserve 0), for what cannot be traced."""
     s = _strategy(strategy)
     t0 = time.perf_counter()
     spec = _spec_for_analytic(model_spec)
     est = estimate_memory(model_parts(spec, training), training, _no_reserve_platform(), layout, s, micro_batch)
     by_key = {k: float(getattr(est, k)) for k in KEYS}
-    return TracedMemory(peak_bytes=sum(by_key.values()), by_key=by_key, method=_analytic_method(s),
-                        seconds=time.perf_counter() - t0, torch_version=_torch_version(), micro_batch=micro_batch,
-                        model=spec.name)
+    return TracedMemory(
+        peak_bytes=sum(by_key.values()),
+        by_key=by_key,
+        method=_analytic_method(s),
+        seconds=time.perf_counter() - t0,
+        torch_version=_torch_version(),
+        micro_batch=micro_batch,
+        model=spec.name,
+    )
 
 
 def differences(analytic: MemoryEstimate, traced: TracedMemory, *, tolerance: float = TOLERANCE) -> list[str]:
@@ -219,8 +275,10 @@ def differences(analytic: MemoryEstimate, traced: TracedMemory, *, tolerance: fl
     a_total, t_total = analytic.total - analytic.reserve, traced.peak_bytes
     if abs(a_total - t_total) <= tolerance * max(a_total, t_total):
         return []
-    notes = [f"analytic {_size(a_total)} vs traced {_size(t_total)} {_pct(a_total, t_total)} "
-             f"(reserve excluded; the traced peak falls in the {traced.phase}, the analytic one at the {analytic.moment})"]
+    notes = [
+        f"analytic {_size(a_total)} vs traced {_size(t_total)} {_pct(a_total, t_total)} "
+        f"(reserve excluded; the traced peak falls in the {traced.phase}, the analytic one at the {analytic.moment})"
+    ]
     for key in (k for k in KEYS if k != "reserve"):
         a, t = float(getattr(analytic, key)), traced.by_key.get(key, 0.0)
         if abs(a - t) > tolerance * max(a, t) and abs(a - t) > MIN_NOTE_FRACTION * traced.peak_bytes:
@@ -228,16 +286,23 @@ def differences(analytic: MemoryEstimate, traced: TracedMemory, *, tolerance: fl
     return notes
 
 
-def traced_fields(traced: TracedMemory, *, reserve_bytes: float = 0.0, search: MicroBatchSearch | None = None,
-                  analytic: MemoryEstimate | None = None) -> dict[str, Any]:
+def traced_fields(
+    traced: TracedMemory,
+    *,
+    reserve_bytes: float = 0.0,
+    search: MicroBatchSearch | None = None,
+    analytic: MemoryEstimate | None = None,
+) -> dict[str, Any]:
     """An option's JSON fields: traced_memory_gib (the keys of memory_gib), traced_max_micro_batch,
     traced_method / phase / seconds / torch_version, and traced_notes when `analytic` is given."""
     d: dict[str, Any] = {
         "traced_memory_gib": {k: round(v, 3) for k, v in traced.gib(reserve_bytes).items()},
         "traced_max_micro_batch": search.micro_batch if search else None,
         "traced_max_micro_batch_traces": search.traces if search else None,
-        "traced_method": traced.method, "traced_phase": traced.phase,
-        "traced_seconds": round(traced.seconds, 2), "torch_version": traced.torch_version,
+        "traced_method": traced.method,
+        "traced_phase": traced.phase,
+        "traced_seconds": round(traced.seconds, 2),
+        "torch_version": traced.torch_version,
     }
     if analytic is not None:
         d["traced_notes"] = differences(analytic, traced)
@@ -262,15 +327,26 @@ def _as_source(model_spec: ModelSource) -> tuple[MultimodalSpec | None, Callable
         return MultimodalSpec(backbone=spec), None, spec.name
     if callable(model_spec):
         return None, model_spec, getattr(model_spec, "__qualname__", repr(model_spec))
-    raise SpecError(f"model must be a spec, a preset name, a config.json path or a 'module:function' factory, "
-                    f"got {type(model_spec).__name__}")
+    raise SpecError(
+        f"model must be a spec, a preset name, a config.json path or a 'module:function' factory, "
+        f"got {type(model_spec).__name__}"
+    )
 
 
-def _session(spec: MultimodalSpec | None, factory: Callable[[], Any] | None, name: str, training: TrainingSpec,
-             layout: Layout, strategy: StrategySpec, device: str) -> Any:
+def _session(
+    spec: MultimodalSpec | None,
+    factory: Callable[[], Any] | None,
+    name: str,
+    training: TrainingSpec,
+    layout: Layout,
+    strategy: StrategySpec,
+    device: str,
+) -> Any:
     if device != "cpu":
-        raise SpecError(f"device={device!r}: traces run on the fake 'cpu' device (a fake 'cuda' fails in backward "
-                        "without a GPU); tensor bytes are the same on any device")
+        raise SpecError(
+            f"device={device!r}: traces run on the fake 'cpu' device (a fake 'cuda' fails in backward "
+            "without a GPU); tensor bytes are the same on any device"
+        )
     from prism_strategy.traced import model as traced_model
     from prism_strategy.traced.run import TraceSession
 
@@ -305,40 +381,70 @@ def _measure(session: Any, micro_batch: int) -> Any:
         raise TraceError(f"trace failed at micro-batch {micro_batch}: {_line(e)}") from e
 
 
-def _from_peak(peak: Any, strategy: StrategySpec, micro_batch: int, method: str, seconds: float,
-               what: str) -> TracedMemory:
+def _from_peak(
+    peak: Any, strategy: StrategySpec, micro_batch: int, method: str, seconds: float, what: str
+) -> TracedMemory:
     from prism_strategy.traced.run import PLAIN_KEYS, fsdp_key_map
 
     keymap = fsdp_key_map(strategy) if engine_of(strategy).traced_with == "fake_pg" else PLAIN_KEYS
     by_key = dict.fromkeys(KEYS, 0.0)
     for cat, b in peak.categories.items():
         by_key[keymap.get(cat, "buffers")] += b
-    return TracedMemory(peak_bytes=float(peak.total), by_key=by_key, method=method, seconds=seconds,
-                        torch_version=_torch_version(), micro_batch=micro_batch, phase=peak.phase,
-                        categories={k: float(v) for k, v in peak.categories.items() if v}, model=what)
+    return TracedMemory(
+        peak_bytes=float(peak.total),
+        by_key=by_key,
+        method=method,
+        seconds=seconds,
+        torch_version=_torch_version(),
+        micro_batch=micro_batch,
+        phase=peak.phase,
+        categories={k: float(v) for k, v in peak.categories.items() if v},
+        model=what,
+    )
 
 
 def _method(strategy: StrategySpec, layout: Layout, spec: MultimodalSpec | None) -> str:
     extra = "; vision + projector + backbone built whole" if spec is not None and spec.vision is not None else ""
     if engine_of(strategy).traced_with == "single_process":
-        return ("traced single process + DDP bucket copy (DDP cannot run on fake tensors; grads counted as its "
-                f"persistent gradient_as_bucket_view buckets), MemTracker{extra}")
+        return (
+            "traced single process + DDP bucket copy (DDP cannot run on fake tensors; grads counted as its "
+            f"persistent gradient_as_bucket_view buckets), MemTracker{extra}"
+        )
     mesh = f"{layout.nodes}x{layout.ranks_per_node}" if strategy.hybrid else f"{layout.world}"
     return f"traced: FakeTensorMode + fake process group world={layout.world} (mesh {mesh}), FSDPMemTracker{extra}"
 
 
 # --- analytic fallback and hints -------------------------------------------------------
-def _analytic_option(model_spec: ModelSource, training: TrainingSpec, layout: Layout, s: StrategySpec,
-                     micro_batch: int | None, usable_bytes: float | None, reserve_bytes: float,
-                     cap: int) -> TracedOption:
+def _analytic_option(
+    model_spec: ModelSource,
+    training: TrainingSpec,
+    layout: Layout,
+    s: StrategySpec,
+    micro_batch: int | None,
+    usable_bytes: float | None,
+    reserve_bytes: float,
+    cap: int,
+) -> TracedOption:
     t0 = time.perf_counter()
     search = None
     if usable_bytes is not None:
         spec = _spec_for_analytic(model_spec)
-        fit = max_micro_batch(model_parts(spec, training), training, _no_reserve_platform(), layout, s,
-                              usable_bytes=usable_bytes - reserve_bytes)
-        search = MicroBatchSearch(micro_batch=min(fit, cap), traces=0, exact=True, points=(),
-                                  seconds=time.perf_counter() - t0, method=_analytic_method(s))
+        fit = max_micro_batch(
+            model_parts(spec, training),
+            training,
+            _no_reserve_platform(),
+            layout,
+            s,
+            usable_bytes=usable_bytes - reserve_bytes,
+        )
+        search = MicroBatchSearch(
+            micro_batch=min(fit, cap),
+            traces=0,
+            exact=True,
+            points=(),
+            seconds=time.perf_counter() - t0,
+            method=_analytic_method(s),
+        )
     mb = micro_batch or max(1, search.micro_batch if search else 1)
     return TracedOption(memory=analytic_memory(model_spec, training, layout, s, mb), search=search)
 
@@ -349,16 +455,17 @@ def _spec_for_analytic(model_spec: ModelSource) -> MultimodalSpec:
         return spec
     import torch
 
-    from prism_strategy.traced.model import call_factory
     from prism_strategy.specs.presets import spec_from_module
+    from prism_strategy.traced.model import call_factory
 
     with torch.device("meta"):
         module = call_factory(factory, name)  # type: ignore[arg-type]
     return MultimodalSpec(backbone=spec_from_module(module, name=name))
 
 
-def _analytic_hint(spec: MultimodalSpec | None, training: TrainingSpec, layout: Layout, s: StrategySpec,
-                   budget: float) -> tuple[int, float]:
+def _analytic_hint(
+    spec: MultimodalSpec | None, training: TrainingSpec, layout: Layout, s: StrategySpec, budget: float
+) -> tuple[int, float]:
     """(analytic max micro-batch under `budget`, analytic bytes per sample); (1, 0) without a spec."""
     if spec is None:
         return 1, 0.0

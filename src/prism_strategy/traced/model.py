@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_strategy.specs.parts import image_tokens
 from prism_strategy.runtime.blocks import find_blocks
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf import build_hf_model
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
+from prism_strategy.specs.parts import image_tokens
 from prism_strategy.specs.training import TrainingSpec
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -173,7 +173,8 @@ def build_from_factory(factory: Callable[[], Any], name: str, training: Training
     module = call_factory(factory, name)
     vocab, seq = _vocab_of(module, name), training.seq_len
     return BuiltModel(
-        module=module, block_types=None,
+        module=module,
+        block_types=None,
         make_batch=lambda mb: {"input_ids": torch.randint(0, vocab, (mb, seq))},
         loss=_hf_loss if _is_hf_causal_lm(module) else _factory_loss,
         what=f"{type(module).__name__} from factory {name}",
@@ -204,8 +205,9 @@ def _hf_model(spec: TransformerSpec, init: bool) -> nn.Module:
 class VisionLanguageModel(nn.Module):
     """LLaVA-style: vision tower -> projector -> image tokens prepended to the text."""
 
-    def __init__(self, vision: nn.Module, projector: nn.Module, language_model: nn.Module, image_tokens: int,
-                 skip: int = 0) -> None:
+    def __init__(
+        self, vision: nn.Module, projector: nn.Module, language_model: nn.Module, image_tokens: int, skip: int = 0
+    ) -> None:
         super().__init__()
         self.vision = vision
         self.projector = projector
@@ -215,7 +217,7 @@ class VisionLanguageModel(nn.Module):
         """Leading encoder tokens dropped: CLIP's class token (LLaVA's "default" feature select)."""
 
     def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor) -> Any:
-        feats = self.vision(pixel_values=pixel_values).last_hidden_state[:, self.skip: self.skip + self.image_tokens]
+        feats = self.vision(pixel_values=pixel_values).last_hidden_state[:, self.skip : self.skip + self.image_tokens]
         img = self.projector(feats.to(self.projector[0].weight.dtype))
         text = self.language_model.get_input_embeddings()(input_ids)
         embeds = torch.cat((img.to(text.dtype), text), dim=1)
@@ -243,13 +245,19 @@ def build_from_spec(model: MultimodalSpec, training: TrainingSpec, *, init: bool
     if model.vision is None:
         with default_dtype(param):
             lm = _hf_model(b, init)
-        return BuiltModel(module=lm, block_types=None,
-                          make_batch=lambda mb: {"input_ids": torch.randint(0, b.vocab, (mb, seq))},
-                          loss=_hf_loss, what=f"transformers {type(lm).__name__} for {b.name}")
+        return BuiltModel(
+            module=lm,
+            block_types=None,
+            make_batch=lambda mb: {"input_ids": torch.randint(0, b.vocab, (mb, seq))},
+            loss=_hf_loss,
+            what=f"transformers {type(lm).__name__} for {b.name}",
+        )
     v, n_img = model.vision, image_tokens(model, training)
     if n_img > v.num_patches:
-        raise SpecError(f"--image-tokens {n_img} is more than {v.name}'s {v.num_patches} patches: the trace "
-                        "prepends the encoder's tokens; use at most that many")
+        raise SpecError(
+            f"--image-tokens {n_img} is more than {v.name}'s {v.num_patches} patches: the trace "
+            "prepends the encoder's tokens; use at most that many"
+        )
     with default_dtype(param if model.vision_trains else frozen):
         vision = _hf_model(v, init)
     with default_dtype(param if model.backbone_trains else frozen):
@@ -262,10 +270,15 @@ def build_from_spec(model: MultimodalSpec, training: TrainingSpec, *, init: bool
     px = (v.channels, v.image_size, v.image_size)
     px_dtype = param if model.vision_trains else frozen
     return BuiltModel(
-        module=vlm, block_types=_block_names(vision) + _block_names(lm),
-        make_batch=lambda mb: {"pixel_values": torch.randn(mb, *px, dtype=px_dtype),
-                               "input_ids": torch.randint(0, b.vocab, (mb, seq))},
+        module=vlm,
+        block_types=_block_names(vision) + _block_names(lm),
+        make_batch=lambda mb: {
+            "pixel_values": torch.randn(mb, *px, dtype=px_dtype),
+            "input_ids": torch.randint(0, b.vocab, (mb, seq)),
+        },
         loss=lambda m, batch: m(batch["pixel_values"], batch["input_ids"]).loss,
-        what=(f"{type(vision).__name__} + projector + {type(lm).__name__} ({model.mode}: "
-              f"{n_img} image tokens prepended; frozen parts in {training.compute_dtype})"),
+        what=(
+            f"{type(vision).__name__} + projector + {type(lm).__name__} ({model.mode}: "
+            f"{n_img} image tokens prepended; frozen parts in {training.compute_dtype})"
+        ),
     )

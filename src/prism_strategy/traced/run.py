@@ -34,30 +34,42 @@ from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPStat
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils._pytree import tree_map_only
 
-from prism_strategy.traced.model import BuiltModel, default_dtype, eager_hf_masks
+from prism_strategy.engines import engine_of
+from prism_strategy.runtime.apply import _autocast_hooks
 from prism_strategy.runtime.blocks import apply_checkpointing, find_blocks
 from prism_strategy.runtime.dist import DistContext
-from prism_strategy.runtime.apply import _autocast_hooks
 from prism_strategy.runtime.loss import apply_loss
 from prism_strategy.runtime.wrap import wrap
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.strategies import StrategySpec
-from prism_strategy.engines import engine_of
+from prism_strategy.traced.model import BuiltModel, default_dtype, eager_hf_masks
 
 _TOTAL = "Total"
 # Tracker categories -> the analytic model's keys (estimate/memory.py KEYS).
 FSDP_KEYS = {
-    "Sharded Param": "params", "Sharded Grad": "grads", "OptState": "optimizer",
-    "Activation": "activations", "Temp": "activations", "Inputs": "activations",
-    "Unsharded Grad": "buffers", "Reduce Scatter": "buffers", "All Gather": "buffers", "Buffer": "buffers",
+    "Sharded Param": "params",
+    "Sharded Grad": "grads",
+    "OptState": "optimizer",
+    "Activation": "activations",
+    "Temp": "activations",
+    "Inputs": "activations",
+    "Unsharded Grad": "buffers",
+    "Reduce Scatter": "buffers",
+    "All Gather": "buffers",
+    "Buffer": "buffers",
     # "Unsharded Param": params when they stay gathered forward-to-backward (shard_grad_op),
     # buffers when each unit is re-gathered on demand (full_shard): see fsdp_key_map().
 }
 PLAIN_KEYS = {
-    "Parameter": "params", "Gradient": "grads", "Optstate": "optimizer",
-    "Activation": "activations", "Temp": "activations", "Buffer": "buffers", "Other": "buffers",
+    "Parameter": "params",
+    "Gradient": "grads",
+    "Optstate": "optimizer",
+    "Activation": "activations",
+    "Temp": "activations",
+    "Buffer": "buffers",
+    "Other": "buffers",
     "Autocast copy": "buffers",
 }
 AUTOCAST_COPY = "Autocast copy"
@@ -96,8 +108,14 @@ class _PeakOnly:
                 cats[self.grad_category] = self.bucket_bytes
             total = sum(cats.values())
             if self.best is None or total > self.best.total:
-                phase = ("optimizer step" if self._in_opt else  # type: ignore[attr-defined]
-                         "backward" if self._mod_tracker.is_bw else "forward")  # type: ignore[attr-defined]
+                phase = (
+                    "optimizer step"
+                    if self._in_opt
+                    # type: ignore[attr-defined]
+                    else "backward"
+                    if self._mod_tracker.is_bw
+                    else "forward"
+                )  # type: ignore[attr-defined]
                 self.best = Peak(total=total, categories=self._relabel(cats), phase=phase + self._sub_phase())
 
     def _relabel(self, cats: dict[str, int]) -> dict[str, int]:
@@ -178,12 +196,21 @@ def _fake_context(layout: Layout, hybrid: bool) -> DistContext:
     """Fake process group of the target world, this process as rank 0; mesh built now,
     outside fake mode."""
     if dist.is_initialized():
-        raise SpecError("a process group already exists in this process; run the traced estimate "
-                        "in a process of its own (e.g. `prism-strategy estimate`)")
+        raise SpecError(
+            "a process group already exists in this process; run the traced estimate "
+            "in a process of its own (e.g. `prism-strategy estimate`)"
+        )
     dist.init_process_group("fake", rank=0, world_size=layout.world)
-    ctx = DistContext(rank=0, local_rank=0, world_size=layout.world, nodes=layout.nodes,
-                      ranks_per_node=layout.ranks_per_node, device=torch.device("cpu"), backend="fake",
-                      launcher="single")
+    ctx = DistContext(
+        rank=0,
+        local_rank=0,
+        world_size=layout.world,
+        nodes=layout.nodes,
+        ranks_per_node=layout.ranks_per_node,
+        device=torch.device("cpu"),
+        backend="fake",
+        launcher="single",
+    )
     _ = ctx.mesh_2d if hybrid else ctx.mesh_1d
     return ctx
 
@@ -200,20 +227,24 @@ def _materialise(model: torch.nn.Module) -> None:
                     continue
                 if id(t) not in new:
                     data = torch.empty_like(t, device="cpu")
-                    new[id(t)] = torch.nn.Parameter(data, t.requires_grad) if isinstance(t, torch.nn.Parameter) else data
+                    new[id(t)] = (
+                        torch.nn.Parameter(data, t.requires_grad) if isinstance(t, torch.nn.Parameter) else data
+                    )
                 table[name] = new[id(t)]
 
 
 class TraceSession:
     """Build and wrap once, then measure any number of micro-batches.
 
-        with TraceSession(built_fn, training, layout, strategy) as s:
-            peak = s.measure(4)
+    with TraceSession(built_fn, training, layout, strategy) as s:
+        peak = s.measure(4)
     """
 
     def __init__(self, build, training: TrainingSpec, layout: Layout, strategy: StrategySpec) -> None:
         if engine_of(strategy).traced_with == "analytic":
-            raise SpecError(f"{strategy.name}: {strategy.engine} cannot run under fake tensors; use the analytic estimate")
+            raise SpecError(
+                f"{strategy.name}: {strategy.engine} cannot run under fake tensors; use the analytic estimate"
+            )
         self._build, self.training, self.layout, self.strategy = build, training, layout, strategy
         self._stack = contextlib.ExitStack()
         self.built: BuiltModel | None = None
@@ -248,9 +279,16 @@ class TraceSession:
         model, t = self.built.module, self.training
         if fake_pg:
             _materialise(model)
-            job = wrap(model, self.strategy, ctx=ctx, optimizer=optimizer_factory(t),
-                       block_types=self.built.block_types, mixed_precision=mixed_precision_for(t), ckpt_freq=t.ckpt_name,
-                       loss=t.loss)
+            job = wrap(
+                model,
+                self.strategy,
+                ctx=ctx,
+                optimizer=optimizer_factory(t),
+                block_types=self.built.block_types,
+                mixed_precision=mixed_precision_for(t),
+                ckpt_freq=t.ckpt_name,
+                loss=t.loss,
+            )
             self.optimizer = job.optimizer
         else:  # DDP: what wrap() does before DistributedDataParallel, on one process
             _materialise(model)

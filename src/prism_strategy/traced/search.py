@@ -28,8 +28,15 @@ class SearchResult:
         return len(self.points)
 
 
-def find_max_micro_batch(probe: Callable[[int], float], budget: float, *, seed: int, per_sample: float = 0.0,
-                         max_probes: int = 6, cap: int = 4096) -> SearchResult:
+def find_max_micro_batch(
+    probe: Callable[[int], float],
+    budget: float,
+    *,
+    seed: int,
+    per_sample: float = 0.0,
+    max_probes: int = 6,
+    cap: int = 4096,
+) -> SearchResult:
     """Largest micro-batch m <= cap with probe(m) <= budget.
 
     Probes in rounds: a predicted boundary (first the seed, e.g. the analytic answer; then the

@@ -71,8 +71,12 @@ class StrategyCensus:
 
     def as_dict(self) -> dict[str, Any]:
         err = self.bytes_error_pct
-        return {"strategy": self.strategy, "ok": self.ok, "bytes_error_pct": None if err is None else round(err, 3),
-                "collectives": [dataclasses.asdict(r) for r in self.rows]}
+        return {
+            "strategy": self.strategy,
+            "ok": self.ok,
+            "bytes_error_pct": None if err is None else round(err, 3),
+            "collectives": [dataclasses.asdict(r) for r in self.rows],
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,20 +96,54 @@ class CensusReport:
 
     def recorded_dict(self) -> dict[str, Any]:
         """What was recorded, with the scenario it was recorded in (for fitting engine models)."""
-        keys = ("model", "model_spec", "vision_spec", "mode", "micro_batch", "seq_len", "grad_accum", "precision",
-                "bucket_mb", "reduce_dtype", "nproc", "ranks_per_node")
-        return {"world": self.world, "config": {k: self.config.get(k) for k in keys},
-                "strategies": [{"strategy": s.strategy, "error": s.error, "ranks_agree": s.ranks_agree,
-                                "collectives": list(s.recorded_raw), "control": list(s.control)}
-                               for s in self.strategies]}
+        keys = (
+            "model",
+            "model_spec",
+            "vision_spec",
+            "mode",
+            "micro_batch",
+            "seq_len",
+            "grad_accum",
+            "precision",
+            "bucket_mb",
+            "reduce_dtype",
+            "nproc",
+            "ranks_per_node",
+        )
+        return {
+            "world": self.world,
+            "config": {k: self.config.get(k) for k in keys},
+            "strategies": [
+                {
+                    "strategy": s.strategy,
+                    "error": s.error,
+                    "ranks_agree": s.ranks_agree,
+                    "collectives": list(s.recorded_raw),
+                    "control": list(s.control),
+                }
+                for s in self.strategies
+            ],
+        }
 
 
 # ----------------------------------------------------------------------------- configs
 
-def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_batch: int = 2, seq_len: int = 32,
-                grad_accum: int = 1, precision: str = "bf16-mixed", mode: str = "e2e", vision: str | None = None,
-                bucket_mb: float | None = None, reduce_dtype: str | None = None,
-                timeout_s: float = 300) -> dict[str, Any]:
+
+def census_base(
+    *,
+    model: str,
+    nproc: int,
+    ranks_per_node: int | None,
+    micro_batch: int = 2,
+    seq_len: int = 32,
+    grad_accum: int = 1,
+    precision: str = "bf16-mixed",
+    mode: str = "e2e",
+    vision: str | None = None,
+    bucket_mb: float | None = None,
+    reduce_dtype: str | None = None,
+    timeout_s: float = 300,
+) -> dict[str, Any]:
     """The shared config of one census launch; bad input raises SpecError before anything runs."""
     from prism_strategy.bench.launch.run import base_config
     from prism_strategy.specs.presets import load_model
@@ -117,11 +155,27 @@ def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
     if mode != "e2e" and vision is None:
         raise SpecError(f"--mode {mode} trains a projector: give the vision encoder with --vision")
     check_options(bucket_mb, reduce_dtype)
-    cfg = base_config(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
-                      seq_len=seq_len, steps=1, warmup=1, precision=precision, ckpt_freq=0, grad_accum=grad_accum,
-                      timeout_s=timeout_s)
-    cfg |= {"census": True, "steps": 0, "mode": mode, "bucket_mb": bucket_mb, "reduce_dtype": reduce_dtype,
-            "vision_spec": None}
+    cfg = base_config(
+        model=model,
+        nproc=nproc,
+        ranks_per_node=ranks_per_node,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        steps=1,
+        warmup=1,
+        precision=precision,
+        ckpt_freq=0,
+        grad_accum=grad_accum,
+        timeout_s=timeout_s,
+    )
+    cfg |= {
+        "census": True,
+        "steps": 0,
+        "mode": mode,
+        "bucket_mb": bucket_mb,
+        "reduce_dtype": reduce_dtype,
+        "vision_spec": None,
+    }
     if vision is not None:
         v = load_model(vision)
         cfg["vision_spec"] = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
@@ -131,25 +185,28 @@ def census_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
 
 # ----------------------------------------------------------------------------- predicted
 
-def _predicted(spec: Any, sc: Any, *, grad_accum: int, bucket_mb: float | None,
-               reduce_dtype: str | None) -> tuple[list[dict[str, Any]], str]:
+
+def _predicted(
+    spec: Any, sc: Any, *, grad_accum: int, bucket_mb: float | None, reduce_dtype: str | None
+) -> tuple[list[dict[str, Any]], str]:
     """The engine model's collectives of one optimizer step, as (rows, where they came from).
     Rows: op, group_size, dtype, calls, bytes (summed over the step)."""
-    from prism_strategy.specs.parts import model_parts
-
     from prism_strategy.engines import step_collectives
+    from prism_strategy.specs.parts import model_parts
 
     parts = model_parts(sc.model, sc.training)
 
     opts = {k: v for k, v in (("bucket_mb", bucket_mb), ("reduce_dtype", reduce_dtype)) if v is not None}
     s = spec.with_options(**opts) if opts else spec
-    rows = [{"op": c.op, "group_size": int(c.group_size), "dtype": c.dtype, "calls": int(c.calls),
-             "bytes": float(c.bytes)}
-            for c in step_collectives(s, parts, sc.training, sc.layout, grad_accum=grad_accum, wrap="block")]
+    rows = [
+        {"op": c.op, "group_size": int(c.group_size), "dtype": c.dtype, "calls": int(c.calls), "bytes": float(c.bytes)}
+        for c in step_collectives(s, parts, sc.training, sc.layout, grad_accum=grad_accum, wrap="block")
+    ]
     return rows, "engines.step_collectives"
 
 
 # ----------------------------------------------------------------------------- compare
+
 
 def _key(r: dict[str, Any]) -> tuple[str, int, str]:
     return (r["op"], int(r["group_size"]), r["dtype"])
@@ -163,17 +220,40 @@ def _totals(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str], tuple[int,
     return out
 
 
-def compare(strategy: str, engine: str, predicted: list[dict[str, Any]], recorded: list[dict[str, Any]] | None,
-            *, control: list[dict[str, Any]] = (), error: str = "", ranks_agree: bool = True) -> StrategyCensus:
+def compare(
+    strategy: str,
+    engine: str,
+    predicted: list[dict[str, Any]],
+    recorded: list[dict[str, Any]] | None,
+    *,
+    control: list[dict[str, Any]] = (),
+    error: str = "",
+    ranks_agree: bool = True,
+) -> StrategyCensus:
     """Predicted and recorded rows joined on (op, group size, dtype); recorded None = run failed."""
     pred, rec = _totals(predicted), _totals(recorded or [])
     keys = list(pred) + [k for k in rec if k not in pred]
-    rows = tuple(Row(op=k[0], group_size=k[1], dtype=k[2], calls_predicted=pred.get(k, (0, 0.0))[0],
-                     bytes_predicted=pred.get(k, (0, 0.0))[1],
-                     calls_recorded=None if recorded is None else rec.get(k, (0, 0.0))[0],
-                     bytes_recorded=None if recorded is None else rec.get(k, (0, 0.0))[1]) for k in keys)
-    return StrategyCensus(strategy=strategy, engine=engine, rows=rows, control=tuple(control), error=error,
-                          ranks_agree=ranks_agree, recorded_raw=tuple(recorded or ()))
+    rows = tuple(
+        Row(
+            op=k[0],
+            group_size=k[1],
+            dtype=k[2],
+            calls_predicted=pred.get(k, (0, 0.0))[0],
+            bytes_predicted=pred.get(k, (0, 0.0))[1],
+            calls_recorded=None if recorded is None else rec.get(k, (0, 0.0))[0],
+            bytes_recorded=None if recorded is None else rec.get(k, (0, 0.0))[1],
+        )
+        for k in keys
+    )
+    return StrategyCensus(
+        strategy=strategy,
+        engine=engine,
+        rows=rows,
+        control=tuple(control),
+        error=error,
+        ranks_agree=ranks_agree,
+        recorded_raw=tuple(recorded or ()),
+    )
 
 
 def _from_outcome(spec: Any, predicted: list[dict[str, Any]], outcome: Any) -> StrategyCensus:
@@ -183,8 +263,15 @@ def _from_outcome(spec: Any, predicted: list[dict[str, Any]], outcome: Any) -> S
     first = ranks[0]["census"]
     disagree = [r["rank"] for r in ranks[1:] if r["census"] != first]
     note = f"ranks {disagree} recorded other collectives than rank 0" if disagree else ""
-    return compare(spec.name, spec.engine, predicted, first["collectives"], control=first["control"], error=note,
-                   ranks_agree=not disagree)
+    return compare(
+        spec.name,
+        spec.engine,
+        predicted,
+        first["collectives"],
+        control=first["control"],
+        error=note,
+        ranks_agree=not disagree,
+    )
 
 
 def run_census(base: dict[str, Any], strategies: list[str]) -> CensusReport:
@@ -205,10 +292,19 @@ def run_censuses(bases: list[dict[str, Any]], strategies: list[str]) -> list[Cen
     predicted = []
     for b in bases:
         sc, ga = config_scenario(b), int(b.get("grad_accum", 1))
-        predicted += [_predicted(s, sc, grad_accum=ga, bucket_mb=b.get("bucket_mb"),
-                                 reduce_dtype=b.get("reduce_dtype")) for s in specs]
+        predicted += [
+            _predicted(s, sc, grad_accum=ga, bucket_mb=b.get("bucket_mb"), reduce_dtype=b.get("reduce_dtype"))
+            for s in specs
+        ]
     outcomes = launch_many(configs, timeout_s=sum(float(c["timeout_s"]) for c in configs))
     results = [_from_outcome(get_strategy(c["strategy"]), p[0], o) for c, p, o in zip(configs, predicted, outcomes)]
     n = len(specs)
-    return [CensusReport(world=int(b["nproc"]), config=b, predicted_by=predicted[i * n][1],
-                         strategies=tuple(results[i * n:(i + 1) * n])) for i, b in enumerate(bases)]
+    return [
+        CensusReport(
+            world=int(b["nproc"]),
+            config=b,
+            predicted_by=predicted[i * n][1],
+            strategies=tuple(results[i * n : (i + 1) * n]),
+        )
+        for i, b in enumerate(bases)
+    ]

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prism_strategy.bench.collectives.census import census_base
-from prism_strategy.bench.results.curves import Point, Run, write_run
 from prism_strategy.bench.launch.fingerprint import fingerprint
 from prism_strategy.bench.launch.harness import Outcome, launch_many
+from prism_strategy.bench.results.curves import Point, Run, write_run
 from prism_strategy.engines import engine_of, step_collectives
 from prism_strategy.estimate.comm import group_geometry, price
 from prism_strategy.planning.stored_config import config_scenario
@@ -73,9 +73,15 @@ class StrategyBench:
         return sum(k.calls * (k.seconds_per_call_measured or 0.0) for k in self.collectives)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "engine": self.engine, "ok": self.measured, "error": self.error,
-                "comm_s_measured": self.comm_s_measured, "comm_s_predicted": self.comm_s_predicted,
-                "collectives": [k.as_dict() for k in self.collectives]}
+        return {
+            "strategy": self.strategy,
+            "engine": self.engine,
+            "ok": self.measured,
+            "error": self.error,
+            "comm_s_measured": self.comm_s_measured,
+            "comm_s_predicted": self.comm_s_predicted,
+            "collectives": [k.as_dict() for k in self.collectives],
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,23 +102,50 @@ class CommbenchReport:
         return all(s.measured for s in self.strategies)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"world": self.world, "nodes": self.nodes, "ranks_per_node": self.ranks_per_node,
-                "platform": self.platform, "backend": self.backend, "run_key": self.run_key, "stored": self.stored,
-                "fingerprint": self.fingerprint, "strategies": [s.as_dict() for s in self.strategies]}
+        return {
+            "world": self.world,
+            "nodes": self.nodes,
+            "ranks_per_node": self.ranks_per_node,
+            "platform": self.platform,
+            "backend": self.backend,
+            "run_key": self.run_key,
+            "stored": self.stored,
+            "fingerprint": self.fingerprint,
+            "strategies": [s.as_dict() for s in self.strategies],
+        }
 
 
-def commbench_base(*, model: str, nproc: int, ranks_per_node: int | None, micro_batch: int = 2, seq_len: int = 32,
-                   grad_accum: int = 1, precision: str = "bf16-mixed", bucket_mb: float | None = None,
-                   reduce_dtype: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
+def commbench_base(
+    *,
+    model: str,
+    nproc: int,
+    ranks_per_node: int | None,
+    micro_batch: int = 2,
+    seq_len: int = 32,
+    grad_accum: int = 1,
+    precision: str = "bf16-mixed",
+    bucket_mb: float | None = None,
+    reduce_dtype: str | None = None,
+    timeout_s: float = 300,
+) -> dict[str, Any]:
     """The scenario of one commbench launch (census's checks); bad input raises SpecError."""
     if nproc < 2:
         raise SpecError(f"--nproc {nproc}: commbench times collectives between ranks; launch at least 2")
     # census builds and trains the model (fp32 or bf16-mixed); commbench builds none, so bf16-pure's
     # collectives (bf16 gradients) replay as well
     pure = precision == "bf16-pure"
-    base = census_base(model=model, nproc=nproc, ranks_per_node=ranks_per_node, micro_batch=micro_batch,
-                       seq_len=seq_len, grad_accum=grad_accum, precision="bf16-mixed" if pure else precision,
-                       bucket_mb=bucket_mb, reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+    base = census_base(
+        model=model,
+        nproc=nproc,
+        ranks_per_node=ranks_per_node,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        grad_accum=grad_accum,
+        precision="bf16-mixed" if pure else precision,
+        bucket_mb=bucket_mb,
+        reduce_dtype=reduce_dtype,
+        timeout_s=timeout_s,
+    )
     if pure:
         base["precision"] = precision
         config_scenario(base)
@@ -129,9 +162,18 @@ def predicted_kinds(base: dict[str, Any], strategy: str, platform: Any) -> tuple
     out = []
     for c in step_collectives(spec, parts, sc.training, sc.layout, grad_accum=int(base.get("grad_accum", 1))):
         cost = price(c, sc.layout, platform)
-        out.append(Kind(op=c.op, group=c.group, ranks=group_geometry(c.group, sc.layout)[0], dtype=c.dtype,
-                        bytes_per_call=c.bytes_per_call, calls=c.calls, phase=c.phase,
-                        seconds_per_call_predicted=cost.seconds_per_step / c.calls))
+        out.append(
+            Kind(
+                op=c.op,
+                group=c.group,
+                ranks=group_geometry(c.group, sc.layout)[0],
+                dtype=c.dtype,
+                bytes_per_call=c.bytes_per_call,
+                calls=c.calls,
+                phase=c.phase,
+                seconds_per_call_predicted=cost.seconds_per_step / c.calls,
+            )
+        )
     return spec, out
 
 
@@ -143,33 +185,58 @@ def replay_mismatch(kinds: list[Kind], replayed: list[dict[str, Any]], census: l
         w[0] += k.calls
         w[1] += k.calls * r["bytes_replayed"]
     got = {(c["op"], int(c["group_size"]), c["dtype"]): [c["calls"], c["bytes"]] for c in census}
-    bad = [f"{op}({n}, {dt}): asked {w[0]} calls / {w[1]:.0f} B, recorded {got.get((op, n, dt))}"
-           for (op, n, dt), w in want.items() if got.get((op, n, dt)) != [w[0], w[1]]]
+    bad = [
+        f"{op}({n}, {dt}): asked {w[0]} calls / {w[1]:.0f} B, recorded {got.get((op, n, dt))}"
+        for (op, n, dt), w in want.items()
+        if got.get((op, n, dt)) != [w[0], w[1]]
+    ]
     extra = [f"{k} recorded but not asked" for k in got if k not in want]
     return "; ".join(bad + extra)
 
 
 def _measured(spec: Any, kinds: list[Kind], outcome: Any) -> StrategyBench:
     if outcome.status != "ok":
-        return StrategyBench(strategy=spec.name, engine=spec.engine, collectives=tuple(kinds),
-                             error=f"{outcome.status}: {outcome.error}")
+        return StrategyBench(
+            strategy=spec.name, engine=spec.engine, collectives=tuple(kinds), error=f"{outcome.status}: {outcome.error}"
+        )
     ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
     rows = [r["kinds"] for r in ranks]
-    done = tuple(replace(k, bytes_per_call_replayed=float(rows[0][i]["bytes_replayed"]),
-                         seconds_per_call_measured=max(r[i]["median_s"] for r in rows),
-                         spread=max(r[i]["spread"] for r in rows)) for i, k in enumerate(kinds))
+    done = tuple(
+        replace(
+            k,
+            bytes_per_call_replayed=float(rows[0][i]["bytes_replayed"]),
+            seconds_per_call_measured=max(r[i]["median_s"] for r in rows),
+            spread=max(r[i]["spread"] for r in rows),
+        )
+        for i, k in enumerate(kinds)
+    )
     error = replay_mismatch(kinds, rows[0], ranks[0]["census"])
-    return StrategyBench(strategy=spec.name, engine=spec.engine, collectives=done,
-                         error=f"the replay differs from the engine model: {error}" if error else "")
+    return StrategyBench(
+        strategy=spec.name,
+        engine=spec.engine,
+        collectives=done,
+        error=f"the replay differs from the engine model: {error}" if error else "",
+    )
 
 
 def _points(s: StrategyBench, layout: Any) -> list[Any]:
     out = []
     for k in s.collectives:
         ranks, nodes, conc = group_geometry(k.group, layout)
-        out.append(Point(op=k.op, group_ranks=ranks, group_nodes=nodes, concurrent=conc, dtype=k.dtype,
-                         bytes=float(k.bytes_per_call_replayed or 0.0), seconds=float(k.seconds_per_call_measured or 0),
-                         spread=k.spread, repetitions=REPETITIONS, source=f"commbench {s.strategy} {k.group}"))
+        out.append(
+            Point(
+                op=k.op,
+                group_ranks=ranks,
+                group_nodes=nodes,
+                concurrent=conc,
+                dtype=k.dtype,
+                bytes=float(k.bytes_per_call_replayed or 0.0),
+                seconds=float(k.seconds_per_call_measured or 0),
+                spread=k.spread,
+                repetitions=REPETITIONS,
+                source=f"commbench {s.strategy} {k.group}",
+            )
+        )
     return out
 
 
@@ -177,8 +244,13 @@ def _fingerprint(platform: Any, base: dict[str, Any], ranks: list[dict[str, Any]
     first = ranks[0] if ranks else {}
     fp = fingerprint(platform=platform.name, backend=first.get("backend") or platform.backend)
     rpn = int(base["ranks_per_node"])
-    return fp | {"nodes": int(base["nproc"]) // rpn, "ranks_per_node": rpn, "env_profile": platform.env_profile,
-                 "backend_version": first.get("backend_version"), "device": first.get("device")}
+    return fp | {
+        "nodes": int(base["nproc"]) // rpn,
+        "ranks_per_node": rpn,
+        "env_profile": platform.env_profile,
+        "backend_version": first.get("backend_version"),
+        "device": first.get("device"),
+    }
 
 
 def _configs(base: dict[str, Any], strategies: list[str], platform: Any) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -188,17 +260,32 @@ def _configs(base: dict[str, Any], strategies: list[str], platform: Any) -> tupl
     planned = [predicted_kinds(base, s, platform) for s in strategies]
     empty = [spec.name for spec, kinds in planned if not kinds]
     if empty:
-        raise SpecError(f"{', '.join(empty)} issue no collective at {layout.nodes}x{layout.ranks_per_node} ranks; "
-                        "nothing to time")
-    configs = [{"nproc": base["nproc"], "ranks_per_node": base["ranks_per_node"], "timeout_s": base["timeout_s"],
-                "strategy": spec.name, "engine": spec.engine, "world_on_mesh": engine_of(spec).world_on_mesh,
-                "warmup": WARMUP, "repetitions": REPETITIONS,
-                "collectives": [{"op": k.op, "group": k.group, "dtype": k.dtype, "bytes_per_call": k.bytes_per_call,
-                                 "calls": k.calls} for k in kinds]} for spec, kinds in planned]
+        raise SpecError(
+            f"{', '.join(empty)} issue no collective at {layout.nodes}x{layout.ranks_per_node} ranks; nothing to time"
+        )
+    configs = [
+        {
+            "nproc": base["nproc"],
+            "ranks_per_node": base["ranks_per_node"],
+            "timeout_s": base["timeout_s"],
+            "strategy": spec.name,
+            "engine": spec.engine,
+            "world_on_mesh": engine_of(spec).world_on_mesh,
+            "warmup": WARMUP,
+            "repetitions": REPETITIONS,
+            "collectives": [
+                {"op": k.op, "group": k.group, "dtype": k.dtype, "bytes_per_call": k.bytes_per_call, "calls": k.calls}
+                for k in kinds
+            ],
+        }
+        for spec, kinds in planned
+    ]
     return planned, configs
 
 
-def _report(base: dict[str, Any], planned: list[Any], outcomes: list[Any], platform: Any, store: Any) -> CommbenchReport:
+def _report(
+    base: dict[str, Any], planned: list[Any], outcomes: list[Any], platform: Any, store: Any
+) -> CommbenchReport:
     """Measured kinds beside the prediction; stored as one run when any strategy was measured."""
     layout = config_scenario(base).layout
     results = tuple(_measured(spec, kinds, o) for (spec, kinds), o in zip(planned, outcomes))
@@ -207,20 +294,42 @@ def _report(base: dict[str, Any], planned: list[Any], outcomes: list[Any], platf
     points = [p for s in results if s.measured for p in _points(s, layout)]
     stored = 0
     if points:
-        stored, _ = write_run(store, Run(run_key=key, format="commbench", platform=platform.name,
-                                         nodes=layout.nodes, ranks_per_node=layout.ranks_per_node,
-                                         backend=fp["backend"], points=tuple(points), fingerprint=fp,
-                                         source="commbench"))
-    return CommbenchReport(world=layout.world, nodes=layout.nodes, ranks_per_node=layout.ranks_per_node,
-                           platform=platform.name, backend=fp["backend"], fingerprint=fp, strategies=results,
-                           stored=stored, run_key=key if stored else "", config=base)
+        stored, _ = write_run(
+            store,
+            Run(
+                run_key=key,
+                format="commbench",
+                platform=platform.name,
+                nodes=layout.nodes,
+                ranks_per_node=layout.ranks_per_node,
+                backend=fp["backend"],
+                points=tuple(points),
+                fingerprint=fp,
+                source="commbench",
+            ),
+        )
+    return CommbenchReport(
+        world=layout.world,
+        nodes=layout.nodes,
+        ranks_per_node=layout.ranks_per_node,
+        platform=platform.name,
+        backend=fp["backend"],
+        fingerprint=fp,
+        strategies=results,
+        stored=stored,
+        run_key=key if stored else "",
+        config=base,
+    )
 
 
 def run_commbench(base: dict[str, Any], strategies: list[str], platform: Any, store: Any) -> CommbenchReport:
     """Every strategy's step replayed in ONE local torchrun launch; measured kinds stored as one run."""
     planned, configs = _configs(base, strategies, platform)
-    outcomes = launch_many(configs, timeout_s=float(base["timeout_s"]) * len(configs),
-                           module="prism_strategy.bench.collectives.commbench_worker")
+    outcomes = launch_many(
+        configs,
+        timeout_s=float(base["timeout_s"]) * len(configs),
+        module="prism_strategy.bench.collectives.commbench_worker",
+    )
     return _report(base, planned, outcomes, platform, store)
 
 
@@ -240,19 +349,31 @@ def run_launched(base: dict[str, Any], strategies: list[str], platform: Any, sto
         try:
             row = run_rank(cfg)
         except Exception as e:  # noqa: BLE001 - this strategy's failure, reported by rank 0
-            row = {"rank": dist.get_rank() if dist.is_initialized() else -1, "status": "failed",
-                   "error": f"{type(e).__name__}: {e}"}
+            row = {
+                "rank": dist.get_rank() if dist.is_initialized() else -1,
+                "status": "failed",
+                "error": f"{type(e).__name__}: {e}",
+            }
         if not dist.is_initialized():
-            raise SpecError(f"commbench --launched: no process group ({row.get('error', '')}); launch it with "
-                            "mpiexec / srun / torchrun, one process per device")
+            raise SpecError(
+                f"commbench --launched: no process group ({row.get('error', '')}); launch it with "
+                "mpiexec / srun / torchrun, one process per device"
+            )
         if dist.get_world_size() != int(base["nproc"]):
-            raise SpecError(f"commbench --launched --nproc {base['nproc']}: the launcher started "
-                            f"{dist.get_world_size()} ranks")
+            raise SpecError(
+                f"commbench --launched --nproc {base['nproc']}: the launcher started {dist.get_world_size()} ranks"
+            )
         rows: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(rows, row)
         bad = [r for r in rows if r["status"] != "ok"]
-        outcomes.append(Outcome(status="failed" if bad else "ok", ranks=rows, seconds=time.perf_counter() - t0,
-                                error="; ".join(f"rank {r['rank']}: {r.get('error', '?')}" for r in bad)))
+        outcomes.append(
+            Outcome(
+                status="failed" if bad else "ok",
+                ranks=rows,
+                seconds=time.perf_counter() - t0,
+                error="; ".join(f"rank {r['rank']}: {r.get('error', '?')}" for r in bad),
+            )
+        )
     if dist.get_rank() != 0:
         return None
     return _report(base, planned, outcomes, platform, store)

@@ -119,11 +119,25 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     for _ in range(int(config.get("repetitions", 5))):
         _replay(kinds, ctx.device, times)
     recorded = summarise(record(lambda: _replay(kinds, ctx.device, None), ctx.world_size))
-    rows = [{"median_s": statistics.median(t), "spread": (max(t) - min(t)) / statistics.median(t),
-             "repetitions": len(t), "bytes_replayed": k.bytes_per_call()} for k, t in zip(kinds, times)]
-    return {"rank": ctx.rank, "world_size": ctx.world_size, "status": "ok", "device": str(ctx.device),
-            "backend": ctx.backend, "backend_version": backend_version(ctx), "kinds": rows,
-            "census": recorded["collectives"] + recorded["control"]}
+    rows = [
+        {
+            "median_s": statistics.median(t),
+            "spread": (max(t) - min(t)) / statistics.median(t),
+            "repetitions": len(t),
+            "bytes_replayed": k.bytes_per_call(),
+        }
+        for k, t in zip(kinds, times)
+    ]
+    return {
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+        "status": "ok",
+        "device": str(ctx.device),
+        "backend": ctx.backend,
+        "backend_version": backend_version(ctx),
+        "kinds": rows,
+        "census": recorded["collectives"] + recorded["control"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,8 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             results.append(run(config))
         except Exception as e:  # reported to the harness as this strategy's failure
-            results.append({"rank": rank, "status": "failed", "error": f"{type(e).__name__}: {e}",
-                            "traceback": traceback.format_exc()[-4000:]})
+            results.append(
+                {
+                    "rank": rank,
+                    "status": "failed",
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-4000:],
+                }
+            )
     tmp = args.out / f".rank{rank}.json.tmp"
     tmp.write_text(json.dumps(results))
     os.replace(tmp, Path(args.out) / f"rank{rank}.json")

@@ -22,7 +22,7 @@ import dataclasses
 import math
 import statistics
 from functools import cache
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +33,15 @@ from prism_strategy.estimate.calibration import with_value
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 
-TIME_KNOBS = ("achieved", "intra_bw", "inter_bw", "latency", "collective_overhead_us", "per_tensor_overhead_us",
-              "kernel_launch_us")
+TIME_KNOBS = (
+    "achieved",
+    "intra_bw",
+    "inter_bw",
+    "latency",
+    "collective_overhead_us",
+    "per_tensor_overhead_us",
+    "kernel_launch_us",
+)
 GRID = (0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 2.0, 4.0)
 
 
@@ -82,8 +89,9 @@ def held_in_bounds(base: PlatformSpec, p: PlatformSpec) -> tuple[PlatformSpec, l
     changes, notes = {}, []
     for name, v, lo, hi in _outside(base, p):
         changes[name] = min(hi, max(lo, v))
-        notes.append(f"{name}: the fit gave {v:.4g}, held at {changes[name]:.4g} "
-                     f"({calibration_bounds()[name]['source']})")
+        notes.append(
+            f"{name}: the fit gave {v:.4g}, held at {changes[name]:.4g} ({calibration_bounds()[name]['source']})"
+        )
     for name, v in changes.items():
         p = with_value(p, name, v)
     return p, notes
@@ -94,10 +102,13 @@ def scaled_platform(base: PlatformSpec, f: dict[str, float]) -> PlatformSpec:
     peak_scale = max(1.0, achieved)  # a fraction above 1 means the peak itself was underestimated
     return dataclasses.replace(
         base,
-        achievable_fraction=min(1.0, achieved), peak_tflops_bf16=base.peak_tflops_bf16 * peak_scale,
+        achievable_fraction=min(1.0, achieved),
+        peak_tflops_bf16=base.peak_tflops_bf16 * peak_scale,
         peak_tflops_fp32=base.peak_tflops_fp32 * peak_scale,
-        intra_bw_gbps=base.intra_bw_gbps * f["intra_bw"], intra_ring_bw_gbps=base.intra_ring_bw_gbps * f["intra_bw"],
-        nic_bw_gbps=base.nic_bw_gbps * f["inter_bw"], intra_latency_us=base.intra_latency_us * f["latency"],
+        intra_bw_gbps=base.intra_bw_gbps * f["intra_bw"],
+        intra_ring_bw_gbps=base.intra_ring_bw_gbps * f["intra_bw"],
+        nic_bw_gbps=base.nic_bw_gbps * f["inter_bw"],
+        intra_latency_us=base.intra_latency_us * f["latency"],
         inter_latency_us=base.inter_latency_us * f["latency"],
         collective_overhead_us=max(base.collective_overhead_us, 1.0) * f["collective_overhead_us"],
         per_tensor_overhead_us=max(base.per_tensor_overhead_us, 1.0) * f["per_tensor_overhead_us"],
@@ -144,8 +155,11 @@ def errors_pct(platform: PlatformSpec, runs: list[Result]) -> dict[str, float]:
     """Median absolute error in percent of step time, and of peak memory where the runs have it
     (absent, not NaN, when none has)."""
     t = [abs(predict(r.config, platform)["step_time_s"] / r.measured["step_time_s"] - 1) * 100 for r in runs]
-    m = [abs(predict(r.config, platform)["memory_bytes"] / r.measured["peak_memory_bytes"] - 1) * 100
-         for r in runs if r.measured.get("peak_memory_bytes")]
+    m = [
+        abs(predict(r.config, platform)["memory_bytes"] / r.measured["peak_memory_bytes"] - 1) * 100
+        for r in runs
+        if r.measured.get("peak_memory_bytes")
+    ]
     out = {"step_time_median": statistics.median(t)} if t else {}
     return out | ({"memory_median": statistics.median(m)} if m else {})
 
@@ -153,13 +167,20 @@ def errors_pct(platform: PlatformSpec, runs: list[Result]) -> dict[str, float]:
 def calibrate(base: PlatformSpec, results: list[Result]) -> tuple[PlatformSpec, dict[str, Any]]:
     runs = [r for r in results if r.status == "ok" and r.measured.get("step_time_s")]
     if len(runs) < 3:
-        raise SpecError(f"calibration needs at least 3 successful runs on platform {base.name}, found {len(runs)}; "
-                        "measure some with `prism-strategy bench`")
+        raise SpecError(
+            f"calibration needs at least 3 successful runs on platform {base.name}, found {len(runs)}; "
+            "measure some with `prism-strategy bench`"
+        )
     before = errors_pct(base, runs)
     fitted, held = held_in_bounds(base, fit_memory(fit_time(base, runs), runs))
     after = errors_pct(fitted, runs)
-    report = {"runs": len(runs), "before": before, "after": after, "held_at_bounds": held,
-              "score": lambda p: errors_pct(p, runs)}  # run_calibrate scores what the fit replaces
+    report = {
+        "runs": len(runs),
+        "before": before,
+        "after": after,
+        "held_at_bounds": held,
+        "score": lambda p: errors_pct(p, runs),
+    }  # run_calibrate scores what the fit replaces
     return fitted, report
 
 
@@ -186,8 +207,14 @@ def _db_observations(results: list[Result]) -> list[Any]:
     for r in results:
         if r.status != "ok" or not r.measured.get("step_time_s") or r.config.get("published"):
             continue
-        out.append(Observation(id=f"db:{r.id}", what="step_s", measured=float(r.measured["step_time_s"]),
-                               predict=lambda p, c=r.config: predict(c, p)["step_time_s"]))
+        out.append(
+            Observation(
+                id=f"db:{r.id}",
+                what="step_s",
+                measured=float(r.measured["step_time_s"]),
+                predict=lambda p, c=r.config: predict(c, p)["step_time_s"],
+            )
+        )
     return out
 
 
@@ -199,19 +226,30 @@ def calibrate_terms(base: PlatformSpec, results: list[Result], names: list[str])
     from prism_strategy.bench.fit.published import load_published
 
     records = [r for n in names for r in load_published(n) if r.platform == base.name]
-    obs = [o for r in records if ft.fit_reason(r) is None for o in ft.record_observations(r)] + _db_observations(results)
+    obs = [o for r in records if ft.fit_reason(r) is None for o in ft.record_observations(r)] + _db_observations(
+        results
+    )
     if len({o.id for o in obs}) < 3:
-        raise SpecError(f"calibration needs at least 3 measured step times on platform {base.name}, found "
-                        f"{len({o.id for o in obs})}; import runs with `prism-strategy results import`")
+        raise SpecError(
+            f"calibration needs at least 3 measured step times on platform {base.name}, found "
+            f"{len({o.id for o in obs})}; import runs with `prism-strategy results import`"
+        )
     prior = ft.prior_platform(base)
     fitted = ft.fit(prior, obs)
-    fitted = dataclasses.replace(fitted, allocator_cache_factor=ft.fit_allocator_cache(ft.memory_points(records, fitted)))
+    fitted = dataclasses.replace(
+        fitted, allocator_cache_factor=ft.fit_allocator_cache(ft.memory_points(records, fitted))
+    )
     fitted, held = held_in_bounds(base, fitted)
     before, after = ft.errors(base, obs), ft.errors(fitted, obs)
     rows = [{"id": k, "before_err_pct": before[k], "after_err_pct": after[k]} for k in after]
-    report = {"runs": len(rows), "records": rows, "held_at_bounds": held,
-              "not_fitted": [{"id": r.id, "why": ft.fit_reason(r)} for r in records if ft.fit_reason(r)],
-              "before": {"step_time_median": ft.median_abs(before)}, "after": {"step_time_median": ft.median_abs(after)}}
+    report = {
+        "runs": len(rows),
+        "records": rows,
+        "held_at_bounds": held,
+        "not_fitted": [{"id": r.id, "why": ft.fit_reason(r)} for r in records if ft.fit_reason(r)],
+        "before": {"step_time_median": ft.median_abs(before)},
+        "after": {"step_time_median": ft.median_abs(after)},
+    }
     report["score"] = lambda p: {"step_time_median": ft.median_abs(ft.errors(p, obs))}
     return fitted, report
 
@@ -238,8 +276,11 @@ a refit that reproduces what it replaces (float round-off) is not refused."""
 
 def worse_than(after: dict[str, float], replaced: dict[str, float]) -> str | None:
     """The first error the fit makes worse than what it replaces, in words; None when none is."""
-    for key, what in (("step_time_median", "step-time"), ("memory_median", "peak-memory"),
-                      ("comm_median", "collective-time")):
+    for key, what in (
+        ("step_time_median", "step-time"),
+        ("memory_median", "peak-memory"),
+        ("comm_median", "collective-time"),
+    ):
         if key in after and key in replaced and after[key] > replaced[key] + WORSE_BY_PCT:
             return f"median {what} error {after[key]:.1f}% vs {replaced[key]:.1f}%"
     return None
@@ -255,8 +296,16 @@ def _step_fit(base: PlatformSpec, stored: list[Result], names: list[str]) -> tup
     if names:
         fitted, report = calibrate_terms(base, [r for r in stored if r.kind != "ceiling-trial"], names)
         own = [r for r in stored if not r.config.get("published")]
-        fp = own[-1].fingerprint if own else {"host": f"published records {', '.join(names)}", "platform": base.name,
-                                               "backend": base.backend, "torch": "as recorded"}
+        fp = (
+            own[-1].fingerprint
+            if own
+            else {
+                "host": f"published records {', '.join(names)}",
+                "platform": base.name,
+                "backend": base.backend,
+                "torch": "as recorded",
+            }
+        )
         report["published"] = names
     else:
         rows = [r for r in stored if r.kind == "bench"]
@@ -268,11 +317,19 @@ def _step_fit(base: PlatformSpec, stored: list[Result], names: list[str]) -> tup
 def _comm_only(replaced: PlatformSpec, stored: list[Result], curves) -> tuple[PlatformSpec, dict[str, Any], dict]:
     """No step-time fit: the comm terms fitted over what the file replaces (its other values kept)."""
     own = [r for r in stored if not r.config.get("published")]
-    fp = own[-1].fingerprint if own else {"host": "collective curves " + ", ".join(sorted({c.label for c in curves})),
-                                           "torch": "as measured"}
-    report = {"runs": sum(len(c.points) for c in curves), "rows": "collective points", "before": {}, "after": {},
-              "held_at_bounds": [],
-              "score": lambda p: {}}
+    fp = (
+        own[-1].fingerprint
+        if own
+        else {"host": "collective curves " + ", ".join(sorted({c.label for c in curves})), "torch": "as measured"}
+    )
+    report = {
+        "runs": sum(len(c.points) for c in curves),
+        "rows": "collective points",
+        "before": {},
+        "after": {},
+        "held_at_bounds": [],
+        "score": lambda p: {},
+    }
     return replaced, report, fp
 
 
@@ -297,8 +354,10 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     stored, names = store.query(platform=base.name), published_for(base.name)
     curves = load_curves(store, base.name) if fit != "steps" else ()
     if fit == "comm" and not curves:
-        raise SpecError(f"--fit comm: the store holds no collective curves for {base.name}; import a log with "
-                        "`prism-strategy results import FILE --format nccl-tests` or run `prism-strategy commbench`")
+        raise SpecError(
+            f"--fit comm: the store holds no collective curves for {base.name}; import a log with "
+            "`prism-strategy results import FILE --format nccl-tests` or run `prism-strategy commbench`"
+        )
     path = Path(out) if out else default_calibration_dir() / f"{base.name}.toml"
     replaced, label = replaced_platform(base, path)
     steps = fit == "steps" or (fit == "all" and (names or not curves or any(r.kind == "bench" for r in stored)))
@@ -312,9 +371,11 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     report["replaces"] = {"what": label} | score(replaced)
     if worse_than({k: v for k, v in report["after"].items() if k == "memory_median"}, report["replaces"]):
         fitted = dataclasses.replace(fitted, **{k: getattr(replaced, k) for k in MEMORY_VALUES})
-        report["kept"] = (f"memory values ({', '.join(MEMORY_VALUES)}) kept from {label}: the refit's median "
-                          f"peak-memory error was {report['after']['memory_median']:.1f}% vs "
-                          f"{report['replaces']['memory_median']:.1f}%")
+        report["kept"] = (
+            f"memory values ({', '.join(MEMORY_VALUES)}) kept from {label}: the refit's median "
+            f"peak-memory error was {report['after']['memory_median']:.1f}% vs "
+            f"{report['replaces']['memory_median']:.1f}%"
+        )
         report["after"] = score(fitted)
     worse = worse_than(report["after"], report["replaces"])
     report |= {"platform": base.name, "file": str(path), "values": fitted_values(fitted), "written": worse is None}
@@ -324,6 +385,12 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
         if curves and fit == "all":
             report["refused"] += "; `--fit comm` fits the collective terms alone, `--fit steps` the step time alone"
         return report
-    write_calibration(path, platform=base.name, fingerprint=fp | {"platform": base.name, "backend": base.backend},
-                      values=fitted_values(fitted), runs=report["runs"], errors=report["after"])
+    write_calibration(
+        path,
+        platform=base.name,
+        fingerprint=fp | {"platform": base.name, "backend": base.backend},
+        values=fitted_values(fitted),
+        runs=report["runs"],
+        errors=report["after"],
+    )
     return report

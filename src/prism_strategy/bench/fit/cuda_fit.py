@@ -33,11 +33,20 @@ from prism_strategy.specs.cluster import PlatformSpec
 
 MEASUREMENTS = "cuda-published"
 PLATFORMS = ("dgx-h100", "h100-96gb-500w", "dgx-a100-80", "dgx-a100-40")
-FRACTION_KNOB = {"dgx-h100": "fraction.dgx-h100", "h100-96gb-500w": "fraction.h100-96gb-500w",
-                 "dgx-a100-80": "fraction.ampere", "dgx-a100-40": "fraction.ampere"}
+FRACTION_KNOB = {
+    "dgx-h100": "fraction.dgx-h100",
+    "h100-96gb-500w": "fraction.h100-96gb-500w",
+    "dgx-a100-80": "fraction.ampere",
+    "dgx-a100-40": "fraction.ampere",
+}
 KNOBS = ("fraction.dgx-h100", "fraction.h100-96gb-500w", "fraction.ampere", "attention_ratio", "elementwise_bytes")
-PRIORS = {"fraction.dgx-h100": 0.4, "fraction.h100-96gb-500w": 0.4, "fraction.ampere": 0.4,
-          "attention_ratio": 1.0, "elementwise_bytes": 3.0}
+PRIORS = {
+    "fraction.dgx-h100": 0.4,
+    "fraction.h100-96gb-500w": 0.4,
+    "fraction.ampere": 0.4,
+    "attention_ratio": 1.0,
+    "elementwise_bytes": 3.0,
+}
 """Where the fit starts: the presets' former one fraction (0.4) for every FLOP, attention as fast
 as a matmul, an eager kernel reading two operands and writing one at hidden width."""
 BOUNDS = {"attention_ratio": (0.1, 2.0), "elementwise_bytes": (0.0, 20.0)}
@@ -61,18 +70,22 @@ def fit_reason(r: PublishedRecord) -> str | None:
 def apply(p: PlatformSpec, knobs: Knobs) -> PlatformSpec:
     """The platform with these knob values."""
     assert p.compute_terms is not None, f"{p.name} has no [compute_terms]"
-    terms = dataclasses.replace(p.compute_terms, attention_ratio=knobs["attention_ratio"],
-                                elementwise_bytes=knobs["elementwise_bytes"])
+    terms = dataclasses.replace(
+        p.compute_terms, attention_ratio=knobs["attention_ratio"], elementwise_bytes=knobs["elementwise_bytes"]
+    )
     return dataclasses.replace(p, achievable_fraction=knobs[FRACTION_KNOB[p.name]], compute_terms=terms)
 
 
 def shipped_knobs(platforms: dict[str, PlatformSpec]) -> Knobs:
     h = platforms["dgx-h100"]
     assert h.compute_terms is not None
-    return {"fraction.dgx-h100": h.achievable_fraction,
-            "fraction.h100-96gb-500w": platforms["h100-96gb-500w"].achievable_fraction,
-            "fraction.ampere": platforms["dgx-a100-80"].achievable_fraction,
-            "attention_ratio": h.compute_terms.attention_ratio, "elementwise_bytes": h.compute_terms.elementwise_bytes}
+    return {
+        "fraction.dgx-h100": h.achievable_fraction,
+        "fraction.h100-96gb-500w": platforms["h100-96gb-500w"].achievable_fraction,
+        "fraction.ampere": platforms["dgx-a100-80"].achievable_fraction,
+        "attention_ratio": h.compute_terms.attention_ratio,
+        "elementwise_bytes": h.compute_terms.elementwise_bytes,
+    }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,10 +100,10 @@ class Observation:
 def record_observation(r: PublishedRecord) -> Observation:
     from prism_strategy.estimate.compute import selective_ac
     from prism_strategy.estimate.compute_shape import sac_recompute_s
-    from prism_strategy.specs.parts import model_parts
     from prism_strategy.planning.option import Option
     from prism_strategy.planning.planner import _time
     from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
 
     sac = r.scenario.ckpt_policy == "sac"
@@ -106,8 +119,15 @@ def record_observation(r: PublishedRecord) -> Observation:
     comm: dict[str, CommEstimate] = {}  # the knobs change compute only: price collectives once
 
     def predict(p: PlatformSpec) -> float:
-        o = Option(strategy=s.name, feasible=True, why_not=None, memory=None,  # type: ignore[arg-type]
-                   max_micro_batch=0, micro_batch=mb, grad_accum=ga)
+        o = Option(
+            strategy=s.name,
+            feasible=True,
+            why_not=None,
+            memory=None,  # type: ignore[arg-type]
+            max_micro_batch=0,
+            micro_batch=mb,
+            grad_accum=ga,
+        )
         _time(sc.with_platform(p), parts, s, o, sc.layout, comm.get(p.name))
         comm.setdefault(p.name, o.comm)  # type: ignore[arg-type]
         return o.step_time_s + (ga * sac_recompute_s(parts, sc.training, p, mb) if add_sac else 0.0)
@@ -187,21 +207,38 @@ def range_coverage(loo_pct: dict[str, float]) -> tuple[int, int]:
     return inside, len(loo_pct)
 
 
-def write_fit_errors(path: str, *, measurements: str, writer: str, device: str, loo_pct: dict[str, float],
-                     prior_pct: dict[str, float], max_nodes: dict[str, int], spread: float | None) -> None:
+def write_fit_errors(
+    path: str,
+    *,
+    measurements: str,
+    writer: str,
+    device: str,
+    loo_pct: dict[str, float],
+    prior_pct: dict[str, float],
+    max_nodes: dict[str, int],
+    spread: float | None,
+) -> None:
     """data/fits/NAME.toml: what estimate/ranges.py reads (written by the fit benchmarks only).
     spread: the fit's spread between variants of one GPU, None when it fitted one variant."""
     from prism_strategy.estimate.ranges import QUANTILE, halfwidth
 
     inside, n = range_coverage(loo_pct)
-    lines = [f"# Written by {writer} --write: the fit's error summary that plan's ranges read",
-             "# (estimate/ranges.py). Do not edit; rerun the benchmark after a refit.",
-             f'measurements = "{measurements}"', f'device = "{device}"', f"quantile = {QUANTILE}", f"records = {n}",
-             f"halfwidth = {halfwidth(list(loo_pct.values())):.4f}",
-             f"prior_halfwidth = {halfwidth(list(prior_pct.values())):.4f}",
-             *([f"gpu_spread = {spread:.4f}"] if spread is not None else ["# gpu_spread: one GPU variant fitted"]),
-             f"loo_coverage = [{inside}, {n}]", "",
-             "[loo_err_pct]", *(f'"{k}" = {v:.1f}' for k, v in loo_pct.items()), ""]
+    lines = [
+        f"# Written by {writer} --write: the fit's error summary that plan's ranges read",
+        "# (estimate/ranges.py). Do not edit; rerun the benchmark after a refit.",
+        f'measurements = "{measurements}"',
+        f'device = "{device}"',
+        f"quantile = {QUANTILE}",
+        f"records = {n}",
+        f"halfwidth = {halfwidth(list(loo_pct.values())):.4f}",
+        f"prior_halfwidth = {halfwidth(list(prior_pct.values())):.4f}",
+        *([f"gpu_spread = {spread:.4f}"] if spread is not None else ["# gpu_spread: one GPU variant fitted"]),
+        f"loo_coverage = [{inside}, {n}]",
+        "",
+        "[loo_err_pct]",
+        *(f'"{k}" = {v:.1f}' for k, v in loo_pct.items()),
+        "",
+    ]
     for name, nodes in max_nodes.items():
         lines += [f'[platform."{name}"]', f"max_nodes = {nodes}", ""]
     with open(path, "w") as f:

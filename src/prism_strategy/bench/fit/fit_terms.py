@@ -27,7 +27,6 @@ Deterministic; a knob no fitted record exercises keeps its platform value.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -37,13 +36,25 @@ from prism_strategy.bench.fit.published import PublishedRecord
 from prism_strategy.estimate.calibration import platform_value, with_value
 from prism_strategy.specs.cluster import PlatformSpec
 
-KNOBS: tuple[str, ...] = ("kernel_launch_us", "achievable_fraction", "grad_path_us_per_tensor.ddp",
-                          "grad_path_us_per_tensor.fsdp2", "intra_ring_bw_gbps", "collective_overhead_us",
-                          "scaleout_overhead_us")
+KNOBS: tuple[str, ...] = (
+    "kernel_launch_us",
+    "achievable_fraction",
+    "grad_path_us_per_tensor.ddp",
+    "grad_path_us_per_tensor.fsdp2",
+    "intra_ring_bw_gbps",
+    "collective_overhead_us",
+    "scaleout_overhead_us",
+)
 BOUNDS = {"achievable_fraction": (0.05, 1.0)}
-PRIORS = {"kernel_launch_us": 45.0, "achievable_fraction": 0.5, "grad_path_us_per_tensor.ddp": 57.0,
-          "grad_path_us_per_tensor.fsdp2": 45.0, "intra_ring_bw_gbps": 15.0, "collective_overhead_us": 100.0,
-          "scaleout_overhead_us": 1500.0}
+PRIORS = {
+    "kernel_launch_us": 45.0,
+    "achievable_fraction": 0.5,
+    "grad_path_us_per_tensor.ddp": 57.0,
+    "grad_path_us_per_tensor.fsdp2": 45.0,
+    "intra_ring_bw_gbps": 15.0,
+    "collective_overhead_us": 100.0,
+    "scaleout_overhead_us": 1500.0,
+}
 """Where the fit starts and what it is pulled toward (the Aurora preset before it was fitted):
 PRISM's ~45 us launch; DDP's grad path 57 us per tensor (A1 profile: AccumulateGrad 1.49 s less
 its nested all-reduce 1.46 s, over ~525 tensors); one launch per tensor for FSDP2's; the Xe Link
@@ -101,10 +112,10 @@ def fit_reason(r: PublishedRecord) -> str | None:
 
 
 def record_observations(r: PublishedRecord) -> list[Observation]:
-    from prism_strategy.specs.parts import model_parts
     from prism_strategy.planning.option import Option
     from prism_strategy.planning.planner import _time
     from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
 
     sc = build_scenario(**r.scenario_kwargs())
@@ -116,17 +127,32 @@ def record_observations(r: PublishedRecord) -> list[Observation]:
     def option(p: PlatformSpec) -> Option:
         if last[0] is p:
             return last[1]
-        o = Option(strategy=s.name, feasible=True, why_not=None, memory=None,  # type: ignore[arg-type]
-                   max_micro_batch=0, micro_batch=mb, grad_accum=ga)
+        o = Option(
+            strategy=s.name,
+            feasible=True,
+            why_not=None,
+            memory=None,  # type: ignore[arg-type]
+            max_micro_batch=0,
+            micro_batch=mb,
+            grad_accum=ga,
+        )
         _time(sc.with_platform(p), parts, s, o, sc.layout)
         last[:] = [p, o]
         return o
 
-    out = [Observation(id=r.id, what="step_s", measured=r.step_time_s() or 0.0, predict=lambda p: option(p).step_time_s)]
+    out = [
+        Observation(id=r.id, what="step_s", measured=r.step_time_s() or 0.0, predict=lambda p: option(p).step_time_s)
+    ]
     ar = r.measured.host_s.get("xccl:all_reduce")
     if ar:
-        out.append(Observation(id=r.id, what="allreduce_host_s", measured=ar, predict=lambda p: sum(
-            c.seconds_per_step for c in option(p).comm.collectives if c.op == "all_reduce")))  # type: ignore[union-attr]
+        out.append(
+            Observation(
+                id=r.id,
+                what="allreduce_host_s",
+                measured=ar,
+                predict=lambda p: sum(c.seconds_per_step for c in option(p).comm.collectives if c.op == "all_reduce"),
+            )
+        )  # type: ignore[union-attr]
     return out
 
 
@@ -139,8 +165,9 @@ Tried 0.002 / 0.01 / 0.03 / 0.1: fitted median 9.8 / 13.3 / 16.8 / 16.8%, leave-
 55%; 0.01 keeps the project's goals (<= 15% fitted, <= 25% leave-one-out)."""
 
 
-def loss(p: PlatformSpec, obs: list[Observation], prior: PlatformSpec | None = None,
-         knobs: tuple[str, ...] = ()) -> float:
+def loss(
+    p: PlatformSpec, obs: list[Observation], prior: PlatformSpec | None = None, knobs: tuple[str, ...] = ()
+) -> float:
     data = sum(math.log(max(o.predict(p), 1e-9) / o.measured) ** 2 for o in obs)
     if prior is None:
         return data
@@ -157,7 +184,7 @@ def fit(base: PlatformSpec, obs: list[Observation], knobs: tuple[str, ...] = KNO
             p = set_value(p, k, max(base.per_tensor_overhead_us, 1.0))
     prior = p
     best = loss(p, obs, prior, knobs)
-    for step in (4.0, 2.0, 1.5, 1.25, 1.1, 1.05, 1.02)[:rounds + 1]:
+    for step in (4.0, 2.0, 1.5, 1.25, 1.1, 1.05, 1.02)[: rounds + 1]:
         for _ in range(3):
             moved = False
             for k in knobs:
@@ -206,8 +233,9 @@ def memory_reason(r: PublishedRecord) -> str | None:
     return None
 
 
-def memory_points(records: tuple[PublishedRecord, ...] | list[PublishedRecord],
-                  platform: PlatformSpec) -> list[tuple[str, float, float, float]]:
+def memory_points(
+    records: tuple[PublishedRecord, ...] | list[PublishedRecord], platform: PlatformSpec
+) -> list[tuple[str, float, float, float]]:
     """(id, predicted allocated + the varying-shape cache, predicted transient, measured reserved)
     per record with a reserved counter: what fits the fixed-shape factor (estimate/memory_runtime.py)
     with the platform's varying-shape factor kept. A bare "peak" is not used: PRISM's trainer

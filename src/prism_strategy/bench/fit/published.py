@@ -120,11 +120,21 @@ class PublishedRecord:
         """Keyword arguments for build_scenario / plan (strategy and grad accum excluded:
         `global_batch` carries the accumulation)."""
         s = self.scenario
-        kw: dict[str, Any] = dict(mode=s.mode, platform=self.platform, nodes=s.nodes, ranks_per_node=s.ranks_per_node,
-                                  seq_len=s.seq_len, micro_batch=s.micro_batch, global_batch=s.samples_per_step,
-                                  ckpt_freq="sac" if s.ckpt_policy == "sac" else s.ckpt_freq, precision=s.precision,
-                                  compile=s.compile, loss=s.loss, varying_lengths=s.varying_lengths,
-                                  expandable_segments=s.expandable_segments)
+        kw: dict[str, Any] = dict(
+            mode=s.mode,
+            platform=self.platform,
+            nodes=s.nodes,
+            ranks_per_node=s.ranks_per_node,
+            seq_len=s.seq_len,
+            micro_batch=s.micro_batch,
+            global_batch=s.samples_per_step,
+            ckpt_freq="sac" if s.ckpt_policy == "sac" else s.ckpt_freq,
+            precision=s.precision,
+            compile=s.compile,
+            loss=s.loss,
+            varying_lengths=s.varying_lengths,
+            expandable_segments=s.expandable_segments,
+        )
         if s.compile_loss:
             kw["compile_loss"] = True
         if s.bucket_mb is not None and "bucket_mb" in engine_of(get_strategy(self.planner_strategy)).options:
@@ -133,7 +143,7 @@ class PublishedRecord:
 
     @property
     def planner_strategy(self) -> str:
-        """"none" (one rank, no wrapper) is evaluated as DDP at world 1: no collectives, no hooks."""
+        """ "none" (one rank, no wrapper) is evaluated as DDP at world 1: no collectives, no hooks."""
         return "ddp" if self.scenario.strategy == "none" else self.scenario.strategy
 
     def step_time_s(self) -> float | None:
@@ -158,17 +168,31 @@ class PublishedRecord:
 
     def peak_bytes(self, kind: str = "peak") -> float | None:
         """kind: peak (as reported), allocated, reserved or active."""
-        v = {"peak": mid(self.measured.peak_gb), "allocated": self.measured.peak_allocated_gb,
-             "reserved": self.measured.peak_reserved_gb, "active": mid(self.measured.peak_active_gb)}[kind]
+        v = {
+            "peak": mid(self.measured.peak_gb),
+            "allocated": self.measured.peak_allocated_gb,
+            "reserved": self.measured.peak_reserved_gb,
+            "active": mid(self.measured.peak_active_gb),
+        }[kind]
         return None if v is None else v * self.memory_unit_bytes
 
     def as_config(self) -> dict[str, Any]:
         """The shape bench results store as `config` (bench/results/predict.py reads it back)."""
         s = self.scenario
-        cfg = {"model": s.model, "mode": s.mode, "strategy": self.planner_strategy, "nproc": s.world,
-               "ranks_per_node": s.ranks_per_node, "micro_batch": s.micro_batch, "grad_accum": s.grad_accum,
-               "seq_len": s.seq_len, "ckpt_freq": s.ckpt_freq, "precision": s.precision, "compile": s.compile,
-               "published": self.id}
+        cfg = {
+            "model": s.model,
+            "mode": s.mode,
+            "strategy": self.planner_strategy,
+            "nproc": s.world,
+            "ranks_per_node": s.ranks_per_node,
+            "micro_batch": s.micro_batch,
+            "grad_accum": s.grad_accum,
+            "seq_len": s.seq_len,
+            "ckpt_freq": s.ckpt_freq,
+            "precision": s.precision,
+            "compile": s.compile,
+            "published": self.id,
+        }
         return cfg | ({"vision": s.vision} if s.vision else {})
 
 
@@ -187,8 +211,10 @@ def _path(name: str) -> Any:
         return DATA / "measurements" / f"{name}.toml"
     if Path(name).suffix == ".toml" and Path(name).exists():
         return Path(name)
-    raise SpecError(f"unknown published measurements {name!r}; use one of {', '.join(published_names())} "
-                    "or a path to a measurements .toml")
+    raise SpecError(
+        f"unknown published measurements {name!r}; use one of {', '.join(published_names())} "
+        "or a path to a measurements .toml"
+    )
 
 
 def load_published(name: str) -> tuple[PublishedRecord, ...]:
@@ -219,18 +245,32 @@ def load_published(name: str) -> tuple[PublishedRecord, ...]:
         scenario = build(PublishedScenario, raw["scenario"], here + " scenario")
         measured = build(PublishedMeasured, raw.get("measured", {}), here + " measured")
         _check(here, scenario, measured, known)
-        out.append(PublishedRecord(id=rid, section=section, source=source, platform=str(raw.get("platform", data["platform"])),
-                                   scenario=scenario, measured=measured, assumed=tuple(raw.get("assumed", ())),
-                                   inconsistent=raw.get("inconsistent"), notes=tuple(raw.get("notes", ())),
-                                   memory_unit_bytes=int(raw.get("memory_unit_bytes", unit)), hardware=str(hardware.get(section, "")),
-                                   stack=str(stack.get(section, "")), unmodelled=tuple(raw.get("unmodelled", ()))))
+        out.append(
+            PublishedRecord(
+                id=rid,
+                section=section,
+                source=source,
+                platform=str(raw.get("platform", data["platform"])),
+                scenario=scenario,
+                measured=measured,
+                assumed=tuple(raw.get("assumed", ())),
+                inconsistent=raw.get("inconsistent"),
+                notes=tuple(raw.get("notes", ())),
+                memory_unit_bytes=int(raw.get("memory_unit_bytes", unit)),
+                hardware=str(hardware.get(section, "")),
+                stack=str(stack.get(section, "")),
+                unmodelled=tuple(raw.get("unmodelled", ())),
+            )
+        )
     return tuple(out)
 
 
 def _check(here: str, s: PublishedScenario, m: PublishedMeasured, strategies: set[str]) -> None:
     if s.model not in model_names() or (s.vision is not None and s.vision not in model_names()):
-        raise SpecError(f"{here}: unknown model preset {s.model if s.model not in model_names() else s.vision!r}; "
-                        "add it under data/models/")
+        raise SpecError(
+            f"{here}: unknown model preset {s.model if s.model not in model_names() else s.vision!r}; "
+            "add it under data/models/"
+        )
     if s.strategy not in strategies:
         raise SpecError(f"{here}: unknown strategy {s.strategy!r}; use one of {', '.join(sorted(strategies))}")
     if s.strategy == "none" and s.world != 1:
@@ -238,13 +278,25 @@ def _check(here: str, s: PublishedScenario, m: PublishedMeasured, strategies: se
     for f in ("nodes", "ranks_per_node", "micro_batch", "grad_accum", "seq_len"):
         if getattr(s, f) < 1:
             raise SpecError(f"{here}: scenario {f} must be >= 1, got {getattr(s, f)}")
-    if not any(getattr(m, f) is not None for f in ("step_s", "samples_per_s", "tflops_per_device", "peak_gb",
-                                                     "peak_allocated_gb", "peak_reserved_gb",
-                                                     "tokens_per_s_per_device", "peak_active_gb")):
-        raise SpecError(f"{here}: measures nothing a prediction can be checked against "
-                        "(step_s, samples_per_s, tokens_per_s_per_device, tflops_per_device or a peak memory figure)")
+    if not any(
+        getattr(m, f) is not None
+        for f in (
+            "step_s",
+            "samples_per_s",
+            "tflops_per_device",
+            "peak_gb",
+            "peak_allocated_gb",
+            "peak_reserved_gb",
+            "tokens_per_s_per_device",
+            "peak_active_gb",
+        )
+    ):
+        raise SpecError(
+            f"{here}: measures nothing a prediction can be checked against "
+            "(step_s, samples_per_s, tokens_per_s_per_device, tflops_per_device or a peak memory figure)"
+        )
     for f in ("step_s", "samples_per_s", "tflops_per_device", "peak_gb", "tokens_per_s_per_device"):
         v = getattr(m, f)
-        for x in (v if isinstance(v, tuple) else (v,)):
+        for x in v if isinstance(v, tuple) else (v,):
             if x is not None and x <= 0:
                 raise SpecError(f"{here}: measured {f} must be > 0, got {x}")

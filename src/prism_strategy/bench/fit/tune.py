@@ -42,12 +42,29 @@ class TuneResult:
 
     def as_dict(self) -> dict[str, Any]:
         b = self.best
-        return {"best": None if b is None else {"strategy": b.strategy, "micro_batch": b.micro_batch,
-                                                "ckpt_freq": b.ckpt_freq, "samples_per_s": self.best_samples_per_s},
-                "runs": self.runs, "grid_size": self.grid_size, "stop_reason": self.stop_reason,
-                "measured": [{"strategy": c.strategy, "micro_batch": c.micro_batch, "ckpt_freq": c.ckpt_freq,
-                              "predicted_samples_per_s": c.predicted_samples_per_s, "samples_per_s": m}
-                             for c, m in self.measured]}
+        return {
+            "best": None
+            if b is None
+            else {
+                "strategy": b.strategy,
+                "micro_batch": b.micro_batch,
+                "ckpt_freq": b.ckpt_freq,
+                "samples_per_s": self.best_samples_per_s,
+            },
+            "runs": self.runs,
+            "grid_size": self.grid_size,
+            "stop_reason": self.stop_reason,
+            "measured": [
+                {
+                    "strategy": c.strategy,
+                    "micro_batch": c.micro_batch,
+                    "ckpt_freq": c.ckpt_freq,
+                    "predicted_samples_per_s": c.predicted_samples_per_s,
+                    "samples_per_s": m,
+                }
+                for c, m in self.measured
+            ],
+        }
 
 
 class _ErrorModel:
@@ -82,7 +99,9 @@ def _leader_check(res: TuneResult, remaining: list[Candidate], model: _ErrorMode
     return max(own, key=model.reach) if own else None
 
 
-def tune(candidates: list[Candidate], measure: Callable[[Candidate], float], *, error_floor: float = 0.10) -> TuneResult:
+def tune(
+    candidates: list[Candidate], measure: Callable[[Candidate], float], *, error_floor: float = 0.10
+) -> TuneResult:
     """measure(candidate) -> samples/s (0 for out-of-memory or failure)."""
     remaining = sorted(candidates, key=lambda c: -c.predicted_samples_per_s)
     res = TuneResult(best=None, best_samples_per_s=0.0, grid_size=len(remaining))
@@ -105,9 +124,11 @@ def tune(candidates: list[Candidate], measure: Callable[[Candidate], float], *, 
             continue
         nxt = max(remaining, key=model.reach)
         if res.best_samples_per_s >= model.reach(nxt):
-            res.stop_reason = (f"no remaining candidate can beat {res.best_samples_per_s:.2f} samples/s: the most "
-                               f"promising ({nxt.strategy}, mb {nxt.micro_batch}, ckpt {nxt.ckpt_freq}) reaches at "
-                               f"most {model.reach(nxt):.2f} (model error {math.expm1(model.spread()):.0%})")
+            res.stop_reason = (
+                f"no remaining candidate can beat {res.best_samples_per_s:.2f} samples/s: the most "
+                f"promising ({nxt.strategy}, mb {nxt.micro_batch}, ckpt {nxt.ckpt_freq}) reaches at "
+                f"most {model.reach(nxt):.2f} (model error {math.expm1(model.spread()):.0%})"
+            )
             return res
         run(nxt)
     res.stop_reason = "measured every candidate"

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.readers import read_run, torchtitan
-from prism_strategy.readers.steps import PHASES
-from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.bench.importers.scenario import resolve
 from prism_strategy.bench.importers.steady import Steady, steady_state
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
+from prism_strategy.readers import read_run, torchtitan
+from prism_strategy.readers.steps import PHASES
+from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
 
 
@@ -47,8 +47,11 @@ def read_log(path: Path, timing: str = "auto", fmt: str | None = None) -> Parsed
 def _measured(config: dict[str, Any], log: ParsedLog, steady: Steady) -> dict[str, Any]:
     step = steady.mean(lambda w: w.step_s)
     samples = config["micro_batch"] * config["grad_accum"] * config["nproc"]
-    m: dict[str, Any] = {"step_time_s": step, "samples_per_s": samples / step,
-                         "tokens_per_s": samples * config["seq_len"] / step}
+    m: dict[str, Any] = {
+        "step_time_s": step,
+        "samples_per_s": samples / step,
+        "tokens_per_s": samples * config["seq_len"] / step,
+    }
     for p in PHASES:
         v = steady.mean(lambda w, p=p: w.phases.get(p))
         if v is not None:
@@ -83,8 +86,14 @@ def import_fingerprint(log: ParsedLog, plat: Any) -> dict[str, Any]:
             torch, source = metadata.version("torch"), "the importing machine (the log does not say)"
         except metadata.PackageNotFoundError:
             torch, source = None, "unknown"
-    return {"host": log.host, "platform": plat.name, "backend": plat.backend, "torch": torch, "torch_from": source,
-            "format": log.format}
+    return {
+        "host": log.host,
+        "platform": plat.name,
+        "backend": plat.backend,
+        "torch": torch,
+        "torch_from": source,
+        "format": log.format,
+    }
 
 
 def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
@@ -99,14 +108,29 @@ def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
         predicted = predict(config, plat)
     except SpecError as e:
         raise SpecError(f"{path}: the scenario cannot be modelled: {e}") from None
-    result = Result(kind="bench", status="ok", strategy=config["strategy"], platform=plat.name, config=config,
-                    measured=_measured(config, log, steady), predicted=predicted,
-                    fingerprint=import_fingerprint(log, plat),
-                    provenance="imported", source=", ".join(str(f.resolve()) for f in log.files),
-                    peak_allocated_bytes=log.peak_allocated_bytes, peak_reserved_bytes=log.peak_reserved_bytes,
-                    dedup_key=_dedup_key(log.files))
-    return Imported(result=result, steady=steady, origin=origin, format=log.format, notes=log.notes + log.skipped,
-                    files=list(log.files))
+    result = Result(
+        kind="bench",
+        status="ok",
+        strategy=config["strategy"],
+        platform=plat.name,
+        config=config,
+        measured=_measured(config, log, steady),
+        predicted=predicted,
+        fingerprint=import_fingerprint(log, plat),
+        provenance="imported",
+        source=", ".join(str(f.resolve()) for f in log.files),
+        peak_allocated_bytes=log.peak_allocated_bytes,
+        peak_reserved_bytes=log.peak_reserved_bytes,
+        dedup_key=_dedup_key(log.files),
+    )
+    return Imported(
+        result=result,
+        steady=steady,
+        origin=origin,
+        format=log.format,
+        notes=log.notes + log.skipped,
+        files=list(log.files),
+    )
 
 
 def import_run(path: str | Path, flags: dict[str, Any], store: Store) -> Imported:

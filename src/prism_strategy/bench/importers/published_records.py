@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.fit.published import PublishedRecord, load_published, mid
+from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
@@ -23,12 +23,19 @@ def _measured(rec: PublishedRecord) -> dict[str, Any]:
     out: dict[str, Any] = {}
     step = rec.step_time_s()
     if step:
-        out |= {"step_time_s": step, "samples_per_s": s.samples_per_step / step,
-                "tokens_per_s": s.samples_per_step * s.seq_len / step}
+        out |= {
+            "step_time_s": step,
+            "samples_per_s": s.samples_per_step / step,
+            "tokens_per_s": s.samples_per_step * s.seq_len / step,
+        }
         if m.step_s is None:
-            out["derived"] = ("step time from samples/s" if mid(m.samples_per_s) else
-                              "step time from tokens/s per device" if mid(m.tokens_per_s_per_device) else
-                              "step time from TFLOPS")
+            out["derived"] = (
+                "step time from samples/s"
+                if mid(m.samples_per_s)
+                else "step time from tokens/s per device"
+                if mid(m.tokens_per_s_per_device)
+                else "step time from TFLOPS"
+            )
     if isinstance(m.samples_per_s, tuple):
         out["samples_per_s_range"] = list(m.samples_per_s)
     if isinstance(m.tokens_per_s_per_device, tuple):
@@ -40,10 +47,18 @@ def _measured(rec: PublishedRecord) -> dict[str, Any]:
     if peak:
         out["peak_memory_bytes"] = peak
         if rec.peak_bytes("allocated") is None:
-            out["peak_memory_kind"] = ("active (about max_memory_allocated)" if rec.peak_bytes("active")
-                                       else "as reported (allocated or reserved not said)")
-    out["published"] = {"id": rec.id, "section": rec.section, "assumed": list(rec.assumed),
-                        "inconsistent": rec.inconsistent, "notes": list(rec.notes)}
+            out["peak_memory_kind"] = (
+                "active (about max_memory_allocated)"
+                if rec.peak_bytes("active")
+                else "as reported (allocated or reserved not said)"
+            )
+    out["published"] = {
+        "id": rec.id,
+        "section": rec.section,
+        "assumed": list(rec.assumed),
+        "inconsistent": rec.inconsistent,
+        "notes": list(rec.notes),
+    }
     return out
 
 
@@ -58,13 +73,23 @@ def published_results(name: str) -> list[Result]:
     out = []
     for rec in load_published(name):
         config = rec.as_config()
-        out.append(Result(kind="bench", status="oom" if rec.measured.oom else "ok", strategy=config["strategy"],
-                          platform=rec.platform, config=config, measured=_measured(rec),
-                          predicted=_predicted(config, rec.platform),
-                          fingerprint={"host": "", "torch": "", "format": "published"}, provenance="published",
-                          source=f"{name} {rec.id}: {rec.source}",
-                          peak_allocated_bytes=rec.peak_bytes("allocated"),
-                          peak_reserved_bytes=rec.peak_bytes("reserved"), dedup_key=f"published:{name}:{rec.id}"))
+        out.append(
+            Result(
+                kind="bench",
+                status="oom" if rec.measured.oom else "ok",
+                strategy=config["strategy"],
+                platform=rec.platform,
+                config=config,
+                measured=_measured(rec),
+                predicted=_predicted(config, rec.platform),
+                fingerprint={"host": "", "torch": "", "format": "published"},
+                provenance="published",
+                source=f"{name} {rec.id}: {rec.source}",
+                peak_allocated_bytes=rec.peak_bytes("allocated"),
+                peak_reserved_bytes=rec.peak_bytes("reserved"),
+                dedup_key=f"published:{name}:{rec.id}",
+            )
+        )
     return out
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from prism_strategy.bench.results.predict import stored_model
 from prism_strategy.readers import torchtitan
 from prism_strategy.readers.training_log import ParsedLog
-from prism_strategy.bench.results.predict import stored_model
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MODES
@@ -21,8 +21,19 @@ from prism_strategy.specs.presets import load_platform
 from prism_strategy.specs.training import PRECISIONS
 from prism_strategy.strategies import get_strategy
 
-FIELDS = ("model", "vision", "mode", "strategy", "platform", "nodes", "micro_batch", "grad_accum", "seq_len",
-          "ckpt_freq", "precision")
+FIELDS = (
+    "model",
+    "vision",
+    "mode",
+    "strategy",
+    "platform",
+    "nodes",
+    "micro_batch",
+    "grad_accum",
+    "seq_len",
+    "ckpt_freq",
+    "precision",
+)
 REQUIRED = ("model", "mode", "strategy", "platform", "nodes", "micro_batch", "seq_len", "ckpt_freq", "precision")
 FROM_LOG = ("mode", "strategy", "micro_batch", "grad_accum", "seq_len")
 ENGINE_OPTIONS = ("bucket_cap_mb", "static_graph", "find_unused_parameters")
@@ -50,8 +61,9 @@ def _layout(s: dict[str, Any], origin: dict[str, str], log: ParsedLog, plat: Pla
         if world < per:
             per = world
         if world % per:
-            raise SpecError(f"{where}: world size {world} is not a multiple of {plat.name}'s {per} ranks per node; "
-                            "pass --nodes")
+            raise SpecError(
+                f"{where}: world size {world} is not a multiple of {plat.name}'s {per} ranks per node; pass --nodes"
+            )
         s["nodes"], s["ranks_per_node"] = world // per, per
         origin["nodes"] = f"world size {world} / {per} ranks per node ({where})"
     if "nodes" in s:
@@ -66,8 +78,10 @@ def _micro_batch(s: dict[str, Any], origin: dict[str, str], log: ParsedLog) -> N
             total, where = log.scenario[key], log.scenario_where[key]
             per = ranks * s["grad_accum"]
             if total % per:
-                raise SpecError(f"{where}: {total} samples per step do not split into {per} micro-batches "
-                                "(ranks x grad accum); pass --micro-batch and --grad-accum")
+                raise SpecError(
+                    f"{where}: {total} samples per step do not split into {per} micro-batches "
+                    "(ranks x grad accum); pass --micro-batch and --grad-accum"
+                )
             s["micro_batch"], origin["micro_batch"] = total // per, f"{total} samples per step ({where})"
             return
 
@@ -93,9 +107,11 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
         if k not in s and k in log.scenario:
             s[k], origin[k] = log.scenario[k], log.scenario_where[k]
     if "strategy" not in s and "dist_strategy" in log.scenario:
-        raise SpecError(f"{log.scenario_where['dist_strategy']}: the log says dist_strategy "
-                        f"{log.scenario['dist_strategy']!r} but not how it shards; pass --strategy (e.g. "
-                        "fsdp_full_shard, fsdp_shard_grad_op, hsdp_full_shard, hsdp_shard_grad_op)")
+        raise SpecError(
+            f"{log.scenario_where['dist_strategy']}: the log says dist_strategy "
+            f"{log.scenario['dist_strategy']!r} but not how it shards; pass --strategy (e.g. "
+            "fsdp_full_shard, fsdp_shard_grad_op, hsdp_full_shard, hsdp_shard_grad_op)"
+        )
     if "mode" not in s and log.format == torchtitan.FORMAT:
         s["mode"], origin["mode"] = "e2e", "torchtitan trains the whole LLM (e2e)"
     if "grad_accum" not in s:
@@ -106,15 +122,24 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
         _micro_batch(s, origin, log)
     missing = [k for k in REQUIRED if k not in s]
     if missing:
-        raise SpecError(f"{where}: the log does not say {', '.join(missing)}; pass "
-                        f"{', '.join(flag(k) for k in missing)}")
+        raise SpecError(
+            f"{where}: the log does not say {', '.join(missing)}; pass {', '.join(flag(k) for k in missing)}"
+        )
     _check(s)
-    config = {"model": s["model"], "vision": s.get("vision"), "mode": s["mode"], "strategy": s["strategy"],
-              "nproc": s["nproc"], "ranks_per_node": s["ranks_per_node"], "micro_batch": int(s["micro_batch"]),
-              "grad_accum": int(s["grad_accum"]), "seq_len": int(s["seq_len"]), "ckpt_freq": int(s["ckpt_freq"]),
-              "precision": s["precision"]}
+    config = {
+        "model": s["model"],
+        "vision": s.get("vision"),
+        "mode": s["mode"],
+        "strategy": s["strategy"],
+        "nproc": s["nproc"],
+        "ranks_per_node": s["ranks_per_node"],
+        "micro_batch": int(s["micro_batch"]),
+        "grad_accum": int(s["grad_accum"]),
+        "seq_len": int(s["seq_len"]),
+        "ckpt_freq": int(s["ckpt_freq"]),
+        "precision": s["precision"],
+    }
     config |= {k: log.scenario[k] for k in ENGINE_OPTIONS if k in log.scenario}
     if "bucket_cap_mb" in log.scenario:  # DDP's bucket_cap_mb is MiB, as the planner's bucket_mb
         config["bucket_mb"] = log.scenario["bucket_cap_mb"]
     return config | stored_model(s["model"], s.get("vision")), plat, origin
-

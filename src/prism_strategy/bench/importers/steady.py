@@ -49,33 +49,46 @@ class Steady:
 
     def summary(self) -> str:
         n = len(self.kept) + len(self.warmup) + len(self.outliers)
-        text = (f"kept {len(self.kept)} of {n} windows ({self.steps} steps); dropped {len(self.warmup)} warm-up "
-                f"(first {WARMUP_FRACTION:.0%}, at least 1) and {len(self.outliers)} outlier(s) outside "
-                f"{self.median_s:.4g} s +/- {self.band_s:.3g} s")
+        text = (
+            f"kept {len(self.kept)} of {n} windows ({self.steps} steps); dropped {len(self.warmup)} warm-up "
+            f"(first {WARMUP_FRACTION:.0%}, at least 1) and {len(self.outliers)} outlier(s) outside "
+            f"{self.median_s:.4g} s +/- {self.band_s:.3g} s"
+        )
         if self.outliers:
             text += ": " + ", ".join(f"step {w.last_step} at {w.step_s:.4g} s" for w in self.outliers[:4])
         return text
 
     def as_dict(self) -> dict[str, object]:
-        return {"windows": len(self.kept) + len(self.warmup) + len(self.outliers), "kept": len(self.kept),
-                "kept_steps": self.steps, "warmup_dropped": len(self.warmup), "outliers_dropped": len(self.outliers),
-                "outlier_steps": [w.last_step for w in self.outliers], "median_step_s": self.median_s,
-                "band_s": self.band_s, "rule": f"drop first max(1, ceil({WARMUP_FRACTION} n)); then outside median "
-                                                f"+/- {MAD_K} max(1.4826 MAD, {FLOOR_FRACTION} median)"}
+        return {
+            "windows": len(self.kept) + len(self.warmup) + len(self.outliers),
+            "kept": len(self.kept),
+            "kept_steps": self.steps,
+            "warmup_dropped": len(self.warmup),
+            "outliers_dropped": len(self.outliers),
+            "outlier_steps": [w.last_step for w in self.outliers],
+            "median_step_s": self.median_s,
+            "band_s": self.band_s,
+            "rule": f"drop first max(1, ceil({WARMUP_FRACTION} n)); then outside median "
+            f"+/- {MAD_K} max(1.4826 MAD, {FLOOR_FRACTION} median)",
+        }
 
 
 def steady_state(windows: list[Window], where: str) -> Steady:
     """Split timed windows into warm-up, outliers and the steady rest (see the module rule)."""
     timed = [w for w in windows if w.step_s is not None]
     if bad := next((w for w in timed if not (math.isfinite(w.step_s) and w.step_s > 0)), None):
-        raise SpecError(f"{bad.where}: a step time of {bad.step_s} s is not a measurement (a step takes > 0 s); "
-                        "fix or remove the line")
+        raise SpecError(
+            f"{bad.where}: a step time of {bad.step_s} s is not a measurement (a step takes > 0 s); "
+            "fix or remove the line"
+        )
     n = len(timed)
     n_warm = max(1, math.ceil(WARMUP_FRACTION * n))
     rest = timed[n_warm:]
     if len(rest) < MIN_WINDOWS:
-        raise SpecError(f"{where}: {n} timed window(s) in the log; steady state needs at least "
-                        f"{MIN_WINDOWS + 1} (the first is warm-up): import a longer run")
+        raise SpecError(
+            f"{where}: {n} timed window(s) in the log; steady state needs at least "
+            f"{MIN_WINDOWS + 1} (the first is warm-up): import a longer run"
+        )
     times = [w.step_s for w in rest]
     med = statistics.median(times)
     mad = statistics.median(abs(t - med) for t in times)

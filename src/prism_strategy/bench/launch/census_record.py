@@ -31,9 +31,22 @@ TAG = "prism.census group_size="
 PHASE = "prism.phase="
 """The bench worker marks its forward, backward and optimizer step with record_function ranges
 named PHASE + phase: each recorded call says in which phase it ran."""
-_TAGGED = ("all_reduce", "all_reduce_coalesced", "all_gather_into_tensor", "all_gather_single", "all_gather",
-           "all_gather_coalesced", "reduce_scatter_tensor", "reduce_scatter_single", "reduce_scatter", "broadcast",
-           "all_to_all", "all_to_all_single", "_all_gather_base", "_reduce_scatter_base")
+_TAGGED = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "all_gather",
+    "all_gather_coalesced",
+    "reduce_scatter_tensor",
+    "reduce_scatter_single",
+    "reduce_scatter",
+    "broadcast",
+    "all_to_all",
+    "all_to_all_single",
+    "_all_gather_base",
+    "_reduce_scatter_base",
+)
 # c10d op -> (our op name, index of the payload argument, index of the other side of the shape ratio)
 _OPS: dict[str, tuple[str, int, int | None]] = {
     "allreduce_": ("all_reduce", 0, None),
@@ -120,8 +133,13 @@ def one_call(name: str, inputs: list[Any], tag: int | None, world: int) -> dict[
     if size is None and other_at is not None and len(inputs) > other_at:
         other = sum(_numel(t) for t in _tensors(inputs[other_at]))
         size = round(numel / other) if other else None
-    return {"op": op, "group_size": int(size or world), "dtype": _dtype(payload[0]), "bytes": float(nbytes),
-            "numel": numel}
+    return {
+        "op": op,
+        "group_size": int(size or world),
+        "dtype": _dtype(payload[0]),
+        "bytes": float(nbytes),
+        "numel": numel,
+    }
 
 
 def calls_in(roots: list[Any], world: int) -> list[dict[str, Any]]:
@@ -162,8 +180,9 @@ def summarise(calls: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     for c in calls:
         key = (c["op"], c["group_size"], c["dtype"])
         kind = out["control" if is_control(c) else "collectives"]
-        g = kind.setdefault(key, {"op": key[0], "group_size": key[1], "dtype": key[2], "calls": 0, "bytes": 0.0,
-                                  "phases": {}})
+        g = kind.setdefault(
+            key, {"op": key[0], "group_size": key[1], "dtype": key[2], "calls": 0, "bytes": 0.0, "phases": {}}
+        )
         g["calls"] += 1
         g["bytes"] += c["bytes"]
         ph = g["phases"].setdefault(c.get("phase", "other"), {"calls": 0, "bytes": 0.0})

@@ -23,8 +23,9 @@ def _version(pkg: str) -> str | None:
 def code_revision() -> str:
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if out.returncode == 0:
             return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):

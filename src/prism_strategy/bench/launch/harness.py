@@ -59,18 +59,42 @@ WORKER = "prism_strategy.bench.launch.worker"
 
 def worker_command(configs: list[dict[str, Any]], out: Path, extra: list[str], module: str = WORKER) -> list[str]:
     nproc = int(configs[0]["nproc"])
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-            "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", module,
-            "--config", json.dumps(configs), "--out", str(out), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--nnodes=1",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        "-m",
+        module,
+        "--config",
+        json.dumps(configs),
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
-def launch(config: dict[str, Any], *, timeout_s: float, memory_limit_bytes: float | None = None,
-           extra_args: list[str] | None = None) -> Outcome:
+def launch(
+    config: dict[str, Any],
+    *,
+    timeout_s: float,
+    memory_limit_bytes: float | None = None,
+    extra_args: list[str] | None = None,
+) -> Outcome:
     return launch_many([config], timeout_s=timeout_s, memory_limit_bytes=memory_limit_bytes, extra_args=extra_args)[0]
 
 
-def launch_many(configs: list[dict[str, Any]], *, timeout_s: float, memory_limit_bytes: float | None = None,
-                extra_args: list[str] | None = None, module: str = WORKER) -> list[Outcome]:
+def launch_many(
+    configs: list[dict[str, Any]],
+    *,
+    timeout_s: float,
+    memory_limit_bytes: float | None = None,
+    extra_args: list[str] | None = None,
+    module: str = WORKER,
+) -> list[Outcome]:
     """One torchrun job running the configs in turn (same nproc); one Outcome per config.
     module: the worker each rank runs (the bench worker, or commbench's)."""
     if len({int(c["nproc"]) for c in configs}) != 1:
@@ -85,8 +109,13 @@ def launch_many(configs: list[dict[str, Any]], *, timeout_s: float, memory_limit
         out, log = Path(tmp) / "ranks", Path(tmp) / "log.txt"
         t0 = time.perf_counter()
         with log.open("wb") as f:
-            proc = subprocess.Popen(worker_command(configs, out, extra, module), stdout=f, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env=env)
+            proc = subprocess.Popen(
+                worker_command(configs, out, extra, module),
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
             try:
                 rc = proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -97,8 +126,10 @@ def launch_many(configs: list[dict[str, Any]], *, timeout_s: float, memory_limit
         per_rank = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))] if out.exists() else []
         tail = log.read_text(errors="replace")[-3000:]
     nproc = int(configs[0]["nproc"])
-    return [_outcome(rc, [r[i] for r in per_rank if i < len(r)], nproc, seconds / len(configs), tail, timeout_s)
-            for i in range(len(configs))]
+    return [
+        _outcome(rc, [r[i] for r in per_rank if i < len(r)], nproc, seconds / len(configs), tail, timeout_s)
+        for i in range(len(configs))
+    ]
 
 
 _KILLED = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*-9\b")
@@ -116,21 +147,34 @@ def _outcome(rc: int | None, ranks: list[dict], nproc: int, seconds: float, tail
     missing = sorted(set(range(nproc)) - {r["rank"] for r in ranks})
     killed = [r for r in sigkilled_ranks(tail) if r in missing] if rc is not None else []
     if killed:
-        return Outcome(status="oom", ranks=ranks, seconds=seconds, log_tail=tail,
-                       error=f"rank(s) {killed} killed by SIGKILL (exit -9): killed, most likely out of host memory "
-                             "(the kernel's OOM killer; `dmesg` says)")
+        return Outcome(
+            status="oom",
+            ranks=ranks,
+            seconds=seconds,
+            log_tail=tail,
+            error=f"rank(s) {killed} killed by SIGKILL (exit -9): killed, most likely out of host memory "
+            "(the kernel's OOM killer; `dmesg` says)",
+        )
     if any(r["status"] == "oom" for r in ranks):
         bad = [r["rank"] for r in ranks if r["status"] == "oom"]
-        return Outcome(status="oom", ranks=ranks, seconds=seconds, error=f"out of memory on rank(s) {bad}", log_tail=tail)
+        return Outcome(
+            status="oom", ranks=ranks, seconds=seconds, error=f"out of memory on rank(s) {bad}", log_tail=tail
+        )
     if rc is None and missing:
-        return Outcome(status="timeout", ranks=ranks, seconds=seconds, log_tail=tail,
-                       error=f"no result within {timeout_s:g} s; ranks that never reported: {missing}")
+        return Outcome(
+            status="timeout",
+            ranks=ranks,
+            seconds=seconds,
+            log_tail=tail,
+            error=f"no result within {timeout_s:g} s; ranks that never reported: {missing}",
+        )
     failed = [r for r in ranks if r["status"] != "ok"]
     if failed or missing:
         what = "; ".join(f"rank {r['rank']}: {r.get('error', '?')}" for r in failed)
         what += f"; ranks that died without a result: {missing}" if missing else ""
-        return Outcome(status="failed", ranks=ranks, seconds=seconds, error=what.strip("; ") or f"exit code {rc}",
-                       log_tail=tail)
+        return Outcome(
+            status="failed", ranks=ranks, seconds=seconds, error=what.strip("; ") or f"exit code {rc}", log_tail=tail
+        )
     return Outcome(status="ok", ranks=ranks, seconds=seconds)
 
 
@@ -142,27 +186,49 @@ def _spread(times: list[float]) -> float:
 
 def measured(config: dict[str, Any], o: Outcome) -> dict[str, Any]:
     if o.status != "ok":
-        return {"error": o.error, "log_tail": o.log_tail[-1500:], "seconds": o.seconds,
-                "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in o.ranks), default=None) or None}
+        return {
+            "error": o.error,
+            "log_tail": o.log_tail[-1500:],
+            "seconds": o.seconds,
+            "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in o.ranks), default=None) or None,
+        }
     step = max(r["step_s"] for r in o.ranks)  # the slowest rank sets the pace
     samples = int(config["micro_batch"]) * int(config.get("grad_accum", 1)) * int(config["nproc"])
     tokens_per_s = samples * int(config["seq_len"]) / step
-    return {"step_time_s": step, "samples_per_s": samples / step, "tokens_per_s": tokens_per_s,
-            "tokens_per_s_per_device": tokens_per_s / int(config["nproc"]),
-            "forward_s": max(r["forward_s"] for r in o.ranks), "backward_s": max(r["backward_s"] for r in o.ranks),
-            "optimizer_s": max(r["optimizer_s"] for r in o.ranks),
-            "step_time_spread": max(_spread(r["step_times"]) for r in o.ranks),
-            "peak_memory_bytes": max(r["peak_memory_bytes"] or 0 for r in o.ranks) or None,
-            "peak_memory_per_rank": [r["peak_memory_bytes"] for r in sorted(o.ranks, key=lambda r: r["rank"])],
-            "device": o.ranks[0].get("device"), "backend": o.ranks[0].get("backend"), "seconds": o.seconds}
+    return {
+        "step_time_s": step,
+        "samples_per_s": samples / step,
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_device": tokens_per_s / int(config["nproc"]),
+        "forward_s": max(r["forward_s"] for r in o.ranks),
+        "backward_s": max(r["backward_s"] for r in o.ranks),
+        "optimizer_s": max(r["optimizer_s"] for r in o.ranks),
+        "step_time_spread": max(_spread(r["step_times"]) for r in o.ranks),
+        "peak_memory_bytes": max(r["peak_memory_bytes"] or 0 for r in o.ranks) or None,
+        "peak_memory_per_rank": [r["peak_memory_bytes"] for r in sorted(o.ranks, key=lambda r: r["rank"])],
+        "device": o.ranks[0].get("device"),
+        "backend": o.ranks[0].get("backend"),
+        "seconds": o.seconds,
+    }
 
 
-def to_result(config: dict[str, Any], o: Outcome, *, platform: str, backend: str, predicted: dict[str, Any],
-              kind: str = "bench") -> Result:
-    return Result(kind=kind, status=o.status, strategy=config["strategy"], platform=platform, config=config,
-                  measured=measured(config, o), predicted=predicted,
-                  fingerprint=fingerprint(platform=platform, backend=backend, strategy_config={
-                      k: config.get(k) for k in ("strategy", "precision", "ckpt_freq", "grad_accum")}))
+def to_result(
+    config: dict[str, Any], o: Outcome, *, platform: str, backend: str, predicted: dict[str, Any], kind: str = "bench"
+) -> Result:
+    return Result(
+        kind=kind,
+        status=o.status,
+        strategy=config["strategy"],
+        platform=platform,
+        config=config,
+        measured=measured(config, o),
+        predicted=predicted,
+        fingerprint=fingerprint(
+            platform=platform,
+            backend=backend,
+            strategy_config={k: config.get(k) for k in ("strategy", "precision", "ckpt_freq", "grad_accum")},
+        ),
+    )
 
 
 def check_config(config: dict[str, Any]) -> None:

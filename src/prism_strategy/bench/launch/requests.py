@@ -26,8 +26,10 @@ def existing_store(db: str | None) -> Store:
         except (OSError, ValueError):
             missing = True
         if missing:
-            raise SpecError(f"--db {db[:200]}: no results store there; check the path, or store runs first with "
-                            "`prism-strategy bench` or `results import`")
+            raise SpecError(
+                f"--db {db[:200]}: no results store there; check the path, or store runs first with "
+                "`prism-strategy bench` or `results import`"
+            )
     return Store(db)
 
 
@@ -39,8 +41,9 @@ def bench_request(strategies: str, platform: str, **base: Any) -> tuple[dict[str
     return cfg, names
 
 
-def ceiling_search(strategy: str, *, memory_limit: float | None, max_micro_batch: int, platform: str,
-                   db: str | None, **base: Any) -> dict[str, Any]:
+def ceiling_search(
+    strategy: str, *, memory_limit: float | None, max_micro_batch: int, platform: str, db: str | None, **base: Any
+) -> dict[str, Any]:
     """`ceiling`: the bisection's answer beside the planner's seed (micro-batch 1, one step per trial)."""
     from prism_strategy.specs.cluster import GiB
     from prism_strategy.strategies import get_strategy
@@ -49,14 +52,34 @@ def ceiling_search(strategy: str, *, memory_limit: float | None, max_micro_batch
     if memory_limit is not None and memory_limit <= 0:
         raise SpecError(f"--memory-limit must be > 0 GiB, got {memory_limit}")
     cfg = base_config(**base, micro_batch=1, steps=1, warmup=1, grad_accum=1)
-    c, r = run_ceiling(cfg, strategy, platform, Store(db), max_micro_batch=max_micro_batch,
-                       memory_limit_bytes=memory_limit * GiB if memory_limit else None)
-    return {"strategy": strategy, "ceiling": c.ceiling, "predicted": r.predicted["max_micro_batch"], "runs": c.runs,
-            "trials": c.trials, "id": r.id}
+    c, r = run_ceiling(
+        cfg,
+        strategy,
+        platform,
+        Store(db),
+        max_micro_batch=max_micro_batch,
+        memory_limit_bytes=memory_limit * GiB if memory_limit else None,
+    )
+    return {
+        "strategy": strategy,
+        "ceiling": c.ceiling,
+        "predicted": r.predicted["max_micro_batch"],
+        "runs": c.runs,
+        "trials": c.trials,
+        "id": r.id,
+    }
 
 
-def tune_search(strategies: str, micro_batches: str, ckpt_freqs: str, *, platform: str, db: str | None,
-                calibration: str, **base: Any) -> dict[str, Any]:
+def tune_search(
+    strategies: str,
+    micro_batches: str,
+    ckpt_freqs: str,
+    *,
+    platform: str,
+    db: str | None,
+    calibration: str,
+    **base: Any,
+) -> dict[str, Any]:
     """`tune`: the grid of strategies x micro-batches x checkpointing, most promising measured first."""
     from prism_strategy.specs.values import int_list
 
@@ -72,5 +95,6 @@ def compare_rows(db: str | None, calibration: str) -> list[dict[str, Any]]:
     from prism_strategy.bench.results.compare import compare
     from prism_strategy.estimate.calibration import calibrated_platform
 
-    return compare(existing_store(db).query(),
-                   platform_for=lambda name: calibrated_platform(load_platform(name), calibration))
+    return compare(
+        existing_store(db).query(), platform_for=lambda name: calibrated_platform(load_platform(name), calibration)
+    )

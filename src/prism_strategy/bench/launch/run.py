@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from prism_strategy.bench.fit.ceiling import Ceiling, search_ceiling
+from prism_strategy.bench.fit.tune import Candidate, TuneResult, tune
 from prism_strategy.bench.launch.harness import check_config, launch, launch_many, to_result
 from prism_strategy.bench.results.predict import predict, stored_model
 from prism_strategy.bench.results.store import Result, Store
-from prism_strategy.bench.fit.tune import Candidate, TuneResult, tune
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_model, load_platform
@@ -19,14 +19,32 @@ from prism_strategy.specs.training import TrainingSpec, parse_ckpt, parse_optimi
 OnResult = Callable[[int, int, Result], None]
 
 
-def base_config(*, model: str, nproc: int, ranks_per_node: int | None, micro_batch: int, seq_len: int,
-                steps: int, warmup: int, precision: str, ckpt_freq: int | str, grad_accum: int,
-                timeout_s: float, optimizer: str = "adamw", loss: str = "upcast") -> dict[str, Any]:
+def base_config(
+    *,
+    model: str,
+    nproc: int,
+    ranks_per_node: int | None,
+    micro_batch: int,
+    seq_len: int,
+    steps: int,
+    warmup: int,
+    precision: str,
+    ckpt_freq: int | str,
+    grad_accum: int,
+    timeout_s: float,
+    optimizer: str = "adamw",
+    loss: str = "upcast",
+) -> dict[str, Any]:
     spec = load_model(model)
     if seq_len > spec.max_positions:
         raise SpecError(f"--seq-len {seq_len} exceeds {spec.name}'s max positions {spec.max_positions}")
-    for name, v in (("--nproc", nproc), ("--micro-batch", micro_batch), ("--seq-len", seq_len), ("--steps", steps),
-                    ("--grad-accum", grad_accum)):
+    for name, v in (
+        ("--nproc", nproc),
+        ("--micro-batch", micro_batch),
+        ("--seq-len", seq_len),
+        ("--steps", steps),
+        ("--grad-accum", grad_accum),
+    ):
         if v < 1:
             raise SpecError(f"{name} must be >= 1, got {v}")
     if warmup < 0:
@@ -36,10 +54,20 @@ def base_config(*, model: str, nproc: int, ranks_per_node: int | None, micro_bat
         raise SpecError("--ckpt-freq auto is a plan search; bench runs one setting: give k or sac")
     parse_optimizer(optimizer)
     TrainingSpec(loss=loss)  # type: ignore[arg-type]  # validates the name
-    cfg = {"model": model, **stored_model(model),
-           "nproc": nproc, "ranks_per_node": ranks_per_node or nproc, "micro_batch": micro_batch, "seq_len": seq_len,
-           "steps": steps, "warmup": warmup, "precision": precision, "ckpt_freq": "sac" if policy == "sac" else k,
-           "grad_accum": grad_accum, "timeout_s": timeout_s}
+    cfg = {
+        "model": model,
+        **stored_model(model),
+        "nproc": nproc,
+        "ranks_per_node": ranks_per_node or nproc,
+        "micro_batch": micro_batch,
+        "seq_len": seq_len,
+        "steps": steps,
+        "warmup": warmup,
+        "precision": precision,
+        "ckpt_freq": "sac" if policy == "sac" else k,
+        "grad_accum": grad_accum,
+        "timeout_s": timeout_s,
+    }
     if optimizer != "adamw":  # stored only when set, so earlier runs' configs compare equal
         cfg["optimizer"] = optimizer
     if loss != "upcast":
@@ -61,34 +89,64 @@ def _predicted(config: dict[str, Any], platform: PlatformSpec) -> dict[str, Any]
         return {"error": str(e)}
 
 
-def run_one(config: dict[str, Any], platform: PlatformSpec, store: Store, *, memory_limit_bytes: float | None = None,
-            kind: str = "bench", extra_args: list[str] | None = None) -> Result:
-    o = launch(config, timeout_s=float(config["timeout_s"]), memory_limit_bytes=memory_limit_bytes, extra_args=extra_args)
-    r = to_result(config, o, platform=platform.name, backend=platform.backend, kind=kind,
-                  predicted=_predicted(config, platform_with_limit(platform, memory_limit_bytes)))
+def run_one(
+    config: dict[str, Any],
+    platform: PlatformSpec,
+    store: Store,
+    *,
+    memory_limit_bytes: float | None = None,
+    kind: str = "bench",
+    extra_args: list[str] | None = None,
+) -> Result:
+    o = launch(
+        config, timeout_s=float(config["timeout_s"]), memory_limit_bytes=memory_limit_bytes, extra_args=extra_args
+    )
+    r = to_result(
+        config,
+        o,
+        platform=platform.name,
+        backend=platform.backend,
+        kind=kind,
+        predicted=_predicted(config, platform_with_limit(platform, memory_limit_bytes)),
+    )
     rid = store.add(r)
     return dataclasses.replace(r, id=rid)
 
 
-def run_many(configs: list[dict[str, Any]], platform: PlatformSpec, store: Store, *,
-             memory_limit_bytes: float | None = None, kind: str = "bench") -> list[Result]:
+def run_many(
+    configs: list[dict[str, Any]],
+    platform: PlatformSpec,
+    store: Store,
+    *,
+    memory_limit_bytes: float | None = None,
+    kind: str = "bench",
+) -> list[Result]:
     """Several configs in one launch (one process start); each stored as its own result."""
-    outcomes = launch_many(configs, timeout_s=sum(float(c["timeout_s"]) for c in configs),
-                           memory_limit_bytes=memory_limit_bytes)
+    outcomes = launch_many(
+        configs, timeout_s=sum(float(c["timeout_s"]) for c in configs), memory_limit_bytes=memory_limit_bytes
+    )
     out = []
     for c, o in zip(configs, outcomes):
-        r = to_result(c, o, platform=platform.name, backend=platform.backend, kind=kind,
-                      predicted=_predicted(c, platform_with_limit(platform, memory_limit_bytes)))
+        r = to_result(
+            c,
+            o,
+            platform=platform.name,
+            backend=platform.backend,
+            kind=kind,
+            predicted=_predicted(c, platform_with_limit(platform, memory_limit_bytes)),
+        )
         out.append(dataclasses.replace(r, id=store.add(r)))
     return out
 
 
-def scan_ceiling_runs(base: dict[str, Any], strategy: str, platform: str, store: Store, *,
-                      memory_limit_bytes: float | None, upto: int) -> list[Result]:
+def scan_ceiling_runs(
+    base: dict[str, Any], strategy: str, platform: str, store: Store, *, memory_limit_bytes: float | None, upto: int
+) -> list[Result]:
     """The exhaustive reference: micro-batch 1..upto in one launch."""
     configs = [base | {"strategy": strategy, "micro_batch": mb, "steps": 1, "warmup": 1} for mb in range(1, upto + 1)]
-    return run_many(configs, load_platform(platform), store, memory_limit_bytes=memory_limit_bytes,
-                    kind="ceiling-trial")
+    return run_many(
+        configs, load_platform(platform), store, memory_limit_bytes=memory_limit_bytes, kind="ceiling-trial"
+    )
 
 
 def host_memory_available() -> float | None:
@@ -108,20 +166,27 @@ def memory_problem(config: dict[str, Any], platform: PlatformSpec, available: fl
     host's memory (`available` bytes, MemAvailable); on a device, each rank has the platform's."""
     p = predict(config, platform)
     need, nproc = float(p["memory_bytes"]), int(config["nproc"])
-    what = f"{config['strategy']} at micro-batch {config['micro_batch']} needs {need / GiB:.1f} GiB per rank (predicted)"
+    what = (
+        f"{config['strategy']} at micro-batch {config['micro_batch']} needs {need / GiB:.1f} GiB per rank (predicted)"
+    )
     fix = "a smaller --model (tiny-llama and small-llama fit a CPU), --micro-batch, --seq-len or --nproc"
     if config.get("device", "cpu") == "cpu":
         if available is not None and need * nproc > available:
-            return (f"{what} x {nproc} ranks = {need * nproc / GiB:.1f} GiB > {available / GiB:.1f} GiB available on "
-                    f"this host (MemAvailable); not launched: {fix}")
+            return (
+                f"{what} x {nproc} ranks = {need * nproc / GiB:.1f} GiB > {available / GiB:.1f} GiB available on "
+                f"this host (MemAvailable); not launched: {fix}"
+            )
         return None
     if need > platform.usable_bytes:
-        return f"{what} > {platform.usable_bytes / GiB:.1f} GiB usable per device on {platform.name}; not launched: {fix}"
+        return (
+            f"{what} > {platform.usable_bytes / GiB:.1f} GiB usable per device on {platform.name}; not launched: {fix}"
+        )
     return None
 
 
-def check_memory(base: dict[str, Any], strategies: list[str], platform: PlatformSpec,
-                 available: float | None = None) -> None:
+def check_memory(
+    base: dict[str, Any], strategies: list[str], platform: PlatformSpec, available: float | None = None
+) -> None:
     """Refuse (SpecError, exit 2) before anything is launched when a strategy's run cannot fit."""
     available = host_memory_available() if available is None else available
     for s in strategies:
@@ -133,8 +198,14 @@ def check_memory(base: dict[str, Any], strategies: list[str], platform: Platform
             raise SpecError(f"{base['model']}: {problem}")
 
 
-def run_bench(base: dict[str, Any], strategies: list[str], platform: str, store: Store,
-              on_result: OnResult | None = None, extra_args: list[str] | None = None) -> list[Result]:
+def run_bench(
+    base: dict[str, Any],
+    strategies: list[str],
+    platform: str,
+    store: Store,
+    on_result: OnResult | None = None,
+    extra_args: list[str] | None = None,
+) -> list[Result]:
     plat = load_platform(platform)
     check_memory(base, strategies, plat)
     out = []
@@ -146,33 +217,58 @@ def run_bench(base: dict[str, Any], strategies: list[str], platform: str, store:
     return out
 
 
-def run_ceiling(base: dict[str, Any], strategy: str, platform: str, store: Store, *,
-                memory_limit_bytes: float | None, max_micro_batch: int = 1024,
-                on_result: OnResult | None = None) -> tuple[Ceiling, Result]:
+def run_ceiling(
+    base: dict[str, Any],
+    strategy: str,
+    platform: str,
+    store: Store,
+    *,
+    memory_limit_bytes: float | None,
+    max_micro_batch: int = 1024,
+    on_result: OnResult | None = None,
+) -> tuple[Ceiling, Result]:
     plat = platform_with_limit(load_platform(platform), memory_limit_bytes)
     seed = int(predict(base | {"strategy": strategy, "micro_batch": 1}, plat)["max_micro_batch"])
     trials: list[Result] = []
 
     def measure(mb: int) -> str:
-        r = run_one(base | {"strategy": strategy, "micro_batch": mb, "steps": 1, "warmup": 1}, load_platform(platform),
-                    store, memory_limit_bytes=memory_limit_bytes, kind="ceiling-trial")
+        r = run_one(
+            base | {"strategy": strategy, "micro_batch": mb, "steps": 1, "warmup": 1},
+            load_platform(platform),
+            store,
+            memory_limit_bytes=memory_limit_bytes,
+            kind="ceiling-trial",
+        )
         trials.append(r)
         if on_result:
             on_result(len(trials), 0, r)
         return r.status
 
     c = search_ceiling(measure, seed=max(seed, 1), max_micro_batch=max_micro_batch)
-    summary = Result(kind="ceiling", status="ok", strategy=strategy, platform=platform,
-                     config=base | {"strategy": strategy, "micro_batch": max(c.ceiling, 1),
-                                    "memory_limit_bytes": memory_limit_bytes},
-                     measured={"ceiling": c.ceiling, "trials": c.trials, "runs": c.runs},
-                     predicted={"max_micro_batch": seed}, fingerprint=trials[-1].fingerprint if trials else {})
+    summary = Result(
+        kind="ceiling",
+        status="ok",
+        strategy=strategy,
+        platform=platform,
+        config=base
+        | {"strategy": strategy, "micro_batch": max(c.ceiling, 1), "memory_limit_bytes": memory_limit_bytes},
+        measured={"ceiling": c.ceiling, "trials": c.trials, "runs": c.runs},
+        predicted={"max_micro_batch": seed},
+        fingerprint=trials[-1].fingerprint if trials else {},
+    )
     return c, dataclasses.replace(summary, id=store.add(summary))
 
 
-def run_tune(base: dict[str, Any], strategies: list[str], micro_batches: list[int], ckpt_freqs: list[int],
-             platform: str, store: Store, on_result: OnResult | None = None,
-             calibration: str | None = "auto") -> TuneResult:
+def run_tune(
+    base: dict[str, Any],
+    strategies: list[str],
+    micro_batches: list[int],
+    ckpt_freqs: list[int],
+    platform: str,
+    store: Store,
+    on_result: OnResult | None = None,
+    calibration: str | None = "auto",
+) -> TuneResult:
     """Candidates are ranked with the calibrated platform when a calibration applies (`calibration`:
     a file, "auto" or "none"); results are stored with the uncalibrated prediction, as bench does."""
     from prism_strategy.estimate.calibration import calibrated_platform
@@ -184,11 +280,19 @@ def run_tune(base: dict[str, Any], strategies: list[str], micro_batches: list[in
         for mb in micro_batches:
             for k in ckpt_freqs:
                 p = _predicted(base | {"strategy": s, "micro_batch": mb, "ckpt_freq": k}, ranking)
-                grid.append(Candidate(strategy=s, micro_batch=mb, ckpt_freq=k,
-                                      predicted_samples_per_s=float(p.get("samples_per_s", 0.0))))
+                grid.append(
+                    Candidate(
+                        strategy=s,
+                        micro_batch=mb,
+                        ckpt_freq=k,
+                        predicted_samples_per_s=float(p.get("samples_per_s", 0.0)),
+                    )
+                )
 
     def measure(c: Candidate) -> float:
-        r = run_one(base | {"strategy": c.strategy, "micro_batch": c.micro_batch, "ckpt_freq": c.ckpt_freq}, plat, store)
+        r = run_one(
+            base | {"strategy": c.strategy, "micro_batch": c.micro_batch, "ckpt_freq": c.ckpt_freq}, plat, store
+        )
         if on_result:
             on_result(0, len(grid), r)
         return float(r.measured.get("samples_per_s") or 0.0) if r.status == "ok" else 0.0

@@ -41,8 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True, help="JSON config (model_spec, strategy, micro_batch, ...) or a list")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--memory-limit-bytes", type=float, default=None,
-                   help="CPU: a tracked peak above this counts as out-of-memory")
+    p.add_argument(
+        "--memory-limit-bytes", type=float, default=None, help="CPU: a tracked peak above this counts as out-of-memory"
+    )
     p.add_argument("--fault", choices=("crash", "hang"), default=None, help="testing: inject a fault")
     p.add_argument("--fault-rank", type=int, default=1)
     p.add_argument("--fault-step", type=int, default=1)
@@ -52,8 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_model(config: dict[str, Any]) -> torch.nn.Module:
     import transformers
 
-    from prism_strategy.planning.stored_config import config_model
     from prism_strategy.planning.scenario import resolve_model
+    from prism_strategy.planning.stored_config import config_model
     from prism_strategy.specs.hf import to_hf_config
 
     cfg = to_hf_config(resolve_model(config_model(config)))
@@ -98,8 +99,8 @@ def build_multimodal(config: dict[str, Any]) -> Any:
 class Runner:
     def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace, built: Any = None):
         self.cfg, self.job, self.ctx, self.args, self.built = config, job, ctx, args, built
-        from prism_strategy.planning.stored_config import config_model
         from prism_strategy.planning.scenario import resolve_model
+        from prism_strategy.planning.stored_config import config_model
 
         accum, mb = int(config.get("grad_accum", 1)), int(config["micro_batch"])
         if built is not None:
@@ -108,8 +109,9 @@ class Runner:
             return
         vocab = resolve_model(config_model(config)).vocab
         g = torch.Generator().manual_seed(1000 + ctx.rank)
-        self.batches = [torch.randint(0, vocab, (mb, int(config["seq_len"])), generator=g)
-                        .to(ctx.device) for _ in range(accum)]
+        self.batches = [
+            torch.randint(0, vocab, (mb, int(config["seq_len"])), generator=g).to(ctx.device) for _ in range(accum)
+        ]
 
     def loss(self, x: Any) -> torch.Tensor:
         if self.built is not None:
@@ -177,8 +179,9 @@ def _context(config: dict[str, Any]) -> Any:
     if _CTX is None:
         from prism_strategy.runtime.dist import init_distributed
 
-        _CTX = init_distributed(ranks_per_node=int(config.get("ranks_per_node") or 0) or None,
-                                timeout_s=config.get("timeout_s", 300))
+        _CTX = init_distributed(
+            ranks_per_node=int(config.get("ranks_per_node") or 0) or None, timeout_s=config.get("timeout_s", 300)
+        )
     return _CTX
 
 
@@ -204,11 +207,17 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     model = built.module if built is not None else build_model(config)
     from prism_strategy.runtime.optim import optimizer_factory
 
-    job = wrap(model, config["strategy"], ctx=ctx, optimizer=optimizer_factory(config.get("optimizer", "adamw")),
-               mixed_precision=None if config.get("precision", "fp32") == "fp32" else "bf16",
-               ckpt_freq=_ckpt(config.get("ckpt_freq", 0)), block_types=built.block_types if built else None,
-               loss=config.get("loss", "upcast"),
-               **engine_options(config))
+    job = wrap(
+        model,
+        config["strategy"],
+        ctx=ctx,
+        optimizer=optimizer_factory(config.get("optimizer", "adamw")),
+        mixed_precision=None if config.get("precision", "fp32") == "fp32" else "bf16",
+        ckpt_freq=_ckpt(config.get("ckpt_freq", 0)),
+        block_types=built.block_types if built else None,
+        loss=config.get("loss", "upcast"),
+        **engine_options(config),
+    )
     runner = Runner(config, job, ctx, args, built)
     warmup, steps = int(config.get("warmup", 1)), int(config.get("steps", 3))
     for i in range(warmup):
@@ -216,8 +225,14 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     if census:
         from prism_strategy.bench.launch.census_record import record, summarise
 
-        return {"rank": ctx.rank, "world_size": ctx.world_size, "status": "ok", "device": str(ctx.device),
-                "backend": ctx.backend, "census": summarise(record(lambda: runner.step(warmup), ctx.world_size))}
+        return {
+            "rank": ctx.rank,
+            "world_size": ctx.world_size,
+            "status": "ok",
+            "device": str(ctx.device),
+            "backend": ctx.backend,
+            "census": summarise(record(lambda: runner.step(warmup), ctx.world_size)),
+        }
     if ctx.device.type == "cuda":  # device-only
         torch.cuda.reset_peak_memory_stats(ctx.device)
     elif ctx.device.type == "xpu":  # device-only
@@ -226,10 +241,19 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     peak = peak_memory(runner, warmup + steps)
     out = {k: statistics.median(t[k] for t in timed) for k in ("step", "forward", "backward", "optimizer")}
     status = "oom" if (args.memory_limit_bytes and peak and peak > args.memory_limit_bytes) else "ok"
-    return {"rank": ctx.rank, "world_size": ctx.world_size, "status": status, "step_s": out["step"],
-            "forward_s": out["forward"], "backward_s": out["backward"], "optimizer_s": out["optimizer"],
-            "step_times": [t["step"] for t in timed], "peak_memory_bytes": peak, "device": str(ctx.device),
-            "backend": ctx.backend}
+    return {
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+        "status": status,
+        "step_s": out["step"],
+        "forward_s": out["forward"],
+        "backward_s": out["backward"],
+        "optimizer_s": out["optimizer"],
+        "step_times": [t["step"] for t in timed],
+        "peak_memory_bytes": peak,
+        "device": str(ctx.device),
+        "backend": ctx.backend,
+    }
 
 
 def run_all(configs: list[dict[str, Any]], args: argparse.Namespace, rank: int) -> list[dict[str, Any]]:
@@ -239,8 +263,14 @@ def run_all(configs: list[dict[str, Any]], args: argparse.Namespace, rank: int) 
         try:
             results.append(run(config, args))
         except Exception as e:  # reported to the harness as this config's failure, never swallowed
-            results.append({"rank": rank, "status": "oom" if is_oom(e) else "failed",
-                            "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]})
+            results.append(
+                {
+                    "rank": rank,
+                    "status": "oom" if is_oom(e) else "failed",
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc()[-4000:],
+                }
+            )
         gc.collect()
     return results
 

@@ -30,8 +30,11 @@ def _memory(r: Result, predicted_bytes: float) -> tuple[dict[str, float], dict[s
     """(predicted, measured) memory quantities: allocated and reserved where known, else the one peak."""
     pred = predicted_bytes / GiB
     if r.peak_allocated_bytes or r.peak_reserved_bytes:
-        pairs = [(k, _gib(v)) for k, v in (("alloc_gib", r.peak_allocated_bytes),
-                                            ("reserved_gib", r.peak_reserved_bytes)) if v]
+        pairs = [
+            (k, _gib(v))
+            for k, v in (("alloc_gib", r.peak_allocated_bytes), ("reserved_gib", r.peak_reserved_bytes))
+            if v
+        ]
         return {k: pred for k, _ in pairs}, dict(pairs)
     return {"memory_gib": pred}, {"memory_gib": _gib(r.measured.get("peak_memory_bytes"))}
 
@@ -67,20 +70,44 @@ def compare_row(r: Result, platform: PlatformSpec) -> dict[str, Any]:
     else:
         mem_p, mem_m = _memory(r, p["memory_bytes"])
         predicted = {"samples_per_s": p["samples_per_s"], "step_time_s": p["step_time_s"]} | _rates(p) | mem_p
-        measured = ({"samples_per_s": m.get("samples_per_s"), "step_time_s": m.get("step_time_s")}
-                    | _rates(p, m.get("samples_per_s")) | mem_m)
+        measured = (
+            {"samples_per_s": m.get("samples_per_s"), "step_time_s": m.get("step_time_s")}
+            | _rates(p, m.get("samples_per_s"))
+            | mem_m
+        )
     errors = {k: _err(predicted[k], measured[k]) for k in predicted}
-    phases = {} if r.kind == "ceiling" else {
-        "measured": {k: m.get(f"{k}_s") for k in ("forward", "backward", "optimizer", "step_time")},
-        "predicted": {"compute": p["compute_s"], "exposed_comm": p.get("exposed_comm_s"),
-                      "optimizer": p.get("optimizer_s"), "step_time": p["step_time_s"]}}
+    phases = (
+        {}
+        if r.kind == "ceiling"
+        else {
+            "measured": {k: m.get(f"{k}_s") for k in ("forward", "backward", "optimizer", "step_time")},
+            "predicted": {
+                "compute": p["compute_s"],
+                "exposed_comm": p.get("exposed_comm_s"),
+                "optimizer": p.get("optimizer_s"),
+                "step_time": p["step_time_s"],
+            },
+        }
+    )
     calibrated = any(v.startswith("calibrated") for v in platform.sources.values())
-    return {"id": r.id, "strategy": r.strategy, "kind": r.kind, "status": r.status, "config": r.config,
-            "provenance": r.provenance, "record": (m.get("published") or {}).get("id"),
-            "predicted": predicted, "measured": measured, "error_pct": errors, "phases": phases,
-            "platform": platform.name,
-            "sources": {"predicted": f"analytic model, platform {platform.name}{' (calibrated)' if calibrated else ''}",
-                        "measured": measured_from(r)}}
+    return {
+        "id": r.id,
+        "strategy": r.strategy,
+        "kind": r.kind,
+        "status": r.status,
+        "config": r.config,
+        "provenance": r.provenance,
+        "record": (m.get("published") or {}).get("id"),
+        "predicted": predicted,
+        "measured": measured,
+        "error_pct": errors,
+        "phases": phases,
+        "platform": platform.name,
+        "sources": {
+            "predicted": f"analytic model, platform {platform.name}{' (calibrated)' if calibrated else ''}",
+            "measured": measured_from(r),
+        },
+    }
 
 
 def compare(results: list[Result], platform_for: Any = load_platform) -> list[dict[str, Any]]:

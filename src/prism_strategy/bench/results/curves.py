@@ -44,9 +44,26 @@ CREATE TABLE IF NOT EXISTS collective_points (
 );
 CREATE INDEX IF NOT EXISTS collective_points_platform ON collective_points (platform, op);
 """
-_COLUMNS = ("created_at", "run_key", "format", "source", "platform", "nodes", "ranks_per_node", "backend", "op",
-            "group_ranks", "group_nodes", "concurrent", "dtype", "bytes", "seconds", "spread", "repetitions",
-            "fingerprint")
+_COLUMNS = (
+    "created_at",
+    "run_key",
+    "format",
+    "source",
+    "platform",
+    "nodes",
+    "ranks_per_node",
+    "backend",
+    "op",
+    "group_ranks",
+    "group_nodes",
+    "concurrent",
+    "dtype",
+    "bytes",
+    "seconds",
+    "spread",
+    "repetitions",
+    "fingerprint",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,22 +100,44 @@ def write_run(store: Store, run: Run) -> tuple[int, str]:
     if not run.points:
         raise SpecError(f"{run.source or run.run_key}: no measured points to store")
     now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    rows = [(now, run.run_key, run.format, p.source or run.source, run.platform, run.nodes, run.ranks_per_node,
-             run.backend, p.op, p.group_ranks, p.group_nodes, p.concurrent, p.dtype, p.bytes, p.seconds, p.spread,
-             p.repetitions, json.dumps(run.fingerprint, sort_keys=True)) for p in run.points]
+    rows = [
+        (
+            now,
+            run.run_key,
+            run.format,
+            p.source or run.source,
+            run.platform,
+            run.nodes,
+            run.ranks_per_node,
+            run.backend,
+            p.op,
+            p.group_ranks,
+            p.group_nodes,
+            p.concurrent,
+            p.dtype,
+            p.bytes,
+            p.seconds,
+            p.spread,
+            p.repetitions,
+            json.dumps(run.fingerprint, sort_keys=True),
+        )
+        for p in run.points
+    ]
 
     def write(con: sqlite3.Connection) -> tuple[int, str]:
         con.executescript(SCHEMA)
         con.execute("BEGIN IMMEDIATE")
         try:
             gone = con.execute("DELETE FROM collective_points WHERE run_key = ?", (run.run_key,)).rowcount
-            con.executemany(f"INSERT INTO collective_points ({', '.join(_COLUMNS)}) "
-                            f"VALUES ({','.join('?' * len(_COLUMNS))})", rows)
+            con.executemany(
+                f"INSERT INTO collective_points ({', '.join(_COLUMNS)}) VALUES ({','.join('?' * len(_COLUMNS))})", rows
+            )
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
         return len(rows), "replaced" if gone else "added"
+
     return store.run(write)
 
 
@@ -108,8 +147,12 @@ def _rows(store: Store, platform: str) -> list[tuple[Any, ...]]:
 
     def read(con: sqlite3.Connection) -> list[tuple[Any, ...]]:
         con.executescript(SCHEMA)
-        return con.execute("SELECT run_key, format, source, op, group_ranks, group_nodes, concurrent, bytes, seconds,"
-                           " created_at FROM collective_points WHERE platform = ? ORDER BY id", (platform,)).fetchall()
+        return con.execute(
+            "SELECT run_key, format, source, op, group_ranks, group_nodes, concurrent, bytes, seconds,"
+            " created_at FROM collective_points WHERE platform = ? ORDER BY id",
+            (platform,),
+        ).fetchall()
+
     return store.run(read)
 
 
@@ -117,13 +160,23 @@ def load_curves(store: Store, platform: str) -> tuple[MeasuredCurve, ...]:
     """Every stored curve for `platform`: one per (run, op, group shape); repeated sizes averaged."""
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for run_key, fmt, source, op, gr, gn, conc, nbytes, secs, created in _rows(store, platform):
-        g = groups.setdefault((run_key, op, gr, gn, conc), {"fmt": fmt, "source": source, "date": created[:10],
-                                                            "sizes": {}})
+        g = groups.setdefault(
+            (run_key, op, gr, gn, conc), {"fmt": fmt, "source": source, "date": created[:10], "sizes": {}}
+        )
         g["sizes"].setdefault(float(nbytes), []).append(float(secs))
-    return tuple(MeasuredCurve(op=op, ranks=gr, nodes=gn, concurrent=conc, label=g["fmt"], date=g["date"],
-                               source=g["source"],
-                               points=tuple((b, sum(ts) / len(ts)) for b, ts in sorted(g["sizes"].items())))
-                 for (_, op, gr, gn, conc), g in groups.items())
+    return tuple(
+        MeasuredCurve(
+            op=op,
+            ranks=gr,
+            nodes=gn,
+            concurrent=conc,
+            label=g["fmt"],
+            date=g["date"],
+            source=g["source"],
+            points=tuple((b, sum(ts) / len(ts)) for b, ts in sorted(g["sizes"].items())),
+        )
+        for (_, op, gr, gn, conc), g in groups.items()
+    )
 
 
 def stored_curves(store: Store, platform: str | None = None) -> list[tuple[str, MeasuredCurve]]:
@@ -136,6 +189,7 @@ def stored_curves(store: Store, platform: str | None = None) -> list[tuple[str, 
     def names(con: sqlite3.Connection) -> list[str]:
         con.executescript(SCHEMA)
         return [r[0] for r in con.execute("SELECT DISTINCT platform FROM collective_points ORDER BY platform")]
+
     return [(p, c) for p in store.run(names) for c in load_curves(store, p)]
 
 
@@ -144,8 +198,9 @@ def curves_for(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...
     return load_curves(Store(db), platform)
 
 
-def import_collective_log(path: str | Path, fmt: str, *, platform: str, nodes: int | None,
-                          ranks_per_node: int | None, store: Store) -> dict[str, Any]:
+def import_collective_log(
+    path: str | Path, fmt: str, *, platform: str, nodes: int | None, ranks_per_node: int | None, store: Store
+) -> dict[str, Any]:
     """Read an nccl-tests / oneCCL benchmark log, check it against the flags, store it as one run
     (replacing an earlier import of the same log). Nothing is written unless all of it reads."""
     import hashlib
@@ -172,17 +227,55 @@ def import_collective_log(path: str | Path, fmt: str, *, platform: str, nodes: i
         raise SpecError(f"{path}: the log's ranks ran on {len(log.hosts)} hosts, not --nodes {nodes}")
     if rpn * nodes < 2:
         raise SpecError(f"{path}: one rank moves nothing; a collective curve needs at least 2 ranks")
-    points = tuple(Point(op=log.op, group_ranks=rpn * nodes, group_nodes=nodes, dtype=log.dtype or "unknown",
-                         bytes=s.bytes, seconds=s.seconds, source=s.where) for s in log.samples)
+    points = tuple(
+        Point(
+            op=log.op,
+            group_ranks=rpn * nodes,
+            group_nodes=nodes,
+            dtype=log.dtype or "unknown",
+            bytes=s.bytes,
+            seconds=s.seconds,
+            source=s.where,
+        )
+        for s in log.samples
+    )
     key = "imported:" + hashlib.sha256(path.read_bytes()).hexdigest()[:32]
-    fp = {"platform": plat.name, "nodes": nodes, "ranks_per_node": rpn, "backend": plat.backend, "format": fmt,
-          "hosts": list(log.hosts)}
-    n, action = write_run(store, Run(run_key=key, format=fmt, platform=plat.name, nodes=nodes, ranks_per_node=rpn,
-                                     backend=plat.backend, points=points, fingerprint=fp, source=str(path.resolve())))
-    return {"format": fmt, "op": log.op, "dtype": log.dtype, "platform": plat.name, "nodes": nodes,
-            "ranks_per_node": rpn, "points": n, "action": action, "run_key": key,
-            "bytes_min": points[0].bytes, "bytes_max": points[-1].bytes,
-            "seconds_at_max": points[-1].seconds}
+    fp = {
+        "platform": plat.name,
+        "nodes": nodes,
+        "ranks_per_node": rpn,
+        "backend": plat.backend,
+        "format": fmt,
+        "hosts": list(log.hosts),
+    }
+    n, action = write_run(
+        store,
+        Run(
+            run_key=key,
+            format=fmt,
+            platform=plat.name,
+            nodes=nodes,
+            ranks_per_node=rpn,
+            backend=plat.backend,
+            points=points,
+            fingerprint=fp,
+            source=str(path.resolve()),
+        ),
+    )
+    return {
+        "format": fmt,
+        "op": log.op,
+        "dtype": log.dtype,
+        "platform": plat.name,
+        "nodes": nodes,
+        "ranks_per_node": rpn,
+        "points": n,
+        "action": action,
+        "run_key": key,
+        "bytes_min": points[0].bytes,
+        "bytes_max": points[-1].bytes,
+        "seconds_at_max": points[-1].seconds,
+    }
 
 
 def curves_for_platform(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...]:

@@ -30,8 +30,16 @@ def stored_model(model: str, vision: str | None = None) -> dict[str, Any]:
 def predict(config: dict[str, Any], platform: PlatformSpec) -> dict[str, float]:
     sc = config_scenario(config, platform)
     o = evaluate(sc, get_strategy(config["strategy"]))
-    return {"step_time_s": o.step_time_s, "samples_per_s": o.samples_per_s, "memory_bytes": o.memory.total,
-            "activation_bytes": o.memory.activations, "max_micro_batch": o.max_micro_batch,
-            "compute_s": o.compute_s, "comm_s": o.comm_s, "exposed_comm_s": o.exposed_comm_s,
-            "optimizer_s": o.optimizer_s, "tokens_per_s_per_device": o.tokens_per_s_per_device,
-            "mfu": o.mfu}
+    return {
+        "step_time_s": o.step_time_s,
+        "samples_per_s": o.samples_per_s,
+        "memory_bytes": o.memory.total,
+        "activation_bytes": o.memory.activations,
+        "max_micro_batch": o.max_micro_batch,
+        "compute_s": o.compute_s,
+        "comm_s": o.comm_s,
+        "exposed_comm_s": o.exposed_comm_s,
+        "optimizer_s": o.optimizer_s,
+        "tokens_per_s_per_device": o.tokens_per_s_per_device,
+        "mfu": o.mfu,
+    }

@@ -61,19 +61,43 @@ SCHEMA_VERSION = 2
 # Columns added by schema 2, in the order they are added to an older store.
 V2_COLUMNS = (
     ("provenance", "TEXT NOT NULL DEFAULT 'bench'"),  # bench | imported | published
-    ("source", "TEXT NOT NULL DEFAULT ''"),           # imported: log path; published: data set + record id
-    ("peak_allocated_bytes", "REAL"),                 # allocator peak of live tensors, where reported
-    ("peak_reserved_bytes", "REAL"),                  # allocator peak reserved (cached) memory, where reported
-    ("dedup_key", "TEXT"),                            # same key = same run: a re-import updates, never duplicates
+    ("source", "TEXT NOT NULL DEFAULT ''"),  # imported: log path; published: data set + record id
+    ("peak_allocated_bytes", "REAL"),  # allocator peak of live tensors, where reported
+    ("peak_reserved_bytes", "REAL"),  # allocator peak reserved (cached) memory, where reported
+    ("dedup_key", "TEXT"),  # same key = same run: a re-import updates, never duplicates
 )
 STATUSES = ("ok", "oom", "failed", "timeout")
 PROVENANCES = ("bench", "imported", "published")
 
 
 MOUNTS = Path("/proc/mounts")
-NETWORK_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "fuse.dfuse", "dfuse", "daos", "cifs", "smb3", "smbfs",
-                       "beegfs", "fuse.beegfs", "ceph", "fuse.ceph", "ceph-fuse", "glusterfs", "fuse.glusterfs",
-                       "panfs", "wekafs", "fuse.sshfs", "afs", "9p", "orangefs", "pvfs2", "fuse.juicefs")
+NETWORK_FILESYSTEMS = (
+    "nfs",
+    "nfs4",
+    "lustre",
+    "gpfs",
+    "fuse.dfuse",
+    "dfuse",
+    "daos",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "beegfs",
+    "fuse.beegfs",
+    "ceph",
+    "fuse.ceph",
+    "ceph-fuse",
+    "glusterfs",
+    "fuse.glusterfs",
+    "panfs",
+    "wekafs",
+    "fuse.sshfs",
+    "afs",
+    "9p",
+    "orangefs",
+    "pvfs2",
+    "fuse.juicefs",
+)
 """fstypes (the third field of /proc/mounts) that are shared between hosts."""
 
 
@@ -117,8 +141,10 @@ class Journal:
     def why(self) -> str:
         if self.mode == "wal":
             return f"WAL: {self.fstype or 'unknown'} at {self.mount or '?'} is a local filesystem"
-        return (f"rollback journal (DELETE), not WAL: {self.fstype} at {self.mount} is a network filesystem, where "
-                "WAL's shared-memory index breaks across hosts")
+        return (
+            f"rollback journal (DELETE), not WAL: {self.fstype} at {self.mount} is a network filesystem, where "
+            "WAL's shared-memory index breaks across hosts"
+        )
 
     def as_dict(self) -> dict[str, str]:
         return {"journal_mode": self.mode, "filesystem": self.fstype, "mount": self.mount, "why": self.why}
@@ -188,8 +214,24 @@ def migrate(con: sqlite3.Connection) -> None:
         raise
 
 
-_COLUMNS = ("created_at", "kind", "status", "strategy", "platform", "config_key", "config", "measured", "predicted",
-            "fingerprint", "host", "provenance", "source", "peak_allocated_bytes", "peak_reserved_bytes", "dedup_key")
+_COLUMNS = (
+    "created_at",
+    "kind",
+    "status",
+    "strategy",
+    "platform",
+    "config_key",
+    "config",
+    "measured",
+    "predicted",
+    "fingerprint",
+    "host",
+    "provenance",
+    "source",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "dedup_key",
+)
 
 
 def _row(r: Result) -> tuple[Any, ...]:
@@ -197,18 +239,33 @@ def _row(r: Result) -> tuple[Any, ...]:
         raise SpecError(f"result status must be one of {', '.join(STATUSES)}, got {r.status!r}")
     if r.provenance not in PROVENANCES:
         raise SpecError(f"result provenance must be one of {', '.join(PROVENANCES)}, got {r.provenance!r}")
-    return (r.created_at or time.strftime("%Y-%m-%dT%H:%M:%S%z"), r.kind, r.status, r.strategy, r.platform,
-            r.config_key, canonical(r.config), json.dumps(r.measured), json.dumps(r.predicted),
-            json.dumps(r.fingerprint), str(r.fingerprint.get("host", "")), r.provenance, r.source,
-            r.peak_allocated_bytes, r.peak_reserved_bytes, r.dedup_key)
+    return (
+        r.created_at or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        r.kind,
+        r.status,
+        r.strategy,
+        r.platform,
+        r.config_key,
+        canonical(r.config),
+        json.dumps(r.measured),
+        json.dumps(r.predicted),
+        json.dumps(r.fingerprint),
+        str(r.fingerprint.get("host", "")),
+        r.provenance,
+        r.source,
+        r.peak_allocated_bytes,
+        r.peak_reserved_bytes,
+        r.dedup_key,
+    )
 
 
 def _put(con: sqlite3.Connection, r: Result) -> tuple[int, str]:
     """Insert, or for a known dedup_key update in place; returns (id, added | updated | unchanged)."""
     row = _row(r)
     if r.dedup_key is not None:
-        old = con.execute("SELECT id, config_key, measured, status, source FROM results WHERE dedup_key = ?",
-                          (r.dedup_key,)).fetchone()
+        old = con.execute(
+            "SELECT id, config_key, measured, status, source FROM results WHERE dedup_key = ?", (r.dedup_key,)
+        ).fetchone()
         if old is not None:
             if (old[1], old[2], old[3], old[4]) == (row[5], row[7], row[2], row[12]):
                 return int(old[0]), "unchanged"
@@ -274,8 +331,9 @@ class Store:
                     time.sleep(pause * (0.5 + random.random()))
                     pause = min(pause * 2, 2.0)
                     continue
-                raise SpecError(f"results store {self.path} is not a usable SQLite database ({e}); "
-                                "pass --db elsewhere") from None
+                raise SpecError(
+                    f"results store {self.path} is not a usable SQLite database ({e}); pass --db elsewhere"
+                ) from None
 
     def exists(self) -> bool:
         """Whether the store's file is there (a read of a store never written finds nothing); a
@@ -283,8 +341,9 @@ class Store:
         try:
             return self.path.exists()
         except OSError as e:
-            raise SpecError(f"cannot open results store {str(self.path)[:80]}: {e.strerror}; pass --db with a "
-                            "usable path") from None
+            raise SpecError(
+                f"cannot open results store {str(self.path)[:80]}: {e.strerror}; pass --db with a usable path"
+            ) from None
 
     def run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
         """`op(connection)` on this store, retried whole under lock contention: for the tables
@@ -308,42 +367,113 @@ class Store:
                 con.execute("ROLLBACK")
                 raise
             return out
+
         return self._run(write)
 
-    def query(self, *, platform: str | None = None, kind: str | None = None, status: str | None = None,
-              provenance: str | None = None) -> list[Result]:
+    def query(
+        self,
+        *,
+        platform: str | None = None,
+        kind: str | None = None,
+        status: str | None = None,
+        provenance: str | None = None,
+    ) -> list[Result]:
         where, args = [], []
         for col, v in (("platform", platform), ("kind", kind), ("status", status), ("provenance", provenance)):
             if v is not None:
                 where.append(f"{col} = ?")
                 args.append(v)
-        sql = ("SELECT id, created_at, kind, status, strategy, platform, config, measured, predicted, fingerprint,"
-               " provenance, source, peak_allocated_bytes, peak_reserved_bytes, dedup_key FROM results")
+        sql = (
+            "SELECT id, created_at, kind, status, strategy, platform, config, measured, predicted, fingerprint,"
+            " provenance, source, peak_allocated_bytes, peak_reserved_bytes, dedup_key FROM results"
+        )
         sql += (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
         if not self.exists():
             return []
         rows = self._run(lambda con: con.execute(sql, args).fetchall())
-        return [Result(id=i, created_at=c, kind=k, status=s, strategy=st, platform=pl, config=json.loads(cfg),
-                       measured=json.loads(m), predicted=json.loads(p), fingerprint=json.loads(f), provenance=pv,
-                       source=src, peak_allocated_bytes=pa, peak_reserved_bytes=pr, dedup_key=dk)
-                for i, c, k, s, st, pl, cfg, m, p, f, pv, src, pa, pr, dk in rows]
+        return [
+            Result(
+                id=i,
+                created_at=c,
+                kind=k,
+                status=s,
+                strategy=st,
+                platform=pl,
+                config=json.loads(cfg),
+                measured=json.loads(m),
+                predicted=json.loads(p),
+                fingerprint=json.loads(f),
+                provenance=pv,
+                source=src,
+                peak_allocated_bytes=pa,
+                peak_reserved_bytes=pr,
+                dedup_key=dk,
+            )
+            for i, c, k, s, st, pl, cfg, m, p, f, pv, src, pa, pr, dk in rows
+        ]
 
 
 def export(results: list[Result], fmt: str) -> str:
-    dicts = [{"id": r.id, "created_at": r.created_at, "kind": r.kind, "status": r.status, "strategy": r.strategy,
-              "platform": r.platform, "provenance": r.provenance, "source": r.source, "config": r.config,
-              "measured": r.measured, "predicted": r.predicted, "peak_allocated_bytes": r.peak_allocated_bytes,
-              "peak_reserved_bytes": r.peak_reserved_bytes, "fingerprint": r.fingerprint} for r in results]
+    dicts = [
+        {
+            "id": r.id,
+            "created_at": r.created_at,
+            "kind": r.kind,
+            "status": r.status,
+            "strategy": r.strategy,
+            "platform": r.platform,
+            "provenance": r.provenance,
+            "source": r.source,
+            "config": r.config,
+            "measured": r.measured,
+            "predicted": r.predicted,
+            "peak_allocated_bytes": r.peak_allocated_bytes,
+            "peak_reserved_bytes": r.peak_reserved_bytes,
+            "fingerprint": r.fingerprint,
+        }
+        for r in results
+    ]
     if fmt == "json":
         return json.dumps(dicts, indent=2) + "\n"
     if fmt != "csv":
         raise SpecError(f"unknown export format {fmt!r}; choose csv or json")
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["id", "created_at", "kind", "status", "strategy", "platform", "provenance", "source", "config",
-                "measured", "predicted", "peak_allocated_bytes", "peak_reserved_bytes", "host"])
+    w.writerow(
+        [
+            "id",
+            "created_at",
+            "kind",
+            "status",
+            "strategy",
+            "platform",
+            "provenance",
+            "source",
+            "config",
+            "measured",
+            "predicted",
+            "peak_allocated_bytes",
+            "peak_reserved_bytes",
+            "host",
+        ]
+    )
     for d in dicts:
-        w.writerow([d["id"], d["created_at"], d["kind"], d["status"], d["strategy"], d["platform"], d["provenance"],
-                    d["source"], canonical(d["config"]), canonical(d["measured"]), canonical(d["predicted"]),
-                    d["peak_allocated_bytes"], d["peak_reserved_bytes"], d["fingerprint"].get("host", "")])
+        w.writerow(
+            [
+                d["id"],
+                d["created_at"],
+                d["kind"],
+                d["status"],
+                d["strategy"],
+                d["platform"],
+                d["provenance"],
+                d["source"],
+                canonical(d["config"]),
+                canonical(d["measured"]),
+                canonical(d["predicted"]),
+                d["peak_allocated_bytes"],
+                d["peak_reserved_bytes"],
+                d["fingerprint"].get("host", ""),
+            ]
+        )
     return buf.getvalue()
