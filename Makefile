@@ -29,6 +29,8 @@ run: setup
 
 test: setup
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check --output-format concise .
+	$(VENV)/bin/ruff format --check --quiet .
 	$(PY) -m pytest -q -x --durations=15 tests
 
 bench: setup

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from faults import FaultInjector, FaultSpec  # noqa: E402
-from prism_strategy.runtime.detect import DetectConfig  # noqa: E402
+from prism_strategy.analysis.detect import DetectConfig  # noqa: E402
 from prism_strategy.runtime.monitor import StepMonitor  # noqa: E402
 
 SCALE = {

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from prism_strategy.analysis.detect import DetectConfig
 from prism_strategy.cli import app
 from prism_strategy.diagnose.analyze import analyze
-from prism_strategy.runtime.detect import DetectConfig
 from prism_strategy.runtime.monitor import HANG_EXIT_CODE
 
 pytestmark = pytest.mark.distributed

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from prism_strategy.analysis.detect import DetectConfig, Series, StepTimes, detect_all
 from prism_strategy.diagnose.analyze import analyze, analyze_run
 from prism_strategy.diagnose.logs import RunLog, load_run
 from prism_strategy.readers.prism import parse_timing_line
-from prism_strategy.runtime.detect import DetectConfig, Series, StepTimes, detect_all
 from prism_strategy.specs.errors import SpecError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

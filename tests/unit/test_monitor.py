@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from prism_strategy.runtime.detect import FIELDS, DetectConfig
+from prism_strategy.analysis.detect import FIELDS, DetectConfig
 from prism_strategy.runtime.monitor import HANG_EXIT_CODE, StepMonitor, _History
 from prism_strategy.runtime.watchdog import merge_reports
 

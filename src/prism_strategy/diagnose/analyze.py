@@ -1,7 +1,7 @@
 """Step logs -> a verdict: ``hang``, ``incomplete``, ``collapse``, ``straggler``, ``input_skew``
 or ``healthy``.
 
-The detectors are the ones `StepMonitor` runs online (`prism_strategy.runtime.detect`, where the
+The detectors are the ones `StepMonitor` runs online (`prism_strategy.analysis.detect`, where the
 compute-vs-collective-wait method is documented), run here on the whole log. A hang comes from
 the watchdog's ``hang_report.json`` (or a recorded hang event). A run whose `StepMonitor` log
 ends without a close record, and without a hang, is ``incomplete``: killed (OOM killer, SIGKILL,
@@ -19,9 +19,9 @@ from typing import Any, Iterable, Literal
 
 import numpy as np
 
+from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, summarize
 from prism_strategy.diagnose.logs import RunLog, load_run
 from prism_strategy.readers.steps import Event
-from prism_strategy.runtime.detect import DetectConfig, Series, detect_all, summarize
 
 __all__ = ["Verdict", "Event", "RankSummary", "analyze", "analyze_run", "load_run"]
 

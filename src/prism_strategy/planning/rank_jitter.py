@@ -2,7 +2,7 @@
 read from a StepMonitor folder (rank{R}.jsonl, runtime/monitor.py) of the user's own run.
 
 From the logs: each rank's collective-free work per step, local = data + forward + optimizer
-(runtime/detect.Series.local: in DDP / ZeRO-1/2 these phases hold no collective, so they are
+(analysis/detect.Series.local: in DDP / ZeRO-1/2 these phases hold no collective, so they are
 measured without a barrier); per step, the std across ranks over the mean; the median over the
 steps after the first WARMUP. That is the cv estimate/scale_loss.py prices: the spread of one
 interval's work between two synchronisations. Where forward holds collectives (FSDP all-gathers)
@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from prism_strategy.analysis.detect import Series
 from prism_strategy.readers.step_monitor import rank_files, read_folder
-from prism_strategy.runtime.detect import Series
 from prism_strategy.specs.errors import SpecError
 
 WARMUP = 2

@@ -1,5 +1,5 @@
 """One rank's step record and a recorded finding: what the readers produce for `analyze` and
-what `StepMonitor` writes and detects (runtime/detect.py), so both sides share one type.
+what `StepMonitor` writes and detects (analysis/detect.py), so both sides share one type.
 
 Pure Python: readers/ sits below runtime/ (DESIGN.md), and `diagnose.analyze` reads logs without
 importing anything that applies a strategy.

@@ -11,9 +11,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from prism_strategy.analysis.detect import fmt_s
 from prism_strategy.diagnose.analyze import Verdict
 from prism_strategy.readers.steps import Event
-from prism_strategy.runtime.detect import fmt_s
 
 STYLE = {
     "healthy": "bold green",

@@ -37,7 +37,7 @@ a log without a close record is what `analyze` calls ``incomplete``.
 Cross-rank detection: every ``summary_every`` (K) steps, when torch.distributed is initialised,
 each rank all-gathers a (K x 7) float tensor of its phase times (`detect.FIELDS`) over the default
 group; rank 0 keeps the warm-up baseline and a bounded recent window, writes the summary (fastest
-and slowest rank, straggler ratio) and runs the detectors of `prism_strategy.runtime.detect`
+and slowest rank, straggler ratio) and runs the detectors of `prism_strategy.analysis.detect`
 (collapse, straggler, input skew; the compute-vs-wait method is documented there). Without a
 process group it detects from the local rank only. Ranks must call `step()` the same number of
 times (as DDP requires anyway); a rank that does not join a gather is caught by the watchdog.
@@ -62,8 +62,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, summarize
 from prism_strategy.readers.steps import FIELDS, Event, step_times
-from prism_strategy.runtime.detect import DetectConfig, Series, detect_all, summarize
 from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
 
 __all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event"]

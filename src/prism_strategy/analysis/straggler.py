@@ -1,6 +1,6 @@
 """Straggler: a minority of ranks whose own work (data + forward + optimizer) is consistently
 slower by wall time, who wait least in the gradient collective, with a cause: compute, waiting
-or data loader. The method is documented in `prism_strategy.runtime.detect` (which runs it)."""
+or data loader. The method is documented in `prism_strategy.analysis.detect` (which runs it)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from prism_strategy.analysis.detect import DetectConfig, Series, fmt_s, nanmedian, rounded
 from prism_strategy.readers.steps import Event
-from prism_strategy.runtime.detect import DetectConfig, Series, fmt_s, nanmedian, rounded
 
 __all__ = ["detect_straggler", "straggler_cause"]
 

@@ -282,7 +282,7 @@ def detect_input_skew(s: Series, cfg: DetectConfig) -> Event | None:
 
 
 def detect_all(s: Series, cfg: DetectConfig | None = None) -> list[Event]:
-    from prism_strategy.runtime.straggler import detect_straggler  # it builds on this module
+    from prism_strategy.analysis.straggler import detect_straggler  # it builds on this module
 
     cfg = cfg or DetectConfig()
     found = (detect_collapse(s, cfg), detect_straggler(s, cfg), detect_input_skew(s, cfg))
