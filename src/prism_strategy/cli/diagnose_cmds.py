@@ -102,15 +102,25 @@ def emit(
     script: Annotated[str, typer.Option(help="Training script each rank runs")] = "train.py",
     script_args: Annotated[Optional[list[str]], typer.Argument(help="Script arguments, after --")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an --out folder that has files")] = False,
+    framework: Annotated[
+        Optional[str],
+        typer.Option(
+            "--format",
+            help="Also write the pick in your framework: torchtitan | deepspeed | accelerate "
+            "(with --from-plan; a plan from `plan --from` keeps your config's other fields)",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable summary")] = False,
 ) -> None:
     """Write env.sh, the launcher (PBS or Slurm), torchrun.sh, strategy.toml and ds_config.json."""
-    from prism_strategy.emit.from_plan import emit_request, write_emitted
+    from prism_strategy.emit.frameworks import framework_file, write_with
+    from prism_strategy.emit.from_plan import emit_request
     from prism_strategy.report.findings import show_emit
 
+    extra = None if framework is None else framework_file(from_plan, framework, strategy)
     req, _ = emit_request(
         from_plan=from_plan,
-        strategy=strategy,
+        strategy=extra.strategy if extra else strategy,
         platform=platform,
         nodes=nodes,
         ranks_per_node=ranks_per_node,
@@ -132,7 +142,7 @@ def emit(
         script=script,
         script_args=tuple(script_args or ()),
     )
-    show_emit(*write_emitted(req, out, force=force), json_out=json_out)
+    show_emit(*write_with(req, out, extra, force=force), json_out=json_out)
 
 
 @cli_errors

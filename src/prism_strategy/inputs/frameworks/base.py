@@ -4,10 +4,11 @@ ignored with the reason), and one-line errors naming the file, the field and the
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from prism_strategy.specs.errors import SpecError
 

@@ -21,6 +21,7 @@ AUTO = "auto: filled in by HF Trainer / Accelerate from their own arguments; the
 KEYS = ("zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "gradient_accumulation_steps")
 LOGGING = "logging, printing or a training-loop setting: not the step's memory or communication"
 TOP_IGNORED = {
+    "prism_strategy_plan": "which prism-strategy plan wrote this file (emit --format deepspeed)",
     "scheduler": "the learning-rate schedule changes neither memory nor communication",
     "gradient_clipping": "clipping costs one norm all-reduce (control traffic, not modelled)",
     "steps_per_print": LOGGING,

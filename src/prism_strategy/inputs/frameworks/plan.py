@@ -10,7 +10,6 @@ every strategy, so the same scenario from flags plans the same options.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from prism_strategy.inputs.frameworks import read_config

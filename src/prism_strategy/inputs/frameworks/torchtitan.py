@@ -11,11 +11,10 @@ only replicate is, FSDP otherwise; fsdp_reshard_after_forward "never" keeps para
 
 from __future__ import annotations
 
-import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from prism_strategy.emit.frameworks.models import preset_for
 from prism_strategy.inputs.frameworks.base import Collector, ConfigInputs, boolean, integer, load, section
 
 NAME = "torchtitan"
@@ -101,11 +100,6 @@ def _rest(c: Collector, sec: dict[str, Any], table: str, read_keys: set[str], re
     for k, v in sec.items():
         if k not in read_keys:
             c.ignore(f"{table}.{k}", v, reason)
-
-
-def preset_for(framework: str, name: str, flavor: str) -> str | None:
-    table = tomllib.loads((resources.files("prism_strategy") / "data" / "framework_models.toml").read_text())
-    return table.get(framework, {}).get(name, {}).get(flavor)
 
 
 def _model(c: Collector, sec: dict[str, Any], path: Path) -> None:
