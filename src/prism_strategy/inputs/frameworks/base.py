@@ -98,6 +98,7 @@ class Collector:
         self.ignored.append(ConfigField(field=name, value=value, note=reason))
 
     def result(self, fmt: str, content: dict[str, Any]) -> ConfigInputs:
+        self.account(content)
         return ConfigInputs(
             path=self.path,
             format=fmt,
@@ -110,8 +111,26 @@ class Collector:
             content=content,
         )
 
+    def account(self, content: dict[str, Any], prefix: str = "") -> None:
+        """Every leaf of the file is used or ignored: one a reader did not name is ignored as unread."""
+        named = {n for f in (*self.used, *self.ignored) for n in f.field.split(", ")}
+        for path, value in leaves(content, prefix):
+            if not any(path == n or path.startswith(n + ".") or path.startswith(n + ":") for n in named):
+                self.ignore(path, value, UNREAD)
+
     def bad(self, name: str, problem: str, fix: str) -> SpecError:
         return bad(self.path, name, problem, fix)
+
+
+UNREAD = "not a field this reader knows: not modelled"
+
+
+def leaves(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        path = f"{prefix}{k}"
+        out += leaves(v, path + ".") if isinstance(v, dict) and v else [(path, v)]
+    return out
 
 
 def bad(path: Path | str, name: str, problem: str, fix: str) -> SpecError:

@@ -79,6 +79,8 @@ def read_into(c: Collector, data: dict[str, Any], prefix: str = "") -> None:
                 "adamw",
                 note="DeepSpeed builds it: fp32 moments on its flat partition",
             )
+            if "params" in opt:
+                c.ignore(prefix + "optimizer.params", opt["params"], "hyperparameters: not memory or communication")
         else:
             c.ignore(
                 prefix + "optimizer",
@@ -126,11 +128,13 @@ def _precision(c: Collector, data: dict[str, Any], prefix: str) -> int:
             note="fp16 has bf16's bytes per element: planned as bf16-mixed; loss scaling is not modelled",
         )
     else:
-        c.use(prefix + "bf16/fp16", "absent", "precision", "fp32", note="neither enabled: fp32 throughout")
+        c.use(prefix + "bf16, " + prefix + "fp16", "off", "precision", "fp32", note="neither enabled: fp32 throughout")
     for key in ("bf16", "fp16"):
-        extra = {k: v for k, v in (data.get(key) or {}).items() if k != "enabled"}
-        if extra:
-            c.ignore(prefix + key, extra, "loss-scaling and casting details: not memory or communication")
+        for k, v in (data.get(key) or {}).items():
+            if k != "enabled":
+                c.ignore(f"{prefix}{key}.{k}", v, "loss-scaling and casting details: not memory or communication")
+            elif key != ("bf16" if bf16 else "fp16" if fp16 else None):
+                c.use(f"{prefix}{key}.enabled", v, note="off")
     return 2 if bf16 or fp16 else 4
 
 
@@ -190,7 +194,11 @@ def _zero(c: Collector, z: dict[str, Any], bytes_per: int, p: str) -> None:
             _as_modelled(c, p + k, z[k], want)
     read_keys |= set(modelled)
     for k in ("allgather_bucket_size", "stage3_prefetch_bucket_size"):
-        if k in z and z[k] != bucket:
+        if k in z and z[k] == "auto":
+            c.ignore(p + k, z[k], AUTO)
+        elif k in z and z[k] == bucket:
+            c.use(p + k, z[k], note="the reduce bucket's size, as the engine model runs it")
+        elif k in z:
             c.ignore(
                 p + k,
                 z[k],

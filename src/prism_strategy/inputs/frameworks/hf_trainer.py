@@ -52,7 +52,7 @@ def read(path: Path) -> ConfigInputs:
     bf16, fp16 = (boolean(c, k, data.get(k, False)) for k in ("bf16", "fp16"))
     if "precision" not in c.options or bf16 or fp16:
         c.use(
-            "bf16/fp16",
+            "bf16, fp16",
             f"{bf16} / {fp16}",
             "precision",
             "bf16-mixed" if bf16 or fp16 else "fp32",
@@ -91,9 +91,12 @@ def read(path: Path) -> ConfigInputs:
         "ddp_bucket_cap_mb",
         "use_liger_kernel",
     }
+    named = {n for f in (*c.used, *c.ignored) for n in f.field.split(", ")}
     for k, v in data.items():
         if k not in read_keys:
             c.ignore(k, v, OTHER)
+        elif k not in named:
+            c.use(k, v, note="unset or off: nothing to plan")
     return c.result(NAME, data)
 
 
@@ -120,6 +123,6 @@ def _strategy(c: Collector, data: dict[str, Any], path: Path) -> None:
             c.ignore("fsdp", "offload", "CPU offload is not modelled: the plan overstates device memory")
     else:
         c.strategy = "ddp"
-        c.use("fsdp/deepspeed", "unset", note="Trainer runs DDP over the processes torchrun starts")
+        c.use("fsdp, deepspeed", "unset", note="Trainer runs DDP over the processes torchrun starts")
     if data.get("fsdp_config"):
         c.ignore("fsdp_config", data["fsdp_config"], "wrap classes and FSDP details: the plan wraps each block")

@@ -104,7 +104,7 @@ def _rest(c: Collector, sec: dict[str, Any], table: str, read_keys: set[str], re
 
 def _model(c: Collector, sec: dict[str, Any], path: Path) -> None:
     name, flavor = sec.get("name", "llama3"), sec.get("flavor", "debugmodel")
-    field = "model.name/flavor"
+    field = "model.name, model.flavor"
     preset = preset_for(NAME, str(name), str(flavor))
     beside = [p / "config.json" for p in (Path(str(sec.get("hf_assets_path", ""))), path.parent) if str(p) != "."]
     found = next((p for p in beside if p.is_file()), None) if preset is None else None
@@ -160,7 +160,13 @@ def _training(c: Collector, sec: dict[str, Any]) -> None:
             "fix the value in the file",
         )
     precision = "bf16-pure" if dtype == "bfloat16" else "bf16-mixed" if param == "bfloat16" else "fp32"
-    c.use("training.dtype+mixed_precision_param", f"{dtype} / {param}", "precision", precision, default=d1 and d2)
+    c.use(
+        "training.dtype, training.mixed_precision_param",
+        f"{dtype} / {param}",
+        "precision",
+        precision,
+        default=d1 and d2,
+    )
     red, d = _get(c, sec, t, "mixed_precision_reduce")
     if red != "float32":
         raise c.bad(
@@ -183,6 +189,8 @@ def _parallelism(c: Collector, sec: dict[str, Any]) -> None:
     p = "parallelism"
     for key in NON_DP:
         v = sec.get(key, 1)
+        if key in sec and integer(c, f"parallelism.{key}", v, 1) == 1:
+            c.use(f"parallelism.{key}", v, note="1: none, data parallelism only")
         if integer(c, f"parallelism.{key}", v, 1) > 1:
             raise c.bad(
                 f"parallelism.{key}",
@@ -204,7 +212,11 @@ def _parallelism(c: Collector, sec: dict[str, Any]) -> None:
         c.strategy = "ddp"
     else:
         c.strategy = f"hsdp_{kind}" if rep > 1 else f"fsdp_{kind}"
-    c.use("parallelism.data_parallel_replicate_degree/shard_degree", f"{rep} / {shard}", note=f"runs {c.strategy}")
+    c.use(
+        "parallelism.data_parallel_replicate_degree, parallelism.data_parallel_shard_degree",
+        f"{rep} / {shard}",
+        note=f"runs {c.strategy}",
+    )
     if rep > 1 or shard > 1:
         c.dp_degrees = (rep, shard)
     _rest(
@@ -225,11 +237,17 @@ def _activation_checkpoint(c: Collector, sec: dict[str, Any]) -> None:
     elif mode == "full":
         c.use("activation_checkpoint.mode", mode, "ckpt_freq", 1, note="every block", default=d)
     elif mode == "selective" and str(option) == "op":
-        c.use("activation_checkpoint.mode+selective_ac_option", "selective / op", "ckpt_freq", "sac", default=d and d2)
+        c.use(
+            "activation_checkpoint.mode, activation_checkpoint.selective_ac_option",
+            "selective / op",
+            "ckpt_freq",
+            "sac",
+            default=d and d2,
+        )
     elif mode == "selective":
         k = integer(c, "activation_checkpoint.selective_ac_option", int(option) if str(option).isdigit() else option, 1)
         c.use(
-            "activation_checkpoint.mode+selective_ac_option",
+            "activation_checkpoint.mode, activation_checkpoint.selective_ac_option",
             f"selective / {option}",
             "ckpt_freq",
             k,
@@ -267,7 +285,13 @@ def _optimizer(c: Collector, sec: dict[str, Any]) -> None:
     elif impl not in IMPLEMENTATION:
         raise c.bad("optimizer.implementation", f"= {impl!r}", "use fused, foreach or for-loop")
     else:
-        c.use("optimizer.name+implementation", f"{name} / {impl}", "optimizer", IMPLEMENTATION[impl], default=d2)
+        c.use(
+            "optimizer.name, optimizer.implementation",
+            f"{name} / {impl}",
+            "optimizer",
+            IMPLEMENTATION[impl],
+            default=d2,
+        )
     _rest(
         c,
         sec,
