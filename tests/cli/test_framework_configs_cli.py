@@ -222,3 +222,49 @@ def test_format_that_cannot_express_the_strategy_exits_2(tmp_path):
         "emit", "--format", "deepspeed", "--strategy", "zero2", "--platform", "aurora", "--out", str(tmp_path / "o")
     )
     assert "--from-plan" in line
+
+
+def _doctor(*args: str) -> tuple[int, list[dict]]:
+    r = runner.invoke(app, ["doctor", *args, "--json"])
+    assert r.exit_code in (0, 1), r.output
+    return r.exit_code, json.loads(r.stdout)["findings"]
+
+
+def test_doctor_config_applies_the_rules_to_what_the_config_says(tmp_path):
+    ds = json.loads((CONFIGS / "deepspeed_zero3_bf16.json").read_text())
+    code, found = _doctor(
+        "--config", str(CONFIGS / "deepspeed_zero3_bf16.json"), "--model", "qwen3-1.7b", "--platform", "dgx-h100"
+    )
+    assert (code, found) == (0, [])  # persistence 0: nothing kept whole; micro-batch 4 fits
+    ds["zero_optimization"]["stage3_param_persistence_threshold"] = 1e9
+    ds["compile"] = {"enabled": True}
+    (tmp_path / "ds.json").write_text(json.dumps(ds, indent=1))
+    code, found = _doctor("--config", str(tmp_path / "ds.json"), "--model", "qwen3-1.7b", "--platform", "dgx-h100")
+    assert code == 1 and {f["rule"] for f in found} == {"deepspeed-compile", "zero3-persistence-keeps-params-gathered"}
+
+
+def test_doctor_config_flags_a_micro_batch_the_plan_says_does_not_fit(tmp_path):
+    text = (CONFIGS / "torchtitan_llama3_8b.toml").read_text().replace("local_batch_size = 1", "local_batch_size = 64")
+    (tmp_path / "big.toml").write_text(text)
+    code, found = _doctor("--config", str(tmp_path / "big.toml"), "--platform", "dgx-h100", "--nodes", "4")
+    assert code == 1 and [f["rule"] for f in found] == ["config-micro-batch-does-not-fit"]
+    assert "local_batch_size" in found[0]["message"] and found[0]["line"] > 1
+    code, found = _doctor(
+        "--config", str(CONFIGS / "torchtitan_llama3_8b.toml"), "--platform", "dgx-h100", "--nodes", "4"
+    )
+    assert (code, found) == (0, [])
+
+
+def test_doctor_config_root_only_wrap(tmp_path):
+    f = tmp_path / "nowrap.yaml"
+    f.write_text(
+        "distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: NO_WRAP\n"
+        "  fsdp_sharding_strategy: SHARD_GRAD_OP\nnum_processes: 8\n"
+    )
+    _, found = _doctor("--config", str(f))
+    assert [x["rule"] for x in found] == ["fsdp-root-only-wrap"] and found[0]["line"] == 3
+
+
+def test_doctor_config_bad_input_names_the_flag():
+    line = _error("doctor", "--config", str(CONFIGS / "torchtitan_llama3_70b.toml"))
+    assert line.startswith("error: --config ") and "tensor_parallel_degree" in line

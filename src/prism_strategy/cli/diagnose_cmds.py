@@ -154,6 +154,16 @@ def doctor(
     script: Annotated[
         Optional[list[str]], typer.Option(help="Training script to check (static, not run); repeatable")
     ] = None,
+    config: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help="Framework config to check (torchtitan TOML, DeepSpeed JSON, Accelerate YAML, "
+            "HF TrainingArguments JSON); repeatable"
+        ),
+    ] = None,
+    model: Annotated[
+        Optional[str], typer.Option(help="With --config: the model it trains, where the config names none")
+    ] = None,
     platform: Annotated[Optional[str], typer.Option(help="Platform the job runs on")] = None,
     strategy: Annotated[Optional[str], typer.Option(help="Strategy the job uses")] = None,
     nodes: Annotated[Optional[int], typer.Option(help="Nodes the job spans")] = None,
@@ -188,6 +198,8 @@ def doctor(
         doctor_request(
             launchers=launcher or (),
             scripts=script or (),
+            configs=config or (),
+            model=model,
             platform=platform,
             strategy=strategy,
             nodes=nodes,
