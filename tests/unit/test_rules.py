@@ -66,6 +66,12 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
     # DOMAIN 4: after a hung job stale XCCL state makes the next job hang
     "stale-device-processes": (dict(stale_device_processes=True), dict(stale_device_processes=False)),
     "env-differs-from-profile": (dict(differs_from_profile=True), dict(differs_from_profile=False)),
+    # doctor --config (diagnose/framework_config_checks.py)
+    "zero3-persistence-keeps-params-gathered": (
+        dict(engine="deepspeed", persistence_keeps_params_gathered=True),
+        dict(persistence_keeps_params_gathered=False),
+    ),
+    "config-micro-batch-does-not-fit": (dict(micro_batch_fits=False), dict(micro_batch_fits=True)),
 }
 
 # A run that follows every rule: 2 Aurora nodes, FSDP2 per block, eager, PRISM's launcher.
@@ -94,6 +100,8 @@ HEALTHY = dict(
     queue_fits=True,
     names_filesystems=True,
     compiles_whole_under_fsdp1=False,
+    persistence_keeps_params_gathered=False,
+    micro_batch_fits=True,
 )
 
 
