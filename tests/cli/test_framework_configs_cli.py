@@ -268,3 +268,14 @@ def test_doctor_config_root_only_wrap(tmp_path):
 def test_doctor_config_bad_input_names_the_flag():
     line = _error("doctor", "--config", str(CONFIGS / "torchtitan_llama3_70b.toml"))
     assert line.startswith("error: --config ") and "tensor_parallel_degree" in line
+
+
+def test_doctor_config_offload_against_host_memory():
+    """Accelerate's ZeRO-3 offload template with Mixtral 8x7B: one Polaris node's 512 GB cannot
+    hold DeepSpeed's estimate of the offloaded states; four nodes can."""
+    path = str(CONFIGS / "accelerate_zero_stage3_offload_config.json")
+    code, found = _doctor("--config", path, "--model", "mixtral-8x7b", "--platform", "polaris")
+    assert code == 1 and [f["rule"] for f in found] == ["offload-exceeds-host-memory"]
+    assert "polaris has 512 GiB" in found[0]["message"]
+    code, found = _doctor("--config", path, "--model", "mixtral-8x7b", "--platform", "polaris", "--nodes", "4")
+    assert (code, found) == (0, [])

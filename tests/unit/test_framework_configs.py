@@ -3,6 +3,7 @@
 files read back by the frameworks' own parsers: DeepSpeed's DeepSpeedConfig and torchtitan's
 ConfigManager (where installed)."""
 
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -25,6 +26,7 @@ READABLE = [
     "torchtitan_llama3_8b.toml",
     "deepspeed_zero3_bf16.json",
     "accelerate_zero_stage3_config.json",
+    "accelerate_zero_stage3_offload_config.json",
     "accelerate_fsdp.yaml",
     "accelerate_multi_gpu.yaml",
     "hf_training_args_fsdp.json",
@@ -257,3 +259,21 @@ def test_torchtitan_parses_the_round_tripped_llama3_8b(tmp_path):
         "selective",
     )
     assert load(f)[1] == load(CONFIGS / "torchtitan_llama3_8b.toml")[1]
+
+
+def test_offloaded_host_memory_is_deepspeeds_own_estimate():
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    from prism_strategy.diagnose.framework_config_checks import host_bytes_per_node
+
+    cfg = read_config(CONFIGS / "accelerate_zero_stage3_offload_config.json")
+    assert cfg.offload == {"optimizer", "params"} and cfg.offload_engine == "deepspeed"
+    params = 7_000_000_000
+    for nodes in (1, 4):
+        cpu, _, _ = estimate_zero3_model_states_mem_needs(params, 10**8, num_gpus_per_node=8, num_nodes=nodes)
+        assert host_bytes_per_node(params, cfg, nodes, 8) == pytest.approx(cpu, rel=1e-9)
+    zero2 = dataclasses.replace(cfg, strategy="zero2", offload=frozenset({"optimizer"}))
+    cpu, _ = estimate_zero2_model_states_mem_needs(params, num_gpus_per_node=8, num_nodes=2)
+    assert host_bytes_per_node(params, zero2, 2, 8) == pytest.approx(cpu, rel=1e-9)

@@ -72,6 +72,7 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
         dict(persistence_keeps_params_gathered=False),
     ),
     "config-micro-batch-does-not-fit": (dict(micro_batch_fits=False), dict(micro_batch_fits=True)),
+    "offload-exceeds-host-memory": (dict(offload_fits_host_memory=False), dict(offload_fits_host_memory=True)),
 }
 
 # A run that follows every rule: 2 Aurora nodes, FSDP2 per block, eager, PRISM's launcher.
@@ -102,6 +103,7 @@ HEALTHY = dict(
     compiles_whole_under_fsdp1=False,
     persistence_keeps_params_gathered=False,
     micro_batch_fits=True,
+    offload_fits_host_memory=True,
 )
 
 

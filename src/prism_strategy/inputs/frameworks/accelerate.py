@@ -153,6 +153,8 @@ def _fsdp(c: Collector, f: dict[str, Any]) -> None:
             ),
         )
     if f.get("fsdp_offload_params") not in (None, False, "false"):
+        c.offload |= {"params", "optimizer"}  # FSDP's CPUOffload moves the sharded params, grads and states
+        c.offload_engine = "fsdp"
         c.ignore(
             "fsdp_config.fsdp_offload_params",
             f["fsdp_offload_params"],
@@ -197,6 +199,9 @@ def _deepspeed(c: Collector, d: dict[str, Any], path: Path) -> None:
                 integer(c, "deepspeed_config.gradient_accumulation_steps", d["gradient_accumulation_steps"], 1),
             )
         for k in ("offload_optimizer_device", "offload_param_device"):
+            if str(d.get(k, "none")) == "cpu":
+                c.offload.add("optimizer" if k == "offload_optimizer_device" else "params")
+                c.offload_engine = "deepspeed"
             if str(d.get(k, "none")) != "none":
                 c.ignore(f"deepspeed_config.{k}", d[k], "offload is not modelled: the plan overstates device memory")
     for k, v in d.items():

@@ -54,6 +54,10 @@ class ConfigInputs:
     """The strategy the config runs (its engine and stage), None where it leaves it open."""
     used: tuple[ConfigField, ...]
     ignored: tuple[ConfigField, ...]
+    offload: frozenset[str] = frozenset()
+    """What the config offloads to host memory: "optimizer" (states + fp32 master), "params"."""
+    offload_engine: str = ""
+    """Whose offload: "deepspeed" or "fsdp" (their host-memory needs differ)."""
     dp_degrees: tuple[int, int] | None = None
     """(replicate, shard) data-parallel degrees the file fixes (shard -1: the ranks left), checked
     against the layout the plan gets."""
@@ -75,6 +79,8 @@ class Collector:
     ignored: list[ConfigField] = field(default_factory=list)
     strategy: str | None = None
     dp_degrees: tuple[int, int] | None = None
+    offload: set[str] = field(default_factory=set)
+    offload_engine: str = ""
 
     def use(
         self,
@@ -106,6 +112,8 @@ class Collector:
             stated=frozenset(self.stated),
             strategy=self.strategy,
             dp_degrees=self.dp_degrees,
+            offload=frozenset(self.offload),
+            offload_engine=self.offload_engine,
             used=tuple(self.used),
             ignored=tuple(self.ignored),
             content=content,

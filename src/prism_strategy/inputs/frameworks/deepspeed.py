@@ -215,6 +215,9 @@ def _zero(c: Collector, z: dict[str, Any], bytes_per: int, p: str) -> None:
                 f"offload to {dev} is not modelled: the plan holds these states on the device, "
                 "so it overstates device memory",
             )
+        if dev == "cpu":
+            c.offload.add("optimizer" if k == "offload_optimizer" else "params")
+            c.offload_engine = "deepspeed"
         read_keys.add(k)
     for k, v in z.items():
         if k not in read_keys:

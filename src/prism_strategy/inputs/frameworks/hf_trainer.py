@@ -120,6 +120,8 @@ def _strategy(c: Collector, data: dict[str, Any], path: Path) -> None:
         c.strategy = FSDP[mode]
         c.use("fsdp", fsdp, note=f"runs {c.strategy}")
         if "offload" in words:
+            c.offload |= {"params", "optimizer"}
+            c.offload_engine = "fsdp"
             c.ignore("fsdp", "offload", "CPU offload is not modelled: the plan overstates device memory")
     else:
         c.strategy = "ddp"

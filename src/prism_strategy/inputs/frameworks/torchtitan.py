@@ -176,6 +176,8 @@ def _training(c: Collector, sec: dict[str, Any]) -> None:
         )
     c.use("training.mixed_precision_reduce", red, "reduce_dtype", "fp32", default=d)
     if sec.get("enable_cpu_offload"):
+        c.offload |= {"params", "optimizer"}
+        c.offload_engine = "fsdp"
         c.ignore(
             "training.enable_cpu_offload",
             True,
