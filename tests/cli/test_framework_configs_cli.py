@@ -279,3 +279,50 @@ def test_doctor_config_offload_against_host_memory():
     assert "polaris has 512 GiB" in found[0]["message"]
     code, found = _doctor("--config", path, "--model", "mixtral-8x7b", "--platform", "polaris", "--nodes", "4")
     assert (code, found) == (0, [])
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        ("empty.toml", b"", "no field says which framework"),
+        ("bin.json", b"\x00\x01\x02zero_optimization", "binary"),
+        ("list.json", b"[1, 2]", "a JSON list"),
+        ("tt.toml", b'[training]\nseq_len = "long"\n[parallelism]\n', "training.seq_len"),
+        ("tt2.toml", b'[activation_checkpoint]\nmode = "some"\n', "activation_checkpoint.mode"),
+        ("tt3.toml", b"training = 3\n[parallelism]\n", "training"),
+        ("acc.yaml", b"distributed_type: MULTI_GPU\nnum_processes: -3\n", "num_processes"),
+        ("acc2.yaml", b"distributed_type: XLA\n", "distributed_type"),
+        ("ds.json", b'{"train_micro_batch_size_per_gpu": 0}', "train_micro_batch_size_per_gpu"),
+        (
+            "ds2.json",
+            b'{"zero_optimization": {"stage": 3}, "bf16": {"enabled": true}, "fp16": {"enabled": true}}',
+            "bf16/fp16",
+        ),
+        ("hf.json", b'{"output_dir": "o", "per_device_train_batch_size": "x"}', "per_device_train_batch_size"),
+        ("hf2.json", b'{"output_dir": "o", "per_device_train_batch_size": 2, "fsdp": "auto_wrap"}', "fsdp"),
+    ],
+)
+def test_malformed_fields_exit_2_naming_file_and_field(tmp_path, name, content, said):
+    f = tmp_path / name
+    f.write_bytes(content)
+    line = _error("plan", "--from", str(f), "--model", "qwen3-0.6b")
+    assert str(f) in line and said in line
+
+
+def test_a_folder_or_a_missing_file_exits_2(tmp_path):
+    assert "cannot read it" in _error("plan", "--from", str(tmp_path), "--model", "qwen3-0.6b")
+    assert "no such file" in _error("plan", "--from", str(tmp_path / "nope.toml"), "--model", "qwen3-0.6b")
+    assert "--override needs --from" in _error("plan", "--override")
+
+
+def test_accelerate_reads_its_deepspeed_file(tmp_path):
+    (tmp_path / "ds.json").write_text((CONFIGS / "deepspeed_zero3_bf16.json").read_text())
+    (tmp_path / "acc.yaml").write_text(
+        "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: "
+        "ds.json\n  zero3_init_flag: true\nnum_machines: 2\nnum_processes: 16\n"
+    )
+    p = _plan("--from", str(tmp_path / "acc.yaml"), "--model", "qwen3-1.7b", "--platform", "dgx-h100")
+    section = p["inputs"]["config"]
+    assert section["strategy"] == "zero3" and section["format"] == "accelerate"
+    assert (p["inputs"]["nodes"], p["inputs"]["ranks_per_node"], p["inputs"]["micro_batch"]) == (2, 8, 4)
+    assert "ds.json:zero_optimization.overlap_comm" in {f["field"] for f in section["ignored"]}

@@ -16,7 +16,7 @@ import pytest
 from prism_strategy.emit.frameworks import framework_file
 from prism_strategy.inputs.frameworks import read_config
 from prism_strategy.inputs.frameworks.base import UNREAD, leaves, load
-from prism_strategy.inputs.frameworks.plan import configured
+from prism_strategy.inputs.frameworks.plan import configured, plan_for_config
 from prism_strategy.planning.planner import plan
 from prism_strategy.report.plan_json import plan_dict
 from prism_strategy.specs.errors import SpecError
@@ -152,16 +152,19 @@ def test_a_stated_value_against_a_flag_is_an_error_and_override_lets_the_flag_wi
 
 
 def _plan_file(tmp_path, config: str | None = None, **kw) -> Path:
-    if config is not None:
-        cfg = read_config(CONFIGS / config)
-        values, section = configured(cfg, _values(**kw), set(kw), override=False)
-        p = plan(**values)
-        p.config = section
-    else:
-        p = plan(**_values(**kw))
+    p = plan_for_config(CONFIGS / config, **kw) if config is not None else plan(**_values(**kw))
     f = tmp_path / "plan.json"
     f.write_text(json.dumps(plan_dict(p), default=str))
     return f
+
+
+def test_plan_for_config_is_plan_with_the_configs_keywords():
+    p = plan_for_config(CONFIGS / "accelerate_fsdp.yaml", model="qwen3-1.7b", platform="dgx-h100")
+    q = plan("qwen3-1.7b", platform="dgx-h100", nodes=1, ranks_per_node=2, ckpt_freq=0, precision="bf16-mixed")
+    assert plan_dict(q)["options"] == plan_dict(p)["options"]
+    assert p.config["strategy_option"]["strategy"] == "fsdp_full_shard"
+    with pytest.raises(SpecError, match="contradicts --precision"):
+        plan_for_config(CONFIGS / "accelerate_fsdp.yaml", model="qwen3-1.7b", precision="fp32")
 
 
 class _DataParallel:  # DeepSpeed's mpu interface: the data-parallel world the file is sized for
@@ -176,7 +179,7 @@ def test_emitted_ds_config_reads_back_in_deepspeed_and_here(tmp_path):
     pytest.importorskip("deepspeed")
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    plan_path = _plan_file(tmp_path, "deepspeed_zero3_bf16.json", model="qwen3-1.7b", nodes=1)
+    plan_path = _plan_file(tmp_path, "deepspeed_zero3_bf16.json", model="qwen3-1.7b", platform="dgx-h100")
     out = framework_file(plan_path, "deepspeed")
     assert out.strategy == "zero3" and out.file.name == "ds_config.json"
     (tmp_path / "ds_config.json").write_text(out.file.text)

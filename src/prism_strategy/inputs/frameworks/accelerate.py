@@ -76,7 +76,8 @@ def read(path: Path) -> ConfigInputs:
             "use MULTI_GPU, FSDP or DEEPSPEED",
         )
     _layout(c, data)
-    mp = str(data.get("mixed_precision", "no")).lower()
+    raw_mp = data.get("mixed_precision", "no")
+    mp = "no" if raw_mp is False else str(raw_mp).lower()  # YAML 1.1 reads a bare `no` as false
     if mp not in PRECISION:
         raise c.bad("mixed_precision", f"= {mp!r}", "use no, bf16, fp16 or fp8")
     if "mixed_precision" in data or "precision" not in c.options:

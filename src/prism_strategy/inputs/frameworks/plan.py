@@ -10,6 +10,7 @@ every strategy, so the same scenario from flags plans the same options.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prism_strategy.inputs.frameworks import read_config
@@ -43,6 +44,22 @@ def with_config(path: str | None, override: bool, given_flags: set[str], plan_fn
         return p
 
     return run
+
+
+def plan_for_config(path: str | Path, *, override: bool = False, **kw: Any):
+    """`plan --from` from Python: plan() with the config's keywords; the keywords given here act as
+    command-line flags (a contradiction is a SpecError unless `override`). The result's `config` is
+    the JSON section."""
+    import inspect
+
+    from prism_strategy.planning.planner import plan
+
+    defaults = {k: p.default for k, p in inspect.signature(plan).parameters.items()}
+    cfg = read_config(path)
+    merged, section = configured(cfg, defaults | kw, set(kw), override)
+    result = plan(**merged)
+    result.config = section | {"strategy_option": strategy_verdict(result, cfg.strategy)}
+    return result
 
 
 def configured(
@@ -134,8 +151,8 @@ def config_lines(section: dict[str, Any]) -> list[str]:
     """For people: which file, what it runs, how the plan's pick compares, what was left out."""
     v = section.get("strategy_option") or {}
     lines = [
-        f"config {section['file']} ({section['format']}): {len(section['used'])} fields used, "
-        f"{len(section['ignored'])} ignored (plan --json: inputs.config)"
+        f"config {section['file']} ({section['format']}):",
+        f"  {len(section['used'])} fields used, {len(section['ignored'])} ignored (plan --json: inputs.config)",
     ]
     if v:
         fate = (

@@ -84,8 +84,14 @@ def read(path: Path) -> ConfigInputs:
                     name, "not a JobConfig section this reader knows (a custom config module's?): not modelled"
                 ),
             )
-    if "quantize" in data and not _converters(data):
-        c.ignore("quantize", data["quantize"], "applies only when [model] converters name it (none here)")
+    if "quantize" in data:
+        c.ignore(
+            "quantize",
+            data["quantize"],
+            "float8 / MX settings: applies only with a converter, which is not modelled"
+            if _converters(data)
+            else "applies only when [model] converters name it (none here)",
+        )
     return c.result(NAME, data)
 
 
