@@ -168,7 +168,14 @@ def _zero(c: Collector, z: dict[str, Any], bytes_per: int, p: str) -> None:
             if k != "stage":
                 c.ignore(p + k, v, "ZeRO settings have no effect at stage 0")
         return
-    read_keys = {"stage"}
+    read_keys = {"stage"} | _buckets(c, z, bytes_per, p) | _modelled(c, z, stage, p) | _offload(c, z, p)
+    for k, v in z.items():
+        if k not in read_keys:
+            c.ignore(p + k, v, "not modelled (the engine model's ZeRO settings: engines/deepspeed.py)")
+
+
+def _buckets(c: Collector, z: dict[str, Any], bytes_per: int, p: str) -> set[str]:
+    """reduce_bucket_size -> bucket_mb; the model uses it for the all-gather and prefetch buckets too."""
     bucket = z.get("reduce_bucket_size")
     if bucket == "auto":
         c.ignore(p + "reduce_bucket_size", bucket, AUTO)
@@ -181,18 +188,6 @@ def _zero(c: Collector, z: dict[str, Any], bytes_per: int, p: str) -> None:
             elems * bytes_per / MiB,
             note="elements x bytes per element, in MiB",
         )
-    read_keys.add("reduce_bucket_size")
-    modelled = {"overlap_comm": OVERLAP_COMM[stage], "contiguous_gradients": True, "reduce_scatter": True}
-    if stage == 3:
-        modelled |= {
-            "stage3_param_persistence_threshold": PERSISTENCE_THRESHOLD,
-            "stage3_max_reuse_distance": MAX_REUSE_DISTANCE,
-            "sub_group_size": SUB_GROUP_SIZE,
-        }
-    for k, want in modelled.items():
-        if k in z:
-            _as_modelled(c, p + k, z[k], want)
-    read_keys |= set(modelled)
     for k in ("allgather_bucket_size", "stage3_prefetch_bucket_size"):
         if k in z and z[k] == "auto":
             c.ignore(p + k, z[k], AUTO)
@@ -205,23 +200,42 @@ def _zero(c: Collector, z: dict[str, Any], bytes_per: int, p: str) -> None:
                 "the engine model uses reduce_bucket_size for every bucket"
                 + ("" if bucket in (None, "auto") else f" ({bucket})"),
             )
-        read_keys.add(k)
+    return {"reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size"}
+
+
+def _modelled(c: Collector, z: dict[str, Any], stage: int, p: str) -> set[str]:
+    """Settings the engine model fixes: used where the file agrees, ignored (with the model's) where not."""
+    modelled = {"overlap_comm": OVERLAP_COMM[stage], "contiguous_gradients": True, "reduce_scatter": True}
+    if stage == 3:
+        modelled |= {
+            "stage3_param_persistence_threshold": PERSISTENCE_THRESHOLD,
+            "stage3_max_reuse_distance": MAX_REUSE_DISTANCE,
+            "sub_group_size": SUB_GROUP_SIZE,
+        }
+    for k, want in modelled.items():
+        if k in z:
+            _as_modelled(c, p + k, z[k], want)
+    return set(modelled)
+
+
+def _offload(c: Collector, z: dict[str, Any], p: str) -> set[str]:
     for k in ("offload_optimizer", "offload_param"):
-        dev = (z.get(k) or {}).get("device", "none") if isinstance(z.get(k), dict) else z.get(k)
-        if dev not in (None, "none"):
-            c.ignore(
-                p + k,
-                z[k],
-                f"offload to {dev} is not modelled: the plan holds these states on the device, "
-                "so it overstates device memory",
-            )
+        if k not in z:
+            continue
+        dev = (z[k] or {}).get("device", "none") if isinstance(z[k], dict) else z[k]
+        if dev in (None, "none"):
+            c.use(p + k, z[k], note="no offload, as modelled")
+            continue
+        c.ignore(
+            p + k,
+            z[k],
+            f"offload to {dev} is not modelled: the plan holds these states on the device, "
+            "so it overstates device memory",
+        )
         if dev == "cpu":
             c.offload.add("optimizer" if k == "offload_optimizer" else "params")
             c.offload_engine = "deepspeed"
-        read_keys.add(k)
-    for k, v in z.items():
-        if k not in read_keys:
-            c.ignore(p + k, v, "not modelled (the engine model's ZeRO settings: engines/deepspeed.py)")
+    return {"offload_optimizer", "offload_param"}
 
 
 def _as_modelled(c: Collector, name: str, v: Any, want: Any) -> None:

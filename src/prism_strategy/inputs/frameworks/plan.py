@@ -9,6 +9,7 @@ every strategy, so the same scenario from flags plans the same options.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -167,5 +168,7 @@ def config_lines(section: dict[str, Any]) -> list[str]:
         lines.append(f"  {o['field']} = {o['value']!r}: {o['flag']} {o['planned']!r} wins")
     for f in section["ignored"]:
         if any(w in f.get("note", "") for w in ("not modelled", "ignored", "engine model runs")):
-            lines.append(f"  ignored {f['field']}: {f['note']}"[:100])
+            lines += textwrap.wrap(
+                f"ignored {f['field']}: {f['note']}", 96, initial_indent="  ", subsequent_indent="    "
+            )
     return lines
