@@ -86,7 +86,7 @@ def test_a_framework_default_yields_to_a_flag():
 
 def test_non_data_parallel_degrees_exit_2_naming_them():
     line = _error("plan", "--from", str(CONFIGS / "torchtitan_llama3_70b.toml"), "--model", "llama-3.1-8b")
-    assert "tensor_parallel_degree = 8" in line and "set tensor_parallel_degree = 1" in line
+    assert "tensor_parallel_degree = 8" in line and "set tensor_parallel_degree to 1" in line
 
 
 def test_dp_degrees_that_do_not_fit_the_layout_exit_2(tmp_path):
@@ -326,3 +326,30 @@ def test_accelerate_reads_its_deepspeed_file(tmp_path):
     assert section["strategy"] == "zero3" and section["format"] == "accelerate"
     assert (p["inputs"]["nodes"], p["inputs"]["ranks_per_node"], p["inputs"]["micro_batch"]) == (2, 8, 4)
     assert "ds.json:zero_optimization.overlap_comm" in {f["field"] for f in section["ignored"]}
+
+
+@pytest.mark.parametrize(
+    ("fixture", "named"),
+    [
+        ("accelerate_tp_hsdp.yaml", "parallelism_config_tp_size = 2"),
+        ("accelerate_cp.yaml", "parallelism_config_cp_size = 8"),
+    ],
+)
+def test_accelerate_tensor_or_context_parallel_exits_2_naming_them(fixture, named):
+    line = _error("plan", "--from", str(CONFIGS / fixture), "--model", "qwen3-0.6b")
+    assert named in line and "to 1" in line
+
+
+def test_accelerate_parallelism_config_hsdp_and_its_mesh_note(tmp_path):
+    text = (CONFIGS / "accelerate_tp_hsdp.yaml").read_text()
+    f = tmp_path / "hsdp.yaml"
+    f.write_text(text.replace("parallelism_config_tp_size: 2", "parallelism_config_tp_size: 1"))
+    line = _error("plan", "--from", str(f), "--model", "qwen3-0.6b", "--platform", "dgx-h100")
+    assert "2 x 2 = 4 does not fit" in line and "8 ranks" in line  # num_processes 8 on one machine
+    f.write_text(
+        text.replace("parallelism_config_tp_size: 2", "parallelism_config_tp_size: 1").replace(
+            "num_processes: 8", "num_processes: 4"
+        )
+    )
+    section = _plan("--from", str(f), "--model", "qwen3-0.6b", "--platform", "dgx-h100")["inputs"]["config"]
+    assert section["strategy"] == "hsdp_full_shard" and "replicates over nodes" in section["notes"][0]

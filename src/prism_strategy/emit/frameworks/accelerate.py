@@ -70,11 +70,23 @@ def render(choice: "FrameworkChoice", base: dict[str, Any] | None, header: str) 
             notes.append("the pick is written inline; emit --format deepspeed writes the whole ds_config.json")
         ds["zero_stage"] = int(s[-1])
         ds["gradient_accumulation_steps"] = p.grad_accum
+    if isinstance(cfg.get("parallelism_config"), dict):
+        _dp_sizes(cfg["parallelism_config"], s, p.nodes, choice.world)
     if cfg.get("num_machines", 1) != p.nodes:
         cfg["num_machines"] = p.nodes
     cfg["num_processes"] = choice.world
     _precision(cfg, p.precision)
     return "".join(f"# {n}\n" for n in notes) + yaml.safe_dump(cfg, sort_keys=False)
+
+
+def _dp_sizes(pc: dict[str, Any], strategy: str, nodes: int, world: int) -> None:
+    """ParallelismConfig's data-parallel sizes for the pick: HSDP replicates over nodes."""
+    rep, shard = (
+        (world, 1) if strategy == "ddp" else (nodes, world // nodes) if strategy.startswith("hsdp") else (1, world)
+    )
+    for key, v in (("parallelism_config_dp_replicate_size", rep), ("parallelism_config_dp_shard_size", shard)):
+        if pc.get(key, 1) != v:
+            pc[key] = v
 
 
 def _fsdp(f: dict[str, Any], strategy: str, k: int | str) -> list[str]:

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.inputs.frameworks import deepspeed
-from prism_strategy.inputs.frameworks.base import Collector, ConfigInputs, boolean, integer, load, section
+from prism_strategy.inputs.frameworks.base import (
+    Collector,
+    ConfigInputs,
+    boolean,
+    integer,
+    load,
+    refuse_non_dp,
+    section,
+)
 
 NAME = "accelerate"
 SHARDING = {
@@ -75,6 +83,7 @@ def read(path: Path) -> ConfigInputs:
             f"= {kind}: not data parallelism (TP, Megatron-LM and XLA are outside what prism-strategy plans)",
             "use MULTI_GPU, FSDP or DEEPSPEED",
         )
+    _parallelism_config(c, section(c, data, "parallelism_config"))
     _layout(c, data)
     raw_mp = data.get("mixed_precision", "no")
     mp = "no" if raw_mp is False else str(raw_mp).lower()  # YAML 1.1 reads a bare `no` as false
@@ -98,11 +107,28 @@ def read(path: Path) -> ConfigInputs:
         "num_processes",
         "mixed_precision",
         "dynamo_config",
+        "parallelism_config",
     }
     for k, v in data.items():
         if k not in read_keys:
             c.ignore(k, v, LAUNCH)
     return c.result(NAME, data)
+
+
+def _parallelism_config(c: Collector, pc: dict[str, Any]) -> None:
+    """accelerate's ParallelismConfig (parallelism_config_<axis>_size): tensor, context or sequence
+    parallelism above 1 is refused; dp_replicate x dp_shard above 1 each is HSDP on that mesh."""
+    name = "parallelism_config.{}".format
+    sizes = {k: integer(c, name(k), v, 1) for k, v in pc.items() if k.endswith("_size")}
+    refuse_non_dp(c, {name(k): v for k, v in sizes.items() if v > 1 and "_dp_" not in k})
+    rep = sizes.get("parallelism_config_dp_replicate_size", 1)
+    shard = sizes.get("parallelism_config_dp_shard_size", 1)
+    for k, v in pc.items():
+        c.use(name(k), v, note="data-parallel degree" if "_dp_" in k else "1: none")
+    if rep > 1 and c.strategy is not None and c.strategy.startswith("fsdp_"):
+        c.strategy = "hsdp_" + c.strategy.removeprefix("fsdp_")
+        c.dp_degrees = (rep, shard if shard > 1 else -1)
+        c.dp_fields = "parallelism_config.parallelism_config_dp_replicate_size x dp_shard_size"
 
 
 def _layout(c: Collector, data: dict[str, Any]) -> None:

@@ -54,6 +54,8 @@ class ConfigInputs:
     """The strategy the config runs (its engine and stage), None where it leaves it open."""
     used: tuple[ConfigField, ...]
     ignored: tuple[ConfigField, ...]
+    dp_fields: str = ""
+    """The fields that set dp_degrees, for the error when they do not fit the layout."""
     offload: frozenset[str] = frozenset()
     """What the config offloads to host memory: "optimizer" (states + fp32 master), "params"."""
     offload_engine: str = ""
@@ -79,6 +81,7 @@ class Collector:
     ignored: list[ConfigField] = field(default_factory=list)
     strategy: str | None = None
     dp_degrees: tuple[int, int] | None = None
+    dp_fields: str = ""
     offload: set[str] = field(default_factory=set)
     offload_engine: str = ""
 
@@ -112,6 +115,7 @@ class Collector:
             stated=frozenset(self.stated),
             strategy=self.strategy,
             dp_degrees=self.dp_degrees,
+            dp_fields=self.dp_fields,
             offload=frozenset(self.offload),
             offload_engine=self.offload_engine,
             used=tuple(self.used),
@@ -158,6 +162,17 @@ def boolean(c: Collector, name: str, v: Any) -> bool:
     if not isinstance(v, bool):
         raise c.bad(name, f"must be true or false, got {v!r}", "fix the value in the file")
     return v
+
+
+def refuse_non_dp(c: Collector, above: dict[str, Any]) -> None:
+    """Degrees above 1 of tensor, pipeline, context or expert parallelism: bad input naming each."""
+    if above:
+        said = ", ".join(f"{k} = {v}" for k, v in above.items())
+        keys = " and ".join(k.rsplit(".", 1)[-1] for k in above)
+        raise SpecError(
+            f"--from {c.path}: {said}: tensor/pipeline/context/expert parallelism is outside data parallelism, "
+            f"and a plan of the data-parallel part alone would mislead; set {keys} to 1 to plan data parallelism alone"
+        )
 
 
 def section(c: Collector, data: dict[str, Any], name: str) -> dict[str, Any]:

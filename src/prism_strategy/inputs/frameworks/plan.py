@@ -97,14 +97,15 @@ def configured(
             f"--from {cfg.path}: the {cfg.format} config names no model the plan can build; "
             "pass --model PRESET or a config.json"
         )
-    _check_degrees(cfg, merged)
-    return merged, section_of(cfg, overridden)
+    note = _check_degrees(cfg, merged)
+    return merged, section_of(cfg, overridden) | ({"notes": [note]} if note else {})
 
 
-def _check_degrees(cfg: ConfigInputs, merged: dict[str, Any]) -> None:
-    """torchtitan's replicate x shard degrees against the world the plan gets."""
+def _check_degrees(cfg: ConfigInputs, merged: dict[str, Any]) -> str | None:
+    """The config's replicate x shard degrees against the world the plan gets; a note where its
+    HSDP mesh is not the planner's (shard inside a node, replicate across nodes)."""
     if cfg.dp_degrees is None:
-        return
+        return None
     rep, shard = cfg.dp_degrees
     rpn = merged.get("ranks_per_node") or load_platform(merged["platform"]).devices_per_node
     world = merged["nodes"] * rpn
@@ -112,10 +113,17 @@ def _check_degrees(cfg: ConfigInputs, merged: dict[str, Any]) -> None:
     if (product is not None and product != world) or world % rep:
         said = f"{rep} x {shard} = {product}" if product else f"{rep} x (the ranks left)"
         raise SpecError(
-            f"--from {cfg.path}: parallelism.data_parallel_replicate_degree x data_parallel_shard_degree {said} "
+            f"--from {cfg.path}: {cfg.dp_fields} {said} "
             f"does not fit --nodes {merged['nodes']} x {rpn} ranks per node = {world} ranks; change the degrees "
             "or --nodes/--ranks-per-node"
         )
+    shard_size = shard if shard > 0 else world // rep
+    if rep > 1 and shard_size > 1 and shard_size != rpn:
+        return (
+            f"the config shards over {shard_size} ranks and replicates {rep} times; the plan's HSDP shards "
+            f"over the {rpn} ranks of a node and replicates over nodes"
+        )
+    return None
 
 
 def section_of(cfg: ConfigInputs, overridden: list[dict[str, Any]]) -> dict[str, Any]:

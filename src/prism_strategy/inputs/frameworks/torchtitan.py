@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.emit.frameworks.models import preset_for
-from prism_strategy.inputs.frameworks.base import Collector, ConfigInputs, boolean, integer, load, section
+from prism_strategy.inputs.frameworks.base import (
+    Collector,
+    ConfigInputs,
+    boolean,
+    integer,
+    load,
+    refuse_non_dp,
+    section,
+)
 
 NAME = "torchtitan"
 SECTIONS = ("job", "model", "training", "parallelism", "activation_checkpoint", "compile", "optimizer")
@@ -195,17 +203,11 @@ def _training(c: Collector, sec: dict[str, Any]) -> None:
 
 def _parallelism(c: Collector, sec: dict[str, Any]) -> None:
     p = "parallelism"
+    above = {f"parallelism.{k}": sec[k] for k in NON_DP if integer(c, f"parallelism.{k}", sec.get(k, 1), 1) > 1}
+    refuse_non_dp(c, above)
     for key in NON_DP:
-        v = sec.get(key, 1)
-        if key in sec and integer(c, f"parallelism.{key}", v, 1) == 1:
-            c.use(f"parallelism.{key}", v, note="1: none, data parallelism only")
-        if integer(c, f"parallelism.{key}", v, 1) > 1:
-            raise c.bad(
-                f"parallelism.{key}",
-                f"= {v}: tensor/pipeline/context/expert parallelism is outside data "
-                "parallelism, and a plan of the data-parallel part alone would mislead",
-                f"set {key} = 1 to plan data parallelism alone",
-            )
+        if key in sec:
+            c.use(f"parallelism.{key}", sec[key], note="1: none, data parallelism only")
     rep, _ = _get(c, sec, p, "data_parallel_replicate_degree")
     shard, _ = _get(c, sec, p, "data_parallel_shard_degree")
     rep = integer(c, "parallelism.data_parallel_replicate_degree", rep, 1)
@@ -227,6 +229,7 @@ def _parallelism(c: Collector, sec: dict[str, Any]) -> None:
     )
     if rep > 1 or shard > 1:
         c.dp_degrees = (rep, shard)
+        c.dp_fields = "parallelism.data_parallel_replicate_degree x data_parallel_shard_degree"
     _rest(
         c,
         sec,
