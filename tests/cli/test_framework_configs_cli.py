@@ -300,6 +300,11 @@ def test_doctor_config_offload_against_host_memory():
         ),
         ("hf.json", b'{"output_dir": "o", "per_device_train_batch_size": "x"}', "per_device_train_batch_size"),
         ("hf2.json", b'{"output_dir": "o", "per_device_train_batch_size": 2, "fsdp": "auto_wrap"}', "fsdp"),
+        (
+            "hf3.json",
+            b'{"output_dir": "o", "per_device_train_batch_size": 2, "parallelism_config": {"tp_size": 4}}',
+            "parallelism_config.tp_size = 4",
+        ),
     ],
 )
 def test_malformed_fields_exit_2_naming_file_and_field(tmp_path, name, content, said):

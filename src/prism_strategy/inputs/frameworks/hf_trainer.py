@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.inputs.frameworks import deepspeed
-from prism_strategy.inputs.frameworks.base import Collector, ConfigInputs, boolean, integer, load
+from prism_strategy.inputs.frameworks.base import Collector, ConfigInputs, boolean, integer, load, refuse_non_dp
 
 NAME = "hf-trainer"
 FSDP = {
@@ -45,6 +45,16 @@ def looks_like(syntax: str, data: Any) -> bool:
 def read(path: Path) -> ConfigInputs:
     _, data = load(path)
     c = Collector(path=path)
+    pc = data.get("parallelism_config")
+    if isinstance(pc, dict):  # accelerate's ParallelismConfig: dp_replicate/dp_shard/tp/cp sizes
+        refuse_non_dp(
+            c,
+            {
+                f"parallelism_config.{k}": v
+                for k, v in pc.items()
+                if k.endswith("_size") and not k.startswith("dp_") and isinstance(v, int) and v > 1
+            },
+        )
     _strategy(c, data, path)
     for key, keyword in (("per_device_train_batch_size", "micro_batch"), ("gradient_accumulation_steps", "grad_accum")):
         if key in data:
