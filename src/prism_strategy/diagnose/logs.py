@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from prism_strategy.readers import read_file, reader_for
+from prism_strategy.readers import read_file, reader_for, step_monitor
 from prism_strategy.readers.steps import Event, StepTimes
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
@@ -37,6 +37,8 @@ class RunLog:
     """Ranks whose (last) run wrote a close record, with its step count."""
     sources: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    forensics: list[dict[str, Any]] = field(default_factory=list)
+    """The collapse capture's per-step records (StepMonitor folders only)."""
 
     def add(self, log: ParsedLog) -> None:
         self.records += log.records
@@ -93,6 +95,8 @@ def load_run(paths: Iterable[str | Path], fmt: str | None = None) -> RunLog:
             reader = reader_for(f, fmt, in_folder=f != path)
             if reader is not None:
                 log.add(read_file(reader, f))
+            if reader is step_monitor:
+                log.forensics += step_monitor.read_forensics(f)
     _drop_stale_hang_reports(log)
     if not log.records and not log.hang_reports and not log.meta:
         where = ", ".join(map(str, paths))

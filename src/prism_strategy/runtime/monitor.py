@@ -62,11 +62,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, summarize
+from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, detect_collapse, summarize
 from prism_strategy.readers.steps import FIELDS, Event, step_times
+from prism_strategy.runtime.forensics import Capture, ForensicsConfig
 from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
 
-__all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event"]
+__all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event", "ForensicsConfig"]
 
 log = logging.getLogger("prism_strategy.monitor")
 
@@ -83,6 +84,18 @@ def _identity(ctx: Any) -> tuple[int, int, torch.device]:
         rank = int(env.get("RANK", env.get("PMI_RANK", env.get("PALS_RANKID", "0"))))
         world = int(env.get("WORLD_SIZE", env.get("PMI_SIZE", "1")))
     return rank, world, torch.device(device) if device is not None else torch.device("cpu")
+
+
+def _placement(ctx: Any) -> dict[str, int]:
+    """local rank, ranks per node and node index where ctx knows them (what forensics groups by)."""
+    out: dict[str, int] = {}
+    for key in ("local_rank", "ranks_per_node"):
+        val = getattr(ctx, key, None) if ctx is not None else None
+        if isinstance(val, int):
+            out[key] = val
+    if "ranks_per_node" in out and out["ranks_per_node"] > 0 and ctx is not None:
+        out["node"] = int(ctx.rank) // out["ranks_per_node"]
+    return out
 
 
 def _cpus() -> int:
@@ -126,6 +139,8 @@ class _Phase:
 
     def __enter__(self) -> _Phase:
         self.mon.progress.mark(self.name)
+        if self.mon._fx_live:
+            self.mon._fx.phase_enter(self.name)
         self.ev0 = self.mon._event()
         self.c0 = time.process_time() if self.mon._cpu is not None else 0.0
         self.t0 = time.perf_counter()
@@ -139,6 +154,8 @@ class _Phase:
             mon._cpu[self.name] = mon._cpu.get(self.name, 0.0) + time.process_time() - self.c0
         if self.ev0 is not None:
             mon._dev.append((self.name, self.ev0, mon._event()))
+        if mon._fx_live:
+            mon._fx.phase_exit(self.name)
         mon.progress.mark("step")
 
 
@@ -182,6 +199,7 @@ class StepMonitor:
         backstop: bool = True,
         exit_fn: Callable[[int], None] = os._exit,
         event_factory: Callable[[], Any] | None = None,
+        forensics: ForensicsConfig | None = ForensicsConfig(),
     ) -> None:
         self.out_dir, self.ctx = Path(out_dir), ctx
         self.hang_timeout_s, self.summary_every = hang_timeout_s, max(1, int(summary_every))
@@ -193,6 +211,9 @@ class StepMonitor:
         self._started = self._closed = False
         self._fh = None
         self._watchdog: Watchdog | None = None
+        self.forensics = forensics
+        self._fx: Capture | None = None
+        self._fx_live = False
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> StepMonitor:
@@ -234,9 +255,16 @@ class StepMonitor:
                 "gather": self._dist,
                 "torch": torch.__version__,
                 "format": 1,
+                **_placement(self.ctx),
             }
         )
         self._fh.flush()
+        if self.forensics is not None:
+            self._fx = Capture(
+                self.forensics, rank=self.rank, device=self.device, progress=self.progress, write=self._write_flush
+            )
+            first = self.forensics.baseline_step
+            self._fx.arm("baseline", cfg.warmup_skip if first is None else first, {"why": "healthy baseline"})
         if self.hang_timeout_s:
             self._watchdog = Watchdog(
                 self.out_dir,
@@ -256,6 +284,8 @@ class StepMonitor:
         if not self._started or self._closed:
             return
         self._closed = True
+        if self._fx is not None:
+            self._fx.close()
         self._drain(block=True)
         self.progress.active = False
         if self._watchdog is not None:
@@ -312,6 +342,7 @@ class StepMonitor:
             c = time.process_time()
             self._cpu = {} if self._c_prev_end is None else {"data": c - self._c_prev_end}
         self._dev: list[tuple[str, Any, Any]] = []
+        self._fx_live = self._fx is not None and self._fx.begin_step(self._step_i)
         self.progress.active = True
         self.progress.mark("step", self._step_i)
 
@@ -336,6 +367,11 @@ class StepMonitor:
         if exc_type is not None:
             rec["error"] = getattr(exc_type, "__name__", str(exc_type))
         self._t_prev_end = t1
+        if self._fx_live:
+            self._fx_live = False
+            self._fx.end_step()
+            self._monitor_s += time.perf_counter() - t1
+            self._t_prev_end = t1 + self._monitor_s
         self._step_i += 1
         self.progress.mark("data", self._step_i)
         self._pending.append((rec, self._gap, self._ev_step0, self._event(), self._dev))
@@ -380,6 +416,10 @@ class StepMonitor:
     def _write(self, rec: dict[str, Any]) -> None:
         self._fh.write(json.dumps(rec, separators=(",", ":"), default=str) + "\n")
 
+    def _write_flush(self, rec: dict[str, Any]) -> None:
+        self._write(rec)
+        self._fh.flush()
+
     def _sync_window(self) -> None:
         """Every K steps: gather the window, summarise and detect on rank 0, flush."""
         self._drain(block=True)
@@ -395,9 +435,21 @@ class StepMonitor:
             self.progress.mark("data")
         else:
             gathered, ranks = block[None], (self.rank,)
+        self._history.add(gathered)
         if self.rank == 0 or not self._dist:
             self._analyse(gathered, ranks)
+        self._maybe_trigger(ranks)
         self._fh.flush()
+
+    def _maybe_trigger(self, ranks: tuple[int, ...]) -> None:
+        """Every rank sees the same gathered rows, so every rank decides alike, with no message."""
+        fx = self._fx
+        if fx is None or any(w == "collapse" for w, _ in fx.windows) or fx.window is not None:
+            return
+        ev = detect_collapse(self._history.series(ranks), self.detect)
+        if ev is not None:
+            reason = {"why": "collapse signature", "collapse_from_step": ev.step, "detected_at_step": self._step_i}
+            fx.arm("collapse", self._step_i, reason)
 
     def _all_gather(self, block: np.ndarray) -> np.ndarray:
         dist = torch.distributed
@@ -408,7 +460,6 @@ class StepMonitor:
         return torch.stack(out).cpu().double().numpy()
 
     def _analyse(self, gathered: np.ndarray, ranks: tuple[int, ...]) -> None:
-        self._history.add(gathered)
         window = Series.from_block(ranks, gathered)
         if window.steps.size:
             summ = summarize(window)
