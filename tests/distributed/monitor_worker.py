@@ -42,8 +42,8 @@ SCALE = {
     "input-skew": 0.1,
     "collective-collapse": 0.15,
     "collective-collapse-node": 0.15,
-    "host-stall": 0.15,
-    "gc-pause": 0.15,
+    "host-stall": 0.08,
+    "gc-pause": 0.1,
     "kill-capture": 0.15,
 }
 HSDP_KIND = {"collective-collapse-node": "collective-collapse", "kill-capture": "collective-collapse"}

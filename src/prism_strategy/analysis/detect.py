@@ -130,6 +130,14 @@ class Series:
         sl = slice(skip, None)
         return Series(self.ranks, self.steps[sl], *(getattr(self, f)[:, sl] for f in FIELDS[1:]))
 
+    def skip_steps(self, n: int) -> Series:
+        """Without the first `n` *steps* (by step number): a record per step (StepMonitor) or per
+        window of several steps (PRISM's running means) is skipped alike."""
+        if not self.steps.size:
+            return self
+        keep = self.steps >= self.steps[0] + n
+        return Series(self.ranks, self.steps[keep], *(getattr(self, f)[:, keep] for f in FIELDS[1:]))
+
 
 def nanmedian(a: np.ndarray, axis=None):
     with warnings.catch_warnings():

@@ -318,6 +318,48 @@ def render_verdict(v: Verdict, console: Console | None = None) -> None:
         console.print(_wrap(f"left out: {line}", width, "", "  "), style="dim", markup=False, soft_wrap=True)
 
 
+def _flag_words(flags: dict[str, dict[str, Any]]) -> str:
+    words = []
+    if b := flags.get("bimodal"):
+        words.append(
+            f"bimodal: {fmt_s(b['fast_s'])} x {b['fast_share']:.0%} and {fmt_s(b['slow_s'])} x "
+            f"{b['slow_share']:.0%} of steps (Ashman D {b['ashman_d']})"
+        )
+    if g := flags.get("backward_grew"):
+        if g.get("by") == "collapse detector":
+            words.append(
+                f"backward grew {fmt_s(g['before_s'])} -> {fmt_s(g['after_s'])} from step {g['from_step']} (collapse)"
+            )
+        else:
+            words.append(
+                f"backward grew {fmt_s(g['first_third_s'])} -> {fmt_s(g['last_third_s'])} (first vs last third)"
+            )
+    return "; ".join(words) or "steady"
+
+
+def show_runs(checks: list, *, json_out: bool = False) -> None:
+    """What `analyze --runs` prints: each run, its flags, and the runs to rerun."""
+    rerun = [c.path for c in checks if c.rerun]
+    if json_out:
+        print(json.dumps({"runs": [c.to_dict() for c in checks], "rerun": rerun}, indent=2, default=str))
+        return
+    console = Console(width=WIDTH, highlight=False)
+    t = Table(title="runs of one study: check each before comparing their points", width=WIDTH)
+    for col, just in (("run", "left"), ("steps", "right"), ("step", "right"), ("verdict", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    t.add_column("flags", overflow="fold", ratio=1)
+    for c in checks:
+        t.add_row(
+            c.path, str(c.steps), fmt_s(c.step_s), c.verdict, _flag_words(c.flags), style="red" if c.rerun else None
+        )
+    console.print(t)
+    if rerun:
+        msg = f"rerun before comparing: {', '.join(rerun)} (their step times are not one steady value)"
+    else:
+        msg = "every run is steady: its points can be compared"
+    console.print(_wrap(msg, WIDTH, "", "  "), markup=False, soft_wrap=True)
+
+
 def show_verdict(v: Verdict, *, json_out: bool = False, plot: str | None = None) -> None:
     """What `analyze` prints (and the PNG timeline, when asked)."""
     if plot:
