@@ -128,13 +128,28 @@ def allocator_state(device: torch.device) -> dict[str, Any]:
     }
 
 
-def _runq_wait() -> float | None:
-    """Seconds this thread has waited runnable for a core (Linux schedstat), None elsewhere."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
+class _RunQueue:
+    """Seconds the training thread has waited runnable for a core (Linux schedstat; None
+    elsewhere). The file is opened once per window, in the training thread, and re-read with pread."""
+
+    def __init__(self) -> None:
+        try:
+            self.fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self.fd = None
+
+    def wait_s(self) -> float | None:
+        if self.fd is None:
+            return None
+        try:
+            return int(os.pread(self.fd, 128, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _nbytes(x: Any) -> int:
@@ -207,6 +222,7 @@ class Capture:
                 "t": time.time(),
             }
         )
+        self._runq_src = _RunQueue()
         self._install()
 
     def end_step(self) -> None:
@@ -223,7 +239,7 @@ class Capture:
 
     # -- phases and GC ---------------------------------------------------------------------
     def phase_enter(self, name: str) -> None:
-        self._phase_t = (name, time.perf_counter(), time.process_time(), _runq_wait())
+        self._phase_t = (name, time.perf_counter(), time.process_time(), self._runq_src.wait_s())
 
     def phase_exit(self, name: str) -> None:
         if self._phase_t is None or self._phase_t[0] != name:
@@ -231,7 +247,7 @@ class Capture:
         _, t0, c0, q0 = self._phase_t
         self._wall[name] = self._wall.get(name, 0.0) + time.perf_counter() - t0
         self._cpu[name] = self._cpu.get(name, 0.0) + time.process_time() - c0
-        q1 = _runq_wait()
+        q1 = self._runq_src.wait_s()
         if q0 is not None and q1 is not None:
             self._runq[name] = self._runq.get(name, 0.0) + q1 - q0
         self._phase_t = None
@@ -313,6 +329,7 @@ class Capture:
         self._saved.clear()
         if self._gc_cb in gc.callbacks:
             gc.callbacks.remove(self._gc_cb)
+        self._runq_src.close()
 
     # -- the record ------------------------------------------------------------------------
     def _collectives(self) -> list[dict[str, Any]]:
