@@ -8,7 +8,7 @@ in its own folder ``OUT/<i>_<scenario>`` (saves process starts in tests)::
 
 With ``--hsdp`` the scenarios run a tiny Llama under prism-strategy's ``hsdp_full_shard`` on a
 2 x 2 mesh (the collapse forensics' launch): ``clean-nofx`` (no capture), ``clean``,
-``collective-collapse``, ``collective-collapse-node`` (node 1's reduce-scatters), ``host-stall``,
+``collective-collapse`` (every rank's reduce-scatters), ``collective-collapse-node`` (node 1's), ``host-stall``,
 ``gc-pause`` and ``kill-capture`` (a collective collapse whose rank 2 is SIGKILLed mid-capture;
 it ends the launch, so it comes last). Rank 0 writes each scenario's losses to ``losses.json``.
 """

@@ -3,7 +3,8 @@
 Four launches: one runs clean x3, collapse, slow rank 2 (compute, then waiting in a sleep, then
 a slow data phase) and input skew one after another in the same process group (saves process
 starts); one hangs rank 2 before a collective; one SIGKILLs rank 2 mid-step; and one runs the
-collapse forensics' scenarios under HSDP on a 2 x 2 mesh (monitor_worker.py --hsdp). The capture
+collapse forensics' scenarios under HSDP on a 2 x 2 mesh (monitor_worker.py --hsdp; the
+all-ranks reduce-scatter collapse runs through examples/train.py in test_example_train.py). The capture
 is on (StepMonitor's default) in all of them: the straggler, hang and kill verdicts are read with it.
 """
 
@@ -262,7 +263,6 @@ def torch_version() -> str:
 FX_SCENARIOS = (
     "clean-nofx",
     "clean",
-    "collective-collapse",
     "collective-collapse-node",
     "host-stall",
     "gc-pause",
@@ -288,19 +288,10 @@ def forensics_of(run: Path) -> dict:
     return json.loads(out.output)
 
 
-def test_reduce_scatter_collapse_is_collective_bound_on_all_ranks(fx_runs):
-    v = forensics_of(fx_runs["collective-collapse"])
-    fx = v["forensics"]
-    assert v["verdict"] == "collapse" and fx["kind"] == "collective", fx.get("message")
-    assert fx["op"] == "reduce_scatter" and fx["phase"] == "backward" and fx["where"]["group"] == "all ranks"
-    row = next(g for g in fx["grew"] if g.get("op") == "reduce_scatter")
-    assert row["ranks"] == [0, 1, 2, 3] and row["after"] > 3 * row["before"]
-    assert not any(g.get("op") in ("all_gather", "all_reduce") for g in fx["grew"])
-    assert "straggler" not in {e["event"] for e in v["events"]}
-
-
 def test_one_slow_node_is_named(fx_runs):
-    fx = forensics_of(fx_runs["collective-collapse-node"])["forensics"]
+    v = forensics_of(fx_runs["collective-collapse-node"])
+    fx = v["forensics"]
+    assert v["verdict"] == "collapse" and "straggler" not in {e["event"] for e in v["events"]}
     assert fx["kind"] == "collective" and fx["op"] == "reduce_scatter", fx.get("message")
     assert fx["where"]["group"] == "node 1" and fx["where"]["ranks"] == [2, 3]
     assert "leaving out node 1" in fx["experiment"]

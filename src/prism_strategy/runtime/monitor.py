@@ -29,6 +29,8 @@ Output, one JSONL file per rank, ``OUT/rank{R}.jsonl``; every line has a ``kind`
      "samples":8,"tokens":1024,"peak_mem_bytes":...}
     {"kind":"summary","step":10,"fastest_rank":1,"slowest_rank":2,"straggler_ratio":1.04,...}
     {"kind":"event","event":"collapse","step":23,"ranks":[0,1,2,3],"evidence":{...},...}
+    {"kind":"forensic_window","window":"baseline"|"collapse","from_step":3,"steps":5,"env":{..},...}
+    {"kind":"forensic","window":"collapse","step":30,"collectives":[...],"gc":{..},"allocator":{..},...}
     {"kind":"close","rank":0,"steps":40}
 
 Every record is written through at once (line-buffered), so a killed run leaves its last steps;
@@ -41,6 +43,14 @@ and slowest rank, straggler ratio) and runs the detectors of `prism_strategy.ana
 (collapse, straggler, input skew; the compute-vs-wait method is documented there). Without a
 process group it detects from the local rank only. Ranks must call `step()` the same number of
 times (as DDP requires anyway); a rank that does not join a gather is caught by the watchdog.
+
+Collapse forensics (``forensics=ForensicsConfig()``, the default; None turns it off): K steps of
+a cheap capture (`prism_strategy.runtime.forensics`: per-collective host time, GC pauses, host
+CPU and run-queue wait per phase, the allocator, the CCL/NCCL environment) right after the
+warm-up skip (the healthy baseline), and again from the sync step at which the collapse
+signature is first seen. Every rank runs the collapse detector on the same gathered rows, so all
+ranks open the window at the same step without a message. `analyze` compares the two windows
+(docs/collapse.md).
 
 Hang: see `prism_strategy.runtime.watchdog` (`HANG_EXIT_CODE`, ``hang_report.json``).
 """
@@ -65,70 +75,12 @@ import torch
 from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, detect_collapse, summarize
 from prism_strategy.readers.steps import FIELDS, Event, step_times
 from prism_strategy.runtime.forensics import Capture, ForensicsConfig
+from prism_strategy.runtime.monitor_state import _cpus, _History, _identity, _placement
 from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
 
 __all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event", "ForensicsConfig"]
 
 log = logging.getLogger("prism_strategy.monitor")
-
-
-def _identity(ctx: Any) -> tuple[int, int, torch.device]:
-    """rank, world size and device from ctx, else the process group, else the launcher env."""
-    device = getattr(ctx, "device", None) if ctx is not None else None
-    if ctx is not None:
-        rank, world = int(ctx.rank), int(ctx.world_size)
-    elif torch.distributed.is_available() and torch.distributed.is_initialized():
-        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    else:
-        env = os.environ
-        rank = int(env.get("RANK", env.get("PMI_RANK", env.get("PALS_RANKID", "0"))))
-        world = int(env.get("WORLD_SIZE", env.get("PMI_SIZE", "1")))
-    return rank, world, torch.device(device) if device is not None else torch.device("cpu")
-
-
-def _placement(ctx: Any) -> dict[str, int]:
-    """local rank, ranks per node and node index where ctx knows them (what forensics groups by)."""
-    out: dict[str, int] = {}
-    for key in ("local_rank", "ranks_per_node"):
-        val = getattr(ctx, key, None) if ctx is not None else None
-        if isinstance(val, int):
-            out[key] = val
-    if "ranks_per_node" in out and out["ranks_per_node"] > 0 and ctx is not None:
-        out["node"] = int(ctx.rank) // out["ranks_per_node"]
-    return out
-
-
-def _cpus() -> int:
-    """CPUs this process may run on (what an oversubscribed host is measured against)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-class _History:
-    """Gathered rows: the first `keep_first` steps (the baseline) and the last `keep_last`."""
-
-    def __init__(self, keep_first: int, keep_last: int) -> None:
-        self.keep_first, self.keep_last = keep_first, keep_last
-        self.first: np.ndarray | None = None
-        self.recent: deque[np.ndarray] = deque()
-
-    def add(self, block: np.ndarray) -> None:
-        n_first = 0 if self.first is None else self.first.shape[1]
-        take = max(0, min(self.keep_first - n_first, block.shape[1]))
-        if take:
-            head = block[:, :take]
-            self.first = head if self.first is None else np.concatenate([self.first, head], axis=1)
-            block = block[:, take:]
-        if block.shape[1]:
-            self.recent.append(block)
-        while self.recent and sum(b.shape[1] for b in self.recent) - self.recent[0].shape[1] >= self.keep_last:
-            self.recent.popleft()
-
-    def series(self, ranks: tuple[int, ...]) -> Series:
-        parts = ([self.first] if self.first is not None else []) + list(self.recent)
-        return Series.from_block(ranks, np.concatenate(parts, axis=1))
 
 
 class _Phase:
@@ -185,6 +137,7 @@ class StepMonitor:
     data loader is a hang): wrap evaluation or checkpointing in ``with mon.paused():`` and call
     `close()` (or use ``with StepMonitor(...) as mon``) when the loop ends. Files are appended
     to, so a restart into the same folder adds a run; `analyze` reads the last one.
+    ``forensics``: the collapse capture's window length and baseline step (None: no capture).
     """
 
     def __init__(
