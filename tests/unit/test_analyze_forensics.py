@@ -160,3 +160,10 @@ def test_a_run_killed_mid_capture_still_analyses(tmp_path):
     assert v.verdict == "incomplete" and v.forensics["kind"] == "collective"
     assert v.forensics["windows"]["collapse"] == [30, 34, 5]  # rank 2's steps 30-31 + the others'
     assert any("rank2.jsonl" in s for s in v.skipped)
+
+
+def test_a_collapse_found_after_the_run_ended_says_the_window_never_opened(tmp_path):
+    write_run(tmp_path / "run", collapse_from=20, steps=30)  # capture records only for the baseline
+    v = analyze(tmp_path / "run")
+    assert v.verdict == "collapse" and v.forensics["kind"] is None
+    assert "ended before the capture's collapse window" in v.forensics["message"]

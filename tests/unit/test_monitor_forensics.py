@@ -126,3 +126,19 @@ def test_records_are_plain_json(tmp_path, one_rank_group):
     mon.close()
     (rec,) = forensic(tmp_path / "rank0.jsonl")
     assert json.loads(json.dumps(rec)) == rec and rec["calls_not_itemised"] == 0
+
+
+def test_profile_dir_profiles_the_collapse_windows_first_step_only(tmp_path):
+    dev = FakeDevice()
+    fx = ForensicsConfig(steps=3, profile_dir=str(tmp_path / "prof"))
+    mon = StepMonitor(tmp_path, hang_timeout_s=None, event_factory=dev.event, summary_every=5, detect=CFG, forensics=fx)
+    for i in range(24):
+        with mon.step():
+            with mon.phase("forward"):
+                dev.t_ms += 10
+            with mon.phase("backward"):
+                dev.t_ms += 20 if i < 12 else 200
+            dev.done_up_to = dev.t_ms
+    mon.close()
+    assert [p.name for p in (tmp_path / "prof").iterdir()] == ["profile_rank0_step20.json"]
+    assert "traceEvents" in (tmp_path / "prof" / "profile_rank0_step20.json").read_text()[:2000]

@@ -237,6 +237,11 @@ def _forensics(run: RunLog, events: list[Event]) -> dict[str, Any] | None:
     if not collapsed:
         return None
     found = analyze_forensics(run.forensics, run.meta)
+    if found is not None and found.get("kind") is None:
+        found["message"] = (
+            "forensics: the run ended before the capture's collapse window (it opens at the first summary "
+            "step after the signature is seen, for 5 steps); only the healthy baseline was captured"
+        )
     if found is None:
         return {
             "kind": None,

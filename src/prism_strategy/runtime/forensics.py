@@ -77,6 +77,9 @@ class ForensicsConfig:
     """First step of the healthy baseline window; None: the detector's warm-up skip."""
     max_calls: int = 20_000
     """Collective calls itemised per step and rank (beyond this, counted only)."""
+    profile_dir: str | None = None
+    """A folder: the collapse window's first step also runs under `torch.profiler` and its trace is
+    written there (``profile_rank{R}_step{N}.json``, chrome trace). None: no profiler."""
 
 
 def comm_env() -> dict[str, str]:
@@ -205,6 +208,7 @@ class Capture:
         self._gc: dict[str, list[float]] = {}
         self._dev: list[tuple[int, Any, Any]] = []
         self._phase_t: tuple[str, float, float] | None = None
+        self._start_profiler()
         return True
 
     def _open(self, window: str, step: int, reason: dict[str, Any]) -> None:
@@ -225,7 +229,28 @@ class Capture:
         self._runq_src = _RunQueue()
         self._install()
 
+    def _start_profiler(self) -> None:
+        """One torch.profiler step in the collapse window's first step (ForensicsConfig.profile_dir)."""
+        self._prof = None
+        if self.cfg.profile_dir is None or self.window != "collapse" or self._left != self.cfg.steps:
+            return
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if self._on_device and self.device.type == "cuda":  # device-only branch
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        self._prof = torch.profiler.profile(activities=acts, record_shapes=False)
+        self._prof.__enter__()
+
+    def _stop_profiler(self) -> None:
+        prof, self._prof = getattr(self, "_prof", None), None
+        if prof is None:
+            return
+        prof.__exit__(None, None, None)
+        out = os.path.join(self.cfg.profile_dir, f"profile_rank{self.rank}_step{self._step}.json")
+        os.makedirs(self.cfg.profile_dir, exist_ok=True)
+        prof.export_chrome_trace(out)
+
     def end_step(self) -> None:
+        self._stop_profiler()
         self._write(self._record())
         self._left -= 1
         if self._left <= 0:
