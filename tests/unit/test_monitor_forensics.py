@@ -142,3 +142,26 @@ def test_profile_dir_profiles_the_collapse_windows_first_step_only(tmp_path):
     mon.close()
     assert [p.name for p in (tmp_path / "prof").iterdir()] == ["profile_rank0_step20.json"]
     assert "traceEvents" in (tmp_path / "prof" / "profile_rank0_step20.json").read_text()[:2000]
+
+
+def test_ddp_bucket_all_reduces_are_itemised_with_the_hook(tmp_path, one_rank_group):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from prism_strategy.runtime.forensics import register_ddp_hook
+
+    torch.manual_seed(0)
+    ddp = DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)))
+    register_ddp_hook(ddp)
+    mon = StepMonitor(tmp_path, hang_timeout_s=None, summary_every=100, detect=CFG, forensics=ForensicsConfig(steps=2))
+    for _ in range(5):
+        with mon.step():
+            with mon.phase("forward"):
+                loss = ddp(torch.randn(4, 8)).sum()
+            with mon.phase("backward"):
+                loss.backward()
+    mon.close()
+    recs = forensic(tmp_path / "rank0.jsonl")
+    rows = [c for c in recs[0]["collectives"] if c["phase"] == "backward"]
+    assert [c["op"] for c in rows] == ["all_reduce"] and rows[0]["async"] is True
+    assert rows[0]["bytes"] == 4 * (8 * 8 + 8 + 8 + 1)  # one bucket: every gradient, fp32
+    assert len(rows[0]["done_s"]) == rows[0]["calls"]  # completion seen through the future

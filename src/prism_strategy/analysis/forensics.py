@@ -3,8 +3,8 @@ window against the collapse window, per rank, and a classification with the expe
 would settle it. Pure: dicts in, a JSON-ready dict out (no torch).
 
 Per rank, each quantity is the median over its window's steps: backward wall and process CPU
-time, each collective's host time per step by (op, phase) and per call index (the unit it
-served), GC pause time per phase, and the allocator's reserved bytes and cumulative
+time, each collective's time per step by (op, phase) and per call index (the unit it served;
+host enqueue-to-return, or enqueue-to-completion for an async call whose future said when), GC pause time per phase, and the allocator's reserved bytes and cumulative
 ``num_alloc_retries``. The backward's growth ``dW`` (after - before) is what must be explained:
 
 * allocator-bound: ``num_alloc_retries`` rose during the collapse window (each retry frees the
@@ -73,8 +73,9 @@ def _per_step(rec: dict[str, Any]) -> dict[tuple, float]:
         out[("runq", ph)] = float(v)
     for row in rec.get("collectives") or ():
         key = ("collective", row["op"], row["phase"])
-        out[key] = out.get(key, 0.0) + sum(row.get("host_s") or ())
-        for i, t in enumerate(row.get("host_s") or ()):
+        times = row.get("done_s") or row.get("host_s") or ()  # async calls: enqueue to completion
+        out[key] = out.get(key, 0.0) + sum(times)
+        for i, t in enumerate(times):
             out[("unit", row["op"], row["phase"], i)] = out.get(("unit", row["op"], row["phase"], i), 0.0) + t
         out[("first", row["op"], row["phase"])] = min(
             out.get(("first", row["op"], row["phase"]), math.inf), row.get("first_call", 0)

@@ -15,9 +15,10 @@ killed mid-capture keeps every step written so far):
   ``deepspeed/comm/torch.py`` ``TorchBackend.all_reduce`` calls ``torch.distributed.all_reduce`` at
   call time, but binds ``all_gather_function`` / ``reduce_scatter_function`` at init
   (``get_all_gather_function``): those two are wrapped on the live backend object (``cdb``) too.
-  DDP's reducer calls the process group from C++ (no Python call to wrap; a comm hook would have
-  to be registered before the first forward), so DDP's bucket all-reduces are not itemised; its
-  backward's wall vs CPU time and the other quantities still are. Device-only branch: on an
+  DDP's reducer calls the process group from C++: its bucket all-reduces are itemised only with
+  `register_ddp_hook(ddp)` before the first forward (torch's own ``allreduce_hook``,
+  ``ddp_comm_hooks/default_hooks.py``, which calls ``dist.all_reduce(..., async_op=True)``).
+  An async call also records ``done_s``: enqueue to the completion of its future (a callback). Device-only branch: on an
   accelerator each call also records two device events on the current stream (``device_s``,
   resolved at the step's end); on CPU/gloo the host time is the whole (synchronous) collective.
 * the allocator (device-only branch): allocated, reserved, ``num_alloc_retries``, segments,
@@ -44,7 +45,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["ForensicsConfig", "Capture", "OPS", "allocator_state", "comm_env"]
+__all__ = ["ForensicsConfig", "Capture", "OPS", "allocator_state", "comm_env", "register_ddp_hook"]
 
 OPS = {
     "all_gather_single": "all_gather",
@@ -316,13 +317,27 @@ class Capture:
                 return out
             group = kwargs.get("group", next((a for a in args if isinstance(a, torch.distributed.ProcessGroup)), None))
             nbytes = max((_nbytes(a) for a in args[:2]), default=0)
-            cap._calls.append([op, phase, cap._group(group), nbytes, dt, bool(kwargs.get("async_op", False))])
+            is_async = bool(kwargs.get("async_op", False))
+            cap._calls.append([op, phase, cap._group(group), nbytes, dt, is_async, None])
+            if is_async and hasattr(out, "get_future"):
+                cap._on_done(out, len(cap._calls) - 1, t0)
             if ev0 is not None:
                 cap._dev.append((len(cap._calls) - 1, ev0, cap._device_event()))
             return out
 
         timed.__wrapped__ = fn  # type: ignore[attr-defined]
         return timed
+
+    def _on_done(self, work: Any, i: int, t0: float) -> None:
+        calls = self._calls
+
+        def done(_: Any) -> None:
+            calls[i][6] = time.perf_counter() - t0
+
+        try:
+            work.get_future().add_done_callback(done)
+        except (RuntimeError, AttributeError):  # a backend without futures: host time only
+            pass
 
     def _device_event(self) -> Any:
         if not self._on_device:
@@ -363,7 +378,7 @@ class Capture:
             b.synchronize()
             device_s[i] = a.elapsed_time(b) / 1000.0
         rows: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for i, (op, phase, group, nbytes, dt, is_async) in enumerate(self._calls):
+        for i, (op, phase, group, nbytes, dt, is_async, done_s) in enumerate(self._calls):
             row = rows.setdefault(
                 (op, phase, group),
                 {"op": op, "phase": phase, "group": group, "first_call": i, "calls": 0, "bytes": 0, "host_s": []},
@@ -374,6 +389,8 @@ class Capture:
             row["async"] = row.get("async", False) or is_async
             if i in device_s:
                 row.setdefault("device_s", []).append(round(device_s[i], 7))
+            if done_s is not None:
+                row.setdefault("done_s", []).append(round(done_s, 7))
         return list(rows.values())
 
     def _record(self) -> dict[str, Any]:
@@ -396,3 +413,12 @@ class Capture:
 
 def _rounded(d: dict[str, float]) -> dict[str, float]:
     return {k: round(v, 7) for k, v in d.items()}
+
+
+def register_ddp_hook(ddp: Any) -> None:
+    """Route a DDP module's bucket all-reduces through ``dist.all_reduce`` (torch's default
+    ``allreduce_hook``: same arithmetic, sum then divide by the world) so the capture itemises
+    them. Call before the first forward (DDP allows one comm hook, registered before training)."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    ddp.register_comm_hook(None, allreduce_hook)
