@@ -185,6 +185,9 @@ class Capture:
         self._saved: list[tuple[Any, str, Any]] = []
         self._groups: dict[int, str] = {}
         self._on_device = device.type != "cpu"
+        self._pending: tuple[str, int, dict[str, Any]] | None = None
+        self._prof: Any = None
+        self._gc_t0: float | None = None
 
     # -- windows ---------------------------------------------------------------------------
     def arm(self, window: str, from_step: int, reason: dict[str, Any] | None = None) -> None:
@@ -194,7 +197,7 @@ class Capture:
 
     def begin_step(self, step: int) -> bool:
         """True when this step is captured (the capture then runs until `end_step`)."""
-        pend = getattr(self, "_pending", None)
+        pend = self._pending
         if self.window is None and pend is not None and step >= pend[1]:
             self._pending = None
             self._open(pend[0], step, pend[2])
@@ -242,7 +245,7 @@ class Capture:
         self._prof.__enter__()
 
     def _stop_profiler(self) -> None:
-        prof, self._prof = getattr(self, "_prof", None), None
+        prof, self._prof = self._prof, None
         if prof is None:
             return
         prof.__exit__(None, None, None)
@@ -281,7 +284,7 @@ class Capture:
     def _gc_cb(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._gc_t0 = time.perf_counter()
-        elif getattr(self, "_gc_t0", None) is not None:
+        elif self._gc_t0 is not None:
             slot = self._gc.setdefault(self.progress.phase, [0, 0.0, 0.0])
             dt = time.perf_counter() - self._gc_t0
             slot[0] += 1
