@@ -9,7 +9,8 @@ in its own folder ``OUT/<i>_<scenario>`` (saves process starts in tests)::
 With ``--hsdp`` the scenarios run a tiny Llama under prism-strategy's ``hsdp_full_shard`` on a
 2 x 2 mesh (the collapse forensics' launch): ``clean-nofx`` (no capture), ``clean``,
 ``collective-collapse`` (every rank's reduce-scatters), ``collective-collapse-node`` (node 1's), ``host-stall``,
-``gc-pause`` and ``kill-capture`` (a collective collapse whose rank 2 is SIGKILLed mid-capture;
+``gc-pause`` and ``kill-capture`` (a collective collapse whose rank 2 is SIGKILLed in its forward
+after ``--kill-after`` steps of the collapse window;
 it ends the launch, so it comes last). Rank 0 writes each scenario's losses to ``losses.json``.
 """
 
@@ -62,7 +63,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--hsdp", action="store_true", help="tiny Llama, hsdp_full_shard on 2 x 2 (forensics)")
-    p.add_argument("--kill-step", type=int, default=22, help="kill-capture: rank 2's last step + 1")
+    p.add_argument("--kill-after", type=int, default=2, help="kill-capture: collapse steps captured before the kill")
     return p.parse_args(argv)
 
 
@@ -112,9 +113,7 @@ def run_hsdp_scenario(out: Path, name: str, args: argparse.Namespace, ctx) -> No
     kind = HSDP_KIND.get(name, "none" if name.startswith("clean") else name)
     spec = FaultSpec(kind=kind, step=args.fault_step, rank=2, scale=SCALE.get(name), node=name.endswith("-node"))
     faults = FaultInjector(spec, ctx.rank, ranks_per_node=ctx.ranks_per_node).attach(model)
-    kill = FaultInjector(FaultSpec(kind="kill", step=args.kill_step, rank=2), ctx.rank)
-    if name == "kill-capture":
-        kill.attach(model)
+    kill, captured = None, 0
     job = wrap(model, "hsdp_full_shard", ctx=ctx, optimizer=lambda p: torch.optim.SGD(p, lr=0.1), mixed_precision=None)
     mon = StepMonitor(
         out,
@@ -128,7 +127,9 @@ def run_hsdp_scenario(out: Path, name: str, args: argparse.Namespace, ctx) -> No
     losses = []
     for step in range(args.steps):
         faults.set_step(step)
-        kill.set_step(step)
+        if name == "kill-capture" and kill is None and captured == args.kill_after:
+            kill = FaultInjector(FaultSpec(kind="kill", step=step, rank=2), ctx.rank).attach(model)
+            kill.set_step(step)  # rank 2 dies in this step's forward, mid-capture
         tokens = torch.randint(0, 64, (args.batch, args.seq), generator=gen)
         with mon.step(samples=args.batch, tokens=args.batch * args.seq):
             with mon.phase("forward"):
@@ -139,6 +140,7 @@ def run_hsdp_scenario(out: Path, name: str, args: argparse.Namespace, ctx) -> No
                 job.step()
                 job.zero_grad()
         losses.append(loss.item())
+        captured += mon.capture_window == "collapse"
     mon.close()
     faults.detach()
     if ctx.rank == 0:

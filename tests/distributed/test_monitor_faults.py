@@ -268,14 +268,14 @@ FX_SCENARIOS = (
     "gc-pause",
     "kill-capture",
 )
-FX_FAULT_STEP, FX_KILL_STEP = 10, 22
+FX_FAULT_STEP, FX_KILL_AFTER = 10, 2
 
 
 @pytest.fixture(scope="module")
 def fx_runs(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("forensics")
     args = ["--hsdp", "--scenarios", ",".join(FX_SCENARIOS), "--steps", "25", "--fault-step", str(FX_FAULT_STEP)]
-    res = torchrun(out, *args, "--kill-step", str(FX_KILL_STEP), "--seq", "32", "--batch", "4", timeout=540)
+    res = torchrun(out, *args, "--kill-after", str(FX_KILL_AFTER), "--seq", "32", "--batch", "4", timeout=540)
     assert res.returncode != 0  # the last scenario SIGKILLs rank 2
     runs = {name: out / f"{i}_{name}" for i, name in enumerate(FX_SCENARIOS)}
     assert (runs["gc-pause"] / "losses.json").exists(), res.stdout[-4000:]  # every other scenario finished
@@ -324,4 +324,8 @@ def test_a_run_killed_mid_capture_still_analyses(fx_runs):
     assert v.verdict == "incomplete" and v.forensics["kind"] == "collective", v.forensics
     rank2 = [json.loads(x) for x in (run / "rank2.jsonl").read_text().splitlines() if x.strip()]
     captured = [r["step"] for r in rank2 if r.get("kind") == "forensic" and r["window"] == "collapse"]
-    assert captured and captured[-1] == FX_KILL_STEP - 1  # every step written before the kill is read
+    last_step = max(r["step"] for r in rank2 if r.get("kind") == "step")
+    # killed in its forward after 2 captured steps: both written, read back, nothing after them
+    assert len(captured) == FX_KILL_AFTER and captured[-1] == last_step, (captured, last_step)
+    win = v.forensics["windows"]["collapse"]
+    assert win[0] == captured[0] and win[1] >= captured[-1]

@@ -30,7 +30,8 @@ from prism_strategy.diagnose.logs import load_run
 from prism_strategy.specs.errors import SpecError
 
 MIN_SHARE = 0.15
-MIN_RATIO = 1.3
+MIN_RATIO = 1.5
+"""The slow mode at least this much slower (a loaded host's jitter gives two modes ~1.4x apart)."""
 ASHMAN_D = 2.0
 GROWTH = 1.5
 MIN_STEPS = 6

@@ -257,6 +257,11 @@ class StepMonitor:
         rank = self.rank if self._started else _identity(self.ctx)[0]
         return self.out_dir / f"rank{rank}.jsonl"
 
+    @property
+    def capture_window(self) -> str | None:
+        """The forensic window open now ("baseline", "collapse") or None."""
+        return self._fx.window if self._fx is not None else None
+
     # -- the loop API ----------------------------------------------------------------------
     def step(self, *, samples: int | None = None, tokens: int | None = None) -> _Step:
         return _Step(self, samples, tokens)
