@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import gc
 import os
-import resource
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+
+from prism_strategy.runtime.forensics_probes import RunQueue, allocator_state, comm_env
 
 __all__ = ["ForensicsConfig", "Capture", "OPS", "allocator_state", "comm_env", "register_ddp_hook"]
 
@@ -62,8 +63,6 @@ OPS = {
 }
 """torch.distributed functions wrapped during a capture -> the op name the records use."""
 DS_FUNCTIONS = {"all_gather_function": "all_gather", "reduce_scatter_function": "reduce_scatter"}
-ENV_PREFIXES = ("CCL_", "NCCL_", "FI_", "MPICH_", "TORCH_NCCL_", "TORCH_XCCL_", "GLOO_", "ZE_", "UR_")
-ENV_NAMES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_XPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "OMP_NUM_THREADS")
 SKIP_PHASES = ("monitor_gather",)
 """The monitor's own gather is not the engine's."""
 
@@ -81,79 +80,6 @@ class ForensicsConfig:
     profile_dir: str | None = None
     """A folder: the collapse window's first step also runs under `torch.profiler` and its trace is
     written there (``profile_rank{R}_step{N}.json``, chrome trace). None: no profiler."""
-
-
-def comm_env() -> dict[str, str]:
-    env = os.environ
-    return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
-
-
-def _rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _largest_free_block(mod: Any) -> int | None:
-    snap = getattr(mod, "memory_snapshot", None)
-    if snap is None:
-        return None
-    try:
-        blocks = [b for seg in snap() for b in seg.get("blocks", ()) if b.get("state") == "inactive"]
-    except (RuntimeError, TypeError, AttributeError):
-        return None
-    return max((int(b.get("size", 0)) for b in blocks), default=0)
-
-
-def allocator_state(device: torch.device) -> dict[str, Any]:
-    """The caching allocator's state now (device-only branch); on CPU what is not available."""
-    if device.type == "cpu":
-        return {
-            "available": False,
-            "why": "CPU tensors use the system allocator: no caching-allocator statistics "
-            "(allocated, reserved, num_alloc_retries, segments, free blocks); process RSS instead",
-            "rss_bytes": _rss_bytes(),
-        }
-    mod = getattr(torch, device.type, None)
-    stats_fn = getattr(mod, "memory_stats", None)
-    if stats_fn is None:
-        return {"available": False, "why": f"torch.{device.type} has no memory_stats"}
-    st = stats_fn(device)
-    return {
-        "available": True,
-        "allocated_bytes": st.get("allocated_bytes.all.current"),
-        "reserved_bytes": st.get("reserved_bytes.all.current"),
-        "num_alloc_retries": st.get("num_alloc_retries"),
-        "num_ooms": st.get("num_ooms"),
-        "segments": st.get("segment.all.current"),
-        "largest_free_block_bytes": _largest_free_block(mod),
-    }
-
-
-class _RunQueue:
-    """Seconds the training thread has waited runnable for a core (Linux schedstat; None
-    elsewhere). The file is opened once per window, in the training thread, and re-read with pread."""
-
-    def __init__(self) -> None:
-        try:
-            self.fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        except OSError:
-            self.fd = None
-
-    def wait_s(self) -> float | None:
-        if self.fd is None:
-            return None
-        try:
-            return int(os.pread(self.fd, 128, 0).split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 def _nbytes(x: Any) -> int:
@@ -230,7 +156,7 @@ class Capture:
                 "t": time.time(),
             }
         )
-        self._runq_src = _RunQueue()
+        self._runq_src = RunQueue()
         self._install()
 
     def _start_profiler(self) -> None:

@@ -212,12 +212,7 @@ class StepMonitor:
             }
         )
         self._fh.flush()
-        if self.forensics is not None:
-            self._fx = Capture(
-                self.forensics, rank=self.rank, device=self.device, progress=self.progress, write=self._write_flush
-            )
-            first = self.forensics.baseline_step
-            self._fx.arm("baseline", cfg.warmup_skip if first is None else first, {"why": "healthy baseline"})
+        self._start_capture()
         if self.hang_timeout_s:
             self._watchdog = Watchdog(
                 self.out_dir,
@@ -232,6 +227,16 @@ class StepMonitor:
             self._watchdog.start()
         self._started = True
         return self
+
+    def _start_capture(self) -> None:
+        """The collapse capture, armed for the healthy baseline right after the warm-up skip."""
+        if self.forensics is None:
+            return
+        self._fx = Capture(
+            self.forensics, rank=self.rank, device=self.device, progress=self.progress, write=self._write_flush
+        )
+        first = self.forensics.baseline_step
+        self._fx.arm("baseline", self.detect.warmup_skip if first is None else first, {"why": "healthy baseline"})
 
     def close(self) -> None:
         if not self._started or self._closed:
