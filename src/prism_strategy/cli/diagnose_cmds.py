@@ -18,7 +18,9 @@ def analyze(
             help="Run directory or log files: our rank*.jsonl, PRISM perf.jsonl or [TIMING] logs", show_default=False
         ),
     ],
-    json_out: Annotated[bool, typer.Option("--json", help="Machine output: verdict, events, ranks, evidence")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Machine output: verdict, events, ranks, evidence, forensics")
+    ] = False,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG timeline to this file")] = None,
     log_format: Annotated[
         Optional[str],
@@ -38,7 +40,8 @@ def analyze(
         ),
     ] = False,
 ) -> None:
-    """Tell collapse, straggler, hang and input skew apart from step logs; exit 1 unless healthy."""
+    """Tell collapse, straggler, hang and input skew apart from step logs, and what grew in a
+    collapse (docs/collapse.md); exit 1 unless healthy."""
     from prism_strategy.diagnose.analyze import analyze as analyze_logs
     from prism_strategy.report.verdict import show_runs, show_verdict
 
