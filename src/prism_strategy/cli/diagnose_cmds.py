@@ -18,7 +18,9 @@ def analyze(
             help="Run directory or log files: our rank*.jsonl, PRISM perf.jsonl or [TIMING] logs", show_default=False
         ),
     ],
-    json_out: Annotated[bool, typer.Option("--json", help="Machine output: verdict, events, ranks, evidence")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Machine output: verdict, events, ranks, evidence, forensics")
+    ] = False,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG timeline to this file")] = None,
     log_format: Annotated[
         Optional[str],
@@ -29,10 +31,26 @@ def analyze(
             "prism-log, torchtitan-log, hang-report",
         ),
     ] = None,
+    runs: Annotated[
+        bool,
+        typer.Option(
+            "--runs",
+            help="The paths are separate runs of one scaling study: flag bimodal step times and a "
+            "backward that grew mid-run, and name the runs to rerun (exit 1 if any)",
+        ),
+    ] = False,
 ) -> None:
-    """Tell collapse, straggler, hang and input skew apart from step logs; exit 1 unless healthy."""
+    """Tell collapse, straggler, hang and input skew apart from step logs, and what grew in a
+    collapse (docs/collapse.md); exit 1 unless healthy."""
     from prism_strategy.diagnose.analyze import analyze as analyze_logs
-    from prism_strategy.report.verdict import show_verdict
+    from prism_strategy.report.verdict import show_runs, show_verdict
+
+    if runs:
+        from prism_strategy.diagnose.runs import check_runs
+
+        checks = check_runs(paths)
+        show_runs(checks, json_out=json_out)
+        raise typer.Exit(1 if any(c.rerun for c in checks) else 0)
 
     verdict = analyze_logs(paths, fmt=log_format)
     show_verdict(verdict, json_out=json_out, plot=plot)
