@@ -75,7 +75,9 @@ def test_refit_without_refits_and_leaves_the_record_out(refit_without):
     refit = refit_without("A3-fsdp")
     shipped = load_platform("aurora")
     assert refit.fits == ("aurora step time (bench/fit/fit_terms.py)",)
-    moved = [k for k in ft.KNOBS if ft.get_value(refit.platform("aurora"), k) != pytest.approx(ft.get_value(shipped, k))]
+    moved = [
+        k for k in ft.KNOBS if ft.get_value(refit.platform("aurora"), k) != pytest.approx(ft.get_value(shipped, k))
+    ]
     assert moved, "refitting without A3-fsdp moved no knob"
     cuda = refit_without("MF-09")  # the attention ratio's one long-sequence row (README)
     refitted = cf.shipped_knobs(dict(cuda.platforms))
