@@ -26,6 +26,19 @@ LOO_GOAL_PCT = 25.0
 """The project's goal for a leave-one-out median step-time error (fit_terms.PRIOR_WEIGHT)."""
 ROUNDING_PCT = 0.05
 """data/fits stores each error with one decimal."""
+RUN_TOLERANCE = math.log(1.015)
+"""TT-20's 6,600-6,800 tokens/s: a published figure read to +/-1.5%."""
+LOO_GAPS_PCT = {"MF-09": -54.5}
+"""Records the fit misses past the goal when it does not see them (MF-09: the one long-sequence
+row, the attention ratio's only evidence): today's held-out error."""
+RECORD_IDS = sorted(r.id for r in load_published(cf.MEASUREMENTS) if cf.fit_reason(r) is None)
+
+
+def _loo_case(rid: str):
+    if rid not in LOO_GAPS_PCT:
+        return rid
+    reason = f"known gap: {LOO_GAPS_PCT[rid]:+.1f}% step time refitted without it, record {rid}"
+    return pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=reason))
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +102,6 @@ def test_shipped_presets_are_the_fit(fit):
         assert shipped[k] == pytest.approx(v, rel=0.01), k
 
 
-@pytest.mark.out_of_sample
 def test_stored_held_out_rows_are_this_fits_leave_one_out(fit):
     """data/fits/cuda-published.toml's rows (what the ranges and their coverage are built from) are
     each record's error refitted without it."""
@@ -102,6 +114,20 @@ def test_stored_held_out_rows_are_this_fits_leave_one_out(fit):
     assert set(stored) == set(fit["loo"])
     for rid, e in fit["loo"].items():
         assert stored[rid] == pytest.approx(e, abs=ROUNDING_PCT), rid
+
+
+@pytest.mark.out_of_sample
+@pytest.mark.parametrize("rid", [_loo_case(r) for r in RECORD_IDS])
+def test_record_held_out_meets_the_goal(fit, rid):
+    """Each record's step time predicted by the fit without it, either side."""
+    assert abs(fit["loo"][rid]) <= LOO_GOAL_PCT, fit["loo"][rid]
+
+
+@pytest.mark.out_of_sample
+@pytest.mark.parametrize("rid", sorted(LOO_GAPS_PCT))
+def test_held_out_gap_stays_within_its_stated_size(fit, rid):
+    today, stated = math.log1p(fit["loo"][rid] / 100), math.log1p(LOO_GAPS_PCT[rid] / 100)
+    assert (today > 0) is (stated > 0) and abs(today) <= abs(stated) + RUN_TOLERANCE, fit["loo"][rid]
 
 
 def test_stored_error_summary_is_this_fits(fit):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from _holdout import known_gap
 
 from prism_strategy.bench.fit import cuda_fit as cf
 from prism_strategy.bench.fit import fit_terms as ft
@@ -30,6 +31,12 @@ FITS = Path(__file__).resolve().parents[2] / "src" / "prism_strategy" / "data" /
 AURORA = {r.id: r for r in load_published("aurora-prism")}
 ROUNDING_PCT = 0.05
 """data/fits stores each error with one decimal."""
+RUN_TOLERANCE = math.log(1.03)
+"""One run per figure, about +/-3% where a setting was reported as a range (test_planner_decisions)."""
+LOO_GAPS_PCT = {"A2": 59.9, "A3-fsdp": 115.9, "B1": -33.4}
+"""Records the Aurora fit misses past the goal when it does not see them: today's held-out error.
+They move with the Aurora fit: restate them after a refit."""
+FITTED = sorted(r.id for r in AURORA.values() if ft.fit_reason(r) is None)
 
 
 def _stored(name: str) -> dict:
@@ -45,9 +52,8 @@ def _step_error(refit, rid: str) -> float:
 
 @pytest.fixture(scope="module")
 def aurora_loo(refit_without) -> dict[str, float]:
-    fitted = sorted(r.id for r in AURORA.values() if ft.fit_reason(r) is None)
-    out = {rid: _step_error(refit_without, rid) for rid in fitted}
-    assert all(refit_without(rid).fits for rid in fitted)  # each was taken out of a fit
+    out = {rid: _step_error(refit_without, rid) for rid in FITTED}
+    assert all(refit_without(rid).fits for rid in FITTED)  # each was taken out of a fit
     return out
 
 
@@ -66,7 +72,27 @@ def test_aurora_fitted_median_meets_the_projects_goal_in_sample():
     assert ft.median_abs(ft.errors(shipped, obs)) <= FITTED_GOAL_PCT
 
 
+def _loo_case(rid: str):
+    if rid not in LOO_GAPS_PCT:
+        return rid
+    reason = known_gap(f"{LOO_GAPS_PCT[rid]:+.1f}% step time refitted without it", rid)
+    return pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=reason))
+
+
 @pytest.mark.out_of_sample
+@pytest.mark.parametrize("rid", [_loo_case(r) for r in FITTED])
+def test_aurora_record_held_out_meets_the_goal(aurora_loo, rid):
+    """Each fitted record's step time predicted by the fit without it, either side."""
+    assert abs(aurora_loo[rid]) <= LOO_GOAL_PCT, aurora_loo[rid]
+
+
+@pytest.mark.out_of_sample
+@pytest.mark.parametrize("rid", sorted(LOO_GAPS_PCT))
+def test_aurora_held_out_gap_stays_within_its_stated_size(aurora_loo, rid):
+    today, stated = math.log1p(aurora_loo[rid] / 100), math.log1p(LOO_GAPS_PCT[rid] / 100)
+    assert (today > 0) is (stated > 0) and abs(today) <= abs(stated) + RUN_TOLERANCE, aurora_loo[rid]
+
+
 def test_aurora_stored_held_out_rows_are_the_refits(aurora_loo):
     """The rows plan's ranges are built from (data/fits/aurora-prism.toml) are each record's error
     refitted without it, so the stored coverage is a held-out figure."""
