@@ -125,11 +125,14 @@ MUTATIONS = (
     ),
     Mutation(
         "aurora-host-blocking-off",
-        "aurora's collectives no longer hold the host (CCL_OP_SYNC=1 ignored)",
+        "aurora's collectives no longer hold the host (CCL_OP_SYNC=1 ignored): they overlap compute",
         (
             Patch(
                 f"{PLATFORMS}/aurora.toml", r"^host_blocking_collectives = true$", "host_blocking_collectives = false"
             ),
+            # the flag alone is an equivalent mutant: aurora's comm_overlap = 0 (set because the host
+            # blocks) already exposes every collective (CommEstimate.exposed_s), so let them overlap
+            Patch(f"{PLATFORMS}/aurora.toml", r"^comm_overlap = 0\.0$", "comm_overlap = 1.0"),
         ),
         AURORA_FIT_TESTS + (U + "test_oneccl_routing.py",),
     ),

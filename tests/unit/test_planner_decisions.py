@@ -270,6 +270,7 @@ def test_projector_ddp_two_node_step_is_the_measured_1_6_to_3_5_percent_longer()
     assert 1 / (1 - lo) <= _c4_two_node_step_ratio() <= 1 / (1 - hi)
 
 
+@OOS  # DOMAIN 2's figures, in no fit
 def test_zero2_is_a_little_slower_than_ddp_for_the_projector():
     """DOMAIN 2 (PRISM): ZeRO-2 ran at ~92% of DDP for projector-only training (the scenario was
     not recorded; checked at C4's). Held to 92% +/- the 6% band of a ratio."""
@@ -301,6 +302,7 @@ def test_7b_e2e_one_node_is_fsdp_full_shard():
 ZERO_BS8 = dict(micro_batch=8, global_batch=8 * 12)  # DOMAIN 2's "BS 8", read as 8 per rank on 12 tiles
 
 
+@OOS  # DOMAIN 2's figures, in no fit
 def test_7b_e2e_zero3_outruns_zero2_on_one_node():
     """DOMAIN 2 (PRISM): OLMo-3 7B end-to-end on one Aurora node ran ZeRO-2 at ~9.8 and ZeRO-3 at
     ~14.9 samples/s (BS 8). Not a shipped record: the rest of the scenario is D1's (an assumption)."""
