@@ -14,20 +14,16 @@ allocator factors and section D's inferred text length each drop them); such tes
 Tolerance: one run per figure. Where the same setting was reported as a range, runs differed by
 about +/-3% (C2 392-415 samples/s, D4 13.0-13.5), so a ratio of two runs is held to +/-6%.
 
-Where the model disagrees with a record the test is a strict xfail naming the size of the gap
-(GAPS): it fails the day the model reaches the measurement, so the mark is removed then, not
-forgotten; test_known_gaps_stay_within_their_stated_size fails the day a gap widens past its
-stated size plus the measurement's tolerance. The Aurora sizes move with the Aurora fit: when it
-is refitted, restate them (each is what the model gives today).
+Where the model disagrees with a record the test is a strict xfail naming the gap (GAPS): it
+fails the day the model meets the measurement; test_known_gaps_stay_within_their_stated_size
+fails the day a gap widens past its size + the measurement's tolerance (restate after a refit).
 """
 
 import dataclasses
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
-from _holdout import known_gap, refit_without
+from _holdout import Gap, refit_without
 
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.planning.planner import evaluate, plan
@@ -54,26 +50,6 @@ def at(record_id: str, strategy: str | None = None, *, held_out: tuple[str, ...]
 
 def per_rank(o) -> float:
     return o.samples_per_s / (o.global_batch / (o.micro_batch * o.grad_accum))
-
-
-@dataclass(frozen=True)
-class Gap:
-    """A known disagreement: what the model gives today (stated) against what was measured."""
-
-    record: str
-    what: str
-    stated: float
-    measured: float
-    tolerance: float
-    """The measurement's relative tolerance (a ratio of two runs: RATIO_BAND)."""
-    today: Callable[[], float]
-
-    @property
-    def size(self) -> float:
-        return abs(math.log(self.stated / self.measured))
-
-    def reason(self) -> str:
-        return known_gap(f"{self.what}: {self.stated:.3g} predicted vs {self.measured:.3g} measured", self.record)
 
 
 def _a3_ratio() -> float:
