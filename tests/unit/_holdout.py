@@ -171,10 +171,9 @@ class Refit:
 def _allocator_fields(without: frozenset[str], fits: list[str]) -> dict[str, dict[str, float]]:
     """Per platform, the allocator fields that change when `without` leaves an allocator fit."""
     out: dict[str, dict[str, float]] = {}
-    churn = load_platform("aurora").allocator_cache_factor
+    churn = fixed_shape_factor(without) or 0.0  # unrounded, as benchmarks/allocator_fit.py chains it
     if without & set(FIXED_SHAPE):
         fits.append("allocator fixed-shape factor (TT-18, TT-20)")
-        churn = fixed_shape_factor(without) or 0.0
         for n in platform_names():
             if load_platform(n).allocator_cache_factor:
                 out.setdefault(n, {})["allocator_cache_factor"] = churn

@@ -83,3 +83,18 @@ def test_refit_without_refits_and_leaves_the_record_out(refit_without):
     refitted = cf.shipped_knobs(dict(cuda.platforms))
     assert refitted != pytest.approx(cf.shipped_knobs({n: load_platform(n) for n in cf.PLATFORMS}))
     assert refit_without("A4").fits == ()  # memory only: in no step-time or allocator fit
+
+
+def test_shipped_allocator_factors_are_the_full_fits_the_refits_drop_records_from():
+    """The fixture's premise for the allocator: a fit that holds none of the removed records is the
+    shipped value (each stored to two significant figures)."""
+    import _holdout as h
+
+    none: frozenset[str] = frozenset()
+    churn = h.fixed_shape_factor(none)
+    assert load_platform("h100-96gb-500w").allocator_cache_factor == pytest.approx(churn, abs=0.005)
+    aurora = load_platform("aurora")
+    c = churn  # the varying and pinned fits take the fixed-shape term unrounded (allocator_fit.py)
+    assert aurora.allocator_varying_factor == pytest.approx(h.varying_shape_factor(none, c), abs=0.0005)
+    assert aurora.allocator_pinned_factor == pytest.approx(h.pinned_factor(none, c), abs=0.005)
+    assert h.section_d_length(none) == RECORDS["D1"].scenario.seq_len
