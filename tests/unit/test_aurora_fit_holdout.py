@@ -1,7 +1,9 @@
 """Held-out accuracy of the aurora fit, in CI (issue 20 item 2): fit the preset from its priors on
 the records the fit uses (bench/fit/fit_terms.py, data/measurements/aurora-prism.toml) and hold it to
-the figures README.md states ("Runs measured elsewhere, and the Aurora fit"), so CI fails if they
-rise: the leave-one-out median step-time error, and E2 (64 nodes, never fitted)."""
+the project's goals, not to today's figures (issue 29 item 3): the leave-one-out median step-time
+error at most 25% (fit_terms.PRIOR_WEIGHT states the goals), and E2 (64 nodes, never fitted) within
+the fit's own held-out spread (tests/unit/test_out_of_sample.py holds the stored rows and E2's
+range)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,8 @@ from prism_strategy.bench.fit import fit_terms as ft
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.specs import load_platform
 
-README_LOO_MEDIAN_PCT = 21.3
-"""README: median leave-one-out step-time error over the fitted records."""
-README_E2_PCT = -19.8
-"""README: E2 (AuroraGPT-2B, 64 nodes, FSDP2; PRISM notes on Sunspot) predicted vs measured."""
-ROUNDING_PCT = 0.5
-"""The README states one decimal; the fit is deterministic, so only rounding separates them."""
+LOO_GOAL_PCT = 25.0
+"""fit_terms.PRIOR_WEIGHT: the project's goal for the leave-one-out median step-time error."""
 
 RECORDS = load_published("aurora-prism")
 
@@ -28,16 +26,27 @@ def fit():
     return prior, obs, ft.fit(prior, obs)
 
 
-def test_leave_one_out_median_is_at_most_what_readme_states(fit):
+@pytest.fixture(scope="module")
+def loo(fit):
     prior, obs, _ = fit
-    loo = ft.leave_one_out(prior, obs)
+    return ft.leave_one_out(prior, obs)
+
+
+@pytest.mark.out_of_sample
+def test_leave_one_out_median_meets_the_projects_goal(loo):
     assert set(loo) == {r.id for r in RECORDS if ft.fit_reason(r) is None and r.step_time_s()}
-    assert ft.median_abs(loo) <= README_LOO_MEDIAN_PCT + ROUNDING_PCT
+    assert ft.median_abs(loo) <= LOO_GOAL_PCT
 
 
-def test_e2_at_64_nodes_is_within_what_readme_states(fit):
+@pytest.mark.out_of_sample
+def test_e2_at_64_nodes_is_within_the_held_out_spread(fit, loo):
+    """Either side: E2's |ln(predicted / measured)| at most the 80% quantile of the fitted records'
+    own leave-one-out errors (what a held-out record is expected to meet)."""
+    import math
+
+    from prism_strategy.estimate.ranges import halfwidth
+
     _, _, fitted = fit
     (e2,) = [o for r in RECORDS if r.id == "E2" for o in ft.record_observations(r) if o.what == "step_s"]
     assert ft.fit_reason(next(r for r in RECORDS if r.id == "E2")) is not None  # never fitted
-    err = 100 * (e2.predict(fitted) / e2.measured - 1)
-    assert abs(err) <= abs(README_E2_PCT) + ROUNDING_PCT
+    assert abs(math.log(e2.predict(fitted) / e2.measured)) <= halfwidth(list(loo.values()))
