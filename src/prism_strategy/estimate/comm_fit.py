@@ -46,6 +46,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from prism_strategy.estimate.backends import Term, backend_of
 from prism_strategy.estimate.calibration import platform_value, with_value
 from prism_strategy.estimate.comm import collective_seconds
 from prism_strategy.estimate.ring import bus_factor
@@ -64,32 +65,6 @@ FIT_SHARE = 0.8
 """Points fitted: latency or bandwidth at least 80% of the time. Between them, where the model's
 protocol and channel switches are least like the backend's, points are reported, not fitted."""
 STEP = 1e-3
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Term:
-    name: str
-    kind: str
-    """latency or bandwidth"""
-    what: str
-
-
-NCCL_TERMS = (
-    Term(name="nccl_scale.base_latency", kind="latency", what="NCCL base latency of every call"),
-    Term(name="nccl_scale.intra_latency", kind="latency", what="NCCL NVLink/PCI hop latency"),
-    Term(name="nccl_scale.net_latency", kind="latency", what="NCCL network hop latency"),
-    Term(name="nccl_scale.intra_bw", kind="bandwidth", what="NCCL bus bandwidth inside a node"),
-    Term(name="nccl_scale.inter_bw", kind="bandwidth", what="NCCL bus bandwidth across nodes"),
-)
-RING_TERMS = (
-    Term(name="collective_overhead_us", kind="latency", what="fixed cost of every call"),
-    Term(name="scaleout_overhead_us", kind="latency", what="fixed cost of a call crossing nodes"),
-    Term(name="intra_latency_us", kind="latency", what="latency per ring step inside a node"),
-    Term(name="inter_latency_us", kind="latency", what="latency per ring step across nodes"),
-    Term(name="intra_bw_gbps", kind="bandwidth", what="link bandwidth inside a node"),
-    Term(name="intra_ring_bw_gbps", kind="bandwidth", what="flat-ring bandwidth inside a node"),
-    Term(name="nic_bw_gbps", kind="bandwidth", what="bandwidth of one NIC"),
-)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,7 +101,7 @@ def value(p: PlatformSpec, name: str) -> float:
 
 def terms_of(p: PlatformSpec) -> tuple[Term, ...]:
     """The terms of the model that prices p; a term at 0 (no scale-out cost) has no factor to fit."""
-    terms = NCCL_TERMS if p.backend == "nccl" and p.gpu_arch else RING_TERMS
+    terms = backend_of(p).terms(p)
     return tuple(t for t in terms if value(p, t.name) > 0)
 
 

@@ -124,3 +124,16 @@ def oneccl_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int
     rpn = max(1, ranks // nodes)
     t += scale_up_seconds(op, size, rpn, p) + scale_out_seconds(op, size, rpn, nodes, concurrent, p)
     return t, f"oneccl topo: scale-up over {rpn}, scale-out over {nodes} nodes"
+
+
+def description(p: PlatformSpec) -> str:
+    """Which oneCCL path prices each op on this platform, for provenance."""
+    routes = {op: gpu_kernel_route(op, p) for op in ("all_reduce", "all_gather", "reduce_scatter")}
+    how = "; ".join(
+        f"{op} " + ("topo" if gpu else f"host-staged flat ring ({why})") for op, (gpu, why) in routes.items()
+    )
+    return (
+        f"oneCCL as profiled (estimate/comm_oneccl.py): {how} "
+        f"(Xe Link {p.intra_bw_gbps:g} GB/s, then scale-out {p.scaleout_overhead_us:g} us + "
+        f"{p.inter_latency_us:g} us per peer node, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node})"
+    )
