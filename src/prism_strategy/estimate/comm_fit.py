@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -76,6 +76,10 @@ class CommPoint:
     bytes: float
     seconds: float
     curve: str
+    env: tuple[tuple[str, str], ...] = ()
+    """The CCL / NCCL variables the point ran under (the backend's with_env prices it so)."""
+    overrides: tuple[tuple[str, Any], ...] = ()
+    """Platform values the point's placement or software stack changes (estimate/comm_rows.py)."""
 
 
 def curve_label(c: MeasuredCurve) -> str:
@@ -105,8 +109,25 @@ def terms_of(p: PlatformSpec) -> tuple[Term, ...]:
     return tuple(t for t in terms if value(p, t.name) > 0)
 
 
+def point_platform(p: PlatformSpec, x: CommPoint, cache: dict | None = None) -> PlatformSpec:
+    """p as the point ran: its environment, then its placement / stack values."""
+    if not x.env and not x.overrides:
+        return p
+    key = (x.env, x.overrides)
+    if cache is not None and key in cache:
+        return cache[key]
+    q = backend_of(p).with_env(p, dict(x.env)) if x.env else p
+    q = replace(q, **dict(x.overrides)) if x.overrides else q
+    if cache is not None:
+        cache[key] = q
+    return q
+
+
 def predict(p: PlatformSpec, pts: list[CommPoint]) -> np.ndarray:
-    return np.array([collective_seconds(x.op, x.bytes, x.ranks, x.nodes, x.concurrent, p) for x in pts])
+    cache: dict = {}
+    return np.array(
+        [collective_seconds(x.op, x.bytes, x.ranks, x.nodes, x.concurrent, point_platform(p, x, cache)) for x in pts]
+    )
 
 
 Groups = list[tuple[str, ...]]
