@@ -9,7 +9,9 @@ the folds (fit 1-8 nodes -> 16; without 8,192 -> 8,192), medians per op and size
 rows decided each term, what the data cannot decide. Goal: median leave-one-node-count-out
 |error| <= 25%.
 
-Run: PYTHONPATH=src .venv/bin/python benchmarks/aurora_collectives_fit.py [--json]
+Run: PYTHONPATH=src .venv/bin/python benchmarks/aurora_collectives_fit.py [--json] [--write]
+--write stores the leave-one-node-count-out half-widths plan's ranges read beyond the training
+fit's nodes (src/prism_strategy/data/fits/aurora-collectives.toml, estimate/ranges.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from prism_strategy.estimate.comm import collective_call
 from prism_strategy.estimate.comm_fit import errors_pct, fit, point_platform, predict, value
 from prism_strategy.estimate.comm_fit_nodes import COMM_PRIORS, fold_errors, prior_platform
 from prism_strategy.estimate.comm_rows import load_rows, row_points
+from prism_strategy.estimate.ranges import LATENCY_BOUND_BYTES, QUANTILE, coverage
 from prism_strategy.specs.presets import load_platform
 
 UNDECIDED = (
@@ -42,8 +45,38 @@ UNDECIDED = (
 
 
 def regime(r) -> str:
-    part = r.bytes / r.ranks_per_node
-    return "latency (<= 1 MiB)" if part <= 2**20 else "bandwidth (> 1 MiB)"
+    return "latency" if r.bytes / r.ranks_per_node <= LATENCY_BOUND_BYTES else "bandwidth"
+
+
+def write_fit_errors(res: dict) -> None:
+    """data/fits/aurora-collectives.toml: every row's leave-one-node-count-out error with its op,
+    regime, node count and ranks per node (estimate/ranges.py collective_fits picks the rows that
+    cover a plan's layout)."""
+    from pathlib import Path
+
+    lines = [
+        "# Written by benchmarks/aurora_collectives_fit.py --write: the collective fit's leave-one-node-count-out",
+        "# errors that plan's ranges read beyond the training fit's nodes (estimate/ranges.py). Do not edit.",
+        'kind = "collectives"',
+        'measurements = "aurora-collectives"',
+        f"quantile = {QUANTILE}",
+        f"median_abs_loo_pct = {res['summary']['median_abs_err_loo_nodes_pct']:.1f}",
+        "",
+    ]
+    for r in res["rows"]:
+        lines += [
+            "[[row]]",
+            f'id = "{r["id"]}"',
+            f'op = "{r["op"]}"',
+            f'regime = "{r["regime"]}"',
+            f"nodes = {r['nodes']}",
+            f"per_node = {r['per_node']}",
+            f"loo_err_pct = {r['loo_err_pct']:.1f}",
+            "",
+        ]
+    lines += ['[platform."aurora"]', f"max_nodes = {max(r['nodes'] for r in res['rows'])}", ""]
+    path = Path(__file__).resolve().parents[1] / "src" / "prism_strategy" / "data" / "fits" / "aurora-collectives.toml"
+    path.write_text("\n".join(lines))
 
 
 def run() -> dict:
@@ -66,6 +99,8 @@ def run() -> dict:
                 "id": r.id,
                 "op": r.op,
                 "layout": r.layout,
+                "nodes": r.nodes,
+                "per_node": r.ranks_per_node * r.concurrent,
                 "regime": regime(r),
                 "measured_ms": r.ms,
                 "prior_err_pct": e0,
@@ -125,7 +160,9 @@ def _print(res: dict) -> None:
         "(goal <= 25%)"
     )
     for k, v in s["by_op_and_regime"].items():
-        print(f"  {k:34s} {v['rows']:3d} rows: fitted {v['fitted']:5.1f}%, leave-nodes-out {v['loo']:5.1f}%")
+        print(f"  {k:24s} {v['rows']:3d} rows: fitted {v['fitted']:5.1f}%, leave-nodes-out {v['loo']:5.1f}%")
+    inside, n = coverage({r["id"]: r["loo_err_pct"] for r in res["rows"]})
+    print(f"  80% half-width of the others' leave-nodes-out errors holds {inside} of {n} rows (coverage)")
     print("\nfolds (fit on the rest, predict the left-out node count):")
     for f in res["folds"]:
         errs = ", ".join(f"{c} {e:+.0f}%" for c, e in zip(f["predicted"], f["errors_pct"]))
@@ -136,7 +173,7 @@ def _print(res: dict) -> None:
         print(f"  {k:24s} {t['prior']:8.4g} -> {t['fitted']:8.4g}  {why[:56]}")
         print(f"  {'':24s} prior: {t['prior_source'][:70]}")
     print("\nthe other staging reading, per multi-node row (error if the row's stack staged the other way):")
-    alt = [f"{r['id']} {r['other_staging_err_pct']:+.0f}%" for r in res["rows"] if not r["layout"].startswith("1x")]
+    alt = [f"{r['id']} {r['other_staging_err_pct']:+.0f}%" for r in res["rows"] if r["nodes"] > 1]
     for i in range(0, len(alt), 6):
         print("  " + ", ".join(alt[i : i + 6]))
     print("\nwhat the data cannot decide:")
@@ -147,8 +184,12 @@ def _print(res: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--write", action="store_true", help="store the half-widths plan's ranges read (data/fits)")
+    args = ap.parse_args()
     res = run()
-    if ap.parse_args().json:
+    if args.write:
+        write_fit_errors(res)
+    if args.json:
         json.dump(res, sys.stdout, indent=2)
         return
     _print(res)

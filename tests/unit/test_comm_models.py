@@ -84,6 +84,7 @@ def test_oneccl_forced_ring_is_a_flat_host_ring_over_every_rank():
     t, algo = collective_call("all_reduce", size, ranks, 2, 1, p)
     bw = min(
         p.intra_ring_bw_gbps * p.bw_efficiency,
+        p.host_ring_node_gbps * p.bw_efficiency / 12,
         p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node) * p.bw_efficiency,
         p.scaleout_rank_bw_gbps,
     )

@@ -76,8 +76,9 @@ class CommPoint:
     bytes: float
     seconds: float
     curve: str
-    env: tuple[tuple[str, str], ...] = ()
-    """The CCL / NCCL variables the point ran under (the backend's with_env prices it so)."""
+    env: tuple[tuple[str, str], ...] | None = None
+    """The CCL / NCCL variables the point ran under, the backend's defaults for the rest (with_env
+    prices it so; () = all defaults); None = as the platform is (a curve measured under its profile)."""
     overrides: tuple[tuple[str, Any], ...] = ()
     """Platform values the point's placement or software stack changes (estimate/comm_rows.py)."""
 
@@ -111,12 +112,12 @@ def terms_of(p: PlatformSpec) -> tuple[Term, ...]:
 
 def point_platform(p: PlatformSpec, x: CommPoint, cache: dict | None = None) -> PlatformSpec:
     """p as the point ran: its environment, then its placement / stack values."""
-    if not x.env and not x.overrides:
+    if x.env is None and not x.overrides:
         return p
     key = (x.env, x.overrides)
     if cache is not None and key in cache:
         return cache[key]
-    q = backend_of(p).with_env(p, dict(x.env)) if x.env else p
+    q = backend_of(p).with_env(p, dict(x.env)) if x.env is not None else p
     q = replace(q, **dict(x.overrides)) if x.overrides else q
     if cache is not None:
         cache[key] = q
@@ -373,10 +374,12 @@ def calibrate_comm(
     start: PlatformSpec,
     curves: list[MeasuredCurve] | tuple[MeasuredCurve, ...],
     bounds: Callable[[str], tuple[float, float]],
+    extra: list[CommPoint] | tuple[CommPoint, ...] = (),
 ) -> tuple[PlatformSpec, dict[str, Any]]:
-    """Fit start's comm terms to the curves; the report: each term before / after and which points
-    decided it (or why it is held), fitted and leave-one-out errors, bus bandwidth at the largest size."""
-    pts = points_of(curves)
+    """Fit start's comm terms to the curves (and `extra` points: published collective rows,
+    estimate/comm_rows.py); the report: each term before / after and which points decided it (or
+    why it is held), fitted and leave-one-out errors, bus bandwidth at the largest size."""
+    pts = points_of(curves) + list(extra)
     if len({x.bytes for x in pts}) < 2:
         raise SpecError(
             f"cannot fit {start.name}'s communication terms: the stored collective points hold one size "
@@ -425,6 +428,6 @@ def calibrate_comm(
     return fitted, report
 
 
-def comm_median(p: PlatformSpec, curves) -> float:
-    """Median |error| % of p's model on the curves' points (calibrate's score)."""
-    return median_abs(errors_pct(p, points_of(curves)))
+def comm_median(p: PlatformSpec, curves, extra: list[CommPoint] | tuple[CommPoint, ...] = ()) -> float:
+    """Median |error| % of p's model on the curves' (and extra) points (calibrate's score)."""
+    return median_abs(errors_pct(p, points_of(curves) + list(extra)))

@@ -14,7 +14,9 @@ differ, docs/aurora_comm.md). Per call, in the order oneCCL decides it:
    allreduce.cpp ccl_coll_build_topo_allreduce_fill: reduce-scatter in the node (MDFI, Xe Link),
    the scale-out on 1/rpn of the data over r2r_comm (rpn groups at once per node, sharing its
    NICs), all-gather in the node; the scale-out staged through the host (coll_util.cpp
-   add_scaleout) unless GPU RDMA is on (CCL_ATL_HMEM=1).
+   add_scaleout) unless GPU RDMA is on (CCL_ATL_HMEM=1). How much is staged is the platform's
+   ccl_host_staging: the scale-out part (the 2021.14 source) or, for all-reduce only (the op the
+   torch rows measured it for), the whole buffer.
 3. The scale-out algorithm (selector_impl.hpp get, is_scaleout): CCL_<OP>_SCALEOUT by size range,
    else the scale-out table (all-reduce ring, all-gather(v) ring, reduce-scatter naive); one that
    cannot be used falls to the fallback table (all-reduce: recursive doubling up to 8192 bytes over
@@ -199,10 +201,10 @@ def oneccl_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int
     algo, how = scaleout_choice(op, part, nodes, p)
     if _sycl_path(op, size, part, p) and part <= SYCL_DIRECT_MAX and p.ccl_transport == "mpi":
         algo, how = "direct", "SYCL path, at or below its direct threshold"
-    staged = size if p.ccl_host_staging == "whole buffer" else part
+    staged = size if p.ccl_host_staging == "whole buffer" and op == "all_reduce" else part
     t += p.scaleout_overhead_us * 1e-6 + scale_up_seconds(op, size, rpn, p)
     t += staging_seconds(op, staged, groups, p) + scaleout_seconds(algo, op, part, nodes, groups, p)
-    host = "GPU RDMA" if p.ccl_gpu_rdma else f"host-staged ({p.ccl_host_staging})"
+    host = "GPU RDMA" if p.ccl_gpu_rdma else f"host-staged ({'whole buffer' if staged == size else 'scale-out part'})"
     return t, f"oneccl topo: scale-up over {rpn}, {algo} scale-out over {nodes} nodes x {groups} groups, {host} ({how})"
 
 

@@ -88,11 +88,14 @@ def scaleout_seconds(algo: str, op: str, part: float, n: int, groups: int, p: Pl
 def host_ring_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> float:
     """A non-topo algorithm on GPU buffers (CCL_ALLREDUCE=ring, a worker count other than 1): the
     whole buffer staged to the host, then one flat ring over every rank of the group: (N-1) steps
-    per phase at the latency of the slowest hop, at the host ring's rate or the rank's injection."""
+    per phase at the latency of the slowest hop, at the host ring's rate, the rank's share of the
+    node's host ring, or the rank's injection, whichever is lowest."""
     factor = 2 if op == "all_reduce" else 1
     rpn = max(1, ranks // max(nodes, 1))
     hop_us = p.inter_latency_us if nodes > 1 else p.intra_latency_us
     bw = _gbps(p.intra_ring_bw_gbps * p.bw_efficiency)
+    if p.host_ring_node_gbps > 0:
+        bw = min(bw, _gbps(p.host_ring_node_gbps * p.bw_efficiency / (rpn * concurrent)))
     if nodes > 1:
         ring_nics = p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node)
         bw = min(bw, _gbps(min(ring_nics, p.nic_bw_gbps * p.nics_per_node / concurrent) * p.bw_efficiency))

@@ -128,7 +128,7 @@ def row_platform(p: Any, row: CollectiveRow) -> Any:
 
     from prism_strategy.estimate.backends import backend_of
 
-    q = backend_of(p).with_env(p, dict(row.env)) if row.env else p
+    q = backend_of(p).with_env(p, dict(row.env))
     return replace(q, **dict(row.overrides)) if row.overrides else q
 
 
@@ -150,3 +150,9 @@ def row_points(rows: list[CollectiveRow]) -> list[Any]:
         )
         for r in rows
     ]
+
+
+def collective_row_files() -> list[str]:
+    """Shipped files of collective rows (data/measurements/*.toml holding [[row]] tables)."""
+    files = (p for p in (DATA / "measurements").iterdir() if p.name.endswith(".toml"))
+    return sorted(p.name[:-5] for p in files if "[[row]]" in p.read_text())

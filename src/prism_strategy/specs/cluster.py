@@ -96,7 +96,8 @@ class PlatformSpec:
     flat host ring (platform [sources] says why)."""
     ccl_host_staging: Literal["scale-out part", "whole buffer"] = "scale-out part"
     """Bytes a multi-node topo collective stages through the host: the scale-out part (1/ranks per
-    node, as add_scaleout in oneCCL 2021.14) or the whole buffer (a reading of measured rows)."""
+    node, as add_scaleout in oneCCL 2021.14) or, for all-reduce, the whole buffer (a reading of
+    measured rows)."""
     mdfi_bw_gbps: float = 0.0
     """Tile-to-tile bandwidth inside one GPU card (MDFI), one way; 0 = one rank per card."""
     host_copy_gbps: float = 0.0
@@ -104,6 +105,10 @@ class PlatformSpec:
     host_copy_node_gbps: float = 0.0
     """The node's total device-to-host copy bandwidth, shared by the ranks staging at once."""
     scaleout_rank_bw_gbps: float = 0.0
+    """Host-buffer network bandwidth one rank reaches (MPI / OFI injection per rank); 0 = the NICs'."""
+    host_ring_node_gbps: float = 0.0
+    """What a node's ranks together move through a flat host ring (copies and CPU reduction on the
+    node's host); each rank's share bounds it beside intra_ring_bw_gbps; 0 = no node limit."""
     """Host-buffer network bandwidth one rank reaches (MPI / OFI injection per rank); 0 = the NICs'."""
     scaleout_overhead_us: float = 0.0
     """Extra fixed cost of each collective that crosses nodes (proxy / progress threads)."""
@@ -192,7 +197,13 @@ class PlatformSpec:
                 f"platform {self.name!r}: rank_jitter must be in [0, 1) (std / mean of one rank's work "
                 f"between synchronisations, e.g. 0.02), got {self.rank_jitter}"
             )
-        for f in ("mdfi_bw_gbps", "host_copy_gbps", "host_copy_node_gbps", "scaleout_rank_bw_gbps"):
+        for f in (
+            "mdfi_bw_gbps",
+            "host_copy_gbps",
+            "host_copy_node_gbps",
+            "scaleout_rank_bw_gbps",
+            "host_ring_node_gbps",
+        ):
             if getattr(self, f) < 0:
                 raise SpecError(f"platform {self.name!r}: {f} must be >= 0 (0 = not modelled), got {getattr(self, f)}")
         if self.ccl_topo_min_ppn < 1:
