@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import textwrap
 from dataclasses import replace
 
 from prism_strategy.bench.fit.calibrate import bounds_for
@@ -120,6 +121,12 @@ def run() -> dict:
     return {"rows": out, "terms": terms, "folds": folds, "summary": _summary(out), "undecided": list(UNDECIDED)}
 
 
+def _short(algo: str) -> str:
+    """The algorithm phrase in 24 columns: path and scale-out algorithm."""
+    words = algo.replace("oneccl ", "").replace("scale-up over", "up").replace(" scale-out over", " out")
+    return words.split(",")[0 if "host ring" in words else 1].strip()[:24] if "," in words else words[:24]
+
+
 def _med(xs) -> float:
     xs = [abs(x) for x in xs if x is not None]
     return statistics.median(xs) if xs else float("nan")
@@ -146,13 +153,16 @@ def _summary(rows: list[dict]) -> dict:
 
 def _print(res: dict) -> None:
     print(
-        f"{'row':15s} {'layout':16s} {'meas ms':>9s} {'prior%':>7s} {'fit ms':>9s} {'fit%':>6s} {'LOO%':>6s}  algorithm"
+        f"{'row':15s} {'layout':14s} {'meas ms':>9s} {'prior%':>7s} {'fit ms':>9s} {'fit%':>6s} {'LOO%':>6s}  algorithm"
     )
     for r in res["rows"]:
         print(
-            f"{r['id']:15s} {r['layout']:16s} {r['measured_ms']:9.3f} {r['prior_err_pct']:+7.0f} {r['fitted_ms']:9.3f} "
-            f"{r['fitted_err_pct']:+6.0f} {r['loo_err_pct']:+6.0f}  {r['algorithm'][:34]}"
+            f"{r['id']:15s} {r['layout']:14s} {r['measured_ms']:9.3f} {r['prior_err_pct']:+7.0f} {r['fitted_ms']:9.3f} "
+            f"{r['fitted_err_pct']:+6.0f} {r['loo_err_pct']:+6.0f}  {_short(r['algorithm'])}"
         )
+    print("\nterms each row decided (the fit's sensitivities; none: the row is priced, not deciding):")
+    for r in res["rows"]:
+        print(f"  {r['id']:15s} {', '.join(r['decides']) or 'none'}")
     s = res["summary"]
     print(
         f"\nmedian |error| over {len(res['rows'])} rows: priors {s['median_abs_err_prior_pct']:.1f}%, fitted "
@@ -165,20 +175,23 @@ def _print(res: dict) -> None:
     print(f"  80% half-width of the others' leave-nodes-out errors holds {inside} of {n} rows (coverage)")
     print("\nfolds (fit on the rest, predict the left-out node count):")
     for f in res["folds"]:
-        errs = ", ".join(f"{c} {e:+.0f}%" for c, e in zip(f["predicted"], f["errors_pct"]))
-        print(f"  {f['fold']:38s} median {f['median_abs_err_pct']:5.1f}%: {errs[:52]}")
+        print(f"  {f['fold']:38s} median {f['median_abs_err_pct']:5.1f}% over {len(f['predicted'])} rows")
+        for i in range(0, len(f["predicted"]), 5):
+            print(
+                "    " + ", ".join(f"{c} {e:+.0f}%" for c, e in list(zip(f["predicted"], f["errors_pct"]))[i : i + 5])
+            )
     print("\nterms (prior -> fitted; which rows decided it, or why it is held at its prior):")
     for k, t in res["terms"].items():
         why = t.get("decided_by") or "held: " + t.get("held", "")
-        print(f"  {k:24s} {t['prior']:8.4g} -> {t['fitted']:8.4g}  {why[:56]}")
-        print(f"  {'':24s} prior: {t['prior_source'][:70]}")
+        print(f"  {k:24s} {t['prior']:8.4g} -> {t['fitted']:8.4g}  {why[:50]}")
+        print(f"  {'':24s} prior: {t['prior_source'][:66]}")
     print("\nthe other staging reading, per multi-node row (error if the row's stack staged the other way):")
     alt = [f"{r['id']} {r['other_staging_err_pct']:+.0f}%" for r in res["rows"] if r["nodes"] > 1]
     for i in range(0, len(alt), 6):
         print("  " + ", ".join(alt[i : i + 6]))
     print("\nwhat the data cannot decide:")
     for u in res["undecided"]:
-        print(f"  - {u}")
+        print(textwrap.fill(u, width=98, initial_indent="  - ", subsequent_indent="    "))
 
 
 def main() -> None:
