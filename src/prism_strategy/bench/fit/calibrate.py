@@ -28,7 +28,7 @@ import numpy as np
 
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result
-from prism_strategy.estimate import comm_fit
+from prism_strategy.estimate import comm_fit, comm_fit_report
 from prism_strategy.estimate.calibration import with_value
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
@@ -379,10 +379,13 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     fitted, report, fp = _step_fit(base, stored, names) if steps else _comm_only(replaced, stored, curves)
     score = report.pop("score")
     if curves or rows:
-        fitted, report["comm"] = comm_fit.calibrate_comm(fitted, curves, lambda n: bounds_for(base, n), rows)
-        step_score, score = score, lambda p: step_score(p) | {"comm_median": comm_fit.comm_median(p, curves, rows)}
+        fitted, report["comm"] = comm_fit_report.calibrate_comm(fitted, curves, lambda n: bounds_for(base, n), rows)
+        step_score, score = (
+            score,
+            lambda p: step_score(p) | {"comm_median": comm_fit_report.comm_median(p, curves, rows)},
+        )
         report["after"] = score(fitted)
-        report["before"] |= {"comm_median": comm_fit.comm_median(base, curves, rows)}
+        report["before"] |= {"comm_median": comm_fit_report.comm_median(base, curves, rows)}
         if rows:
             report["comm"]["published_rows"] = len(rows)
             report["runs"] += 0 if steps else len(rows)
