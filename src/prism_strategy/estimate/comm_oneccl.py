@@ -46,7 +46,16 @@ from prism_strategy.estimate.comm_oneccl_phases import (
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 
-__all__ = ["host_ring_seconds", "scale_up_seconds", "with_ccl_env", "oneccl_seconds", "gpu_kernel_route"]
+__all__ = [
+    "description",
+    "gpu_kernel_route",
+    "host_ring_seconds",
+    "oneccl_seconds",
+    "parse_scaleout",
+    "scale_up_seconds",
+    "scaleout_choice",
+    "with_ccl_env",
+]
 
 ALGORITHM_VARS = {"all_gather": ("CCL_ALLGATHER", "CCL_ALLGATHERV"), "reduce_scatter": ("CCL_REDUCE_SCATTER",)}
 """The variables sycl_selection.cpp reads for each op besides CCL_ALLREDUCE (allreduce_algorithm)."""
@@ -166,7 +175,10 @@ def scaleout_choice(op: str, part: float, n: int, p: PlatformSpec) -> tuple[str,
     algo, why = (named, f"CCL_{_var(op)[4:]}") if named else (DEFAULT_SCALEOUT[op], "oneCCL's scale-out default")
     if _usable(algo, op, part, n, p):
         return algo, why
-    rule = "direct needs MPI transport" if algo == "direct" else "rabenseifner: elements < pof2(ranks)"
+    rule = {"direct": "direct needs MPI transport", "rabenseifner": "rabenseifner: elements < pof2(ranks)"}.get(
+        algo,
+        f"{algo}: no scale-out form here (2d is refused in scale-out; nreduce, ring_rma, multi_bcast not modelled)",
+    )
     if op == "all_reduce":
         fb = "recursive_doubling" if p.ccl_transport == "ofi" and part <= ALLREDUCE_SHORT_MSG_SIZE else "ring"
     else:
