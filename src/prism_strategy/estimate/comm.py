@@ -9,10 +9,12 @@ the algorithm that runs, with latency per dependent step (so it grows with the r
   fastest of ring / tree x LL / LL128 / Simple, ring steps at the latency of the hop each
   crosses (N-1, 2(N-1) for all-reduce; 2(nodes-1) of them on the network), tree all-reduce
   with log2(nodes) network hops, bandwidth channels x per-channel speed.
-- xccl (estimate/comm_oneccl.py): oneCCL as the profile forces it: CCL_ALLREDUCE=ring is a
-  host-staged flat ring over every rank; all-gather / reduce-scatter are topology-aware
-  (scale-up in the node, then a scale-out across nodes with a per-operation and a per-peer cost).
-- gloo, and NCCL platforms without `gpu_arch`: the alpha-beta ring (Thakur et al. 2005):
+- xccl (estimate/comm_oneccl.py, docs/aurora_comm.md): oneCCL as the job's CCL environment
+  routes each op (with_ccl_env): a named non-topo algorithm (CCL_ALLREDUCE=ring) is a staged
+  flat host ring over every rank; topo is scale-up in the node (MDFI, Xe Link), a host-staged
+  scale-out across nodes by the algorithm oneCCL selects for the op and size, and scale-up back.
+- gloo, and NCCL platforms without `gpu_arch` (estimate/backends/gloo.py): the alpha-beta ring
+  (Thakur et al. 2005):
     t = overhead + steps x hop latency + factor x S x (N-1)/N / (bw x efficiency)
   flat over every rank, or hierarchical (intra-node phase, then one over the NICs).
 Groups that run at once (HSDP's replicate all-reduce: one group per shard index) share the
