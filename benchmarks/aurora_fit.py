@@ -6,7 +6,9 @@ error of each, and the leave-one-out error (refit without the record). Records k
 fit are shown as checks with the reason. Then peak memory (allocated / reserved / as reported)
 beside the planner's figures. Goals: median |step error| <= 15% fitted, <= 25% leave-one-out.
 Ranges: coverage on the leave-one-out rows, E2 (64 nodes, held out) against its range, and A3's
-scenario at 10 nodes: the point, both readings of the cross-node cost, and the range holding them.
+scenario at 10 nodes: the point, each reading of the comm terms (estimate/comm.comm_readings: the other
+host-staging reading of the collective rows), and the range holding them. The comm terms come from the
+collective fit (benchmarks/aurora_collectives_fit.py); this fit does not move them.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/aurora_fit.py [--json] [--write]
 --write stores the leave-one-out error summary plan's ranges read (src/prism_strategy/data/fits/aurora-prism.toml).
@@ -75,7 +77,7 @@ SCALE_NODES = (1, 2, 4, 10, 16, 64)
 def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
     """A3's scenario (Qwen3-0.6B + SigLIP2, micro-batch 4) and E2 beyond the fitted 1-2 nodes, under
     each reading of the cross-node cost the records cannot tell apart (estimate/comm.comm_readings):
-    per operation (shipped) or per peer node. Predictions only; nothing here is measured but E2."""
+    (the collective rows' two host-staging readings). Predictions only; nothing here is measured but E2."""
     from prism_strategy.planning.planner import evaluate
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
