@@ -130,7 +130,7 @@ def plan(
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
     from prism_strategy.bench.results.curves import curves_for_platform
-    from prism_strategy.diagnose.script_inputs import plan_from_command_line
+    from prism_strategy.inputs.script import plan_from_command_line
     from prism_strategy.planning.rank_jitter import rank_jitter_from
     from prism_strategy.report.plan_table import show_plan
 

@@ -57,7 +57,7 @@ def _with_run_options(s: StrategySpec, t: TrainingSpec) -> StrategySpec:
     return s.with_options(bucket_mb=t.bucket_mb)
 
 
-def _time(
+def time_option(
     sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout, comm: CommEstimate | None = None
 ) -> None:
     """comm: the step's collectives when already priced on this platform (fits vary compute only)."""
@@ -139,7 +139,7 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     elif device > p.usable_bytes:
         o.feasible, o.why_not = False, _oom_reason(mem, p.usable_bytes, mb, max_mb, _searched_batch(t), device)
     sc, parts = timed_view(sc, parts)
-    _time(sc, parts, s, o, lay)
+    time_option(sc, parts, s, o, lay)
     if p.measured_collectives:
         o.provenance["communication"] = _measured_provenance(o, lay, p)
     _set_readings(sc, parts, s, o, lay)
@@ -188,7 +188,7 @@ def _set_readings(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Opt
             micro_batch=o.micro_batch,
             grad_accum=o.grad_accum,
         )
-        _time(sc.with_platform(p), parts, s, x, lay)
+        time_option(sc.with_platform(p), parts, s, x, lay)
         o.step_time_s_readings[label] = x.step_time_s
     each = ", ".join(f"{k} {v:.3f} s" for k, v in o.step_time_s_readings.items())
     o.provenance["communication_beyond_fit"] = (
@@ -228,7 +228,7 @@ def _time_only(sc: Scenario, parts, s: StrategySpec, mb: int, ga: int, layout: L
         micro_batch=mb,
         grad_accum=ga,
     )
-    _time(sc, parts, s, o, layout)
+    time_option(sc, parts, s, o, layout)
     return o.samples_per_s
 
 
@@ -324,7 +324,7 @@ def plan(
         term into the step (estimate/scale_loss.py). None: the platform's `rank_jitter`; unmeasured, only the
         range's slow side takes it.
     script: what a training script said about these inputs, kept as given for `inputs.script` of the
-        JSON (`plan --script` reads it: diagnose/script_inputs.py; the values arrive as the keywords above).
+        JSON (`plan --script` reads it: inputs/script.py; the values arrive as the keywords above).
     varying_lengths: batch shapes change step to step (padded per batch); None = when mean_seq_len < seq_len.
     expandable_segments: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = the
         platform's env profile (both: estimate/memory_runtime.py, the allocator's reserve).

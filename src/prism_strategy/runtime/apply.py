@@ -29,7 +29,7 @@ _MIXED = {"bf16": torch.bfloat16, None: None}
 _REDUCE = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def _autocast_hooks(model: nn.Module, device_type: str, dtype: torch.dtype) -> None:
+def autocast_hooks(model: nn.Module, device_type: str, dtype: torch.dtype) -> None:
     """Run model.forward under torch.autocast (bf16 compute, fp32 params and grads), via hooks
     so the module tree and the user's model stay as they are."""
     active: list[torch.autocast] = []
@@ -107,7 +107,7 @@ def wrap_ddp(
 ) -> Job:
     model.to(ctx.device)
     if config.mixed_precision:
-        _autocast_hooks(model, ctx.device.type, _MIXED[config.mixed_precision])
+        autocast_hooks(model, ctx.device.type, _MIXED[config.mixed_precision])
     static = bool(config.static_graph)  # on only when the caller declares the graph fixed
     ddp = apply_ddp(
         model, static_graph=static, find_unused_parameters=config.find_unused_parameters, bucket_cap_mb=spec.bucket_mb

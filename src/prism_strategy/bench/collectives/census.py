@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from prism_strategy.planning.stored_config import config_scenario
+from prism_strategy.inputs.stored import config_scenario
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import check_options
 

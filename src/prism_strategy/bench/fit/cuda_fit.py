@@ -13,7 +13,7 @@ rows; they cannot see it. What the rows cannot decide, besides: the 500 W cap fr
 torchtitan stack (every TT row is both, every MF row neither); Ampere's attention and elementwise
 terms (every A100 row is eager llm-foundry at seq 2048: shared with Hopper); anything across nodes.
 
-Each record is predicted as the planner predicts a step (planner._time: compute, exposed comm,
+Each record is predicted as the planner predicts a step (planner.time_option: compute, exposed comm,
 optimizer) on its own platform; selective checkpointing, which the training spec cannot carry
 yet, adds torchtitan's per-op recompute (compute_shape.sac_recompute_s). Loss: squared log error
 of step time; coordinate descent on log knob values as bench/fit/fit_terms.fit.
@@ -101,7 +101,7 @@ def record_observation(r: PublishedRecord) -> Observation:
     from prism_strategy.estimate.compute import selective_ac
     from prism_strategy.estimate.compute_shape import sac_recompute_s
     from prism_strategy.planning.option import Option
-    from prism_strategy.planning.planner import _time
+    from prism_strategy.planning.planner import time_option
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
@@ -128,7 +128,7 @@ def record_observation(r: PublishedRecord) -> Observation:
             micro_batch=mb,
             grad_accum=ga,
         )
-        _time(sc.with_platform(p), parts, s, o, sc.layout, comm.get(p.name))
+        time_option(sc.with_platform(p), parts, s, o, sc.layout, comm.get(p.name))
         comm.setdefault(p.name, o.comm)  # type: ignore[arg-type]
         return o.step_time_s + (ga * sac_recompute_s(parts, sc.training, p, mb) if add_sac else 0.0)
 

@@ -113,7 +113,7 @@ def fit_reason(r: PublishedRecord) -> str | None:
 
 def record_observations(r: PublishedRecord) -> list[Observation]:
     from prism_strategy.planning.option import Option
-    from prism_strategy.planning.planner import _time
+    from prism_strategy.planning.planner import time_option
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
@@ -136,7 +136,7 @@ def record_observations(r: PublishedRecord) -> list[Observation]:
             micro_batch=mb,
             grad_accum=ga,
         )
-        _time(sc.with_platform(p), parts, s, o, sc.layout)
+        time_option(sc.with_platform(p), parts, s, o, sc.layout)
         last[:] = [p, o]
         return o
 

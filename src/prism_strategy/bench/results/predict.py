@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from prism_strategy.inputs.stored import config_scenario
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.stored_config import config_scenario
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.presets import load_model, model_names
 from prism_strategy.strategies import get_strategy

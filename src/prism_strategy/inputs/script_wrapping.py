@@ -1,5 +1,5 @@
 """The calls of a training script that set its precision and its wrapping (FSDP1, FSDP2, DDP,
-DeepSpeed, prism_strategy.wrap): diagnose/script_reads.py's readers for precision, reduce_dtype
+DeepSpeed, prism_strategy.wrap): inputs/script_reads.py's readers for precision, reduce_dtype
 and strategy. What each call means comes from the library's source, named beside each reader."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import ast
 import json
 from pathlib import Path
 
-from prism_strategy.diagnose.py_values import Symbol
-from prism_strategy.diagnose.script_reader import Call
-from prism_strategy.diagnose.script_reads import Found, Reader, prism_wraps, wrap_reads
+from prism_strategy.inputs.py_values import Symbol
+from prism_strategy.inputs.script_reader import Call
+from prism_strategy.inputs.script_reads import Found, Reader, prism_wraps, wrap_reads
 from prism_strategy.strategies import STRATEGY_NAMES
 
 AUTOCAST = {
