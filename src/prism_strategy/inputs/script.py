@@ -11,7 +11,6 @@ module: the CLI passes plain keywords and the section down to plan().
 from __future__ import annotations
 
 import ast
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from prism_strategy.inputs import script_reads as reads
 from prism_strategy.inputs import script_wrapping as wrapping
 from prism_strategy.inputs.script_file import read_script
 from prism_strategy.inputs.script_reads import Found, Reader
+from prism_strategy.planning.policies import plan_default
 from prism_strategy.specs.errors import SpecError
 
 FLAGS = {
@@ -139,7 +139,7 @@ def plan_for_script(path: str | Path, **kw: Any):
     (planning.planner.plan's keywords; the result's `script` is the JSON section)."""
     from prism_strategy.planning.planner import plan
 
-    defaults = {k: inspect.signature(plan).parameters[k].default for k in FLAGS}
+    defaults = {k: plan_default(k) for k in FLAGS}
     read, section = read_plan_inputs(path).plan_inputs(defaults | kw, given=set(kw) & set(FLAGS), source="keyword")
     return plan(**(kw | read), script=section)
 

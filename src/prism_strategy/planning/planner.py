@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,9 +16,10 @@ from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_
 from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
 from prism_strategy.estimate.scale_loss import LateRanks, late_ranks
 from prism_strategy.planning.option import Option, Plan
+from prism_strategy.planning.policies import PLAN_KEYS, PlanOptions, check_keywords, plan_options
 from prism_strategy.planning.provenance import provenance
 from prism_strategy.planning.recommend import annotate, recommend
-from prism_strategy.planning.scenario import Scenario, build_scenario
+from prism_strategy.planning.scenario import Scenario, build_scenario, split_options
 from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
@@ -257,37 +257,7 @@ def _oom_reason(
     )
 
 
-def plan(
-    model: Any = "qwen3-0.6b",
-    *,
-    mode: str = "e2e",
-    platform: str | PlatformSpec = "aurora",
-    nodes: int = 1,
-    seq_len: int = 1024,
-    mean_seq_len: int | None = None,
-    micro_batch: int | None = None,
-    global_batch: int | None = None,
-    grad_accum: int | None = None,
-    ckpt_freq: int | str = "auto",
-    precision: str = "bf16-mixed",
-    optimizer: str = "adamw",
-    vision: Any = None,
-    image_tokens: int | None = None,
-    compile: bool = False,
-    ranks_per_node: int | None = None,
-    sweep_nodes: Sequence[int] | str | None = None,
-    calibration: str | None = "auto",
-    traced: bool = False,
-    bucket_mb: float | None = None,
-    reduce_dtype: str | None = None,
-    loss: str = "upcast",
-    comm_curves: Sequence[Any] = (),
-    script: dict[str, Any] | None = None,
-    rank_jitter: float | None = None,
-    varying_lengths: bool | None = None,
-    expandable_segments: bool | None = None,
-    compile_loss: bool = False,
-) -> Plan:
+def plan(model: Any = "qwen3-0.6b", **options: Any) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
     is `report.markdown.write_markdown(result, FILE)`).
@@ -329,46 +299,37 @@ def plan(
     expandable_segments: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = the
         platform's env profile (both: estimate/memory_runtime.py, the allocator's reserve).
     """
-    sc = build_scenario(
-        model,
-        mode=mode,
-        platform=platform,
-        nodes=nodes,
-        ranks_per_node=ranks_per_node,
-        seq_len=seq_len,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        ckpt_freq=ckpt_freq,
-        precision=precision,
-        optimizer=optimizer,
-        vision=vision,
-        image_tokens=image_tokens,
-        compile=compile,
-        grad_accum=grad_accum,
-        mean_seq_len=mean_seq_len,
-        bucket_mb=bucket_mb,
-        loss=loss,
-        varying_lengths=varying_lengths,
-        expandable_segments=expandable_segments,
-        compile_loss=compile_loss,
-    )
-    check_ranks_per_node(sc, ranks_per_node)
-    specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
-    sweep = int_list(sweep_nodes, "--sweep-nodes")
-    sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
-    if comm_curves:
-        sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(comm_curves)))
-    if rank_jitter is not None:
-        sc = sc.with_platform(replace(sc.platform, rank_jitter=rank_jitter))
+    run, rest = split_options(options)
+    check_keywords("plan", rest, PLAN_KEYS)
+    o = plan_options(rest)
+    if isinstance(model, Scenario):
+        check_keywords("plan", run, ())  # a Scenario carries the run; only PlanOptions' keywords go beside it
+        sc = model
+    else:
+        sc = build_scenario(model, **({"ckpt_freq": "auto"} | run))
+        check_ranks_per_node(sc, run.get("ranks_per_node"))
+    return plan_scenario(sc, o)
+
+
+def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
+    """plan() for a built scenario: every strategy evaluated, ranked and explained."""
+    bucket_mb = sc.training.bucket_mb
+    specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=o.reduce_dtype) for s in all_strategies()]
+    sweep = int_list(o.sweep_nodes, "--sweep-nodes")
+    sc = sc.with_platform(calibrated_platform(sc.platform, o.calibration))
+    if o.comm_curves:
+        sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(o.comm_curves)))
+    if o.rank_jitter is not None:
+        sc = sc.with_platform(replace(sc.platform, rank_jitter=o.rank_jitter))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
-    if traced:
+    if o.traced:
         trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
     reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
     result = Plan(
-        scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings, script=script
+        scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings, script=o.script
     )
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
