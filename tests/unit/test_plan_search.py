@@ -4,10 +4,12 @@ import inspect
 
 import pytest
 
+from prism_strategy.estimate.batch import resolve_batch
 from prism_strategy.planning.planner import plan
 from prism_strategy.planning.scenario import build_scenario
-from prism_strategy.planning.search import batch_problem, ckpt_candidates, nearest_multiples, resolve_batch
+from prism_strategy.planning.search import ckpt_candidates
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import batch_problem, nearest_multiples
 from prism_strategy.specs.training import TrainingSpec
 
 
@@ -78,7 +80,7 @@ def test_mean_seq_len_must_not_exceed_seq_len():
 
 def test_plan_takes_every_cli_option_by_name():
     from prism_strategy.cli import app
-    from prism_strategy.planning.policies import BATCH_KEYS, MEMORY_KEYS, PLAN_KEYS, SCENARIO_KEYS
+    from prism_strategy.specs.policies import BATCH_KEYS, MEMORY_KEYS, PLAN_KEYS, SCENARIO_KEYS
 
     cmd = next(c for c in app.registered_commands if c.callback.__name__ == "plan")
     # ctx: typer's context (which flags the command line gave: plan --script lets those win)

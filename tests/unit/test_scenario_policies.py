@@ -1,4 +1,4 @@
-"""planning/policies.py and scenario.py: the run described once, as typed frozen policies; the
+"""specs/policies.py and scenario.py: the run described once, as typed frozen policies; the
 stored record (inputs/stored.py) read back to the same scenario, old flat rows migrated."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 
 from prism_strategy.inputs.stored import config_scenario, migrate, scenario_record
 from prism_strategy.planning.planner import plan
-from prism_strategy.planning.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
 from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
 
 
 @pytest.mark.parametrize(

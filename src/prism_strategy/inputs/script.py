@@ -20,8 +20,8 @@ from prism_strategy.inputs import script_reads as reads
 from prism_strategy.inputs import script_wrapping as wrapping
 from prism_strategy.inputs.script_file import read_script
 from prism_strategy.inputs.script_reads import Found, Reader
-from prism_strategy.planning.policies import plan_default
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import plan_default
 
 FLAGS = {
     "loss": "--loss",

@@ -16,11 +16,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from prism_strategy.planning.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
 from prism_strategy.planning.scenario import Scenario, resolve_model, scenario_of
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
+from prism_strategy.specs.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
 from prism_strategy.specs.presets import build, load_platform
 
 

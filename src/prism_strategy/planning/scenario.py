@@ -1,13 +1,15 @@
 """A scenario = model + platform + layout + the run's policies (batch, precision, memory,
-environment: planning/policies.py), built and validated once at each edge from user input."""
+environment: specs/policies.py), built and validated once at each edge from user input."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-from prism_strategy.planning.policies import (
+from prism_strategy.specs.cluster import Layout, PlatformSpec
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
+from prism_strategy.specs.policies import (
     BATCH_KEYS,
     MEMORY_KEYS,
     SCENARIO_KEYS,
@@ -15,104 +17,14 @@ from prism_strategy.planning.policies import (
     EnvironmentPolicy,
     MemoryPolicy,
     batch_policy,
+    batch_problem,
     check_keywords,
     checked_int,
     memory_policy,
 )
-from prism_strategy.planning.search import batch_problem
-from prism_strategy.specs.cluster import Layout, PlatformSpec
-from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.presets import load_model, load_platform, spec_from_module
+from prism_strategy.specs.scenario import Scenario, image_tokens_of
 from prism_strategy.specs.training import TrainingSpec, parse_ckpt, parse_optimizer
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Scenario:
-    model: MultimodalSpec
-    platform: PlatformSpec
-    layout: Layout
-    training: TrainingSpec
-    """The estimates' view of the batch, precision and memory policies, built from them once
-    (scenario_of); the planner's search varies it (the checkpointing tried, the timed sequence)."""
-    environment: EnvironmentPolicy = field(default_factory=EnvironmentPolicy)
-    """The env profile the ranks run under and the collective variables it sets."""
-
-    def with_layout(self, layout: Layout) -> "Scenario":
-        return replace(self, layout=layout)
-
-    def with_training(self, training: TrainingSpec) -> "Scenario":
-        return replace(self, training=training)
-
-    def with_platform(self, platform: PlatformSpec) -> "Scenario":
-        return replace(self, platform=platform)
-
-    @property
-    def batch(self) -> BatchPolicy:
-        t = self.training
-        return BatchPolicy(
-            seq_len=t.seq_len,
-            mean_seq_len=t.mean_seq_len,
-            micro_batch=t.micro_batch,
-            global_batch=t.global_batch,
-            grad_accum=t.grad_accum,
-            image_tokens=t.image_tokens,
-        )
-
-    @property
-    def memory(self) -> MemoryPolicy:
-        t = self.training
-        return MemoryPolicy(
-            checkpointing="auto" if t.ckpt_auto else t.ckpt_name,
-            loss=t.loss,
-            optimizer=t.optimizer_name,
-            compile=t.compile,
-            compile_loss=t.compile_loss,
-            bucket_mb=t.bucket_mb,
-            expandable_segments=t.expandable_segments,
-            varying_lengths=t.varying_lengths,
-        )
-
-    @property
-    def precision(self) -> str:
-        return self.training.precision
-
-    def inputs(self) -> dict[str, Any]:
-        m, t = self.model, self.training
-        return {
-            "model": m.backbone.name,
-            "vision": m.vision.name if m.vision else None,
-            "mode": m.mode,
-            "platform": self.platform.name,
-            "nodes": self.layout.nodes,
-            "ranks_per_node": self.layout.ranks_per_node,
-            "world_size": self.layout.world,
-            "seq_len": t.seq_len,
-            "mean_seq_len": t.mean_seq_len,
-            "image_tokens": _image_tokens(m, t),
-            "micro_batch": t.micro_batch,
-            "global_batch": t.global_batch,
-            "grad_accum": t.grad_accum,
-            "ckpt_freq": "auto" if t.ckpt_auto else t.ckpt_name,
-            "precision": t.precision,
-            "optimizer": t.optimizer_name,
-            "optimizer_impl": t.optimizer_impl_on(self.platform.device),
-            "loss": t.loss,
-            "compile": t.compile,
-            "compile_loss": t.compile_loss,
-            "params": {
-                "total": m.total_params,
-                "trainable": m.trainable_params,
-                "frozen": m.frozen_params,
-                "source": m.backbone.source,
-            },
-        }
-
-
-def _image_tokens(m: MultimodalSpec, t: TrainingSpec) -> int:
-    if m.vision is None:
-        return 0
-    return m.vision.num_patches if t.image_tokens is None else t.image_tokens
 
 
 def resolve_model(model: Any) -> TransformerSpec:
@@ -207,7 +119,7 @@ def scenario_of(
         compile_loss=bool(m.compile_loss),
     )
     seq_len = b.seq_len
-    total = seq_len + _image_tokens(mm, training)
+    total = seq_len + image_tokens_of(mm, training)
     if total > mm.backbone.max_positions:
         extra = f" ({seq_len} text + {total - seq_len} image tokens)" if total != seq_len else ""
         raise SpecError(

@@ -112,8 +112,7 @@ def fit_reason(r: PublishedRecord) -> str | None:
 
 
 def record_observations(r: PublishedRecord) -> list[Observation]:
-    from prism_strategy.planning.option import Option
-    from prism_strategy.planning.planner import time_option
+    from prism_strategy.estimate.option import BatchAt, StepEstimate, estimate_step
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
@@ -124,19 +123,10 @@ def record_observations(r: PublishedRecord) -> list[Observation]:
 
     last: list = [None, None]  # (platform, option): a record's observations share one evaluation
 
-    def option(p: PlatformSpec) -> Option:
+    def option(p: PlatformSpec) -> StepEstimate:
         if last[0] is p:
             return last[1]
-        o = Option(
-            strategy=s.name,
-            feasible=True,
-            why_not=None,
-            memory=None,  # type: ignore[arg-type]
-            max_micro_batch=0,
-            micro_batch=mb,
-            grad_accum=ga,
-        )
-        time_option(sc.with_platform(p), parts, s, o, sc.layout)
+        o = estimate_step(sc.with_platform(p), s, BatchAt(micro_batch=mb, grad_accum=ga), parts=parts)
         last[:] = [p, o]
         return o
 
@@ -241,7 +231,7 @@ def memory_points(
     with the platform's varying-shape factor kept. A bare "peak" is not used: PRISM's trainer
     logs peak_gb = max_memory_allocated() / 1e9 (AI-ModCon/PRISM src/training/trainer_native.py at d1fd3d3c)."""
     from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
-    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.estimate.option import estimate_option
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
@@ -250,7 +240,7 @@ def memory_points(
         if memory_reason(r) is not None:
             continue
         sc = build_scenario(**dict(r.scenario_kwargs(), platform=platform))
-        mem = evaluate(sc, get_strategy(r.planner_strategy)).memory
+        mem = estimate_option(sc, get_strategy(r.planner_strategy)).memory
         rt, t = runtime_memory(mem, platform, sc.training), transient_bytes(mem)
         varying = rt.cache - platform.allocator_cache_factor * t
         out.append((r.id, rt.allocated + varying, t, float(r.peak_bytes("reserved"))))

@@ -1,5 +1,5 @@
 """The provenance prose of an option: where each of its numbers comes from (model, terms and
-their sources). Set when the option is evaluated (planner.evaluate), so it stays below report/;
+their sources). Set when the option is estimated (estimate/option.py), so it stays below report/;
 report/plan_json.py prints it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from prism_strategy.estimate import memory_compile
 from prism_strategy.estimate.comm import model_description as comm_model_description
 from prism_strategy.estimate.overlap import description as overlap_description
 from prism_strategy.estimate.overlap import schedules_overlap
-from prism_strategy.planning.scenario import Scenario
 from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.scenario import Scenario
 
 
 def _shape_text(p: PlatformSpec) -> str:

@@ -1,6 +1,6 @@
 """The run's inputs grouped into typed policies, as FSDP2 groups `fully_shard`'s options into
 MixedPrecisionPolicy and OffloadPolicy: a batch policy, a memory policy and the environment (with
-the model, layout and precision they make a Scenario: planning/scenario.py). A new input is one
+the model, layout and precision they make a Scenario: specs/scenario.py). A new input is one
 field in one policy, with its check here; every edge (CLI flags, --script, a stored bench row,
 strategy.toml, a framework config) fills the same fields."""
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.training import check_options, parse_ckpt, parse_loss, parse_optimizer
+from prism_strategy.specs.training import TrainingSpec, check_options, parse_ckpt, parse_loss, parse_optimizer
 
 MAX_COUNT = 2**24
 """Largest node count, batch or accumulation accepted: far above any real job (the largest systems
@@ -173,3 +173,40 @@ def plan_default(name: str) -> Any:
         if f is not None:
             return f.default
     raise KeyError(name)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def nearest_multiples(value: int, step: int) -> list[int]:
+    """The multiples of step just below and above value (below omitted when it is 0)."""
+    below, above = (value // step) * step, (value // step + 1) * step
+    return [v for v in (below, above) if v > 0]
+
+
+def batch_problem(t: TrainingSpec, world: int) -> str | None:
+    """Why the requested batch cannot be run on `world` ranks exactly; None when it can."""
+    g, mb, ga = t.global_batch, t.micro_batch, t.grad_accum
+    if g is None:
+        return None
+    if g % world:
+        near = " or ".join(str(v) for v in nearest_multiples(g, world))
+        return (
+            f"--global-batch {g} is not a multiple of the {world} ranks (micro-batch x grad accumulation x "
+            f"world must equal it); nearest valid: {near}"
+        )
+    per_rank = g // world
+    for name, v in (("--micro-batch", mb), ("--grad-accum", ga)):
+        if v is not None and per_rank % v:
+            ok = ", ".join(map(str, divisors(per_rank)))
+            return (
+                f"{name} {v} does not divide --global-batch {g} / {world} ranks = {per_rank} samples per rank; "
+                f"use one of {ok}"
+            )
+    if mb is not None and ga is not None and mb * ga != per_rank:
+        return (
+            f"--micro-batch {mb} x --grad-accum {ga} x {world} ranks = {mb * ga * world}, not --global-batch {g}; "
+            "drop one of the three"
+        )
+    return None
