@@ -126,6 +126,13 @@ def plan(
             "expandable_segments:True; default: what the platform's env profile sets",
         ),
     ] = None,
+    env_profile: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Env profile the ranks run under (a name from data/env_profiles or a profile .toml): its "
+            "CCL variables price the collectives; default: the platform's own"
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
@@ -168,6 +175,7 @@ def plan(
         varying_lengths=varying_lengths,
         expandable_segments=expandable_segments,
         compile_loss=compile_loss,
+        env_profile=env_profile,
     )
     show_plan(p, markdown=markdown, json_out=json_out)
     if p.recommended is None:  # a valid question, answered "nothing fits / nothing viable": a finding

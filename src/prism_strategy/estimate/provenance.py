@@ -64,7 +64,8 @@ def provenance(sc: Scenario) -> dict[str, str]:
             ", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
             or f"{p.per_tensor_overhead_us:g} us"
         )
-        + " (estimate/host.py)",
+        + " (estimate/host.py)"
+        + (f"; {p.sources['env_profile']}" if "env_profile" in p.sources else ""),
         "calibration": calibrated or "none",
         "mfu": f"{kind}: model FLOPs per sample (estimate/compute.py: 2 x matmul params x tokens + causal attention, "
         f"backward 2 x forward, recompute excluded, as PaLM's MFU) x samples/s per device / peak "

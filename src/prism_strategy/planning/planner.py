@@ -7,6 +7,7 @@ from typing import Any
 
 from prism_strategy.engines import engine_of
 from prism_strategy.estimate.calibration import calibrated_platform
+from prism_strategy.estimate.environment import platform_under
 from prism_strategy.estimate.families import assumptions
 from prism_strategy.estimate.option import estimate_option
 from prism_strategy.planning.option import Option, Plan
@@ -111,6 +112,12 @@ def plan(model: Any = "qwen3-0.6b", **options: Any) -> Plan:
     varying_lengths: batch shapes change step to step (padded per batch); None = when mean_seq_len < seq_len.
     expandable_segments: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = the
         platform's env profile (both: estimate/memory_runtime.py, the allocator's reserve).
+    env_profile: the env profile the ranks run under: a name (data/env_profiles), a profile .toml path
+        or a specs.policies.EnvironmentPolicy; its CCL variables price the collectives
+        (estimate/environment.py; a platform file's own CCL keys stay overrides). None = the
+        platform's own `env_profile`, the platform as it is.
+    model may also be a Scenario (planning/scenario.py build_scenario): then only the plan's own
+        options (sweep_nodes, calibration, traced, reduce_dtype, comm_curves, script, rank_jitter) go beside it.
     """
     run, rest = split_options(options)
     check_keywords("plan", rest, PLAN_KEYS)
@@ -129,7 +136,7 @@ def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
     bucket_mb = sc.training.bucket_mb
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=o.reduce_dtype) for s in all_strategies()]
     sweep = int_list(o.sweep_nodes, "--sweep-nodes")
-    sc = sc.with_platform(calibrated_platform(sc.platform, o.calibration))
+    sc = sc.with_platform(calibrated_platform(platform_under(sc.platform, sc.environment), o.calibration))
     if o.comm_curves:
         sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(o.comm_curves)))
     if o.rank_jitter is not None:

@@ -4,9 +4,11 @@ environment: specs/policies.py), built and validated once at each edge from user
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from prism_strategy.specs.cluster import Layout, PlatformSpec
+from prism_strategy.specs.env_profile import load_env_profile, profile_names
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.policies import (
@@ -69,11 +71,26 @@ def build_scenario(model: Any, **options: Any) -> Scenario:
     )
 
 
+COLLECTIVE_PREFIXES = ("CCL_", "NCCL_", "FI_")
+"""The variables of a profile the environment policy carries: the collective libraries' own."""
+
+
 def environment_of(platform: PlatformSpec, profile: Any) -> EnvironmentPolicy:
-    """The environment policy for `profile` (None: the platform's own env_profile)."""
-    if profile is None or isinstance(profile, EnvironmentPolicy):
-        return profile or EnvironmentPolicy(profile=platform.env_profile, source="platform default")
-    raise SpecError(f"env_profile must be an EnvironmentPolicy (inputs/ loads a profile), got {type(profile).__name__}")
+    """The environment policy for `profile`: None = the platform's own env_profile; a profile name
+    (data/env_profiles) or a profile .toml path; or an EnvironmentPolicy as it is."""
+    if isinstance(profile, EnvironmentPolicy):
+        return profile
+    if profile is None:
+        return EnvironmentPolicy(profile=platform.env_profile, source="platform default")
+    if not isinstance(profile, str) or not profile.strip():
+        raise SpecError(f"--env-profile must be a profile name or a profile .toml path, got {profile!r}")
+    values = load_env_profile(profile).values_for(platform.name)
+    named = profile in profile_names()
+    return EnvironmentPolicy(
+        profile=profile if named else str(Path(profile).resolve()),  # what emit --from-plan loads again
+        variables=tuple((k, v) for k, v in values.items() if k.startswith(COLLECTIVE_PREFIXES)),
+        source=f"--env-profile {profile}" if named else f"file {profile}",
+    )
 
 
 def scenario_of(

@@ -70,6 +70,7 @@ class Scenario:
             "vision": m.vision.name if m.vision else None,
             "mode": m.mode,
             "platform": self.platform.name,
+            "env_profile": self.environment.profile,
             "nodes": self.layout.nodes,
             "ranks_per_node": self.layout.ranks_per_node,
             "world_size": self.layout.world,
