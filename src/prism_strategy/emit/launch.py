@@ -30,7 +30,7 @@ from prism_strategy.emit.env import (
 )
 from prism_strategy.emit.files import FileText
 from prism_strategy.emit.site import SiteSpec, load_site
-from prism_strategy.emit.strategy_file import STRATEGY_FILE, WRAP_CALL, precision_to_mixed, render_strategy_toml
+from prism_strategy.emit.strategy_file import STRATEGY_FILE, WRAP_CALL, precision_to_mixed
 from prism_strategy.engines import engine_of
 from prism_strategy.rules import RuleFacts
 from prism_strategy.specs.cluster import Layout, PlatformSpec
@@ -138,7 +138,7 @@ def emit_files(req: EmitRequest, out: Path) -> Emitted:
         ),
         FileText(
             name=STRATEGY_FILE,
-            text=render_strategy_toml(_strategy_file(job), job.header),
+            text=_strategy_file(job).to_toml(job.header),
             description=f"wrap() settings: job = {WRAP_CALL}",
         ),
     ]

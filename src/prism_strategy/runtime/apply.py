@@ -1,6 +1,7 @@
 """How each engine is applied for real: one small `apply_*` per wrapper with explicit arguments
-(torchtitan's parallelize_llama), and the `wrap_*` the engines (engines/*: `Engine.apply`) call
-to build their Job. runtime/wrap.py composes them; nothing here chooses between engines.
+(torchtitan's parallelize_llama), and one `wrap_<engine>` per engine that builds its Job.
+runtime/wrap.py picks the wrap_* by the strategy's engine name (WRAP_BY_ENGINE); nothing here
+chooses between engines.
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ def wrap_deepspeed(
 
 
 WRAP_BY_ENGINE: dict[str, Callable[..., Job]] = {"ddp": wrap_ddp, "fsdp2": wrap_fsdp, "deepspeed": wrap_deepspeed}
-"""How runtime applies each engine of strategies.Engine: one wrap_<engine> each, same arguments."""
+"""How runtime applies each engine of strategies.EngineName: one wrap_<engine> each, same arguments."""
 
 
 def _cast_floats_hook(dtype: torch.dtype) -> Callable[..., Any]:

@@ -26,7 +26,6 @@ from prism_strategy.specs.training import check_options
 TOLERANCE_PCT = 5.0
 PRECISIONS = ("fp32", "bf16-mixed")
 MODES = ("e2e", "projector", "encoder-projector")
-_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -89,7 +89,9 @@ def shipped_knobs(platforms: dict[str, PlatformSpec]) -> Knobs:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Observation:
+class StepObservation:
+    """A published record's measured step time and the model's prediction of it on a platform."""
+
     id: str
     platform: str
     measured: float
@@ -97,7 +99,7 @@ class Observation:
     predict: Callable[[PlatformSpec], float]
 
 
-def record_observation(r: PublishedRecord) -> Observation:
+def record_observation(r: PublishedRecord) -> StepObservation:
     from prism_strategy.estimate.compute import selective_ac
     from prism_strategy.estimate.compute_shape import sac_recompute_s
     from prism_strategy.estimate.option import BatchAt, estimate_step
@@ -124,10 +126,10 @@ def record_observation(r: PublishedRecord) -> Observation:
         comm.setdefault(p.name, o.comm)
         return o.step_time_s + (ga * sac_recompute_s(parts, sc.training, p, mb) if add_sac else 0.0)
 
-    return Observation(id=r.id, platform=r.platform, measured=r.step_time_s() or 0.0, predict=predict)
+    return StepObservation(id=r.id, platform=r.platform, measured=r.step_time_s() or 0.0, predict=predict)
 
 
-def loss(knobs: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]) -> float:
+def loss(knobs: Knobs, obs: list[StepObservation], platforms: dict[str, PlatformSpec]) -> float:
     fitted = {n: apply(p, knobs) for n, p in platforms.items()}
     return sum(math.log(max(o.predict(fitted[o.platform]), 1e-9) / o.measured) ** 2 for o in obs)
 
@@ -137,7 +139,7 @@ def _clamp(knob: str, v: float) -> float:
     return min(hi, max(lo, v))
 
 
-def fit(start: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]) -> Knobs:
+def fit(start: Knobs, obs: list[StepObservation], platforms: dict[str, PlatformSpec]) -> Knobs:
     """Coordinate descent on log knob values, steps shrinking from 4x to 1.02x (bench/fit/fit_terms.fit);
     a knob no observation exercises keeps its start value."""
     used = {FRACTION_KNOB[o.platform] for o in obs} | {"attention_ratio", "elementwise_bytes"}
@@ -157,13 +159,13 @@ def fit(start: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]
     return k
 
 
-def errors(knobs: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]) -> dict[str, float]:
+def errors(knobs: Knobs, obs: list[StepObservation], platforms: dict[str, PlatformSpec]) -> dict[str, float]:
     """Signed step-time error per record, percent (predicted / measured - 1)."""
     fitted = {n: apply(p, knobs) for n, p in platforms.items()}
     return {o.id: 100 * (o.predict(fitted[o.platform]) / o.measured - 1) for o in obs}
 
 
-def leave_one_out(start: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]) -> dict[str, float]:
+def leave_one_out(start: Knobs, obs: list[StepObservation], platforms: dict[str, PlatformSpec]) -> dict[str, float]:
     """Each record's error when the fit did not see it."""
     out = {}
     for o in obs:

@@ -90,7 +90,9 @@ def set_value(p: PlatformSpec, knob: str, v: float) -> PlatformSpec:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Observation:
+class FigureObservation:
+    """One measured figure of a record (its step time, or its all-reduce host time) and the model's prediction of it."""
+
     id: str
     what: str
     """step_s, or allreduce_host_s."""
@@ -111,7 +113,7 @@ def fit_reason(r: PublishedRecord) -> str | None:
     return None
 
 
-def record_observations(r: PublishedRecord) -> list[Observation]:
+def record_observations(r: PublishedRecord) -> list[FigureObservation]:
     from prism_strategy.estimate.option import BatchAt, StepEstimate, estimate_step
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.parts import model_parts
@@ -131,12 +133,14 @@ def record_observations(r: PublishedRecord) -> list[Observation]:
         return o
 
     out = [
-        Observation(id=r.id, what="step_s", measured=r.step_time_s() or 0.0, predict=lambda p: option(p).step_time_s)
+        FigureObservation(
+            id=r.id, what="step_s", measured=r.step_time_s() or 0.0, predict=lambda p: option(p).step_time_s
+        )
     ]
     ar = r.measured.host_s.get("xccl:all_reduce")
     if ar:
         out.append(
-            Observation(
+            FigureObservation(
                 id=r.id,
                 what="allreduce_host_s",
                 measured=ar,
@@ -156,7 +160,7 @@ Tried 0.002 / 0.01 / 0.03 / 0.1: fitted median 9.8 / 13.3 / 16.8 / 16.8%, leave-
 
 
 def loss(
-    p: PlatformSpec, obs: list[Observation], prior: PlatformSpec | None = None, knobs: tuple[str, ...] = ()
+    p: PlatformSpec, obs: list[FigureObservation], prior: PlatformSpec | None = None, knobs: tuple[str, ...] = ()
 ) -> float:
     data = sum(math.log(max(o.predict(p), 1e-9) / o.measured) ** 2 for o in obs)
     if prior is None:
@@ -164,7 +168,9 @@ def loss(
     return data + PRIOR_WEIGHT * sum(math.log(get_value(p, k) / get_value(prior, k)) ** 2 for k in knobs)
 
 
-def fit(base: PlatformSpec, obs: list[Observation], knobs: tuple[str, ...] = KNOBS, rounds: int = 6) -> PlatformSpec:
+def fit(
+    base: PlatformSpec, obs: list[FigureObservation], knobs: tuple[str, ...] = KNOBS, rounds: int = 6
+) -> PlatformSpec:
     """Coordinate descent on log knob values from the priors in `base`: each round tries x / s, x,
     x * s for a step s that shrinks from 4x to ~1.02x; the loss adds the pull toward the priors
     (PRIOR_WEIGHT). A grad-path knob absent from the platform starts at per_tensor_overhead_us."""
@@ -189,12 +195,12 @@ def fit(base: PlatformSpec, obs: list[Observation], knobs: tuple[str, ...] = KNO
     return p
 
 
-def errors(p: PlatformSpec, obs: list[Observation]) -> dict[str, float]:
+def errors(p: PlatformSpec, obs: list[FigureObservation]) -> dict[str, float]:
     """Signed step-time error per record, percent."""
     return {o.id: 100 * (o.predict(p) / o.measured - 1) for o in obs if o.what == "step_s"}
 
 
-def leave_one_out(base: PlatformSpec, obs: list[Observation], knobs: tuple[str, ...] = KNOBS) -> dict[str, float]:
+def leave_one_out(base: PlatformSpec, obs: list[FigureObservation], knobs: tuple[str, ...] = KNOBS) -> dict[str, float]:
     """Each record's step-time error when the fit did not see it (refit without its observations)."""
     out = {}
     for rid in dict.fromkeys(o.id for o in obs):
