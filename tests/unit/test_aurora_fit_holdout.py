@@ -1,6 +1,6 @@
 """Held-out accuracy of the aurora fit, in CI (issue 20 item 2): fit the preset from its priors on
 the records the fit uses (bench/fit/fit_terms.py, data/measurements/aurora-prism.toml) and hold it to
-the figures README.md states ("Runs measured elsewhere, and the Aurora fit"), so CI fails if they
+the figures docs/fits.md states ("Runs measured elsewhere, and the Aurora fit"), so CI fails if they
 rise: the leave-one-out median step-time error, and E2 (64 nodes, never fitted)."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from prism_strategy.bench.fit.published import load_published
 from prism_strategy.specs import load_platform
 
 README_LOO_MEDIAN_PCT = 21.3
-"""README: median leave-one-out step-time error over the fitted records."""
+"""docs/fits.md: median leave-one-out step-time error over the fitted records."""
 README_E2_PCT = -19.8
-"""README: E2 (AuroraGPT-2B, 64 nodes, FSDP2; PRISM notes on Sunspot) predicted vs measured."""
+"""docs/fits.md: E2 (AuroraGPT-2B, 64 nodes, FSDP2; PRISM notes on Sunspot) predicted vs measured."""
 ROUNDING_PCT = 0.5
-"""The README states one decimal; the fit is deterministic, so only rounding separates them."""
+"""docs/fits.md states one decimal; the fit is deterministic, so only rounding separates them."""
 
 RECORDS = load_published("aurora-prism")
 

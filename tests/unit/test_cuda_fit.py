@@ -2,7 +2,7 @@
 (data/measurements/cuda-published.toml: torchtitan benchmarks/llama3_h100_202412_torchtitan.md and
 PR #165; llm-foundry scripts/train/benchmarking/README.md), and plan's ranges built from that fit.
 
-The held-out figure is the README's ("CUDA compute fitted to published runs": leave-one-out median
+The held-out figure is docs/fits.md's ("CUDA compute fitted to published runs": leave-one-out median
 9.6%, held under 10% here): a change that makes the model predict a record it did not see worse
 fails CI. The shipped presets must be what the fit gives, and the stored error summary plan's
 ranges read (data/fits/cuda-published.toml) must be the one this fit produces."""
@@ -22,7 +22,7 @@ from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.presets import load_model, load_platform
 
 README_LOO_MEDIAN_PCT = 10.0
-"""README.md, section "CUDA compute fitted to published runs": leave-one-out median under 10%."""
+"""docs/fits.md, section "CUDA compute fitted to published runs": leave-one-out median under 10%."""
 
 
 @pytest.fixture(scope="module")
