@@ -4,7 +4,7 @@ record changes. The records say "CCL_WORKER_COUNT=1 or 4 as noted" and section D
 which one D ran is a reading the data cannot decide.
 
 - D1 / D4 (OLMo-3 7B E2E FSDP1, 1 / 2 nodes) at the inferred 331 text tokens and at the 1024 cap;
-- PRISM's ZeRO-2 E2E run (DOMAIN.md section 2: ~9.8 samples/s at BS 8; no record: D1's scenario with
+- PRISM's ZeRO-2 E2E run (docs/domain.md section 2: ~9.8 samples/s at BS 8; no record: D1's scenario with
   zero2, micro-batch 8, 1 node);
 - the all-gather alone, host-staged over GPU kernels, 12 ranks of one node, against PRISM's "4 workers
   caused a 48x all-gather regression" (_known_bad.toml; the size it was seen at is not recorded);

@@ -1,4 +1,4 @@
-"""Fault injection for any training loop: the four failure shapes of DOMAIN.md section 6.
+"""Fault injection for any training loop: the four failure shapes of docs/domain.md section 6.
 
 ```python
 from faults import FaultInjector, add_fault_args, fault_from_args

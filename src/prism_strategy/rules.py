@@ -3,7 +3,7 @@
 A rule fires when every key of its `when` table matches the facts; a fact left unknown (None)
 never matches (so a rule about XPU stays quiet when the device is unknown). The facts are one
 typed class, `RuleFacts`; `load_rules` refuses a `when` key that is not one of its fields.
-Each stage builds its facts in one place: the planner (`planner._facts`), wrap()
+Each stage builds its facts in one place: the planner (`planning/planner._situation`), wrap()
 (`runtime/wrap.situation`), emit (`emit/launch._refuse_not_viable`) and the doctor
 (diagnose/findings.check_observed, which matches `Rule.when` against sets of possible values
 for every rule with a `doctor` table).

@@ -24,17 +24,27 @@ class MeshAxis(StrEnum):
 
 
 Group = Literal["none", "world", "node"]
-Engine = Literal["ddp", "fsdp2", "deepspeed"]
-ENGINE_NAMES: tuple[str, ...] = get_args(Engine)
+EngineName = Literal["ddp", "fsdp2", "deepspeed"]
+"""An engine's name (engines/base.Engine is the engine's model)."""
+ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
 """The engines a strategy can name; engines/ models each one (engines.engine_of(spec))."""
 ReduceDtype = Literal["fp32", "bf16"]
+FSDP1_SHARDING: dict[str, str] = {
+    "FULL_SHARD": "fsdp_full_shard",
+    "SHARD_GRAD_OP": "fsdp_shard_grad_op",
+    "HYBRID_SHARD": "hsdp_full_shard",
+    "_HYBRID_SHARD_ZERO2": "hsdp_shard_grad_op",
+    "NO_SHARD": "ddp",
+}
+"""FSDP1's ShardingStrategy members (torch/distributed/fsdp/api.py) as the strategy they amount to:
+what a user's script (inputs/script_wrapping.py) or PRISM's log (readers/prism.py) names."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StrategySpec:
     name: str
     description: str
-    engine: Engine
+    engine: EngineName
     param_shard: Group
     """Group the parameters are sharded over at rest."""
     grad_shard: Group

@@ -22,7 +22,7 @@ from prism_strategy.bench.results.curves import load_curves
 from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 from prism_strategy.engines import step_collectives
-from prism_strategy.planning.stored_config import config_scenario
+from prism_strategy.inputs.stored import config_scenario
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from prism_strategy.bench.collectives.census import CensusReport, _predicted, census_base, compare
 from prism_strategy.bench.launch import census_record
 from prism_strategy.cli import app
-from prism_strategy.planning.stored_config import config_scenario
+from prism_strategy.inputs.stored import config_scenario
 from prism_strategy.report.census_table import census_notes, census_table
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import STRATEGIES

@@ -2,7 +2,7 @@
 (data/measurements/cuda-published.toml: torchtitan benchmarks/llama3_h100_202412_torchtitan.md and
 PR #165; llm-foundry scripts/train/benchmarking/README.md), and plan's ranges built from that fit.
 
-The held-out figure (README "CUDA compute fitted to published runs": leave-one-out median 9.6%) is
+The held-out figure (docs/fits.md "CUDA compute fitted to published runs": leave-one-out median 9.6%) is
 held to the project's goal, not to today's value (issue 29 item 3): at most 25% leave-one-out
 (bench/fit/fit_terms.py PRIOR_WEIGHT states the goals), and below the one-fraction model it
 replaced. The shipped presets must be what the fit gives, and the stored error summary plan's

@@ -17,6 +17,7 @@ FOREIGN = {
     ("readers/prism_perf.py", "ds == 'ddp'"): "PRISM's perf.jsonl dist_strategy value",
     ("diagnose/launcher_checks.py", "e.name == 'deepspeed'"): "the `deepspeed` launcher program in a job script",
     ("diagnose/script_checks.py", "'fsdp2' in s.engines()"): "an engine the user's script was seen to call",
+    ("emit/frameworks/__init__.py", "fmt == 'deepspeed'"): "the --format name of DeepSpeed's config file",
 }
 
 

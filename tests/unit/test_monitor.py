@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from prism_strategy.analysis.detect import FIELDS, DetectConfig
-from prism_strategy.runtime.monitor import HANG_EXIT_CODE, StepMonitor, _History
+from prism_strategy.runtime.monitor import HANG_EXIT_CODE, StepMonitor
+from prism_strategy.runtime.monitor_state import StepHistory
 from prism_strategy.runtime.watchdog import merge_reports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +144,7 @@ def test_device_event_path_resolves_late_but_completely(tmp_path):
 
 
 def test_history_keeps_baseline_and_recent_window():
-    h = _History(keep_first=4, keep_last=6)
+    h = StepHistory(keep_first=4, keep_last=6)
     for k in range(10):
         block = np.zeros((2, 3, len(FIELDS)))
         block[:, :, 0] = np.arange(3 * k, 3 * k + 3)

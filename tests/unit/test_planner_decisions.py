@@ -2,7 +2,7 @@
 
 Truth: the shipped records, src/prism_strategy/data/measurements/aurora-prism.toml (transcribed
 from shared/data/aurora_measurements.md: PRISM scaling_study.md 2026-03-01 and
-qwen3_e2e_perf_investigation.md 2026-06-18), named by record id in each test, and DOMAIN.md
+qwen3_e2e_perf_investigation.md 2026-06-18), named by record id in each test, and docs/domain.md
 section 2 where PRISM states a decision without a figure (then no margin is asserted). Each
 scenario is the record's own (`PublishedRecord.scenario_kwargs`), assumptions included.
 

@@ -1,5 +1,5 @@
 """Typed rule facts: every rule in data/rules.toml fires in the situation its source describes
-(written here from DOMAIN.md and the ALCF docs, not from the rule's own `when`) and stops once the
+(written here from docs/domain.md and the ALCF docs, not from the rule's own `when`) and stops once the
 fix is applied; a `when` key that is not a fact is refused; each stage's facts come from one place."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from prism_strategy.rules import FACT_NAMES, check, get_rule, load_rules, parse_
 from prism_strategy.specs import SpecError
 from prism_strategy.strategies import get_strategy
 
-# Each rule's situation, written from its source (DOMAIN.md sections 2, 4, 5 and the ALCF docs
+# Each rule's situation, written from its source (docs/domain.md sections 2, 4, 5 and the ALCF docs
 # each rule names), not from rules.toml's `when`; then the same run with the rule's fix applied.
 SITUATIONS: dict[str, tuple[dict, dict]] = {
     # DOMAIN 5: multi-node compile on XPU deadlocks oneCCL; "single node is fine"

@@ -1,10 +1,10 @@
-"""diagnose/script_inputs.py: what a training script says about the plan's memory inputs."""
+"""inputs/script.py: what a training script says about the plan's memory inputs."""
 
 from pathlib import Path
 
 import pytest
 
-from prism_strategy.diagnose.script_inputs import FLAGS, read_plan_inputs
+from prism_strategy.inputs.script import FLAGS, read_plan_inputs
 
 SCRIPTS = Path(__file__).parents[1] / "fixtures" / "scripts"
 
@@ -295,7 +295,7 @@ def test_nothing_told_plans_the_defaults_and_says_so():
 
 
 def test_plan_for_script_from_python_keywords_win():
-    from prism_strategy.diagnose.script_inputs import plan_for_script
+    from prism_strategy.inputs.script import plan_for_script
 
     p = plan_for_script(SCRIPTS / "liger_sac.py", model="tiny-llama", platform="cpu", seq_len=256, loss="fused")
     t = p.scenario.training

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from prism_strategy import WrapConfig
-from prism_strategy.emit.strategy_file import render_strategy_toml
 from prism_strategy.runtime.strategy_file import read_strategy_file
 from prism_strategy.specs.errors import SpecError
 
@@ -108,7 +107,7 @@ def test_missing_file(tmp_path):
 def test_round_trip(tmp_path, cfg):
     """What emit writes, wrap_from_file reads back unchanged."""
     (tmp_path / "ds_config.json").write_text("{}")
-    got = read_strategy_file(write(tmp_path, render_strategy_toml(cfg, "# test")))
+    got = read_strategy_file(write(tmp_path, cfg.to_toml("# test")))
     expected = (
         cfg if cfg.ds_config is None else cfg.with_changes(ds_config=str((tmp_path / "ds_config.json").resolve()))
     )

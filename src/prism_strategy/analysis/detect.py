@@ -4,7 +4,7 @@ steps) and `prism-strategy analyze` (offline, the whole log), so both give the s
 Pure numpy: no torch, no torch.distributed. Input is a `Series`: per rank and step, the time
 of each phase (data / forward / backward / optimizer), the step time and the tokens.
 
-How compute is told apart from collective wait (DOMAIN.md section 6)
+How compute is told apart from collective wait (docs/domain.md section 6)
 ---------------------------------------------------------------------
 In a synchronous data-parallel step every rank leaves the gradient collective at about the same
 moment. The phases before it hold no collective in DDP / ZeRO-1/2 (data, forward) and the

@@ -137,12 +137,19 @@ def plan(
     override: Annotated[
         bool, typer.Option("--override", help="With --from: a flag that contradicts the config wins")
     ] = False,
+    env_profile: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Env profile the ranks run under (a name from data/env_profiles or a profile .toml): its "
+            "CCL variables price the collectives; default: the platform's own"
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
     from prism_strategy.bench.results.curves import curves_for_platform
-    from prism_strategy.diagnose.script_inputs import plan_from_command_line
     from prism_strategy.inputs.frameworks.plan import with_config
+    from prism_strategy.inputs.script import plan_from_command_line
     from prism_strategy.planning.rank_jitter import rank_jitter_from
     from prism_strategy.report.plan_table import show_plan
 
@@ -181,6 +188,7 @@ def plan(
         varying_lengths=varying_lengths,
         expandable_segments=expandable_segments,
         compile_loss=compile_loss,
+        env_profile=env_profile,
     )
     show_plan(p, markdown=markdown, json_out=json_out)
     if p.recommended is None:  # a valid question, answered "nothing fits / nothing viable": a finding

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prism_strategy.diagnose.findings import Context, Finding, check_observed, parse_header
-from prism_strategy.runtime.strategy_file import StrategyFile, read_strategy_file
+from prism_strategy.runtime.strategy_file import read_strategy_file
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import get_strategy
+from prism_strategy.wrap_config import WrapConfig
 
 
 def _key_line(text: str, key: str) -> int:
@@ -24,7 +25,7 @@ class StrategyTomlFile:
     path: Path
     text: str
     header: dict[str, str]
-    settings: "StrategyFile"
+    settings: "WrapConfig"
 
     @classmethod
     def read(cls, path: Path, text: str) -> "StrategyTomlFile":

@@ -120,7 +120,7 @@ class FrameworkConfigFile:
 
     def _persistent_fraction(self) -> tuple[str, float, float] | None:
         """(field, threshold, fraction of parameters in tensors below it) for ZeRO-3 configs."""
-        if self.config.strategy != "zero3":
+        if self.config.strategy is None or get_strategy(self.config.strategy).zero_stage != 3:
             return None
         field = next(
             (
@@ -215,7 +215,7 @@ def host_bytes_per_node(params: int, cfg: ConfigInputs, nodes: int, rpn: int) ->
     16 / nodes per node."""
     if cfg.offload_engine == "fsdp":
         return 16 * params / nodes
-    if cfg.strategy == "zero3":
+    if cfg.strategy is not None and get_strategy(cfg.strategy).zero_stage == 3:
         return params * (18 if "params" in cfg.offload else 16) / nodes * 1.5
     return params * max(4 * nodes * rpn, 16) * 1.5
 

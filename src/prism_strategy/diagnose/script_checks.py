@@ -1,7 +1,7 @@
 """Script checks: static analysis of a training script with `ast` (nothing is imported or run).
 
-The reader (diagnose/script_reader.py) records every call and assignment; values are followed
-through variables, `if` tests and `**kwargs` within a function (diagnose/py_values.py), and
+The reader (inputs/script_file.py, inputs/script_reader.py) records every call and assignment; values are followed
+through variables, `if` tests and `**kwargs` within a function (inputs/py_values.py), and
 `os.environ.get(NAME, default)` reads the exports of the launchers given with the script. Each
 check reports what it finds as rule facts and data/rules.toml decides; a finding on code that an
 environment variable switches says so, and is a warning when the switch is off by default.
@@ -14,13 +14,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prism_strategy.diagnose.findings import Context, Finding, check_observed
-from prism_strategy.diagnose.py_values import UNKNOWN, Alt, Assignment, Symbol, Values
-from prism_strategy.diagnose.script_reader import Call, Collector
+from prism_strategy.inputs.py_values import Alt, Symbol, Values
+from prism_strategy.inputs.script_file import DDP_CALLS, FSDP1_CALLS, ScriptFile
+from prism_strategy.inputs.script_file import read_script as read_file
+from prism_strategy.inputs.script_reader import Call
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.strategies import STRATEGY_NAMES, get_strategy
 
-_DDP = {"DistributedDataParallel", "DDP"}
-_FSDP1 = {"FullyShardedDataParallel", "FSDP"}
 _MESH = {"init_device_mesh", "DeviceMesh"}
 _CTORS = {"ones", "zeros", "empty", "rand", "randn", "full", "tensor"}
 _FP32 = {"float32", "float"}
@@ -29,39 +28,27 @@ _ROOT_ONLY = {"engine": "fsdp2", "root_only_wrap": True}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ScriptFile:
-    path: Path
-    calls: list[Call]
-    assigns: dict[tuple[str, str], list[Assignment]]
-    words: frozenset[str]
-    modules: frozenset[str]
-    """Names bound to imported modules (their .compile() is not torch's)."""
+class ScriptChecks:
+    """doctor's view of one script: what it tells the context, and the findings on it."""
+
+    s: ScriptFile
+
+    @property
+    def path(self) -> Path:
+        return self.s.path
 
     def refine(self, ctx: Context) -> Context:
-        devices = {d for d, words in (("xpu", {"xpu", "xccl"}), ("cuda", {"cuda", "nccl"})) if words & self.words}
-        return ctx.refined(devices=frozenset(devices), engines=frozenset(self.engines()))
-
-    def engines(self) -> set[str]:
-        out = set()
-        for c in self.calls:
-            if c.last in _DDP:
-                out.add("ddp")
-            if c.last in _FSDP1 or c.last == "fully_shard":
-                out.add("fsdp2")
-            if c.name.startswith("deepspeed."):
-                out.add("deepspeed")
-            if c.last == "wrap" and (name := _wrap_strategy(c)):
-                out.add(get_strategy(name).engine)
-        return out
+        devices = {d for d, words in (("xpu", {"xpu", "xccl"}), ("cuda", {"cuda", "nccl"})) if words & self.s.words}
+        return ctx.refined(devices=frozenset(devices), engines=frozenset(self.s.engines()))
 
     def check(self, ctx: Context) -> list[Finding]:
         try:
             return self._check(ctx)
         except RecursionError:
-            raise SpecError(f"--script {self.path}: an expression nested too deeply to follow") from None
+            raise SpecError(f"--script {self.s.path}: an expression nested too deeply to follow") from None
 
     def _check(self, ctx: Context) -> list[Finding]:
-        vals = self.values(ctx)
+        vals = self.s.values(ctx.launcher_env)
         out = []
         for check in (
             _device_id,
@@ -72,43 +59,17 @@ class ScriptFile:
             _one_element_probe,
             _root_only_wrap,
         ):
-            for f in check(self, ctx):
+            for f in check(self.s, ctx):
                 switched = self._switched(f, vals)
                 if switched is not None:
                     out.append(switched)
         return out
 
-    def values(self, ctx: Context) -> Values:
-        return Values(assigns=self.assigns, env={n: (v, f) for n, v, f in ctx.launcher_env})
-
-    def call_kwargs(self, call: Call, vals: Values) -> list[Alt]:
-        """The keywords a call gets, as dict alternatives: written ones and **dicts merged;
-        UNKNOWN when a ** value is not a dict the doctor can read."""
-        named = [k for k in call.node.keywords if k.arg]
-        spread = [k for k in call.node.keywords if k.arg is None]
-
-        def merge(*values: object) -> object:
-            out = {k.arg: v for k, v in zip(named, values)}
-            for d in values[len(named) :]:
-                if not isinstance(d, dict):
-                    return UNKNOWN
-                out.update(d)
-            return out
-
-        return vals._combine([k.value for k in (*named, *spread)], call.scope, call.line, merge, keep_unknown=True)
-
-    def kwarg_values(self, call: Call, name: str, vals: Values, absent: object = UNKNOWN) -> list[Alt]:
-        """A keyword's values, passed directly or through **kwargs; `absent` when not passed."""
-        return [
-            replace(a, value=a.value.get(name, absent) if isinstance(a.value, dict) else UNKNOWN)
-            for a in self.call_kwargs(call, vals)
-        ]
-
     def _switched(self, f: Finding, vals: Values) -> Finding | None:
         """A finding on a call under `if` tests that an environment variable decides: dropped
         when the test fails, noted when it holds, a warning when it holds only if the job sets
         the variable. Tests nothing decides (a parameter, args.x) leave the finding as it was."""
-        call = next((c for c in self.calls if c.line == f.line and c.conds), None)
+        call = next((c for c in self.s.calls if c.line == f.line and c.conds), None)
         if call is None:
             return f
         d = vals.conditions(call.conds, call.scope, call.line)
@@ -120,40 +81,13 @@ class ScriptFile:
         severity = "warning" if f.severity == "error" and not d.by_default else f.severity
         return replace(f, severity=severity, message=f"{f.message} [{'; '.join(notes)}]")
 
-    def find(self, *lasts: str) -> list[Call]:
-        return [c for c in self.calls if c.last in lasts]
 
-    def where(self, call: Call, detail: str) -> dict:
-        return dict(file=str(self.path), line=call.line, detail=detail)
-
-
-def read_script(path: Path) -> ScriptFile:
-    path = Path(path)
-    try:
-        tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
-    except OSError as e:
-        raise SpecError(f"cannot read --script {path}: {e.strerror}") from None
-    except SyntaxError as e:
-        raise SpecError(f"--script {path} is not valid Python (line {e.lineno}: {e.msg})") from None
-    except (ValueError, RecursionError, MemoryError) as e:
-        raise SpecError(f"--script {path} cannot be read as Python ({type(e).__name__})") from None
-    c = Collector()
-    try:
-        c.visit(tree)
-    except RecursionError:
-        raise SpecError(f"--script {path}: nested too deeply to read") from None
-    return ScriptFile(
-        path=path, calls=c.calls, assigns=c.assigns, words=frozenset(c.words), modules=frozenset(c.modules)
-    )
+def read_script(path: Path) -> ScriptChecks:
+    return ScriptChecks(s=read_file(path))
 
 
 def _notes(alt: Alt) -> str:
     return f" ({'; '.join(alt.notes)})" if alt.notes else ""
-
-
-def _wrap_strategy(c: Call) -> str | None:
-    args = [*c.node.args[1:2], c.kwarg("strategy")]
-    return next((a.value for a in args if isinstance(a, ast.Constant) and a.value in STRATEGY_NAMES), None)
 
 
 # --- the checks ------------------------------------------------------------------------------
@@ -171,9 +105,9 @@ def _unused_and_static(s: ScriptFile, ctx: Context) -> list[Finding]:
     environment switch (its default, or the launcher's export)."""
     out = []
     set_static = any(c.last == "_set_static_graph" for c in s.calls)
-    vals = s.values(ctx)
+    vals = s.values(ctx.launcher_env)
     for c in s.calls:
-        if c.last not in _DDP and not c.kw_true("find_unused_parameters"):
+        if c.last not in DDP_CALLS and not c.kw_true("find_unused_parameters"):
             continue
         on = next((a for a in s.kwarg_values(c, "find_unused_parameters", vals, absent=False) if a.value is True), None)
         if on is None:
@@ -182,7 +116,7 @@ def _unused_and_static(s: ScriptFile, ctx: Context) -> list[Finding]:
         observed = {
             "find_unused_parameters": True,
             "static_graph": static,
-            **({"engine": "ddp"} if c.last in _DDP else {}),
+            **({"engine": "ddp"} if c.last in DDP_CALLS else {}),
         }
         detail = "find_unused_parameters=True with static_graph" if static else "find_unused_parameters=True"
         found = check_observed(observed, ctx, **s.where(c, detail + _notes(on)))
@@ -201,13 +135,13 @@ def _is_compile(s: ScriptFile, c: Call) -> bool:
 
 def _compile(s: ScriptFile, ctx: Context) -> list[Finding]:
     """The first torch.compile that can run (one under a test the values decide false cannot)."""
-    vals = s.values(ctx)
+    vals = s.values(ctx.launcher_env)
     first = next(
         (c for c in s.calls if _is_compile(s, c) and vals.conditions(c.conds, c.scope, c.line).taken is not False), None
     )
     if first is None:
         return []
-    whole_under_fsdp1 = not first.in_loop and any(c.last in _FSDP1 for c in s.calls)  # PRISM's stack
+    whole_under_fsdp1 = not first.in_loop and any(c.last in FSDP1_CALLS for c in s.calls)  # PRISM's stack
     return check_observed(
         {"compile": True, "compiles_whole_under_fsdp1": whole_under_fsdp1},
         ctx,
@@ -298,7 +232,7 @@ def _one_element_probe(s: ScriptFile, ctx: Context) -> list[Finding]:
 
 def _root_only_wrap(s: ScriptFile, ctx: Context) -> list[Finding]:
     fsdp2 = s.find("fully_shard")
-    fsdp1 = [c for c in s.calls if c.last in _FSDP1]
+    fsdp1 = [c for c in s.calls if c.last in FSDP1_CALLS]
     out = []
     if len(fsdp2) == 1 and not fsdp2[0].in_loop:
         out += check_observed(
@@ -314,7 +248,7 @@ def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
     chose it and the environment default behind that test are named with their lines."""
     paths = [
         a
-        for a in s.call_kwargs(call, s.values(ctx))
+        for a in s.call_kwargs(call, s.values(ctx.launcher_env))
         if isinstance(a.value, dict) and a.value.get("auto_wrap_policy") is None
     ]
     if not paths:

@@ -16,13 +16,13 @@ from prism_strategy.emit.env import sh_quote
 from prism_strategy.emit.files import FileText
 
 if TYPE_CHECKING:
-    from prism_strategy.emit.launch import _Job
+    from prism_strategy.emit.launch import LaunchJob
 
 WALLTIME = "00:15:00"
 """A commbench replays a few steps' collectives: minutes, even at 100 nodes."""
 
 
-def _run_line(job: "_Job") -> str:
+def _run_line(job: "LaunchJob") -> str:
     req = job.req
     opts = [
         f"--grad-accum {req.grad_accum}",
@@ -39,7 +39,7 @@ def _run_line(job: "_Job") -> str:
     )
 
 
-def _scenario_lines(job: "_Job", submit: str) -> list[str]:
+def _scenario_lines(job: "LaunchJob", submit: str) -> list[str]:
     return [
         f"# What to replay: your model (a preset or config.json path); the strategies (default {job.strategy.name}).",
         f"# Submit: {submit}",
@@ -60,11 +60,11 @@ def _with_scenario(text: str, old_submit: str, lines: list[str]) -> str:
     return head + "set -euo pipefail\n" + "\n".join(lines) + "\n" + rest
 
 
-def commbench_files(job: "_Job") -> list[FileText]:
-    from prism_strategy.emit.launch import _queue, render_pbs, render_slurm
+def commbench_files(job: "LaunchJob") -> list[FileText]:
+    from prism_strategy.emit.launch import job_queue, render_pbs, render_slurm
 
     req = replace(job.req, walltime=WALLTIME, job_name=f"{job.req.job_name}-commbench")
-    queue, _ = _queue(job.platform, job.site, req)
+    queue, _ = job_queue(job.platform, job.site, req)
     bench = replace(job, req=req, queue=queue)
     if job.platform.launcher == "pbs":
         submit = "qsub -v PRISM_COMMBENCH_MODEL=qwen3-8b commbench.pbs"

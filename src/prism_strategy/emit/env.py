@@ -8,115 +8,23 @@ user value (a path, a job name, a script argument) stays literal whatever it con
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.presets import DATA, build, read_toml
+from prism_strategy.specs.env_profile import (  # noqa: F401  (emit's callers read the profiles here)
+    CONTROL_CHARS,
+    PROFILE_DIR,
+    VAR_NAME,
+    EnvProfile,
+    EnvVar,
+    PathPrepend,
+    check_text,
+    load_env_profile,
+    profile_names,
+)
 
-VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-PROFILE_DIR = "env_profiles"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EnvVar:
-    name: str
-    value: str
-    why: str
-    source: str
-    platform_values: dict[str, str] = field(default_factory=dict)
-    """Per-platform overrides of `value` (e.g. COMPOSITE on aurora-composite)."""
-    torchrun_value: str | None = None
-    """Under torchrun (no mpiexec, no PMIx): this value instead ("" = leave the variable unset)."""
-
-    def value_for(self, platform: str) -> str:
-        return self.platform_values.get(platform, self.value)
-
-    def launch_value(self, platform: str, launcher: str) -> str | None:
-        """The value for this launcher; None: not set under it."""
-        if launcher == "torchrun" and self.torchrun_value is not None:
-            return self.torchrun_value or None
-        return self.value_for(platform)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PathPrepend:
-    """A folder put in front of a search path (LD_LIBRARY_PATH, PATH), keeping what was there."""
-
-    name: str
-    value: str
-    why: str
-    source: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EnvProfile:
-    name: str
-    version: str
-    description: str
-    source: str
-    modules: tuple[str, ...] = ()
-    """`module load` arguments, in order."""
-    module_use: tuple[str, ...] = ()
-    """`module use` paths, applied before the loads."""
-    conda_activate: str | None = None
-    """After the loads: `conda activate` ("" = the base environment, else that environment)."""
-    unset: tuple[str, ...] = ()
-    """Variables removed after the loads (setting them cost real runs)."""
-    var: tuple[EnvVar, ...] = ()
-    prepend: tuple[PathPrepend, ...] = ()
-    """Search-path entries put in front after the variables (e.g. a NCCL network plugin)."""
-
-    def __post_init__(self) -> None:
-        names = [v.name for v in self.var] + list(self.unset)
-        for n in names + [e.name for e in self.prepend]:
-            if not VAR_NAME.match(n):
-                raise SpecError(f"env profile {self.name!r}: {n!r} is not a valid variable name")
-        if len(set(names)) != len(names):
-            raise SpecError(f"env profile {self.name!r}: a variable is listed twice (or both set and unset)")
-        for text in (
-            *self.modules,
-            *self.module_use,
-            *(v.value for v in self.var),
-            *(e.value for e in self.prepend),
-            *((self.conda_activate,) if self.conda_activate else ()),
-            *(v.torchrun_value for v in self.var if v.torchrun_value),
-            *(x for v in self.var for x in v.platform_values.values()),
-        ):
-            check_text("env profile value", text)
-
-    def values_for(self, platform: str) -> dict[str, str]:
-        return {v.name: v.value_for(platform) for v in self.var}
-
-
-def profile_names() -> list[str]:
-    folder = DATA / PROFILE_DIR
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml") and not p.name.startswith("_"))
-
-
-def load_env_profile(name_or_path: str) -> EnvProfile:
-    """A profile name (data/env_profiles/NAME.toml) or a path to a profile .toml."""
-    if name_or_path in profile_names():
-        return build(EnvProfile, read_toml(DATA / PROFILE_DIR / f"{name_or_path}.toml"), f"env profile {name_or_path}")
-    p = Path(name_or_path)
-    if p.suffix == ".toml" and p.is_file():
-        return build(EnvProfile, read_toml(p), str(p))
-    raise SpecError(
-        f"unknown env profile {name_or_path!r}; use one of {', '.join(profile_names())} or a path to a profile .toml"
-    )
 
 
 # --- shell text ------------------------------------------------------------------------------
-def check_text(label: str, text: str) -> str:
-    """User text may contain anything printable; control characters (newlines) are refused
-    because they would end a comment or a directive line."""
-    if _CONTROL.search(text):
-        raise SpecError(f"{label} {text!r} contains a control character (newline, tab, ...); remove it")
-    return text
-
-
 def sh_quote(text: str) -> str:
     """One shell word that expands to exactly `text`: bare when it is plain, else double quotes
     with $, `, \\ and \" escaped (nothing inside is expanded or executed)."""
@@ -128,7 +36,7 @@ def sh_quote(text: str) -> str:
 
 def comment(text: str) -> str:
     """Text for a `# ...` comment: one line, whatever it contains."""
-    return _CONTROL.sub(" ", text)
+    return CONTROL_CHARS.sub(" ", text)
 
 
 def profile_lines(profile: EnvProfile, platform: str, indent: str = "", launcher: str = "mpiexec") -> list[str]:

@@ -31,6 +31,9 @@ class PlanChoice:
     compile: bool
     plan_file: str
     loss: str = "upcast"
+    env_profile: str | None = None
+    """The env profile the plan priced the collectives under (inputs.env_profile); None: an older
+    plan file without it (the platform's own)."""
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -87,11 +90,20 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
         compile=bool(inputs.get("compile", False)),
         plan_file=path.name,
         loss=str(inputs.get("loss", "upcast")),
+        env_profile=_profile(inputs, where),
     )
 
 
+def _profile(inputs: dict[str, Any], where: str) -> str | None:
+    v = inputs.get("env_profile")
+    if v is not None and (not isinstance(v, str) or not v):
+        raise SpecError(f"{where}: 'env_profile' must be a profile name or path, got {v!r}")
+    return v
+
+
 def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
-    """`base` (the launcher options: account, queue, env profile, ...) with the plan's choices."""
+    """`base` (the launcher options: account, queue, env profile, ...) with the plan's choices; the
+    plan's env profile unless emit was given one."""
     return replace(
         base,
         strategy=choice.strategy,
@@ -104,6 +116,7 @@ def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
         ckpt_freq=choice.ckpt_freq,
         compile=choice.compile or base.compile,
         loss=choice.loss,
+        env_profile=base.env_profile or choice.env_profile,  # an --env-profile given to emit wins
     )
 
 

@@ -30,7 +30,7 @@ from prism_strategy.emit.env import (
 )
 from prism_strategy.emit.files import FileText
 from prism_strategy.emit.site import SiteSpec, load_site
-from prism_strategy.emit.strategy_file import STRATEGY_FILE, WRAP_CALL, precision_to_mixed, render_strategy_toml
+from prism_strategy.emit.strategy_file import STRATEGY_FILE, WRAP_CALL, precision_to_mixed
 from prism_strategy.engines import engine_of
 from prism_strategy.rules import RuleFacts
 from prism_strategy.specs.cluster import Layout, PlatformSpec
@@ -94,7 +94,7 @@ class Emitted:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class _Job:
+class LaunchJob:
     """Everything a renderer needs, validated."""
 
     req: EmitRequest
@@ -138,7 +138,7 @@ def emit_files(req: EmitRequest, out: Path) -> Emitted:
         ),
         FileText(
             name=STRATEGY_FILE,
-            text=render_strategy_toml(_strategy_file(job), job.header),
+            text=_strategy_file(job).to_toml(job.header),
             description=f"wrap() settings: job = {WRAP_CALL}",
         ),
     ]
@@ -162,7 +162,7 @@ def emit_files(req: EmitRequest, out: Path) -> Emitted:
     )
 
 
-def _validate(req: EmitRequest, out: Path) -> _Job:
+def _validate(req: EmitRequest, out: Path) -> LaunchJob:
     check_options(req.bucket_mb, req.reduce_dtype)
     strategy = get_strategy(req.strategy).with_options(bucket_mb=req.bucket_mb, reduce_dtype=req.reduce_dtype)
     platform = load_platform(req.platform)
@@ -190,8 +190,8 @@ def _validate(req: EmitRequest, out: Path) -> _Job:
         raise SpecError("--script must not be empty")
     _refuse_not_viable(strategy, platform, req)
     site = load_site(req.platform)
-    queue, note = _queue(platform, site, req)
-    return _Job(
+    queue, note = job_queue(platform, site, req)
+    return LaunchJob(
         req=req,
         platform=platform,
         strategy=strategy,
@@ -217,7 +217,7 @@ def _layout(platform: PlatformSpec, req: EmitRequest) -> Layout:
     return Layout(nodes=req.nodes, ranks_per_node=rpn)
 
 
-def _queue(platform: PlatformSpec, site: SiteSpec, req: EmitRequest) -> tuple[str | None, str]:
+def job_queue(platform: PlatformSpec, site: SiteSpec, req: EmitRequest) -> tuple[str | None, str]:
     """PBS: the queue that takes this many nodes for this long (an explicit --queue is checked)."""
     if platform.launcher != "pbs" or not site.queues:
         return req.queue, ""
@@ -244,7 +244,7 @@ def _refuse_not_viable(strategy: StrategySpec, platform: PlatformSpec, req: Emit
             raise SpecError(f"not viable ({v.rule.id}): {v.message}")
 
 
-def _strategy_file(job: _Job) -> WrapConfig:
+def _strategy_file(job: LaunchJob) -> WrapConfig:
     req, engine = job.req, engine_of(job.strategy)
     return WrapConfig(
         strategy=job.strategy.name,
@@ -264,7 +264,7 @@ def _strategy_file(job: _Job) -> WrapConfig:
     )
 
 
-def _notes(job: _Job) -> list[str]:
+def _notes(job: LaunchJob) -> list[str]:
     notes = [job.queue_note] if job.queue_note else []
     if job.platform.launcher == "pbs" and not job.site.queues:
         notes.append(
@@ -284,7 +284,7 @@ def _notes(job: _Job) -> list[str]:
 
 
 # --- launchers -------------------------------------------------------------------------------
-def _launcher_files(job: _Job) -> list[FileText]:
+def _launcher_files(job: LaunchJob) -> list[FileText]:
     from prism_strategy.emit.commbench import commbench_files
 
     if job.platform.launcher == "pbs":
@@ -310,12 +310,12 @@ def _launcher_files(job: _Job) -> list[FileText]:
     return []
 
 
-def _run_line(job: _Job) -> str:
+def _run_line(job: LaunchJob) -> str:
     words = [sh_quote(job.req.script), *(sh_quote(a) for a in job.req.script_args)]
     return "exec python3 " + " ".join(words)
 
 
-def _rank_function(job: _Job, rank: str, local_rank: str, run_line: str | None = None) -> list[str]:
+def _rank_function(job: LaunchJob, rank: str, local_rank: str, run_line: str | None = None) -> list[str]:
     """The per-rank command: modules, profile, layout, script. $1..$4 = addr, port, world, ranks per node.
     `rank` and `local_rank` are shell expansions that fail loudly when the launcher set neither."""
     i = "    "
@@ -354,7 +354,7 @@ RANK_LAUNCH = (
 """Ships prism_rank to each rank's login shell (which defines `module`) with addr, port, world, ranks per node."""
 
 
-def _pbs_directives(job: _Job) -> list[str]:
+def _pbs_directives(job: LaunchJob) -> list[str]:
     req, site = job.req, job.site
     filesystems = req.filesystems or site.filesystems
     lines = [
@@ -374,12 +374,12 @@ def _pbs_directives(job: _Job) -> list[str]:
     return lines
 
 
-def _cpu_bind(job: _Job) -> str:
+def _cpu_bind(job: LaunchJob) -> str:
     bind = job.site.cpu_bind or cpu_bind_list(job.platform.cpu_cores_per_node, job.layout.ranks_per_node)
     return f' --cpu-bind "{bind}"' if bind else " --cpu-bind core"
 
 
-def _master_addr(job: _Job) -> list[str]:
+def _master_addr(job: LaunchJob) -> list[str]:
     suffix = job.site.master_addr_suffix
     lines = [
         f"# rendezvous on the first host of the job: its high-speed-network name ({job.site.source('master_addr_suffix')})"
@@ -391,7 +391,7 @@ def _master_addr(job: _Job) -> list[str]:
     return lines
 
 
-def render_pbs(job: _Job, run_line: str | None = None) -> str:
+def render_pbs(job: LaunchJob, run_line: str | None = None) -> str:
     lay = job.layout
     lines = [
         "#!/bin/bash -l",
@@ -415,7 +415,7 @@ def render_pbs(job: _Job, run_line: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_slurm(job: _Job, run_line: str | None = None) -> str:
+def render_slurm(job: LaunchJob, run_line: str | None = None) -> str:
     req, lay = job.req, job.layout
     directives = [
         f"#SBATCH --job-name={_directive_name(req.job_name)}",
@@ -464,7 +464,7 @@ MODULE_INIT = [
 ]
 
 
-def render_torchrun(job: _Job) -> str:
+def render_torchrun(job: LaunchJob) -> str:
     """One node, torchrun's own rendezvous: the profile as torchrun needs it (no mpiexec/PMIx-only
     settings), written inline rather than sourced from env.sh (which is for mpiexec jobs)."""
     rpn = job.layout.ranks_per_node

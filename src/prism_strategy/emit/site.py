@@ -26,10 +26,6 @@ def walltime_seconds(text: str) -> int | None:
     return seconds
 
 
-def hms(seconds: int) -> str:
-    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class QueueLimit:
     """One queue, or one band of a routing queue (prod routes by node count)."""

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prism_strategy.wrap_config import WrapConfig
-
 STRATEGY_FILE = "strategy.toml"
 DS_CONFIG_FILE = "ds_config.json"
-StrategyFile = WrapConfig
 WRAP_CALL = "wrap_from_file(model, ctx=ctx, optimizer=...)"
 """How the training script reads it (the launchers export PRISM_STRATEGY_FILE)."""
 
@@ -16,7 +13,3 @@ WRAP_CALL = "wrap_from_file(model, ctx=ctx, optimizer=...)"
 def precision_to_mixed(precision: str) -> Literal["bf16"] | None:
     """--precision bf16-mixed / bf16-pure -> "bf16"; fp32 -> None (fp32 throughout)."""
     return None if precision == "fp32" else "bf16"
-
-
-def render_strategy_toml(cfg: WrapConfig, header: str) -> str:
-    return cfg.to_toml(header)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 ENGINES: dict[str, Engine] = {e.name: e for e in (DDPEngine(), FSDP2Engine(), DeepSpeedEngine())}
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
 if set(ENGINE_NAMES) != set(STRATEGY_ENGINES):  # the registry's Literal and the models stay one set
-    raise ImportError(f"engines {ENGINE_NAMES} do not match strategies.Engine {STRATEGY_ENGINES}")
+    raise ImportError(f"engines {ENGINE_NAMES} do not match strategies.EngineName {STRATEGY_ENGINES}")
 
 __all__ = [
     "ENGINES",

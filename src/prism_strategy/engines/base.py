@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import Part
-from prism_strategy.specs.training import OPTIMIZER_STATES, TrainingSpec
+from prism_strategy.specs.training import DTYPE_BYTES, OPTIMIZER_STATES, TrainingSpec
 
 if TYPE_CHECKING:
     from prism_strategy.strategies import StrategySpec
@@ -28,7 +28,8 @@ FP32 = 4
 MiB = 2**20
 Rows = list[tuple[str, str, float]]
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+TORCH_DTYPE_BYTES = {TORCH_DTYPE[k]: n for k, n in DTYPE_BYTES.items()}
+"""specs/training.py DTYPE_BYTES keyed by torch's dtype names (what a collective records)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

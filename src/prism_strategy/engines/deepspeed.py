@@ -41,9 +41,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from prism_strategy.engines.base import (
-    DTYPE_BYTES,
     FP32,
     TORCH_DTYPE,
+    TORCH_DTYPE_BYTES,
     Engine,
     MiB,
     Moment,
@@ -214,7 +214,7 @@ class DeepSpeedEngine(Engine):
                     (
                         "buffers",
                         f"ipg reduce bucket ({b:.2e} elements, allocated at init)",
-                        b * DTYPE_BYTES[comm_dtype(s, t)],
+                        b * TORCH_DTYPE_BYTES[comm_dtype(s, t)],
                     )
                 ],
             )
@@ -247,7 +247,7 @@ class DeepSpeedEngine(Engine):
                         dtype=dtype,
                         calls=calls,
                         phase=phase,
-                        bytes_per_call=elems * DTYPE_BYTES[dtype] / calls,
+                        bytes_per_call=elems * TORCH_DTYPE_BYTES[dtype] / calls,
                         overlappable=overlap,
                         what=what,
                     )

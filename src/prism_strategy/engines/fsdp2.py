@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prism_strategy.engines.base import (
-    DTYPE_BYTES,
     TORCH_DTYPE,
+    TORCH_DTYPE_BYTES,
     Engine,
     Moment,
     Rows,
@@ -36,8 +36,7 @@ from prism_strategy.engines.base import (
 )
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import Part, largest_block, root_unit
-from prism_strategy.specs.training import DTYPE_BYTES as SPEC_DTYPE_BYTES
-from prism_strategy.specs.training import TrainingSpec
+from prism_strategy.specs.training import DTYPE_BYTES, TrainingSpec
 
 if TYPE_CHECKING:
     from prism_strategy.strategies import StrategySpec
@@ -157,10 +156,10 @@ class FSDP2Engine(Engine):
                         dtype=dtype,
                         calls=calls,
                         phase=phase,
-                        bytes_per_call=elems * DTYPE_BYTES[dtype] / calls,
+                        bytes_per_call=elems * TORCH_DTYPE_BYTES[dtype] / calls,
                         overlappable=overlap,
                         what=what,
-                        sizes=tuple(n * DTYPE_BYTES[dtype] for n in order),
+                        sizes=tuple(n * TORCH_DTYPE_BYTES[dtype] for n in order),
                     )
                 )
 
@@ -266,7 +265,7 @@ def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layo
     unit resharded after backward: each trainable tensor's dim 0 padded to the shard count, then split."""
     n = s.degree(s.optim_shard, layout)
     local = list(_local_shards(parts, n))
-    return step_transient(local, t, impl, SPEC_DTYPE_BYTES[t.optim_state_dtype], f" (local shards, 1/{n})")
+    return step_transient(local, t, impl, DTYPE_BYTES[t.optim_state_dtype], f" (local shards, 1/{n})")
 
 
 @functools.cache

@@ -240,17 +240,6 @@ def phase_times(
     )
 
 
-def kernel_launch_s(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec) -> float:
-    """CPU time to launch one micro-step's forward and backward kernels."""
-    k = step_kernels(parts, training)
-    return (k.forward + k.backward) * platform.kernel_launch_us * 1e-6
-
-
-def compute_time_s(parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int) -> float:
-    """One micro-step (forward + backward + recompute) on one device, phase by phase."""
-    return phase_times(parts, training, platform, micro_batch).total
-
-
 def optimizer_time_s(
     trainable_per_device: float, bytes_per_param: float, platform: PlatformSpec, trainable_tensors: int = 0
 ) -> float:

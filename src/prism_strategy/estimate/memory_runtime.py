@@ -1,65 +1,6 @@
 """Device memory beyond what the analytic model allocates: the caching allocator and the runtime.
-
-estimate/memory.py predicts the bytes PyTorch's allocator hands out at each moment of the step
-(`torch.*.max_memory_allocated`) plus the platform's framework reserve (runtime context, kernels,
-collective buffers: memory outside PyTorch's allocator). An out-of-memory error happens against
-what the allocator has *reserved* plus the request, but only once a failed cudaMalloc has made the
-allocator free its whole free segments and retry (torch.cuda.memory_stats: num_alloc_retries,
-"failed cudaMalloc calls that result in a cache flush and retry"). So two reserved figures:
-unpressed (what `max_memory_reserved` shows when memory is plentiful: allocated + the whole cache)
-and at the limit (allocated + what the flush cannot release). Feasibility is judged on reserved at
-the limit + the runtime's share (`device_peak`, `max_micro_batch_reserved`). PRISM C6 shows both:
-at batch 2, 13.6 GB allocated (a current figure) vs 34.5 reserved; at batch 4, dying, 59.4 vs
-62.1: the flush had left 2.7 GiB.
-
-How the caching allocator keeps more than it hands out (c10/cuda/CUDACachingAllocator.cpp; the
-PyTorch docs, "CUDA semantics: memory management"; Note [Expandable Segments] in the .cpp; the constants below):
-a request is rounded to 512 bytes; requests up to 1 MiB share 2 MiB small-pool segments, 1-10 MiB
-ones 20 MiB segments, larger ones get a segment of their own size rounded to 2 MiB. A cached free
-block serves a smaller request by splitting (a large-pool remainder over 1 MiB stays a free block
-of the same segment); free blocks coalesce only within their segment, and pools are per stream.
-Rounding alone is small (under 2 MiB per large segment, 512 bytes per block: some hundreds of
-segments for a 7B step, well under 1 GiB), so it sits inside the fitted terms, not a term of its own.
-Two regimes follow, one term each, and the part held at the limit (three parameters; fitted in
-benchmarks/allocator_fit.py, which also reports leave-one-out and what the records cannot decide):
-
-- fixed shapes (every step makes the same requests: torchtitan packs to a fixed length): within a
-  step, freed tensors (the loss buffers, a recomputed block under checkpointing, FSDP's gathered
-  units and unsharded grads, each block's temporaries) are re-served to requests of other sizes
-  by splitting, and the remainders stay cached. Term: `allocator_cache_factor` x the moment's
-  transient bytes (activations and buffers: what comes and goes within a step; it holds the
-  recomputed block under checkpointing and the gathered units under FSDP). CUDA 0.30, fitted on
-  torchtitan PR #165 TT-18 / TT-20 (their active counter isolates the allocator from the
-  allocated model's error).
-- varying shapes (PRISM pads each batch to its longest sample, so each step's activations and loss
-  buffers have new sizes): a request larger than every cached block gets a new segment while the
-  old, smaller segments stay cached, partly filled, "leaving unusable free slices of memory at
-  the end of these segments ... this pattern might repeat 50+ times" (Note [Expandable Segments]).
-  The slivers sit in segments that hold live blocks, so the flush a failed cudaMalloc triggers
-  (memory_stats num_alloc_retries: "result in a cache flush and retry") cannot release them.
-  Term: `allocator_varying_factor` x the moment's per-sample activations (the part whose size
-  follows the batch's length; gathered units and states do not). Fitted on PRISM C6 (Aurora);
-  the length spread of PRISM's data is not recorded, so the factor is PRISM's distribution's and
-  a narrower spread (tighter bucketing) would leave fewer slivers: not modelled.
-- at the limit: the fixed-shape remainders are taken as released by the flush (whole free
-  segments; llm-foundry MF-06 / MF-13 ran where their unpressed reserved figure would exceed the
-  device), the slivers are not: `allocator_pinned_factor` x per-sample activations, fitted on C6-b4.
-- expandable_segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, the cuda-nccl env
-  profile): instead of one segment per allocation, "one segment (per stream) that grows as
-  necessary" (the same Note), so the varying-shape term is taken as 0 (named assumption: no record
-  measures a varying-length run with it). The fixed-shape term is kept: expandable segments only
-  merge free ranges, which leaves the within-step split remainders as they were (checked on the
-  held-out TT-01, run with it: torchtitan run_llama_train.sh sets it since a5e57e4, 2024-10-22).
-
-device-only: XPU (Aurora) runs c10/xpu/XPUCachingAllocator.cpp, a port of the CUDA allocator with
-the same block and segment constants and per-stream pools, and the same flush on a failed
-allocation (its malloc: `alloc_block(params) || (release_cached_blocks() && alloc_block(params))`,
-with no partial release first, which CUDA's release_available_cached_blocks tries; both end with
-every whole free segment freed, so "at the limit" is the same); the fixed-shape term is CUDA's (not
-measured on XPU: C6 is the only XPU record with both counters and it varies shapes) and
-expandable segments are not modelled there (XPU's ExpandableSegment came in pytorch PR #166299,
-2025-10, after PRISM's torch 2.8; PRISM's profile unsets TORCH_XPU_ALLOC_CONF).
-"""
+Feasibility is judged on reserved at the limit + the runtime's share (device_peak,
+max_micro_batch_reserved); the allocator's terms and their sources: docs/memory_runtime.md."""
 
 from __future__ import annotations
 

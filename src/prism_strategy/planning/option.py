@@ -73,7 +73,7 @@ class Plan:
     warnings: list[str]
     sweep: list[dict[str, Any]] = field(default_factory=list)
     script: dict[str, Any] | None = None
-    """`plan --script`: what was read from the script, per input (diagnose/script_inputs.py)."""
+    """`plan --script`: what was read from the script, per input (inputs/script.py)."""
     config: dict[str, Any] | None = None
     """`plan --from`: the framework config's fields, used or ignored (inputs/frameworks/plan.py)."""
 

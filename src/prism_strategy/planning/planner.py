@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from prism_strategy.engines import engine_of
 from prism_strategy.estimate.calibration import calibrated_platform
-from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
-from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
+from prism_strategy.estimate.environment import platform_under
 from prism_strategy.estimate.families import assumptions
-from prism_strategy.estimate.host import host_terms
-from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, moments
-from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_reserved, memory_fields
-from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
-from prism_strategy.estimate.scale_loss import LateRanks, late_ranks
+from prism_strategy.estimate.option import estimate_option
 from prism_strategy.planning.option import Option, Plan
-from prism_strategy.planning.provenance import provenance
 from prism_strategy.planning.recommend import annotate, recommend
-from prism_strategy.planning.scenario import Scenario, build_scenario
-from prism_strategy.planning.search import batch_problem, evaluate_searched, resolve_batch, with_ckpt
+from prism_strategy.planning.scenario import Scenario, build_scenario, split_options
+from prism_strategy.planning.search import evaluate_searched, with_ckpt
 from prism_strategy.rules import RuleFacts, check
-from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
+from prism_strategy.specs.cluster import GiB, Layout
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.parts import Part, model_parts
-from prism_strategy.specs.training import TrainingSpec
+from prism_strategy.specs.policies import PLAN_KEYS, PlanOptions, batch_problem, check_keywords, plan_options
 from prism_strategy.specs.values import int_list
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
@@ -41,254 +34,44 @@ def _situation(sc: Scenario, s: StrategySpec) -> RuleFacts:
     )
 
 
-def timed_view(sc: Scenario, parts: tuple[Part, ...]) -> tuple[Scenario, tuple[Part, ...]]:
-    """The scenario and parts step time is predicted at: the mean sequence length when given
-    (peak memory stays at the longest, sc.training.seq_len)."""
-    t = sc.training
-    if t.mean_seq_len is None or t.mean_seq_len == t.seq_len:
-        return sc, parts
-    timed = sc.with_training(replace(t, seq_len=t.mean_seq_len, mean_seq_len=None))
-    return timed, model_parts(timed.model, timed.training)
-
-
-def _with_run_options(s: StrategySpec, t: TrainingSpec) -> StrategySpec:
-    """The strategy as the run configures it: the training's bucket size (DDP bucket_cap_mb,
-    DeepSpeed's buckets) reaches the engine model, the one place collectives are laid out."""
-    return s.with_options(bucket_mb=t.bucket_mb)
-
-
-def _time(
-    sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, layout: Layout, comm: CommEstimate | None = None
-) -> None:
-    """comm: the step's collectives when already priced on this platform (fits vary compute only)."""
-    t, p = sc.training, sc.platform
-    s = _with_run_options(s, t)
-    comm = comm or estimate_comm(parts, t, p, layout, s, o.grad_accum)
-    o.comm = comm
-    phases = phase_times(parts, t, p, o.micro_batch, o.grad_accum)  # max(FLOPs, launches) per phase
-    o.compute_s = phases.total
-    host = host_terms(
-        parts,
-        comm,
-        s.engine,
-        layout,
-        o.grad_accum,
-        o.compute_s,
-        p,  # grad path, overlap, blocking
-        (phases.forward, phases.backward),
-    )
-    o.comm_s = comm.total_s + host.grad_path_s
-    o.exposed_comm_s = host.exposed_s
-    opt_bytes = t.param_bytes + t.grad_bytes + t.optim_bytes
-    trainable = sum(x.trainable for x in parts) / s.degree(s.optim_shard, layout)
-    tensors = sum(x.tensors for x in parts if x.trains)  # FSDP2 shards every tensor: each rank steps them all
-    o.optimizer_s = optimizer_time_s(trainable, opt_bytes, p, tensors)
-    o.late_ranks = _late_ranks(o, comm, layout, p)
-    o.step_time_s = o.compute_s + o.exposed_comm_s + o.optimizer_s + o.late_ranks.seconds
-    o.samples_per_s = o.micro_batch * o.grad_accum * layout.world / o.step_time_s
-    o.tokens_per_s_per_device, o.mfu = per_device_rates(parts, t, p, o.samples_per_s / layout.world)
-    o.bound = "comm" if o.comm_s > o.compute_s else "compute"
-
-
-def _late_ranks(o: Option, comm: CommEstimate, layout: Layout, p: PlatformSpec) -> LateRanks:
-    """Every collective call of the step is a synchronisation point; the fit's records ran at its
-    largest node count x this layout's ranks per node (estimate/scale_loss.py)."""
-    syncs = sum(c.calls_per_step for c in comm.collectives)
-    measured = max_measured_nodes(p) * layout.ranks_per_node
-    return late_ranks(layout.world, measured, o.compute_s, syncs, p.rank_jitter)
-
-
-def per_device_rates(
-    parts: tuple[Part, ...], t: TrainingSpec, p: PlatformSpec, samples_per_s_per_device: float
-) -> tuple[float, float]:
-    """(tokens/s per device, MFU): decoder tokens per sample, and model FLOPs per sample (forward
-    + backward from estimate/compute.py, recompute excluded) against the platform's peak."""
-    tokens = sum(x.tokens for x in parts if x.spec is not None and x.spec.kind == "decoder")
-    flops = sum(f.forward + f.backward for f in (part_flops_per_sample(x, t) for x in parts))
-    peak = (p.peak_tflops_bf16 if t.compute_dtype == "bf16" else p.peak_tflops_fp32) * 1e12
-    return samples_per_s_per_device * tokens, samples_per_s_per_device * flops / peak
-
-
 def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = None) -> Option:
-    parts = parts or model_parts(sc.model, sc.training)
-    t, p, lay = sc.training, sc.platform, sc.layout
-    s = _with_run_options(s, t)
-    # accumulating: gradients accumulating over micro-batches live through every backward
-    # feasibility is judged on reserved (estimate/memory_runtime.py): OOM happens against it + the request
-    ms = {acc: moments(parts, t, p, lay, s, accumulating=acc) for acc in (False, True)}
-    batch = resolve_batch(t, lay.world, lambda accumulating: max_micro_batch_reserved(ms[accumulating], p, t))
-    mb, ga, max_mb = batch.micro_batch, batch.grad_accum, batch.max_micro_batch
-    mem = estimate_memory(parts, t, p, lay, s, mb, accumulating=ga > 1)
-    device = device_peak(ms[ga > 1], mb, p, t)
-    o = Option(
-        strategy=s.name,
-        feasible=True,
-        why_not=None,
-        memory=mem,
-        max_micro_batch=max_mb,
-        micro_batch=mb,
-        grad_accum=ga,
-        global_batch=mb * ga * lay.world,
-        ckpt_freq=t.ckpt_name,
-        provenance=provenance(sc),
-        memory_runtime=memory_fields(mem, p, t, ms[ga > 1], mb, limit=device),
-    )
+    """One strategy on the scenario: estimated once (estimate/option.py), judged by the rules."""
+    e = estimate_option(sc, s, parts=parts)
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
-    if blocked:
-        o.feasible, o.why_not = False, f"not viable: {blocked[0].message}"
-    elif device > p.usable_bytes:
-        o.feasible, o.why_not = False, _oom_reason(mem, p.usable_bytes, mb, max_mb, _searched_batch(t), device)
-    sc, parts = timed_view(sc, parts)
-    _time(sc, parts, s, o, lay)
-    if p.measured_collectives:
-        o.provenance["communication"] = _measured_provenance(o, lay, p)
-    _set_readings(sc, parts, s, o, lay)
-    _set_range(o, sc.platform, lay.nodes)
-    if lay.nodes > 1:
-        one = _time_only(sc, parts, s, mb, ga, Layout(nodes=1, ranks_per_node=lay.ranks_per_node))
-        o.scaling_efficiency = (o.samples_per_s / lay.nodes) / one if one else None
-    else:
-        o.scaling_efficiency = 1.0
-    return o
-
-
-def _measured_provenance(o: Option, layout: Layout, p: PlatformSpec) -> str:
-    """Which collectives a measured curve priced (estimate/comm_measured.py), and the model's
-    provenance for the rest."""
-    from prism_strategy.estimate.comm import group_geometry
-    from prism_strategy.estimate.comm_measured import describe, measured_seconds
-
-    notes, rest = [], 0
-    for c in o.comm.collectives if o.comm else ():
-        ranks, nodes, conc = group_geometry(c.group, layout)
-        hit = measured_seconds(p.measured_collectives, c.op, c.bytes_per_call, ranks, nodes, conc)
-        if hit is None:
-            rest += 1
-        elif (note := f"{c.op}({c.group}) {describe(hit, ranks, nodes)}") not in notes:
-            notes.append(note)
-    model = o.provenance["communication"]
-    if not notes:
-        return f"{model}; no measured curve matches these collectives' op and group shape"
-    return "; ".join(notes) + (f"; other collectives {model}" if rest else "")
-
-
-def _set_readings(sc: Scenario, parts: tuple[Part, ...], s: StrategySpec, o: Option, lay: Layout) -> None:
-    """The step under each reading of the comm terms the fit could not rule out, said in provenance."""
-    readings = comm_readings(sc.platform)
-    measured = max_measured_nodes(sc.platform)
-    if len(readings) < 2 or lay.nodes <= measured:
-        return
-    for label, p in readings.items():
-        x = Option(
-            strategy=s.name,
-            feasible=True,
-            why_not=None,
-            memory=None,  # type: ignore[arg-type]
-            max_micro_batch=0,
-            micro_batch=o.micro_batch,
-            grad_accum=o.grad_accum,
-        )
-        _time(sc.with_platform(p), parts, s, x, lay)
-        o.step_time_s_readings[label] = x.step_time_s
-    each = ", ".join(f"{k} {v:.3f} s" for k, v in o.step_time_s_readings.items())
-    o.provenance["communication_beyond_fit"] = (
-        f"predicted at {lay.nodes} nodes, beyond the {measured} the fit measured, where its records cannot tell how "
-        f"the cross-node cost grows (estimate/comm.comm_readings): step {each}; measure it at {lay.nodes} nodes"
-    )
-
-
-def _set_range(o: Option, platform: PlatformSpec, nodes: int) -> None:
-    """After _set_readings: the range holds every reading the fit cannot rule out."""
-    late = o.late_ranks
-    r = prediction_range(
-        platform,
-        nodes,
-        o.compute_s,
-        o.comm_s,
-        late_s=late.slow_seconds if late else 0.0,
-        step_s=o.step_time_s,
-        late_basis=late.basis if late and late.slow_seconds > 0 else "",
-        collectives=o.comm.collectives if o.comm else (),
-    )
-    r = r.with_readings(o.step_time_s, o.step_time_s_readings)
-    o.range = r
-    o.step_time_s_range = r.step_range(o.step_time_s)
-    o.samples_per_s_range = r.rate_range(o.samples_per_s)
-    o.provenance["range"] = r.basis
-    if late is not None and late.seconds > 0:
-        o.provenance["late_ranks"] = late.basis
-
-
-def _time_only(sc: Scenario, parts, s: StrategySpec, mb: int, ga: int, layout: Layout) -> float:
-    o = Option(
+    why_not = f"not viable: {blocked[0].message}" if blocked else e.oom
+    step = e.step
+    return Option(
         strategy=s.name,
-        feasible=True,
-        why_not=None,
-        memory=None,
-        max_micro_batch=0,  # type: ignore[arg-type]
-        micro_batch=mb,
-        grad_accum=ga,
-    )
-    _time(sc, parts, s, o, layout)
-    return o.samples_per_s
-
-
-def _searched_batch(t) -> int | None:
-    """The global batch whose micro-batch was searched (neither micro-batch nor accumulation pinned)."""
-    return t.global_batch if t.micro_batch is None and t.grad_accum is None else None
-
-
-def _oom_reason(
-    mem: MemoryEstimate,
-    usable: float,
-    mb: int,
-    max_mb: int,
-    global_batch: int | None = None,
-    device: float | None = None,
-) -> str:
-    """device: reserved + runtime at the worst moment (what is judged); mem.total: allocated + runtime."""
-    top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
-    hint = f"max micro-batch {max_mb}" if max_mb > 0 else "model states alone do not fit"
-    at = f"no micro-batch dividing global batch {global_batch} fits: " if global_batch is not None and mb == 1 else ""
-    need = mem.total if device is None else device
-    alloc = f" reserved ({mem.total / GiB:.1f} allocated)" if need - mem.total >= 0.05 * GiB else ""
-    return (
-        f"{at}out of memory: needs {need / GiB:.1f} GiB{alloc} at micro-batch {mb} > {usable / GiB:.1f} GiB "
-        f"usable ({top} GiB; {hint})"
+        feasible=why_not is None,
+        why_not=why_not,
+        memory=e.memory,
+        max_micro_batch=e.batch.max_micro_batch,
+        micro_batch=e.batch.micro_batch,
+        grad_accum=e.batch.grad_accum,
+        global_batch=e.batch.micro_batch * e.batch.grad_accum * sc.layout.world,
+        ckpt_freq=sc.training.ckpt_name,
+        compute_s=step.compute_s,
+        comm_s=step.comm_s,
+        exposed_comm_s=step.exposed_comm_s,
+        optimizer_s=step.optimizer_s,
+        step_time_s=step.step_time_s,
+        samples_per_s=step.samples_per_s,
+        tokens_per_s_per_device=step.tokens_per_s_per_device,
+        mfu=step.mfu,
+        bound=step.bound,
+        scaling_efficiency=e.scaling_efficiency,
+        comm=step.comm,
+        provenance=dict(e.provenance),
+        memory_runtime=dict(e.memory_runtime),
+        step_time_s_range=e.step_time_s_range,
+        samples_per_s_range=e.samples_per_s_range,
+        range=e.range,
+        late_ranks=step.late_ranks,
+        step_time_s_readings=dict(e.readings),
     )
 
 
-def plan(
-    model: Any = "qwen3-0.6b",
-    *,
-    mode: str = "e2e",
-    platform: str | PlatformSpec = "aurora",
-    nodes: int = 1,
-    seq_len: int = 1024,
-    mean_seq_len: int | None = None,
-    micro_batch: int | None = None,
-    global_batch: int | None = None,
-    grad_accum: int | None = None,
-    ckpt_freq: int | str = "auto",
-    precision: str = "bf16-mixed",
-    optimizer: str = "adamw",
-    vision: Any = None,
-    image_tokens: int | None = None,
-    compile: bool = False,
-    ranks_per_node: int | None = None,
-    sweep_nodes: Sequence[int] | str | None = None,
-    calibration: str | None = "auto",
-    traced: bool = False,
-    bucket_mb: float | None = None,
-    reduce_dtype: str | None = None,
-    loss: str = "upcast",
-    comm_curves: Sequence[Any] = (),
-    script: dict[str, Any] | None = None,
-    rank_jitter: float | None = None,
-    varying_lengths: bool | None = None,
-    expandable_segments: bool | None = None,
-    compile_loss: bool = False,
-) -> Plan:
+def plan(model: Any = "qwen3-0.6b", **options: Any) -> Plan:
     """Evaluate every strategy for this scenario: the options ranked, the pick and why.
     The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
     is `report.markdown.write_markdown(result, FILE)`).
@@ -325,51 +108,48 @@ def plan(
         term into the step (estimate/scale_loss.py). None: the platform's `rank_jitter`; unmeasured, only the
         range's slow side takes it.
     script: what a training script said about these inputs, kept as given for `inputs.script` of the
-        JSON (`plan --script` reads it: diagnose/script_inputs.py; the values arrive as the keywords above).
+        JSON (`plan --script` reads it: inputs/script.py; the values arrive as the keywords above).
     varying_lengths: batch shapes change step to step (padded per batch); None = when mean_seq_len < seq_len.
     expandable_segments: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = the
         platform's env profile (both: estimate/memory_runtime.py, the allocator's reserve).
+    env_profile: the env profile the ranks run under: a name (data/env_profiles), a profile .toml path
+        or a specs.policies.EnvironmentPolicy; its CCL variables price the collectives
+        (estimate/environment.py; a platform file's own CCL keys stay overrides). None = the
+        platform's own `env_profile`, the platform as it is.
+    model may also be a Scenario (planning/scenario.py build_scenario): then only the plan's own
+        options (sweep_nodes, calibration, traced, reduce_dtype, comm_curves, script, rank_jitter) go beside it.
     """
-    sc = build_scenario(
-        model,
-        mode=mode,
-        platform=platform,
-        nodes=nodes,
-        ranks_per_node=ranks_per_node,
-        seq_len=seq_len,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        ckpt_freq=ckpt_freq,
-        precision=precision,
-        optimizer=optimizer,
-        vision=vision,
-        image_tokens=image_tokens,
-        compile=compile,
-        grad_accum=grad_accum,
-        mean_seq_len=mean_seq_len,
-        bucket_mb=bucket_mb,
-        loss=loss,
-        varying_lengths=varying_lengths,
-        expandable_segments=expandable_segments,
-        compile_loss=compile_loss,
-    )
-    check_ranks_per_node(sc, ranks_per_node)
-    specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=reduce_dtype) for s in all_strategies()]
-    sweep = int_list(sweep_nodes, "--sweep-nodes")
-    sc = sc.with_platform(calibrated_platform(sc.platform, calibration))
-    if comm_curves:
-        sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(comm_curves)))
-    if rank_jitter is not None:
-        sc = sc.with_platform(replace(sc.platform, rank_jitter=rank_jitter))
+    run, rest = split_options(options)
+    check_keywords("plan", rest, PLAN_KEYS)
+    o = plan_options(rest)
+    if isinstance(model, Scenario):
+        check_keywords("plan", run, ())  # a Scenario carries the run; only PlanOptions' keywords go beside it
+        sc = model
+    else:
+        sc = build_scenario(model, **({"ckpt_freq": "auto"} | run))
+        check_ranks_per_node(sc, run.get("ranks_per_node"))
+    return plan_scenario(sc, o)
+
+
+def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
+    """plan() for a built scenario: every strategy evaluated, ranked and explained."""
+    bucket_mb = sc.training.bucket_mb
+    specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=o.reduce_dtype) for s in all_strategies()]
+    sweep = int_list(o.sweep_nodes, "--sweep-nodes")
+    sc = sc.with_platform(calibrated_platform(platform_under(sc.platform, sc.environment), o.calibration))
+    if o.comm_curves:
+        sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(o.comm_curves)))
+    if o.rank_jitter is not None:
+        sc = sc.with_platform(replace(sc.platform, rank_jitter=o.rank_jitter))
     parts = model_parts(sc.model, sc.training)
     options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
-    if traced:
+    if o.traced:
         trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
     reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
     result = Plan(
-        scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings, script=script
+        scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings, script=o.script
     )
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)

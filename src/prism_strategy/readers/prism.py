@@ -81,6 +81,7 @@ from prism_strategy.readers.training_log import (
     window_records,
 )
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.strategies import FSDP1_SHARDING
 
 FORMAT = "prism-log"
 SUFFIXES = TEXT_SUFFIXES
@@ -125,7 +126,8 @@ TOPO = re.compile(r"\[HSDP\] Topology: (\d+) nodes x (\d+) ranks/node")
 DDP_FLAGS = re.compile(r"\[DDP\] find_unused_parameters=(True|False), static_graph=(True|False)")
 DDP_BUCKET = re.compile(r"\[DDP\] Wrapped model with bucket_cap_mb=(\d+)")
 FSDP_NAMES = {"full_shard": "fsdp_full_shard", "shard_grad_op": "fsdp_shard_grad_op"}
-HSDP_NAMES = {"_HYBRID_SHARD_ZERO2": "hsdp_shard_grad_op", "HYBRID_SHARD": "hsdp_full_shard"}
+HSDP_NAMES = {k: v for k, v in FSDP1_SHARDING.items() if k.endswith("HYBRID_SHARD") or k.endswith("ZERO2")}
+"""[HSDP] lines name FSDP1's hybrid members (strategies.FSDP1_SHARDING)."""
 WORDS = ("[timing", "[throughput]", "[memory]", "[native ddp]", "[ddp]", "[fsdp]", "[hsdp]", "step ", " mode")
 """Every line a pattern here reads has one of these, lower-cased (the rest of a long log is passed
 over without a regex)."""

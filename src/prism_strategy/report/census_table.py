@@ -10,7 +10,7 @@ from prism_strategy.bench.collectives.census import TOLERANCE_PCT, CensusReport,
 from prism_strategy.report.console import table_console
 
 
-def _bytes(v: float | None) -> str:
+def bytes_text(v: float | None) -> str:
     if v is None:
         return "-"
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -39,8 +39,8 @@ def _add_strategy(t: Table, s: StrategyCensus) -> None:
             str(r.group_size),
             r.dtype,
             _calls(r.calls_predicted, r.calls_recorded),
-            _bytes(r.bytes_predicted),
-            _bytes(r.bytes_recorded),
+            bytes_text(r.bytes_predicted),
+            bytes_text(r.bytes_recorded),
             _pct(r.bytes_predicted, r.bytes_recorded),
         )
     err = s.bytes_error_pct
@@ -51,8 +51,8 @@ def _add_strategy(t: Table, s: StrategyCensus) -> None:
         "",
         "",
         "",
-        _bytes(sum(r.bytes_predicted for r in s.rows)),
-        _bytes(sum(r.bytes_recorded or 0 for r in s.rows)) if s.recorded else "-",
+        bytes_text(sum(r.bytes_predicted for r in s.rows)),
+        bytes_text(sum(r.bytes_recorded or 0 for r in s.rows)) if s.recorded else "-",
         "-" if err is None else f"|{err:.1f}|",
         end_section=True,
     )

@@ -7,7 +7,7 @@ from rich import box
 from rich.table import Table
 
 from prism_strategy.bench.collectives.commbench import CommbenchReport
-from prism_strategy.report.census_table import _bytes
+from prism_strategy.report.census_table import bytes_text
 from prism_strategy.report.console import table_console
 from prism_strategy.specs.measured import MeasuredCurve
 
@@ -50,7 +50,7 @@ def commbench_table(r: CommbenchReport) -> Table:
                 s.strategy if i == 0 else "",
                 f"{k.op}@{_GROUP[k.group]}",
                 str(k.ranks),
-                _bytes(k.bytes_per_call),
+                bytes_text(k.bytes_per_call),
                 str(k.calls),
                 _ms(k.seconds_per_call_measured),
                 "-" if k.spread is None else f"{100 * k.spread:.0f}%",
@@ -111,7 +111,7 @@ def curves_table(rows: list[tuple[str, MeasuredCurve]]) -> Table:
             c.shape,
             str(c.concurrent),
             str(len(c.points)),
-            f"{_bytes(c.points[0][0])}..{_bytes(c.points[-1][0])}",
+            f"{bytes_text(c.points[0][0])}..{bytes_text(c.points[-1][0])}",
             c.date,
         )
     return t

@@ -1,6 +1,7 @@
 """How each engine is applied for real: one small `apply_*` per wrapper with explicit arguments
-(torchtitan's parallelize_llama), and the `wrap_*` the engines (engines/*: `Engine.apply`) call
-to build their Job. runtime/wrap.py composes them; nothing here chooses between engines.
+(torchtitan's parallelize_llama), and one `wrap_<engine>` per engine that builds its Job.
+runtime/wrap.py picks the wrap_* by the strategy's engine name (WRAP_BY_ENGINE); nothing here
+chooses between engines.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _MIXED = {"bf16": torch.bfloat16, None: None}
 _REDUCE = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def _autocast_hooks(model: nn.Module, device_type: str, dtype: torch.dtype) -> None:
+def autocast_hooks(model: nn.Module, device_type: str, dtype: torch.dtype) -> None:
     """Run model.forward under torch.autocast (bf16 compute, fp32 params and grads), via hooks
     so the module tree and the user's model stay as they are."""
     active: list[torch.autocast] = []
@@ -107,7 +108,7 @@ def wrap_ddp(
 ) -> Job:
     model.to(ctx.device)
     if config.mixed_precision:
-        _autocast_hooks(model, ctx.device.type, _MIXED[config.mixed_precision])
+        autocast_hooks(model, ctx.device.type, _MIXED[config.mixed_precision])
     static = bool(config.static_graph)  # on only when the caller declares the graph fixed
     ddp = apply_ddp(
         model, static_graph=static, find_unused_parameters=config.find_unused_parameters, bucket_cap_mb=spec.bucket_mb
@@ -197,7 +198,7 @@ def wrap_deepspeed(
 
 
 WRAP_BY_ENGINE: dict[str, Callable[..., Job]] = {"ddp": wrap_ddp, "fsdp2": wrap_fsdp, "deepspeed": wrap_deepspeed}
-"""How runtime applies each engine of strategies.Engine: one wrap_<engine> each, same arguments."""
+"""How runtime applies each engine of strategies.EngineName: one wrap_<engine> each, same arguments."""
 
 
 def _cast_floats_hook(dtype: torch.dtype) -> Callable[..., Any]:

@@ -75,7 +75,7 @@ import torch
 from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, detect_collapse, summarize
 from prism_strategy.readers.steps import FIELDS, Event, step_times
 from prism_strategy.runtime.forensics import Capture, ForensicsConfig
-from prism_strategy.runtime.monitor_state import _cpus, _History, _identity, _placement
+from prism_strategy.runtime.monitor_state import StepHistory, rank_cpus, rank_identity, rank_placement
 from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
 
 __all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event", "ForensicsConfig"]
@@ -172,7 +172,7 @@ class StepMonitor:
     def start(self) -> StepMonitor:
         if self._started:
             return self
-        self.rank, self.world_size, self.device = _identity(self.ctx)
+        self.rank, self.world_size, self.device = rank_identity(self.ctx)
         self._dist = (
             self.gather
             and self.world_size > 1
@@ -192,7 +192,7 @@ class StepMonitor:
         self._pending: deque = deque()
         cfg = self.detect
         keep_last = max(4 * self.summary_every, cfg.collapse_steps + 2 * self.summary_every, 32)
-        self._history = _History(cfg.warmup_skip + cfg.warmup_steps, keep_last)
+        self._history = StepHistory(cfg.warmup_skip + cfg.warmup_steps, keep_last)
         self._write(
             {
                 "kind": "meta",
@@ -200,7 +200,7 @@ class StepMonitor:
                 "world_size": self.world_size,
                 "pid": os.getpid(),
                 "host": socket.gethostname(),
-                "cpus": _cpus(),
+                "cpus": rank_cpus(),
                 "device": str(self.device),
                 "t0": time.time(),
                 "hang_timeout_s": self.hang_timeout_s,
@@ -208,7 +208,7 @@ class StepMonitor:
                 "gather": self._dist,
                 "torch": torch.__version__,
                 "format": 1,
-                **_placement(self.ctx),
+                **rank_placement(self.ctx),
             }
         )
         self._fh.flush()
@@ -259,7 +259,7 @@ class StepMonitor:
 
     @property
     def path(self) -> Path:
-        rank = self.rank if self._started else _identity(self.ctx)[0]
+        rank = self.rank if self._started else rank_identity(self.ctx)[0]
         return self.out_dir / f"rank{rank}.jsonl"
 
     @property

@@ -14,7 +14,7 @@ import torch
 from prism_strategy.analysis.detect import Series
 
 
-def _identity(ctx: Any) -> tuple[int, int, torch.device]:
+def rank_identity(ctx: Any) -> tuple[int, int, torch.device]:
     """rank, world size and device from ctx, else the process group, else the launcher env."""
     device = getattr(ctx, "device", None) if ctx is not None else None
     if ctx is not None:
@@ -28,7 +28,7 @@ def _identity(ctx: Any) -> tuple[int, int, torch.device]:
     return rank, world, torch.device(device) if device is not None else torch.device("cpu")
 
 
-def _placement(ctx: Any) -> dict[str, int]:
+def rank_placement(ctx: Any) -> dict[str, int]:
     """local rank, ranks per node and node index where ctx knows them (what forensics groups by)."""
     out: dict[str, int] = {}
     for key in ("local_rank", "ranks_per_node"):
@@ -40,7 +40,7 @@ def _placement(ctx: Any) -> dict[str, int]:
     return out
 
 
-def _cpus() -> int:
+def rank_cpus() -> int:
     """CPUs this process may run on (what an oversubscribed host is measured against)."""
     try:
         return len(os.sched_getaffinity(0))
@@ -48,7 +48,7 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-class _History:
+class StepHistory:
     """Gathered rows: the first `keep_first` steps (the baseline) and the last `keep_last`."""
 
     def __init__(self, keep_first: int, keep_last: int) -> None:

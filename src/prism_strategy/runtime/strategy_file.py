@@ -6,9 +6,6 @@ from pathlib import Path
 
 from prism_strategy.wrap_config import WrapConfig
 
-StrategyFile = WrapConfig
-"""The old name: a strategy.toml's settings are a WrapConfig."""
-
 
 def read_strategy_file(path: str | Path | None = None) -> WrapConfig:
     """Parse and check a strategy.toml (None: $PRISM_STRATEGY_FILE); ds_config resolved next to it."""

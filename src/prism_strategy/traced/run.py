@@ -35,7 +35,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils._pytree import tree_map_only
 
 from prism_strategy.engines import engine_of
-from prism_strategy.runtime.apply import _autocast_hooks
+from prism_strategy.runtime.apply import autocast_hooks
 from prism_strategy.runtime.blocks import apply_checkpointing, find_blocks
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.loss import apply_loss
@@ -296,7 +296,7 @@ class TraceSession:
             apply_checkpointing(blocks, every=t.ckpt_name)
             apply_loss(model, t.loss)
             if mixed_precision_for(t):
-                _autocast_hooks(model, "cpu", torch.bfloat16)
+                autocast_hooks(model, "cpu", torch.bfloat16)
             trainable = [p for p in model.parameters() if p.requires_grad]
             self.optimizer = optimizer_factory(t)(trainable)
             self.bucket_bytes = sum(p.numel() * p.element_size() for p in trainable)

@@ -19,14 +19,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from prism_strategy.planning.stored_config import config_scenario
+from prism_strategy.inputs.stored import config_scenario
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import check_options
 
 TOLERANCE_PCT = 5.0
 PRECISIONS = ("fp32", "bf16-mixed")
 MODES = ("e2e", "projector", "encoder-projector")
-_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,7 +23,7 @@ from prism_strategy.bench.launch.harness import Outcome, launch_many
 from prism_strategy.bench.results.curves import Point, Run, write_run
 from prism_strategy.engines import engine_of, step_collectives
 from prism_strategy.estimate.comm import group_geometry, price
-from prism_strategy.planning.stored_config import config_scenario
+from prism_strategy.inputs.stored import config_scenario
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy

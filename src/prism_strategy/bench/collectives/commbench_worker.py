@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from prism_strategy.bench.launch.worker import _context, _sync, parse_args
+from prism_strategy.bench.launch.worker import device_sync, parse_args, worker_context
 
 MAX_CALLS = 64
 """Calls timed per kind and repetition: a step issuing more calls of one kind is timed on 64."""
@@ -94,7 +94,7 @@ def _replay(kinds: list[Kind], device: torch.device, times: list[list[float]] | 
         t0 = time.perf_counter()
         for _ in range(n):
             k.issue()
-        _sync(device)
+        device_sync(device)
         if times is not None:
             times[i].append((time.perf_counter() - t0) / n)
 
@@ -110,7 +110,7 @@ def backend_version(ctx: Any) -> str:
 def run(config: dict[str, Any]) -> dict[str, Any]:
     from prism_strategy.bench.launch.census_record import record, summarise, tag_collectives
 
-    ctx = _context(config)
+    ctx = worker_context(config)
     tag_collectives()
     kinds = [Kind(c, group_of(ctx, config["world_on_mesh"], c["group"]), ctx.device) for c in config["collectives"]]
     for _ in range(int(config.get("warmup", 2))):

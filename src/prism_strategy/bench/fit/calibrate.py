@@ -201,14 +201,14 @@ def published_for(platform: str) -> list[str]:
 def _db_observations(results: list[Result]) -> list[Any]:
     """Stored runs (bench or imported) as step-time observations; copies of published records
     (config["published"]) are skipped: the records themselves are read from the package."""
-    from prism_strategy.bench.fit.fit_terms import Observation
+    from prism_strategy.bench.fit.fit_terms import FigureObservation
 
     out = []
     for r in results:
         if r.status != "ok" or not r.measured.get("step_time_s") or r.config.get("published"):
             continue
         out.append(
-            Observation(
+            FigureObservation(
                 id=f"db:{r.id}",
                 what="step_s",
                 measured=float(r.measured["step_time_s"]),

@@ -13,7 +13,7 @@ rows; they cannot see it. What the rows cannot decide, besides: the 500 W cap fr
 torchtitan stack (every TT row is both, every MF row neither); Ampere's attention and elementwise
 terms (every A100 row is eager llm-foundry at seq 2048: shared with Hopper); anything across nodes.
 
-Each record is predicted as the planner predicts a step (planner._time: compute, exposed comm,
+Each record is predicted as the planner predicts a step (estimate/option.py estimate_step: compute, exposed comm,
 optimizer) on its own platform; selective checkpointing, which the training spec cannot carry
 yet, adds torchtitan's per-op recompute (compute_shape.sac_recompute_s). Loss: squared log error
 of step time; coordinate descent on log knob values as bench/fit/fit_terms.fit.
@@ -89,7 +89,9 @@ def shipped_knobs(platforms: dict[str, PlatformSpec]) -> Knobs:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Observation:
+class StepObservation:
+    """A published record's measured step time and the model's prediction of it on a platform."""
+
     id: str
     platform: str
     measured: float
@@ -97,11 +99,10 @@ class Observation:
     predict: Callable[[PlatformSpec], float]
 
 
-def record_observation(r: PublishedRecord) -> Observation:
+def record_observation(r: PublishedRecord) -> StepObservation:
     from prism_strategy.estimate.compute import selective_ac
     from prism_strategy.estimate.compute_shape import sac_recompute_s
-    from prism_strategy.planning.option import Option
-    from prism_strategy.planning.planner import _time
+    from prism_strategy.estimate.option import BatchAt, estimate_step
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
@@ -119,23 +120,16 @@ def record_observation(r: PublishedRecord) -> Observation:
     comm: dict[str, CommEstimate] = {}  # the knobs change compute only: price collectives once
 
     def predict(p: PlatformSpec) -> float:
-        o = Option(
-            strategy=s.name,
-            feasible=True,
-            why_not=None,
-            memory=None,  # type: ignore[arg-type]
-            max_micro_batch=0,
-            micro_batch=mb,
-            grad_accum=ga,
+        o = estimate_step(
+            sc.with_platform(p), s, BatchAt(micro_batch=mb, grad_accum=ga), parts=parts, comm=comm.get(p.name)
         )
-        _time(sc.with_platform(p), parts, s, o, sc.layout, comm.get(p.name))
-        comm.setdefault(p.name, o.comm)  # type: ignore[arg-type]
+        comm.setdefault(p.name, o.comm)
         return o.step_time_s + (ga * sac_recompute_s(parts, sc.training, p, mb) if add_sac else 0.0)
 
-    return Observation(id=r.id, platform=r.platform, measured=r.step_time_s() or 0.0, predict=predict)
+    return StepObservation(id=r.id, platform=r.platform, measured=r.step_time_s() or 0.0, predict=predict)
 
 
-def loss(knobs: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]) -> float:
+def loss(knobs: Knobs, obs: list[StepObservation], platforms: dict[str, PlatformSpec]) -> float:
     fitted = {n: apply(p, knobs) for n, p in platforms.items()}
     return sum(math.log(max(o.predict(fitted[o.platform]), 1e-9) / o.measured) ** 2 for o in obs)
 
@@ -145,7 +139,7 @@ def _clamp(knob: str, v: float) -> float:
     return min(hi, max(lo, v))
 
 
-def fit(start: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]) -> Knobs:
+def fit(start: Knobs, obs: list[StepObservation], platforms: dict[str, PlatformSpec]) -> Knobs:
     """Coordinate descent on log knob values, steps shrinking from 4x to 1.02x (bench/fit/fit_terms.fit);
     a knob no observation exercises keeps its start value."""
     used = {FRACTION_KNOB[o.platform] for o in obs} | {"attention_ratio", "elementwise_bytes"}
@@ -165,13 +159,13 @@ def fit(start: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]
     return k
 
 
-def errors(knobs: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]) -> dict[str, float]:
+def errors(knobs: Knobs, obs: list[StepObservation], platforms: dict[str, PlatformSpec]) -> dict[str, float]:
     """Signed step-time error per record, percent (predicted / measured - 1)."""
     fitted = {n: apply(p, knobs) for n, p in platforms.items()}
     return {o.id: 100 * (o.predict(fitted[o.platform]) / o.measured - 1) for o in obs}
 
 
-def leave_one_out(start: Knobs, obs: list[Observation], platforms: dict[str, PlatformSpec]) -> dict[str, float]:
+def leave_one_out(start: Knobs, obs: list[StepObservation], platforms: dict[str, PlatformSpec]) -> dict[str, float]:
     """Each record's error when the fit did not see it."""
     out = {}
     for o in obs:
@@ -247,14 +241,14 @@ def write_fit_errors(
 
 def record_range(r: PublishedRecord) -> tuple[float, float] | None:
     """The shipped preset's step-time range for the record's scenario, as plan states it
-    (planner.evaluate at the record's batch); None when the planner cannot evaluate it."""
-    from prism_strategy.planning.planner import evaluate
+    (estimate_option at the record's batch); None when the planner cannot evaluate it."""
+    from prism_strategy.estimate.option import estimate_option
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.errors import SpecError
     from prism_strategy.strategies import get_strategy
 
     try:
-        o = evaluate(build_scenario(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
+        o = estimate_option(build_scenario(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
     except SpecError:
         return None
     return None if o.step_time_s_range is None else (o.step_time_s_range[0], o.step_time_s_range[1])

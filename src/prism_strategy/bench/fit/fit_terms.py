@@ -90,7 +90,9 @@ def set_value(p: PlatformSpec, knob: str, v: float) -> PlatformSpec:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Observation:
+class FigureObservation:
+    """One measured figure of a record (its step time, or its all-reduce host time) and the model's prediction of it."""
+
     id: str
     what: str
     """step_s, or allreduce_host_s."""
@@ -111,9 +113,8 @@ def fit_reason(r: PublishedRecord) -> str | None:
     return None
 
 
-def record_observations(r: PublishedRecord) -> list[Observation]:
-    from prism_strategy.planning.option import Option
-    from prism_strategy.planning.planner import _time
+def record_observations(r: PublishedRecord) -> list[FigureObservation]:
+    from prism_strategy.estimate.option import BatchAt, StepEstimate, estimate_step
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
@@ -124,29 +125,22 @@ def record_observations(r: PublishedRecord) -> list[Observation]:
 
     last: list = [None, None]  # (platform, option): a record's observations share one evaluation
 
-    def option(p: PlatformSpec) -> Option:
+    def option(p: PlatformSpec) -> StepEstimate:
         if last[0] is p:
             return last[1]
-        o = Option(
-            strategy=s.name,
-            feasible=True,
-            why_not=None,
-            memory=None,  # type: ignore[arg-type]
-            max_micro_batch=0,
-            micro_batch=mb,
-            grad_accum=ga,
-        )
-        _time(sc.with_platform(p), parts, s, o, sc.layout)
+        o = estimate_step(sc.with_platform(p), s, BatchAt(micro_batch=mb, grad_accum=ga), parts=parts)
         last[:] = [p, o]
         return o
 
     out = [
-        Observation(id=r.id, what="step_s", measured=r.step_time_s() or 0.0, predict=lambda p: option(p).step_time_s)
+        FigureObservation(
+            id=r.id, what="step_s", measured=r.step_time_s() or 0.0, predict=lambda p: option(p).step_time_s
+        )
     ]
     ar = r.measured.host_s.get("xccl:all_reduce")
     if ar:
         out.append(
-            Observation(
+            FigureObservation(
                 id=r.id,
                 what="allreduce_host_s",
                 measured=ar,
@@ -164,7 +158,7 @@ fitted here too); it is kept as it was, not re-tuned to this fit's held-out erro
 
 
 def loss(
-    p: PlatformSpec, obs: list[Observation], prior: PlatformSpec | None = None, knobs: tuple[str, ...] = ()
+    p: PlatformSpec, obs: list[FigureObservation], prior: PlatformSpec | None = None, knobs: tuple[str, ...] = ()
 ) -> float:
     data = sum(math.log(max(o.predict(p), 1e-9) / o.measured) ** 2 for o in obs)
     if prior is None:
@@ -172,7 +166,9 @@ def loss(
     return data + PRIOR_WEIGHT * sum(math.log(get_value(p, k) / get_value(prior, k)) ** 2 for k in knobs)
 
 
-def fit(base: PlatformSpec, obs: list[Observation], knobs: tuple[str, ...] = KNOBS, rounds: int = 6) -> PlatformSpec:
+def fit(
+    base: PlatformSpec, obs: list[FigureObservation], knobs: tuple[str, ...] = KNOBS, rounds: int = 6
+) -> PlatformSpec:
     """Coordinate descent on log knob values from the priors in `base`: each round tries x / s, x,
     x * s for a step s that shrinks from 4x to ~1.02x; the loss adds the pull toward the priors
     (PRIOR_WEIGHT). A grad-path knob absent from the platform starts at per_tensor_overhead_us."""
@@ -197,12 +193,12 @@ def fit(base: PlatformSpec, obs: list[Observation], knobs: tuple[str, ...] = KNO
     return p
 
 
-def errors(p: PlatformSpec, obs: list[Observation]) -> dict[str, float]:
+def errors(p: PlatformSpec, obs: list[FigureObservation]) -> dict[str, float]:
     """Signed step-time error per record, percent."""
     return {o.id: 100 * (o.predict(p) / o.measured - 1) for o in obs if o.what == "step_s"}
 
 
-def leave_one_out(base: PlatformSpec, obs: list[Observation], knobs: tuple[str, ...] = KNOBS) -> dict[str, float]:
+def leave_one_out(base: PlatformSpec, obs: list[FigureObservation], knobs: tuple[str, ...] = KNOBS) -> dict[str, float]:
     """Each record's step-time error when the fit did not see it (refit without its observations)."""
     out = {}
     for rid in dict.fromkeys(o.id for o in obs):
@@ -239,7 +235,7 @@ def memory_points(
     with the platform's varying-shape factor kept. A bare "peak" is not used: PRISM's trainer
     logs peak_gb = max_memory_allocated() / 1e9 (AI-ModCon/PRISM src/training/trainer_native.py at d1fd3d3c)."""
     from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
-    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.estimate.option import estimate_option
     from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
@@ -248,7 +244,7 @@ def memory_points(
         if memory_reason(r) is not None:
             continue
         sc = build_scenario(**dict(r.scenario_kwargs(), platform=platform))
-        mem = evaluate(sc, get_strategy(r.planner_strategy)).memory
+        mem = estimate_option(sc, get_strategy(r.planner_strategy)).memory
         rt, t = runtime_memory(mem, platform, sc.training), transient_bytes(mem)
         varying = rt.cache - platform.allocator_cache_factor * t
         out.append((r.id, rt.allocated + varying, t, float(r.peak_bytes("reserved"))))

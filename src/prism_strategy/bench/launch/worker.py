@@ -53,8 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_model(config: dict[str, Any]) -> torch.nn.Module:
     import transformers
 
+    from prism_strategy.inputs.stored import config_model
     from prism_strategy.planning.scenario import resolve_model
-    from prism_strategy.planning.stored_config import config_model
     from prism_strategy.specs.hf import to_hf_config
 
     cfg = to_hf_config(resolve_model(config_model(config)))
@@ -65,7 +65,8 @@ def build_model(config: dict[str, Any]) -> torch.nn.Module:
     return transformers.AutoModelForCausalLM.from_config(cfg)
 
 
-def _sync(device: torch.device) -> None:
+def device_sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so a timer reads the kernels, not their launch."""
     if device.type == "cuda":  # device-only: CUDA
         torch.cuda.synchronize(device)
     elif device.type == "xpu":  # device-only: XPU
@@ -88,7 +89,7 @@ def is_multimodal(config: dict[str, Any]) -> bool:
 
 def build_multimodal(config: dict[str, Any]) -> Any:
     """Vision + projector + backbone as the traced estimate builds it (traced/model.py)."""
-    from prism_strategy.planning.stored_config import config_scenario
+    from prism_strategy.inputs.stored import config_scenario
     from prism_strategy.traced.model import build_from_spec
 
     sc = config_scenario(config)
@@ -99,8 +100,8 @@ def build_multimodal(config: dict[str, Any]) -> Any:
 class Runner:
     def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace, built: Any = None):
         self.cfg, self.job, self.ctx, self.args, self.built = config, job, ctx, args, built
+        from prism_strategy.inputs.stored import config_model
         from prism_strategy.planning.scenario import resolve_model
-        from prism_strategy.planning.stored_config import config_model
 
         accum, mb = int(config.get("grad_accum", 1)), int(config["micro_batch"])
         if built is not None:
@@ -131,18 +132,18 @@ class Runner:
                 t0 = time.perf_counter()
                 with _phase("forward"):
                     loss = self.loss(x)
-                    _sync(self.ctx.device)
+                    device_sync(self.ctx.device)
                 t1 = time.perf_counter()
                 with _phase("backward"):
                     self.job.backward(loss / len(self.batches))
-                    _sync(self.ctx.device)
+                    device_sync(self.ctx.device)
                 times["forward"] += t1 - t0
                 times["backward"] += time.perf_counter() - t1
         t0 = time.perf_counter()
         with _phase("step"):
             self.job.step()
             self.zero_grad()
-            _sync(self.ctx.device)
+            device_sync(self.ctx.device)
         times["optimizer"] = time.perf_counter() - t0
         times["step"] = time.perf_counter() - t_step
         return times
@@ -174,7 +175,8 @@ def peak_memory(runner: Runner, index: int) -> float | None:
 _CTX: Any = None
 
 
-def _context(config: dict[str, Any]) -> Any:
+def worker_context(config: dict[str, Any]) -> Any:
+    """The rank's distributed context, initialised once per process (the bench and commbench workers share it)."""
     global _CTX
     if _CTX is None:
         from prism_strategy.runtime.dist import init_distributed
@@ -197,7 +199,7 @@ def engine_options(config: dict[str, Any]) -> dict[str, Any]:
 def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     from prism_strategy.runtime.wrap import wrap
 
-    ctx = _context(config)
+    ctx = worker_context(config)
     census = bool(config.get("census"))
     if census:
         from prism_strategy.bench.launch.census_record import tag_collectives

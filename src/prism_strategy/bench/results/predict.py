@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.stored_config import config_scenario
+from prism_strategy.estimate.option import estimate_option
+from prism_strategy.inputs.stored import config_scenario
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.presets import load_model, model_names
 from prism_strategy.strategies import get_strategy
@@ -29,17 +29,18 @@ def stored_model(model: str, vision: str | None = None) -> dict[str, Any]:
 
 def predict(config: dict[str, Any], platform: PlatformSpec) -> dict[str, float]:
     sc = config_scenario(config, platform)
-    o = evaluate(sc, get_strategy(config["strategy"]))
+    e = estimate_option(sc, get_strategy(config["strategy"]))
+    step = e.step
     return {
-        "step_time_s": o.step_time_s,
-        "samples_per_s": o.samples_per_s,
-        "memory_bytes": o.memory.total,
-        "activation_bytes": o.memory.activations,
-        "max_micro_batch": o.max_micro_batch,
-        "compute_s": o.compute_s,
-        "comm_s": o.comm_s,
-        "exposed_comm_s": o.exposed_comm_s,
-        "optimizer_s": o.optimizer_s,
-        "tokens_per_s_per_device": o.tokens_per_s_per_device,
-        "mfu": o.mfu,
+        "step_time_s": step.step_time_s,
+        "samples_per_s": step.samples_per_s,
+        "memory_bytes": e.memory.total,
+        "activation_bytes": e.memory.activations,
+        "max_micro_batch": e.batch.max_micro_batch,
+        "compute_s": step.compute_s,
+        "comm_s": step.comm_s,
+        "exposed_comm_s": step.exposed_comm_s,
+        "optimizer_s": step.optimizer_s,
+        "tokens_per_s_per_device": step.tokens_per_s_per_device,
+        "mfu": step.mfu,
     }

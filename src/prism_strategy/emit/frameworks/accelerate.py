@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from prism_strategy.strategies import get_strategy
+
 if TYPE_CHECKING:
     from prism_strategy.emit.frameworks import FrameworkChoice
 
@@ -53,7 +55,7 @@ def render(choice: "FrameworkChoice", base: dict[str, Any] | None, header: str) 
         f"the micro-batch ({p.micro_batch}) and accumulation ({p.grad_accum}) are your script's "
         "(DataLoader batch_size, Accelerator(gradient_accumulation_steps=...))",
     ]
-    if s == "ddp":
+    if not get_strategy(s).sharded:  # DDP: nothing sharded
         if str(cfg.get("distributed_type", "")).upper() not in MULTI.values():
             cfg["distributed_type"] = MULTI.get(choice.device, "MULTI_GPU")
         cfg.pop("fsdp_config", None)
@@ -68,7 +70,7 @@ def render(choice: "FrameworkChoice", base: dict[str, Any] | None, header: str) 
         ds = cfg.setdefault("deepspeed_config", {})
         if ds.pop("deepspeed_config_file", None) is not None:
             notes.append("the pick is written inline; emit --format deepspeed writes the whole ds_config.json")
-        ds["zero_stage"] = int(s[-1])
+        ds["zero_stage"] = get_strategy(s).zero_stage
         ds["gradient_accumulation_steps"] = p.grad_accum
     if isinstance(cfg.get("parallelism_config"), dict):
         _dp_sizes(cfg["parallelism_config"], s, p.nodes, choice.world)
@@ -81,9 +83,8 @@ def render(choice: "FrameworkChoice", base: dict[str, Any] | None, header: str) 
 
 def _dp_sizes(pc: dict[str, Any], strategy: str, nodes: int, world: int) -> None:
     """ParallelismConfig's data-parallel sizes for the pick: HSDP replicates over nodes."""
-    rep, shard = (
-        (world, 1) if strategy == "ddp" else (nodes, world // nodes) if strategy.startswith("hsdp") else (1, world)
-    )
+    spec = get_strategy(strategy)
+    rep, shard = (world, 1) if not spec.sharded else (nodes, world // nodes) if spec.hybrid else (1, world)
     for key, v in (("parallelism_config_dp_replicate_size", rep), ("parallelism_config_dp_shard_size", shard)):
         if pc.get(key, 1) != v:
             pc[key] = v
@@ -92,7 +93,7 @@ def _dp_sizes(pc: dict[str, Any], strategy: str, nodes: int, world: int) -> None
 def _fsdp(f: dict[str, Any], strategy: str, k: int | str) -> list[str]:
     name = SHARDING[strategy]
     if str(f.get("fsdp_version", 1)) == "2" and "fsdp_reshard_after_forward" in f and not strategy.startswith("hsdp"):
-        f["fsdp_reshard_after_forward"] = strategy == "fsdp_full_shard"
+        f["fsdp_reshard_after_forward"] = get_strategy(strategy).reshard_after_forward
     elif READ_AS.get(str(f.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()) != name:
         f["fsdp_sharding_strategy"] = name
     f.setdefault("fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP")

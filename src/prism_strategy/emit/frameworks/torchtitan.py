@@ -14,6 +14,7 @@ import tomli_w
 
 from prism_strategy.emit.frameworks.models import model_for
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.strategies import get_strategy
 
 if TYPE_CHECKING:
     from prism_strategy.emit.frameworks import FrameworkChoice
@@ -95,8 +96,9 @@ def _parallelism(cfg: dict[str, Any], choice: "FrameworkChoice") -> None:
     if _get(cfg, "parallelism", "data_parallel_shard_degree") not in (shard, choice.world if shard == -1 else None):
         _set(cfg, "parallelism", "data_parallel_shard_degree", shard)
     _set(cfg, "parallelism", "data_parallel_replicate_degree", rep)
-    keeps = s.endswith("shard_grad_op")
-    if keeps != (_get(cfg, "parallelism", "fsdp_reshard_after_forward") == "never") and s != "ddp":
+    spec = get_strategy(s)
+    keeps = not spec.reshard_after_forward
+    if keeps != (_get(cfg, "parallelism", "fsdp_reshard_after_forward") == "never") and spec.sharded:
         _set(cfg, "parallelism", "fsdp_reshard_after_forward", "never" if keeps else "default")
 
 

@@ -51,16 +51,26 @@ def plan_for_config(path: str | Path, *, override: bool = False, **kw: Any):
     """`plan --from` from Python: plan() with the config's keywords; the keywords given here act as
     command-line flags (a contradiction is a SpecError unless `override`). The result's `config` is
     the JSON section."""
-    import inspect
-
     from prism_strategy.planning.planner import plan
 
-    defaults = {k: p.default for k, p in inspect.signature(plan).parameters.items()}
     cfg = read_config(path)
-    merged, section = configured(cfg, defaults | kw, set(kw), override)
-    result = plan(**merged)
+    merged, section = configured(cfg, _plan_keywords() | kw, set(kw), override)
+    result = plan(**{k: v for k, v in merged.items() if k in kw or k in cfg.options})
     result.config = section | {"strategy_option": strategy_verdict(result, cfg.strategy)}
     return result
+
+
+def _plan_keywords() -> dict[str, Any]:
+    """Every keyword plan() takes, at its default (None where the scenario supplies one)."""
+    from prism_strategy.specs.policies import BATCH_KEYS, MEMORY_KEYS, PLAN_KEYS, SCENARIO_KEYS, plan_default
+
+    out: dict[str, Any] = {}
+    for k in ("model", *SCENARIO_KEYS, *BATCH_KEYS, *MEMORY_KEYS, *PLAN_KEYS):
+        try:
+            out[k] = plan_default(k)
+        except KeyError:
+            out[k] = None
+    return out
 
 
 def configured(

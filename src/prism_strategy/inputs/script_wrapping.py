@@ -1,5 +1,5 @@
 """The calls of a training script that set its precision and its wrapping (FSDP1, FSDP2, DDP,
-DeepSpeed, prism_strategy.wrap): diagnose/script_reads.py's readers for precision, reduce_dtype
+DeepSpeed, prism_strategy.wrap): inputs/script_reads.py's readers for precision, reduce_dtype
 and strategy. What each call means comes from the library's source, named beside each reader."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import ast
 import json
 from pathlib import Path
 
-from prism_strategy.diagnose.py_values import Symbol
-from prism_strategy.diagnose.script_reader import Call
-from prism_strategy.diagnose.script_reads import Found, Reader, prism_wraps, wrap_reads
-from prism_strategy.strategies import STRATEGY_NAMES
+from prism_strategy.inputs.py_values import Symbol
+from prism_strategy.inputs.script_reader import Call
+from prism_strategy.inputs.script_reads import Found, Reader, prism_wraps, wrap_reads
+from prism_strategy.strategies import FSDP1_SHARDING, STRATEGY_NAMES
 
 AUTOCAST = {
     "torch.autocast",
@@ -139,16 +139,9 @@ def strategy(r: Reader) -> list[Found]:
     """FSDP1 FullyShardedDataParallel(sharding_strategy=...) (default FULL_SHARD), FSDP2
     fully_shard (reshard_after_forward=False: shard_grad_op), DDP, prism_strategy.wrap(model, NAME)."""
     out = []
-    fsdp1 = {
-        "FULL_SHARD": "fsdp_full_shard",
-        "SHARD_GRAD_OP": "fsdp_shard_grad_op",
-        "HYBRID_SHARD": "hsdp_full_shard",
-        "_HYBRID_SHARD_ZERO2": "hsdp_shard_grad_op",
-        "NO_SHARD": "ddp",
-    }
     for c in r.calls(lambda c: c.last in ("FullyShardedDataParallel", "FSDP")):
         how = r.kwarg(c, "sharding_strategy", Symbol("ShardingStrategy.FULL_SHARD"))
-        name = fsdp1.get(how.name.rsplit(".", 1)[-1]) if isinstance(how, Symbol) else None
+        name = FSDP1_SHARDING.get(how.name.rsplit(".", 1)[-1]) if isinstance(how, Symbol) else None
         out.append(
             Found(
                 value=name,

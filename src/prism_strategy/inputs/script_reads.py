@@ -1,10 +1,10 @@
 """The calls of a training script that set what its memory depends on: the loss kernel,
-checkpointing, optimizer and compile readers (precision and wrapping: diagnose/script_wrapping.py).
+checkpointing, optimizer and compile readers (precision and wrapping: inputs/script_wrapping.py).
 
-Read statically (diagnose/script_checks.py read_script: `ast`, nothing imported or run); keyword
-values are followed through variables and **kwargs (diagnose/py_values.py). What each call
+Read statically (inputs/script_file.py read_script: `ast`, nothing imported or run); keyword
+values are followed through variables and **kwargs (inputs/py_values.py). What each call
 means comes from the library's source, named beside each reader. A reader returns every
-candidate it found; diagnose/script_inputs.py decides between them and says what it could not.
+candidate it found; inputs/script.py decides between them and says what it could not.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import ast
 import re
 from dataclasses import dataclass
 
-from prism_strategy.diagnose.py_values import UNKNOWN, Symbol, Values
-from prism_strategy.diagnose.script_checks import ScriptFile
-from prism_strategy.diagnose.script_reader import Call
+from prism_strategy.inputs.py_values import UNKNOWN, Symbol, Values
+from prism_strategy.inputs.script_file import ScriptFile
+from prism_strategy.inputs.script_reader import Call
 
 _LOW = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
 _FULL = {"float32": "fp32", "float": "fp32", "fp32": "fp32"}

@@ -1,14 +1,14 @@
 """A training script as the doctor's checks see it, read with `ast` (nothing is imported or
 run): every call with its resolved dotted name (import aliases expanded), the function it sits
 in, whether a loop encloses it and the `if` tests above it; every assignment with its tests
-(diagnose/py_values.py follows them)."""
+(inputs/py_values.py follows them)."""
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
 
-from prism_strategy.diagnose.py_values import Assignment
+from prism_strategy.inputs.py_values import Assignment
 
 Conds = tuple[tuple[ast.expr, bool], ...]
 

@@ -1,6 +1,6 @@
 """`plan --script FILE`: what a training script does that its memory depends on, as plan() inputs.
 
-The script is read statically (diagnose/script_reads.py, one reader per input); each input is
+The script is read statically (inputs/script_reads.py, one reader per input); each input is
 told when every candidate that can run agrees, and otherwise is "could not tell" with the plan's
 assumption named. A flag given on the command line wins over what the script says; the JSON
 section (`inputs.script` of plan --json) records, per input, the value read, its line and code,
@@ -11,18 +11,17 @@ module: the CLI passes plain keywords and the section down to plan().
 from __future__ import annotations
 
 import ast
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.diagnose import script_reads as reads
-from prism_strategy.diagnose import script_wrapping as wrapping
-from prism_strategy.diagnose.findings import Context
-from prism_strategy.diagnose.script_checks import read_script
-from prism_strategy.diagnose.script_reads import Found, Reader
+from prism_strategy.inputs import script_reads as reads
+from prism_strategy.inputs import script_wrapping as wrapping
+from prism_strategy.inputs.script_file import read_script
+from prism_strategy.inputs.script_reads import Found, Reader
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import plan_default
 
 FLAGS = {
     "loss": "--loss",
@@ -119,7 +118,7 @@ def read_plan_inputs(path: str | Path) -> ScriptInputs:
         raise SpecError(f"--script {path} is a binary file, not a Python script; pass the training script (.py)")
     s = read_script(Path(path))
     source = Path(path).read_text(errors="replace").splitlines()
-    r = Reader(s=s, vals=s.values(Context()), source=source, tree=ast.parse("\n".join(source)))
+    r = Reader(s=s, vals=s.values(), source=source, tree=ast.parse("\n".join(source)))
     return ScriptInputs(path=Path(path), reads=tuple(decide(name, fn(r)) for name, fn in READERS.items()))
 
 
@@ -140,7 +139,7 @@ def plan_for_script(path: str | Path, **kw: Any):
     (planning.planner.plan's keywords; the result's `script` is the JSON section)."""
     from prism_strategy.planning.planner import plan
 
-    defaults = {k: inspect.signature(plan).parameters[k].default for k in FLAGS}
+    defaults = {k: plan_default(k) for k in FLAGS}
     read, section = read_plan_inputs(path).plan_inputs(defaults | kw, given=set(kw) & set(FLAGS), source="keyword")
     return plan(**(kw | read), script=section)
 

@@ -1,5 +1,5 @@
 """The provenance prose of an option: where each of its numbers comes from (model, terms and
-their sources). Set when the option is evaluated (planner.evaluate), so it stays below report/;
+their sources). Set when the option is estimated (estimate/option.py), so it stays below report/;
 report/plan_json.py prints it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from prism_strategy.estimate import memory_compile
 from prism_strategy.estimate.comm import model_description as comm_model_description
 from prism_strategy.estimate.overlap import description as overlap_description
 from prism_strategy.estimate.overlap import schedules_overlap
-from prism_strategy.planning.scenario import Scenario
 from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.scenario import Scenario
 
 
 def _shape_text(p: PlatformSpec) -> str:
@@ -64,7 +64,8 @@ def provenance(sc: Scenario) -> dict[str, str]:
             ", ".join(f"{k} {v:g} us" for k, v in p.grad_path_us_per_tensor.items())
             or f"{p.per_tensor_overhead_us:g} us"
         )
-        + " (estimate/host.py)",
+        + " (estimate/host.py)"
+        + (f"; {p.sources['env_profile']}" if "env_profile" in p.sources else ""),
         "calibration": calibrated or "none",
         "mfu": f"{kind}: model FLOPs per sample (estimate/compute.py: 2 x matmul params x tokens + causal attention, "
         f"backward 2 x forward, recompute excluded, as PaLM's MFU) x samples/s per device / peak "

@@ -1,0 +1,87 @@
+"""The platform as an env profile runs it (`plan --env-profile NAME|FILE`): the profile's
+collective variables reach the comm model through estimate/comm_oneccl.py `with_ccl_env`, and a
+platform file's own CCL keys stay overrides.
+
+A key is the file's own when it differs from what the platform's own profile (its `env_profile`)
+gives it: the shipped presets set ccl_worker_count and allreduce_algorithm as their profile does,
+so another profile moves them; a user's file that pins them keeps them. The platform's own profile
+(or none given) leaves the platform as it is."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prism_strategy.estimate.comm_oneccl import ALGORITHM_VARS, SCALEOUT_VARS, with_ccl_env
+from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.env_profile import load_env_profile
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import EnvironmentPolicy
+
+MODEL_VARIABLES: dict[str, str] = {
+    "CCL_WORKER_COUNT": "ccl_worker_count",
+    "CCL_ALLREDUCE": "allreduce_algorithm",
+    **{v: "ccl_algorithms" for vs in ALGORITHM_VARS.values() for v in vs},
+    **{v: "ccl_scaleout" for v in SCALEOUT_VARS},
+    "CCL_ATL_TRANSPORT": "ccl_transport",
+    "CCL_ATL_HMEM": "ccl_gpu_rdma",
+    "CCL_OP_SYNC": "host_blocking_collectives",
+}
+"""The variables the comm model reads (with_ccl_env), and the PlatformSpec field each sets."""
+SCALAR_FIELDS = (
+    "ccl_worker_count",
+    "allreduce_algorithm",
+    "ccl_transport",
+    "ccl_gpu_rdma",
+    "host_blocking_collectives",
+)
+"""The single-valued fields a profile moves (ccl_algorithms and ccl_scaleout are per-op maps)."""
+
+
+def own_variables(p: PlatformSpec) -> dict[str, str]:
+    """The collective variables of the platform's own env profile ({} when it has none we can read)."""
+    if not p.env_profile:
+        return {}
+    try:
+        return load_env_profile(p.env_profile).values_for(p.name)
+    except SpecError:
+        return {}
+
+
+def platform_under(p: PlatformSpec, env: EnvironmentPolicy) -> PlatformSpec:
+    """`p` as `env` routes its collectives; the note of what mattered goes into p.sources
+    ("env_profile"), which provenance.communication quotes."""
+    if env.profile in ("", p.env_profile):  # the platform as its own profile runs it
+        return p
+    base = with_ccl_env(p, own_variables(p))
+    new = with_ccl_env(p, env.env)
+    kept = [f for f in SCALAR_FIELDS if getattr(p, f) != getattr(base, f)]
+    own_algos = {k: v for k, v in p.ccl_algorithms.items() if base.ccl_algorithms.get(k) != v}
+    own_scaleout = {k: v for k, v in p.ccl_scaleout.items() if base.ccl_scaleout.get(k) != v}
+    out = replace(
+        new,
+        ccl_algorithms=new.ccl_algorithms | own_algos,
+        ccl_scaleout=new.ccl_scaleout | own_scaleout,
+        **{f: getattr(p, f) for f in kept},
+    )
+    overrides = kept + list(own_algos) + list(own_scaleout)
+    return replace(out, sources=p.sources | {"env_profile": _note(env, p, out, overrides)})
+
+
+def _note(env: EnvironmentPolicy, before: PlatformSpec, after: PlatformSpec, kept: list[str]) -> str:
+    read = {k: v for k, v in env.variables if k in MODEL_VARIABLES}
+    ccl = any(k.startswith("CCL_") for k, _ in env.variables)
+    unset = [k for k in ("CCL_WORKER_COUNT", "CCL_ALLREDUCE") if ccl and k not in read]
+    said = ", ".join(f"{k}={v}" for k, v in read.items()) or "no variable the comm model reads"
+    moved = [
+        f"{f} {getattr(before, f)} -> {getattr(after, f)}"
+        for f in (*SCALAR_FIELDS, "ccl_scaleout")
+        if getattr(before, f) != getattr(after, f)
+    ]
+    parts = [f"env profile {env.profile} ({env.source}): {said}"]
+    if unset:
+        parts.append(f"unset, oneCCL's default: {', '.join(unset)}")
+    if moved:
+        parts.append("priced as " + ", ".join(moved))
+    if kept:
+        parts.append(f"the platform file's own {', '.join(kept)} kept (an override)")
+    return "; ".join(parts)

@@ -1,0 +1,212 @@
+"""The run's inputs grouped into typed policies, as FSDP2 groups `fully_shard`'s options into
+MixedPrecisionPolicy and OffloadPolicy: a batch policy, a memory policy and the environment (with
+the model, layout and precision they make a Scenario: specs/scenario.py). A new input is one
+field in one policy, with its check here; every edge (CLI flags, --script, a stored bench row,
+strategy.toml, a framework config) fills the same fields."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.training import TrainingSpec, check_options, parse_ckpt, parse_loss, parse_optimizer
+
+MAX_COUNT = 2**24
+"""Largest node count, batch or accumulation accepted: far above any real job (the largest systems
+have ~10^4 nodes), and low enough that a typo fails at once instead of after minutes of search."""
+
+
+def checked_int(name: str, v: Any, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """v as a count in [minimum, maximum]; SpecError naming the flag and the bad number otherwise."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SpecError(f"{name} must be an integer, got {v!r}")
+    if v < minimum:
+        raise SpecError(f"{name} must be >= {minimum}, got {v}")
+    if v > maximum:
+        raise SpecError(f"{name} must be <= {maximum:,} (no real job is larger), got {v}")
+    return v
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchPolicy:
+    """How many tokens and samples a step takes."""
+
+    seq_len: int = 1024
+    """Text tokens per sample, the longest (peak memory is predicted there)."""
+    mean_seq_len: int | None = None
+    """Mean text tokens per sample, each batch padded to its longest (step time); None = seq_len."""
+    micro_batch: int | None = None
+    """Samples per device per forward; None = each option's largest that fits."""
+    global_batch: int | None = None
+    """Samples per optimizer step: micro_batch x grad_accum x world, exactly."""
+    grad_accum: int | None = None
+    """Micro-batches per optimizer step; None = 1, or what global_batch needs."""
+    image_tokens: int | None = None
+    """Image tokens per sample (needs a vision encoder); None = the encoder's patch count."""
+
+    def __post_init__(self) -> None:
+        checked_int("--seq-len", self.seq_len)
+        for name, v in (
+            ("--micro-batch", self.micro_batch),
+            ("--global-batch", self.global_batch),
+            ("--grad-accum", self.grad_accum),
+            ("--mean-seq-len", self.mean_seq_len),
+        ):
+            if v is not None:
+                checked_int(name, v)
+        if self.image_tokens is not None:
+            checked_int("--image-tokens", self.image_tokens, 0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryPolicy:
+    """What the run does that its memory and step time depend on, beyond the batch."""
+
+    checkpointing: int | str = 0
+    """Activation checkpointing: k (every k-th block, 0 = none), "sac" (torchtitan's selective
+    per-op policy on every block) or "auto" (the planner searches it per option)."""
+    loss: str = "upcast"
+    """The cross-entropy kernel: upcast | fused | chunked (specs/training.py LOSSES)."""
+    optimizer: str = "adamw"
+    """adamw | adamw-foreach | adamw-fused | adamw-loop | sgd (specs/training.py OPTIMIZER_NAMES)."""
+    compile: bool = False
+    """torch.compile on (estimate/memory_compile.py)."""
+    compile_loss: bool = False
+    """With compile, the loss compiled too (torchtitan's default since 2025-08)."""
+    bucket_mb: float | None = None
+    """Gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed's buckets); None = the engine's default."""
+    expandable_segments: bool | None = None
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = what the platform's env profile sets."""
+    varying_lengths: bool | None = None
+    """Batch shapes change step to step; None = when mean_seq_len < seq_len."""
+
+    def __post_init__(self) -> None:
+        parse_ckpt(self.checkpointing)
+        if self.compile_loss and not self.compile:
+            raise SpecError("--compile-loss needs --compile: the loss is compiled with the model, or not at all")
+        parse_optimizer(self.optimizer)
+        parse_loss(self.loss)
+        check_options(self.bucket_mb, None)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EnvironmentPolicy:
+    """The environment the ranks run under: an env profile (data/env_profiles) and the collective
+    library's variables it sets, which the comm model reads (estimate/comm_oneccl.py with_ccl_env)."""
+
+    profile: str = ""
+    """The profile's name; "" = the platform's own env_profile."""
+    variables: tuple[tuple[str, str], ...] = ()
+    """(name, value) of the CCL_/NCCL_/FI_ variables the profile sets on this platform."""
+    source: str = ""
+    """Where the profile came from: "platform default", "--env-profile NAME" or the file's path."""
+
+    def __post_init__(self) -> None:
+        for pair in self.variables:
+            if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+                raise ValueError(f"environment variables must be (name, value) strings, got {pair!r}")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.variables)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanOptions:
+    """plan()'s knobs that are not the run itself: what is searched, measured or traced beside it."""
+
+    sweep_nodes: Sequence[int] | str | None = None
+    """Node counts for a scaling table (a list, or "1,2,4" as on the command line)."""
+    calibration: str | None = "auto"
+    """A calibration file, "auto" (the cached one when it matches) or "none"."""
+    traced: bool = False
+    """Also trace each option's real training step on fake tensors (slow)."""
+    reduce_dtype: str | None = None
+    """fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed communication_data_type; None = each engine's."""
+    comm_curves: Sequence[Any] = ()
+    """Measured collective curves for this platform (specs/measured.MeasuredCurve)."""
+    script: dict[str, Any] | None = None
+    """What a training script said about the inputs (inputs/script.py), for `inputs.script`."""
+    rank_jitter: float | None = None
+    """Measured per-rank spread of the work between synchronisations (std / mean)."""
+
+
+BATCH_KEYS = tuple(f.name for f in fields(BatchPolicy))
+MEMORY_KEYS = ("ckpt_freq", *(f.name for f in fields(MemoryPolicy) if f.name != "checkpointing"))
+"""The keyword (and flag) names of MemoryPolicy's fields: ckpt_freq is `checkpointing`."""
+SCENARIO_KEYS = ("mode", "vision", "platform", "nodes", "ranks_per_node", "precision", "env_profile")
+"""build_scenario's keywords outside the two policies (the model comes first, by position)."""
+PLAN_KEYS = tuple(f.name for f in fields(PlanOptions))
+
+
+def check_keywords(fn: str, given: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    """TypeError for a keyword `fn` does not take, as Python says it for a signature."""
+    for k in given:
+        if k not in allowed:
+            raise TypeError(f"{fn}() got an unexpected keyword argument {k!r}")
+
+
+def batch_policy(options: Mapping[str, Any]) -> BatchPolicy:
+    return BatchPolicy(**{k: options[k] for k in BATCH_KEYS if k in options})
+
+
+def memory_policy(options: Mapping[str, Any]) -> MemoryPolicy:
+    kw = {k: options[k] for k in MEMORY_KEYS if k in options and k != "ckpt_freq"}
+    return MemoryPolicy(checkpointing=options.get("ckpt_freq", 0), **kw)
+
+
+def plan_options(options: Mapping[str, Any]) -> PlanOptions:
+    return PlanOptions(**{k: options[k] for k in PLAN_KEYS if k in options})
+
+
+def plan_default(name: str) -> Any:
+    """plan()'s default for a keyword: the policies' field defaults, and checkpointing searched
+    ("auto"; build_scenario's default is 0, no checkpointing)."""
+    if name == "ckpt_freq":
+        return "auto"
+    if name == "precision":
+        return "bf16-mixed"
+    for cls in (BatchPolicy, MemoryPolicy, PlanOptions):
+        f = next((f for f in fields(cls) if f.name == name), None)
+        if f is not None:
+            return f.default
+    raise KeyError(name)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def nearest_multiples(value: int, step: int) -> list[int]:
+    """The multiples of step just below and above value (below omitted when it is 0)."""
+    below, above = (value // step) * step, (value // step + 1) * step
+    return [v for v in (below, above) if v > 0]
+
+
+def batch_problem(t: TrainingSpec, world: int) -> str | None:
+    """Why the requested batch cannot be run on `world` ranks exactly; None when it can."""
+    g, mb, ga = t.global_batch, t.micro_batch, t.grad_accum
+    if g is None:
+        return None
+    if g % world:
+        near = " or ".join(str(v) for v in nearest_multiples(g, world))
+        return (
+            f"--global-batch {g} is not a multiple of the {world} ranks (micro-batch x grad accumulation x "
+            f"world must equal it); nearest valid: {near}"
+        )
+    per_rank = g // world
+    for name, v in (("--micro-batch", mb), ("--grad-accum", ga)):
+        if v is not None and per_rank % v:
+            ok = ", ".join(map(str, divisors(per_rank)))
+            return (
+                f"{name} {v} does not divide --global-batch {g} / {world} ranks = {per_rank} samples per rank; "
+                f"use one of {ok}"
+            )
+    if mb is not None and ga is not None and mb * ga != per_rank:
+        return (
+            f"--micro-batch {mb} x --grad-accum {ga} x {world} ranks = {mb * ga * world}, not --global-batch {g}; "
+            "drop one of the three"
+        )
+    return None
