@@ -19,11 +19,25 @@ if TYPE_CHECKING:
     from prism_strategy.planning.scenario import Scenario
 
 TIE = 0.10
-"""Options within 10% of the best predicted throughput are tied: an uncalibrated prediction is not
-more accurate than that. Among tied options the simplest engine present wins (the registry's order:
-DDP, torch FSDP2, DeepSpeed); among its options the fastest, unless another needs 5% less memory per
-device (then the most frugal). The first reason says which happened: the pick was fastest, or it
-sits in the band of the named faster one and why it won."""
+"""The uncertainty band: an option is tied with the fastest when the fastest is at most 10% faster
+(an uncalibrated prediction is not more accurate than that)."""
+
+FRUGAL = 0.05
+"""Memory that counts: 5% less memory per device, or (in the band) a max micro-batch 5% larger."""
+
+CLEARLY_FASTER = TIE / 2
+"""Speed that counts between two options: more than half the band faster."""
+
+RANKING_RULE = (
+    "an option is dominated when another feasible option is at least as fast and needs no more memory per device, "
+    f"and is clearly better in one (more than {CLEARLY_FASTER:.0%} faster or at least {FRUGAL:.0%} less memory); "
+    f"a dominated option is never picked; options the fastest outruns by at most {TIE:.0%} are tied; among the "
+    "tied options that nothing dominates, the simplest engine (DDP, then torch FSDP2, then DeepSpeed) wins, and "
+    f"among its options the fastest, unless another has a max micro-batch at least {FRUGAL:.0%} larger (room to "
+    "grow the batch; memory alone decides nothing between options that both fit)"
+)
+"""The ranking rule, stated once: the Markdown report and docs/plan_output.md quote it; pick()
+below applies it."""
 
 
 def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str | None:
@@ -87,10 +101,6 @@ def annotate(sc: "Scenario", parts: tuple[Part, ...], options: list["Option"]) -
         o.notes.extend(_notes(sc, parts, o))
 
 
-FRUGAL = 0.05
-"""A pick is called more memory-frugal than the faster option only when it leaves 5% more room."""
-
-
 def ckpt_text(k: int | str) -> str:
     if k == "sac":
         return "selective checkpointing (sac) on every block"
@@ -118,49 +128,109 @@ def _engine_rank(name: str) -> int:
     return next(i for i, s in enumerate(specs) if s.engine == engine)
 
 
-def _frugal(a: "Option", b: "Option") -> bool:
-    """a leaves clearly more room than b: a FRUGAL larger max micro-batch, or at the same max,
-    FRUGAL less memory per device."""
-    if a.max_micro_batch != b.max_micro_batch:
-        return a.max_micro_batch >= (1 + FRUGAL) * b.max_micro_batch
-    return a.memory.total < (1 - FRUGAL) * b.memory.total
+def dominates(a: "Option", b: "Option") -> bool:
+    """RANKING_RULE's dominance: a is at least as fast and no larger, and clearly better in one."""
+    at_least = a.samples_per_s >= b.samples_per_s and a.memory.total <= b.memory.total
+    clearly = (
+        a.samples_per_s > (1 + CLEARLY_FASTER) * b.samples_per_s or a.memory.total <= (1 - FRUGAL) * b.memory.total
+    )
+    return at_least and clearly
 
 
-def pick_in_band(tied: list["Option"]) -> "Option":
-    """The uncertainty band's winner: the options of the simplest engine in the band; among them the
-    fastest, unless another needs at least FRUGAL less memory per device (then the most frugal).
-    Sorted fastest first."""
+def in_band(o: "Option", best: "Option") -> bool:
+    """o is tied with best: best is at most TIE faster."""
+    return best.samples_per_s <= o.samples_per_s * (1 + TIE)
+
+
+def pick(feasible: list["Option"]) -> "Option":
+    """RANKING_RULE applied. `feasible` need not be sorted; equal options go by the registry's order."""
+    order = {s.name: i for i, s in enumerate(all_strategies())}
+    ranked = sorted(feasible, key=lambda o: (-o.samples_per_s, o.memory.total, order.get(o.strategy, 0)))
+    undominated = [o for o in ranked if not any(dominates(x, o) for x in ranked)]
+    best = undominated[0]  # the fastest is dominated only by one as fast with less memory
+    tied = [o for o in undominated if in_band(o, best)]
     simplest = min(_engine_rank(o.strategy) for o in tied)
     same = [o for o in tied if _engine_rank(o.strategy) == simplest]
-    fastest, frugal = same[0], max(same, key=lambda o: (o.max_micro_batch, -o.memory.total))
-    return frugal if _frugal(frugal, fastest) else fastest
+    fastest, roomiest = same[0], max(same, key=lambda o: o.max_micro_batch)
+    return roomiest if _roomier(roomiest, fastest) else fastest
 
 
-def _tie_break(pick: "Option", best: "Option") -> str:
-    """Why pick won the band over the faster best, in words that are true of the two."""
-    if _engine_rank(pick.strategy) < _engine_rank(best.strategy):
-        ps, bs = get_strategy(pick.strategy), get_strategy(best.strategy)
-        return f"the simpler engine ({ps.engine}{', nothing sharded' if not ps.sharded else ''}, not {bs.engine})"
-    if pick.max_micro_batch != best.max_micro_batch:
-        return f"the more memory-frugal option (max micro-batch {pick.max_micro_batch} vs {best.max_micro_batch})"
+def _roomier(a: "Option", b: "Option") -> bool:
+    return a.max_micro_batch >= (1 + FRUGAL) * b.max_micro_batch > 0
+
+
+def _gib(o: "Option") -> str:
+    return f"{o.memory.total / GiB:.1f} GiB"
+
+
+def _dominated_reason(pick_: "Option", feasible: list["Option"]) -> str | None:
+    """Name the options in the band the pick was compared with and dropped as dominated, with what
+    dominated each (the pick, or another option)."""
+    best = max(feasible, key=lambda o: o.samples_per_s)
+    dropped = [o for o in feasible if o is not pick_ and in_band(o, best) and any(dominates(x, o) for x in feasible)]
+    if not dropped:
+        return None
+    parts = []
+    for o in sorted(dropped, key=lambda o: -o.samples_per_s):
+        by = (
+            pick_
+            if dominates(pick_, o)
+            else max((x for x in feasible if dominates(x, o)), key=lambda x: x.samples_per_s)
+        )
+        parts.append(
+            f"{o.strategy} ({o.samples_per_s:.2f} samples/s, {o.memory.total / GiB:.2f} GiB) by {by.strategy} "
+            f"({by.samples_per_s:.2f}, {by.memory.total / GiB:.2f} GiB)"
+        )
     return (
-        f"the more memory-frugal option ({pick.memory.total / GiB:.1f} vs {best.memory.total / GiB:.1f} GiB per device)"
+        "in the band but dominated (another option at least as fast, no larger, clearly better in one): "
+        + "; ".join(parts)
     )
 
 
-def _first_reason(pick: "Option", best: "Option", feasible: list["Option"]) -> str:
+def _frugal_rival(pick_: "Option", feasible: list["Option"]) -> str | None:
+    """A tied option that needs less memory than the pick is not dominated by it: say why it lost
+    (it is slower, and memory decides nothing between two options that both fit)."""
+    best = max(feasible, key=lambda o: o.samples_per_s)
+    rivals = [o for o in feasible if in_band(o, best) and o.memory.total < pick_.memory.total]
+    rivals = [o for o in rivals if o is not best and not any(dominates(x, o) for x in feasible)]
+    if not rivals:
+        return None
+    r = min(rivals, key=lambda o: o.memory.total)
+    why = (
+        "the simpler engine wins in the band"
+        if _engine_rank(pick_.strategy) < _engine_rank(r.strategy)
+        else f"memory alone decides nothing (its max micro-batch {r.max_micro_batch} vs {pick_.max_micro_batch} is not "
+        f"{FRUGAL:.0%} larger)"
+    )
+    return (
+        f"{r.strategy} needs less memory ({_gib(r)} vs {_gib(pick_)}) at {r.samples_per_s:.2f} samples/s "
+        f"({r.samples_per_s / pick_.samples_per_s - 1:+.1%}): both fit, and {why}"
+    )
+
+
+def _first_reason(pick_: "Option", feasible: list["Option"]) -> str:
     how = (
-        f"{pick.samples_per_s:.2f} samples/s at {batch_text(pick)} ({pick.bound}-bound, exposed communication "
-        f"{pick.comm_fraction:.0%} of the step)"
+        f"{pick_.samples_per_s:.2f} samples/s, {_gib(pick_)} per device, at {batch_text(pick_)} ({pick_.bound}-bound, "
+        f"exposed communication {pick_.comm_fraction:.0%} of the step)"
     )
-    if pick is best:
-        return f"{pick.strategy}: highest predicted throughput of {len(feasible)} feasible options, {how}"
-    faster = sum(o.samples_per_s > pick.samples_per_s for o in feasible)
-    others = f"; {faster} options in the band are faster" if faster > 1 else ""
+    best = max(feasible, key=lambda o: (o.samples_per_s, -o.memory.total))
+    if pick_.samples_per_s >= best.samples_per_s:
+        return f"{pick_.strategy}: highest predicted throughput of {len(feasible)} feasible options, {how}"
     return (
-        f"{pick.strategy}: {how}; within the {TIE:.0%} uncertainty band of the fastest, {best.strategy} at "
-        f"{best.samples_per_s:.2f} samples/s ({best.samples_per_s / pick.samples_per_s - 1:+.0%}{others}), "
-        f"and chosen as {_tie_break(pick, best)}"
+        f"{pick_.strategy}: {how}; tied with the fastest, {best.strategy} at {best.samples_per_s:.2f} samples/s and "
+        f"{_gib(best)} ({best.samples_per_s / pick_.samples_per_s - 1:+.1%}, within the {TIE:.0%} uncertainty band), "
+        f"and chosen as {_why_won(pick_, best)}"
+    )
+
+
+def _why_won(pick_: "Option", best: "Option") -> str:
+    """What RANKING_RULE step put the tied pick above the faster best."""
+    ps, bs = get_strategy(pick_.strategy), get_strategy(best.strategy)
+    if _engine_rank(pick_.strategy) < _engine_rank(best.strategy):
+        return f"the simpler engine ({ps.engine}{', nothing sharded' if not ps.sharded else ''}, not {bs.engine})"
+    return (
+        f"the option with room to grow the batch (max micro-batch {pick_.max_micro_batch} vs {best.max_micro_batch}, "
+        f"at least {FRUGAL:.0%} larger)"
     )
 
 
@@ -186,23 +256,24 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
     warnings = [w for w in _warnings(sc) if not (feasible == [] and w.split(":", 1)[0] in blocking)]
     if not feasible:
         return None, [_nothing_viable_advice(sc, options, blocking), *infeasible], warnings
-    best = feasible[0]
-    tied = [o for o in feasible if o.samples_per_s >= best.samples_per_s * (1 - TIE)]
-    pick = pick_in_band(tied)
-    reasons = [_first_reason(pick, best, feasible)]
-    if (lead := _batch_lead(sc, pick, feasible)) is not None:
+    chosen = pick(feasible)
+    reasons = [_first_reason(chosen, feasible)]
+    reasons += [r for r in (_frugal_rival(chosen, feasible), _dominated_reason(chosen, feasible)) if r is not None]
+    pick_ = chosen
+    if (lead := _batch_lead(sc, pick_, feasible)) is not None:
         reasons.append(lead)
-    runner = next((o for o in feasible[feasible.index(pick) + 1 :]), None)
+    runner = next((o for o in feasible[feasible.index(pick_) + 1 :]), None)
     if runner is not None:
         reasons.append(
             f"next below it: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
-            f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}"
+            f"({runner.samples_per_s / pick_.samples_per_s - 1:+.1%}), {_gib(runner)}, at {batch_text(runner)}"
         )
-    if (overlap := _range_reason(sc, pick, best if best is not pick else runner)) is not None:
+    best = feasible[0]
+    if (overlap := _range_reason(sc, pick_, best if best is not pick_ else runner)) is not None:
         reasons.append(overlap)
-    if (scale := _scale_reason(sc, pick)) is not None:
+    if (scale := _scale_reason(sc, pick_)) is not None:
         reasons.append(scale)
-    return pick.strategy, reasons + infeasible, warnings
+    return pick_.strategy, reasons + infeasible, warnings
 
 
 def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from prism_strategy.planning.option import Plan
 from prism_strategy.planning.planner import sweep_rows
-from prism_strategy.planning.recommend import TIE
+from prism_strategy.planning.recommend import RANKING_RULE
 from prism_strategy.report.plan_table import SWEEP_CAPTION, caption, option_notes, plan_title
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.errors import SpecError
@@ -81,11 +81,7 @@ def _assumptions(p: Plan) -> list[str]:
     )
     pick = next((o for o in p.options if o.strategy == p.recommended), p.options[0])
     lines += [f"- {k}: {v}" for k, v in pick.provenance.items()]
-    lines.append(
-        f"- options within {TIE:.0%} of the fastest are a tie (an uncalibrated prediction is not more "
-        "accurate); the simplest engine in the band wins, and among its options the fastest unless another "
-        "leaves 5% more room (a 5% larger max micro-batch, or at the same max micro-batch 5% less memory)"
-    )
+    lines.append(f"- ranking: {RANKING_RULE}")
     return lines
 
 
