@@ -16,6 +16,7 @@ from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, mome
 from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_reserved, memory_fields
 from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
 from prism_strategy.estimate.scale_loss import LateRanks, late_ranks
+from prism_strategy.planning.advice import states_never_fit
 from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.provenance import provenance
 from prism_strategy.planning.recommend import annotate, recommend
@@ -361,10 +362,12 @@ def plan(
     if rank_jitter is not None:
         sc = sc.with_platform(replace(sc.platform, rank_jitter=rank_jitter))
     parts = model_parts(sc.model, sc.training)
-    options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
-    if traced:
+    early = states_never_fit(sc, parts, specs)  # nothing's model states fit: judged before any timing
+    options = early or [evaluate_searched(sc, s, parts, evaluate) for s in specs]
+    if traced and not early:
         trace_options(sc, options)
-    annotate(sc, parts, options)
+    if not early:
+        annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
     reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
     result = Plan(
@@ -507,6 +510,8 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> Option | dict[str, 
         }
     sc = build_scenario(model, **kw)
     check_ranks_per_node(sc, kw.get("ranks_per_node"))
+    if (early := states_never_fit(sc, model_parts(sc.model, sc.training), [s])) is not None:
+        return early[0]  # model states alone cannot fit: nothing to trace (planning/advice.py)
     o = evaluate(sc, s)
     trace_options(sc, [o])
     return o

@@ -11,7 +11,7 @@ from prism_strategy.estimate.memory_runtime import device_peak
 from prism_strategy.estimate.ranges import LATE, max_measured_nodes
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
-from prism_strategy.specs.parts import Part
+from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.strategies import all_strategies, get_strategy
 
 if TYPE_CHECKING:
@@ -333,14 +333,13 @@ def _nothing_viable_advice(sc: "Scenario", options: list["Option"], blocking: di
         fixes = "; ".join(f"{r.fix} [{r.id}]" for r in blocking.values())
         drop = f"drop {' and '.join(flags)}: " if flags else ""
         return f"no strategy is viable with these settings; {drop}{fixes}"
-    t, tries = sc.training, []
-    if not t.ckpt_auto:
-        tries.append("--ckpt-freq auto")
+    from prism_strategy.planning.advice import smallest_changes
+
+    t = sc.training
     best = max((o.max_micro_batch for o in options), default=0)
-    if t.micro_batch is not None and 1 <= best < t.micro_batch:  # at micro-batch 1 nothing smaller exists
-        tries.append(f"--micro-batch {best}")
-    tries += ["a shorter --seq-len", "more nodes (sharded strategies divide the model states)"]
-    return f"no strategy fits this scenario; try {', '.join(tries)}"
+    tries = [f"--micro-batch {best} fits"] if t.micro_batch is not None and 1 <= best < t.micro_batch else []
+    changes = smallest_changes(sc, model_parts(sc.model, sc.training), list(all_strategies()))
+    return "no strategy fits this scenario: " + "; ".join([*changes, *tries])
 
 
 def _grouped_reasons(infeasible: list["Option"], total: int) -> list[str]:

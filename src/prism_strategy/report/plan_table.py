@@ -286,13 +286,20 @@ def show_plan(p: Plan, *, markdown: str | None = None, json_out: bool = False) -
         print_plan(p)
 
 
-def show_estimate(d: dict, *, json_out: bool = False) -> None:
-    """What `estimate` prints: the JSON or the lines."""
+def show_estimate(result: Option | dict, *, json_out: bool = False) -> bool:
+    """What `estimate` prints: the JSON or the lines. False when nothing was traced because the
+    model states alone cannot fit (a finding: the caller exits 1)."""
+    import textwrap
+
     from prism_strategy.report.console import print_json
     from prism_strategy.report.plan_json import estimate_dict
 
-    d = estimate_dict(d)
+    d = estimate_dict(result)
+    traced = "traced_memory_gib" in d
     if json_out:
         print_json(d)
-    else:
+    elif traced:
         print("\n".join(estimate_lines(d)))
+    else:
+        print("\n".join(textwrap.wrap(f"{d['strategy']}: {d['why_not']}; nothing traced", 100, subsequent_indent="  ")))
+    return traced

@@ -1,0 +1,143 @@
+"""When nothing fits: what does not fit (model states, activations, the loss buffers) and the
+smallest change that fits, computed from the same memory model the plan judged with.
+
+- Nodes needed, per sharded strategy: the fewest nodes whose peak at micro-batch 1 (the engine's
+  moments, estimate/memory.moments, judged as the plan judges: estimate/memory_runtime.device_peak)
+  fits the usable memory. More nodes only divide model states, so the peak falls with N: the
+  MAX_RANKS bound is tried first (nothing fits there: no node count helps), then doubling and
+  bisection (at most ~2 log2(bound) evaluations).
+- Checkpointing: the option at `--ckpt-freq 1` (every block), judged the same way.
+- `states_never_fit` is the planner's first question: when even the most sharded option's model
+  states exceed the usable memory, nothing is timed (a 100,000-layer config answers at once).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from prism_strategy.estimate.memory import KEYS, MemoryEstimate, model_state_rows, moments
+from prism_strategy.estimate.memory_runtime import device_peak
+from prism_strategy.specs.cluster import MAX_RANKS, GiB, Layout
+from prism_strategy.specs.parts import Part
+from prism_strategy.strategies import StrategySpec
+
+if TYPE_CHECKING:
+    from prism_strategy.planning.option import Option
+    from prism_strategy.planning.scenario import Scenario
+
+
+def _states(parts: tuple[Part, ...], sc: "Scenario", s: StrategySpec, nodes: int) -> float:
+    lay = Layout(nodes=nodes, ranks_per_node=sc.layout.ranks_per_node)
+    return sum(b for *_, b in model_state_rows(parts, sc.training, s, lay))
+
+
+def _least_ckpt(sc: "Scenario") -> int | None:
+    """The checkpointing the advice judges at: every block under --ckpt-freq auto (the least
+    memory it can choose), else the one asked for."""
+    return 1 if sc.training.ckpt_auto else None
+
+
+def _peak(parts: tuple[Part, ...], sc: "Scenario", s: StrategySpec, nodes: int, ckpt: int | None = None) -> float:
+    """Device bytes at micro-batch 1 (the allocator's reserved at the limit) on `nodes` nodes."""
+    ckpt = _least_ckpt(sc) if ckpt is None else ckpt
+    t = sc.training if ckpt is None else replace(sc.training, ckpt_freq=ckpt, ckpt_policy="full")
+    lay = Layout(nodes=nodes, ranks_per_node=sc.layout.ranks_per_node)
+    return device_peak(moments(parts, t, sc.platform, lay, s, accumulating=False), 1, sc.platform, t)
+
+
+def max_nodes(sc: "Scenario") -> int:
+    return MAX_RANKS // sc.layout.ranks_per_node
+
+
+def nodes_needed(parts: tuple[Part, ...], sc: "Scenario", s: StrategySpec, ckpt: int | None = None) -> int | None:
+    """The fewest nodes (>= the asked count) on which `s` fits at micro-batch 1; None when no node
+    count up to the MAX_RANKS bound does. The peak only falls as nodes are added (states are
+    divided, nothing else grows), so: the bound first, then doubling and bisection."""
+    usable, n0, top = sc.platform.usable_bytes, sc.layout.nodes, max_nodes(sc)
+
+    def fits(n: int) -> bool:
+        return _peak(parts, sc, s, n, ckpt) <= usable
+
+    if not fits(top):
+        return None
+    if fits(n0):
+        return n0
+    lo, hi = n0, min(2 * n0, top)
+    while not fits(hi):
+        lo, hi = hi, min(2 * hi, top)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def _what_does_not_fit(parts: tuple[Part, ...], sc: "Scenario", s: StrategySpec) -> str:
+    usable = sc.platform.usable_bytes
+    states = _states(parts, sc, s, sc.layout.nodes)
+    if states > usable:
+        return f"model states alone need {states / GiB:.1f} GiB per device > {usable / GiB:.1f} GiB usable"
+    peak = _peak(parts, sc, s, sc.layout.nodes)
+    return (
+        f"model states fit ({states / GiB:.1f} GiB) but activations and buffers at micro-batch 1 take it to "
+        f"{peak / GiB:.1f} GiB > {usable / GiB:.1f} GiB usable"
+    )
+
+
+def smallest_changes(sc: "Scenario", parts: tuple[Part, ...], specs: list[StrategySpec]) -> list[str]:
+    """Computed changes that make an option fit: nodes needed per strategy (the fewest first),
+    and checkpointing every block where the scenario pins a sparser one."""
+    out: list[str] = []
+    least = min(specs, key=lambda s: _states(parts, sc, s, sc.layout.nodes))
+    out.append(f"{least.name} (the least memory): {_what_does_not_fit(parts, sc, least)}")
+    needs = {s.name: nodes_needed(parts, sc, s) for s in specs if s.sharded}
+    fits = sorted((n, name) for name, n in needs.items() if n is not None)
+    if fits:
+        by_n: dict[int, list[str]] = {}
+        for n, name in fits:
+            by_n.setdefault(n, []).append(name)
+        each = "; ".join(f"{', '.join(names)} on {n} nodes" for n, names in list(by_n.items())[:3])
+        out.append(f"nodes needed at micro-batch 1 (sharded strategies divide the model states): {each}")
+    else:
+        top = max_nodes(sc)
+        s = min((s for s in specs if s.sharded), key=lambda s: _peak(parts, sc, s, top))
+        ckpt = " with checkpointing every block" if sc.training.ckpt_auto else ""
+        out.append(
+            f"no node count up to {top} ({MAX_RANKS} ranks) fits a sharded strategy at micro-batch 1{ckpt}: the "
+            f"least ({s.name}) still needs {_peak(parts, sc, s, top) / GiB:.1f} GiB per device there (activations "
+            "and what is not sharded over nodes); a shorter --seq-len or a smaller model"
+        )
+    t = sc.training
+    if not t.ckpt_auto and t.ckpt_freq != 1:
+        full = sorted((n, s.name) for s in specs if s.sharded and (n := nodes_needed(parts, sc, s, ckpt=1)) is not None)
+        if full:
+            out.append(f"--ckpt-freq 1 (checkpoint every block): {full[0][1]} fits on {full[0][0]} nodes")
+    return out
+
+
+def states_never_fit(sc: "Scenario", parts: tuple[Part, ...], specs: list[StrategySpec]) -> list["Option"] | None:
+    """Options that are judged without timing when no strategy's model states fit at this layout
+    (each states-only, infeasible); None when some might fit (the planner then evaluates all)."""
+    from prism_strategy.planning.option import Option
+
+    usable = sc.platform.usable_bytes
+    rows = {s.name: model_state_rows(parts, sc.training, s, sc.layout) for s in specs}
+    if min(sum(b for *_, b in r) for r in rows.values()) <= usable:
+        return None
+    out = []
+    for s in specs:
+        r = rows[s.name]
+        sums = {k: sum(b for key, _, b in r if key == k) for k in KEYS}
+        mem = MemoryEstimate(**sums, items=tuple(x for x in r if x[2] > 0), per_sample=0.0, moment="model states")
+        top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
+        why = (
+            f"out of memory: model states alone need {mem.total / GiB:.1f} GiB per device > {usable / GiB:.1f} GiB "
+            f"usable ({top} GiB); judged before timing, so no step time is predicted"
+        )
+        out.append(
+            Option(
+                strategy=s.name, feasible=False, why_not=why, memory=mem, max_micro_batch=0, micro_batch=1, grad_accum=1
+            )
+        )
+    return out
