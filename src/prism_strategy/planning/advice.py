@@ -13,7 +13,6 @@ smallest change that fits, computed from the same memory model the plan judged w
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
