@@ -83,7 +83,7 @@ def test_estimate_on_hidden_size_1e9_answers_without_tracing(tmp_path, monkeypat
     _no_timing(monkeypatch)
     r = runner.invoke(app, ["estimate", "--model", _huge(tmp_path, hidden_size=10**9), "--platform", "dgx-h100"])
     assert r.exit_code == 1, r.output
-    assert "model states alone need" in r.stdout and "nothing traced" in r.stdout
+    assert "model states alone" in r.stdout and "do not fit" in r.stdout and "nothing traced" in r.stdout
 
 
 def test_identical_layers_are_counted_once():

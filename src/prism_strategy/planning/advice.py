@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from prism_strategy.estimate.memory import KEYS, MemoryEstimate, model_state_rows, moments
-from prism_strategy.estimate.memory_runtime import device_peak
+from prism_strategy.estimate.memory import estimate_memory, model_state_rows, moments
+from prism_strategy.estimate.memory_runtime import device_peak, memory_fields
 from prism_strategy.specs.cluster import MAX_RANKS, GiB, Layout
 from prism_strategy.specs.parts import Part
 from prism_strategy.strategies import StrategySpec
@@ -116,27 +116,37 @@ def smallest_changes(sc: "Scenario", parts: tuple[Part, ...], specs: list[Strate
 
 
 def states_never_fit(sc: "Scenario", parts: tuple[Part, ...], specs: list[StrategySpec]) -> list["Option"] | None:
-    """Options that are judged without timing when no strategy's model states fit at this layout
-    (each states-only, infeasible); None when some might fit (the planner then evaluates all)."""
-    from prism_strategy.planning.option import Option
-
+    """Options judged without timing when no strategy's model states fit at this layout: each at
+    micro-batch 1 (and checkpointing every block under --ckpt-freq auto), its memory from the
+    moments alone; None when some might fit (the planner then evaluates them all)."""
     usable = sc.platform.usable_bytes
     rows = {s.name: model_state_rows(parts, sc.training, s, sc.layout) for s in specs}
     if min(sum(b for *_, b in r) for r in rows.values()) <= usable:
         return None
-    out = []
-    for s in specs:
-        r = rows[s.name]
-        sums = {k: sum(b for key, _, b in r if key == k) for k in KEYS}
-        mem = MemoryEstimate(**sums, items=tuple(x for x in r if x[2] > 0), per_sample=0.0, moment="model states")
-        top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
-        why = (
-            f"out of memory: model states alone need {mem.total / GiB:.1f} GiB per device > {usable / GiB:.1f} GiB "
-            f"usable ({top} GiB); judged before timing, so no step time is predicted"
-        )
-        out.append(
-            Option(
-                strategy=s.name, feasible=False, why_not=why, memory=mem, max_micro_batch=0, micro_batch=1, grad_accum=1
-            )
-        )
-    return out
+    return [_untimed(sc, parts, s, sum(b for *_, b in rows[s.name])) for s in specs]
+
+
+def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: float) -> "Option":
+    from prism_strategy.planning.option import Option
+
+    ckpt = _least_ckpt(sc)
+    t = sc.training if ckpt is None else replace(sc.training, ckpt_freq=ckpt, ckpt_policy="full")
+    p, usable = sc.platform, sc.platform.usable_bytes
+    ms = moments(parts, t, p, sc.layout, s, accumulating=False)
+    mem, device = estimate_memory(parts, t, p, sc.layout, s, 1), device_peak(ms, 1, p, t)
+    top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
+    why = (
+        f"out of memory: needs {device / GiB:.1f} GiB at micro-batch 1 > {usable / GiB:.1f} GiB usable ({top} GiB; "
+        f"model states alone {states / GiB:.1f} GiB do not fit); judged before timing, so no step time is predicted"
+    )
+    return Option(
+        strategy=s.name,
+        feasible=False,
+        why_not=why,
+        memory=mem,
+        max_micro_batch=0,
+        micro_batch=1,
+        grad_accum=1,
+        ckpt_freq=t.ckpt_name,
+        memory_runtime=memory_fields(mem, p, t, ms, 1, limit=device),
+    )

@@ -8,7 +8,7 @@ from typing import Any
 
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.stored_config import config_scenario
-from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.presets import load_model, model_names
 from prism_strategy.strategies import get_strategy
 
@@ -34,6 +34,9 @@ def predict(config: dict[str, Any], platform: PlatformSpec) -> dict[str, float]:
         "step_time_s": o.step_time_s,
         "samples_per_s": o.samples_per_s,
         "memory_bytes": o.memory.total,
+        # the counters a run reports, predicted as such (estimate/memory_runtime.memory_fields)
+        "allocated_bytes": o.memory_runtime["memory_allocated_gib"] * GiB,
+        "reserved_bytes": o.memory_runtime["memory_reserved_gib"] * GiB,
         "activation_bytes": o.memory.activations,
         "max_micro_batch": o.max_micro_batch,
         "compute_s": o.compute_s,
