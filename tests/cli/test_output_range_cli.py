@@ -27,7 +27,9 @@ def test_a_narrow_table_keeps_the_range_and_names_what_it_dropped(columns):
     flat = " ".join(r.stdout.split())
     said = flat.split(f"not shown at {columns} columns: ")[1].split(" (a wider terminal")[0]
     missing = [c.header for c in OPTION_COLUMNS if c.header not in header]
-    assert missing and said.split(", ") == sorted(missing, key=lambda h: -next(c.drop for c in OPTION_COLUMNS if c.header == h))
+    assert missing and said.split(", ") == sorted(
+        missing, key=lambda h: -next(c.drop for c in OPTION_COLUMNS if c.header == h)
+    )
 
 
 def test_the_markdown_table_has_every_column_of_the_terminal(tmp_path):
@@ -71,7 +73,9 @@ def test_report_draws_the_stored_runs_scenario_not_a_default(tmp_path, axes):
     r = runner.invoke(app, ["report", "--db", db, "--out", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     rows = json.loads(runner.invoke(app, ["compare", "--db", db, "--json"]).stdout)
-    latest = max((x for x in rows if x["kind"] == "bench" and x["measured"].get("samples_per_s")), key=lambda x: x["id"])
+    latest = max(
+        (x for x in rows if x["kind"] == "bench" and x["measured"].get("samples_per_s")), key=lambda x: x["id"]
+    )
     title = next(t for name, t, *_ in axes if name == "scaling.png")
     assert latest["platform"] in title and "aurora" not in title and "qwen3-0.6b" not in title
     assert f"stored run #{latest['id']}" in r.stdout

@@ -17,6 +17,7 @@ from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_
 from prism_strategy.estimate.ranges import max_measured_nodes, prediction_range
 from prism_strategy.estimate.scale_loss import LateRanks, late_ranks
 from prism_strategy.planning.advice import states_never_fit
+from prism_strategy.planning.env_advice import advice_line, env_advice
 from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.provenance import provenance
 from prism_strategy.planning.recommend import annotate, recommend
@@ -233,6 +234,18 @@ def _time_only(sc: Scenario, parts, s: StrategySpec, mb: int, ga: int, layout: L
     return o.samples_per_s
 
 
+def _retimer(parts: tuple[Part, ...], specs: list[StrategySpec]):
+    """samples/s of an option at its own batch and checkpointing under another scenario (another
+    env profile's platform: planning/env_advice.py)."""
+    by_name = {s.name: s for s in specs}
+
+    def retime(sc: Scenario, o: Option) -> float:
+        timed, timed_parts = timed_view(with_ckpt(sc, o.ckpt_freq), parts)
+        return _time_only(timed, timed_parts, by_name[o.strategy], o.micro_batch, o.grad_accum, sc.layout)
+
+    return retime
+
+
 def _searched_batch(t) -> int | None:
     """The global batch whose micro-batch was searched (neither micro-batch nor accumulation pinned)."""
     return t.global_batch if t.micro_batch is None and t.grad_accum is None else None
@@ -369,9 +382,16 @@ def plan(
     if not early:
         annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
-    reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
+    advice = [] if early else env_advice(sc, options, recommended, _retimer(parts, specs))
+    reasons += [advice_line(a) for a in advice] + assumptions(sc.model, sc.training)  # MoE; Gemma's attention
     result = Plan(
-        scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings, script=script
+        scenario=sc,
+        options=options,
+        recommended=recommended,
+        reasons=reasons,
+        warnings=warnings,
+        script=script,
+        env_advice=advice,
     )
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)

@@ -10,6 +10,7 @@ from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.recommend import ckpt_text
 from prism_strategy.report.console import Column, fitted_table, footnotes, table_console
 from prism_strategy.specs.cluster import GiB
+from prism_strategy.specs.parts import image_tokens
 
 
 def _fmt_items(o) -> str:
@@ -43,6 +44,8 @@ def _range(o) -> str:
 def plan_title(p: Plan) -> str:
     sc, t = p.scenario, p.scenario.training
     seq = f"seq {t.seq_len}" + (f" (mean {t.mean_seq_len})" if t.mean_seq_len else "")
+    if images := image_tokens(sc.model, t):  # tok/s/dev counts them: the title says so
+        seq += f" text + {images} image tokens"
     ckpt = "checkpointing: fastest that fits per option" if t.ckpt_auto else ckpt_text(t.ckpt_name)
     batch = f", global batch {t.global_batch}" if t.global_batch else ""
     run = f", {t.optimizer} ({t.optimizer_impl_on(sc.platform.device)})" + (
