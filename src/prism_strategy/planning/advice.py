@@ -14,13 +14,15 @@ smallest change that fits, computed from the same memory model the plan judged w
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from prism_strategy.engines import engine_of
 from prism_strategy.estimate.memory import estimate_memory, model_state_rows, moments
 from prism_strategy.estimate.memory_runtime import device_peak, memory_fields
+from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import MAX_RANKS, GiB, Layout
-from prism_strategy.specs.parts import Part
-from prism_strategy.strategies import StrategySpec
+from prism_strategy.specs.parts import Part, model_parts
+from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
@@ -150,3 +152,40 @@ def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: f
         ckpt_freq=t.ckpt_name,
         memory_runtime=memory_fields(mem, p, t, ms, 1, limit=device),
     )
+
+
+FLAG_OF_FACT = {"compile": "--compile"}
+"""Rule facts a plan option sets from one of its flags: a rule they trip is fixed by dropping it."""
+
+
+def blocking_rules(sc: "Scenario", options: list["Option"]) -> dict[str, Any]:
+    """Rules that make every option not viable, by id (empty when some option escapes them all)."""
+    per_option = []
+    for o in options:
+        s = get_strategy(o.strategy)
+        facts = RuleFacts(
+            device=sc.platform.device,
+            backend=sc.platform.backend,
+            compile=sc.training.compile,
+            multi_node=sc.layout.multi_node,
+            **engine_of(s).facts(s),
+        )
+        per_option.append({v.rule.id: v.rule for v in check(facts) if v.rule.blocks})
+    if not per_option or not all(per_option):
+        return {}
+    return {k: r for d in per_option for k, r in d.items()}
+
+
+def nothing_viable_advice(sc: "Scenario", options: list["Option"], blocking: dict[str, Any]) -> str:
+    """What to change when no option is feasible: the flag a blocking rule names, else memory advice
+    that only suggests what can still shrink."""
+    flags = sorted({FLAG_OF_FACT[k] for r in blocking.values() for k in r.when if k in FLAG_OF_FACT})
+    if blocking:
+        fixes = "; ".join(f"{r.fix} [{r.id}]" for r in blocking.values())
+        drop = f"drop {' and '.join(flags)}: " if flags else ""
+        return f"no strategy is viable with these settings; {drop}{fixes}"
+    t = sc.training
+    best = max((o.max_micro_batch for o in options), default=0)
+    tries = [f"--micro-batch {best} fits"] if t.micro_batch is not None and 1 <= best < t.micro_batch else []
+    changes = smallest_changes(sc, model_parts(sc.model, sc.training), list(all_strategies()))
+    return "no strategy fits this scenario: " + "; ".join([*changes, *tries])

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prism_strategy.engines import engine_of
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes, moments
 from prism_strategy.estimate.memory_runtime import device_peak
 from prism_strategy.estimate.ranges import LATE, max_measured_nodes
+from prism_strategy.planning.advice import blocking_rules, nothing_viable_advice
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
-from prism_strategy.specs.parts import Part, model_parts
+from prism_strategy.specs.parts import Part
 from prism_strategy.strategies import all_strategies, get_strategy
 
 if TYPE_CHECKING:
@@ -252,10 +253,10 @@ def _batch_lead(sc: "Scenario", pick: "Option", feasible: list["Option"]) -> str
 def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list[str], list[str]]:
     feasible = sorted((o for o in options if o.feasible), key=lambda o: -o.samples_per_s)
     infeasible = _grouped_reasons([o for o in options if not o.feasible], len(options))
-    blocking = _blocking_rules(sc, options)
+    blocking = blocking_rules(sc, options)
     warnings = [w for w in _warnings(sc) if not (feasible == [] and w.split(":", 1)[0] in blocking)]
     if not feasible:
-        return None, [_nothing_viable_advice(sc, options, blocking), *infeasible], warnings
+        return None, [nothing_viable_advice(sc, options, blocking), *infeasible], warnings
     chosen = pick(feasible)
     reasons = [_first_reason(chosen, feasible)]
     reasons += [r for r in (_frugal_rival(chosen, feasible), _dominated_reason(chosen, feasible)) if r is not None]
@@ -301,45 +302,6 @@ def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:
         f"{pick.strategy} may run as slow as {rng[0]:.2f} samples/s ({1 - rng[0] / pick.samples_per_s:.0%} below "
         f"the prediction), mostly from {parts} (provenance.range); measure " + "; ".join(hows)
     )
-
-
-FLAG_OF_FACT = {"compile": "--compile"}
-"""Rule facts a plan option sets from one of its flags: a rule they trip is fixed by dropping it."""
-
-
-def _blocking_rules(sc: "Scenario", options: list["Option"]) -> dict[str, Any]:
-    """Rules that make every option not viable, by id (empty when some option escapes them all)."""
-    per_option = []
-    for o in options:
-        s = get_strategy(o.strategy)
-        facts = RuleFacts(
-            device=sc.platform.device,
-            backend=sc.platform.backend,
-            compile=sc.training.compile,
-            multi_node=sc.layout.multi_node,
-            **engine_of(s).facts(s),
-        )
-        per_option.append({v.rule.id: v.rule for v in check(facts) if v.rule.blocks})
-    if not per_option or not all(per_option):
-        return {}
-    return {k: r for d in per_option for k, r in d.items()}
-
-
-def _nothing_viable_advice(sc: "Scenario", options: list["Option"], blocking: dict[str, Any]) -> str:
-    """What to change when no option is feasible: the flag a blocking rule names, else memory advice
-    that only suggests what can still shrink."""
-    flags = sorted({FLAG_OF_FACT[k] for r in blocking.values() for k in r.when if k in FLAG_OF_FACT})
-    if blocking:
-        fixes = "; ".join(f"{r.fix} [{r.id}]" for r in blocking.values())
-        drop = f"drop {' and '.join(flags)}: " if flags else ""
-        return f"no strategy is viable with these settings; {drop}{fixes}"
-    from prism_strategy.planning.advice import smallest_changes
-
-    t = sc.training
-    best = max((o.max_micro_batch for o in options), default=0)
-    tries = [f"--micro-batch {best} fits"] if t.micro_batch is not None and 1 <= best < t.micro_batch else []
-    changes = smallest_changes(sc, model_parts(sc.model, sc.training), list(all_strategies()))
-    return "no strategy fits this scenario: " + "; ".join([*changes, *tries])
 
 
 def _grouped_reasons(infeasible: list["Option"], total: int) -> list[str]:
