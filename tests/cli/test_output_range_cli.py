@@ -78,6 +78,7 @@ def test_report_draws_the_stored_runs_scenario_not_a_default(tmp_path, axes):
     )
     title = next(t for name, t, *_ in axes if name == "scaling.png")
     assert latest["platform"] in title and "aurora" not in title and "qwen3-0.6b" not in title
+    assert title.startswith("predicted scaling (uncalibrated)")  # no calibration in this test's cache
     assert f"stored run #{latest['id']}" in r.stdout
 
 

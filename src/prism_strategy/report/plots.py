@@ -213,7 +213,8 @@ def write_report(rows: list[dict[str, Any]], scaling: Any, outdir: Path, store: 
 
     from prism_strategy.report.plan_table import plan_title
 
-    title = textwrap.fill(f"predicted scaling: {plan_title(scaling)}", 90)
+    cal = scaling.options[0].provenance.get("calibration", "none") if scaling.options else "none"
+    title = textwrap.fill(f"predicted scaling ({'uncalibrated' if cal == 'none' else cal}): {plan_title(scaling)}", 90)
     written = [scaling_plot(scaling.sweep, outdir / "scaling.png", highlight=scaling.recommended, title=title)]
     notes = []
     measured = measured_rows(rows)
