@@ -50,3 +50,18 @@ def test_an_unset_variable_is_its_default():
 
     assert _differ({"CCL_WORKER_COUNT": "1"}, {}) == {}
     assert _differ({"CCL_ALLREDUCE": "ring"}, {}) == {"CCL_ALLREDUCE": ["ring", None]}
+
+
+def test_the_base_is_what_the_plan_priced_not_the_profile_name():
+    """A platform whose own CCL keys say topo (a platform file's override) is priced under topo:
+    ALCF's topo profile is not advice then, PRISM's ring profile is compared instead."""
+    import dataclasses
+
+    topo = dataclasses.replace(load_platform("aurora"), allreduce_algorithm="topology")
+    p = plan(**(AURORA | {"platform": topo}), nodes=2)
+    named = {a["profile"] for a in p.env_advice}
+    assert "aurora-alcf-minimal" not in named and named <= {"aurora-prism-2026.11"}
+    assert "aurora-alcf-minimal" in {a["profile"] for a in plan(**AURORA, nodes=2).env_advice}  # under ring it is
+    for a in p.env_advice:
+        assert a["base_profile"] == "platform aurora's own CCL settings"
+        assert a["variables_differ"]["CCL_ALLREDUCE"] == ["topo", "ring"]

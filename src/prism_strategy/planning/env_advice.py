@@ -73,6 +73,16 @@ def backend_profiles(backend: str, platform: str) -> list[Profile]:
     return [p for p in found if p is not None]
 
 
+def priced_variables(p: Any) -> dict[str, str]:
+    """The variables as the plan priced them: the platform's own CCL fields (its profile, or a
+    platform file's overrides), written as with_ccl_env reads them."""
+    return {
+        "CCL_WORKER_COUNT": str(p.ccl_worker_count),
+        "CCL_ALLREDUCE": "topo" if p.allreduce_algorithm == "topology" else "ring",
+        **dict(p.ccl_algorithms),
+    }
+
+
 def validation(name: str) -> str:
     table = tomllib.loads((DATA / "env_validation.toml").read_text())
     return table.get(name, {}).get("status", "not validated here")
@@ -100,11 +110,13 @@ def env_advice(
     if recommended is None or not feasible:
         return []
     profiles = {x.name: x for x in backend_profiles(p.backend, p.name)}
-    base = profiles.get(p.env_profile, Profile(name=p.env_profile or "the platform's", variables={}))
+    priced, named = priced_variables(p), profiles.get(p.env_profile)
+    same = named is not None and not _differ(named.variables, priced)
+    base = Profile(name=p.env_profile if same else f"platform {p.name}'s own CCL settings", variables=priced)
     chosen = next(o for o in feasible if o.strategy == recommended)
     out = []
     for other in profiles.values():
-        if other.name == base.name or not _differ(base.variables, other.variables):
+        if not _differ(base.variables, other.variables):
             continue
         there = sc.with_platform(with_ccl_env(p, other.variables))
         timed = [replace(o, samples_per_s=retime(there, o)) for o in feasible]
