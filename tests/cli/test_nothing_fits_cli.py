@@ -69,13 +69,17 @@ def _no_timing(monkeypatch):
     monkeypatch.setattr(planner, "trace_options", never)
 
 
-def test_a_100000_layer_config_is_judged_before_any_timing(tmp_path, monkeypatch):
-    """Finding 12: 44 s for the plan (cost grew with the layer count). Model states that cannot fit
-    anywhere: exit 1, each option's reason says it was judged before timing."""
+@pytest.mark.parametrize("nodes, states", [(1, "do not fit"), (MAX_RANKS // 8, "fit; activations")])
+def test_a_100000_layer_config_is_judged_before_any_timing(tmp_path, monkeypatch, nodes, states):
+    """Finding 12: 44 s for the plan (cost grew with the layer count). Nothing can fit (the model
+    states on one node; the checkpointed activations on the most nodes a plan takes): exit 1, each
+    option's reason says it was judged before timing."""
     _no_timing(monkeypatch)
-    code, d = plan("--model", _huge(tmp_path, num_hidden_layers=100_000), "--platform", "dgx-h100")
+    args = ["--model", _huge(tmp_path, num_hidden_layers=100_000), "--platform", "dgx-h100", "--nodes", str(nodes)]
+    code, d = plan(*args)
     assert code == 1 and d["recommended"] is None
     assert all("judged before timing" in o["why_not"] for o in d["options"])
+    assert states in next(o for o in d["options"] if o["strategy"] == "zero3")["why_not"]
     assert "no node count up to" in d["reasons"][0]
 
 

@@ -117,18 +117,26 @@ def smallest_changes(sc: "Scenario", parts: tuple[Part, ...], specs: list[Strate
     return out
 
 
-def states_never_fit(sc: "Scenario", parts: tuple[Part, ...], specs: list[StrategySpec]) -> list["Option"] | None:
-    """Options judged without timing when no strategy's model states fit at this layout: each at
-    micro-batch 1 (and checkpointing every block under --ckpt-freq auto), its memory from the
-    moments alone; None when some might fit (the planner then evaluates them all)."""
+def states_never_fit(
+    sc: "Scenario", parts: tuple[Part, ...], specs: list[StrategySpec], at_batch_1: bool = True
+) -> list["Option"] | None:
+    """Options judged without timing when none can fit at this layout: when no strategy's model
+    states fit, or none fits at micro-batch 1 with the least checkpointing it may use (every block
+    under --ckpt-freq auto), each judged from its memory moments alone; None when some might fit
+    (the planner then evaluates them all). at_batch_1=False: the model states alone decide
+    (`estimate` still traces what the analytic peak calls too large)."""
     usable = sc.platform.usable_bytes
-    rows = {s.name: model_state_rows(parts, sc.training, s, sc.layout) for s in specs}
-    if min(sum(b for *_, b in r) for r in rows.values()) <= usable:
+    states = {s.name: sum(b for *_, b in model_state_rows(parts, sc.training, s, sc.layout)) for s in specs}
+    if min(states.values()) > usable:
+        return [_untimed(sc, parts, s, states[s.name])[0] for s in specs]
+    if not at_batch_1:
         return None
-    return [_untimed(sc, parts, s, sum(b for *_, b in rows[s.name])) for s in specs]
+    judged = [_untimed(sc, parts, s, states[s.name]) for s in specs]
+    return None if any(fits for _, fits in judged) else [o for o, _ in judged]
 
 
-def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: float) -> "Option":
+def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: float) -> tuple["Option", bool]:
+    """(the option at micro-batch 1, judged from its moments, infeasible; whether it would fit)."""
     from prism_strategy.planning.option import Option
 
     ckpt = _least_ckpt(sc)
@@ -137,11 +145,12 @@ def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: f
     ms = moments(parts, t, p, sc.layout, s, accumulating=False)
     mem, device = estimate_memory(parts, t, p, sc.layout, s, 1), device_peak(ms, 1, p, t)
     top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
+    states_say = "do not fit" if states > usable else "fit; activations and buffers do not"
     why = (
         f"out of memory: needs {device / GiB:.1f} GiB at micro-batch 1 > {usable / GiB:.1f} GiB usable ({top} GiB; "
-        f"model states alone {states / GiB:.1f} GiB do not fit); judged before timing, so no step time is predicted"
+        f"model states alone {states / GiB:.1f} GiB {states_say}); judged before timing, so no step time is predicted"
     )
-    return Option(
+    o = Option(
         strategy=s.name,
         feasible=False,
         why_not=why,
@@ -152,6 +161,7 @@ def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: f
         ckpt_freq=t.ckpt_name,
         memory_runtime=memory_fields(mem, p, t, ms, 1, limit=device),
     )
+    return o, device <= usable
 
 
 FLAG_OF_FACT = {"compile": "--compile"}

@@ -530,7 +530,7 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> Option | dict[str, 
         }
     sc = build_scenario(model, **kw)
     check_ranks_per_node(sc, kw.get("ranks_per_node"))
-    if (early := states_never_fit(sc, model_parts(sc.model, sc.training), [s])) is not None:
+    if (early := states_never_fit(sc, model_parts(sc.model, sc.training), [s], at_batch_1=False)) is not None:
         return early[0]  # model states alone cannot fit: nothing to trace (planning/advice.py)
     o = evaluate(sc, s)
     trace_options(sc, [o])
