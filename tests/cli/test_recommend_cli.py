@@ -33,7 +33,7 @@ def at_least_as_good(a, b):
 
 
 def clearly_better(a, b):
-    return a[0] > (1 + CLEARLY_FASTER) * b[0] or a[1] <= (1 - FRUGAL) * b[1]
+    return a[0] > (1 + CLEARLY_FASTER) * b[0]  # less memory alone does not dominate
 
 
 @pytest.mark.parametrize("args", [FINDING_1, FINDING_2], ids=["qwen2.5-7b-4-nodes", "llama-3.1-8b-32-nodes"])

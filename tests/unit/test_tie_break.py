@@ -1,5 +1,6 @@
 """The ranking rule (recommend.RANKING_RULE), stated once and applied once by recommend.pick: no
-dominated pick; options the fastest outruns by at most TIE are tied; among the undominated tied
+dominated pick (dominated: another option no larger and more than CLEARLY_FASTER faster); options
+the fastest outruns by at most TIE are tied; among the undominated tied
 options the simplest engine, then the fastest unless another has a FRUGAL larger max micro-batch."""
 
 from pathlib import Path
@@ -7,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from prism_strategy.planning.recommend import FRUGAL, RANKING_RULE, TIE, dominates, in_band, pick
+from prism_strategy.planning.recommend import CLEARLY_FASTER, FRUGAL, RANKING_RULE, TIE, dominates, in_band, pick
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "plan_output.md"
 
@@ -58,5 +59,12 @@ def test_equal_options_go_by_the_registry_order():
 
 def test_docs_quote_the_rule_the_code_applies():
     text = " ".join(DOC.read_text().split())
-    assert FRUGAL == 0.05 and TIE == 0.10
+    assert FRUGAL == 0.05 and TIE == 0.10 and CLEARLY_FASTER == 0.05
     assert RANKING_RULE[1:] in text  # the docs capitalise its first word
+
+
+def test_less_memory_alone_does_not_dominate():
+    """Projector-only on Aurora: zero1 0.3% faster than DDP with 6% less memory, both far below
+    the limit; DDP, the simpler engine, stays the pick."""
+    ddp, zero1 = opt("ddp", 42.35, 23, 19.75), opt("zero1", 42.46, 30, 18.63)
+    assert not dominates(zero1, ddp) and pick([zero1, ddp]) is ddp

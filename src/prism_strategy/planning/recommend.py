@@ -24,16 +24,16 @@ TIE = 0.10
 (an uncalibrated prediction is not more accurate than that)."""
 
 FRUGAL = 0.05
-"""Memory that counts: 5% less memory per device, or (in the band) a max micro-batch 5% larger."""
+"""Room that counts: in the band, a max micro-batch at least 5% larger."""
 
 CLEARLY_FASTER = TIE / 2
-"""Speed that counts between two options: more than half the band faster."""
+"""Speed that counts between two options: more than half the band faster (a smaller difference
+is below what the fits resolve)."""
 
 RANKING_RULE = (
-    "an option is dominated when another feasible option is at least as fast and needs no more memory per device, "
-    f"and is clearly better in one (more than {CLEARLY_FASTER:.0%} faster or at least {FRUGAL:.0%} less memory); "
-    f"a dominated option is never picked; options the fastest outruns by at most {TIE:.0%} are tied; among the "
-    "tied options that nothing dominates, the simplest engine (DDP, then torch FSDP2, then DeepSpeed) wins, and "
+    "an option is dominated when another feasible option needs no more memory per device and is clearly faster "
+    f"(by more than {CLEARLY_FASTER:.0%}); a dominated option is never picked; options the fastest outruns by at "
+    f"most {TIE:.0%} are tied; among the tied options that nothing dominates, the simplest engine (DDP, then torch FSDP2, then DeepSpeed) wins, and "
     f"among its options the fastest, unless another has a max micro-batch at least {FRUGAL:.0%} larger (room to "
     "grow the batch; memory alone decides nothing between options that both fit)"
 )
@@ -130,12 +130,9 @@ def _engine_rank(name: str) -> int:
 
 
 def dominates(a: "Option", b: "Option") -> bool:
-    """RANKING_RULE's dominance: a is at least as fast and no larger, and clearly better in one."""
-    at_least = a.samples_per_s >= b.samples_per_s and a.memory.total <= b.memory.total
-    clearly = (
-        a.samples_per_s > (1 + CLEARLY_FASTER) * b.samples_per_s or a.memory.total <= (1 - FRUGAL) * b.memory.total
-    )
-    return at_least and clearly
+    """RANKING_RULE's dominance: a needs no more memory and is clearly faster. Less memory alone
+    does not dominate: between two options that both fit it decides nothing."""
+    return a.memory.total <= b.memory.total and a.samples_per_s > (1 + CLEARLY_FASTER) * b.samples_per_s
 
 
 def in_band(o: "Option", best: "Option") -> bool:
@@ -182,10 +179,7 @@ def _dominated_reason(pick_: "Option", feasible: list["Option"]) -> str | None:
             f"{o.strategy} ({o.samples_per_s:.2f} samples/s, {o.memory.total / GiB:.2f} GiB) by {by.strategy} "
             f"({by.samples_per_s:.2f}, {by.memory.total / GiB:.2f} GiB)"
         )
-    return (
-        "in the band but dominated (another option at least as fast, no larger, clearly better in one): "
-        + "; ".join(parts)
-    )
+    return "in the band but dominated (another option no larger and clearly faster): " + "; ".join(parts)
 
 
 def _frugal_rival(pick_: "Option", feasible: list["Option"]) -> str | None:
