@@ -64,7 +64,7 @@ def test_markdown_report_and_plot_beside_it(tmp_path):
     png = tmp_path / "plan-scaling.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "**Recommended:" in text and "| strategy | fits |" in text and "### Assumptions" in text
-    assert f"![scaling (predicted)]({png.name})" in text and "ckpt_freq: `auto`" in text
+    assert f"![scaling (predicted, 80% range shaded)]({png.name})" in text and "ckpt_freq: `auto`" in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan-scaling.png", "plan.md"]
 
 

@@ -43,12 +43,26 @@ def _flags_as_flags(cmd) -> None:
         _flags_as_flags(sub)
 
 
+def contradicting_flags(args: list[str]) -> str | None:
+    """'--x and --no-x' when both halves of an on/off flag were passed (click keeps the last in
+    silence); None otherwise. Arguments after a bare `--` are not flags."""
+    flags = args[: args.index("--")] if "--" in args else args
+    given = set(flags)
+    for a in flags:
+        if a.startswith("--no-") and "--" + a[5:] in given:
+            return f"--{a[5:]} and {a}"
+    return None
+
+
 class OneLineErrors(TyperGroup):
     """A usage error (unknown option, a value of the wrong type) is one line on stderr and exit
     code 2, like every other bad input, instead of click's usage block."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         _flags_as_flags(self)
+        if standalone_mode and (clash := contradicting_flags(sys.argv[1:] if args is None else list(args))):
+            typer.echo(f"error: {clash} both given; pass one of them", err=True)
+            sys.exit(2)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:

@@ -199,8 +199,12 @@ def tune(
 def report(
     out: Annotated[str, typer.Option(help="Folder for the PNGs")] = "prism-report",
     db: Db = None,
-    model: Annotated[str, typer.Option(help="Model for the predicted scaling curve")] = "qwen3-0.6b",
-    platform: Annotated[str, typer.Option(help="Platform for the predicted scaling curve")] = "aurora",
+    model: Annotated[
+        Optional[str], typer.Option(help="Model for the predicted scaling curve; default: the latest stored run's")
+    ] = None,
+    platform: Annotated[
+        Optional[str], typer.Option(help="Platform for the predicted scaling curve; default: the latest stored run's")
+    ] = None,
 ) -> None:
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
     from prism_strategy.report.bench_output import write_store_report

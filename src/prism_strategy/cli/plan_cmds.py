@@ -227,7 +227,7 @@ def estimate(
     from prism_strategy.planning.planner import estimate_traced
     from prism_strategy.report.plan_table import show_estimate
 
-    show_estimate(
+    traced = show_estimate(
         estimate_traced(
             model,
             strategy,
@@ -247,6 +247,8 @@ def estimate(
         ),
         json_out=json_out,
     )
+    if not traced:  # model states alone cannot fit: a finding
+        raise typer.Exit(1)
 
 
 @cli_errors

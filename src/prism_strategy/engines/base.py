@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from prism_strategy.specs.cluster import Layout
@@ -273,10 +273,14 @@ def part_modules(part: Part) -> PartModules:
     )
 
 
-@cache
+@lru_cache(maxsize=32)  # bounded: one entry holds a size per module (100,000 layers: ~1M)
 def module_sizes(part: Part) -> tuple[int, ...]:
     """Elements of each module of a part, in forward order (cached: the planner asks per option)."""
-    return tuple(sum(n for n, _ in m) for m in part_modules(part).forward_order())
+    counted: dict[int, int] = {}  # identical blocks share their module lists (TransformerSpec.stack): sum each once
+    return tuple(
+        counted.get(id(m)) or counted.setdefault(id(m), sum(n for n, _ in m))
+        for m in part_modules(part).forward_order()
+    )
 
 
 def numels(modules: list[list[Tensor]]) -> list[int]:

@@ -268,17 +268,18 @@ def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layo
     return step_transient(local, t, impl, DTYPE_BYTES[t.optim_state_dtype], f" (local shards, 1/{n})")
 
 
-@functools.cache
+@functools.lru_cache(maxsize=32)  # bounded: one entry holds a shard per tensor
 def _local_shards(parts: tuple[Part, ...], n: int) -> tuple[int, ...]:
     """Each trainable tensor's local shard (dim 0 padded to n, then split); cached: the planner asks
     for it at every micro-batch it tries."""
-    return tuple(
-        -(-rows // n) * (numel // rows)
-        for p in parts
-        if p.trains
-        for m in part_modules(p).forward_order()
-        for numel, rows in m
-    )
+    memo: dict[int, tuple[int, ...]] = {}  # identical blocks share their module lists: shard each once
+    out: list[int] = []
+    for p in parts:
+        for m in part_modules(p).forward_order() if p.trains else ():
+            if id(m) not in memo:
+                memo[id(m)] = tuple(-(-rows // n) * (numel // rows) for numel, rows in m)
+            out.extend(memo[id(m)])
+    return tuple(out)
 
 
 def _block_moments(

@@ -34,7 +34,7 @@ tails, congestion, oversubscription): that is the range's comm-share widening (e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from statistics import NormalDist
 
 from prism_strategy.specs.presets import DATA, read_toml
@@ -44,7 +44,7 @@ _STEP = 0.02
 _LO, _HI = -9.0, 9.0
 
 
-@cache
+@lru_cache(maxsize=4096)
 def expected_max_normal(n: int) -> float:
     """E[max of n iid standard normals]: for X within [a, b], E[X] = b - int_a^b F(x) dx with
     F = Phi^n (the max's CDF); Simpson's rule over [-9, 9] (beyond it, < 1e-18 for n <= 1e9)."""

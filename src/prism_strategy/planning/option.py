@@ -72,6 +72,9 @@ class Plan:
     reasons: list[str]
     warnings: list[str]
     sweep: list[dict[str, Any]] = field(default_factory=list)
+    env_advice: list[dict[str, Any]] = field(default_factory=list)
+    """Other documented env profiles that move the pick's step by more than 10% or change the pick
+    (planning/env_advice.py): both figures, the variables that differ, validation status."""
     script: dict[str, Any] | None = None
     """`plan --script`: what was read from the script, per input (inputs/script.py)."""
     config: dict[str, Any] | None = None

@@ -9,7 +9,9 @@ from prism_strategy.engines import engine_of
 from prism_strategy.estimate.calibration import calibrated_platform
 from prism_strategy.estimate.environment import platform_under
 from prism_strategy.estimate.families import assumptions
-from prism_strategy.estimate.option import estimate_option
+from prism_strategy.estimate.option import BatchAt, estimate_option, estimate_step, timed_view
+from prism_strategy.planning.advice import states_never_fit
+from prism_strategy.planning.env_advice import advice_line, env_advice
 from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.recommend import annotate, recommend
 from prism_strategy.planning.scenario import Scenario, build_scenario, split_options
@@ -69,6 +71,19 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
         late_ranks=step.late_ranks,
         step_time_s_readings=dict(e.readings),
     )
+
+
+def _retimer(parts: tuple[Part, ...], specs: list[StrategySpec]):
+    """samples/s of an option at its own batch and checkpointing under another scenario (another
+    env profile's platform: planning/env_advice.py), through the one entry into the estimates."""
+    by_name = {s.name: s for s in specs}
+
+    def retime(sc: Scenario, o: Option) -> float:
+        timed, timed_parts = timed_view(with_ckpt(sc, o.ckpt_freq), parts)
+        at = BatchAt(micro_batch=o.micro_batch, grad_accum=o.grad_accum)
+        return estimate_step(timed, by_name[o.strategy], at, parts=timed_parts).samples_per_s
+
+    return retime
 
 
 def plan(model: Any = "qwen3-0.6b", **options: Any) -> Plan:
@@ -142,14 +157,23 @@ def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
     if o.rank_jitter is not None:
         sc = sc.with_platform(replace(sc.platform, rank_jitter=o.rank_jitter))
     parts = model_parts(sc.model, sc.training)
-    options = [evaluate_searched(sc, s, parts, evaluate) for s in specs]
-    if o.traced:
+    early = states_never_fit(sc, parts, specs)  # nothing's model states fit: judged before any timing
+    options = early or [evaluate_searched(sc, s, parts, evaluate) for s in specs]
+    if o.traced and not early:
         trace_options(sc, options)
-    annotate(sc, parts, options)
+    if not early:
+        annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
-    reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
+    advice = [] if early else env_advice(sc, options, recommended, _retimer(parts, specs))
+    reasons += [advice_line(a) for a in advice] + assumptions(sc.model, sc.training)  # MoE; Gemma's attention
     result = Plan(
-        scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings, script=o.script
+        scenario=sc,
+        options=options,
+        recommended=recommended,
+        reasons=reasons,
+        warnings=warnings,
+        script=o.script,
+        env_advice=advice,
     )
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
@@ -288,6 +312,8 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> Option | dict[str, 
         }
     sc = build_scenario(model, **kw)
     check_ranks_per_node(sc, kw.get("ranks_per_node"))
+    if (early := states_never_fit(sc, model_parts(sc.model, sc.training), [s], at_batch_1=False)) is not None:
+        return early[0]  # model states alone cannot fit: nothing to trace (planning/advice.py)
     o = evaluate(sc, s)
     trace_options(sc, [o])
     return o

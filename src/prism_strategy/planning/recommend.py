@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prism_strategy.engines import engine_of
 from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes, moments
 from prism_strategy.estimate.memory_runtime import device_peak
 from prism_strategy.estimate.ranges import LATE, max_measured_nodes
+from prism_strategy.planning.advice import blocking_rules, nothing_viable_advice
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.parts import Part
@@ -19,11 +20,25 @@ if TYPE_CHECKING:
     from prism_strategy.planning.scenario import Scenario
 
 TIE = 0.10
-"""Options within 10% of the best predicted throughput are tied: an uncalibrated prediction is not
-more accurate than that. Among tied options the simplest engine present wins (the registry's order:
-DDP, torch FSDP2, DeepSpeed); among its options the fastest, unless another needs 5% less memory per
-device (then the most frugal). The first reason says which happened: the pick was fastest, or it
-sits in the band of the named faster one and why it won."""
+"""The uncertainty band: an option is tied with the fastest when the fastest is at most 10% faster
+(an uncalibrated prediction is not more accurate than that)."""
+
+FRUGAL = 0.05
+"""Room that counts: in the band, a max micro-batch at least 5% larger."""
+
+CLEARLY_FASTER = TIE / 2
+"""Speed that counts between two options: more than half the band faster (a smaller difference
+is below what the fits resolve)."""
+
+RANKING_RULE = (
+    "an option is dominated when another feasible option needs no more memory per device and is clearly faster "
+    f"(by more than {CLEARLY_FASTER:.0%}); a dominated option is never picked; options the fastest outruns by at "
+    f"most {TIE:.0%} are tied; among the tied options that nothing dominates, the simplest engine (DDP, then torch FSDP2, then DeepSpeed) wins, and "
+    f"among its options the fastest, unless another has a max micro-batch at least {FRUGAL:.0%} larger (room to "
+    "grow the batch; memory alone decides nothing between options that both fit)"
+)
+"""The ranking rule, stated once: the Markdown report and docs/plan_output.md quote it; pick()
+below applies it."""
 
 
 def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str | None:
@@ -87,10 +102,6 @@ def annotate(sc: "Scenario", parts: tuple[Part, ...], options: list["Option"]) -
         o.notes.extend(_notes(sc, parts, o))
 
 
-FRUGAL = 0.05
-"""A pick is called more memory-frugal than the faster option only when it leaves 5% more room."""
-
-
 def ckpt_text(k: int | str) -> str:
     if k == "sac":
         return "selective checkpointing (sac) on every block"
@@ -118,49 +129,103 @@ def _engine_rank(name: str) -> int:
     return next(i for i, s in enumerate(specs) if s.engine == engine)
 
 
-def _frugal(a: "Option", b: "Option") -> bool:
-    """a leaves clearly more room than b: a FRUGAL larger max micro-batch, or at the same max,
-    FRUGAL less memory per device."""
-    if a.max_micro_batch != b.max_micro_batch:
-        return a.max_micro_batch >= (1 + FRUGAL) * b.max_micro_batch
-    return a.memory.total < (1 - FRUGAL) * b.memory.total
+def dominates(a: "Option", b: "Option") -> bool:
+    """RANKING_RULE's dominance: a needs no more memory and is clearly faster. Less memory alone
+    does not dominate: between two options that both fit it decides nothing."""
+    return a.memory.total <= b.memory.total and a.samples_per_s > (1 + CLEARLY_FASTER) * b.samples_per_s
 
 
-def pick_in_band(tied: list["Option"]) -> "Option":
-    """The uncertainty band's winner: the options of the simplest engine in the band; among them the
-    fastest, unless another needs at least FRUGAL less memory per device (then the most frugal).
-    Sorted fastest first."""
+def in_band(o: "Option", best: "Option") -> bool:
+    """o is tied with best: best is at most TIE faster."""
+    return best.samples_per_s <= o.samples_per_s * (1 + TIE)
+
+
+def pick(feasible: list["Option"]) -> "Option":
+    """RANKING_RULE applied. `feasible` need not be sorted; equal options go by the registry's order."""
+    order = {s.name: i for i, s in enumerate(all_strategies())}
+    ranked = sorted(feasible, key=lambda o: (-o.samples_per_s, o.memory.total, order.get(o.strategy, 0)))
+    undominated = [o for o in ranked if not any(dominates(x, o) for x in ranked)]
+    best = undominated[0]  # the fastest is dominated only by one as fast with less memory
+    tied = [o for o in undominated if in_band(o, best)]
     simplest = min(_engine_rank(o.strategy) for o in tied)
     same = [o for o in tied if _engine_rank(o.strategy) == simplest]
-    fastest, frugal = same[0], max(same, key=lambda o: (o.max_micro_batch, -o.memory.total))
-    return frugal if _frugal(frugal, fastest) else fastest
+    fastest, roomiest = same[0], max(same, key=lambda o: o.max_micro_batch)
+    return roomiest if _roomier(roomiest, fastest) else fastest
 
 
-def _tie_break(pick: "Option", best: "Option") -> str:
-    """Why pick won the band over the faster best, in words that are true of the two."""
-    if _engine_rank(pick.strategy) < _engine_rank(best.strategy):
-        ps, bs = get_strategy(pick.strategy), get_strategy(best.strategy)
-        return f"the simpler engine ({ps.engine}{', nothing sharded' if not ps.sharded else ''}, not {bs.engine})"
-    if pick.max_micro_batch != best.max_micro_batch:
-        return f"the more memory-frugal option (max micro-batch {pick.max_micro_batch} vs {best.max_micro_batch})"
+def _roomier(a: "Option", b: "Option") -> bool:
+    return a.max_micro_batch >= (1 + FRUGAL) * b.max_micro_batch > 0
+
+
+def _gib(o: "Option") -> str:
+    return f"{o.memory.total / GiB:.1f} GiB"
+
+
+def _dominated_reason(pick_: "Option", feasible: list["Option"]) -> str | None:
+    """Name the options in the band the pick was compared with and dropped as dominated, with what
+    dominated each (the pick, or another option)."""
+    best = max(feasible, key=lambda o: o.samples_per_s)
+    dropped = [o for o in feasible if o is not pick_ and in_band(o, best) and any(dominates(x, o) for x in feasible)]
+    if not dropped:
+        return None
+    parts = []
+    for o in sorted(dropped, key=lambda o: -o.samples_per_s):
+        by = (
+            pick_
+            if dominates(pick_, o)
+            else max((x for x in feasible if dominates(x, o)), key=lambda x: x.samples_per_s)
+        )
+        parts.append(
+            f"{o.strategy} ({o.samples_per_s:.2f} samples/s, {o.memory.total / GiB:.2f} GiB) by {by.strategy} "
+            f"({by.samples_per_s:.2f}, {by.memory.total / GiB:.2f} GiB)"
+        )
+    return "in the band but dominated (another option no larger and clearly faster): " + "; ".join(parts)
+
+
+def _frugal_rival(pick_: "Option", feasible: list["Option"]) -> str | None:
+    """A tied option that needs less memory than the pick is not dominated by it: say why it lost
+    (it is slower, and memory decides nothing between two options that both fit)."""
+    best = max(feasible, key=lambda o: o.samples_per_s)
+    rivals = [o for o in feasible if in_band(o, best) and o.memory.total < pick_.memory.total]
+    rivals = [o for o in rivals if o is not best and not any(dominates(x, o) for x in feasible)]
+    if not rivals:
+        return None
+    r = min(rivals, key=lambda o: o.memory.total)
+    why = (
+        "the simpler engine wins in the band"
+        if _engine_rank(pick_.strategy) < _engine_rank(r.strategy)
+        else f"memory alone decides nothing (its max micro-batch {r.max_micro_batch} vs {pick_.max_micro_batch} is not "
+        f"{FRUGAL:.0%} larger)"
+    )
     return (
-        f"the more memory-frugal option ({pick.memory.total / GiB:.1f} vs {best.memory.total / GiB:.1f} GiB per device)"
+        f"{r.strategy} needs less memory ({_gib(r)} vs {_gib(pick_)}) at {r.samples_per_s:.2f} samples/s "
+        f"({r.samples_per_s / pick_.samples_per_s - 1:+.1%}): both fit, and {why}"
     )
 
 
-def _first_reason(pick: "Option", best: "Option", feasible: list["Option"]) -> str:
+def _first_reason(pick_: "Option", feasible: list["Option"]) -> str:
     how = (
-        f"{pick.samples_per_s:.2f} samples/s at {batch_text(pick)} ({pick.bound}-bound, exposed communication "
-        f"{pick.comm_fraction:.0%} of the step)"
+        f"{pick_.samples_per_s:.2f} samples/s, {_gib(pick_)} per device, at {batch_text(pick_)} ({pick_.bound}-bound, "
+        f"exposed communication {pick_.comm_fraction:.0%} of the step)"
     )
-    if pick is best:
-        return f"{pick.strategy}: highest predicted throughput of {len(feasible)} feasible options, {how}"
-    faster = sum(o.samples_per_s > pick.samples_per_s for o in feasible)
-    others = f"; {faster} options in the band are faster" if faster > 1 else ""
+    best = max(feasible, key=lambda o: (o.samples_per_s, -o.memory.total))
+    if pick_.samples_per_s >= best.samples_per_s:
+        return f"{pick_.strategy}: highest predicted throughput of {len(feasible)} feasible options, {how}"
     return (
-        f"{pick.strategy}: {how}; within the {TIE:.0%} uncertainty band of the fastest, {best.strategy} at "
-        f"{best.samples_per_s:.2f} samples/s ({best.samples_per_s / pick.samples_per_s - 1:+.0%}{others}), "
-        f"and chosen as {_tie_break(pick, best)}"
+        f"{pick_.strategy}: {how}; tied with the fastest, {best.strategy} at {best.samples_per_s:.2f} samples/s and "
+        f"{_gib(best)} ({best.samples_per_s / pick_.samples_per_s - 1:+.1%}, within the {TIE:.0%} uncertainty band), "
+        f"and chosen as {_why_won(pick_, best)}"
+    )
+
+
+def _why_won(pick_: "Option", best: "Option") -> str:
+    """What RANKING_RULE step put the tied pick above the faster best."""
+    ps, bs = get_strategy(pick_.strategy), get_strategy(best.strategy)
+    if _engine_rank(pick_.strategy) < _engine_rank(best.strategy):
+        return f"the simpler engine ({ps.engine}{', nothing sharded' if not ps.sharded else ''}, not {bs.engine})"
+    return (
+        f"the option with room to grow the batch (max micro-batch {pick_.max_micro_batch} vs {best.max_micro_batch}, "
+        f"at least {FRUGAL:.0%} larger)"
     )
 
 
@@ -182,27 +247,28 @@ def _batch_lead(sc: "Scenario", pick: "Option", feasible: list["Option"]) -> str
 def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list[str], list[str]]:
     feasible = sorted((o for o in options if o.feasible), key=lambda o: -o.samples_per_s)
     infeasible = _grouped_reasons([o for o in options if not o.feasible], len(options))
-    blocking = _blocking_rules(sc, options)
+    blocking = blocking_rules(sc, options)
     warnings = [w for w in _warnings(sc) if not (feasible == [] and w.split(":", 1)[0] in blocking)]
     if not feasible:
-        return None, [_nothing_viable_advice(sc, options, blocking), *infeasible], warnings
-    best = feasible[0]
-    tied = [o for o in feasible if o.samples_per_s >= best.samples_per_s * (1 - TIE)]
-    pick = pick_in_band(tied)
-    reasons = [_first_reason(pick, best, feasible)]
-    if (lead := _batch_lead(sc, pick, feasible)) is not None:
+        return None, [nothing_viable_advice(sc, options, blocking), *infeasible], warnings
+    chosen = pick(feasible)
+    reasons = [_first_reason(chosen, feasible)]
+    reasons += [r for r in (_frugal_rival(chosen, feasible), _dominated_reason(chosen, feasible)) if r is not None]
+    pick_ = chosen
+    if (lead := _batch_lead(sc, pick_, feasible)) is not None:
         reasons.append(lead)
-    runner = next((o for o in feasible[feasible.index(pick) + 1 :]), None)
+    runner = next((o for o in feasible[feasible.index(pick_) + 1 :]), None)
     if runner is not None:
         reasons.append(
             f"next below it: {runner.strategy}, {runner.samples_per_s:.2f} samples/s "
-            f"({runner.samples_per_s / pick.samples_per_s - 1:+.0%}) at {batch_text(runner)}"
+            f"({runner.samples_per_s / pick_.samples_per_s - 1:+.1%}), {_gib(runner)}, at {batch_text(runner)}"
         )
-    if (overlap := _range_reason(sc, pick, best if best is not pick else runner)) is not None:
+    best = feasible[0]
+    if (overlap := _range_reason(sc, pick_, best if best is not pick_ else runner)) is not None:
         reasons.append(overlap)
-    if (scale := _scale_reason(sc, pick)) is not None:
+    if (scale := _scale_reason(sc, pick_)) is not None:
         reasons.append(scale)
-    return pick.strategy, reasons + infeasible, warnings
+    return pick_.strategy, reasons + infeasible, warnings
 
 
 def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:
@@ -230,46 +296,6 @@ def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:
         f"{pick.strategy} may run as slow as {rng[0]:.2f} samples/s ({1 - rng[0] / pick.samples_per_s:.0%} below "
         f"the prediction), mostly from {parts} (provenance.range); measure " + "; ".join(hows)
     )
-
-
-FLAG_OF_FACT = {"compile": "--compile"}
-"""Rule facts a plan option sets from one of its flags: a rule they trip is fixed by dropping it."""
-
-
-def _blocking_rules(sc: "Scenario", options: list["Option"]) -> dict[str, Any]:
-    """Rules that make every option not viable, by id (empty when some option escapes them all)."""
-    per_option = []
-    for o in options:
-        s = get_strategy(o.strategy)
-        facts = RuleFacts(
-            device=sc.platform.device,
-            backend=sc.platform.backend,
-            compile=sc.training.compile,
-            multi_node=sc.layout.multi_node,
-            **engine_of(s).facts(s),
-        )
-        per_option.append({v.rule.id: v.rule for v in check(facts) if v.rule.blocks})
-    if not per_option or not all(per_option):
-        return {}
-    return {k: r for d in per_option for k, r in d.items()}
-
-
-def _nothing_viable_advice(sc: "Scenario", options: list["Option"], blocking: dict[str, Any]) -> str:
-    """What to change when no option is feasible: the flag a blocking rule names, else memory advice
-    that only suggests what can still shrink."""
-    flags = sorted({FLAG_OF_FACT[k] for r in blocking.values() for k in r.when if k in FLAG_OF_FACT})
-    if blocking:
-        fixes = "; ".join(f"{r.fix} [{r.id}]" for r in blocking.values())
-        drop = f"drop {' and '.join(flags)}: " if flags else ""
-        return f"no strategy is viable with these settings; {drop}{fixes}"
-    t, tries = sc.training, []
-    if not t.ckpt_auto:
-        tries.append("--ckpt-freq auto")
-    best = max((o.max_micro_batch for o in options), default=0)
-    if t.micro_batch is not None and 1 <= best < t.micro_batch:  # at micro-batch 1 nothing smaller exists
-        tries.append(f"--micro-batch {best}")
-    tries += ["a shorter --seq-len", "more nodes (sharded strategies divide the model states)"]
-    return f"no strategy fits this scenario; try {', '.join(tries)}"
 
 
 def _grouped_reasons(infeasible: list["Option"], total: int) -> list[str]:

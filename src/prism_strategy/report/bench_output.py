@@ -24,6 +24,7 @@ from prism_strategy.report.bench_tables import (
     tune_lines,
 )
 from prism_strategy.report.console import print_json
+from prism_strategy.specs.errors import SpecError
 
 
 def bench_with_progress(base: dict[str, Any], names: list[str], platform: str, store: Store) -> list[Result]:
@@ -141,19 +142,76 @@ def show_run_import(imp: Any, json_out: bool) -> None:
     show_lines_or_json(data, None if json_out else import_lines(imp), json_out)
 
 
-def write_store_report(out: str, db: str | None, model: str, platform: str) -> None:
-    """`report`: the PNGs (predicted vs measured, the scaling curve, the breakdown), one path a line."""
-    from prism_strategy.bench.launch.requests import existing_store
-    from prism_strategy.bench.results.compare import compare
+SCALING_NODES = (1, 2, 4, 8, 16, 32)
+"""Node counts of `report`'s scaling curve, with the stored run's own count added."""
+
+
+def scaling_scenario(rows: list[dict[str, Any]], model: str | None, platform: str | None) -> tuple[dict, str]:
+    """plan() keywords for `report`'s scaling curve and a note saying where they came from: the
+    latest measured run's model, platform and settings (each overridden by --model / --platform).
+    SpecError when neither the store nor the flags name a model and platform."""
+    from prism_strategy.inputs.stored import config_model, config_vision
+    from prism_strategy.report.plots import measured_rows
+
+    runs = sorted(measured_rows(rows), key=lambda r: r["id"])
+    if not runs and (model is None or platform is None):
+        raise SpecError(
+            "report: the store has no measured run to draw a scaling curve for; pass --model and --platform"
+        )
+    kw: dict[str, Any] = {}
+    where = "--model / --platform"
+    if runs:
+        r, c = runs[-1], runs[-1]["config"]
+        rpn = c.get("ranks_per_node") or c.get("nproc")
+        kw = {
+            "model": config_model(c),  # the stored architecture: the run's config.json may have moved
+            "platform": r.get("platform"),
+            "mode": c.get("mode") or "e2e",
+            "vision": config_vision(c),
+            "seq_len": c.get("seq_len") or 1024,
+            "precision": c.get("precision") or "bf16-mixed",
+            "micro_batch": c.get("micro_batch"),
+            "ranks_per_node": rpn,
+        }
+        kw = {k: v for k, v in kw.items() if v is not None}
+        nodes = max(1, (c.get("nproc") or 1) // (rpn or 1))
+        kw["sweep_nodes"] = sorted(set(SCALING_NODES) | {nodes})
+        where = f"stored run #{r['id']} ({r['strategy']}, {r.get('record') or 'bench'})"
+        others = {(plots_model(x), x.get("platform")) for x in runs} - {(plots_model(r), r.get("platform"))}
+        if others:
+            where += (
+                f"; {len(others)} other model/platform pair(s) in the store are not drawn (pass --model/--platform)"
+            )
+    if model is not None or platform is not None:
+        kw = {
+            "model": model or kw.get("model"),
+            "platform": platform or kw.get("platform"),
+            "sweep_nodes": SCALING_NODES,
+        }
+    name = getattr(kw["model"], "name", kw["model"])
+    return kw, f"scaling curve: {name} on {kw['platform']}, from {where}; calibration: the plan's (auto)"
+
+
+def plots_model(r: dict[str, Any]) -> str:
+    from prism_strategy.report.plots import model_name
+
+    return model_name(r["config"])
+
+
+def write_store_report(out: str, db: str | None, model: str | None, platform: str | None) -> None:
+    """`report`: the PNGs (predicted vs measured, the scaling curve, the breakdown), one path a line.
+    The predictions (compare's and the curve's) are calibrated as `compare --calibration auto` is."""
+    from prism_strategy.bench.launch.requests import compare_rows, existing_store
     from prism_strategy.planning.planner import plan
     from prism_strategy.report.plots import check_out_dir, write_report
 
     outdir = check_out_dir(out)
     store = existing_store(db)
-    rows = compare(store.query())
-    scaling = plan(model, platform=platform, nodes=1, sweep_nodes=[1, 2, 4, 8, 16, 32])
+    rows = compare_rows(db, "auto")
+    kw, where = scaling_scenario(rows, model, platform)
+    scaling = plan(nodes=1, calibration="auto", **kw)
     written, notes = write_report(rows, scaling, outdir, str(store.path))
     for p in written:
         print(str(p))
-    for n in notes:
+    for n in [where, *notes]:
         print(f"note: {n}")

@@ -84,7 +84,7 @@ def compare_table(rows: list[dict[str, Any]]) -> Table:
         caption="error % = (predicted - measured) / measured; predicted: "
         "analytic model; MFU: model FLOPs (estimate/compute.py) / "
         "the platform's peak; alloc/reserved: peak allocated/reserved "
-        "memory, each beside the predicted peak",
+        "memory, each beside the model's figure of the same counter",
     )
     for col in ("id", "from", "strategy", "ranks x mb", "seq", "quantity", "predicted", "measured", "error %"):
         t.add_column(col, no_wrap=True)

@@ -94,6 +94,7 @@ def fitted_table(
         return _table(title, cols, body, caption), notes
 
     t, notes = build()
+    dropped: list[str] = []
     while natural_width(t) > width:
         movable = [i for i in keep if columns[i].footnote]
         droppable = [i for i in keep if columns[i].drop > 0]
@@ -102,11 +103,14 @@ def fitted_table(
             moved.append(i)
         elif droppable:
             i = max(droppable, key=lambda i: columns[i].drop)
+            dropped.append(columns[i].header)
         else:
             break
         keep.remove(i)
         t, notes = build()
-    return Group(t, footnotes(notes)) if notes else t
+    said = [Text(f"not shown at {width} columns: {', '.join(dropped)} (a wider terminal or --json has them)")]
+    parts = [t, *(said if dropped else []), *([footnotes(notes)] if notes else [])]
+    return Group(*parts) if len(parts) > 1 else t
 
 
 def footnotes(notes: list[str]) -> Table:

@@ -11,9 +11,15 @@ from typing import Any
 
 from prism_strategy.planning.option import Plan
 from prism_strategy.planning.planner import sweep_rows
-from prism_strategy.planning.recommend import TIE
-from prism_strategy.report.plan_table import SWEEP_CAPTION, caption, option_notes, plan_title
-from prism_strategy.specs.cluster import GiB
+from prism_strategy.planning.recommend import RANKING_RULE
+from prism_strategy.report.plan_table import (
+    SWEEP_CAPTION,
+    caption,
+    option_columns_rows,
+    option_notes,
+    plan_title,
+    sweep_columns_rows,
+)
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.parts import model_parts
 
@@ -25,39 +31,9 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    right = {"GiB/dev", "ckpt", "mb", "accum", "global", "step s", "samples/s", "comm", "eff", "nodes", "max mb"}
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if h in right else "---" for h in header) + "|"]
-    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
-    return lines
-
-
-def _options(p: Plan) -> list[str]:
-    refs, notes = option_notes(p)
-    rows = [
-        [
-            ("**" + o.strategy + "**") if o.strategy == p.recommended else o.strategy,
-            "yes" if o.feasible else "no",
-            f"{o.memory.total / GiB:.1f}",
-            o.max_micro_batch,
-            o.ckpt_freq,
-            o.micro_batch,
-            o.grad_accum,
-            o.global_batch,
-            f"{o.step_time_s:.3f}",
-            f"{o.samples_per_s:.1f}",
-            f"{o.comm_fraction:.0%}",
-            o.bound,
-            "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}",
-            ref,
-        ]
-        for o, ref in zip(p.options, refs)
-    ]
-    head = [
-        "strategy",
-        "fits",
+def _table(header: list[str], rows: list[list[Any]], right: set[str] | None = None) -> list[str]:
+    right = right or {
         "GiB/dev",
-        "max mb",
         "ckpt",
         "mb",
         "accum",
@@ -65,11 +41,25 @@ def _options(p: Plan) -> list[str]:
         "step s",
         "samples/s",
         "comm",
-        "bound",
         "eff",
-        "note",
-    ]
-    return [*_table(head, rows), "", f"_{caption(p)}._", "", *(f"{n}. {_cell(t)}" for n, t in enumerate(notes, 1))]
+        "nodes",
+        "max mb",
+    }
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if h in right else "---" for h in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return lines
+
+
+def _options(p: Plan) -> list[str]:
+    """The terminal's options table, every column (report/plan_table.option_columns_rows), the pick in bold."""
+    _, notes = option_notes(p)
+    cols, rows = option_columns_rows(p)
+    for r in rows:
+        if r[0].startswith("*"):
+            r[0] = f"**{r[0][1:]}**"
+    right = {c.header for c in cols if c.justify == "right"}
+    table = _table([c.header for c in cols], rows, right)
+    return [*table, "", f"_{caption(p)}._", "", *(f"{n}. {_cell(t)}" for n, t in enumerate(notes, 1))]
 
 
 def _assumptions(p: Plan) -> list[str]:
@@ -81,29 +71,16 @@ def _assumptions(p: Plan) -> list[str]:
     )
     pick = next((o for o in p.options if o.strategy == p.recommended), p.options[0])
     lines += [f"- {k}: {v}" for k, v in pick.provenance.items()]
-    lines.append(
-        f"- options within {TIE:.0%} of the fastest are a tie (an uncalibrated prediction is not more "
-        "accurate); the simplest engine in the band wins, and among its options the fastest unless another "
-        "leaves 5% more room (a 5% larger max micro-batch, or at the same max micro-batch 5% less memory)"
-    )
+    lines.append(f"- ranking: {RANKING_RULE}")
     return lines
 
 
-def _sweep(sweep: list[dict[str, Any]], png: str) -> list[str]:
-    rows = [
-        [
-            r["nodes"],
-            r["strategy"],
-            "yes" if r["feasible"] else "no",
-            *("-" if r[k] is None else r[k] for k in ("ckpt_freq", "micro_batch", "grad_accum", "global_batch")),
-            "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
-            "-" if r["scaling_efficiency"] is None else f"{r['scaling_efficiency']:.2f}",
-            r.get("why_not") or "",
-        ]
-        for r in sweep
-    ]
-    head = ["nodes", "strategy", "fits", "ckpt", "mb", "accum", "global", "samples/s", "eff", "why not"]
-    return [*_table(head, rows), "", SWEEP_CAPTION + ".", "", f"![scaling (predicted)]({png})"]
+def _sweep(sweep: list[dict[str, Any]], png: str, recommended: str | None) -> list[str]:
+    """The terminal's scaling table, every column (report/plan_table.sweep_columns_rows)."""
+    cols, rows = sweep_columns_rows(sweep, recommended)
+    right = {c.header for c in cols if c.justify == "right"}
+    table = _table([c.header for c in cols], rows, right)
+    return [*table, "", SWEEP_CAPTION + ".", "", f"![scaling (predicted, 80% range shaded)]({png})"]
 
 
 def render_markdown(p: Plan, sweep: list[dict[str, Any]], png_name: str) -> str:
@@ -122,7 +99,7 @@ def render_markdown(p: Plan, sweep: list[dict[str, Any]], png_name: str) -> str:
             *script_lines(p.script, option_verdicts(p.options)),
             "```",
         ]
-    lines += ["", "### Scaling (predicted)", "", *_sweep(sweep, png_name), ""]
+    lines += ["", "### Scaling (predicted)", "", *_sweep(sweep, png_name, p.recommended), ""]
     return "\n".join(lines)
 
 

@@ -67,6 +67,7 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         "reasons": p.reasons,
         "warnings": p.warnings,
         "sweep": p.sweep,
+        "env_advice": p.env_advice,
     }
 
 

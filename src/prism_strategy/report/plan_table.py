@@ -10,6 +10,7 @@ from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.recommend import ckpt_text
 from prism_strategy.report.console import Column, fitted_table, footnotes, table_console
 from prism_strategy.specs.cluster import GiB
+from prism_strategy.specs.parts import image_tokens
 
 
 def _fmt_items(o) -> str:
@@ -43,6 +44,8 @@ def _range(o) -> str:
 def plan_title(p: Plan) -> str:
     sc, t = p.scenario, p.scenario.training
     seq = f"seq {t.seq_len}" + (f" (mean {t.mean_seq_len})" if t.mean_seq_len else "")
+    if images := image_tokens(sc.model, t):  # tok/s/dev counts them: the title says so
+        seq += f" text + {images} image tokens"
     ckpt = "checkpointing: fastest that fits per option" if t.ckpt_auto else ckpt_text(t.ckpt_name)
     batch = f", global batch {t.global_batch}" if t.global_batch else ""
     run = f", {t.optimizer} ({t.optimizer_impl_on(sc.platform.device)})" + (
@@ -86,25 +89,39 @@ OPTION_COLUMNS = [
     Column(header="strategy"),
     Column(header="fits"),
     Column(header="GiB", justify="right"),
-    Column(header="largest items (GiB)", drop=8, max_width=36),
-    Column(header="max mb", justify="right", drop=7),
+    Column(header="largest items (GiB)", drop=9, max_width=36),
+    Column(header="max mb", justify="right", drop=8),
     Column(header="ckpt", justify="right"),
     Column(header="mb", justify="right"),
     Column(header="accum", justify="right"),
     Column(header="global", justify="right"),
-    Column(header="step s", justify="right", drop=4),
+    Column(header="step s", justify="right", drop=5),
     Column(header="samples/s", justify="right"),
-    Column(header="range", justify="right", drop=2),
-    Column(header="tok/s/dev", justify="right", drop=3),
-    Column(header="MFU", justify="right", drop=1),
-    Column(header="comm", justify="right"),
-    Column(header="bound", drop=6),
-    Column(header="eff", justify="right", drop=5),
+    Column(header="range", justify="right"),
+    Column(header="tok/s/dev", justify="right", drop=2),
+    Column(header="MFU", justify="right", drop=3),
+    Column(header="comm", justify="right", drop=1),
+    Column(header="bound", drop=7),
+    Column(header="eff", justify="right", drop=6),
     Column(header="note"),
 ]
+"""drop: the order a narrow terminal gives columns up, the highest first (the itemisation, then what
+another column implies: max mb, bound, eff, step s = global / samples/s); the prediction and its
+range are never dropped, and the table says which columns it left out (report/console.py)."""
+
+
+def _timed(o: Option, text: str) -> str:
+    """A figure of the step, or "-" for an option judged before timing (planning/advice.py)."""
+    return text if o.step_time_s > 0 else "-"
 
 
 def options_table(p: Plan, width: int = 120) -> RenderableType:
+    cols, rows = option_columns_rows(p)
+    return fitted_table(plan_title(p), cols, rows, width, caption=caption(p))
+
+
+def option_columns_rows(p: Plan) -> tuple[list[Column], list[list[str]]]:
+    """The options table's columns and cells, the same for the terminal and for Markdown."""
     refs, _ = option_notes(p)
     cols = list(OPTION_COLUMNS)
     traced = any(o.traced for o in p.options)
@@ -121,15 +138,15 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
             str(o.max_micro_batch),
             str(o.ckpt_freq),
             str(o.micro_batch),
-            str(o.grad_accum),
-            str(o.global_batch),
-            f"{o.step_time_s:.3f}",
-            f"{o.samples_per_s:.1f}",
+            _timed(o, str(o.grad_accum)),
+            _timed(o, str(o.global_batch)),
+            _timed(o, f"{o.step_time_s:.3f}"),
+            _timed(o, f"{o.samples_per_s:.1f}"),
             _range(o),
-            _compact(o.tokens_per_s_per_device),
-            f"{o.mfu:.0%}",
-            f"{o.comm_fraction:.0%}",
-            o.bound,
+            _timed(o, _compact(o.tokens_per_s_per_device)),
+            _timed(o, f"{o.mfu:.0%}"),
+            _timed(o, f"{o.comm_fraction:.0%}"),
+            _timed(o, o.bound),
             "-" if o.scaling_efficiency is None else f"{o.scaling_efficiency:.2f}",
             ref,
         ]
@@ -141,7 +158,7 @@ def options_table(p: Plan, width: int = 120) -> RenderableType:
                 else f"{o.traced['traced_memory_gib']['total']:.1f} / {o.traced['traced_max_micro_batch']}",
             )
         rows.append(row)
-    return fitted_table(plan_title(p), cols, rows, width, caption=caption(p))
+    return cols, rows
 
 
 def caption(p: Plan) -> str:
@@ -163,9 +180,9 @@ SWEEP_COLUMNS = [
     Column(header="global", justify="right"),
     Column(header="step s", justify="right", drop=2),
     Column(header="samples/s", justify="right"),
-    Column(header="range", justify="right", drop=3),
-    Column(header="eff", justify="right"),
-    Column(header="bound", drop=1),
+    Column(header="range", justify="right"),
+    Column(header="eff", justify="right", drop=1),
+    Column(header="bound", drop=3),
     Column(header="why not", footnote=True),
 ]
 
@@ -175,10 +192,22 @@ def _num(v, fmt: str) -> str:
 
 
 def sweep_table(p: Plan, width: int = 120) -> RenderableType:
+    cols, rows = sweep_columns_rows(p.sweep, p.recommended)
+    return fitted_table(
+        "scaling (predicted): the leading strategies and the pick (*) over node counts",
+        cols,
+        rows,
+        width,
+        caption=SWEEP_CAPTION,
+    )
+
+
+def sweep_columns_rows(sweep: list[dict], recommended: str | None) -> tuple[list[Column], list[list[str]]]:
+    """The scaling table's columns and cells, the same for the terminal and for Markdown."""
     rows = [
         [
             str(r["nodes"]),
-            ("*" if r["strategy"] == p.recommended else "") + r["strategy"],
+            ("*" if r["strategy"] == recommended else "") + r["strategy"],
             "yes" if r["feasible"] else "no",
             _ckpt(r["ckpt_freq"]),
             _num(r["micro_batch"], "d"),
@@ -191,16 +220,10 @@ def sweep_table(p: Plan, width: int = 120) -> RenderableType:
             r["bound"] or "-",
             r.get("why_not") or "",
         ]
-        for r in p.sweep
+        for r in sweep
     ]
     cols = SWEEP_COLUMNS if any(r[-1] for r in rows) else SWEEP_COLUMNS[:-1]
-    return fitted_table(
-        "scaling (predicted): the leading strategies and the pick (*) over node counts",
-        cols,
-        [r[: len(cols)] for r in rows],
-        width,
-        caption=SWEEP_CAPTION,
-    )
+    return cols, [r[: len(cols)] for r in rows]
 
 
 SWEEP_CAPTION = (
@@ -291,13 +314,20 @@ def show_plan(p: Plan, *, markdown: str | None = None, json_out: bool = False) -
         print_plan(p)
 
 
-def show_estimate(d: dict, *, json_out: bool = False) -> None:
-    """What `estimate` prints: the JSON or the lines."""
+def show_estimate(result: Option | dict, *, json_out: bool = False) -> bool:
+    """What `estimate` prints: the JSON or the lines. False when nothing was traced because the
+    model states alone cannot fit (a finding: the caller exits 1)."""
+    import textwrap
+
     from prism_strategy.report.console import print_json
     from prism_strategy.report.plan_json import estimate_dict
 
-    d = estimate_dict(d)
+    d = estimate_dict(result)
+    traced = "traced_memory_gib" in d
     if json_out:
         print_json(d)
-    else:
+    elif traced:
         print("\n".join(estimate_lines(d)))
+    else:
+        print("\n".join(textwrap.wrap(f"{d['strategy']}: {d['why_not']}; nothing traced", 100, subsequent_indent="  ")))
+    return traced

@@ -108,11 +108,20 @@ MEASURED = (
 PREDICTED = (("compute", "compute"), ("exposed_comm", "communication (exposed)"), ("optimizer", "optimizer"))
 
 
-def _phase(phases: dict[str, float | None], key: str) -> float:
-    if key != "other":
-        return phases.get(key) or 0.0
+def phase_scale(phases: dict[str, float | None]) -> float:
+    """1, or what brings measured phases that sum past the measured step back onto it: timers
+    that overlap (a backward timer that runs on while the optimizer starts, a first step's
+    compile) make forward + backward + optimizer longer than the step itself."""
     timed = sum(phases.get(k) or 0.0 for k in ("forward", "backward", "optimizer"))
-    return max(0.0, (phases.get("step_time") or 0.0) - timed)
+    step = phases.get("step_time") or 0.0
+    return step / timed if step and timed > step else 1.0
+
+
+def _phase(phases: dict[str, float | None], key: str, scale: float = 1.0) -> float:
+    if key != "other":
+        return (phases.get(key) or 0.0) * scale
+    timed = sum(phases.get(k) or 0.0 for k in ("forward", "backward", "optimizer"))
+    return max(0.0, (phases.get("step_time") or 0.0) - timed * scale)
 
 
 def breakdown_plot(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -124,7 +133,8 @@ def breakdown_plot(rows: list[dict[str, Any]], path: Path) -> Path:
     for j, (side, parts, dx) in enumerate((("measured", MEASURED, -0.2), ("predicted", PREDICTED, 0.2))):
         bottom = [0.0] * len(rows)
         for k, (key, label) in enumerate(parts):
-            vals = [_phase(r["phases"][side], key) for r in rows]
+            scales = [phase_scale(r["phases"][side]) if side == "measured" else 1.0 for r in rows]
+            vals = [_phase(r["phases"][side], key, k_) for r, k_ in zip(rows, scales)]
             ax.bar(
                 [i + dx for i in range(len(rows))],
                 vals,
@@ -135,6 +145,11 @@ def breakdown_plot(rows: list[dict[str, Any]], path: Path) -> Path:
                 hatch="//" if key == "exposed_comm" else None,
             )
             bottom = [b + v for b, v in zip(bottom, vals)]
+        for i, r in enumerate(rows):
+            if side == "measured" and (k_ := phase_scale(r["phases"]["measured"])) < 1.0:
+                ax.annotate(
+                    f"phases x{k_:.2f}: timers overlap", (i + dx, bottom[i]), ha="center", va="bottom", fontsize=6
+                )
         if side == "predicted":
             for i, r in enumerate(rows):
                 step = r["phases"]["predicted"]["step_time"] or 0.0
@@ -156,23 +171,34 @@ def breakdown_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def scaling_plot(
     sweep: list[dict[str, Any]], path: Path, *, highlight: str | None = None, title: str = "scaling curve"
 ) -> Path:
-    """sweep: plan sweep rows (nodes, strategy, feasible, samples_per_s); `highlight`: the pick, drawn bold.
-    `title` names the scenario (model, platform, ranks per node, batch)."""
+    """sweep: plan sweep rows (nodes, strategy, feasible, samples_per_s, samples_per_s_range);
+    `highlight`: the pick, drawn bold. Each curve's 80% range (the rows' samples_per_s_range) is
+    shaded in its colour. `title` names the scenario (model, platform, ranks per node, batch)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for s in dict.fromkeys(r["strategy"] for r in sweep):
-        pts = [(r["nodes"], r["samples_per_s"]) for r in sweep if r["strategy"] == s and r["feasible"]]
+        rows = [r for r in sweep if r["strategy"] == s and r["feasible"]]
         bold = s == highlight
-        ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
+        (line,) = ax.plot(
+            [r["nodes"] for r in rows],
+            [r["samples_per_s"] for r in rows],
             marker="o",
             linewidth=2.5 if bold else 1.2,
             label=f"{s} (recommended)" if bold else s,
         )
+        banded = [r for r in rows if r.get("samples_per_s_range")]
+        if banded:
+            ax.fill_between(
+                [r["nodes"] for r in banded],
+                [r["samples_per_s_range"][0] for r in banded],
+                [r["samples_per_s_range"][1] for r in banded],
+                color=line.get_color(),
+                alpha=0.25 if bold else 0.1,
+                linewidth=0,
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("nodes")
-    ax.set_ylabel("samples/s (predicted, whole job)")
+    ax.set_ylabel("samples/s (predicted, whole job; shaded: 80% range)")
     ax.set_title(title, fontsize=8)
     if sweep:
         ax.legend(fontsize=8)
@@ -187,7 +213,8 @@ def write_report(rows: list[dict[str, Any]], scaling: Any, outdir: Path, store: 
 
     from prism_strategy.report.plan_table import plan_title
 
-    title = textwrap.fill(f"predicted scaling: {plan_title(scaling)}", 90)
+    cal = scaling.options[0].provenance.get("calibration", "none") if scaling.options else "none"
+    title = textwrap.fill(f"predicted scaling ({'uncalibrated' if cal == 'none' else cal}): {plan_title(scaling)}", 90)
     written = [scaling_plot(scaling.sweep, outdir / "scaling.png", highlight=scaling.recommended, title=title)]
     notes = []
     measured = measured_rows(rows)

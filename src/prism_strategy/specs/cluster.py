@@ -229,6 +229,12 @@ class PlatformSpec:
         return self.sources.get(key, f"platform file {self.name}")
 
 
+MAX_RANKS = 262_144
+"""The largest job a plan is made for (2^18 ranks): above every data-parallel job reported so far
+(Aurora's 10,624 nodes x 12 tiles = 127,488; 100,000-200,000 GPU clusters); beyond it the ring and
+tree models have never been checked, and a typo (--nodes 1000000) is caught."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Layout:
     """Nodes x ranks per node; -1 ranks_per_node means "all devices of the platform"."""
@@ -241,6 +247,12 @@ class Layout:
             raise SpecError(f"--nodes must be >= 1, got {self.nodes}")
         if self.ranks_per_node < 1:
             raise SpecError(f"ranks per node must be >= 1, got {self.ranks_per_node}")
+        if self.nodes * self.ranks_per_node > MAX_RANKS:
+            raise SpecError(
+                f"--nodes {self.nodes} x {self.ranks_per_node} ranks per node = {self.nodes * self.ranks_per_node:,} "
+                f"ranks, above the {MAX_RANKS:,} a plan is made for (larger than any reported job); give at most "
+                f"{MAX_RANKS // self.ranks_per_node} nodes"
+            )
 
     @classmethod
     def for_platform(cls, platform: PlatformSpec, nodes: int) -> "Layout":

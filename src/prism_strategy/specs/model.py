@@ -182,8 +182,17 @@ class TransformerSpec:
     @property
     def stack(self) -> list[list[Module]]:
         """Each block's modules, bottom to top (an MoE stack's dense blocks first)."""
-        dense = [self.block_modules(False)] * (self.layers - self.moe_layers)
-        return dense + [self.block_modules(True)] * self.moe_layers
+        return [mods for mods, n in self.stack_groups for _ in range(n)]
+
+    @property
+    def stack_groups(self) -> list[tuple[list[Module], int]]:
+        """The stack as (a block's modules, how many such blocks), bottom to top: identical blocks
+        counted once, so a sum over the stack costs the same at 28 or 100,000 layers."""
+        groups = [
+            (self.block_modules(False), self.layers - self.moe_layers),
+            (self.block_modules(True), self.moe_layers),
+        ]
+        return [(mods, n) for mods, n in groups if n > 0]
 
     def embed_modules(self) -> list[Module]:
         h = self.hidden
@@ -293,12 +302,13 @@ class TransformerSpec:
         return self.total_params - self.stack_params
 
 
-@functools.cache
+@functools.lru_cache(maxsize=256)  # bounded: a loop over many configs must not keep them all
 def _param_counts(spec: TransformerSpec) -> tuple[int, int, int, int]:
     """(largest block, stack, embeddings, head) of a spec: counted once per spec (frozen, hashable),
     since the planner asks for them thousands of times per plan."""
-    blocks = [spec._count(b) for b in spec.stack]
-    return max(blocks), sum(blocks), spec._count(spec.embed_modules()), spec._count(spec.head_modules())
+    blocks = [(spec._count(b), n) for b, n in spec.stack_groups]
+    largest, stack = max(c for c, _ in blocks), sum(c * n for c, n in blocks)
+    return largest, stack, spec._count(spec.embed_modules()), spec._count(spec.head_modules())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

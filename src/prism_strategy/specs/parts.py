@@ -37,8 +37,8 @@ class Part:
 
 def transformer_tensors(spec: TransformerSpec) -> int:
     """Parameter tensors (per-tensor hooks, AccumulateGrad, foreach lists): the spec's modules."""
-    mods = spec.embed_modules() + [m for b in spec.stack for m in b] + spec.head_modules()
-    return sum(len(m) for m in mods)
+    ends = spec.embed_modules() + spec.head_modules()
+    return sum(len(m) for m in ends) + sum(n * sum(len(m) for m in b) for b, n in spec.stack_groups)
 
 
 def image_tokens(model: MultimodalSpec, training: TrainingSpec) -> int:

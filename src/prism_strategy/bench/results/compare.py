@@ -2,7 +2,9 @@
 
 Bench runs, imported logs and published records are compared alike; each row says where its
 measurement came from (`provenance`). Where a run reported both peak allocated and peak reserved
-device memory, both are shown against the one predicted peak (the planner's total).
+device memory, each is shown beside the model's figure of the same counter (allocated beside
+max_memory_allocated's, reserved beside max_memory_reserved's: estimate/memory_runtime.py); a run
+with one peak is shown beside the planner's total.
 """
 
 from __future__ import annotations
@@ -26,17 +28,18 @@ def _gib(v: float | None) -> float | None:
     return v / GiB if v else None
 
 
-def _memory(r: Result, predicted_bytes: float) -> tuple[dict[str, float], dict[str, float | None]]:
-    """(predicted, measured) memory quantities: allocated and reserved where known, else the one peak."""
-    pred = predicted_bytes / GiB
+def _memory(r: Result, p: dict[str, Any]) -> tuple[dict[str, float], dict[str, float | None]]:
+    """(predicted, measured) memory quantities, like against like: allocated beside the predicted
+    allocated, reserved beside the predicted reserved where the run reported them, else the one
+    peak beside the planner's total."""
     if r.peak_allocated_bytes or r.peak_reserved_bytes:
-        pairs = [
-            (k, _gib(v))
-            for k, v in (("alloc_gib", r.peak_allocated_bytes), ("reserved_gib", r.peak_reserved_bytes))
-            if v
-        ]
-        return {k: pred for k, _ in pairs}, dict(pairs)
-    return {"memory_gib": pred}, {"memory_gib": _gib(r.measured.get("peak_memory_bytes"))}
+        counters = (
+            ("alloc_gib", r.peak_allocated_bytes, p.get("allocated_bytes", p["memory_bytes"])),
+            ("reserved_gib", r.peak_reserved_bytes, p.get("reserved_bytes", p["memory_bytes"])),
+        )
+        pairs = [(k, _gib(v), pred / GiB) for k, v, pred in counters if v]
+        return {k: pred for k, _, pred in pairs}, {k: v for k, v, _ in pairs}
+    return {"memory_gib": p["memory_bytes"] / GiB}, {"memory_gib": _gib(r.measured.get("peak_memory_bytes"))}
 
 
 PREDICTED = object()
@@ -68,7 +71,7 @@ def compare_row(r: Result, platform: PlatformSpec) -> dict[str, Any]:
         predicted = {"max_micro_batch": p["max_micro_batch"]}
         measured = {"max_micro_batch": m.get("ceiling")}
     else:
-        mem_p, mem_m = _memory(r, p["memory_bytes"])
+        mem_p, mem_m = _memory(r, p)
         predicted = {"samples_per_s": p["samples_per_s"], "step_time_s": p["step_time_s"]} | _rates(p) | mem_p
         measured = (
             {"samples_per_s": m.get("samples_per_s"), "step_time_s": m.get("step_time_s")}

@@ -8,7 +8,7 @@ from typing import Any
 
 from prism_strategy.estimate.option import estimate_option
 from prism_strategy.inputs.stored import config_scenario
-from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.presets import load_model, model_names
 from prism_strategy.strategies import get_strategy
 
@@ -35,6 +35,9 @@ def predict(config: dict[str, Any], platform: PlatformSpec) -> dict[str, float]:
         "step_time_s": step.step_time_s,
         "samples_per_s": step.samples_per_s,
         "memory_bytes": e.memory.total,
+        # the counters a run reports, predicted as such (estimate/memory_runtime.memory_fields)
+        "allocated_bytes": e.memory_runtime["memory_allocated_gib"] * GiB,
+        "reserved_bytes": e.memory_runtime["memory_reserved_gib"] * GiB,
         "activation_bytes": e.memory.activations,
         "max_micro_batch": e.batch.max_micro_batch,
         "compute_s": step.compute_s,

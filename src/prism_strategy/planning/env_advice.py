@@ -1,0 +1,163 @@
+"""Environment advice, priced: when another documented env profile of the platform's collective
+backend changes the pick's step time by more than CHANGE, or changes the pick, at the asked
+scale, the plan says so with both figures, the variables that differ and the profile's
+validation status (data/env_validation.toml).
+
+Only the variables the comm model reads move a prediction: oneCCL's CCL_WORKER_COUNT,
+CCL_ALLREDUCE, CCL_ALLGATHER(V), CCL_REDUCE_SCATTER and the per-op scale-out choices, applied by
+estimate/comm_oneccl.with_ccl_env. NCCL's and gloo's profiles set nothing the model reads, so
+they are never priced (no advice rather than a made-up difference). Memory does not depend on
+these variables: each feasible option keeps its batch and checkpointing and is re-timed only;
+the pick under the other profile is made by the same rule (planning/recommend.pick).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import tomllib
+
+from prism_strategy.estimate.comm_oneccl import SCALEOUT_VARS, with_ccl_env
+from prism_strategy.estimate.environment import MODEL_VARIABLES
+from prism_strategy.planning.recommend import pick
+from prism_strategy.specs.presets import DATA
+
+if TYPE_CHECKING:
+    from prism_strategy.planning.option import Option
+    from prism_strategy.planning.scenario import Scenario
+
+CHANGE = 0.10
+"""A profile is worth naming when it moves the pick's step time by more than 10% (the band the
+ranking treats as a tie) or changes the pick."""
+
+MODEL_VARS = {"xccl": frozenset(v for v in MODEL_VARIABLES if v != "CCL_OP_SYNC")}
+"""The variables of each backend the comm model reads (oneCCL only; module docstring)."""
+
+DEFAULTS = {"CCL_WORKER_COUNT": "1", "CCL_ALLREDUCE": "topo", "CCL_ATL_TRANSPORT": "ofi", "CCL_ATL_HMEM": "0"}
+"""What an unset variable means to the model (estimate/comm_oneccl.with_ccl_env: oneCCL's defaults)."""
+
+PREFIX = {"xccl": "CCL_"}
+"""A profile belongs to a backend when it sets any of the backend's variables."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Profile:
+    name: str
+    variables: dict[str, str]
+    """The backend's variables this profile sets on this platform (unset ones absent)."""
+
+
+def _profile(path: Any, platform: str, names: frozenset[str], prefix: str) -> Profile | None:
+    data = tomllib.loads(path.read_text())
+    if not any(v["name"].startswith(prefix) for v in data.get("var", [])):
+        return None
+    out = {}
+    for v in data.get("var", []):
+        value = (v.get("platform_values") or {}).get(platform, v.get("value", ""))
+        if v["name"] in names and value != "":
+            out[v["name"]] = str(value)
+    return Profile(name=data.get("name", path.name[:-5]), variables=out)
+
+
+def backend_profiles(backend: str, platform: str) -> list[Profile]:
+    """The documented profiles (data/env_profiles) that set variables of `backend`'s model."""
+    names = MODEL_VARS.get(backend)
+    if names is None:
+        return []
+    folder = DATA / "env_profiles"
+    paths = sorted((p for p in folder.iterdir() if p.name.endswith(".toml") and not p.name.startswith("_")), key=str)
+    found = (_profile(p, platform, names, PREFIX[backend]) for p in paths)
+    return [p for p in found if p is not None]
+
+
+def priced_variables(p: Any) -> dict[str, str]:
+    """The variables as the plan priced them: the platform's own CCL fields (its profile, or a
+    platform file's overrides), written as with_ccl_env reads them."""
+    scaleout_var = {op: var for var, op in reversed(SCALEOUT_VARS.items())}  # the first variable per op
+    return {
+        "CCL_WORKER_COUNT": str(p.ccl_worker_count),
+        "CCL_ALLREDUCE": "topo" if p.allreduce_algorithm == "topology" else "ring",
+        "CCL_ATL_TRANSPORT": p.ccl_transport,
+        "CCL_ATL_HMEM": "1" if p.ccl_gpu_rdma else "0",
+        **dict(p.ccl_algorithms),
+        **{scaleout_var[op]: spec for op, spec in p.ccl_scaleout.items()},
+    }
+
+
+def validation(name: str) -> str:
+    table = tomllib.loads((DATA / "env_validation.toml").read_text())
+    return table.get(name, {}).get("status", "not validated here")
+
+
+def _differ(base: dict[str, str], other: dict[str, str]) -> dict[str, list[str | None]]:
+    """Variables whose effective values differ (an unset variable taken at its default)."""
+    keys = sorted(set(base) | set(other))
+    return {
+        k: [base.get(k), other.get(k)] for k in keys if base.get(k, DEFAULTS.get(k)) != other.get(k, DEFAULTS.get(k))
+    }
+
+
+def _shown(k: str, v: str | None) -> str:
+    return v if v is not None else f"unset ({DEFAULTS[k]})" if k in DEFAULTS else "unset (oneCCL's default)"
+
+
+def env_advice(
+    sc: "Scenario", options: list["Option"], recommended: str | None, retime: Callable[["Scenario", "Option"], float]
+) -> list[dict[str, Any]]:
+    """One entry per other profile that moves the pick's step by more than CHANGE or changes the
+    pick; `retime(scenario, option)` is the option's samples/s under that scenario."""
+    p = sc.platform
+    feasible = [o for o in options if o.feasible]
+    if recommended is None or not feasible:
+        return []
+    profiles = {x.name: x for x in backend_profiles(p.backend, p.name)}
+    priced, named = priced_variables(p), profiles.get(p.env_profile)
+    same = named is not None and not _differ(named.variables, priced)
+    base = Profile(name=p.env_profile if same else f"platform {p.name}'s own CCL settings", variables=priced)
+    chosen = next(o for o in feasible if o.strategy == recommended)
+    out = []
+    for other in profiles.values():
+        if not _differ(base.variables, other.variables):
+            continue
+        there = sc.with_platform(with_ccl_env(p, other.variables))
+        timed = [replace(o, samples_per_s=retime(there, o)) for o in feasible]
+        timed = [replace(t, step_time_s=t.global_batch / t.samples_per_s) for t in timed if t.samples_per_s > 0]
+        new = pick(timed)
+        step = next(t.step_time_s for t in timed if t.strategy == recommended)
+        change = step / chosen.step_time_s - 1
+        if abs(change) <= CHANGE and new.strategy == recommended:
+            continue
+        out.append(
+            {
+                "profile": other.name,
+                "validation": validation(other.name),
+                "base_profile": base.name,
+                "base_validation": validation(base.name),
+                "strategy": recommended,
+                "step_time_s": {base.name: chosen.step_time_s, other.name: step},
+                "change": change,
+                "recommended_under_profile": new.strategy,
+                "recommended_step_time_s": new.step_time_s,
+                "variables_differ": _differ(base.variables, other.variables),
+            }
+        )
+    return out
+
+
+def advice_line(a: dict[str, Any]) -> str:
+    """One reason line for the plan's human output."""
+    base, other = a["base_profile"], a["profile"]
+    steps = a["step_time_s"]
+    var = ", ".join(f"{k} {_shown(k, b)} -> {_shown(k, o)}" for k, (b, o) in a["variables_differ"].items())
+    pick_ = (
+        f"; the pick there would be {a['recommended_under_profile']} ({a['recommended_step_time_s']:.3f} s per step)"
+        if a["recommended_under_profile"] != a["strategy"]
+        else ""
+    )
+    return (
+        f"environment: under env profile {other} {a['strategy']} is predicted at {steps[other]:.3f} s per step vs "
+        f"{steps[base]:.3f} s under {base} ({a['change']:+.0%}){pick_}; variables that differ: {var}; {other}: "
+        f"{a['validation']}; {base}: {a['base_validation']}"
+    )
