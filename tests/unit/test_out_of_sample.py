@@ -84,7 +84,7 @@ def _loo_case(rid: str):
     if rid not in LOO_GAPS_PCT:
         return rid
     reason = known_gap(f"{LOO_GAPS_PCT[rid]:+.1f}% step time refitted without it", rid)
-    return pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=reason))
+    return pytest.param(rid, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
 
 
 @pytest.mark.out_of_sample
