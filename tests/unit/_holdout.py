@@ -4,7 +4,11 @@ or decision test compares with a record must come from a fit that did not see th
 The fits, and the records each one uses (a record is removed from every fit that holds it):
 
 - Aurora step time (bench/fit/fit_terms.py): the records with `fit_reason(r) is None` in
-  data/measurements/aurora-prism.toml; `fit(prior_platform(aurora), observations)`.
+  data/measurements/aurora-prism.toml; `fit(prior_platform(aurora), observations)`. Its comm terms
+  come from the collective fit (data/measurements/aurora-collectives.toml), which holds none of
+  these records, so they stay as shipped. A record whose profile set a prior (fit_terms.
+  PRIOR_RECORDS: A1, B1) is dropped from the fit but the refit still starts from that prior: its
+  error is not a held-out claim.
 - CUDA compute (bench/fit/cuda_fit.py): the cuda-published records with `fit_reason(r) is None`;
   five knobs shared by dgx-h100, h100-96gb-500w, dgx-a100-80 and dgx-a100-40.
 - the allocator (benchmarks/allocator_fit.py, the formulas re-stated here so a record can be

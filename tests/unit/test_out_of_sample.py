@@ -33,10 +33,14 @@ ROUNDING_PCT = 0.05
 """data/fits stores each error with one decimal."""
 RUN_TOLERANCE = math.log(1.03)
 """One run per figure, about +/-3% where a setting was reported as a range (test_planner_decisions)."""
-LOO_GAPS_PCT = {"A2": 59.9, "A3-fsdp": 115.9, "B1": -33.4}
+LOO_GAPS_PCT = {"A2": 64.5, "E1": -30.5}
 """Records the Aurora fit misses past the goal when it does not see them: today's held-out error.
 They move with the Aurora fit: restate them after a refit."""
 FITTED = sorted(r.id for r in AURORA.values() if ft.fit_reason(r) is None)
+HELD_OUT_CLAIMS = [rid for rid in FITTED if rid not in ft.PRIOR_RECORDS]
+"""The fitted records whose leave-one-out error is a held-out claim: not those whose own
+measurements set a prior (fit_terms.PRIOR_RECORDS: A1, B1), which a refit without them still
+starts from (#29 item 2; benchmarks/aurora_fit.py reports them apart, data/fits leaves them out)."""
 
 
 def _stored(name: str) -> dict:
@@ -52,9 +56,13 @@ def _step_error(refit, rid: str) -> float:
 
 @pytest.fixture(scope="module")
 def aurora_loo(refit_without) -> dict[str, float]:
-    out = {rid: _step_error(refit_without, rid) for rid in FITTED}
-    assert all(refit_without(rid).fits for rid in FITTED)  # each was taken out of a fit
+    out = {rid: _step_error(refit_without, rid) for rid in HELD_OUT_CLAIMS}
+    assert all(refit_without(rid).fits for rid in HELD_OUT_CLAIMS)  # each was taken out of a fit
     return out
+
+
+def test_the_held_out_claims_are_the_fitted_records_that_set_no_prior():
+    assert set(ft.PRIOR_RECORDS) <= set(FITTED) and len(HELD_OUT_CLAIMS) == len(FITTED) - len(ft.PRIOR_RECORDS)
 
 
 def _binomial_floor(n: int) -> float:
@@ -76,13 +84,13 @@ def _loo_case(rid: str):
     if rid not in LOO_GAPS_PCT:
         return rid
     reason = known_gap(f"{LOO_GAPS_PCT[rid]:+.1f}% step time refitted without it", rid)
-    return pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=reason))
+    return pytest.param(rid, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
 
 
 @pytest.mark.out_of_sample
-@pytest.mark.parametrize("rid", [_loo_case(r) for r in FITTED])
+@pytest.mark.parametrize("rid", [_loo_case(r) for r in HELD_OUT_CLAIMS])
 def test_aurora_record_held_out_meets_the_goal(aurora_loo, rid):
-    """Each fitted record's step time predicted by the fit without it, either side."""
+    """Each held-out claim's step time predicted by the fit without it, either side."""
     assert abs(aurora_loo[rid]) <= LOO_GOAL_PCT, aurora_loo[rid]
 
 
@@ -94,8 +102,9 @@ def test_aurora_held_out_gap_stays_within_its_stated_size(aurora_loo, rid):
 
 
 def test_aurora_stored_held_out_rows_are_the_refits(aurora_loo):
-    """The rows plan's ranges are built from (data/fits/aurora-prism.toml) are each record's error
-    refitted without it, so the stored coverage is a held-out figure."""
+    """The rows plan's ranges are built from (data/fits/aurora-prism.toml) are each held-out
+    claim's error refitted without it, so the stored coverage is a held-out figure; the records
+    that set a prior are not among them."""
     stored = _stored("aurora-prism")["loo_err_pct"]
     assert set(stored) == set(aurora_loo)
     for rid, e in aurora_loo.items():

@@ -17,10 +17,7 @@ import tomllib
 from prism_strategy.specs.presets import platform_names
 
 DATA = Path(__file__).resolve().parents[2] / "src" / "prism_strategy" / "data"
-STALE = {
-    ("aurora-composite", "kernel_launch_us"): "72.0 vs aurora's fitted 75.6 (not one of the allocator lines "
-    "issue 29 item 6 fixes; the aurora refit rewrites the lines copied from it)",
-}
+STALE: dict[tuple[str, str], str] = {}
 """Copies known to be stale: strict xfails, so the mark comes off with the fix."""
 
 
