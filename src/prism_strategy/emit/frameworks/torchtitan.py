@@ -97,7 +97,7 @@ def _parallelism(cfg: dict[str, Any], choice: "FrameworkChoice") -> None:
         _set(cfg, "parallelism", "data_parallel_shard_degree", shard)
     _set(cfg, "parallelism", "data_parallel_replicate_degree", rep)
     spec = get_strategy(s)
-    keeps = not spec.reshard_after_forward
+    keeps = spec.param_shard != "none" and not spec.reshard_after_forward  # shard_grad_op: kept gathered
     if keeps != (_get(cfg, "parallelism", "fsdp_reshard_after_forward") == "never") and spec.sharded:
         _set(cfg, "parallelism", "fsdp_reshard_after_forward", "never" if keeps else "default")
 
