@@ -25,6 +25,7 @@ from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.parts import Part, model_parts
+from prism_strategy.specs.platform_file import defaults_text
 from prism_strategy.specs.training import TrainingSpec
 from prism_strategy.specs.values import int_list
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
@@ -366,6 +367,7 @@ def plan(
         trace_options(sc, options)
     annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
+    warnings += [defaults_text(sc.platform)] if sc.platform.defaulted else []  # said once, under the table
     reasons += assumptions(sc.model, sc.training)  # MoE: data parallelism only; Gemma's attention
     result = Plan(
         scenario=sc, options=options, recommended=recommended, reasons=reasons, warnings=warnings, script=script
