@@ -60,9 +60,7 @@ def test_base_inherits_the_presets_values_and_says_where_they_came_from(tmp_path
 
 def test_defaults_are_named_in_provenance_and_once_under_the_table(tmp_path):
     f = tmp_path / "a100-full.toml"
-    f.write_text(
-        SPARSE.replace('name = "a100-old"', 'name = "a100-full"') + 'nvlink_links = 12\ncpu_vendor = "amd"\n'
-    )
+    f.write_text(SPARSE.replace('name = "a100-old"', 'name = "a100-full"') + 'nvlink_links = 12\ncpu_vendor = "amd"\n')
     args = ["plan", "--model", "qwen3-0.6b", "--platform", str(f), "--nodes", "1"]
     d = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
     text = d["options"][0]["provenance"]["platform_defaults"]

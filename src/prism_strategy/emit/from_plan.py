@@ -31,6 +31,11 @@ class PlanChoice:
     compile: bool
     plan_file: str
     loss: str = "upcast"
+    model: str | None = None
+    """The plan's --model as it loads again (preset or path); None: an older plan file."""
+    vision: str | None = None
+    mode: str = "e2e"
+    seq_len: int | None = None
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -77,7 +82,7 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
     rpn = None if inputs.get("ranks_per_node") is None else _int(inputs, "ranks_per_node", where, 1)
     return PlanChoice(
         strategy=name,
-        platform=inputs["platform"],
+        platform=str(inputs.get("platform_argument") or inputs["platform"]),
         nodes=_int(inputs, "nodes", where, 1),
         ranks_per_node=rpn,
         precision=inputs["precision"],
@@ -87,7 +92,21 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
         compile=bool(inputs.get("compile", False)),
         plan_file=path.name,
         loss=str(inputs.get("loss", "upcast")),
+        **_scenario(inputs),
     )
+
+
+def _scenario(inputs: dict[str, Any]) -> dict[str, Any]:
+    """What the commbench job replays: the plan's model, encoder, mode and sequence length."""
+    model = inputs.get("model_argument") or inputs.get("model")
+    vision = inputs.get("vision_argument") or inputs.get("vision")
+    seq = inputs.get("seq_len")
+    return {
+        "model": model if isinstance(model, str) else None,
+        "vision": vision if isinstance(vision, str) else None,
+        "mode": str(inputs.get("mode") or "e2e"),
+        "seq_len": seq if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0 else None,
+    }
 
 
 def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
@@ -104,6 +123,10 @@ def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
         ckpt_freq=choice.ckpt_freq,
         compile=choice.compile or base.compile,
         loss=choice.loss,
+        model=choice.model,
+        vision=choice.vision,
+        mode=choice.mode,
+        seq_len=choice.seq_len,
     )
 
 

@@ -79,6 +79,11 @@ class EmitRequest:
     filesystems: str | None = None
     """PBS -l filesystems=; None: the platform's [launch] filesystems."""
     job_name: str = "prism"
+    model: str | None = None
+    """What the commbench job replays: the plan's --model (preset or path); None: set at submit time."""
+    vision: str | None = None
+    mode: str = "e2e"
+    seq_len: int | None = None
     script: str = "train.py"
     script_args: tuple[str, ...] = ()
 

@@ -9,7 +9,13 @@ from prism_strategy.planning.search import batch_problem
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
-from prism_strategy.specs.presets import load_model, load_platform, spec_from_module
+from prism_strategy.specs.presets import (
+    load_model,
+    load_platform,
+    model_argument,
+    platform_argument,
+    spec_from_module,
+)
 from prism_strategy.specs.training import TrainingSpec, parse_ckpt, parse_optimizer
 
 
@@ -52,6 +58,9 @@ class Scenario:
             "loss": t.loss,
             "compile": t.compile,
             "compile_loss": t.compile_loss,
+            "model_argument": model_argument(m.backbone),
+            "vision_argument": model_argument(m.vision) if m.vision else None,
+            "platform_argument": platform_argument(self.platform),
             "params": {
                 "total": m.total_params,
                 "trainable": m.trainable_params,
