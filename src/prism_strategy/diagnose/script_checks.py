@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prism_strategy.diagnose.findings import Context, Finding, check_observed
+from prism_strategy.diagnose.launch_flags import script_launch_checks
 from prism_strategy.diagnose.py_values import UNKNOWN, Alt, Assignment, Symbol, Values
 from prism_strategy.diagnose.script_reader import Call, Collector
 from prism_strategy.specs.errors import SpecError
@@ -71,6 +72,7 @@ class ScriptFile:
             _loader_after_mesh,
             _one_element_probe,
             _root_only_wrap,
+            script_launch_checks,
         ):
             for f in check(self, ctx):
                 switched = self._switched(f, vals)
@@ -323,7 +325,7 @@ def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
     sharding = root.value.get("sharding_strategy")
     how = "auto_wrap_policy is None" if "auto_wrap_policy" in root.value else "no auto_wrap_policy"
     detail = f"{call.last}() at line {call.line} wraps only the root module: {how}{_notes(root)}"
-    if isinstance(sharding, Symbol) and sharding.name.upper().endswith("SHARD_GRAD_OP"):
+    if isinstance(sharding, Symbol) and sharding.name.upper().endswith(("SHARD_GRAD_OP", "SHARD_ZERO2")):
         detail += (
             f"; under {sharding.name} the whole model's parameters stay gathered from forward to backward "
             f"(PRISM's 7B out-of-memory)"
