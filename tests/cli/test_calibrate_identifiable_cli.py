@@ -81,6 +81,8 @@ def test_a_plan_with_the_calibration_names_file_terms_and_date(written):
         app, ["plan", "--model", "tiny-llama", "--platform", "cpu", "--calibration", str(out), "--json"]
     )
     assert res.exit_code == 0, res.output
-    note = json.loads(res.stdout)["options"][0]["provenance"]["calibration"]
+    provenance = json.loads(res.stdout)["options"][0]["provenance"]
+    note = provenance["calibration"]
+    assert "uncalibrated" not in provenance["range"]
     assert str(out) in note and "2026-12-01" in note
     assert all(t in note for t in report["free_terms"]) and "inter_bw" not in note
