@@ -1,8 +1,8 @@
 """Train a small Llama-style model (or any Hugging Face config) with any prism-strategy strategy.
 
 Synthetic token data, gradient accumulation, per-step logging; the strategy is a flag.
-Fault injection for the monitor (`--fault collapse|slow-rank|hang|input-skew`, with
-`--monitor-dir`), then `prism-strategy analyze DIR`.
+Fault injection for the monitor (`--fault collapse|slow-rank|hang|input-skew|collective-collapse|
+host-stall|gc-pause`, with `--monitor-dir`), then `prism-strategy analyze DIR` (docs/collapse.md).
 
     # one CPU machine, 4 ranks standing in for 2 nodes x 2 devices
     torchrun --nproc-per-node 4 examples/train.py --strategy hsdp_shard_grad_op --ranks-per-node 2
@@ -33,7 +33,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faults import FaultInjector, add_fault_args, fault_from_args  # noqa: E402
 from prism_strategy.runtime.dist import init_distributed  # noqa: E402
-from prism_strategy.runtime.monitor import StepMonitor  # noqa: E402
+from prism_strategy.runtime.monitor import ForensicsConfig, StepMonitor  # noqa: E402
 from prism_strategy.runtime.wrap import wrap, wrap_from_file  # noqa: E402
 from prism_strategy.strategies import STRATEGY_NAMES  # noqa: E402
 from tiny_llama import TinyConfig, TinyLlama, freeze_backbone, lm_loss  # noqa: E402
@@ -54,7 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--grad-accum", type=int, default=2)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument(
+        "--steps", type=int, help="optimizer steps [default: 10; with --fault: long enough to see it and capture it]"
+    )
     p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
@@ -71,9 +73,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--hang-timeout", type=float, default=300, help="StepMonitor watchdog: seconds without progress")
     p.add_argument("--summary-every", type=int, default=10, help="StepMonitor: cross-rank summary every K steps")
-    add_fault_args(p)  # --fault {none,collapse,slow-rank,hang,input-skew} --fault-step --fault-rank --fault-scale
+    p.add_argument("--no-forensics", action="store_true", help="StepMonitor: no collapse capture (docs/collapse.md)")
+    add_fault_args(p)  # --fault KIND --fault-step --fault-rank --fault-scale --fault-op --fault-node
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.steps is None:  # a fault: its first step, then two detection windows and the capture's 5 steps
+        args.steps = 10 if args.fault == "none" else args.fault_step + 2 * args.summary_every + 5
+    return args
 
 
 def build_model(args: argparse.Namespace) -> tuple[torch.nn.Module, bool]:
@@ -198,13 +204,20 @@ def main(argv: list[str] | None = None) -> None:
         model, is_hf = build_model(args)
         vocab = model.config.vocab_size if is_hf else model.cfg.vocab
         features = 0 if is_hf else model.cfg.projector_in
-        faults = FaultInjector(fault_from_args(args), rank=ctx.rank).attach(model)  # hooks on the inner module
+        spec = fault_from_args(args)
+        faults = FaultInjector(spec, rank=ctx.rank, ranks_per_node=ctx.ranks_per_node).attach(model)  # inner module
         job = make_job(model, ctx, args)
         tokens = args.micro_batch * args.grad_accum * args.seq_len * ctx.world_size
         if ctx.rank == 0:
             print(f"{ctx}\n{job.describe()}\ntokens per step: {tokens:,}", flush=True)
         mon = (
-            StepMonitor(args.monitor_dir, ctx=ctx, hang_timeout_s=args.hang_timeout, summary_every=args.summary_every)
+            StepMonitor(
+                args.monitor_dir,
+                ctx=ctx,
+                hang_timeout_s=args.hang_timeout,
+                summary_every=args.summary_every,
+                forensics=None if args.no_forensics else ForensicsConfig(),
+            )
             if args.monitor_dir
             else None
         )

@@ -66,6 +66,12 @@ class RuleFacts:
     compiles_whole_under_fsdp1: bool | None = None
     """A script compiles the model whole (a torch.compile outside any loop over blocks) and wraps it
     with FSDP1: PRISM's stack (doctor-only: wrap() compiles per block)."""
+    persistence_keeps_params_gathered: bool | None = None
+    """A ZeRO-3 config's persistence threshold keeps most parameters whole (doctor --config)."""
+    offload_fits_host_memory: bool | None = None
+    """A config's offloaded states fit its nodes' host memory (doctor --config)."""
+    micro_batch_fits: bool | None = None
+    """The plan says a config's micro-batch fits its strategy (doctor --config)."""
 
     def known(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -435,16 +434,13 @@ def test_fuzz_command_lines_end_cleanly(cmd, world, monkeypatch):
     command = typer.main.get_command(app)  # built once: invoke(app) rebuilds it every time (~60 ms)
     monkeypatch.setattr(typer.testing, "_get_command", lambda _app: command)
     runner = CliRunner()
-    failures, t0 = [], time.perf_counter()
+    failures = []
     for argv in generate(cmd, CASES[cmd], out, files):
         res = runner.invoke(app, argv, catch_exceptions=True)
         problem = _problem(res, argv)
         if problem:
             failures.append(f"{argv!r}: {problem}")
-    elapsed = time.perf_counter() - t0
-    assert not failures, f"{len(failures)} of {CASES[cmd]} {cmd} cases failed ({elapsed:.1f}s):\n" + "\n".join(
-        failures[:25]
-    )
+    assert not failures, f"{len(failures)} of {CASES[cmd]} {cmd} cases failed:\n" + "\n".join(failures[:25])
 
 
 def test_generation_is_deterministic_and_large(world):
@@ -564,7 +560,7 @@ def test_the_shell_reader_ends_cleanly_on_random_truncated_and_binary_input(tmp_
 
     rng = random.Random(SEED)
     (tmp_path / "x.sh").write_text("module load frameworks\nexport CCL_WORKER_COUNT=8\nsource ./x.sh\n")
-    failures, t0 = [], time.perf_counter()
+    failures = []
     for i, data in enumerate(_shell_cases(rng)):
         path = tmp_path / f"case{i}.sh"
         path.write_bytes(data)
@@ -576,7 +572,6 @@ def test_the_shell_reader_ends_cleanly_on_random_truncated_and_binary_input(tmp_
             except Exception as e:  # noqa: BLE001 - the point of the test
                 failures.append(f"case {i} {data[:80]!r}: {type(e).__name__}: {e}")
     assert not failures, "\n".join(failures[:20])
-    assert time.perf_counter() - t0 < 30
 
 
 def test_the_script_value_reader_ends_cleanly_on_truncated_scripts(tmp_path):

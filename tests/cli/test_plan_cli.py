@@ -135,7 +135,9 @@ def test_grad_accum_with_and_without_global_batch():
 def test_ckpt_auto_keeps_the_fastest_that_fits_and_an_explicit_value_pins_it():
     auto = {o["strategy"]: o for o in run_json(*VLM)["options"]}
     assert run_json(*VLM)["inputs"]["ckpt_freq"] == "auto"
-    pinned = {k: {o["strategy"]: o for o in run_json(*VLM, "--ckpt-freq", str(k))["options"]} for k in (0, 1, 2, 4)}
+    pinned = {
+        k: {o["strategy"]: o for o in run_json(*VLM, "--ckpt-freq", str(k))["options"]} for k in (0, "sac", 1, 2, 4)
+    }
     for k, options in pinned.items():
         assert all(o["ckpt_freq"] == k for o in options.values())
     for name, o in auto.items():

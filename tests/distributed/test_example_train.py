@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pytest
 import torch
@@ -57,3 +58,34 @@ def test_example_trains_hf_llama_with_hsdp_under_openmpi(tmp_path):
     for rank in (0, 1):  # StepMonitor wrote per-rank phase timing
         lines = [json.loads(x) for x in (tmp_path / "monitor" / f"rank{rank}.jsonl").read_text().splitlines()]
         assert [x["step"] for x in lines if x["kind"] == "step"] == [0, 1, 2]
+
+
+def test_reduce_scatter_collapse_under_train_py_is_named(tmp_path):
+    """The issue's command (torchrun, 4 ranks as 2 x 2, hsdp_full_shard, --fault collective-collapse
+    --fault-op reduce_scatter), made short: a smaller model, the fault from step 14 (after the
+    13-step warm-up and baseline), detection every 5 steps. `analyze --json` says collapse,
+    collective-bound, reduce_scatter in backward on all ranks, with before / after times."""
+    from _harness import _popen, _wait_all, base_env, free_port
+    from typer.testing import CliRunner
+
+    from prism_strategy.cli import app
+
+    mon = tmp_path / "mon"
+    args = ["--strategy", "hsdp_full_shard", "--ranks-per-node", "2", "--monitor-dir", str(mon)]
+    args += ["--fault", "collective-collapse", "--fault-op", "reduce_scatter"]
+    args += ["--layers", "2", "--hidden", "32", "--seq-len", "32", "--grad-accum", "1", "--log-every", "10"]
+    args += ["--fault-step", "14", "--fault-scale", "0.15", "--summary-every", "5", "--steps", "31"]
+    cmd = ["-m", "torch.distributed.run", "--nproc-per-node=4", "--master-addr=127.0.0.1"]
+    cmd = [sys.executable, *cmd, f"--master-port={free_port()}", str(EXAMPLE), *args]
+    log = tmp_path / "torchrun.log"
+    p = _popen(cmd, base_env(), log)
+    (text,) = _wait_all([p], [log], 600)
+    assert p.returncode == 0, text[-4000:]
+    out = CliRunner().invoke(app, ["analyze", str(mon), "--json"])
+    v = json.loads(out.output)
+    fx = v["forensics"]
+    assert out.exit_code == 1 and v["verdict"] == "collapse", v["evidence"].get("message")
+    assert fx["kind"] == "collective" and fx["op"] == "reduce_scatter" and fx["phase"] == "backward", fx["message"]
+    assert fx["where"]["group"] == "all ranks"
+    row = next(g for g in fx["grew"] if g.get("op") == "reduce_scatter")
+    assert row["ranks"] == [0, 1, 2, 3] and row["after"] > 3 * row["before"] > 0

@@ -116,3 +116,69 @@ def test_straggler_evidence_names_the_cause():
     waits = re.search(r"rank 2 waits ([\d.,]+) (m?s) in backward, the others ([\d.,]+) (m?s)", out)
     assert waits, out
     assert near(seconds(*waits.group(1, 2)), 0.55, 0.05) and near(seconds(*waits.group(3, 4)), 0.79, 0.05)
+
+
+# -- one straggler rule for every reader; every format `results import` reads (issue 26, finding 7) --
+IMPORTS = Path(__file__).resolve().parents[1] / "fixtures" / "imports"
+
+
+def straggler_numbers(step: int, rank: int) -> dict[str, float]:
+    """Rank 2 spends 900 ms in data; the others wait for it in backward."""
+    slow = rank == 2
+    return {"data": 0.9 if slow else 0.01, "forward": 0.3, "backward": 0.3 if slow else 1.19, "optimizer": 0.05}
+
+
+def write_prism_running_means(path: Path, steps=range(10, 101, 10)) -> None:
+    """PRISM's native lines, written by every rank: 'Step N: Loss' then [TIMING] running means."""
+    lines = []
+    for s in steps:
+        for r in range(4):
+            p = straggler_numbers(s, r)
+            lines.append(f"[rank{r}]: Step {s}: Loss 2.1234 (rank_mean=2.1, rank0=2.1, tokens=4096)")
+            lines.append(
+                f"[rank{r}]:   [TIMING] Data: {p['data']:.3f}s | Fwd: {p['forward']:.3f}s | "
+                f"Bwd: {p['backward']:.3f}s | Opt: {p['optimizer']:.3f}s"
+            )
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_monitor_folder(folder: Path, steps=range(0, 100)) -> None:
+    folder.mkdir()
+    for r in range(4):
+        recs = [{"kind": "meta", "rank": r, "world_size": 4, "t0": 0.0}]
+        for s in steps:
+            p = straggler_numbers(s, r)
+            recs.append({"kind": "step", "step": s, "rank": r, "step_s": sum(p.values()), "phases": p})
+        recs.append({"kind": "close", "rank": r, "steps": len(steps)})
+        (folder / f"rank{r}.jsonl").write_text("\n".join(map(json.dumps, recs)) + "\n")
+
+
+def test_data_loader_straggler_reads_alike_from_prism_lines_and_a_monitor_folder(tmp_path):
+    write_prism_running_means(tmp_path / "train.log")
+    write_monitor_folder(tmp_path / "monitor")
+    got = {}
+    for name in ("train.log", "monitor"):
+        res = runner.invoke(app, ["analyze", str(tmp_path / name), "--json"])
+        assert res.exit_code == 1, res.output
+        d = json.loads(res.output)
+        got[name] = (d["verdict"], d["events"][0]["ranks"], d["evidence"]["cause"], sorted(d["ranks"]))
+    assert got["train.log"] == got["monitor"] == ("straggler", [2], "data_loader", ["0", "1", "2", "3"])
+
+
+def test_every_format_results_import_reads_analyze_reads_or_says_why():
+    cases = {
+        "monitor/good": (0, 1),
+        "prism/train.log": (0, 1),
+        "prism_perf/perf.jsonl": (0, 1),
+        "torchtitan/train.log": (2, "no per-rank phase times"),
+        "all_reduce_perf_1x8_a100_oci.out": (2, "not a training log"),
+        "oneccl_allreduce_2x12_aurora.log": (2, "not a training log"),
+    }
+    for rel, want in cases.items():
+        res = runner.invoke(app, ["analyze", str(IMPORTS / rel)])
+        assert "Traceback" not in res.output and "no step records found" not in res.output, (rel, res.output)
+        if want[0] == 2:
+            assert res.exit_code == 2 and want[1] in res.output and "results import" in res.output, (rel, res.output)
+            assert len(res.output.strip().splitlines()) == 1
+        else:
+            assert res.exit_code in want, (rel, res.output)

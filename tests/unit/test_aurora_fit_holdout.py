@@ -1,22 +1,24 @@
-"""Held-out accuracy of the aurora fit, in CI (issue 20 item 2): fit the preset from its priors on
-the records the fit uses (bench/fit/fit_terms.py, data/measurements/aurora-prism.toml) and hold it to
-the figures README.md states ("Runs measured elsewhere, and the Aurora fit"), so CI fails if they
-rise: the leave-one-out median step-time error, and E2 (64 nodes, never fitted)."""
+"""Held-out accuracy of the aurora training-run fit (bench/fit/fit_terms.py on data/measurements/
+aurora-prism.toml), with the communication terms from the collective fit: bounds from the
+project's goals (README / issue 25: <= 25% leave-one-out), not from today's figures; records that
+informed a prior (fit_terms.PRIOR_RECORDS) are not held-out claims; leave-one-out really holds the
+record out (a poisoned record does not move its own prediction); E2 (64 nodes, never fitted) lies
+inside the range plan states."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from prism_strategy.bench.fit import fit_terms as ft
+from prism_strategy.bench.fit.cuda_fit import record_range
 from prism_strategy.bench.fit.published import load_published
+from prism_strategy.estimate.comm_fit_nodes import COMM_PRIORS
 from prism_strategy.specs import load_platform
 
-README_LOO_MEDIAN_PCT = 21.3
-"""README: median leave-one-out step-time error over the fitted records."""
-README_E2_PCT = -19.8
-"""README: E2 (AuroraGPT-2B, 64 nodes, FSDP2; PRISM notes on Sunspot) predicted vs measured."""
-ROUNDING_PCT = 0.5
-"""The README states one decimal; the fit is deterministic, so only rounding separates them."""
+GOAL_LOO_MEDIAN_PCT = 25.0
+"""The project's goal for the leave-one-out median step-time error (benchmarks/aurora_fit.py)."""
 
 RECORDS = load_published("aurora-prism")
 
@@ -25,19 +27,38 @@ RECORDS = load_published("aurora-prism")
 def fit():
     prior = ft.prior_platform(load_platform("aurora"))
     obs = [o for r in RECORDS if ft.fit_reason(r) is None for o in ft.record_observations(r)]
-    return prior, obs, ft.fit(prior, obs)
+    return prior, obs
 
 
-def test_leave_one_out_median_is_at_most_what_readme_states(fit):
-    prior, obs, _ = fit
+def test_held_out_leave_one_out_median_meets_the_goal(fit):
+    prior, obs = fit
     loo = ft.leave_one_out(prior, obs)
     assert set(loo) == {r.id for r in RECORDS if ft.fit_reason(r) is None and r.step_time_s()}
-    assert ft.median_abs(loo) <= README_LOO_MEDIAN_PCT + ROUNDING_PCT
+    held_out = {k: v for k, v in loo.items() if k not in ft.PRIOR_RECORDS}
+    assert set(ft.PRIOR_RECORDS) <= set(loo) and len(held_out) == len(loo) - len(ft.PRIOR_RECORDS)
+    assert ft.median_abs(held_out) <= GOAL_LOO_MEDIAN_PCT
 
 
-def test_e2_at_64_nodes_is_within_what_readme_states(fit):
-    _, _, fitted = fit
-    (e2,) = [o for r in RECORDS if r.id == "E2" for o in ft.record_observations(r) if o.what == "step_s"]
-    assert ft.fit_reason(next(r for r in RECORDS if r.id == "E2")) is not None  # never fitted
-    err = 100 * (e2.predict(fitted) / e2.measured - 1)
-    assert abs(err) <= abs(README_E2_PCT) + ROUNDING_PCT
+def test_leave_one_out_does_not_see_the_record_it_predicts(fit):
+    """A3-fsdp's measured time x10: the fit without it predicts it the same; a fit with it does not."""
+    prior, obs = fit
+    rest = [o for o in obs if o.id != "A3-fsdp"]
+    (mine,) = [o for o in obs if o.id == "A3-fsdp" and o.what == "step_s"]
+    poisoned = [dataclasses.replace(o, measured=o.measured * 10) if o.id == "A3-fsdp" else o for o in obs]
+    clean_err = ft.leave_one_out(prior, obs)["A3-fsdp"]
+    poisoned_err = ft.leave_one_out(prior, poisoned)["A3-fsdp"]
+    assert (1 + poisoned_err / 100) * 10 == pytest.approx(1 + clean_err / 100, rel=1e-9)
+    seen = ft.fit(prior, poisoned)
+    assert mine.predict(seen) > 1.1 * mine.predict(ft.fit(prior, rest))
+
+
+def test_the_comm_terms_are_not_refitted_on_training_records():
+    """The collective fit (1-8,192 nodes) decides them; 1-2 node records cannot tell them apart."""
+    assert not set(ft.KNOBS) & set(COMM_PRIORS)
+
+
+def test_e2_at_64_nodes_lies_inside_the_range_plan_states():
+    (e2,) = [r for r in RECORDS if r.id == "E2"]
+    assert ft.fit_reason(e2) is not None  # never fitted
+    lo, hi = record_range(e2)
+    assert lo <= e2.step_time_s() <= hi

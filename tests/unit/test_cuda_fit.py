@@ -2,10 +2,11 @@
 (data/measurements/cuda-published.toml: torchtitan benchmarks/llama3_h100_202412_torchtitan.md and
 PR #165; llm-foundry scripts/train/benchmarking/README.md), and plan's ranges built from that fit.
 
-The held-out figure is the README's ("CUDA compute fitted to published runs": leave-one-out median
-9.6%, held under 10% here): a change that makes the model predict a record it did not see worse
-fails CI. The shipped presets must be what the fit gives, and the stored error summary plan's
-ranges read (data/fits/cuda-published.toml) must be the one this fit produces."""
+The held-out figure (README "CUDA compute fitted to published runs": leave-one-out median 9.6%) is
+held to the project's goal, not to today's value (issue 29 item 3): at most 25% leave-one-out
+(bench/fit/fit_terms.py PRIOR_WEIGHT states the goals), and below the one-fraction model it
+replaced. The shipped presets must be what the fit gives, and the stored error summary plan's
+ranges read (data/fits/cuda-published.toml) must be the one this fit produces, row by row."""
 
 from __future__ import annotations
 
@@ -21,8 +22,23 @@ from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.presets import load_model, load_platform
 
-README_LOO_MEDIAN_PCT = 10.0
-"""README.md, section "CUDA compute fitted to published runs": leave-one-out median under 10%."""
+LOO_GOAL_PCT = 25.0
+"""The project's goal for a leave-one-out median step-time error (fit_terms.PRIOR_WEIGHT)."""
+ROUNDING_PCT = 0.05
+"""data/fits stores each error with one decimal."""
+RUN_TOLERANCE = math.log(1.015)
+"""TT-20's 6,600-6,800 tokens/s: a published figure read to +/-1.5%."""
+LOO_GAPS_PCT = {"MF-09": -54.5}
+"""Records the fit misses past the goal when it does not see them (MF-09: the one long-sequence
+row, the attention ratio's only evidence): today's held-out error."""
+RECORD_IDS = sorted(r.id for r in load_published(cf.MEASUREMENTS) if cf.fit_reason(r) is None)
+
+
+def _loo_case(rid: str):
+    if rid not in LOO_GAPS_PCT:
+        return rid
+    reason = f"known gap: {LOO_GAPS_PCT[rid]:+.1f}% step time refitted without it, record {rid}"
+    return pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=reason))
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +81,13 @@ def test_every_row_of_the_shared_table_is_shipped_with_its_source():
     assert cf.fit_reason(records["TT-03"]) is not None  # Float8: not a precision the planner models
 
 
-def test_leave_one_out_median_stays_at_the_readme_figure(fit):
+@pytest.mark.out_of_sample
+def test_leave_one_out_median_meets_the_projects_goal(fit):
     assert len(fit["loo"]) == 14
-    assert cf.median_abs(fit["loo"]) <= README_LOO_MEDIAN_PCT
+    assert cf.median_abs(fit["loo"]) <= LOO_GOAL_PCT
 
 
+@pytest.mark.out_of_sample
 def test_fit_beats_the_one_fraction_model_it_replaced(fit):
     """The issue's figure for the 0.4-for-every-FLOP model: off by 16% median on these runs."""
     before = {n: cf.before_platform(p) for n, p in fit["platforms"].items()}
@@ -82,6 +100,34 @@ def test_shipped_presets_are_the_fit(fit):
     shipped = cf.shipped_knobs(fit["platforms"])
     for k, v in fit["knobs"].items():
         assert shipped[k] == pytest.approx(v, rel=0.01), k
+
+
+def test_stored_held_out_rows_are_this_fits_leave_one_out(fit):
+    """data/fits/cuda-published.toml's rows (what the ranges and their coverage are built from) are
+    each record's error refitted without it."""
+    from pathlib import Path
+
+    import tomllib
+
+    path = Path(__file__).resolve().parents[2] / "src" / "prism_strategy" / "data" / "fits" / "cuda-published.toml"
+    stored = tomllib.loads(path.read_text())["loo_err_pct"]
+    assert set(stored) == set(fit["loo"])
+    for rid, e in fit["loo"].items():
+        assert stored[rid] == pytest.approx(e, abs=ROUNDING_PCT), rid
+
+
+@pytest.mark.out_of_sample
+@pytest.mark.parametrize("rid", [_loo_case(r) for r in RECORD_IDS])
+def test_record_held_out_meets_the_goal(fit, rid):
+    """Each record's step time predicted by the fit without it, either side."""
+    assert abs(fit["loo"][rid]) <= LOO_GOAL_PCT, fit["loo"][rid]
+
+
+@pytest.mark.out_of_sample
+@pytest.mark.parametrize("rid", sorted(LOO_GAPS_PCT))
+def test_held_out_gap_stays_within_its_stated_size(fit, rid):
+    today, stated = math.log1p(fit["loo"][rid] / 100), math.log1p(LOO_GAPS_PCT[rid] / 100)
+    assert (today > 0) is (stated > 0) and abs(today) <= abs(stated) + RUN_TOLERANCE, fit["loo"][rid]
 
 
 def test_stored_error_summary_is_this_fits(fit):

@@ -58,3 +58,60 @@ def test_the_check_sees_a_name_test(tmp_path):
         "planner.py:2: s.engine in ('ddp',)",
         "planner.py:2: s.strategy == 'zero3'",
     ]
+
+
+BACKEND_OWNER = "estimate/backends/"
+LIVE_BACKEND = {
+    ("bench/collectives/commbench_worker.py", "ctx.backend == 'nccl'"): "the live process group's backend (torch)",
+    ("bench/collectives/commbench_worker.py", "ctx.backend == 'xccl'"): "the live process group's backend (torch)",
+}
+"""Comparisons of a running process group's backend (what torch.distributed opened), not a
+platform's collective model: the registry prices platforms, it does not open process groups."""
+
+
+def _backend_tests(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every comparison with a `.backend` attribute on one side (`p.backend == "xccl"`, `x.backend in
+    (...)`): code choosing a collective model by name."""
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(
+            isinstance(side, ast.Attribute) and side.attr == "backend" for side in (node.left, *node.comparators)
+        ):
+            hits.append((node.lineno, ast.unparse(node)))
+    return hits
+
+
+def backend_tests_outside_registry(root: Path) -> list[str]:
+    found = []
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(root).as_posix()
+        if rel.startswith(BACKEND_OWNER):
+            continue
+        found += [
+            f"{rel}:{n}: {t}" for n, t in _backend_tests(ast.parse(f.read_text())) if (rel, t) not in LIVE_BACKEND
+        ]
+    return found
+
+
+def test_no_backend_comparison_outside_the_backend_registry():
+    assert backend_tests_outside_registry(SRC) == []
+
+
+def test_the_backend_check_sees_a_comparison(tmp_path):
+    (tmp_path / "comm.py").write_text('def f(p):\n    return p.backend == "xccl" or p.backend in ("nccl",)\n')
+    (tmp_path / "estimate" / "backends").mkdir(parents=True)
+    (tmp_path / "estimate" / "backends" / "nccl.py").write_text('x = p.backend == "nccl"\n')
+    assert sorted(backend_tests_outside_registry(tmp_path)) == [
+        "comm.py:2: p.backend == 'xccl'",
+        "comm.py:2: p.backend in ('nccl',)",
+    ]
+
+
+def test_every_platform_backend_has_a_registered_model():
+    from typing import get_args, get_type_hints
+
+    from prism_strategy.estimate.backends import BACKENDS
+    from prism_strategy.specs.cluster import PlatformSpec
+
+    names = set(get_args(get_type_hints(PlatformSpec)["backend"]))
+    assert names and names <= set(BACKENDS)

@@ -192,3 +192,80 @@ def test_kill_is_a_sigkill_in_forward_of_its_step(tmp_path):
     ex = str(Path(__file__).resolve().parents[2] / "examples")
     res = subprocess.run([sys.executable, "-c", code.format(ex=ex)], capture_output=True, text=True, timeout=120)
     assert res.returncode == -9 and res.stdout == "step 0 done\n", (res.returncode, res.stdout, res.stderr)
+
+
+# -- the collapse forensics' faults: collective-collapse, host-stall, gc-pause ----------------------
+@pytest.fixture
+def one_rank_group(tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    for name in ("all_reduce", "reduce_scatter_single", "all_gather_single", "all_gather_into_tensor"):
+        monkeypatch.setattr(dist, name, getattr(dist, name))
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    yield dist
+    dist.destroy_process_group()
+
+
+def collectives(dist, t: FakeTime, n_rs: int = 4) -> None:
+    t.phase = "backward"
+    for _ in range(n_rs):
+        dist.reduce_scatter_single(torch.empty(8), torch.ones(8))
+    dist.all_reduce(torch.ones(8))
+    t.phase = "outside"
+
+
+def test_collective_collapse_slows_only_its_op_spread_over_the_step_and_growing(one_rank_group):
+    dist, t = one_rank_group, FakeTime()
+    original = dist.reduce_scatter_single
+    inj = FaultInjector(FaultSpec(kind="collective-collapse", step=2, scale=0.1, op="reduce_scatter"), 0, sleep=t.sleep)
+    inj.attach(model())
+    for step in (0, 1, 2, 3, 50):
+        t.sleeps.clear()
+        inj.set_step(step)
+        collectives(dist, t)
+        want = 0.0 if step < 2 else min(0.1 * (step - 1), 1.0)  # scale per step, capped at 10x
+        assert sum(s for _, s in t.sleeps) == pytest.approx(want), step
+        assert len(t.sleeps) == (0 if step < 2 else 4)  # after each of the 4 reduce-scatters, none after the all-reduce
+    inj.detach()
+    assert dist.reduce_scatter_single is original
+
+
+def test_collective_collapse_with_fault_node_slows_that_nodes_ranks_only(one_rank_group):
+    spec = FaultSpec(kind="collective-collapse", step=0, rank=3, scale=0.1, op="reduce_scatter", node=True)
+    affected = [FaultInjector(spec, r, ranks_per_node=2).affected() for r in range(6)]
+    assert affected == [False, False, True, True, False, False]  # rank 3's node is node 1: ranks 2, 3
+    assert all(FaultInjector(FaultSpec(kind="collective-collapse"), r, ranks_per_node=2).affected() for r in range(4))
+
+
+def test_host_stall_burns_cpu_in_backward_and_gc_pause_collects_there():
+    t = FakeTime()
+    stall = FaultInjector(FaultSpec(kind="host-stall", step=1, scale=0.05), 0, burn_fn=t.burn, sleep=t.sleep)
+    m = model()
+    stall.attach(m)
+    stall.set_step(2)
+    fake_step(m, t)
+    assert t.burns == [("backward", pytest.approx(0.1))] and t.sleeps == []
+    collections = []
+
+    def collect():
+        collections.append(t.phase)
+        t.now += 0.03  # each full collection takes 30 ms of the injected clock
+
+    g = FaultInjector(FaultSpec(kind="gc-pause", step=0, scale=0.1), 0, clock=t.clock, collect=collect)
+    m2 = model()
+    g.attach(m2)
+    g.set_step(0)
+    fake_step(m2, t)
+    assert collections == ["backward"] * 4  # 0.1 s of collections: 4 of 30 ms
+    assert len(g._garbage) == 200_000  # the kept heap every full collection traverses
+
+
+def test_new_fault_args_round_trip():
+    p = argparse.ArgumentParser()
+    add_fault_args(p)
+    ns = p.parse_args(
+        ["--fault", "collective-collapse", "--fault-op", "all_gather", "--fault-node", "--fault-rank", "1"]
+    )
+    assert fault_from_args(ns) == FaultSpec(kind="collective-collapse", rank=1, op="all_gather", node=True)
+    with pytest.raises(ValueError, match="unknown --fault-op"):
+        FaultSpec(kind="collective-collapse", op="broadcast")

@@ -4,7 +4,13 @@ Each case is one published figure: the counter it measured (allocated = max_memo
 active = the allocator's active bytes, about the same; reserved = max_memory_reserved; oom = the
 run died; ran = it fitted, no figure), the tolerance the measurement supports, and, where the
 scenario is uncertain, why. Records the model still misses are xfail(strict=True) with the gap
-and its size: the suite fails when one starts passing, so the xfail comes off with the fix.
+and its size: the suite fails when one starts passing, so the xfail comes off with the fix, and
+test_*_gap_stays_within_its_stated_size fails when it widens past its size + PEAK_TOLERANCE.
+
+Out of sample (issue 29): each record is predicted on the presets refitted without it
+(tests/unit/_holdout.py refit_memory_without: the allocator's fixed-shape factor without TT-18 /
+TT-20, its varying-shape factor without C6-b2 / C6-b3, its pinned factor without C6-b4, section
+D's text length from D4 when D1 is the record).
 
 Sources: data/measurements/aurora-prism.toml (PRISM, via ../shared/data/aurora_measurements.md)
 and data/measurements/cuda-published.toml (torchtitan benchmarks/llama3_h100_202412_torchtitan.md
@@ -17,9 +23,11 @@ bytes (the file's memory_unit_bytes); torchtitan logs max_reserved.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
+from _holdout import known_gap, refit_memory_without
 
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.memory_runtime import runtime_memory
@@ -39,7 +47,9 @@ class Case:
     counter: str
     """allocated | reserved | oom | ran | oom_at_step (died at optimizer.step)."""
     gap: str | None = None
-    """Why the model misses it, with the size: the case is xfail(strict=True)."""
+    """Why the model misses it: the case is xfail(strict=True)."""
+    stated: float | None = None
+    """The gap's size today: predicted / measured - 1 (oom: at the limit / usable - 1)."""
     note: str = ""
     """Where the scenario or the counter is uncertain."""
 
@@ -50,6 +60,7 @@ AURORA_CASES = [
     Case(
         "A4",
         "allocated",
+        stated=-0.573,
         gap="predicted 15.1 GiB allocated vs 35.3 (37.9 GB, -57%, local batch 8) at the start "
         "of backward at 512 text tokens; the upcast loss (9.6 GiB at 12 bytes per logit: 8 x 708 tokens x 151,936 "
         "vocab) is the largest item. PRISM's source (d1fd3d3c): the loss is the upcast kernel (F.cross_entropy on "
@@ -62,6 +73,7 @@ AURORA_CASES = [
     Case(
         "B1",
         "allocated",
+        stated=-0.584,
         gap="predicted 11.2 GiB vs 27.0 (29.0 GB, -59%); projector-only, the same loss buffers as "
         "A4 (9.6 GiB, +1.6 GiB for the kept logits); the model meets 27.0 GiB at 1633 text tokens, under the "
         "collator's default cap (2048); the e2e - projector difference is 8.9 GB measured vs 4.2 GB predicted",
@@ -69,41 +81,50 @@ AURORA_CASES = [
     Case(
         "C6-b2",
         "reserved",
-        gap="in-sample (the varying-shape factor is fitted on C6-b2/b3): predicted 27.7 GiB "
-        "reserved vs 32.1 (34.5 GB, -14%); the record gives one figure for batch 2 and 3, which a term growing with "
-        "the batch cannot meet both ways (leave-one-out -14.5% / +29.6%, benchmarks/allocator_fit.py)",
+        stated=-0.146,
+        gap="the varying-shape factor from C6-b3 alone is 0: predicted 27.4 GiB reserved vs 32.1 (34.5 GB); "
+        "the record gives one figure for batch 2 and 3, which a term growing with the batch cannot meet both ways "
+        "(benchmarks/allocator_fit.py)",
     ),
-    Case("C6-b3", "reserved", note="in-sample (varying-shape factor, as C6-b2): 35.0 GiB predicted vs 32.1 (34.5 GB)"),
+    Case(
+        "C6-b3",
+        "reserved",
+        stated=0.296,
+        gap="the varying-shape factor from C6-b2 alone (0.42): predicted 41.6 GiB reserved vs 32.1 (34.5 GB), as C6-b2",
+    ),
     Case(
         "C6-b2-allocated",
         "allocated",
+        stated=0.907,
         gap="predicted 24.2 GiB allocated vs 12.7 (13.6 GB, +91%): the same 13.6 "
         "for batch 2 and 3 reads like a current figure after the step (frozen params 13.0 GiB), not a peak",
     ),
     Case(
         "C6-b4",
         "oom",
-        gap="predicted to fit: 39.6 GiB at the limit (35.2 allocated + pinned slivers + 2.0 "
-        "runtime) vs 60.8 usable, where the run died with 55.3 GiB (59.4 GB) allocated: the allocated model is "
+        stated=-0.389,
+        gap="predicted to fit: 37.2 GiB at the limit (35.2 allocated + 2.0 runtime; no pinned "
+        "slivers, C6-b4 being the pinned factor's only record) vs 60.8 usable, where the run died with 55.3 GiB (59.4 GB) allocated: the allocated model is "
         ">= 20 GiB short at batch 4 (no batch-linear allocation meets both C6-b2's 32.1 reserved and this 55.3), "
         "unexplained like A4/B1",
     ),
     Case(
         "D1",
         "allocated",
-        note="in-sample: section D's longest text (331 tokens, under the runs' cap of 1024: "
-        "--max-seq-length 1024 in PRISM's docs/results/scaling_study.md) is inferred from D1's 50.5 GB "
-        "(benchmarks/allocator_fit.py infer_seq_len), so this agrees by construction; at the cap the model gives "
-        "107.3 GB",
+        note="section D's longest text is inferred from D1's 50.5 GB (331 tokens, under the runs' cap of 1024: "
+        "--max-seq-length 1024 in PRISM's docs/results/scaling_study.md; benchmarks/allocator_fit.py "
+        "infer_seq_len), so shipped it agrees by construction; held out, the length comes from D4 (292 tokens) "
+        "and D1 is predicted 44.0 GiB vs 47.0 (-6.4%)",
     ),
     Case(
         "D2",
         "allocated",
+        stated=0.168,
         gap="compiled (estimate/memory_compile.py): predicted 35.9 GiB vs 30.7 (33.0 GB, +17%) "
         "at the inferred 331 text tokens: the partitioner terms save 11.1 GiB where PRISM's compile saved 16.3 "
         "(D1 -> D2; benchmarks/compile_memory_fit.py)",
     ),
-    Case("D3", "allocated", gap="compiled: predicted 50.8 GiB vs 43.4 (46.6 GB, +17%), as D2"),
+    Case("D3", "allocated", stated=0.169, gap="compiled: predicted 50.8 GiB vs 43.4 (46.6 GB), as D2"),
     Case(
         "D4", "allocated", note="held out of the length inference (D1): 45.3 GiB predicted vs 39.3-45.4 (42.2-48.7 GB)"
     ),
@@ -123,6 +144,7 @@ AURORA_CASES = [
     Case(
         "E1",
         "allocated",
+        stated=-0.181,
         gap="compiled with the loss (estimate/memory_compile.py): 36.1 GiB allocated vs 44.0 "
         "(-18%); torchtitan logs max_reserved, so 44 GiB reads as reserved: predicted 46.6 (+6%) with the "
         "fixed-length allocator terms",
@@ -132,7 +154,7 @@ AURORA_CASES = [
 
 def _aurora_memory(rid: str):
     r = AURORA[rid.removesuffix("-allocated")]
-    sc = build_scenario(**r.scenario_kwargs())
+    sc = build_scenario(**refit_memory_without(r.id).kwargs(r.id))
     return r, sc, evaluate(sc, get_strategy(r.planner_strategy))
 
 
@@ -142,9 +164,37 @@ def _within(predicted: float, measured: float | tuple[float, float]) -> bool:
 
 
 def _marks(c: Case):
-    return [pytest.mark.xfail(strict=True, reason=c.gap)] if c.gap else []
+    if not c.gap:
+        return []
+    assert c.stated is not None, f"{c.id}: a gap states its size"
+    return [pytest.mark.xfail(strict=True, reason=known_gap(f"{c.stated:+.1%} {c.counter}: {c.gap}", c.id))]
 
 
+def _error(c: Case, r, sc, o) -> float:
+    """predicted / measured - 1 of the case's counter (oom: at the limit / usable - 1)."""
+    rt = runtime_memory(o.memory, sc.platform, sc.training)
+    if c.counter == "oom":
+        return o.memory_runtime["memory_at_limit_gib"] * GiB / sc.platform.usable_bytes - 1
+    if c.counter == "reserved":
+        return rt.reserved / r.peak_bytes("reserved") - 1
+    kind = "active" if c.counter == "active" else ("peak" if r.measured.peak_gb is not None else "allocated")
+    return rt.allocated / r.peak_bytes(kind) - 1
+
+
+def _assert_gap_within_stated(c: Case, r, sc, o) -> None:
+    """In log space (a -57% gap widening to -66% is 0.23 in ln, past the 10% tolerance's 0.095)."""
+    err = _error(c, r, sc, o)
+    today, stated = math.log1p(err), math.log1p(c.stated)
+    assert (today > 0) is (stated > 0) and abs(today) <= abs(stated) + math.log1p(PEAK_TOLERANCE), (c.id, err)
+
+
+@pytest.mark.out_of_sample
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in AURORA_CASES if c.gap])
+def test_aurora_gap_stays_within_its_stated_size(case: Case):
+    _assert_gap_within_stated(case, *_aurora_memory(case.id))
+
+
+@pytest.mark.out_of_sample
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=_marks(c)) for c in AURORA_CASES])
 def test_aurora_record(case: Case):
     r, sc, o = _aurora_memory(case.id)
@@ -192,8 +242,8 @@ CUDA_CASES = [
     Case(
         "TT-20-reserved",
         "reserved",
-        note="in the CUDA allocator fit (TT-18, TT-20: factor 0.30); held out, "
-        "the factor from TT-18 alone puts reserved +6.2% off",
+        note="in the CUDA allocator fit (TT-18, TT-20: factor 0.30); held out, the factor from TT-18 "
+        "alone (0.35) puts the predicted reserved +3.7% off",
     ),
     Case(
         "TT-01",
@@ -210,6 +260,7 @@ CUDA_CASES = [
     Case(
         "TT-21",
         "reserved",
+        stated=-0.147,
         gap="compiled full checkpointing: 24.7 GiB reserved vs 28.9 (-15%); compile changes "
         "almost nothing there, and the eager pair (PR #165 FSDP2 AC, 31.02 GiB reserved) is itself predicted "
         "-20%: the allocator's cache under full checkpointing (issue 17 item 5), not compile",
@@ -218,6 +269,7 @@ CUDA_CASES = [
     Case(
         "TT-23",
         "reserved",
+        stated=0.101,
         gap="compiled SAC at local batch 16: 97.1 GiB reserved vs 88.2 (+10.1%); allocated "
         "76.9 + the CUDA 0.30 cache of 69 GiB transient: at 93% of the device the cache is smaller (item 5)",
     ),
@@ -241,11 +293,22 @@ CUDA_CASES = [
 ]
 
 
+def _cuda_memory(rid: str):
+    r = CUDA[rid.removesuffix("-reserved")]
+    sc = build_scenario(**refit_memory_without(r.id).kwargs(r.id))
+    return r, sc, evaluate(sc, get_strategy(r.planner_strategy).with_options(reduce_dtype=r.scenario.reduce_dtype))
+
+
+@pytest.mark.out_of_sample
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CUDA_CASES if c.gap])
+def test_cuda_gap_stays_within_its_stated_size(case: Case):
+    _assert_gap_within_stated(case, *_cuda_memory(case.id))
+
+
+@pytest.mark.out_of_sample
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=_marks(c)) for c in CUDA_CASES])
 def test_cuda_record(case: Case):
-    r = CUDA[case.id.removesuffix("-reserved")]
-    sc = build_scenario(**r.scenario_kwargs())
-    o = evaluate(sc, get_strategy(r.planner_strategy).with_options(reduce_dtype=r.scenario.reduce_dtype))
+    r, sc, o = _cuda_memory(case.id)
     rt = runtime_memory(o.memory, sc.platform, sc.training)
     if case.counter == "ran":
         assert o.feasible, f"{case.id}: {o.why_not}"

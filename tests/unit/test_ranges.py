@@ -77,3 +77,59 @@ def test_table_shows_the_range_within_100_columns():
     lines = c.export_text().splitlines()
     header = next(line for line in lines if line.startswith("strategy"))
     assert "range" in header.split() and all(len(line) <= 100 for line in lines)
+
+
+# --- Aurora beyond the training fit's nodes: the collective fit's errors widen the range ----------
+def _qwen_vlm_at(nodes: int, strategy: str):
+    from prism_strategy.bench.fit.published import load_published
+    from prism_strategy.planning.planner import evaluate
+    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.strategies import get_strategy
+
+    a3 = next(r for r in load_published("aurora-prism") if r.id == "A3-fsdp")
+    kw = dict(a3.scenario_kwargs(), nodes=nodes, micro_batch=8, global_batch=8 * 12 * nodes)
+    return evaluate(build_scenario(**kw), get_strategy(strategy))
+
+
+def test_collective_halfwidth_takes_the_rows_covering_the_layout():
+    from prism_strategy.estimate.ranges import CollectiveFit, CollectiveRowError, collective_halfwidth
+
+    near = [
+        CollectiveRowError(op="all_reduce", regime="bandwidth", nodes=n, per_node=12, loo_err_pct=5.0)
+        for n in (8, 16, 16)
+    ]
+    far = [CollectiveRowError(op="all_reduce", regime="bandwidth", nodes=8192, per_node=12, loo_err_pct=-90.0)] * 3
+    other = [CollectiveRowError(op="all_reduce", regime="bandwidth", nodes=8, per_node=1, loo_err_pct=40.0)] * 3
+    fit = CollectiveFit(measurements="x", max_nodes=8192, rows=tuple(near + far + other))
+    w, which = collective_halfwidth(fit, "all_gather", 8e6, 10, 12)
+    assert w == pytest.approx(math.log(1.05)) and "5-20 nodes" in which
+    w_far, which_far = collective_halfwidth(fit, "all_gather", 8e6, 4096, 12)
+    assert w_far == pytest.approx(abs(math.log(0.1))) and "2048-8192" in which_far
+    assert collective_halfwidth(fit, "all_gather", 100.0, 10, 12)[1] == "all rows"  # no latency rows
+
+
+def test_aurora_at_10_nodes_widens_by_the_collective_fit_not_a_blanket_factor():
+    o = _qwen_vlm_at(10, "fsdp_full_shard")
+    assert "leave-one-node-count-out" in o.provenance["range"]
+    blanket = math.log1p(math.log2(10 / 2)) * o.comm_s / (o.comm_s + o.compute_s)
+    assert 0 < o.range.terms["communication beyond the measured nodes"] < blanket
+
+
+TARGET_WIDTH = 2.0
+"""Issue 25: the 80% range high / low at 10 nodes on the shared scenarios."""
+KNOWN_WIDTH = 2.23
+"""Today's widest (DDP): the training fit's leave-one-out half-width (x1.44 each way, records E1
+and A2) is most of it; the collective fit adds x1.02-1.07."""
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: x2.23 wide at 10 nodes (target 2x), records E1, A2")
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp_full_shard", "hsdp_full_shard"])
+def test_aurora_ranges_at_10_nodes_meet_the_2x_target(strategy):
+    lo, hi = _qwen_vlm_at(10, strategy).samples_per_s_range
+    assert hi / lo <= TARGET_WIDTH
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp_full_shard", "hsdp_full_shard"])
+def test_aurora_range_width_at_10_nodes_stays_within_its_known_size(strategy):
+    lo, hi = _qwen_vlm_at(10, strategy).samples_per_s_range
+    assert TARGET_WIDTH < hi / lo <= KNOWN_WIDTH * 1.02

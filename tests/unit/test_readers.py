@@ -236,3 +236,21 @@ def test_records_without_a_time_are_not_steps_and_a_zero_step_is_not_stored(tmp_
     zero.write_text("".join(f"[TIMING] step {s} | Data 0s | Fwd 0s | Bwd 0s | Opt 0s\n" for s in range(10)))
     with pytest.raises(SpecError, match=r"zero\.log:1: a step time of 0.0 s is not a measurement"):
         build_import(zero, CPU)
+
+
+def test_running_means_logged_by_every_rank_keep_their_ranks(tmp_path):
+    """PRISM's 'Step N: Loss' + [TIMING] running-mean pair, written by each rank with torchrun's
+    prefix: each rank's means are undone on their own, its records keep its rank, and the windows
+    `results import` stores come from one rank (rank 0), not a mix."""
+    lines = []
+    for s in (10, 20, 30):
+        for r in range(3):
+            lines.append(f"[rank{r}]: Step {s}: Loss 2.0 (rank_mean=2.0, rank0=2.0, tokens=100)")
+            lines.append(f"[rank{r}]:   [TIMING] Data: {0.1 * (r + 1):.3f}s | Fwd: 0.300s | Bwd: 0.500s | Opt: 0.050s")
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    log = readers.prism.read(path)
+    assert sorted({rec.rank for rec in log.records}) == [0, 1, 2]
+    data = {rec.rank: round(rec.data, 3) for rec in log.records if rec.step == 30}
+    assert data == {0: 0.1, 1: 0.2, 2: 0.3}  # constant running means undo to the same interval means
+    assert [w.last_step for w in log.windows] == [10, 20, 30] and log.windows[-1].phases["data"] == pytest.approx(0.1)

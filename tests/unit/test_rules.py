@@ -74,6 +74,13 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
     # DOMAIN 4: after a hung job stale XCCL state makes the next job hang
     "stale-device-processes": (dict(stale_device_processes=True), dict(stale_device_processes=False)),
     "env-differs-from-profile": (dict(differs_from_profile=True), dict(differs_from_profile=False)),
+    # doctor --config (diagnose/framework_config_checks.py)
+    "zero3-persistence-keeps-params-gathered": (
+        dict(engine="deepspeed", persistence_keeps_params_gathered=True),
+        dict(persistence_keeps_params_gathered=False),
+    ),
+    "config-micro-batch-does-not-fit": (dict(micro_batch_fits=False), dict(micro_batch_fits=True)),
+    "offload-exceeds-host-memory": (dict(offload_fits_host_memory=False), dict(offload_fits_host_memory=True)),
 }
 
 # A run that follows every rule: 2 Aurora nodes, FSDP2 per block, eager, PRISM's launcher.
@@ -105,6 +112,9 @@ HEALTHY = dict(
     rendezvous_unset=False,
     empty_file=False,
     ccl_setting_slow_at_scale=False,
+    persistence_keeps_params_gathered=False,
+    micro_batch_fits=True,
+    offload_fits_host_memory=True,
 )
 
 

@@ -20,7 +20,9 @@ backward is the shortest while its local time is the longest. Hence:
 * collapse: after a warm-up baseline, backward of *every* rank is >= ``collapse_factor`` x its
   own baseline for ``collapse_steps`` consecutive steps while forward stays flat on every rank
   (within ``flat_factor`` of its baseline, or grown by less than ``flat_share`` of the
-  backward's growth): compute unchanged, the collective slowed;
+  backward's growth): compute unchanged, something in backward slowed on every rank together
+  (which: the collective, the allocator or the host, is what `analysis.forensics` tells from
+  the capture's records);
 * straggler: the per-step ratio ``local[rank] / median of the other ranks`` (wall) has a median >=
   ``straggler_ratio`` and exceeds it in >= ``straggler_consistency`` of the steps, for a minority
   of ranks; their excess is a visible share of the step, and their backward (= collective wait)
@@ -130,6 +132,14 @@ class Series:
         sl = slice(skip, None)
         return Series(self.ranks, self.steps[sl], *(getattr(self, f)[:, sl] for f in FIELDS[1:]))
 
+    def skip_steps(self, n: int) -> Series:
+        """Without the first `n` *steps* (by step number): a record per step (StepMonitor) or per
+        window of several steps (PRISM's running means) is skipped alike."""
+        if not self.steps.size:
+            return self
+        keep = self.steps >= self.steps[0] + n
+        return Series(self.ranks, self.steps[keep], *(getattr(self, f)[:, keep] for f in FIELDS[1:]))
+
 
 def nanmedian(a: np.ndarray, axis=None):
     with warnings.catch_warnings():
@@ -213,7 +223,7 @@ def detect_collapse(s: Series, cfg: DetectConfig) -> Event | None:
     msg = (
         f"collapse: backward {ba['backward_baseline_s']} -> {ba['backward_s']} ({factor:.1f}x) on all "
         f"{len(s.ranks)} ranks together from step {ev['from_step']} to {ev['to_step']}, while forward "
-        f"stayed {ba['forward_baseline_s']} -> {ba['forward_s']}: the collective slowed, not one rank"
+        f"stayed {ba['forward_baseline_s']} -> {ba['forward_s']}: the backward slowed on every rank, not one rank"
     )
     return Event("collapse", int(s.steps[i]), s.ranks, ev, msg)
 

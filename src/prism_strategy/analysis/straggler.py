@@ -1,6 +1,7 @@
 """Straggler: a minority of ranks whose own work (data + forward + optimizer) is consistently
 slower by wall time, who wait least in the gradient collective, with a cause: compute, waiting
-or data loader. The method is documented in `prism_strategy.analysis.detect` (which runs it)."""
+or data loader. The method is documented in `prism_strategy.analysis.detect` (which runs it). Steps are counted
+by step number (warm-up skip, minimum steps), so every reader's records count alike."""
 
 from __future__ import annotations
 
@@ -43,10 +44,19 @@ def _straggler_stats(s: Series) -> dict[str, Any] | None:
         "cpu": nanmedian(s.cpu_local[:, ok], axis=1),
         "tokens": nanmedian(s.tokens[:, ok], axis=1),
         "step": nanmedian(s.step_s[:, ok]),
-        "n": ok.sum(),
+        "n": _steps_covered(s.steps[ok]),
         "steps": s.steps[ok],
         "slowest": np.argmax(local, axis=0),
     }
+
+
+def _steps_covered(steps: np.ndarray) -> int:
+    """Steps the records span: one rule whether a record is one step (StepMonitor, per-rank
+    [TIMING] lines) or the mean of a window of steps (PRISM's running-mean lines every N steps)."""
+    if steps.size < 2:
+        return int(steps.size)
+    width = int(np.median(np.diff(steps)))  # the first record's window too
+    return int(steps[-1] - steps[0]) + max(1, width)
 
 
 def _excess(a: np.ndarray, k: int, others: list[int]) -> float:
@@ -99,7 +109,7 @@ def detect_straggler(s: Series, cfg: DetectConfig) -> Event | None:
     the others back just the same); CPU time, where recorded, only names the cause."""
     if len(s.ranks) < 2:
         return None
-    st = _straggler_stats(s.tail(cfg.warmup_skip))
+    st = _straggler_stats(s.skip_steps(cfg.warmup_skip))
     if st is None or st["n"] < cfg.straggler_min_steps:
         return None
     excess = st["local"] - np.array([np.median(np.delete(st["local"], k)) for k in range(len(s.ranks))])

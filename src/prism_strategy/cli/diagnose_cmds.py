@@ -18,7 +18,9 @@ def analyze(
             help="Run directory or log files: our rank*.jsonl, PRISM perf.jsonl or [TIMING] logs", show_default=False
         ),
     ],
-    json_out: Annotated[bool, typer.Option("--json", help="Machine output: verdict, events, ranks, evidence")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Machine output: verdict, events, ranks, evidence, forensics")
+    ] = False,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG timeline to this file")] = None,
     log_format: Annotated[
         Optional[str],
@@ -29,10 +31,26 @@ def analyze(
             "prism-log, torchtitan-log, hang-report",
         ),
     ] = None,
+    runs: Annotated[
+        bool,
+        typer.Option(
+            "--runs",
+            help="The paths are separate runs of one scaling study: flag bimodal step times and a "
+            "backward that grew mid-run, and name the runs to rerun (exit 1 if any)",
+        ),
+    ] = False,
 ) -> None:
-    """Tell collapse, straggler, hang and input skew apart from step logs; exit 1 unless healthy."""
+    """Tell collapse, straggler, hang and input skew apart from step logs, and what grew in a
+    collapse (docs/collapse.md); exit 1 unless healthy."""
     from prism_strategy.diagnose.analyze import analyze as analyze_logs
-    from prism_strategy.report.verdict import show_verdict
+    from prism_strategy.report.verdict import show_runs, show_verdict
+
+    if runs:
+        from prism_strategy.diagnose.runs import check_runs
+
+        checks = check_runs(paths)
+        show_runs(checks, json_out=json_out)
+        raise typer.Exit(1 if any(c.rerun for c in checks) else 0)
 
     verdict = analyze_logs(paths, fmt=log_format)
     show_verdict(verdict, json_out=json_out, plot=plot)
@@ -102,15 +120,25 @@ def emit(
     script: Annotated[str, typer.Option(help="Training script each rank runs")] = "train.py",
     script_args: Annotated[Optional[list[str]], typer.Argument(help="Script arguments, after --")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an --out folder that has files")] = False,
+    framework: Annotated[
+        Optional[str],
+        typer.Option(
+            "--format",
+            help="Also write the pick in your framework: torchtitan | deepspeed | accelerate "
+            "(with --from-plan; a plan from `plan --from` keeps your config's other fields)",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable summary")] = False,
 ) -> None:
     """Write env.sh, the launcher (PBS or Slurm), torchrun.sh, strategy.toml and ds_config.json."""
-    from prism_strategy.emit.from_plan import emit_request, write_emitted
+    from prism_strategy.emit.frameworks import framework_file, write_with
+    from prism_strategy.emit.from_plan import emit_request
     from prism_strategy.report.findings import show_emit
 
+    extra = None if framework is None else framework_file(from_plan, framework, strategy)
     req, _ = emit_request(
         from_plan=from_plan,
-        strategy=strategy,
+        strategy=extra.strategy if extra else strategy,
         platform=platform,
         nodes=nodes,
         ranks_per_node=ranks_per_node,
@@ -132,7 +160,7 @@ def emit(
         script=script,
         script_args=tuple(script_args or ()),
     )
-    show_emit(*write_emitted(req, out, force=force), json_out=json_out)
+    show_emit(*write_with(req, out, extra, force=force), json_out=json_out)
 
 
 @cli_errors
@@ -143,6 +171,16 @@ def doctor(
     ] = None,
     script: Annotated[
         Optional[list[str]], typer.Option(help="Training script to check (static, not run); repeatable")
+    ] = None,
+    config: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help="Framework config to check (torchtitan TOML, DeepSpeed JSON, Accelerate YAML, "
+            "HF TrainingArguments JSON); repeatable"
+        ),
+    ] = None,
+    model: Annotated[
+        Optional[str], typer.Option(help="With --config: the model it trains, where the config names none")
     ] = None,
     platform: Annotated[Optional[str], typer.Option(help="Platform the job runs on")] = None,
     strategy: Annotated[Optional[str], typer.Option(help="Strategy the job uses")] = None,
@@ -178,6 +216,8 @@ def doctor(
         doctor_request(
             launchers=launcher or (),
             scripts=script or (),
+            configs=config or (),
+            model=model,
             platform=platform,
             strategy=strategy,
             nodes=nodes,

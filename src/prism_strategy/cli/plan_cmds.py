@@ -126,11 +126,23 @@ def plan(
             "expandable_segments:True; default: what the platform's env profile sets",
         ),
     ] = None,
+    from_config: Annotated[
+        Optional[str],
+        typer.Option(
+            "--from",
+            help="Your framework config (torchtitan TOML, DeepSpeed JSON, Accelerate YAML, "
+            "HF TrainingArguments JSON): its fields become the inputs (docs/framework_configs.md)",
+        ),
+    ] = None,
+    override: Annotated[
+        bool, typer.Option("--override", help="With --from: a flag that contradicts the config wins")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
     from prism_strategy.bench.results.curves import curves_for_platform
     from prism_strategy.diagnose.script_inputs import plan_from_command_line
+    from prism_strategy.inputs.frameworks.plan import with_config
     from prism_strategy.planning.rank_jitter import rank_jitter_from
     from prism_strategy.report.plan_table import show_plan
 
@@ -142,8 +154,9 @@ def plan(
         reduce_dtype=reduce_dtype,
         compile=compile,
     )
-    given = {k for k in inputs if ctx.get_parameter_source(k).name == "COMMANDLINE"}
-    p = plan_from_command_line(
+    flags = {k for k in ctx.params if ctx.get_parameter_source(k).name == "COMMANDLINE"}
+    given = flags & set(inputs)
+    p = with_config(from_config, override, flags, plan_from_command_line)(
         script,
         inputs,
         given,

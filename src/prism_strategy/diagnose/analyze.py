@@ -7,6 +7,12 @@ the watchdog's ``hang_report.json`` (or a recorded hang event). A run whose `Ste
 ends without a close record, and without a hang, is ``incomplete``: killed (OOM killer, SIGKILL,
 a node lost, the scheduler's walltime) or still running. Precedence when several fire:
 hang > incomplete > collapse > straggler > input_skew; all events are listed.
+
+Beside a collapse, the forensic verdict (`prism_strategy.analysis.forensics`) of what grew, from
+the records StepMonitor's capture wrote (a healthy baseline window and the collapse window): the
+table of each quantity before vs after, the classification (collective, allocator, host,
+unexplained) and the experiment that would settle it. A run killed mid-capture is analysed from
+the steps it wrote.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, Iterable, Literal
 import numpy as np
 
 from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, summarize
+from prism_strategy.analysis.forensics import analyze_forensics
 from prism_strategy.diagnose.logs import RunLog, load_run
 from prism_strategy.readers.steps import Event
 
@@ -62,6 +69,8 @@ class Verdict:
     """Steps left out of the per-rank medians (the first ones of the series)."""
     skipped: tuple[str, ...] = ()
     """What the readers left out (an earlier run in the same file, a cut last line, a stale hang report)."""
+    forensics: dict[str, Any] | None = None
+    """What grew in a collapse (`analysis.forensics`), where the capture ran."""
 
     @property
     def healthy(self) -> bool:
@@ -79,6 +88,7 @@ class Verdict:
             "evidence": self.evidence,
             "sources": list(self.sources),
             "skipped": list(self.skipped),
+            **({"forensics": self.forensics} if self.forensics is not None else {}),
         }
 
 
@@ -215,9 +225,29 @@ def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
         kind = "healthy"
         evidence = {"message": _healthy_message(series, cfg.warmup_skip), **base}
     evidence["run"] = base
+    forensics = _forensics(run, events)
     return Verdict(
-        kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip, tuple(run.skipped)
+        kind, tuple(events), ranks, evidence, tuple(run.sources), series, cfg.warmup_skip, tuple(run.skipped), forensics
     )
+
+
+def _forensics(run: RunLog, events: list[Event]) -> dict[str, Any] | None:
+    """The capture's verdict when a collapse was found (or captured online); else None."""
+    collapsed = any(e.kind == "collapse" for e in events) or any(r.get("window") == "collapse" for r in run.forensics)
+    if not collapsed:
+        return None
+    found = analyze_forensics(run.forensics, run.meta)
+    if found is not None and found.get("kind") is None:
+        found["message"] = (
+            "forensics: the run ended before the capture's collapse window (it opens at the first summary "
+            "step after the signature is seen, for 5 steps); only the healthy baseline was captured"
+        )
+    if found is None:
+        return {
+            "kind": None,
+            "message": "forensics: nothing was captured (a StepMonitor older than the capture, or forensics=None)",
+        }
+    return found
 
 
 def analyze(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.diagnose import launcher_checks, live_checks, modules, script_checks
+from prism_strategy.diagnose import framework_config_checks, launcher_checks, live_checks, modules, script_checks
 from prism_strategy.diagnose.findings import SEVERITIES, Context, Finding
 from prism_strategy.diagnose.launch_options import is_module_load
 from prism_strategy.specs.errors import SpecError
@@ -60,6 +60,10 @@ class DoctorRequest:
     """Device files a leftover process holds; () = the default /dev/dri, /dev/nvidia* set."""
     module_show: tuple[Path, ...] = ()
     """`module show` output files (or `live`: run it here): what each module load sets, exactly."""
+    configs: tuple[Path, ...] = ()
+    """Framework configs (torchtitan TOML, DeepSpeed JSON, Accelerate YAML, HF TrainingArguments JSON)."""
+    model: str | None = None
+    """The model a config runs, where it names none (its micro-batch and ZeRO-3 checks need one)."""
 
 
 def diagnose(req: DoctorRequest) -> DoctorReport:
@@ -86,13 +90,14 @@ def diagnose(req: DoctorRequest) -> DoctorReport:
         shown += modules.module_show_live(loaded)
         launchers = [launcher_checks.read_launcher(p, shown) for p in req.launchers]
     scripts = [script_checks.read_script(p) for p in req.scripts]
+    scripts += framework_config_checks.read_config_files(req.configs, req.model)
     for item in (*launchers, *scripts):
         ctx = item.refine(ctx)
     findings: list[Finding] = []
     for item in (*launchers, *scripts):
         findings += item.check(ctx)
     environment: dict[str, Any] = {}
-    if req.live or (req.live is None and not req.launchers and not req.scripts):
+    if req.live or (req.live is None and not req.launchers and not req.scripts and not req.configs):
         live = live_checks.check_live(ctx, clean=req.clean, settle_s=req.settle_s, device_globs=req.device_globs)
         findings += live.findings
         environment = live.environment
@@ -125,6 +130,7 @@ def doctor_request(
     clean: bool,
     live: bool | None,
     settle_s: float,
+    configs: tuple[str, ...] | list[str] = (),
     **given: Any,
 ) -> DoctorRequest:
     """`doctor`'s request from its command-line values (--clean implies --live); bad input raises."""
@@ -140,5 +146,6 @@ def doctor_request(
         settle_s=settle_s,
         device_globs=tuple(device_globs),
         module_show=tuple(Path(p) for p in module_show),
+        configs=tuple(Path(p) for p in configs),
         **given,
     )

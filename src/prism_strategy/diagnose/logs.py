@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from prism_strategy.readers import read_file, reader_for
+from prism_strategy.readers import collective_format, read_file, reader_for, step_monitor
 from prism_strategy.readers.steps import Event, StepTimes
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
@@ -37,6 +37,8 @@ class RunLog:
     """Ranks whose (last) run wrote a close record, with its step count."""
     sources: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    forensics: list[dict[str, Any]] = field(default_factory=list)
+    """The collapse capture's per-step records (StepMonitor folders only)."""
 
     def add(self, log: ParsedLog) -> None:
         self.records += log.records
@@ -79,6 +81,7 @@ def load_run(paths: Iterable[str | Path], fmt: str | None = None) -> RunLog:
     """Read every recognised file under the given paths (`fmt`: only that format); SpecError
     when nothing usable is found."""
     log = RunLog()
+    why_not: list[str] = []
     paths = [Path(p) for p in paths]
     if not paths:
         raise SpecError("no path given: pass a run directory or log files")
@@ -92,9 +95,21 @@ def load_run(paths: Iterable[str | Path], fmt: str | None = None) -> RunLog:
         for f in _files(path):
             reader = reader_for(f, fmt, in_folder=f != path)
             if reader is not None:
-                log.add(read_file(reader, f))
+                one = read_file(reader, f)
+                log.add(one)
+                if not one.records and getattr(reader, "NO_STEP_RECORDS", None):
+                    why_not.append(f"{f}: a {reader.FORMAT} has {reader.NO_STEP_RECORDS}")
+            elif f == path and (kind := collective_format(f)) is not None:
+                why_not.append(
+                    f"{f}: a {kind} output (one collective's time per size), not a training log; "
+                    "store it with `prism-strategy results import` (plan then uses it)"
+                )
+            if reader is step_monitor:
+                log.forensics += step_monitor.read_forensics(f)
     _drop_stale_hang_reports(log)
     if not log.records and not log.hang_reports and not log.meta:
+        if why_not:
+            raise SpecError(why_not[0])
         where = ", ".join(map(str, paths))
         raise SpecError(f"{where}: no step records found (expected rank*.jsonl, perf.jsonl or [TIMING] lines)")
     return log

@@ -1,17 +1,20 @@
 """Communication per optimizer step: price the collectives the engine says a step issues
 (engines/*: `step_collectives`, checked against real runs by `census`) on the platform's links.
 An all-reduce is priced the same whichever engine issues it; `collective_seconds` prices one
-call, `price` one kind of StepCollective. Each backend's term has the form of the algorithm
-that runs, with latency per dependent step (so it grows with the ranks a ring crosses):
+call, `price` one kind of StepCollective. The platform's backend prices a call (a registry,
+estimate/backends/: one module each, chosen by `backend`). Each backend's term has the form of
+the algorithm that runs, with latency per dependent step (so it grows with the ranks a ring crosses):
 
 - nccl (estimate/comm_nccl.py): NCCL's own cost model (src/graph/tuning.cc): per call the
   fastest of ring / tree x LL / LL128 / Simple, ring steps at the latency of the hop each
   crosses (N-1, 2(N-1) for all-reduce; 2(nodes-1) of them on the network), tree all-reduce
   with log2(nodes) network hops, bandwidth channels x per-channel speed.
-- xccl (estimate/comm_oneccl.py): oneCCL as the profile forces it: CCL_ALLREDUCE=ring is a
-  host-staged flat ring over every rank; all-gather / reduce-scatter are topology-aware
-  (scale-up in the node, then a scale-out across nodes with a per-operation and a per-peer cost).
-- gloo, and NCCL platforms without `gpu_arch`: the alpha-beta ring (Thakur et al. 2005):
+- xccl (estimate/comm_oneccl.py, docs/aurora_comm.md): oneCCL as the job's CCL environment
+  routes each op (with_ccl_env): a named non-topo algorithm (CCL_ALLREDUCE=ring) is a staged
+  flat host ring over every rank; topo is scale-up in the node (MDFI, Xe Link), a host-staged
+  scale-out across nodes by the algorithm oneCCL selects for the op and size, and scale-up back.
+- gloo, and NCCL platforms without `gpu_arch` (estimate/backends/gloo.py): the alpha-beta ring
+  (Thakur et al. 2005):
     t = overhead + steps x hop latency + factor x S x (N-1)/N / (bw x efficiency)
   flat over every rank, or hierarchical (intra-node phase, then one over the NICs).
 Groups that run at once (HSDP's replicate all-reduce: one group per shard index) share the
@@ -21,13 +24,13 @@ node's NICs in every model.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from prism_strategy.engines import StepCollective, engine_of, step_collectives
+from prism_strategy.estimate.backends import NO_CALL, Call, backend_of
 from prism_strategy.estimate.comm_measured import measured_seconds
-from prism_strategy.estimate.comm_nccl import nccl_choice, nccl_choice_by_topology, nccl_topology
-from prism_strategy.estimate.comm_oneccl import gpu_kernel_route, oneccl_seconds
+from prism_strategy.estimate.comm_nccl import nccl_choice_by_topology, nccl_topology
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import TrainingSpec
@@ -84,85 +87,31 @@ def group_geometry(group: str, layout: Layout) -> tuple[int, int, int]:
     return layout.nodes, layout.nodes, layout.ranks_per_node
 
 
-def alpha_beta_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> float:
-    """The generic ring (gloo, or a platform whose backend has no model of its own)."""
-    factor = 2 if op == "all_reduce" else 1
-    eff = p.bw_efficiency * 1e9
-    ring_intra = p.intra_ring_bw_gbps if (op == "all_reduce" and p.allreduce_algorithm == "ring") else p.intra_bw_gbps
-    t = p.collective_overhead_us * 1e-6
-    if nodes == 1:
-        return t + factor * ((ranks - 1) * p.intra_latency_us * 1e-6 + size * (ranks - 1) / ranks / (ring_intra * eff))
-    nic_total = p.nic_bw_gbps * p.nics_per_node
-    t += p.scaleout_overhead_us * 1e-6
-    if ranks == nodes:  # one rank per node (HSDP replicate groups), `concurrent` of them share the NICs
-        bw = min(p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node), nic_total / concurrent)
-        return t + factor * ((ranks - 1) * p.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * eff))
-    per_node = ranks // nodes
-    if p.scaleout_algorithm == "ring" or (op == "all_reduce" and p.allreduce_algorithm == "ring"):
-        bw = min(p.intra_ring_bw_gbps, p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node))
-        return t + factor * ((ranks - 1) * p.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * eff))
-    intra = (per_node - 1) * p.intra_latency_us * 1e-6 + size * (per_node - 1) / per_node / (p.intra_bw_gbps * eff)
-    inter = (nodes - 1) * p.inter_latency_us * 1e-6 + size * (nodes - 1) / nodes / (nic_total * eff)
-    return t + factor * (intra + inter)
-
-
 def collective_call(
     op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec
 ) -> tuple[float, str]:
     """(seconds of one call, the algorithm the backend runs for it)."""
-    return _call(op, size, ranks, nodes, concurrent, p)[:2]
+    c = _call(op, size, ranks, nodes, concurrent, p)
+    return c.seconds, c.algorithm
 
 
-def _call(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> tuple[float, str, int]:
-    """(seconds of one call, the algorithm, the SMs its kernel occupies: NCCL's channels, else 0)."""
+def _call(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
+    """The platform's backend prices the call (estimate/backends: seconds, algorithm, SMs, route)."""
     if ranks <= 1 or size <= 0:
-        return 0.0, "none", 0
-    if p.backend == "nccl" and p.gpu_arch:
-        c = nccl_choice(p, op, size, ranks, nodes, concurrent)
-        return c.seconds, c.name, c.channels
-    if p.backend == "xccl":
-        return (*oneccl_seconds(op, size, ranks, nodes, concurrent, p), 0)
-    algo = "ring" if nodes == 1 or p.scaleout_algorithm == "ring" else "hierarchical ring"
-    return alpha_beta_seconds(op, size, ranks, nodes, concurrent, p), f"{p.backend} {algo}", 0
+        return NO_CALL
+    return backend_of(p).call(op, size, ranks, nodes, concurrent, p)
 
 
 def comm_readings(p: PlatformSpec) -> dict[str, PlatformSpec]:
     """The platform as shipped, plus each reading of its comm terms the fitted records could not
-    rule out. oneCCL: a cross-node collective's fixed cost fitted at 2 nodes, where (nodes-1) = 1,
-    is either per operation (shipped) or per peer node (the same 2-node total as (nodes-1) x
-    inter_latency_us). Pricing an option under each gives the spread its node count allows."""
-    out = {"shipped": p}
-    if p.backend == "xccl" and p.scaleout_overhead_us > 0:
-        out["cross-node cost per peer node"] = replace(
-            p, scaleout_overhead_us=0.0, inter_latency_us=p.inter_latency_us + p.scaleout_overhead_us
-        )
-    return out
+    rule out (the backend's `readings`); pricing an option under each gives the spread its node
+    count allows."""
+    return backend_of(p).readings(p)
 
 
 def model_description(p: PlatformSpec) -> str:
     """Which collective model prices this platform, for provenance."""
-    if p.backend == "nccl" and p.gpu_arch:
-        scaled = ", ".join(f"{k} x{v:.3g}" for k, v in p.nccl_scale.items() if v != 1.0)
-        return (
-            f"NCCL's cost model (data/nccl_tuning.toml from NCCL src/graph/tuning.cc; {p.gpu_arch}, "
-            f"{p.nvlink_links} NVLinks, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}"
-            + (f"; fitted to measured curves: {scaled}" if scaled else "")
-            + "), estimate/comm_nccl.py"
-        )
-    if p.backend == "xccl":
-        routes = {op: gpu_kernel_route(op, p) for op in ("all_reduce", "all_gather", "reduce_scatter")}
-        how = "; ".join(
-            f"{op} " + ("topo" if gpu else f"host-staged flat ring ({why})") for op, (gpu, why) in routes.items()
-        )
-        return (
-            f"oneCCL as profiled (estimate/comm_oneccl.py): {how} "
-            f"(Xe Link {p.intra_bw_gbps:g} GB/s, then scale-out {p.scaleout_overhead_us:g} us + "
-            f"{p.inter_latency_us:g} us per peer node, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node})"
-        )
-    return (
-        f"alpha-beta ring (estimate/comm.py): intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x "
-        f"{p.nics_per_node}"
-    )
+    return backend_of(p).describe(p)
 
 
 def collective_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> float:
@@ -174,7 +123,7 @@ def collective_seconds(op: str, size: float, ranks: int, nodes: int, concurrent:
 def price(c: StepCollective, layout: Layout, p: PlatformSpec) -> CollectiveCost:
     """Seconds per step of one kind of collective: calls x the time of one call."""
     ranks, nodes, conc = group_geometry(c.group, layout)
-    one, algorithm, channels = _call(c.op, c.bytes_per_call, ranks, nodes, conc, p)
+    one, algorithm, channels, _ = _call(c.op, c.bytes_per_call, ranks, nodes, conc, p)
     hit = measured_seconds(p.measured_collectives, c.op, c.bytes_per_call, ranks, nodes, conc)
     if (
         hit is not None
@@ -201,9 +150,9 @@ LOG_BAND = math.log(1.02)
 
 
 def schedules_overlap(p: PlatformSpec) -> bool:
-    """NCCL platforms whose collectives do not hold the host: overlap comes from the engine's
-    schedule (estimate/overlap.py), not from `comm_overlap`."""
-    return p.backend == "nccl" and not p.host_blocking_collectives
+    """Whether overlap comes from the engine's schedule (estimate/overlap.py: NCCL platforms whose
+    collectives do not hold the host), not from `comm_overlap`: the backend says."""
+    return backend_of(p).schedules_overlap(p)
 
 
 def _call_seconds(
@@ -217,7 +166,7 @@ def _call_seconds(
     if p.gpu_arch:
         raw = _nccl_calls(sizes, c.op, ranks, nodes, conc, nccl_topology(p))
     else:
-        raw = _banded_calls(sizes, lambda b: _call(c.op, b, ranks, nodes, conc, p)[0])
+        raw = _banded_calls(sizes, lambda b: _call(c.op, b, ranks, nodes, conc, p).seconds)
     scale = total / (sum(raw) * (c.calls / len(sizes))) if sum(raw) > 0 else 0.0
     return tuple(x * scale for x in raw)
 

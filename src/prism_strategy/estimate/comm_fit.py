@@ -41,16 +41,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 
+from prism_strategy.estimate.backends import Term, backend_of
 from prism_strategy.estimate.calibration import platform_value, with_value
 from prism_strategy.estimate.comm import collective_seconds
-from prism_strategy.estimate.ring import bus_factor
 from prism_strategy.specs.cluster import PlatformSpec
-from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.measured import MeasuredCurve
 
 BOUND_SHARE = 0.5
@@ -67,32 +66,6 @@ STEP = 1e-3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Term:
-    name: str
-    kind: str
-    """latency or bandwidth"""
-    what: str
-
-
-NCCL_TERMS = (
-    Term(name="nccl_scale.base_latency", kind="latency", what="NCCL base latency of every call"),
-    Term(name="nccl_scale.intra_latency", kind="latency", what="NCCL NVLink/PCI hop latency"),
-    Term(name="nccl_scale.net_latency", kind="latency", what="NCCL network hop latency"),
-    Term(name="nccl_scale.intra_bw", kind="bandwidth", what="NCCL bus bandwidth inside a node"),
-    Term(name="nccl_scale.inter_bw", kind="bandwidth", what="NCCL bus bandwidth across nodes"),
-)
-RING_TERMS = (
-    Term(name="collective_overhead_us", kind="latency", what="fixed cost of every call"),
-    Term(name="scaleout_overhead_us", kind="latency", what="fixed cost of a call crossing nodes"),
-    Term(name="intra_latency_us", kind="latency", what="latency per ring step inside a node"),
-    Term(name="inter_latency_us", kind="latency", what="latency per ring step across nodes"),
-    Term(name="intra_bw_gbps", kind="bandwidth", what="link bandwidth inside a node"),
-    Term(name="intra_ring_bw_gbps", kind="bandwidth", what="flat-ring bandwidth inside a node"),
-    Term(name="nic_bw_gbps", kind="bandwidth", what="bandwidth of one NIC"),
-)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class CommPoint:
     op: str
     ranks: int
@@ -101,6 +74,11 @@ class CommPoint:
     bytes: float
     seconds: float
     curve: str
+    env: tuple[tuple[str, str], ...] | None = None
+    """The CCL / NCCL variables the point ran under, the backend's defaults for the rest (with_env
+    prices it so; () = all defaults); None = as the platform is (a curve measured under its profile)."""
+    overrides: tuple[tuple[str, Any], ...] = ()
+    """Platform values the point's placement or software stack changes (estimate/comm_rows.py)."""
 
 
 def curve_label(c: MeasuredCurve) -> str:
@@ -126,12 +104,29 @@ def value(p: PlatformSpec, name: str) -> float:
 
 def terms_of(p: PlatformSpec) -> tuple[Term, ...]:
     """The terms of the model that prices p; a term at 0 (no scale-out cost) has no factor to fit."""
-    terms = NCCL_TERMS if p.backend == "nccl" and p.gpu_arch else RING_TERMS
+    terms = backend_of(p).terms(p)
     return tuple(t for t in terms if value(p, t.name) > 0)
 
 
+def point_platform(p: PlatformSpec, x: CommPoint, cache: dict | None = None) -> PlatformSpec:
+    """p as the point ran: its environment, then its placement / stack values."""
+    if x.env is None and not x.overrides:
+        return p
+    key = (x.env, x.overrides)
+    if cache is not None and key in cache:
+        return cache[key]
+    q = backend_of(p).with_env(p, dict(x.env)) if x.env is not None else p
+    q = replace(q, **dict(x.overrides)) if x.overrides else q
+    if cache is not None:
+        cache[key] = q
+    return q
+
+
 def predict(p: PlatformSpec, pts: list[CommPoint]) -> np.ndarray:
-    return np.array([collective_seconds(x.op, x.bytes, x.ranks, x.nodes, x.concurrent, p) for x in pts])
+    cache: dict = {}
+    return np.array(
+        [collective_seconds(x.op, x.bytes, x.ranks, x.nodes, x.concurrent, point_platform(p, x, cache)) for x in pts]
+    )
 
 
 Groups = list[tuple[str, ...]]
@@ -177,7 +172,7 @@ def _residual(col: np.ndarray, basis: list[np.ndarray]) -> float:
     return float(np.linalg.norm(col - a @ coef) / np.linalg.norm(col))
 
 
-def _span(pts: list[CommPoint], idx: list[int]) -> str:
+def span(pts: list[CommPoint], idx: list[int]) -> str:
     by: dict[str, list[float]] = {}
     for i in idx:
         by.setdefault(pts[i].curve, []).append(pts[i].bytes)
@@ -227,7 +222,7 @@ def decide(p: PlatformSpec, pts: list[CommPoint]) -> tuple[list[Term], dict[str,
             else:
                 chosen.append(t)
                 basis.append(col)
-                decided[t.name] = _span(pts, idx)
+                decided[t.name] = span(pts, idx)
     return chosen, decided, held
 
 
@@ -316,7 +311,7 @@ def fit(start: PlatformSpec, pts: list[CommPoint], bounds) -> tuple[PlatformSpec
     p = _fit_on_bound_points(start, pts, groups, bounds)
     first = next((k for k, t in enumerate(chosen) if t.kind == "latency"), None)
     tied = [n for n, why in held.items() if "cannot be told apart" in why and _kind(start, n) == "latency"]
-    if first is not None and tied and _at_bound(value(p, chosen[first].name), bounds(chosen[first].name)) == "lower":
+    if first is not None and tied and at_bound(value(p, chosen[first].name), bounds(chosen[first].name)) == "lower":
         groups[first] = (chosen[first].name, *tied)
         p = _fit_on_bound_points(start, pts, groups, bounds)
         for n in tied:
@@ -331,104 +326,8 @@ def _kind(p: PlatformSpec, name: str) -> str:
     return next(t.kind for t in terms_of(p) if t.name == name)
 
 
-def _folds(pts: list[CommPoint]) -> list[tuple[str, list[int]]]:
-    """Leave-one-out folds: each rank count (group shape), then each op, when there are several."""
-    out = []
-    for what, key in (("ranks", lambda x: f"{x.nodes}x{x.ranks // x.nodes}"), ("op", lambda x: x.op)):
-        keys = sorted({key(x) for x in pts})
-        if len(keys) > 1:
-            out += [(f"{what} {k}", [i for i, x in enumerate(pts) if key(x) == k]) for k in keys]
-    return out
-
-
-def leave_one_out(start: PlatformSpec, pts: list[CommPoint], bounds) -> list[dict[str, Any]]:
-    """Per fold: refit on the rest (terms re-decided), the left-out points' median |error| %."""
-    rows = []
-    for name, out in _folds(pts):
-        rest = [x for i, x in enumerate(pts) if i not in set(out)]
-        fitted, _, _ = fit(start, rest, bounds)
-        left = [pts[i] for i in out]
-        rows.append({"left_out": name, "points": len(left), "median_abs_err_pct": median_abs(errors_pct(fitted, left))})
-    return rows
-
-
-def bus_bandwidths(p: PlatformSpec, curves: list[MeasuredCurve]) -> list[dict[str, Any]]:
-    """At each curve's largest size: nccl-tests' busbw (bytes x bus factor / seconds, its
-    doc/PERFORMANCE.md) measured and as the fitted model prices that call."""
-    out = []
-    for c in curves:
-        if c.op not in ("all_reduce", "all_gather", "reduce_scatter") or len(c.points) < 2:
-            continue
-        b, t = c.points[-1]
-        f = bus_factor(c.op, c.ranks) * b / 1e9
-        model = collective_seconds(c.op, b, c.ranks, c.nodes, c.concurrent, p)
-        out.append({"curve": curve_label(c), "bytes": b, "measured_busbw_gbps": f / t, "fitted_busbw_gbps": f / model})
-    return out
-
-
-def _at_bound(v: float, bounds: tuple[float, float]) -> str | None:
+def at_bound(v: float, bounds: tuple[float, float]) -> str | None:
     """ "lower" / "upper" when the fit stopped at a bound (data/calibration_bounds.toml): the points
     asked for more than the bound allows, so another cost is in them."""
     lo, hi = bounds
     return "lower" if v <= lo * (1 + 1e-6) else "upper" if v >= hi * (1 - 1e-6) else None
-
-
-def calibrate_comm(
-    start: PlatformSpec,
-    curves: list[MeasuredCurve] | tuple[MeasuredCurve, ...],
-    bounds: Callable[[str], tuple[float, float]],
-) -> tuple[PlatformSpec, dict[str, Any]]:
-    """Fit start's comm terms to the curves; the report: each term before / after and which points
-    decided it (or why it is held), fitted and leave-one-out errors, bus bandwidth at the largest size."""
-    pts = points_of(curves)
-    if len({x.bytes for x in pts}) < 2:
-        raise SpecError(
-            f"cannot fit {start.name}'s communication terms: the stored collective points hold one size "
-            "(latency and bandwidth need a sweep: nccl-tests -b 8 -e 8G -f 2, or commbench)"
-        )
-    fitted, decided, held = fit(start, pts, bounds)
-    if not decided:
-        raise SpecError(
-            f"cannot fit {start.name}'s communication terms: no stored point is latency- or "
-            "bandwidth-bound under the model (measure from 8 B to at least 1 GiB)"
-        )
-    before, after = errors_pct(start, pts), errors_pct(fitted, pts)
-    terms = [
-        {
-            "name": t.name,
-            "kind": t.kind,
-            "what": t.what,
-            "before": value(start, t.name),
-            "after": value(fitted, t.name),
-            "decided_by": decided.get(t.name),
-            "held": held.get(t.name),
-            "at_bound": _at_bound(value(fitted, t.name), bounds(t.name)) if t.name in decided else None,
-        }
-        for t in terms_of(start)
-    ]
-    loo = leave_one_out(start, pts, bounds)
-    between = sorted(set(range(len(pts))) - set(bound_points(fitted, pts)))
-    report = {
-        "points": len(pts),
-        "curves": sorted({x.curve for x in pts}),
-        "terms": terms,
-        "before": {"comm_median": median_abs(before)},
-        "after": {"comm_median": median_abs(after)},
-        "max_abs_err_pct": max(abs(e) for e in after),
-        "leave_one_out": loo,
-        "bus_bandwidth": bus_bandwidths(fitted, list(curves)),
-        "not_fitted": _span(pts, between) + " (between latency- and bandwidth-bound: reported, not fitted)"
-        if between
-        else "",
-    }
-    if not loo:
-        report["leave_one_out_note"] = (
-            "nothing to leave out: the rows hold one rank count and one op, so the "
-            "fit cannot be checked on a group shape it did not see"
-        )
-    return fitted, report
-
-
-def comm_median(p: PlatformSpec, curves) -> float:
-    """Median |error| % of p's model on the curves' points (calibrate's score)."""
-    return median_abs(errors_pct(p, points_of(curves)))

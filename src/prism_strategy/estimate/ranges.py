@@ -11,11 +11,15 @@ error summary in data/fits/NAME.toml; nothing is fitted at plan time. For an opt
          a platform no fit covers takes the pre-fit half-width of the fits on its device kind (the
          error of the presets' uncalibrated model before their fit; the widest of all for a
          device no fit covers, such as cpu).
-  comm = s x ln(1 + log2(N / N_max)) when N nodes exceed the largest node count N_max the fit
-         measured on that platform: s = comm_s / (comm_s + compute_s), the communication share of
-         the step's work. Communication is modelled, not measured, beyond N_max; the assumption is
-         that the model of it may be off by a factor growing with the log of the distance (x2 at
-         2 N_max, x4 at 8 N_max, x7 at 64 N_max), the way ring and tree latencies grow.
+  comm = when N nodes exceed the largest node count N_max the training fit measured on that
+         platform: where a collective fit (data/fits/<name>.toml with kind = "collectives",
+         written by benchmarks/aurora_collectives_fit.py) covers N, the sum over the step's
+         cross-node collectives of (its share of the step's work) x the collective fit's
+         leave-one-node-count-out half-width for its op and size regime (latency-bound <= 1 MiB
+         per scale-out rank, else bandwidth-bound; a group with fewer than MIN_GROUP rows takes the
+         regime's rows of every op); otherwise the blanket s x ln(1 + log2(N / N_max)), s the
+         communication share (the model may be off by a factor growing with the log of the
+         distance: x2 at 2 N_max, x4 at 8 N_max, x7 at 64 N_max, the way ring latencies grow).
   late = ln(1 + late_s / step): the late-rank term (estimate/scale_loss.py) at the top of its
          default range when the per-rank spread is unmeasured (a measured one is in the step).
   readings: each reading of the comm terms the records cannot rule out (estimate/comm.comm_readings)
@@ -64,17 +68,102 @@ def halfwidth(errors_pct: list[float], quantile: float = QUANTILE) -> float:
     return logs[min(len(logs) - 1, math.ceil(quantile * len(logs)) - 1)]
 
 
+def _fit_files() -> list[dict]:
+    folder = DATA / "fits"
+    if not folder.is_dir():
+        return []
+    return [read_toml(f) for f in sorted(folder.iterdir(), key=lambda p: p.name) if f.name.endswith(".toml")]
+
+
+MIN_GROUP = 3
+"""A collective fit's (op, regime) group with fewer rows than this takes its regime's rows of every op."""
+LATENCY_BOUND_BYTES = 2**20
+"""Per scale-out rank: at or below, a collective is latency-bound on Aurora's rows (1 MiB)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveRowError:
+    op: str
+    regime: str
+    nodes: int
+    per_node: int
+    """Ranks per node in the row's groups together (ranks per node x groups at once)."""
+    loo_err_pct: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveFit:
+    measurements: str
+    max_nodes: int
+    rows: tuple[CollectiveRowError, ...]
+
+
+@cache
+def collective_fits() -> dict[str, CollectiveFit]:
+    """Every stored collective fit summary (kind = "collectives"), keyed by platform."""
+    out = {}
+    for d in _fit_files():
+        if d.get("kind") != "collectives":
+            continue
+        rows = tuple(
+            CollectiveRowError(
+                op=r["op"],
+                regime=r["regime"],
+                nodes=int(r["nodes"]),
+                per_node=int(r["per_node"]),
+                loo_err_pct=float(r["loo_err_pct"]),
+            )
+            for r in d["row"]
+        )
+        for name, p in d.get("platform", {}).items():
+            out[name] = CollectiveFit(measurements=d["measurements"], max_nodes=int(p["max_nodes"]), rows=rows)
+    return out
+
+
+def collective_halfwidth(
+    fit: CollectiveFit, op: str, part_bytes: float, nodes: int, per_node: int
+) -> tuple[float, str]:
+    """(half-width, which rows) for one collective of `part_bytes` per scale-out rank at `nodes`
+    with `per_node` ranks per node: the rows that cover its layout (its regime and ranks per node,
+    node counts within 2x of it), else widening the match: any node count, then any layout."""
+    regime = "latency" if part_bytes <= LATENCY_BOUND_BYTES else "bandwidth"
+    picks = (
+        (
+            f"{regime} rows at {per_node} per node, {nodes // 2}-{2 * nodes} nodes",
+            lambda r: r.regime == regime and r.per_node == per_node and nodes / 2 <= r.nodes <= 2 * nodes,
+        ),
+        (f"{regime} rows at {per_node} per node", lambda r: r.regime == regime and r.per_node == per_node),
+        (f"{regime} rows", lambda r: r.regime == regime),
+        ("all rows", lambda r: True),
+    )
+    for label, keep in picks:
+        errs = [r.loo_err_pct for r in fit.rows if keep(r)]
+        if len(errs) >= MIN_GROUP:
+            return halfwidth(errs), label
+    return halfwidth([r.loo_err_pct for r in fit.rows]), "all rows"
+
+
+def collective_widening(fit: CollectiveFit, collectives, nodes: int, work_s: float, per_node: int) -> tuple[float, str]:
+    """Sum over the cross-node collectives of share x its rows' half-width, and the rows used.
+    per_node: ranks per node of the layout (a one-rank-per-node group runs that many at once)."""
+    total, used = 0.0, set()
+    for c in collectives:
+        if c.link == "intra-node" or c.seconds_per_step <= 0 or work_s <= 0:
+            continue
+        rpn = max(1, c.ranks // nodes) if c.link == "spans nodes" else 1
+        w, key = collective_halfwidth(fit, c.op, c.bytes_per_call / rpn, nodes, per_node)
+        total += c.seconds_per_step / work_s * w
+        used.add(key)
+    return total, "; ".join(sorted(used))
+
+
 @cache
 def fit_errors() -> dict[str, FitErrors]:
-    """Every stored fit summary, keyed by the platform it fitted."""
-    folder = DATA / "fits"
+    """Every stored training-run fit summary, keyed by the platform it fitted."""
     out: dict[str, FitErrors] = {}
-    if not folder.is_dir():
-        return out
-    for f in sorted(folder.iterdir(), key=lambda p: p.name):
-        if not f.name.endswith(".toml"):
+    for d in _fit_files():
+        if d.get("kind") == "collectives":
             continue
-        d = read_toml(f)
         for name, p in d.get("platform", {}).items():
             out[name] = FitErrors(
                 measurements=d["measurements"],
@@ -141,18 +230,22 @@ class PredictionRange:
         return [k for k, v in sorted(self.terms.items(), key=lambda kv: -kv[1]) if v >= 0.25 * total]
 
     def with_readings(self, step_s: float, readings_s: dict[str, float]) -> "PredictionRange":
-        """The slow side reaching every reading's step x e^base (the readings the fit cannot rule out)."""
+        """The range reaching every reading's step x e^(+-base) (the readings the fits cannot rule
+        out): the slowest on the slow side, the fastest on the fast side."""
         far = max(readings_s.values(), default=step_s)
+        near = min(readings_s.values(), default=step_s)
         w = math.log(far / step_s) if far > step_s > 0 else 0.0
-        if w + self.fast <= self.slow:
+        f = math.log(step_s / near) if 0 < near < step_s else 0.0
+        if w + self.fast <= self.slow and f == 0:
             return self
-        terms = self.terms | {READINGS: w}
+        slow = max(self.slow, self.fast + w)
+        terms = self.terms | ({READINGS: w} if self.fast + w > self.slow else {})
         return PredictionRange(
-            fast=self.fast,
-            slow=self.fast + w,
+            fast=self.fast + f,
+            slow=slow,
             terms=terms,
-            basis=self.basis + f"; the slowest reading of the cross-node cost the fit cannot rule out "
-            f"is x{math.exp(w):.2f} the step (provenance.communication_beyond_fit): inside the range",
+            basis=self.basis + f"; the readings of the comm terms the fits cannot rule out span x{math.exp(-f):.2f}-"
+            f"x{math.exp(w):.2f} the step (provenance.communication_beyond_fit): inside the range",
         )
 
 
@@ -188,13 +281,24 @@ def prediction_range(
     late_s: float = 0.0,
     step_s: float = 0.0,
     late_basis: str = "",
+    collectives: tuple = (),
 ) -> PredictionRange:
     """late_s: the late-rank seconds the slow side takes (estimate/scale_loss.LateRanks.slow_seconds),
-    against the predicted step_s."""
+    against the predicted step_s; collectives: the option's priced collectives (estimate/comm.py
+    CollectiveCost), for the collective fit's per-regime widening."""
     share = comm_s / (comm_s + compute_s) if comm_s + compute_s > 0 else 0.0
     base, max_nodes, why = _base(platform)
     terms = {}
-    if (comm := comm_widening(nodes, max_nodes, share)) > 0:
+    coll = collective_fits().get(platform.fit_platform or platform.name)
+    if nodes > max_nodes and coll is not None and nodes <= coll.max_nodes and collectives:
+        per_node = next((c.ranks // nodes for c in collectives if c.link == "spans nodes"), platform.devices_per_node)
+        terms[COMM], groups = collective_widening(coll, collectives, nodes, comm_s + compute_s, per_node)
+        why += (
+            f"; slower side: {nodes} nodes beyond the {max_nodes} the step fit measured, each cross-node collective "
+            f"widened by its share x the {coll.measurements} leave-one-node-count-out error ({groups}; "
+            f"x{math.exp(terms[COMM]):.2f})"
+        )
+    elif (comm := comm_widening(nodes, max_nodes, share)) > 0:
         terms[COMM] = comm
         why += (
             f"; slower side: {nodes} nodes beyond the {max_nodes} measured, communication {share:.0%} of the work "

@@ -74,6 +74,8 @@ class Plan:
     sweep: list[dict[str, Any]] = field(default_factory=list)
     script: dict[str, Any] | None = None
     """`plan --script`: what was read from the script, per input (diagnose/script_inputs.py)."""
+    config: dict[str, Any] | None = None
+    """`plan --from`: the framework config's fields, used or ignored (inputs/frameworks/plan.py)."""
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.strategy == name)

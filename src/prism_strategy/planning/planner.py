@@ -209,6 +209,7 @@ def _set_range(o: Option, platform: PlatformSpec, nodes: int) -> None:
         late_s=late.slow_seconds if late else 0.0,
         step_s=o.step_time_s,
         late_basis=late.basis if late and late.slow_seconds > 0 else "",
+        collectives=o.comm.collectives if o.comm else (),
     )
     r = r.with_readings(o.step_time_s, o.step_time_s_readings)
     o.range = r

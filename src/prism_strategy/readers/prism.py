@@ -318,7 +318,8 @@ def _recognised(line: str) -> bool:
 class _Points:
     """What the [TIMING] lines of one file gave, by kind."""
 
-    running: list[tuple[int, str, list[float]]]
+    running: dict[int, list[tuple[int, str, list[float]]]]
+    """Running-mean points per rank (PRISM logs them on rank 0; a per-rank log on every rank)."""
     per_50: list[tuple[int, str, list[float]]]
     counted: bool = False
     rank: int | None = None
@@ -339,7 +340,8 @@ def _timing_line(
     if t.window is not None:
         pts.per_50.append((t.window, where, _four(t, where)))
     elif t.step is None and pending is not None:
-        pts.running.append((pending, where, _four(t, where)))
+        rank = default_rank if t.rank is None else t.rank
+        pts.running.setdefault(rank, []).append((pending, where, _four(t, where)))
         return None
     elif t.step is None and NATIVE.search(seg):
         raise SpecError(
@@ -380,10 +382,10 @@ def read(path: Path, timing: str = "auto") -> ParsedLog:
     """A text log with [TIMING] lines (PRISM's, or per-rank ones); `timing`: how PRISM's per-log
     lines average (auto, running, interval: `timing_windows`)."""
     log = ParsedLog(format=FORMAT, files=[path])
-    pts = _Points([], [])
+    pts = _Points({}, [])
     counters: dict[int, int] = {}
     default_rank = rank_from_path(path) or 0
-    pending: int | None = None
+    pending: dict[int, int] = {}  # per rank: the 'Step N: Loss' step its next [TIMING] line belongs to
     for i, line, ended in log_lines(path):
         if not ended:
             if _recognised(line):
@@ -397,18 +399,36 @@ def read(path: Path, timing: str = "auto") -> ParsedLog:
             _checked(seg, path, i)
             _scenario_line(seg, where, log)
             if m := STEP.search(seg):
-                pending = int(m.group(1))
+                pending[_rank_of(seg, default_rank)] = int(m.group(1))
             elif (t := parse_timing(seg, path, i)) is not None and any(math.isfinite(v) for v in t.phases()):
-                pending = _timing_line(t, seg, where, pending, pts, counters, default_rank, log)
+                rank = default_rank if t.rank is None else t.rank
+                left = _timing_line(t, seg, where, pending.pop(rank, None), pts, counters, default_rank, log)
+                if left is not None:
+                    pending[rank] = left
             else:
                 _other_line(seg, where, log)
     _windows(log, pts, timing, default_rank)
     return log
 
 
+def _rank_of(seg: str, default_rank: int) -> int:
+    m = RANK.search(seg)
+    return int(m.group(1) or m.group(2)) if m and int(m.group(1) or m.group(2)) < MAX_INDEX else default_rank
+
+
 def _windows(log: ParsedLog, pts: _Points, timing_mode: str, default_rank: int) -> None:
     if pts.running:
-        log.windows = timing_windows(pts.running, timing_mode, log)
+        per_rank = {r: timing_windows(points, timing_mode, log) for r, points in sorted(pts.running.items())}
+        log.notes[:] = list(dict.fromkeys(log.notes))  # one note for all ranks
+        first = min(per_rank)
+        log.windows = per_rank[first]
+        if len(per_rank) > 1:  # every rank logged its own: records from each, windows (import) from one
+            log.notes.append(f"running-mean [TIMING] lines from {len(per_rank)} ranks; windows from rank {first}")
+            for r, windows in per_rank.items():
+                for w in windows:
+                    phases = (w.phases.get(p, math.nan) for p in PHASES)
+                    log.record(StepTimes(w.last_step, r, w.step_s, *phases), w.where)
+            return
     elif pts.per_50:
         log.windows = [
             Window(last_step=s, steps=s - window_start(s), where=w, step_s=sum(v), phases=dict(zip(PHASES, v)))

@@ -2,7 +2,8 @@
 
 Lines with ``kind``: ``meta`` (rank, world_size, host, device, torch, t0, cpus), ``step`` (step,
 step_s, phases, cpu, samples, tokens, peak_mem_bytes), ``event`` (a finding made online), ``close``
-(steps) and ``summary`` (not needed). A file that restarts (a second meta line) keeps only its
+(steps), ``summary`` (not needed), and the collapse forensics' ``forensic_window`` / ``forensic``
+records (`read_forensics`; analysed by `prism_strategy.analysis.forensics`). A file that restarts (a second meta line) keeps only its
 last run. ``peak_mem_bytes`` is the allocator's ``max_memory_allocated`` on an accelerator (peak
 allocated) and the process max RSS on CPU. One file is one rank (`read`); a run is its folder
 (`read_folder`), whose windows are the steps every rank logged (`training_log.step_windows`).
@@ -119,6 +120,23 @@ def _scenario(log: ParsedLog, meta: dict[str, Any], extras: list[Any]) -> None:
         log.state("samples_per_rank_step", int(samples), where)
         if tokens:
             log.state("seq_len", int(tokens // samples), where)
+
+
+def read_forensics(path: Path) -> list[dict[str, Any]]:
+    """The ``forensic`` step records of the file's last run (a cut last line left out)."""
+    scratch = ParsedLog(format=FORMAT, files=[path])
+    out: list[dict[str, Any]] = []
+    for i, obj in json_lines(path, scratch):
+        kind, where = obj.get("kind"), f"{path}:{i}"
+        if kind == "meta":
+            out.clear()
+        elif kind == "forensic":
+            if not isinstance(obj.get("window"), str) or not isinstance(obj.get("collectives", []), list):
+                raise SpecError(f"{where}: forensic record needs a 'window' name and a 'collectives' list")
+            index(obj.get("step"), where, "step")
+            index(obj.get("rank"), where, "rank")
+            out.append(obj)
+    return out
 
 
 def read_folder(folder: Path) -> ParsedLog:

@@ -24,6 +24,12 @@ from prism_strategy.readers.training_log import TEXT_SUFFIXES, ParsedLog, Window
 from prism_strategy.specs.errors import SpecError
 
 FORMAT = "torchtitan-log"
+NO_STEP_RECORDS = (
+    "rank 0's tokens/s per logging window, no per-rank phase times (data, forward, backward, optimizer), "
+    "which `analyze` needs to tell a collapse, a straggler or a hang apart; store its windows with "
+    "`prism-strategy results import`, or time the run with StepMonitor (docs/collapse.md)"
+)
+"""Why `analyze` cannot judge a torchtitan log (what it says instead of 'no step records')."""
 SUFFIXES = TEXT_SUFFIXES
 GiB = 2.0**30
 _N = r"(-?[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?\d+)?|nan|inf)"

@@ -59,6 +59,7 @@ def option_dict(o: Option) -> dict[str, Any]:
 def plan_dict(p: Plan) -> dict[str, Any]:
     """The pinned JSON shape of `prism-strategy plan --json`."""
     inputs = p.scenario.inputs() | ({"script": p.script} if p.script is not None else {})
+    inputs |= {"config": p.config} if p.config is not None else {}
     return {
         "inputs": inputs,
         "options": [option_dict(o) for o in p.options],

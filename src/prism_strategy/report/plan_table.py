@@ -239,6 +239,11 @@ def print_plan(p: Plan, console: Console | None = None) -> None:
 
         c.print()
         c.print(Text("\n".join(script_lines(p.script, option_verdicts(p.options)))))
+    if p.config is not None:
+        from prism_strategy.inputs.frameworks.plan import config_lines
+
+        c.print()
+        c.print(Text("\n".join(config_lines(p.config))))
 
 
 def measured_comm_lines(p: Plan) -> list[str]:

@@ -195,6 +195,45 @@ def _collapse_table(e: Event) -> Table:
     return t
 
 
+def _fmt_q(x: Any, unit: str) -> str:
+    if not isinstance(x, (int, float)):
+        return "-"
+    if unit == "s":
+        return fmt_s(x)
+    return f"{x / 2**30:.2f} GiB" if unit == "bytes" else f"{x:,.0f}"
+
+
+def _forensic_table(fx: dict[str, Any]) -> Table:
+    """Each quantity, median over ranks and captured steps, before vs after; where it grew."""
+    wins = fx.get("windows") or {}
+    span = "; ".join(f"{w} steps {a}-{b}" for w, (a, b, _) in wins.items())
+    t = Table(title=f"forensics: per step, median over ranks ({span})", width=WIDTH)
+    for col, just in (("quantity", "left"), ("phase", "left"), ("before", "right"), ("after", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
+    t.add_column("x", justify="right")
+    t.add_column("grew on ranks", overflow="fold", ratio=1)
+    grew = {(g.get("op") or g.get("name"), g.get("phase")): g for g in fx.get("grew") or ()}
+    for row in fx.get("table") or ():
+        name, unit = row.get("op") or row.get("name"), row.get("unit", "s")
+        b, a = row.get("before"), row.get("after")
+        ratio = f"{a / b:.1f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0 else "-"
+        g = grew.get((name, row.get("phase")))
+        on = rank_ranges(g["ranks"]) + f" ({_fmt_q(g['before'], unit)} -> {_fmt_q(g['after'], unit)})" if g else ""
+        t.add_row(
+            name, row.get("phase") or "-", _fmt_q(b, unit), _fmt_q(a, unit), ratio, on, style="red" if g else None
+        )
+    return t
+
+
+def _render_forensics(fx: dict[str, Any], console: Console, width: int) -> None:
+    kind = fx.get("kind")
+    console.print(_wrap(str(fx.get("message", "")), width, "", "  "), markup=False, soft_wrap=True)
+    if fx.get("table"):
+        console.print(_forensic_table(fx))
+    if fx.get("experiment") and kind is not None:
+        console.print(_wrap(f"to settle it: {fx['experiment']}", width, "", "  "), markup=False, soft_wrap=True)
+
+
 def _rank_rows(v: Verdict) -> list[int]:
     ranks = sorted(v.ranks)
     if len(ranks) <= MAX_RANK_ROWS:
@@ -268,6 +307,8 @@ def render_verdict(v: Verdict, console: Console | None = None) -> None:
     collapse = next((e for e in v.events if e.kind == "collapse" and e.evidence.get("per_rank")), None)
     if collapse is not None:
         console.print(_collapse_table(collapse))
+    if v.forensics is not None:
+        _render_forensics(v.forensics, console, width)
     if v.ranks:
         console.print(_ranks_table(v))
     if v.sources:
@@ -275,6 +316,48 @@ def render_verdict(v: Verdict, console: Console | None = None) -> None:
         console.print(f"read: {', '.join(v.sources[:4])}{more}", style="dim", markup=False)
     for line in v.skipped:
         console.print(_wrap(f"left out: {line}", width, "", "  "), style="dim", markup=False, soft_wrap=True)
+
+
+def _flag_words(flags: dict[str, dict[str, Any]]) -> str:
+    words = []
+    if b := flags.get("bimodal"):
+        words.append(
+            f"bimodal: {fmt_s(b['fast_s'])} x {b['fast_share']:.0%} and {fmt_s(b['slow_s'])} x "
+            f"{b['slow_share']:.0%} of steps (Ashman D {b['ashman_d']})"
+        )
+    if g := flags.get("backward_grew"):
+        if g.get("by") == "collapse detector":
+            words.append(
+                f"backward grew {fmt_s(g['before_s'])} -> {fmt_s(g['after_s'])} from step {g['from_step']} (collapse)"
+            )
+        else:
+            words.append(
+                f"backward grew {fmt_s(g['first_third_s'])} -> {fmt_s(g['last_third_s'])} (first vs last third)"
+            )
+    return "; ".join(words) or "steady"
+
+
+def show_runs(checks: list, *, json_out: bool = False) -> None:
+    """What `analyze --runs` prints: each run, its flags, and the runs to rerun."""
+    rerun = [c.path for c in checks if c.rerun]
+    if json_out:
+        print(json.dumps({"runs": [c.to_dict() for c in checks], "rerun": rerun}, indent=2, default=str))
+        return
+    console = Console(width=WIDTH, highlight=False)
+    t = Table(title="runs of one study: check each before comparing their points", width=WIDTH)
+    for col, just in (("run", "left"), ("steps", "right"), ("step", "right"), ("verdict", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    t.add_column("flags", overflow="fold", ratio=1)
+    for c in checks:
+        t.add_row(
+            c.path, str(c.steps), fmt_s(c.step_s), c.verdict, _flag_words(c.flags), style="red" if c.rerun else None
+        )
+    console.print(t)
+    if rerun:
+        msg = f"rerun before comparing: {', '.join(rerun)} (their step times are not one steady value)"
+    else:
+        msg = "every run is steady: its points can be compared"
+    console.print(_wrap(msg, WIDTH, "", "  "), markup=False, soft_wrap=True)
 
 
 def show_verdict(v: Verdict, *, json_out: bool = False, plot: str | None = None) -> None:

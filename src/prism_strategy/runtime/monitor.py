@@ -29,6 +29,8 @@ Output, one JSONL file per rank, ``OUT/rank{R}.jsonl``; every line has a ``kind`
      "samples":8,"tokens":1024,"peak_mem_bytes":...}
     {"kind":"summary","step":10,"fastest_rank":1,"slowest_rank":2,"straggler_ratio":1.04,...}
     {"kind":"event","event":"collapse","step":23,"ranks":[0,1,2,3],"evidence":{...},...}
+    {"kind":"forensic_window","window":"baseline"|"collapse","from_step":3,"steps":5,"env":{..},...}
+    {"kind":"forensic","window":"collapse","step":30,"collectives":[...],"gc":{..},"allocator":{..},...}
     {"kind":"close","rank":0,"steps":40}
 
 Every record is written through at once (line-buffered), so a killed run leaves its last steps;
@@ -41,6 +43,14 @@ and slowest rank, straggler ratio) and runs the detectors of `prism_strategy.ana
 (collapse, straggler, input skew; the compute-vs-wait method is documented there). Without a
 process group it detects from the local rank only. Ranks must call `step()` the same number of
 times (as DDP requires anyway); a rank that does not join a gather is caught by the watchdog.
+
+Collapse forensics (``forensics=ForensicsConfig()``, the default; None turns it off): K steps of
+a cheap capture (`prism_strategy.runtime.forensics`: per-collective host time, GC pauses, host
+CPU and run-queue wait per phase, the allocator, the CCL/NCCL environment) right after the
+warm-up skip (the healthy baseline), and again from the sync step at which the collapse
+signature is first seen. Every rank runs the collapse detector on the same gathered rows, so all
+ranks open the window at the same step without a message. `analyze` compares the two windows
+(docs/collapse.md).
 
 Hang: see `prism_strategy.runtime.watchdog` (`HANG_EXIT_CODE`, ``hang_report.json``).
 """
@@ -62,60 +72,15 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, summarize
+from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, detect_collapse, summarize
 from prism_strategy.readers.steps import FIELDS, Event, step_times
+from prism_strategy.runtime.forensics import Capture, ForensicsConfig
+from prism_strategy.runtime.monitor_state import _cpus, _History, _identity, _placement
 from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
 
-__all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event"]
+__all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event", "ForensicsConfig"]
 
 log = logging.getLogger("prism_strategy.monitor")
-
-
-def _identity(ctx: Any) -> tuple[int, int, torch.device]:
-    """rank, world size and device from ctx, else the process group, else the launcher env."""
-    device = getattr(ctx, "device", None) if ctx is not None else None
-    if ctx is not None:
-        rank, world = int(ctx.rank), int(ctx.world_size)
-    elif torch.distributed.is_available() and torch.distributed.is_initialized():
-        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    else:
-        env = os.environ
-        rank = int(env.get("RANK", env.get("PMI_RANK", env.get("PALS_RANKID", "0"))))
-        world = int(env.get("WORLD_SIZE", env.get("PMI_SIZE", "1")))
-    return rank, world, torch.device(device) if device is not None else torch.device("cpu")
-
-
-def _cpus() -> int:
-    """CPUs this process may run on (what an oversubscribed host is measured against)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-class _History:
-    """Gathered rows: the first `keep_first` steps (the baseline) and the last `keep_last`."""
-
-    def __init__(self, keep_first: int, keep_last: int) -> None:
-        self.keep_first, self.keep_last = keep_first, keep_last
-        self.first: np.ndarray | None = None
-        self.recent: deque[np.ndarray] = deque()
-
-    def add(self, block: np.ndarray) -> None:
-        n_first = 0 if self.first is None else self.first.shape[1]
-        take = max(0, min(self.keep_first - n_first, block.shape[1]))
-        if take:
-            head = block[:, :take]
-            self.first = head if self.first is None else np.concatenate([self.first, head], axis=1)
-            block = block[:, take:]
-        if block.shape[1]:
-            self.recent.append(block)
-        while self.recent and sum(b.shape[1] for b in self.recent) - self.recent[0].shape[1] >= self.keep_last:
-            self.recent.popleft()
-
-    def series(self, ranks: tuple[int, ...]) -> Series:
-        parts = ([self.first] if self.first is not None else []) + list(self.recent)
-        return Series.from_block(ranks, np.concatenate(parts, axis=1))
 
 
 class _Phase:
@@ -126,6 +91,8 @@ class _Phase:
 
     def __enter__(self) -> _Phase:
         self.mon.progress.mark(self.name)
+        if self.mon._fx_live:
+            self.mon._fx.phase_enter(self.name)
         self.ev0 = self.mon._event()
         self.c0 = time.process_time() if self.mon._cpu is not None else 0.0
         self.t0 = time.perf_counter()
@@ -139,6 +106,8 @@ class _Phase:
             mon._cpu[self.name] = mon._cpu.get(self.name, 0.0) + time.process_time() - self.c0
         if self.ev0 is not None:
             mon._dev.append((self.name, self.ev0, mon._event()))
+        if mon._fx_live:
+            mon._fx.phase_exit(self.name)
         mon.progress.mark("step")
 
 
@@ -168,6 +137,7 @@ class StepMonitor:
     data loader is a hang): wrap evaluation or checkpointing in ``with mon.paused():`` and call
     `close()` (or use ``with StepMonitor(...) as mon``) when the loop ends. Files are appended
     to, so a restart into the same folder adds a run; `analyze` reads the last one.
+    ``forensics``: the collapse capture's window length and baseline step (None: no capture).
     """
 
     def __init__(
@@ -182,6 +152,7 @@ class StepMonitor:
         backstop: bool = True,
         exit_fn: Callable[[int], None] = os._exit,
         event_factory: Callable[[], Any] | None = None,
+        forensics: ForensicsConfig | None = ForensicsConfig(),
     ) -> None:
         self.out_dir, self.ctx = Path(out_dir), ctx
         self.hang_timeout_s, self.summary_every = hang_timeout_s, max(1, int(summary_every))
@@ -193,6 +164,9 @@ class StepMonitor:
         self._started = self._closed = False
         self._fh = None
         self._watchdog: Watchdog | None = None
+        self.forensics = forensics
+        self._fx: Capture | None = None
+        self._fx_live = False
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> StepMonitor:
@@ -234,9 +208,11 @@ class StepMonitor:
                 "gather": self._dist,
                 "torch": torch.__version__,
                 "format": 1,
+                **_placement(self.ctx),
             }
         )
         self._fh.flush()
+        self._start_capture()
         if self.hang_timeout_s:
             self._watchdog = Watchdog(
                 self.out_dir,
@@ -252,10 +228,22 @@ class StepMonitor:
         self._started = True
         return self
 
+    def _start_capture(self) -> None:
+        """The collapse capture, armed for the healthy baseline right after the warm-up skip."""
+        if self.forensics is None:
+            return
+        self._fx = Capture(
+            self.forensics, rank=self.rank, device=self.device, progress=self.progress, write=self._write_flush
+        )
+        first = self.forensics.baseline_step
+        self._fx.arm("baseline", self.detect.warmup_skip if first is None else first, {"why": "healthy baseline"})
+
     def close(self) -> None:
         if not self._started or self._closed:
             return
         self._closed = True
+        if self._fx is not None:
+            self._fx.close()
         self._drain(block=True)
         self.progress.active = False
         if self._watchdog is not None:
@@ -273,6 +261,11 @@ class StepMonitor:
     def path(self) -> Path:
         rank = self.rank if self._started else _identity(self.ctx)[0]
         return self.out_dir / f"rank{rank}.jsonl"
+
+    @property
+    def capture_window(self) -> str | None:
+        """The forensic window open now ("baseline", "collapse") or None."""
+        return self._fx.window if self._fx is not None else None
 
     # -- the loop API ----------------------------------------------------------------------
     def step(self, *, samples: int | None = None, tokens: int | None = None) -> _Step:
@@ -312,6 +305,7 @@ class StepMonitor:
             c = time.process_time()
             self._cpu = {} if self._c_prev_end is None else {"data": c - self._c_prev_end}
         self._dev: list[tuple[str, Any, Any]] = []
+        self._fx_live = self._fx is not None and self._fx.begin_step(self._step_i)
         self.progress.active = True
         self.progress.mark("step", self._step_i)
 
@@ -336,6 +330,11 @@ class StepMonitor:
         if exc_type is not None:
             rec["error"] = getattr(exc_type, "__name__", str(exc_type))
         self._t_prev_end = t1
+        if self._fx_live:
+            self._fx_live = False
+            self._fx.end_step()
+            self._monitor_s += time.perf_counter() - t1
+            self._t_prev_end = t1 + self._monitor_s
         self._step_i += 1
         self.progress.mark("data", self._step_i)
         self._pending.append((rec, self._gap, self._ev_step0, self._event(), self._dev))
@@ -380,6 +379,10 @@ class StepMonitor:
     def _write(self, rec: dict[str, Any]) -> None:
         self._fh.write(json.dumps(rec, separators=(",", ":"), default=str) + "\n")
 
+    def _write_flush(self, rec: dict[str, Any]) -> None:
+        self._write(rec)
+        self._fh.flush()
+
     def _sync_window(self) -> None:
         """Every K steps: gather the window, summarise and detect on rank 0, flush."""
         self._drain(block=True)
@@ -395,9 +398,21 @@ class StepMonitor:
             self.progress.mark("data")
         else:
             gathered, ranks = block[None], (self.rank,)
+        self._history.add(gathered)
         if self.rank == 0 or not self._dist:
             self._analyse(gathered, ranks)
+        self._maybe_trigger(ranks)
         self._fh.flush()
+
+    def _maybe_trigger(self, ranks: tuple[int, ...]) -> None:
+        """Every rank sees the same gathered rows, so every rank decides alike, with no message."""
+        fx = self._fx
+        if fx is None or any(w == "collapse" for w, _ in fx.windows) or fx.window is not None:
+            return
+        ev = detect_collapse(self._history.series(ranks), self.detect)
+        if ev is not None:
+            reason = {"why": "collapse signature", "collapse_from_step": ev.step, "detected_at_step": self._step_i}
+            fx.arm("collapse", self._step_i, reason)
 
     def _all_gather(self, block: np.ndarray) -> np.ndarray:
         dist = torch.distributed
@@ -408,7 +423,6 @@ class StepMonitor:
         return torch.stack(out).cpu().double().numpy()
 
     def _analyse(self, gathered: np.ndarray, ranks: tuple[int, ...]) -> None:
-        self._history.add(gathered)
         window = Series.from_block(ranks, gathered)
         if window.steps.size:
             summ = summarize(window)

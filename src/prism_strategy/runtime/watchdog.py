@@ -209,8 +209,7 @@ class Watchdog:
                     self.timeout_s + self.grace_s + 30, repeat=False, file=self._backstop_file, exit=True
                 )
             self._heartbeat()
-            p = self.progress
-            if p.active and not p.paused and time.monotonic() - p.last_mono > self.timeout_s:
+            if self.hung(time.monotonic()):
                 try:
                     self.fire()
                 except Exception:  # noqa: BLE001 - a failed report must not leave the job hung
@@ -218,6 +217,12 @@ class Watchdog:
                     self._drop_backstop()
                     self.exit_fn(HANG_EXIT_CODE)
                 return
+
+    def hung(self, now: float) -> bool:
+        """No progress for longer than the timeout at monotonic time `now` (paused time does not count:
+        leaving `StepMonitor.paused()` marks progress)."""
+        p = self.progress
+        return p.active and not p.paused and now - p.last_mono > self.timeout_s
 
     def _heartbeat(self, force: bool = False) -> None:
         p = self.progress

@@ -81,6 +81,35 @@ class PlatformSpec:
     ccl_algorithms: dict[str, str] = field(default_factory=dict)
     """oneCCL algorithms the env profile names, by variable (CCL_ALLGATHER, CCL_ALLGATHERV,
     CCL_REDUCE_SCATTER): any but `topo` routes that collective to the host-staged path."""
+    ccl_scaleout: dict[str, str] = field(default_factory=dict)
+    """oneCCL's scale-out algorithm per op as CCL_<OP>_SCALEOUT names it (keys all_reduce,
+    all_gather, reduce_scatter; values as oneCCL reads them: "rabenseifner" or size-ranged
+    "direct:0-1048576;rabenseifner:1048577-max"); absent = oneCCL's default scale-out table
+    (estimate/comm_oneccl.py scaleout_choice)."""
+    ccl_transport: Literal["ofi", "mpi"] = "ofi"
+    """CCL_ATL_TRANSPORT: `direct` scale-out needs MPI (selector_allreduce.cpp can_use)."""
+    ccl_gpu_rdma: bool = False
+    """CCL_ATL_HMEM=1 (and a transport that takes GPU memory): the scale-out runs on device buffers,
+    no host staging (coll_util.cpp add_scaleout); oneCCL's default is 0 (env.cpp)."""
+    ccl_topo_min_ppn: int = 1
+    """Ranks per node below which a multi-node collective does not take oneCCL's topo path but the
+    flat host ring (platform [sources] says why)."""
+    ccl_host_staging: Literal["scale-out part", "whole buffer"] = "scale-out part"
+    """Bytes a multi-node topo collective stages through the host: the scale-out part (1/ranks per
+    node, as add_scaleout in oneCCL 2021.14) or, for all-reduce, the whole buffer (a reading of
+    measured rows)."""
+    mdfi_bw_gbps: float = 0.0
+    """Tile-to-tile bandwidth inside one GPU card (MDFI), one way; 0 = one rank per card."""
+    host_copy_gbps: float = 0.0
+    """Device-to-host (and back) copy bandwidth of one rank (PCIe); 0 = staging not priced."""
+    host_copy_node_gbps: float = 0.0
+    """The node's total device-to-host copy bandwidth, shared by the ranks staging at once."""
+    scaleout_rank_bw_gbps: float = 0.0
+    """Host-buffer network bandwidth one rank reaches (MPI / OFI injection per rank); 0 = the NICs'."""
+    host_ring_node_gbps: float = 0.0
+    """What a node's ranks together move through a flat host ring (copies and CPU reduction on the
+    node's host); each rank's share bounds it beside intra_ring_bw_gbps; 0 = no node limit."""
+    """Host-buffer network bandwidth one rank reaches (MPI / OFI injection per rank); 0 = the NICs'."""
     scaleout_overhead_us: float = 0.0
     """Extra fixed cost of each collective that crosses nodes (proxy / progress threads)."""
     intra_latency_us: float
@@ -172,6 +201,17 @@ class PlatformSpec:
                 f"platform {self.name!r}: rank_jitter must be in [0, 1) (std / mean of one rank's work "
                 f"between synchronisations, e.g. 0.02), got {self.rank_jitter}"
             )
+        for f in (
+            "mdfi_bw_gbps",
+            "host_copy_gbps",
+            "host_copy_node_gbps",
+            "scaleout_rank_bw_gbps",
+            "host_ring_node_gbps",
+        ):
+            if getattr(self, f) < 0:
+                raise SpecError(f"platform {self.name!r}: {f} must be >= 0 (0 = not modelled), got {getattr(self, f)}")
+        if self.ccl_topo_min_ppn < 1:
+            raise SpecError(f"platform {self.name!r}: ccl_topo_min_ppn must be >= 1, got {self.ccl_topo_min_ppn}")
         if self.ccl_worker_count < 1:
             raise SpecError(f"platform {self.name!r}: ccl_worker_count must be >= 1, got {self.ccl_worker_count}")
         if self.sm_count < 0:

@@ -28,7 +28,7 @@ import numpy as np
 
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result
-from prism_strategy.estimate import comm_fit
+from prism_strategy.estimate import comm_fit, comm_fit_report
 from prism_strategy.estimate.calibration import with_value
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
@@ -436,6 +436,20 @@ def _comm_only(replaced: PlatformSpec, stored: list[Result], curves) -> tuple[Pl
     return replaced, report, fp
 
 
+def shipped_collective_points(platform: str) -> list[Any]:
+    """The published collective rows shipped for this platform (data/measurements/*.toml with
+    [[row]] tables, estimate/comm_rows.py) as comm-fit points: `--fit comm` fits them with the
+    store's curves."""
+    from prism_strategy.estimate.comm_rows import collective_row_files, load_rows, row_points
+
+    out: list[Any] = []
+    for name in collective_row_files():
+        head, rows = load_rows(name)
+        if head.get("platform") == platform:
+            out += row_points(rows)
+    return out
+
+
 def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "all") -> dict[str, Any]:
     """`prism-strategy calibrate`: fit, write the calibration file, return the report. A platform
     with published records (data/measurements) fits the step-time terms to them and to every
@@ -456,10 +470,11 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     store = Store(db)
     stored, names = store.query(platform=base.name), published_for(base.name)
     curves = load_curves(store, base.name) if fit != "steps" else ()
-    if fit == "comm" and not curves:
+    rows = shipped_collective_points(base.name) if fit == "comm" else []
+    if fit == "comm" and not curves and not rows:
         raise SpecError(
-            f"--fit comm: the store holds no collective curves for {base.name}; import a log with "
-            "`prism-strategy results import FILE --format nccl-tests` or run `prism-strategy commbench`"
+            f"--fit comm: the store holds no collective curves for {base.name} and none are shipped; import a log "
+            "with `prism-strategy results import FILE --format nccl-tests` or run `prism-strategy commbench`"
         )
     path = Path(out) if out else default_calibration_dir() / f"{base.name}.toml"
     replaced, label = replaced_platform(base, path)
@@ -469,11 +484,17 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     if "too_few_rows" in report:  # a fit the rows cannot decide: a finding, nothing written
         refused = {"written": False, "refused": f"not written: {report['too_few_rows']}"}
         return report | {"platform": base.name, "file": str(path), "replaces": {"what": label}} | refused
-    if curves:
-        fitted, report["comm"] = comm_fit.calibrate_comm(fitted, curves, lambda n: bounds_for(base, n))
-        step_score, score = score, lambda p: step_score(p) | {"comm_median": comm_fit.comm_median(p, curves)}
+    if curves or rows:
+        fitted, report["comm"] = comm_fit_report.calibrate_comm(fitted, curves, lambda n: bounds_for(base, n), rows)
+        step_score, score = (
+            score,
+            lambda p: step_score(p) | {"comm_median": comm_fit_report.comm_median(p, curves, rows)},
+        )
         report["after"] = score(fitted)
-        report["before"] |= {"comm_median": comm_fit.comm_median(base, curves)}
+        report["before"] |= {"comm_median": comm_fit_report.comm_median(base, curves, rows)}
+        if rows:
+            report["comm"]["published_rows"] = len(rows)
+            report["runs"] += 0 if steps else len(rows)
     report["replaces"] = {"what": label} | score(replaced)
     if worse_than({k: v for k, v in report["after"].items() if k == "memory_median"}, report["replaces"]):
         fitted = dataclasses.replace(fitted, **{k: getattr(replaced, k) for k in MEMORY_VALUES})

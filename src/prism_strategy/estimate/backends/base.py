@@ -1,0 +1,55 @@
+"""The protocol every collective backend implements (estimate/backends/__init__.py registers them).
+
+A backend answers, for one call of an op of `size` bytes (census payload) over a group of `ranks`
+spanning `nodes` with `concurrent` such groups per node: the seconds, the algorithm it runs, the
+SMs its kernel holds (NCCL channels; 0 elsewhere) and the route / provenance of that price. It also
+says which of the platform's terms a collective fit may move, how the job's environment changes
+the platform (CCL_* / NCCL_* variables), which readings of its terms the fitted records leave
+open, and whether its collectives overlap compute by the engine's schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from prism_strategy.specs.cluster import PlatformSpec
+
+
+class Call(NamedTuple):
+    seconds: float
+    algorithm: str
+    channels: int = 0
+    route: str = ""
+    """Where the price came from (source file and function), for provenance."""
+
+
+NO_CALL = Call(0.0, "none")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Term:
+    """A platform value a collective fit may move (estimate/comm_fit.py)."""
+
+    name: str
+    kind: str
+    """latency or bandwidth"""
+    what: str
+
+
+class CollectiveBackend(Protocol):
+    name: str
+    """The platform's `backend` value that selects it."""
+
+    def call(self, op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call: ...
+
+    def describe(self, p: PlatformSpec) -> str: ...
+
+    def terms(self, p: PlatformSpec) -> tuple[Term, ...]: ...
+
+    def readings(self, p: PlatformSpec) -> dict[str, PlatformSpec]: ...
+
+    def schedules_overlap(self, p: PlatformSpec) -> bool: ...
+
+    def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec: ...

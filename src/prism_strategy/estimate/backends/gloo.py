@@ -1,0 +1,87 @@
+"""gloo (CPU), and any platform whose backend has no model of its own: the alpha-beta ring
+(Thakur, Rabenseifner and Gropp 2005, "Optimization of Collective Communication Operations in
+MPICH"): t = overhead + steps x hop latency + factor x S x (N-1)/N / (bw x efficiency), flat over
+every rank, or hierarchical (an intra-node phase, then one over the node's NICs); groups that run
+at once share the node's NICs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prism_strategy.estimate.backends.base import Call, Term
+from prism_strategy.specs.cluster import PlatformSpec
+
+RING_TERMS = (
+    Term(name="collective_overhead_us", kind="latency", what="fixed cost of every call"),
+    Term(name="scaleout_overhead_us", kind="latency", what="fixed cost of a call crossing nodes"),
+    Term(name="intra_latency_us", kind="latency", what="latency per ring step inside a node"),
+    Term(name="inter_latency_us", kind="latency", what="latency per ring step across nodes"),
+    Term(name="intra_bw_gbps", kind="bandwidth", what="link bandwidth inside a node"),
+    Term(name="intra_ring_bw_gbps", kind="bandwidth", what="flat-ring bandwidth inside a node"),
+    Term(name="nic_bw_gbps", kind="bandwidth", what="bandwidth of one NIC"),
+)
+
+
+def alpha_beta_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> float:
+    factor = 2 if op == "all_reduce" else 1
+    eff = p.bw_efficiency * 1e9
+    ring_intra = p.intra_ring_bw_gbps if (op == "all_reduce" and p.allreduce_algorithm == "ring") else p.intra_bw_gbps
+    t = p.collective_overhead_us * 1e-6
+    if nodes == 1:
+        return t + factor * ((ranks - 1) * p.intra_latency_us * 1e-6 + size * (ranks - 1) / ranks / (ring_intra * eff))
+    nic_total = p.nic_bw_gbps * p.nics_per_node
+    t += p.scaleout_overhead_us * 1e-6
+    if ranks == nodes:  # one rank per node (HSDP replicate groups), `concurrent` of them share the NICs
+        bw = min(p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node), nic_total / concurrent)
+        return t + factor * ((ranks - 1) * p.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * eff))
+    per_node = ranks // nodes
+    if p.scaleout_algorithm == "ring" or (op == "all_reduce" and p.allreduce_algorithm == "ring"):
+        bw = min(p.intra_ring_bw_gbps, p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node))
+        return t + factor * ((ranks - 1) * p.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * eff))
+    intra = (per_node - 1) * p.intra_latency_us * 1e-6 + size * (per_node - 1) / per_node / (p.intra_bw_gbps * eff)
+    inter = (nodes - 1) * p.inter_latency_us * 1e-6 + size * (nodes - 1) / nodes / (nic_total * eff)
+    return t + factor * (intra + inter)
+
+
+def ring_call(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
+    algo = "ring" if nodes == 1 or p.scaleout_algorithm == "ring" else "hierarchical ring"
+    return Call(
+        alpha_beta_seconds(op, size, ranks, nodes, concurrent, p),
+        f"{p.backend} {algo}",
+        0,
+        "alpha-beta ring (estimate/backends/gloo.py alpha_beta_seconds)",
+    )
+
+
+def ring_description(p: PlatformSpec) -> str:
+    return (
+        f"alpha-beta ring (estimate/backends/gloo.py): intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x "
+        f"{p.nics_per_node}"
+    )
+
+
+@dataclass(frozen=True)
+class Gloo:
+    name: str = "gloo"
+
+    def call(self, op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
+        return ring_call(op, size, ranks, nodes, concurrent, p)
+
+    def describe(self, p: PlatformSpec) -> str:
+        return ring_description(p)
+
+    def terms(self, p: PlatformSpec) -> tuple[Term, ...]:
+        return RING_TERMS
+
+    def readings(self, p: PlatformSpec) -> dict[str, PlatformSpec]:
+        return {"shipped": p}
+
+    def schedules_overlap(self, p: PlatformSpec) -> bool:
+        return False
+
+    def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
+        return p
+
+
+BACKEND = Gloo()

@@ -1,0 +1,60 @@
+"""NCCL: its own cost model (estimate/comm_nccl.py, from NVIDIA/nccl src/graph/tuning.cc): per
+call the fastest of ring / tree x LL / LL128 / Simple. A platform without `gpu_arch` (no
+per-generation constants) is priced by the alpha-beta ring (estimate/backends/gloo.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prism_strategy.estimate.backends.base import Call, Term
+from prism_strategy.estimate.backends.gloo import RING_TERMS, ring_call, ring_description
+from prism_strategy.estimate.comm_nccl import nccl_choice
+from prism_strategy.specs.cluster import PlatformSpec
+
+NCCL_TERMS = (
+    Term(name="nccl_scale.base_latency", kind="latency", what="NCCL base latency of every call"),
+    Term(name="nccl_scale.intra_latency", kind="latency", what="NCCL NVLink/PCI hop latency"),
+    Term(name="nccl_scale.net_latency", kind="latency", what="NCCL network hop latency"),
+    Term(name="nccl_scale.intra_bw", kind="bandwidth", what="NCCL bus bandwidth inside a node"),
+    Term(name="nccl_scale.inter_bw", kind="bandwidth", what="NCCL bus bandwidth across nodes"),
+)
+
+
+@dataclass(frozen=True)
+class Nccl:
+    name: str = "nccl"
+
+    def call(self, op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
+        if not p.gpu_arch:
+            return ring_call(op, size, ranks, nodes, concurrent, p)
+        c = nccl_choice(p, op, size, ranks, nodes, concurrent)
+        return Call(c.seconds, c.name, c.channels, "NCCL's cost model (estimate/comm_nccl.py nccl_choice)")
+
+    def describe(self, p: PlatformSpec) -> str:
+        if not p.gpu_arch:
+            return ring_description(p)
+        scaled = ", ".join(f"{k} x{v:.3g}" for k, v in p.nccl_scale.items() if v != 1.0)
+        return (
+            f"NCCL's cost model (data/nccl_tuning.toml from NCCL src/graph/tuning.cc; {p.gpu_arch}, "
+            f"{p.nvlink_links} NVLinks, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}"
+            + (f"; fitted to measured curves: {scaled}" if scaled else "")
+            + "), estimate/comm_nccl.py"
+        )
+
+    def terms(self, p: PlatformSpec) -> tuple[Term, ...]:
+        return NCCL_TERMS if p.gpu_arch else RING_TERMS
+
+    def readings(self, p: PlatformSpec) -> dict[str, PlatformSpec]:
+        return {"shipped": p}  # NCCL's model has no undecided fitted term
+
+    def schedules_overlap(self, p: PlatformSpec) -> bool:
+        """Collectives on NCCL's own stream that do not hold the host: overlap comes from the
+        engine's schedule (estimate/overlap.py), not from `comm_overlap`."""
+        return not p.host_blocking_collectives
+
+    def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
+        return p
+
+
+BACKEND = Nccl()
