@@ -107,7 +107,7 @@ def launch_many(
     env |= {"TORCH_EXTENSIONS_DIR": str(extensions_dir(env))}
     if configs[0].get("device", "cpu") == "cpu":
         env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "PRISM_DEVICE": "cpu"}
-    if any(_runs_deepspeed(c) for c in configs):
+    if any(_builds_cpu_ops(c) for c in configs):
         prepare_deepspeed_ops(env)  # once, before the ranks: they would each build it, under one lock
     with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
         out, log = Path(tmp) / "ranks", Path(tmp) / "log.txt"
@@ -136,14 +136,16 @@ def launch_many(
     ]
 
 
-def _runs_deepspeed(config: dict[str, Any]) -> bool:
-    """The config runs DeepSpeed's engine (commbench replays its collectives without it)."""
+def _builds_cpu_ops(config: dict[str, Any]) -> bool:
+    """The config builds an engine that JIT-builds a CPU op (DeepSpeed); commbench replays its
+    collectives without building one."""
+    from prism_strategy.engines import engine_of
     from prism_strategy.strategies import get_strategy
 
     if config.get("collectives") is not None:  # a commbench replay: no engine is built
         return False
     name = config.get("strategy")
-    return isinstance(name, str) and get_strategy(name).engine == "deepspeed"
+    return isinstance(name, str) and engine_of(get_strategy(name)).builds_cpu_ops
 
 
 _KILLED = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*-9\b")
