@@ -1,6 +1,7 @@
 """A oneCCL setting that is slow at the job's node count, priced: the launcher's CCL_* variables
 (CCL_ALLREDUCE=ring, CCL_ALLGATHER=..., CCL_WORKER_COUNT) routed through the comm model
-(estimate/comm_oneccl.py with_ccl_env, priced by estimate/comm.py collective_seconds) against
+(the platform backend's with_env: oneCCL's is estimate/comm_oneccl.py with_ccl_env; priced by
+estimate/comm.py collective_seconds) against
 oneCCL's defaults (the same variables unset), for one DDP gradient bucket all-reduce (25 MiB,
 torch DDP's bucket_cap_mb default) over every rank of the job. When the launcher's setting is more
 than SLOWER slower beyond the node counts it was validated at, the fact ccl_setting_slow_at_scale is reported with both prices; rules.toml
@@ -11,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prism_strategy.diagnose.findings import Context, Finding, check_observed
+from prism_strategy.estimate.backends import backend_of
 from prism_strategy.estimate.comm import collective_seconds
-from prism_strategy.estimate.comm_oneccl import with_ccl_env
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 
@@ -36,11 +37,12 @@ def check_ccl_at_scale(lf: "LauncherFile", ctx: Context) -> list[Finding]:
         return []
     platform = ctx.platform if ctx.platform is not None else load_platform("aurora")
     nodes = ctx.nodes or lf.nodes()
-    if platform.backend != "xccl" or not nodes or nodes <= VALIDATED_NODES:
+    if not nodes or nodes <= VALIDATED_NODES:
         return []
     rpn = lf.ranks_per_node() or platform.devices_per_node
     try:
-        theirs, default = with_ccl_env(platform, env), with_ccl_env(platform, {})
+        backend = backend_of(platform)  # NCCL's and gloo's read no CCL variable: the prices agree
+        theirs, default = backend.with_env(platform, env), backend.with_env(platform, {})
     except SpecError:
         return []  # a malformed value is the env checks' finding
     ranks = nodes * rpn

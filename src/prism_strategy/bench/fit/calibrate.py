@@ -142,12 +142,8 @@ def sensitivities(base: PlatformSpec, runs: list[Result]) -> dict[str, np.ndarra
 def separable_knobs(base: PlatformSpec, runs: list[Result]) -> tuple[list[str], list[dict[str, str]]]:
     """The knobs the runs can decide (free), and each held one with why: no run's step depends on
     it, or its effect over the runs is another free knob's (the fit could trade one for the other)."""
-    sens = sensitivities(base, runs)
-    free, held = distinct_knobs(sens)
-    if len(runs) < len(free):  # calibrate refuses: fewer rows than terms to decide
-        return free, held
-    kept, dependent = independent_knobs(sens, free)
-    return kept, held + dependent
+    free, held = distinct_knobs(sensitivities(base, runs))
+    return [k for k in TIME_KNOBS if k in free], held  # the descent's order, as before
 
 
 def distinct_knobs(sens: dict[str, np.ndarray]) -> tuple[list[str], list[dict[str, str]]]:
@@ -172,21 +168,6 @@ def distinct_knobs(sens: dict[str, np.ndarray]) -> tuple[list[str], list[dict[st
             continue
         free.append(k)
     return free, held
-
-
-def independent_knobs(sens: dict[str, np.ndarray], free: list[str]) -> tuple[list[str], list[dict[str, str]]]:
-    """Of the free knobs, those whose effect over the runs is no combination of the ones kept
-    before them (numerical rank, in the order given): the rest are held, named."""
-    kept: list[str] = []
-    held = []
-    for k in free:
-        cols = np.column_stack([sens[j] for j in (*kept, k)])
-        s = np.linalg.svd(cols, compute_uv=False)
-        if s[-1] > 1e-3 * s[0]:
-            kept.append(k)
-        else:
-            held.append({"term": k, "why": f"its effect on these runs is a combination of {', '.join(kept)}"})
-    return kept, held
 
 
 def fit_time(
