@@ -55,6 +55,14 @@ class RuleFacts:
     queue_fits: bool | None = None
     """The PBS queue takes the job's node count and walltime (platform [[queues]])."""
     names_filesystems: bool | None = None
+    rendezvous_unset: bool | None = None
+    """A launcher starts the script with neither a launcher that sets the rendezvous (torchrun,
+    mpiexec, srun, deepspeed) nor RANK / WORLD_SIZE / MASTER_ADDR exported (diagnose/rendezvous_checks.py)."""
+    empty_file: bool | None = None
+    """A launcher or script the doctor was given holds no command or statement."""
+    ccl_setting_slow_at_scale: bool | None = None
+    """A launcher's CCL_* setting prices collectives more than 10% slower than oneCCL's default at
+    the job's node count (estimate/comm_oneccl.py with_ccl_env; diagnose/ccl_scale_checks.py)."""
     compiles_whole_under_fsdp1: bool | None = None
     """A script compiles the model whole (a torch.compile outside any loop over blocks) and wraps it
     with FSDP1: PRISM's stack (doctor-only: wrap() compiles per block)."""

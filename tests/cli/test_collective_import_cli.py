@@ -173,10 +173,11 @@ def test_a_shape_the_log_did_not_run_is_bad_input(tmp_path):
     _bad(res, tmp_path, "ran on 2 hosts, not --nodes 4")
 
 
-def test_a_platform_without_latency_data_is_bad_input(tmp_path):
+def test_a_platform_without_a_fact_its_comm_model_reads_is_bad_input(tmp_path):
+    """NCCL's model reads nvlink_links (inter_latency_us it does not: issue #26 finding 4)."""
     text = (DATA / "platforms" / "dgx-h100.toml").read_text()
-    no_latency = tmp_path / "no-latency.toml"
-    no_latency.write_text("\n".join(x for x in text.splitlines() if not x.startswith("inter_latency_us")))
+    no_latency = tmp_path / "no-nvlink.toml"
+    no_latency.write_text("\n".join(x for x in text.splitlines() if not x.startswith("nvlink_links")))
     res = _cli(
         "results",
         "import",
@@ -190,6 +191,6 @@ def test_a_platform_without_latency_data_is_bad_input(tmp_path):
         "--db",
         str(tmp_path / "r.db"),
     )
-    _bad(res, tmp_path, "inter_latency_us")
+    _bad(res, tmp_path, "nvlink_links")
     res = _cli("plan", "--platform", str(no_latency), "--model", "tiny-llama")
-    assert res.exit_code == 2 and "inter_latency_us" in res.stderr and res.stderr.count("\n") == 1
+    assert res.exit_code == 2 and "nvlink_links" in res.stderr and res.stderr.count("\n") == 1

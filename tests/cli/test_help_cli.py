@@ -60,3 +60,28 @@ def test_estimate_lines_fit_100_columns():
         "traced_notes": ["x" * 30 + " a long note " * 12],
     }
     assert all(len(line) <= 100 for line in estimate_lines(d))
+
+
+def test_help_at_100_columns_leaves_descriptions_most_of_the_width():
+    """Issue #26 finding 11: at 100 columns the option names took ~60 and squeezed descriptions
+    to ~33 characters, cutting a word. Option names now wrap at 30: descriptions start by column
+    34 and no word is cut (every description word is one of the option's help words)."""
+    import re
+
+    for path, cmd in _commands(typer.main.get_command(app)):
+        r = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
+        starts = [m.start(2) for x in r.stdout.splitlines() if (m := re.match(r"  (-\S.*?\S)  +(\S)", x))]
+        assert starts and max(starts) <= 34, (path, max(starts, default=None))
+        helps = " ".join(
+            [f"{p.help} {p.default}" for p in cmd.params]
+            + [c.help or "" for c in getattr(cmd, "commands", {}).values()]
+        )
+        words = set(re.findall(r"[A-Za-z]{4,}", helps + " " + (cmd.help or "")))
+        described = [
+            x[m.start(2) :] if (m := re.match(r"  (-\S.*?\S)  +(\S)", x)) else x[34:]
+            for x in r.stdout.splitlines()
+            if x.startswith(" " * 34) or re.match(r"  (-\S.*?\S)  +(\S)", x)
+        ]
+        for line in described:
+            for w in re.findall(r"[A-Za-z]{4,}", line):
+                assert w in words or w.lower() in ("default", "required", "show", "this", "message", "exit"), (path, w)

@@ -105,18 +105,18 @@ def test_no_nan_when_the_runs_have_no_memory():
 def test_a_fit_worse_than_the_calibration_it_replaces_is_not_written(tmp_path, monkeypatch):
     db, out = tmp_path / "r.db", tmp_path / "cpu.toml"
     truth = dataclasses.replace(load_platform("cpu"), achievable_fraction=0.2)
-    Store(db).add_many(runs_of(truth, CONFIGS[:3]))
-    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs: truth)  # a fit that finds the truth
+    Store(db).add_many(runs_of(truth, CONFIGS))  # as many rows as the fit has free terms, or more
+    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs, **kw: truth)  # a fit that finds the truth
     r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "nan" not in r.output and all(len(line) <= 100 for line in r.output.splitlines())
     good = out.read_text()
     off = dataclasses.replace(truth, achievable_fraction=0.3)  # a refit that lands beside it
-    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs: off)
+    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs, **kw: off)
     r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out), "--json"])
     report = json.loads(r.stdout)
     assert r.exit_code == 1 and not report["written"] and out.read_text() == good
-    assert f"worse than the calibration in {out} on the same 3 runs" in report["refused"]
+    assert f"worse than the calibration in {out} on the same 6 runs" in report["refused"]
     assert report["replaces"]["step_time_median"] < 1 < report["after"]["step_time_median"]
     text = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out)]).output
     assert "not written" in text and "nan" not in text
@@ -176,8 +176,8 @@ def test_a_worse_memory_refit_keeps_the_memory_values_it_would_replace(tmp_path,
     db, out = tmp_path / "r.db", tmp_path / "cpu.toml"
     base = load_platform("cpu")
     truth = dataclasses.replace(base, achievable_fraction=0.2)
-    Store(db).add_many(runs_of(truth, CONFIGS[:3]))
-    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs: truth)
+    Store(db).add_many(runs_of(truth, CONFIGS))  # as many rows as the fit has free terms, or more
+    monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs, **kw: truth)
     monkeypatch.setattr(calibrate_mod, "fit_memory", lambda p, runs: dataclasses.replace(p, activation_factor=3.0))
     r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out), "--json"])
     report = json.loads(r.stdout)

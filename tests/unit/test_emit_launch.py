@@ -317,7 +317,7 @@ def test_commbench_job_replays_at_the_emitted_scale(tmp_path, platform, name, la
     assert body[:-1] == rank_function(train)[:-1]  # same profile and rank layout as the training job
     assert body[-1] == (
         'exec python3 -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
-        '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" --grad-accum 1 '
+        '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" --grad-accum 1 --micro-batch 1 '
         f"--precision bf16-mixed --platform {platform} --bucket-mb 64 --reduce-dtype fp32 --json"
     )
     assert ("NNODES=10" in text.splitlines()) and launch in text and "00:15:00" in text

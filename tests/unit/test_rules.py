@@ -57,6 +57,14 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
         dict(exported_before_module_load=False),
     ),
     "launcher-no-per-rank-export": (dict(device="xpu", per_rank_exports=False), dict(per_rank_exports=True)),
+    # issue #26 finding 10: python train.py with no rendezvous; an empty launcher or script
+    "launcher-no-rendezvous": (dict(rendezvous_unset=True), dict(rendezvous_unset=False)),
+    "empty-file": (dict(empty_file=True), dict(empty_file=False)),
+    # issue #25 item 4: CCL_ALLREDUCE=ring priced >10% slower than topo at the job's node count
+    "ccl-setting-slow-at-scale": (
+        dict(device="xpu", ccl_setting_slow_at_scale=True),
+        dict(ccl_setting_slow_at_scale=False),
+    ),
     # ALCF: one rank per tile, 12 per node in FLAT mode
     "launcher-ranks-per-node-mismatch": (dict(ranks_per_node_matches=False), dict(ranks_per_node_matches=True)),
     "launcher-device-hierarchy-mismatch": (dict(hierarchy_matches_ranks=False), dict(hierarchy_matches_ranks=True)),
@@ -101,6 +109,9 @@ HEALTHY = dict(
     queue_fits=True,
     names_filesystems=True,
     compiles_whole_under_fsdp1=False,
+    rendezvous_unset=False,
+    empty_file=False,
+    ccl_setting_slow_at_scale=False,
     persistence_keeps_params_gathered=False,
     micro_batch_fits=True,
     offload_fits_host_memory=True,

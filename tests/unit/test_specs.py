@@ -145,8 +145,8 @@ def test_malformed_platform_toml(tmp_path):
     bad.write_text("name = 'x'\ndevices_per_node = [")
     with pytest.raises(SpecError, match="not valid TOML"):
         load_platform(str(bad))
-    bad.write_text("name = 'x'\ndevice = 'tpu'\n")
-    with pytest.raises(SpecError, match="field"):
+    bad.write_text("name = 'x'\nbase = 'dgx-a100-40'\ndevice = 'tpu'\n")
+    with pytest.raises(SpecError, match="field device"):
         load_platform(str(bad))
 
 

@@ -6,6 +6,7 @@ Exit codes: 0 ok; 1 a finding or failure the user must act on; 2 bad input (one 
 from __future__ import annotations
 
 import functools
+import shutil
 import sys
 from typing import Annotated
 
@@ -63,6 +64,8 @@ class OneLineErrors(TyperGroup):
         if standalone_mode and (clash := contradicting_flags(sys.argv[1:] if args is None else list(args))):
             typer.echo(f"error: {clash} both given; pass one of them", err=True)
             sys.exit(2)
+        # help as wide as the terminal says (COLUMNS), up to HELP_OPTIONS' 100
+        self.context_settings = self.context_settings | {"terminal_width": shutil.get_terminal_size().columns}
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -83,13 +86,14 @@ class OneLineErrors(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     cls=OneLineErrors,
     context_settings=HELP_OPTIONS,
+    rich_markup_mode=None,  # click's help layout: option names wrap at 30 columns, descriptions keep the rest
     help="Pick, configure, launch, measure and debug the data-parallel strategy of a PyTorch job.",
 )
 

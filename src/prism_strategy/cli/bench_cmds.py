@@ -267,6 +267,10 @@ def commbench(
     seq_len: SeqLen = 32,
     grad_accum: GradAccum = 1,
     precision: Annotated[str, typer.Option(help="fp32 | bf16-mixed | bf16-pure")] = "bf16-mixed",
+    mode: Annotated[
+        str, typer.Option(help="e2e | projector | encoder-projector: only what trains is reduced (as plan's)")
+    ] = "e2e",
+    vision: Vision = None,
     bucket_mb: CommBucketMb = None,
     reduce_dtype: CommReduceDtype = None,
     platform: Platform = "cpu",
@@ -298,6 +302,8 @@ def commbench(
         seq_len=seq_len,
         grad_accum=grad_accum,
         precision=precision,
+        mode=mode,
+        vision=vision,
         bucket_mb=bucket_mb,
         reduce_dtype=reduce_dtype,
         timeout_s=timeout_s,

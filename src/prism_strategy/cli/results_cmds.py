@@ -100,6 +100,10 @@ def results_import(
     ranks_per_node: Annotated[
         Optional[int], Opt(help="Collective logs: ranks per node (default: the log's ranks / --nodes)")
     ] = None,
+    collective: Annotated[
+        Optional[str],
+        Opt(help="nccl-tests logs: the collective measured (all_reduce | all_gather | reduce_scatter | broadcast)"),
+    ] = None,
     db: Db = None,
     json_out: Annotated[bool, Opt("--json", help="Machine output: the stored result")] = False,
 ) -> None:
@@ -122,6 +126,8 @@ def results_import(
 
     if log_format is None and path is not None:
         log_format = collective_format(Path(path))
+    if collective is not None and log_format not in COLLECTIVE_FORMATS:
+        raise SpecError("--collective names what a collective benchmark's log measured (nccl-tests); not for runs")
     if log_format in COLLECTIVE_FORMATS:
         from prism_strategy.bench.results.curves import import_collective_log
 
@@ -129,7 +135,13 @@ def results_import(
             raise SpecError(f"--format {log_format} imports a log: give its PATH and --platform")
         show.show_collective_import(
             import_collective_log(
-                path, log_format, platform=platform, nodes=nodes, ranks_per_node=ranks_per_node, store=Store(db)
+                path,
+                log_format,
+                platform=platform,
+                nodes=nodes,
+                ranks_per_node=ranks_per_node,
+                store=Store(db),
+                collective=collective,
             ),
             json_out,
         )

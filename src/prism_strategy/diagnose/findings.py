@@ -81,6 +81,9 @@ class Context:
     launcher_env: tuple[tuple[str, str, str], ...] = ()
     """(name, value, launcher) the ranks surely run with, from the launchers given: what a
     script's os.environ.get(NAME, default) reads."""
+    script_argv: tuple[tuple[str, tuple[str, ...], str, int], ...] = ()
+    """(script file name, its arguments, launcher, line) of every launch of a .py in the launchers
+    given: what the script's argparse reads (diagnose/launch_flags.py)."""
 
     def facts(self) -> dict[str, tuple[Any, ...]]:
         s = self.strategy

@@ -16,8 +16,10 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from prism_strategy.diagnose.ccl_scale_checks import check_ccl_at_scale
 from prism_strategy.diagnose.config_checks import DsConfigFile, StrategyTomlFile
 from prism_strategy.diagnose.findings import Context, Finding, check_observed, parse_header
+from prism_strategy.diagnose.launch_flags import script_argv
 from prism_strategy.diagnose.launch_options import (
     Event,
     directives,
@@ -29,6 +31,7 @@ from prism_strategy.diagnose.launch_options import (
 from prism_strategy.diagnose.live_checks import check_env_values, check_modules
 from prism_strategy.diagnose.module_checks import check_module_order
 from prism_strategy.diagnose.modules import ModuleFacts
+from prism_strategy.diagnose.rendezvous_checks import check_empty_launcher, check_rendezvous
 from prism_strategy.diagnose.shell_eval import MPI_LAUNCHERS, main_launch, read_events
 from prism_strategy.diagnose.shell_syntax import Binding
 from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
@@ -79,7 +82,8 @@ class LauncherFile:
             env_profile=self.header.get("env-profile"),
         )
         known = tuple((n, v, str(self.path)) for n, v in sorted(self.known_env().items()))
-        return replace(ctx, launcher_env=ctx.launcher_env + known)
+        argv = tuple(script_argv(self.timeline))
+        return replace(ctx, launcher_env=ctx.launcher_env + known, script_argv=ctx.script_argv + argv)
 
     def nodes(self) -> int | None:
         if "nodes" in self.directives:
@@ -118,6 +122,9 @@ class LauncherFile:
             + check_site(self, ctx)
             + check_modules([(" ".join(e.args), e.file, e.line) for e in self.timeline if e.kind == "module"])
             + self._check_compile(ctx)
+            + check_rendezvous(self, ctx)
+            + check_empty_launcher(self, ctx)
+            + check_ccl_at_scale(self, ctx)
         )
         return [on_branch(f, self.timeline) for f in out]
 

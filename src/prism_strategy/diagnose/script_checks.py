@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prism_strategy.diagnose.findings import Context, Finding, check_observed
+from prism_strategy.diagnose.launch_flags import script_launch_checks
 from prism_strategy.inputs.py_values import Alt, Symbol, Values
 from prism_strategy.inputs.script_file import DDP_CALLS, FSDP1_CALLS, ScriptFile
 from prism_strategy.inputs.script_file import read_script as read_file
@@ -58,6 +59,7 @@ class ScriptChecks:
             _loader_after_mesh,
             _one_element_probe,
             _root_only_wrap,
+            script_launch_checks,
         ):
             for f in check(self.s, ctx):
                 switched = self._switched(f, vals)
@@ -257,7 +259,7 @@ def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
     sharding = root.value.get("sharding_strategy")
     how = "auto_wrap_policy is None" if "auto_wrap_policy" in root.value else "no auto_wrap_policy"
     detail = f"{call.last}() at line {call.line} wraps only the root module: {how}{_notes(root)}"
-    if isinstance(sharding, Symbol) and sharding.name.upper().endswith("SHARD_GRAD_OP"):
+    if isinstance(sharding, Symbol) and sharding.name.upper().endswith(("SHARD_GRAD_OP", "SHARD_ZERO2")):
         detail += (
             f"; under {sharding.name} the whole model's parameters stay gathered from forward to backward "
             f"(PRISM's 7B out-of-memory)"

@@ -24,11 +24,12 @@ WALLTIME = "00:15:00"
 
 def _run_line(job: "LaunchJob") -> str:
     req = job.req
-    opts = [
-        f"--grad-accum {req.grad_accum}",
-        f"--precision {sh_quote(req.precision)}",
-        f"--platform {sh_quote(job.platform.name)}",
-    ]
+    opts = [f"--grad-accum {req.grad_accum}", f"--micro-batch {req.micro_batch}"]
+    if req.seq_len is not None:
+        opts.append(f"--seq-len {req.seq_len}")
+    if req.vision is not None:
+        opts.append(f"--vision {sh_quote(req.vision)} --mode {sh_quote(req.mode)}")
+    opts += [f"--precision {sh_quote(req.precision)}", f"--platform {sh_quote(req.platform)}"]
     if req.bucket_mb is not None:
         opts.append(f"--bucket-mb {req.bucket_mb:g}")
     if req.reduce_dtype is not None:
@@ -39,12 +40,25 @@ def _run_line(job: "LaunchJob") -> str:
     )
 
 
+def _model_line(job: "LaunchJob") -> str:
+    if job.req.model is not None:  # the plan's: a submit-time PRISM_COMMBENCH_MODEL still overrides it
+        return f'export PRISM_COMMBENCH_MODEL="${{PRISM_COMMBENCH_MODEL:-{_dq(job.req.model)}}}"'
+    return (
+        'export PRISM_COMMBENCH_MODEL="${PRISM_COMMBENCH_MODEL:?set PRISM_COMMBENCH_MODEL to your model preset or '
+        'config.json at submit time}"'
+    )
+
+
+def _dq(text: str) -> str:
+    """Text inside a double-quoted shell word: the characters the shell would still expand, escaped."""
+    return "".join("\\" + c if c in '"$`\\' else c for c in text)
+
+
 def _scenario_lines(job: "LaunchJob", submit: str) -> list[str]:
     return [
         f"# What to replay: your model (a preset or config.json path); the strategies (default {job.strategy.name}).",
         f"# Submit: {submit}",
-        'export PRISM_COMMBENCH_MODEL="${PRISM_COMMBENCH_MODEL:?set PRISM_COMMBENCH_MODEL to your model preset or '
-        'config.json at submit time}"',
+        _model_line(job),
         f'export PRISM_COMMBENCH_STRATEGIES="${{PRISM_COMMBENCH_STRATEGIES:-{job.strategy.name}}}"',
     ]
 
@@ -60,30 +74,32 @@ def _with_scenario(text: str, old_submit: str, lines: list[str]) -> str:
     return head + "set -euo pipefail\n" + "\n".join(lines) + "\n" + rest
 
 
+def _submit(job: "LaunchJob", pbs: bool) -> str:
+    """The submit command: the plan's model is in the job already; without one it is named here."""
+    name = "commbench.pbs" if pbs else "commbench.sbatch"
+    if job.req.model is not None:
+        return f"{'qsub' if pbs else 'sbatch'} {name}"
+    model = "PRISM_COMMBENCH_MODEL=<your model preset or config.json>"
+    return f"qsub -v {model} {name}" if pbs else f"sbatch --export=ALL,{model} {name}"
+
+
 def commbench_files(job: "LaunchJob") -> list[FileText]:
     from prism_strategy.emit.launch import job_queue, render_pbs, render_slurm
 
     req = replace(job.req, walltime=WALLTIME, job_name=f"{job.req.job_name}-commbench")
     queue, _ = job_queue(job.platform, job.site, req)
     bench = replace(job, req=req, queue=queue)
-    if job.platform.launcher == "pbs":
-        submit = "qsub -v PRISM_COMMBENCH_MODEL=qwen3-8b commbench.pbs"
+    pbs = job.platform.launcher == "pbs"
+    submit = _submit(bench, pbs)
+    what = (
+        f"times the {req.model} step's collectives at this scale"
+        if req.model
+        else "times the collectives at this scale"
+    )
+    if pbs:
         text = _with_scenario(render_pbs(bench, _run_line(bench)), "qsub launch.pbs", _scenario_lines(bench, submit))
-        return [
-            FileText(
-                name="commbench.pbs",
-                text=text,
-                executable=True,
-                description=f"PBS job: `{submit}` (times the strategy's collectives at this scale)",
-            )
-        ]
-    submit = "sbatch --export=ALL,PRISM_COMMBENCH_MODEL=qwen3-8b commbench.sbatch"
+        return [FileText(name="commbench.pbs", text=text, executable=True, description=f"PBS job: `{submit}` ({what})")]
     text = _with_scenario(render_slurm(bench, _run_line(bench)), "sbatch launch.slurm", _scenario_lines(bench, submit))
     return [
-        FileText(
-            name="commbench.sbatch",
-            text=text,
-            executable=True,
-            description=f"Slurm job: `{submit}` (times the strategy's collectives at this scale)",
-        )
+        FileText(name="commbench.sbatch", text=text, executable=True, description=f"Slurm job: `{submit}` ({what})")
     ]

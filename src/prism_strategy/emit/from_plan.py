@@ -34,6 +34,11 @@ class PlanChoice:
     env_profile: str | None = None
     """The env profile the plan priced the collectives under (inputs.env_profile); None: an older
     plan file without it (the platform's own)."""
+    model: str | None = None
+    """The plan's --model as it loads again (preset or path); None: an older plan file."""
+    vision: str | None = None
+    mode: str = "e2e"
+    seq_len: int | None = None
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -80,7 +85,7 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
     rpn = None if inputs.get("ranks_per_node") is None else _int(inputs, "ranks_per_node", where, 1)
     return PlanChoice(
         strategy=name,
-        platform=inputs["platform"],
+        platform=str(inputs.get("platform_argument") or inputs["platform"]),
         nodes=_int(inputs, "nodes", where, 1),
         ranks_per_node=rpn,
         precision=inputs["precision"],
@@ -91,6 +96,7 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
         plan_file=path.name,
         loss=str(inputs.get("loss", "upcast")),
         env_profile=_profile(inputs, where),
+        **_scenario(inputs),
     )
 
 
@@ -99,6 +105,19 @@ def _profile(inputs: dict[str, Any], where: str) -> str | None:
     if v is not None and (not isinstance(v, str) or not v):
         raise SpecError(f"{where}: 'env_profile' must be a profile name or path, got {v!r}")
     return v
+
+
+def _scenario(inputs: dict[str, Any]) -> dict[str, Any]:
+    """What the commbench job replays: the plan's model, encoder, mode and sequence length."""
+    model = inputs.get("model_argument") or inputs.get("model")
+    vision = inputs.get("vision_argument") or inputs.get("vision")
+    seq = inputs.get("seq_len")
+    return {
+        "model": model if isinstance(model, str) else None,
+        "vision": vision if isinstance(vision, str) else None,
+        "mode": str(inputs.get("mode") or "e2e"),
+        "seq_len": seq if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0 else None,
+    }
 
 
 def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
@@ -117,6 +136,10 @@ def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
         compile=choice.compile or base.compile,
         loss=choice.loss,
         env_profile=base.env_profile or choice.env_profile,  # an --env-profile given to emit wins
+        model=choice.model,
+        vision=choice.vision,
+        mode=choice.mode,
+        seq_len=choice.seq_len,
     )
 
 

@@ -79,6 +79,11 @@ class EmitRequest:
     filesystems: str | None = None
     """PBS -l filesystems=; None: the platform's [launch] filesystems."""
     job_name: str = "prism"
+    model: str | None = None
+    """What the commbench job replays: the plan's --model (preset or path); None: set at submit time."""
+    vision: str | None = None
+    mode: str = "e2e"
+    seq_len: int | None = None
     script: str = "train.py"
     script_args: tuple[str, ...] = ()
 
@@ -425,6 +430,9 @@ def render_slurm(job: LaunchJob, run_line: str | None = None) -> str:
     ]
     if job.platform.device != "cpu":
         directives.append(f"#SBATCH --gpus-per-node={lay.ranks_per_node}")
+    cpus = _cpus_per_task(job)
+    if cpus:
+        directives.append(f"#SBATCH --cpus-per-task={cpus}")
     if req.account:
         directives.append(f"#SBATCH --account={_directive_value('--account', req.account)}")
     if req.queue:
@@ -445,10 +453,19 @@ def render_slurm(job: LaunchJob, run_line: str | None = None) -> str:
         "",
         *_rank_function(job, SLURM_RANK, SLURM_LOCAL_RANK, run_line),
         "",
-        'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE" \\',
+        'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE"'
+        + (f" --cpus-per-task={cpus}" if cpus else "")
+        + " \\",
         "    " + RANK_LAUNCH,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _cpus_per_task(job: LaunchJob) -> int:
+    """The node's cores split over its ranks (data-loader workers and the host's launch threads
+    need them); srun is given it too, since Slurm 22.05 srun does not inherit sbatch's
+    --cpus-per-task. 0: the platform does not say how many cores a node has."""
+    return job.platform.cpu_cores_per_node // job.layout.ranks_per_node
 
 
 MODULE_INIT = [

@@ -96,6 +96,9 @@ class Engine(ABC):
     process group (DDP, DeepSpeed): what commbench replays them on."""
     config_file: ClassVar[str | None] = None
     """The engine's own config file, written by emit and passed to wrap (ds_config.json)."""
+    builds_cpu_ops: ClassVar[bool] = False
+    """Builds a C++ op on first use on CPU (DeepSpeed's shm comm op, torch cpp_extension JIT):
+    bench builds it once before ranks start (bench/launch/ds_ops.py)."""
 
     # --- prediction ---------------------------------------------------------------------
     @abstractmethod

@@ -105,6 +105,7 @@ class DeepSpeedEngine(Engine):
     title = "DeepSpeed"
     traced_with = "analytic"
     config_file = "ds_config.json"
+    builds_cpu_ops = True  # ShareMemCommBuilder (deepspeed/ops/op_builder/cpu/comm.py), JIT on first init
     options = ("bucket_mb", "reduce_dtype")
 
     def states(self, parts, t, s, layout) -> Rows:

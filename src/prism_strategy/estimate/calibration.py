@@ -69,9 +69,12 @@ def write_calibration(
     values: dict[str, float],
     runs: int,
     errors: dict[str, float],
+    terms: list[str] | tuple[str, ...] = (),
 ) -> None:
-    """TOML written by hand (strings JSON-escaped, which TOML basic strings accept); atomic rename."""
-    lines = [f"platform = {json.dumps(platform)}", f"runs = {runs}", "", "[fingerprint]"]
+    """TOML written by hand (strings JSON-escaped, which TOML basic strings accept); atomic rename.
+    terms: what the fit set (the others in [values] are the preset's, held)."""
+    lines = [f"platform = {json.dumps(platform)}", f"runs = {runs}", f"terms = {json.dumps(list(terms))}"]
+    lines += ["", "[fingerprint]"]
     lines += [
         f"{k} = {json.dumps(str(v))}"
         for k, v in fingerprint.items()
@@ -98,12 +101,24 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def calibration_note(data: dict[str, Any], source: str) -> str:
+    """Which terms, when, which file (last: the plan's caption names it): what provenance and
+    compare's caption say of a calibration."""
+    fp = data.get("fingerprint", {})
+    terms = data.get("terms")
+    what = ", ".join(terms) if isinstance(terms, list) and terms else "every [values] entry"
+    date = fp.get("date") or "undated"
+    return (
+        f"calibrated: {what} fitted to {data.get('runs', '?')} runs on {fp.get('host', '?')} "
+        f"(torch {fp.get('torch', '?')}) on {date}, {source}"
+    )
+
+
 def apply_calibration(platform: PlatformSpec, data: dict[str, Any], source: str) -> PlatformSpec:
     if data["platform"] != platform.name:
         raise SpecError(f"calibration {source} is for platform {data['platform']!r}, not {platform.name!r}")
     values = {k: float(v) for k, v in data["values"].items()}
-    fp = data.get("fingerprint", {})
-    note = f"calibrated: fitted to {data.get('runs', '?')} runs on {fp.get('host', '?')} (torch {fp.get('torch', '?')}), {source}"
+    note = calibration_note(data, source)
     sources = dict(platform.sources) | {k: note for k in values}
     tables: dict[str, dict[str, float]] = {}
     for k in [k for k in values if "." in k]:

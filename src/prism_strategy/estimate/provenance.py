@@ -9,6 +9,7 @@ from prism_strategy.estimate.comm import model_description as comm_model_descrip
 from prism_strategy.estimate.overlap import description as overlap_description
 from prism_strategy.estimate.overlap import schedules_overlap
 from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.platform_file import defaults_text
 from prism_strategy.specs.scenario import Scenario
 
 
@@ -35,6 +36,12 @@ def _varying_text(sc: Scenario) -> str:
         f"; batch shapes vary: + {p.allocator_varying_factor:g} x per-sample activations, of which "
         f"{p.allocator_pinned_factor:g} x stays at the limit (fitted on PRISM C6)"
     )
+
+
+def _platform_file(p: PlatformSpec) -> dict[str, str]:
+    """A platform file's inherited and defaulted values (specs/platform_file.py), when it has any."""
+    out = {"platform_base": f"{p.name} inherits every value it does not set from preset {p.base}"} if p.base else {}
+    return out | ({"platform_defaults": defaults_text(p)} if p.defaulted else {})
 
 
 def provenance(sc: Scenario) -> dict[str, str]:
@@ -67,6 +74,7 @@ def provenance(sc: Scenario) -> dict[str, str]:
         + " (estimate/host.py)"
         + (f"; {p.sources['env_profile']}" if "env_profile" in p.sources else ""),
         "calibration": calibrated or "none",
+        **_platform_file(p),
         "mfu": f"{kind}: model FLOPs per sample (estimate/compute.py: 2 x matmul params x tokens + causal attention, "
         f"backward 2 x forward, recompute excluded, as PaLM's MFU) x samples/s per device / peak "
         f"{p.peak_tflops_bf16:g} TF/s bf16 or {p.peak_tflops_fp32:g} fp32 ({p.source('peak_tflops_bf16')})",

@@ -256,13 +256,12 @@ def _base(platform: PlatformSpec) -> tuple[float, int, str]:
     fit = fit_errors().get(platform.fit_platform or platform.name)
     if fit is None:
         base = uncalibrated_halfwidth(platform.device)
+        calibrated = any(v.startswith("calibrated") for v in platform.sources.values())
+        what = "calibrated (provenance.calibration), its width still" if calibrated else "uncalibrated preset,"
         return (
             base,
             1,
-            (
-                f"predicted range: uncalibrated preset, the pre-fit error of the {platform.device} fits "
-                f"(x{math.exp(base):.2f})"
-            ),
+            f"predicted range: {what} the pre-fit error of the {platform.device} fits (x{math.exp(base):.2f})",
         )
     other = bool(platform.fit_platform) and platform.fit_platform != platform.name
     base = math.hypot(fit.halfwidth, gpu_widening() if other else 0.0)

@@ -10,6 +10,7 @@ from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes
 from prism_strategy.estimate.memory_runtime import device_peak
 from prism_strategy.estimate.ranges import LATE, max_measured_nodes
 from prism_strategy.planning.advice import blocking_rules, nothing_viable_advice
+from prism_strategy.planning.followup import bench_command, commbench_command
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.parts import Part
@@ -287,9 +288,8 @@ def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:
             )
         elif not any("commbench" in h for h in hows):
             hows.append(
-                f"the collectives at {lay.nodes} nodes: prism-strategy commbench --model "
-                f"{sc.model.backbone.name} --strategies {pick.strategy} --nproc {lay.world} --ranks-per-node "
-                f"{lay.ranks_per_node} (emit writes commbench.pbs / commbench.sbatch)"
+                f"the collectives at {lay.nodes} nodes: {commbench_command(sc, [pick.strategy], pick)} "
+                "(emit writes commbench.pbs / commbench.sbatch)"
             )
     parts = ", ".join(f"{k} x{math.exp(r.terms[k]):.2f}" for k in names)
     return (
@@ -321,16 +321,12 @@ def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str
     if lay.multi_node:  # what sets them apart crosses nodes: one node cannot decide it
         beyond = " (beyond the nodes the fit measured)" if lay.nodes > max_measured_nodes(sc.platform) else ""
         how = (
-            f"measure their collectives at this scale{beyond}: prism-strategy commbench --model "
-            f"{sc.model.backbone.name} --strategies {pick.strategy},{rival.strategy} --nproc {lay.world} "
-            f"--ranks-per-node {lay.ranks_per_node} "
+            f"measure their collectives at this scale{beyond}: "
+            f"{commbench_command(sc, [pick.strategy, rival.strategy], pick)} "
             f"(emit writes commbench.pbs / commbench.sbatch for {lay.nodes} nodes)"
         )
     else:
-        how = (
-            f"run both on one node: prism-strategy bench --model {sc.model.backbone.name} --strategies "
-            f"{pick.strategy},{rival.strategy} --nproc {lay.ranks_per_node} --platform {sc.platform.name}"
-        )
+        how = f"run both on one node: {bench_command(sc, [pick.strategy, rival.strategy], pick)}"
     return (
         f"{rival.strategy}'s {rival.samples_per_s:.2f} samples/s lies inside {pick.strategy}'s predicted range "
         f"({lo:.2f}-{hi:.2f}, provenance.range): the model cannot rank these two; {how}"

@@ -90,8 +90,12 @@ def _row(log: CollectiveLog, per_iter: bool, i: int, line: str, ended: bool) -> 
     return t[2], t[3], Sample(bytes=float(size), seconds=us * 1e-6, where=f"{log.path}:{i}")
 
 
-def read(path: Path) -> CollectiveLog:
-    log = CollectiveLog(format=FORMAT, path=path, op=_op_from_name(path) or "")
+def read(path: Path, op: str | None = None) -> CollectiveLog:
+    """op: the collective the log measured (`results import --collective`), for a log that names
+    none (older nccl-tests) under a file name that names none; a log that names another is refused."""
+    if op is not None and op not in OPS:
+        raise SpecError(f"--collective {op!r}: nccl-tests measures one of {', '.join(OPS)}")
+    log = CollectiveLog(format=FORMAT, path=path, op=op or _op_from_name(path) or "")
     per_iter, footer, last, kinds, ranks = False, False, 0, set(), {}
     for i, line, ended in text_lines(path):
         last = i
@@ -102,6 +106,8 @@ def read(path: Path) -> CollectiveLog:
                     f"{path}:{i}: {m.group(1)}_perf is not a collective the planner prices; "
                     f"import one of {', '.join(o + '_perf' for o in OPS)}"
                 )
+            if op is not None and OPS[m.group(1)] != op:
+                raise SpecError(f"{path}:{i}: the log measured {m.group(1)}_perf, not --collective {op}")
             log.op = OPS[m.group(1)]
         elif m := _RANK.match(s):
             ranks[int(m.group(1))] = m.group(2)
@@ -118,7 +124,7 @@ def read(path: Path) -> CollectiveLog:
             if not log.op:
                 raise SpecError(
                     f"{path}:{i}: which collective is this? the log does not say (older nccl-tests) "
-                    "and the file name names none; rename it e.g. all_reduce_perf.out"
+                    f"and the file name names none; name it: --collective {' | '.join(OPS)}"
                 )
             dtype, redop, sample = _row(log, per_iter, i, s, ended)
             kinds.add((dtype, redop))

@@ -78,13 +78,17 @@ def show_results(
 ) -> None:
     """`results`: the store's results as a table, JSON (with the store's journal mode), or an
     export (CSV / JSON) to stdout or written whole to `out`."""
-    rows = store.query(platform=platform)
+    from prism_strategy.bench.results.curves import stored_curves
+    from prism_strategy.report.commbench_table import curves_table
+
+    rows, curves = store.query(platform=platform), stored_curves(store, platform)
     if json_out:
         print(
             json.dumps(
                 {
                     "store": {"path": str(store.path)} | store.journal.as_dict(),
                     "results": json.loads(export(rows, "json")),
+                    "curves": [_curve_dict(p, c) for p, c in curves],
                 },
                 indent=2,
             )
@@ -92,6 +96,8 @@ def show_results(
         return
     if export_format is None:
         print_table(results_table(rows), WIDTH)
+        if curves:  # the collective points are results too (`results --curves` lists only them)
+            print_table(curves_table(curves), WIDTH)
         print(store_line(store))
         return
     text = export(rows, export_format)
@@ -101,6 +107,15 @@ def show_results(
     tmp = Path(out + ".tmp")
     tmp.write_text(text)
     tmp.replace(out)
+
+
+def _curve_dict(platform: str, c: Any) -> dict[str, Any]:
+    return {"platform": platform, "from": c.label, "op": c.op, "shape": c.shape, "concurrent": c.concurrent} | {
+        "sizes": len(c.points),
+        "bytes_min": c.points[0][0],
+        "bytes_max": c.points[-1][0],
+        "date": c.date,
+    }
 
 
 def show_curves(store: Store, platform: str | None) -> None:

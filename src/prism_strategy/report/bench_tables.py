@@ -76,13 +76,15 @@ def results_table(results: list[Result], title: str = "measured results") -> Tab
 
 
 def compare_table(rows: list[dict[str, Any]]) -> Table:
+    calibrations = sorted({r["sources"]["predicted"] for r in rows if "(calibrated" in r["sources"]["predicted"]})
     t = Table(
         title="predicted vs measured",
         box=None,
         padding=(0, 1, 0, 0),
         pad_edge=False,
         caption="error % = (predicted - measured) / measured; predicted: "
-        "analytic model; MFU: model FLOPs (estimate/compute.py) / "
+        + ("; ".join(calibrations) if calibrations else "analytic model")
+        + "; MFU: model FLOPs (estimate/compute.py) / "
         "the platform's peak; alloc/reserved: peak allocated/reserved "
         "memory, each beside the model's figure of the same counter",
     )
@@ -256,6 +258,14 @@ def calibrate_lines(report: dict[str, Any]) -> list[str]:
         if key in a and key in b:
             was = f", {rep[key]:.1f}% with {rep['what']}" if key in rep and "calibration" in rep["what"] else ""
             lines.append(f"  {what} median error: {b[key]:.1f}% preset, {a[key]:.1f}% fitted{was}")
+    if "leave_one_out" in report and "step_time_median" in a:
+        loo = report["leave_one_out"]["step_time_median"]
+        lines.append(
+            f"  step time median error, each run left out of its fit: {loo:.1f}% (in-sample {a['step_time_median']:.1f}%)"
+        )
+    if report.get("free_terms") is not None:
+        lines.append(f"  fitted: {', '.join(report['free_terms']) or 'none'}")
+    lines += [f"  held at the preset: {h['term']} ({h['why']})" for h in report.get("held_terms", [])]
     lines += [f"  held at a bound: {n}" for n in report.get("held_at_bounds", [])]
     lines += [f"  {report['kept']}"] if report.get("kept") else []
     for row in report.get("records", []):

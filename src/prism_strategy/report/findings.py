@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,10 @@ def render_emit(emitted: Emitted, out: Path, console: Console | None = None) -> 
         console.print(f"  {f.name:<16} {escape(f.description)}")
     for note in emitted.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
-    console.print(f"check them: prism-strategy doctor --launcher {escape(str(out))}/<file>")
+    check = shlex.join(
+        ["prism-strategy", "doctor", *(a for f in emitted.files for a in ("--launcher", str(out / f.name)))]
+    )
+    console.print(f"check them: {check}", markup=False, soft_wrap=True)  # one line: copied as it is
 
 
 def emit_json(emitted: Emitted, out: Path) -> str:

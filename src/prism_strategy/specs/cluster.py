@@ -165,6 +165,10 @@ class PlatformSpec:
     from this cluster's StepMonitor logs or `plan --rank-jitter`: prices the late-rank term into
     the step (estimate/scale_loss.py). None = unmeasured: only the range's slow side takes it."""
     sources: dict[str, str] = field(default_factory=dict)
+    base: str = ""
+    """The preset this platform file inherits from (`base = "dgx-a100-40"`); empty = none."""
+    defaulted: tuple[str, ...] = ()
+    """Fields the platform file (and its base) left to these defaults: said aloud in provenance."""
     measured_collectives: tuple[MeasuredCurve, ...] = ()
     """Collective curves measured on this platform (commbench, nccl-tests, oneCCL benchmark),
     attached from the results store by `plan --db`; estimate/comm_measured.py prices with them."""

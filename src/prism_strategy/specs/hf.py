@@ -56,7 +56,17 @@ def load_hf_config(path: Path) -> TransformerSpec:
         ) from None
     if not isinstance(cfg, dict):
         raise SpecError(f"{path} is not a Hugging Face config (expected a JSON object)")
-    return spec_from_hf_dict(cfg, name=Path(path).parent.name or Path(path).stem, source=str(path))
+    return spec_from_hf_dict(cfg, name=_model_name(cfg, Path(path)), source=str(path))
+
+
+def _model_name(cfg: dict, path: Path) -> str:
+    """The model's own name when its config records one (`_name_or_path`, as save_pretrained
+    writes it: "Qwen/Qwen2.5-7B" names it Qwen2.5-7B), else its folder's name, as written (any
+    script); a bare config.json in the working folder takes that folder's name."""
+    recorded = cfg.get("_name_or_path")
+    if isinstance(recorded, str) and recorded.strip("/ "):
+        return recorded.rstrip("/").rsplit("/", 1)[-1]
+    return path.absolute().parent.name or path.stem
 
 
 def spec_from_hf_dict(cfg: dict, *, name: str, source: str = "") -> TransformerSpec:

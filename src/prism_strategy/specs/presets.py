@@ -14,6 +14,7 @@ from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf import load_hf_config, spec_from_hf_dict
 from prism_strategy.specs.model import TransformerSpec
+from prism_strategy.specs.platform_file import check_required, defaulted_fields, fill_not_read, with_base
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -75,9 +76,20 @@ def _kind(p: Path, what: str) -> str:
         ) from None
 
 
+_ORIGIN: dict[str, str] = {}
+"""What each loaded model (by name) and platform ("platform:<name>") was loaded from: the argument a
+printed follow-up command passes to load it again (model_argument, platform_argument)."""
+
+
 @cache
 def load_model(name_or_path: str) -> TransformerSpec:
     """A preset name, a path to a preset .toml, or a path to an HF config.json (or its folder)."""
+    spec = _load_model(name_or_path)
+    _ORIGIN[spec.name] = name_or_path
+    return spec
+
+
+def _load_model(name_or_path: str) -> TransformerSpec:
     p = Path(name_or_path)
     if name_or_path in model_names():
         path = DATA / "models" / f"{name_or_path}.toml"
@@ -85,13 +97,18 @@ def load_model(name_or_path: str) -> TransformerSpec:
     kind = _kind(p, "model")
     if kind == "missing" and _looks_like_path(name_or_path):
         raise SpecError(
-            f"model file {name_or_path!r} does not exist ({p.absolute()}); give the path to a config.json "
+            f"model file {_path_text(p)} does not exist; give the path to a config.json "
             "(or its folder), a preset .toml, or a preset name (`prism-strategy models`)"
         )
     if p.suffix == ".toml" and kind == "file":
         return build(TransformerSpec, read_toml(p), str(p))
     if kind == "dir" and (p / "config.json").exists():
         return load_hf_config(p / "config.json")
+    if kind == "dir":
+        raise SpecError(
+            f"model folder {_path_text(p)} has no config.json; give the folder of a Hugging Face model "
+            "(its config.json), the config.json itself, or a preset .toml"
+        )
     if p.suffix == ".json" and kind == "file":
         return load_hf_config(p)
     raise SpecError(
@@ -101,20 +118,59 @@ def load_model(name_or_path: str) -> TransformerSpec:
 
 @cache
 def load_platform(name_or_path: str) -> PlatformSpec:
+    """A preset name or a platform TOML; a user's file may inherit from a preset (`base = ...`)."""
     p = Path(name_or_path)
     if name_or_path in platform_names():
-        return build(PlatformSpec, read_toml(DATA / "platforms" / f"{name_or_path}.toml"), f"platform {name_or_path}")
-    kind = _kind(p, "platform")
-    if kind == "missing" and _looks_like_path(name_or_path):
-        raise SpecError(
-            f"platform file {name_or_path!r} does not exist ({p.absolute()}); give the path to a platform "
-            "TOML or a preset name (`prism-strategy platforms`)"
-        )
-    if p.suffix == ".toml" and kind == "file":
-        return build(PlatformSpec, read_toml(p), str(p))
-    raise SpecError(
-        f"unknown platform {name_or_path!r}; use one of {', '.join(platform_names())} or a path to a platform .toml"
-    )
+        raw, where, user = _platform_raw(name_or_path), f"platform {name_or_path}", False
+    else:
+        kind = _kind(p, "platform")
+        if kind == "missing" and _looks_like_path(name_or_path):
+            raise SpecError(
+                f"platform file {_path_text(p)} does not exist; give the path to a platform "
+                "TOML or a preset name (`prism-strategy platforms`)"
+            )
+        if p.suffix != ".toml" or kind != "file":
+            raise SpecError(
+                f"unknown platform {name_or_path!r}; use one of {', '.join(platform_names())} "
+                "or a path to a platform .toml"
+            )
+        raw, where, user = with_base(read_toml(p), str(p), _platform_raw), str(p), True
+    check_required(raw, where)
+    raw = fill_not_read(raw)
+    defaulted = defaulted_fields(raw) if user else ()
+    spec = build(PlatformSpec, raw | {"defaulted": defaulted}, where)
+    _ORIGIN[f"platform:{spec.name}"] = name_or_path
+    return spec
+
+
+@cache
+def _platform_raw(name: str) -> dict[str, Any]:
+    """A preset's table, its own base (if any) merged in."""
+    if name not in platform_names():
+        raise SpecError(f"base {name!r} is not a platform preset; use one of {', '.join(platform_names())}")
+    return with_base(read_toml(DATA / "platforms" / f"{name}.toml"), f"platform {name}", _platform_raw)
+
+
+def _path_text(p: Path) -> str:
+    """The path as given, and where it resolves only when that says more."""
+    return f"{str(p)!r}" if p.is_absolute() else f"{str(p)!r} ({p.absolute()})"
+
+
+def model_argument(spec: TransformerSpec) -> str:
+    """The --model value that loads `spec` again (what a printed follow-up command passes): the
+    preset name or path it was loaded from, else its name (a live module has no file)."""
+    origin = _ORIGIN.get(spec.name)
+    try:
+        if origin is not None and load_model(origin) == spec:
+            return origin
+    except SpecError:  # the file moved or went since it was loaded (a stored run keeps the architecture)
+        pass
+    return spec.name
+
+
+def platform_argument(platform: PlatformSpec) -> str:
+    """The --platform value that loads this platform again: its preset name or the file it came from."""
+    return _ORIGIN.get(f"platform:{platform.name}", platform.name)
 
 
 def spec_from_module(module: Any, *, name: str = "module") -> TransformerSpec:

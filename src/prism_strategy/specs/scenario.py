@@ -10,6 +10,7 @@ from typing import Any
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.model import MultimodalSpec
 from prism_strategy.specs.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
+from prism_strategy.specs.presets import model_argument, platform_argument
 from prism_strategy.specs.training import TrainingSpec
 
 
@@ -87,6 +88,9 @@ class Scenario:
             "loss": t.loss,
             "compile": t.compile,
             "compile_loss": t.compile_loss,
+            "model_argument": model_argument(m.backbone),
+            "vision_argument": model_argument(m.vision) if m.vision else None,
+            "platform_argument": platform_argument(self.platform),
             "params": {
                 "total": m.total_params,
                 "trainable": m.trainable_params,

@@ -124,11 +124,14 @@ def commbench_base(
     seq_len: int = 32,
     grad_accum: int = 1,
     precision: str = "bf16-mixed",
+    mode: str = "e2e",
+    vision: str | None = None,
     bucket_mb: float | None = None,
     reduce_dtype: str | None = None,
     timeout_s: float = 300,
 ) -> dict[str, Any]:
-    """The scenario of one commbench launch (census's checks); bad input raises SpecError."""
+    """The scenario of one commbench launch (census's checks); bad input raises SpecError. mode and
+    vision as plan's: a projector-only scenario replays only the trainable part's collectives."""
     if nproc < 2:
         raise SpecError(f"--nproc {nproc}: commbench times collectives between ranks; launch at least 2")
     # census builds and trains the model (fp32 or bf16-mixed); commbench builds none, so bf16-pure's
@@ -142,6 +145,8 @@ def commbench_base(
         seq_len=seq_len,
         grad_accum=grad_accum,
         precision="bf16-mixed" if pure else precision,
+        mode=mode,
+        vision=vision,
         bucket_mb=bucket_mb,
         reduce_dtype=reduce_dtype,
         timeout_s=timeout_s,

@@ -120,11 +120,73 @@ def _time_loss(platform: PlatformSpec, runs: list[Result]) -> float:
     return sum(math.log(predict(r.config, platform)["step_time_s"] / r.measured["step_time_s"]) ** 2 for r in runs)
 
 
-def fit_time(base: PlatformSpec, runs: list[Result], rounds: int = 4) -> PlatformSpec:
+STEP = 1.25
+"""The factor a knob is moved by to see how much each run's step time depends on it."""
+NO_EFFECT = 0.005
+"""d log(step) / d log(factor) below this on every run: no run decides the knob."""
+SAME_DIRECTION = 0.995
+"""|cosine| between two knobs' sensitivities over the runs above this: the runs cannot tell them apart."""
+
+
+def sensitivities(base: PlatformSpec, runs: list[Result]) -> dict[str, np.ndarray]:
+    """Per knob, d log(predicted step) / d log(factor) on each run (finite difference at the preset)."""
+    t0 = np.array([predict(r.config, base)["step_time_s"] for r in runs])
+    out = {}
+    for k in TIME_KNOBS:
+        moved = scaled_platform(base, {x: 1.0 for x in TIME_KNOBS} | {k: STEP})
+        t = np.array([predict(r.config, moved)["step_time_s"] for r in runs])
+        out[k] = np.log(t / t0) / math.log(STEP)
+    return out
+
+
+def separable_knobs(base: PlatformSpec, runs: list[Result]) -> tuple[list[str], list[dict[str, str]]]:
+    """The knobs the runs can decide (free), and each held one with why: no run's step depends on
+    it, or its effect over the runs is another free knob's (the fit could trade one for the other)."""
+    free, held = distinct_knobs(sensitivities(base, runs))
+    return [k for k in TIME_KNOBS if k in free], held  # the descent's order, as before
+
+
+def distinct_knobs(sens: dict[str, np.ndarray]) -> tuple[list[str], list[dict[str, str]]]:
+    """Knobs some run depends on, each in a direction over the runs no kept knob already has."""
+    free: list[str] = []
+    held: list[dict[str, str]] = []
+    for k in sorted(TIME_KNOBS, key=lambda k: -float(np.linalg.norm(sens[k]))):
+        v = sens[k]
+        if float(np.max(np.abs(v))) < NO_EFFECT:
+            held.append({"term": k, "why": "no run's step time depends on it"})
+            continue
+        twin = next(
+            (
+                j
+                for j in free
+                if abs(float(v @ sens[j])) / (np.linalg.norm(v) * np.linalg.norm(sens[j])) > SAME_DIRECTION
+            ),
+            None,
+        )
+        if twin is not None:
+            held.append({"term": k, "why": f"these runs cannot tell it apart from {twin}"})
+            continue
+        free.append(k)
+    return free, held
+
+
+def fit_time(
+    base: PlatformSpec, runs: list[Result], rounds: int = 4, knobs: tuple[str, ...] | list[str] = TIME_KNOBS
+) -> PlatformSpec:
+    """Coordinate descent on the free knobs' log-factors; a knob not in `knobs` stays at the preset."""
+    return scaled_platform(base, fit_factors(base, runs, rounds, knobs))
+
+
+def fit_factors(
+    base: PlatformSpec,
+    runs: list[Result],
+    rounds: int = 4,
+    knobs: tuple[str, ...] | list[str] = TIME_KNOBS,
+) -> dict[str, float]:
     f = {k: 1.0 for k in TIME_KNOBS}
     best = _time_loss(base, runs)
     for _ in range(rounds):
-        for k in TIME_KNOBS:
+        for k in knobs:
             for g in GRID:
                 trial = f | {k: f[k] * g}
                 scaled = scaled_platform(base, trial)
@@ -133,7 +195,7 @@ def fit_time(base: PlatformSpec, runs: list[Result], rounds: int = 4) -> Platfor
                 loss = _time_loss(scaled, runs)
                 if loss < best - 1e-12:
                     best, f = loss, trial
-    return scaled_platform(base, f)
+    return f
 
 
 def fit_memory(platform: PlatformSpec, runs: list[Result]) -> PlatformSpec:
@@ -171,17 +233,39 @@ def calibrate(base: PlatformSpec, results: list[Result]) -> tuple[PlatformSpec, 
             f"calibration needs at least 3 successful runs on platform {base.name}, found {len(runs)}; "
             "measure some with `prism-strategy bench`"
         )
-    before = errors_pct(base, runs)
-    fitted, held = held_in_bounds(base, fit_memory(fit_time(base, runs), runs))
-    after = errors_pct(fitted, runs)
-    report = {
+    free, held_terms = separable_knobs(base, runs)
+    report: dict[str, Any] = {
         "runs": len(runs),
-        "before": before,
-        "after": after,
-        "held_at_bounds": held,
+        "free_terms": free,
+        "held_terms": held_terms,
         "score": lambda p: errors_pct(p, runs),
     }  # run_calibrate scores what the fit replaces
+    if len(runs) < len(free):
+        report |= {"before": errors_pct(base, runs), "after": {}, "held_at_bounds": []}
+        report["too_few_rows"] = (
+            f"{len(runs)} runs cannot decide {len(free)} free terms ({', '.join(free)}); measure at least "
+            f"{len(free)} runs that differ in what they stress (nodes, micro-batch, strategy)"
+        )
+        return base, report
+    fitted, held = held_in_bounds(base, fit_memory(fit_time(base, runs, knobs=free), runs))
+    report |= {
+        "before": errors_pct(base, runs),
+        "after": errors_pct(fitted, runs),
+        "held_at_bounds": held,
+        "leave_one_out": leave_one_out(base, runs, free),
+    }
     return fitted, report
+
+
+def leave_one_out(base: PlatformSpec, runs: list[Result], free: list[str]) -> dict[str, Any]:
+    """Each run predicted by the fit to the others (the same free terms, two rounds of descent):
+    the error a run the fit did not see can expect, beside the in-sample error."""
+    errs = []
+    for i, r in enumerate(runs):
+        others = runs[:i] + runs[i + 1 :]
+        fitted, _ = held_in_bounds(base, fit_time(base, others, rounds=2, knobs=free))
+        errs.append(abs(predict(r.config, fitted)["step_time_s"] / r.measured["step_time_s"] - 1) * 100)
+    return {"step_time_median": statistics.median(errs), "per_run": [round(e, 2) for e in errs]}
 
 
 def fitted_values(p: PlatformSpec) -> dict[str, float]:
@@ -378,6 +462,9 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     steps = fit == "steps" or (fit == "all" and (names or not curves or any(r.kind == "bench" for r in stored)))
     fitted, report, fp = _step_fit(base, stored, names) if steps else _comm_only(replaced, stored, curves)
     score = report.pop("score")
+    if "too_few_rows" in report:  # a fit the rows cannot decide: a finding, nothing written
+        refused = {"written": False, "refused": f"not written: {report['too_few_rows']}"}
+        return report | {"platform": base.name, "file": str(path), "replaces": {"what": label}} | refused
     if curves or rows:
         fitted, report["comm"] = comm_fit_report.calibrate_comm(fitted, curves, lambda n: bounds_for(base, n), rows)
         step_score, score = (
@@ -413,5 +500,16 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
         values=fitted_values(fitted),
         runs=report["runs"],
         errors=report["after"],
+        terms=fitted_terms(report),
     )
     return report
+
+
+def fitted_terms(report: dict[str, Any]) -> list[str]:
+    """The terms the fit set (time knobs it could decide, memory, comm terms): what a plan using
+    the file names."""
+    terms = list(report.get("free_terms", TIME_KNOBS if "records" not in report else ("host terms",)))
+    terms += [] if report.get("kept") else list(MEMORY_VALUES)
+    comm = report.get("comm") or {}
+    terms += [t["name"] for t in comm.get("terms", []) if isinstance(t, dict) and t.get("decided_by")]
+    return terms

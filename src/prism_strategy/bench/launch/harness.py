@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prism_strategy.bench.launch.ds_ops import extensions_dir, prepare_deepspeed_ops
 from prism_strategy.bench.launch.fingerprint import fingerprint
 from prism_strategy.bench.results.store import Result
 from prism_strategy.specs.errors import SpecError
@@ -103,8 +104,11 @@ def launch_many(
     if memory_limit_bytes:
         extra += ["--memory-limit-bytes", str(memory_limit_bytes)]
     env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env |= {"TORCH_EXTENSIONS_DIR": str(extensions_dir(env))}
     if configs[0].get("device", "cpu") == "cpu":
         env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "PRISM_DEVICE": "cpu"}
+    if any(_builds_cpu_ops(c) for c in configs):
+        prepare_deepspeed_ops(env)  # once, before the ranks: they would each build it, under one lock
     with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
         out, log = Path(tmp) / "ranks", Path(tmp) / "log.txt"
         t0 = time.perf_counter()
@@ -130,6 +134,18 @@ def launch_many(
         _outcome(rc, [r[i] for r in per_rank if i < len(r)], nproc, seconds / len(configs), tail, timeout_s)
         for i in range(len(configs))
     ]
+
+
+def _builds_cpu_ops(config: dict[str, Any]) -> bool:
+    """The config builds an engine that JIT-builds a CPU op (DeepSpeed); commbench replays its
+    collectives without building one."""
+    from prism_strategy.engines import engine_of
+    from prism_strategy.strategies import get_strategy
+
+    if config.get("collectives") is not None:  # a commbench replay: no engine is built
+        return False
+    name = config.get("strategy")
+    return isinstance(name, str) and engine_of(get_strategy(name)).builds_cpu_ops
 
 
 _KILLED = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*-9\b")

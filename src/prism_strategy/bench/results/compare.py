@@ -92,7 +92,7 @@ def compare_row(r: Result, platform: PlatformSpec) -> dict[str, Any]:
             },
         }
     )
-    calibrated = any(v.startswith("calibrated") for v in platform.sources.values())
+    calibrated = next((v for v in platform.sources.values() if v.startswith("calibrated")), None)
     return {
         "id": r.id,
         "strategy": r.strategy,
@@ -107,7 +107,7 @@ def compare_row(r: Result, platform: PlatformSpec) -> dict[str, Any]:
         "phases": phases,
         "platform": platform.name,
         "sources": {
-            "predicted": f"analytic model, platform {platform.name}{' (calibrated)' if calibrated else ''}",
+            "predicted": f"analytic model, platform {platform.name}" + (f" ({calibrated})" if calibrated else ""),
             "measured": measured_from(r),
         },
     }

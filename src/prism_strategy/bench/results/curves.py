@@ -199,7 +199,14 @@ def curves_for(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...
 
 
 def import_collective_log(
-    path: str | Path, fmt: str, *, platform: str, nodes: int | None, ranks_per_node: int | None, store: Store
+    path: str | Path,
+    fmt: str,
+    *,
+    platform: str,
+    nodes: int | None,
+    ranks_per_node: int | None,
+    store: Store,
+    collective: str | None = None,
 ) -> dict[str, Any]:
     """Read an nccl-tests / oneCCL benchmark log, check it against the flags, store it as one run
     (replacing an earlier import of the same log). Nothing is written unless all of it reads."""
@@ -219,7 +226,9 @@ def import_collective_log(
     plat = load_platform(platform)
     if not reader.looks_like(path):
         raise SpecError(f"{path}: not {fmt} output (see `prism-strategy results import --help`)")
-    log = reader.read(path)
+    if collective is not None and fmt != "nccl-tests":
+        raise SpecError(f"--collective is for nccl-tests logs; a {fmt} log names its collective")
+    log = reader.read(path, op=collective) if collective is not None else reader.read(path)
     rpn = ranks_per_node or (log.ranks // nodes if log.ranks else plat.devices_per_node)
     if log.ranks is not None and rpn * nodes != log.ranks:
         raise SpecError(f"{path}: the log ran {log.ranks} ranks, not --nodes {nodes} x {rpn} ranks per node")

@@ -1,0 +1,72 @@
+"""The commands a plan prints for the user to run next (commbench at the plan's scale, bench on
+one node), built from the plan's own inputs so that each one runs as printed: the model as it was
+loaded (a preset name or the config.json / .toml path), the vision encoder and what trains, the
+sequence length, micro-batch, accumulation and precision, and the platform (preset or file)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from prism_strategy.specs.presets import model_argument, platform_argument
+
+if TYPE_CHECKING:
+    from prism_strategy.planning.option import Option
+    from prism_strategy.planning.scenario import Scenario
+
+
+def _scenario_args(sc: "Scenario", pick: "Option | None") -> list[str]:
+    m, t = sc.model, sc.training
+    args = ["--model", model_argument(m.backbone)]
+    if m.vision is not None:
+        args += ["--vision", model_argument(m.vision), "--mode", m.mode]
+    args += ["--seq-len", str(t.seq_len)]
+    mb = pick.micro_batch if pick is not None else t.micro_batch
+    if mb:
+        args += ["--micro-batch", str(mb)]
+    ga = pick.grad_accum if pick is not None else t.grad_accum
+    if ga and ga > 1:
+        args += ["--grad-accum", str(ga)]
+    return args
+
+
+def commbench_command(sc: "Scenario", strategies: list[str], pick: "Option | None" = None) -> str:
+    """`prism-strategy commbench` replaying these strategies' collectives at the plan's layout."""
+    lay = sc.layout
+    args = [
+        "prism-strategy",
+        "commbench",
+        *_scenario_args(sc, pick),
+        "--precision",
+        sc.training.precision,
+        "--strategies",
+        ",".join(strategies),
+        "--nproc",
+        str(lay.world),
+        "--ranks-per-node",
+        str(lay.ranks_per_node),
+        "--platform",
+        platform_argument(sc.platform),
+    ]
+    return shlex.join(args)
+
+
+def bench_command(sc: "Scenario", strategies: list[str], pick: "Option | None" = None) -> str:
+    """`prism-strategy bench` running these strategies on one node of the plan's platform; a
+    vision-language plan gets commbench on one node (bench builds no vision encoder)."""
+    if sc.model.vision is not None:
+        return commbench_command(sc, strategies, pick)
+    args = [
+        "prism-strategy",
+        "bench",
+        *_scenario_args(sc, pick),
+        "--strategies",
+        ",".join(strategies),
+        "--nproc",
+        str(sc.layout.ranks_per_node),
+        "--platform",
+        platform_argument(sc.platform),
+    ]
+    if sc.training.precision in ("fp32", "bf16-mixed"):
+        args += ["--precision", sc.training.precision]
+    return shlex.join(args)

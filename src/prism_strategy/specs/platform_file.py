@@ -1,0 +1,102 @@
+"""A platform file as the planner gets it: inherited from a named preset (`base = "dgx-a100-40"`),
+checked for the hardware facts its backend's model reads (data/platform_fields.toml; one error
+listing every missing field), the fields that model never reads filled and said so, and every
+value the file left to PlatformSpec's default named (PlatformSpec.defaulted)."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+from importlib import resources
+from typing import Any, Callable
+
+from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.errors import SpecError
+
+_UNLISTED = ("name", "description", "sources", "measured_collectives", "base", "defaulted")
+"""PlatformSpec fields that are not values of the hardware or its model (never listed as defaults)."""
+
+
+@cache
+def _fields() -> dict[str, Any]:
+    from prism_strategy.specs.presets import tomllib
+
+    return tomllib.loads((resources.files("prism_strategy") / "data" / "platform_fields.toml").read_text())
+
+
+def required_fields(backend: str) -> list[str]:
+    req = _fields()["required"]
+    return list(req["all"]) + list(req.get(backend, []))
+
+
+def with_base(raw: dict[str, Any], where: str, load_raw: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """The file's table over its base preset's (one level or a chain); `sources` merged the same
+    way, an inherited value's source saying which base it came from."""
+    base = raw.get("base")
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base:
+        raise SpecError(f"{where}: base must be a platform preset name (`prism-strategy platforms`), got {base!r}")
+    parent = load_raw(base)
+    inherited = {k: v for k, v in parent.items() if k not in ("name", "description", "sources", "base")}
+    sources = {k: f"from base {base}: {v}" for k, v in parent.get("sources", {}).items() if k not in raw}
+    sources |= {k: f"from base {base}" for k in inherited if k not in raw and k not in sources}
+    merged = inherited | {k: v for k, v in raw.items() if k != "base"}
+    merged["sources"] = sources | dict(raw.get("sources", {}))
+    merged["base"] = base
+    return merged
+
+
+def check_required(raw: dict[str, Any], where: str) -> None:
+    """One error naming every hardware fact the file lacks (and what supplies them all at once)."""
+    backend = raw.get("backend")
+    missing = [f for f in required_fields(str(backend)) if f not in raw]
+    if "name" not in raw:
+        missing.insert(0, "name")
+    if missing:
+        what = f"the {backend} model reads" if backend else "every platform needs"
+        raise SpecError(
+            f"{where}: missing {', '.join(missing)} ({what} them); add them, or inherit them from a preset "
+            'with base = "<preset>" (`prism-strategy platforms`; e.g. base = "dgx-a100-40")'
+        )
+
+
+def fill_not_read(raw: dict[str, Any]) -> dict[str, Any]:
+    """Fields PlatformSpec needs that the backend's model never reads, filled when absent."""
+    fill = _fields()["not_read"].get(str(raw.get("backend")), {})
+    out, sources = dict(raw), dict(raw.get("sources", {}))
+    for k, v in fill.items():
+        if k not in out:
+            out[k] = out[v] if isinstance(v, str) else v
+            sources[k] = f"not read by the {raw['backend']} model; set to {out[k]!r} (data/platform_fields.toml)"
+    out["sources"] = sources
+    return out
+
+
+def defaulted_fields(raw: dict[str, Any]) -> tuple[str, ...]:
+    """PlatformSpec fields with a default that the (merged) file does not set."""
+    return tuple(
+        f.name
+        for f in dataclasses.fields(PlatformSpec)
+        if f.name not in _UNLISTED
+        and f.name not in raw
+        and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
+    )
+
+
+def defaults_text(p: PlatformSpec) -> str:
+    """The defaulted values, as provenance and the plan's note say them ("" when none)."""
+    if not p.defaulted:
+        return ""
+    vals = ", ".join(f"{k} {_value(getattr(p, k))}" for k in p.defaulted)
+    return f"platform {p.name}: PlatformSpec defaults (not in the file{_base_text(p)}): {vals}"
+
+
+def _base_text(p: PlatformSpec) -> str:
+    return f" nor its base {p.base}" if p.base else ""
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, dict):
+        return "{}" if not v else "{" + ", ".join(f"{k}={x}" for k, x in v.items()) + "}"
+    return "none" if v is None or v == "" else f"{v:g}" if isinstance(v, float) else str(v)
