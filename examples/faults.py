@@ -53,7 +53,7 @@ import random
 import signal
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, get_args
 
 import torch
 
@@ -70,19 +70,7 @@ FaultKind = Literal[
     "host-stall",
     "gc-pause",
 ]
-KINDS: tuple[str, ...] = (
-    "none",
-    "collapse",
-    "slow-rank",
-    "slow-wait",
-    "slow-data",
-    "hang",
-    "kill",
-    "input-skew",
-    "collective-collapse",
-    "host-stall",
-    "gc-pause",
-)
+KINDS: tuple[str, ...] = get_args(FaultKind)
 FAULT_OPS = {
     "all_gather": ("all_gather_single", "all_gather_into_tensor"),
     "reduce_scatter": ("reduce_scatter_single", "reduce_scatter_tensor"),

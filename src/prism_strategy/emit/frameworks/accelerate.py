@@ -11,21 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from prism_strategy.strategies import get_strategy
+from prism_strategy.strategies import STRATEGY_NAMES, get_strategy
 
 if TYPE_CHECKING:
     from prism_strategy.emit.frameworks import FrameworkChoice
 
-SUPPORTS = (
-    "ddp",
-    "fsdp_full_shard",
-    "fsdp_shard_grad_op",
-    "hsdp_full_shard",
-    "hsdp_shard_grad_op",
-    "zero1",
-    "zero2",
-    "zero3",
-)
+SUPPORTS = STRATEGY_NAMES  # DDP, FSDP (FSDP1 names) and DeepSpeed: Accelerate writes every one
 FILE = "accelerate_config.yaml"
 SHARDING = {
     "fsdp_full_shard": "FULL_SHARD",
