@@ -142,6 +142,10 @@ def test_tune_reaches_the_grid_best_with_a_third_of_the_runs_and_one_check(measu
     ]
     truth = {c: runs[(c.strategy, c.micro_batch)].measured["samples_per_s"] for c in grid}
     res = tune(grid, lambda c: truth[c])
-    best = max(truth.values())
-    assert truth[res.best] >= (1 - RUN_TO_RUN_NOISE) * best, (res.stop_reason, truth)
+    best = max(truth, key=truth.get)
+    # the same configuration as far as the two runs can tell: within the larger of their own step
+    # spreads ((max - min) / median of the timed steps), and never tighter than RUN_TO_RUN_NOISE
+    spread = (runs[(c.strategy, c.micro_batch)].measured.get("step_time_spread") or 0.0 for c in (best, res.best))
+    noise = max(RUN_TO_RUN_NOISE, *spread)
+    assert truth[res.best] >= (1 - noise) * truth[best], (res.stop_reason, noise, truth)
     assert res.runs <= len(grid) // 3 + 1, res.runs
