@@ -64,3 +64,24 @@ def test_the_base_is_what_the_plan_priced_not_the_profile_name():
         assert a["variables_differ"].get("CCL_ALLREDUCE", ["topo", "ring"]) == ["topo", "ring"]
     ring = plan(**AURORA, nodes=10).env_advice  # the shipped preset prices PRISM's ring
     assert any(a["variables_differ"].get("CCL_ALLREDUCE") == ["ring", None] for a in ring)
+
+
+def test_a_plan_under_a_named_profile_is_compared_from_that_profile():
+    """Walk-through finding: `plan --env-profile aurora-alcf-minimal` named its base "platform
+    aurora's own CCL settings", though the variables it priced are that profile's."""
+    p = plan(**AURORA, nodes=10, env_profile="aurora-alcf-minimal")
+    assert p.env_advice, "PRISM's ring profile differs from ALCF's minimal one at 10 nodes"
+    assert {a["base_profile"] for a in p.env_advice} == {"aurora-alcf-minimal"}
+    assert "aurora-alcf-minimal" not in {a["profile"] for a in p.env_advice}
+
+
+def test_another_pick_is_quoted_in_samples_per_s_with_its_global_batch(advised):
+    """A pick under another profile may run another global batch: its step time is not comparable
+    with the asked pick's, so the line gives samples/s and the batch."""
+    _, p = advised
+    for a in p.env_advice:
+        line = next(r for r in p.reasons if r.startswith(f"environment: under env profile {a['profile']} "))
+        assert f"{a['samples_per_s'][a['profile']]:.1f} samples/s" in line
+        if a["recommended_under_profile"] != a["strategy"]:
+            assert f"global batch {a['recommended_global_batch']}" in line
+            assert f"{a['recommended_step_time_s']:.3f} s" not in line

@@ -64,7 +64,8 @@ def platform_under(p: PlatformSpec, env: EnvironmentPolicy) -> PlatformSpec:
         **{f: getattr(p, f) for f in kept},
     )
     overrides = kept + list(own_algos) + list(own_scaleout)
-    return replace(out, sources=p.sources | {"env_profile": _note(env, p, out, overrides)})
+    note = _note(env, p, out, overrides)
+    return replace(out, env_profile=env.profile, sources=p.sources | {"env_profile": note})
 
 
 def _note(env: EnvironmentPolicy, before: PlatformSpec, after: PlatformSpec, kept: list[str]) -> str:

@@ -125,7 +125,8 @@ def env_advice(
         timed = [replace(o, samples_per_s=retime(there, o)) for o in feasible]
         timed = [replace(t, step_time_s=t.global_batch / t.samples_per_s) for t in timed if t.samples_per_s > 0]
         new = pick(timed)
-        step = next(t.step_time_s for t in timed if t.strategy == recommended)
+        there_chosen = next(t for t in timed if t.strategy == recommended)
+        step = there_chosen.step_time_s
         change = step / chosen.step_time_s - 1
         if abs(change) <= CHANGE and new.strategy == recommended:
             continue
@@ -137,9 +138,12 @@ def env_advice(
                 "base_validation": validation(base.name),
                 "strategy": recommended,
                 "step_time_s": {base.name: chosen.step_time_s, other.name: step},
+                "samples_per_s": {base.name: chosen.samples_per_s, other.name: there_chosen.samples_per_s},
                 "change": change,
                 "recommended_under_profile": new.strategy,
                 "recommended_step_time_s": new.step_time_s,
+                "recommended_samples_per_s": new.samples_per_s,
+                "recommended_global_batch": new.global_batch,
                 "variables_differ": _differ(base.variables, other.variables),
             }
         )
@@ -149,15 +153,17 @@ def env_advice(
 def advice_line(a: dict[str, Any]) -> str:
     """One reason line for the plan's human output."""
     base, other = a["base_profile"], a["profile"]
-    steps = a["step_time_s"]
+    steps, rates = a["step_time_s"], a["samples_per_s"]
     var = ", ".join(f"{k} {_shown(k, b)} -> {_shown(k, o)}" for k, (b, o) in a["variables_differ"].items())
-    pick_ = (
-        f"; the pick there would be {a['recommended_under_profile']} ({a['recommended_step_time_s']:.3f} s per step)"
+    pick_ = (  # in samples/s: the other pick may run another global batch, so its step is not comparable
+        f"; the pick there would be {a['recommended_under_profile']} at {a['recommended_samples_per_s']:.1f} "
+        f"samples/s (global batch {a['recommended_global_batch']})"
         if a["recommended_under_profile"] != a["strategy"]
         else ""
     )
     return (
-        f"environment: under env profile {other} {a['strategy']} is predicted at {steps[other]:.3f} s per step vs "
-        f"{steps[base]:.3f} s under {base} ({a['change']:+.0%}){pick_}; variables that differ: {var}; {other}: "
+        f"environment: under env profile {other} {a['strategy']} is predicted at {steps[other]:.3f} s per step "
+        f"({rates[other]:.1f} samples/s) vs {steps[base]:.3f} s ({rates[base]:.1f}) under {base} "
+        f"({a['change']:+.0%}){pick_}; variables that differ: {var}; {other}: "
         f"{a['validation']}; {base}: {a['base_validation']}"
     )
