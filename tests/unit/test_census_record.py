@@ -205,14 +205,13 @@ def test_cli_bad_input_exits_2_on_one_line():
 def test_bucket_and_reduce_dtype_reach_wrap_under_the_names_it_takes():
     """The bench worker passes a config's bucket size and reduce dtype to wrap() under wrap's own
     keyword names, and only when the config sets them (wrap's defaults stay the engine's)."""
-    import inspect
-
     from prism_strategy.bench.launch.worker import engine_options
-    from prism_strategy.runtime.wrap import wrap
+    from prism_strategy.runtime.wrap import SETTINGS
+    from prism_strategy.wrap_config import WrapConfig
 
-    takes = inspect.signature(wrap).parameters
+    defaults = WrapConfig(strategy="zero2")
     assert engine_options({"strategy": "ddp"}) == {}
     assert engine_options({"strategy": "ddp", "bucket_mb": 50, "reduce_dtype": None}) == {"bucket_mb": 50}
     both = engine_options({"strategy": "zero2", "bucket_mb": 25, "reduce_dtype": "fp32", "steps": 3})
     assert both == {"bucket_mb": 25, "reduce_dtype": "fp32"}
-    assert set(both) <= set(takes) and takes["bucket_mb"].default is None and takes["reduce_dtype"].default is None
+    assert set(both) <= set(SETTINGS) and defaults.bucket_mb is None and defaults.reduce_dtype is None

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from prism_strategy.runtime.dist import DistContext
-from prism_strategy.runtime.wrap import deepspeed_config, situation, wrap
+from prism_strategy.runtime.wrap import config_of, deepspeed_config, situation, wrap
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import get_strategy
+from prism_strategy.wrap_config import WrapConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from tiny_llama import TinyConfig, TinyLlama  # noqa: E402
@@ -112,6 +113,8 @@ def test_situation_matches_the_rules_keys():
     [
         (dict(strategy="fsdp"), "unknown strategy 'fsdp'; choose one of ddp, fsdp_full_shard"),
         (dict(strategy=3), "strategy must be a strategy name"),
+        (dict(bucket=25), r"wrap\(\) has no setting bucket; its settings are mixed_precision, ckpt_freq"),
+        (dict(config=WrapConfig(strategy="ddp"), ckpt_freq=1), "takes config= or the settings, not both"),
         (dict(optimizer=torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1)), "optimizer must be a factory"),
         (dict(mixed_precision="fp16"), "mixed_precision must be 'bf16' or None"),
         (dict(ckpt_freq=-1), "ckpt_freq must be an int >= 0"),
@@ -132,6 +135,13 @@ def test_bad_input_is_a_one_line_spec_error(kwargs, message):
     with pytest.raises(SpecError, match=message) as e:
         wrap(m, s, **args)
     assert "\n" not in str(e.value)
+
+
+def test_a_strategy_specs_own_bucket_and_reduce_dtype_fill_the_settings_not_given():
+    named = get_strategy("zero2").with_options(bucket_mb=100, reduce_dtype="bf16")
+    assert (config_of(named, {}).bucket_mb, config_of(named, {}).reduce_dtype) == (100, "bf16")
+    given = config_of(named, {"bucket_mb": 50, "reduce_dtype": None, "ckpt_freq": 2})
+    assert (given.strategy, given.bucket_mb, given.reduce_dtype, given.ckpt_freq) == ("zero2", 50, "bf16", 2)
 
 
 def test_checkpointing_needs_blocks():

@@ -24,7 +24,7 @@ BUCKET_BYTES = 25 * 2**20
 """torch DDP's default bucket_cap_mb (25): one all-reduce of the gradient path."""
 VALIDATED_NODES = 10
 """The largest node count the named-algorithm profile was run at (PRISM, CCL_ALLREDUCE=ring with
-one worker, 1-10 Aurora nodes: shared/data/aurora_measurements.md): within it the setting is
+one worker, 1-10 Aurora nodes: data/measurements/aurora-prism.toml): within it the setting is
 what was measured to work, beyond it the doctor prices it."""
 SLOWER = 1.10
 """More than 10% slower: the threshold at which the plan also reports an environment's cost (#25)."""

@@ -2,7 +2,7 @@
 smallest change that fits, computed from the same memory model the plan judged with.
 
 - Nodes needed, per sharded strategy: the fewest nodes whose peak at micro-batch 1 (the engine's
-  moments, estimate/memory.moments, judged as the plan judges: estimate/memory_runtime.device_peak)
+  moments, judged as the plan judges: estimate/entry.py device_peak_at)
   fits the usable memory. More nodes only divide model states, so the peak falls with N: the
   MAX_RANKS bound is tried first (nothing fits there: no node count helps), then doubling and
   bisection (at most ~2 log2(bound) evaluations).
@@ -17,8 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from prism_strategy.engines import engine_of
-from prism_strategy.estimate.memory import estimate_memory, model_state_rows, moments
-from prism_strategy.estimate.memory_runtime import device_peak, memory_fields
+from prism_strategy.estimate.entry import BatchAt, device_peak_at, memory_at, model_state_bytes
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import MAX_RANKS, GiB, Layout
 from prism_strategy.specs.parts import Part, model_parts
@@ -30,8 +29,7 @@ if TYPE_CHECKING:
 
 
 def _states(parts: tuple[Part, ...], sc: "Scenario", s: StrategySpec, nodes: int) -> float:
-    lay = Layout(nodes=nodes, ranks_per_node=sc.layout.ranks_per_node)
-    return sum(b for *_, b in model_state_rows(parts, sc.training, s, lay))
+    return model_state_bytes(sc.with_layout(Layout(nodes=nodes, ranks_per_node=sc.layout.ranks_per_node)), s, parts)
 
 
 def _least_ckpt(sc: "Scenario") -> int | None:
@@ -45,7 +43,7 @@ def _peak(parts: tuple[Part, ...], sc: "Scenario", s: StrategySpec, nodes: int, 
     ckpt = _least_ckpt(sc) if ckpt is None else ckpt
     t = sc.training if ckpt is None else replace(sc.training, ckpt_freq=ckpt, ckpt_policy="full")
     lay = Layout(nodes=nodes, ranks_per_node=sc.layout.ranks_per_node)
-    return device_peak(moments(parts, t, sc.platform, lay, s, accumulating=False), 1, sc.platform, t)
+    return device_peak_at(sc.with_training(t).with_layout(lay), s, BatchAt(micro_batch=1), parts=parts)
 
 
 def max_nodes(sc: "Scenario") -> int:
@@ -126,7 +124,7 @@ def states_never_fit(
     (the planner then evaluates them all). at_batch_1=False: the model states alone decide
     (`estimate` still traces what the analytic peak calls too large)."""
     usable = sc.platform.usable_bytes
-    states = {s.name: sum(b for *_, b in model_state_rows(parts, sc.training, s, sc.layout)) for s in specs}
+    states = {s.name: model_state_bytes(sc, s, parts) for s in specs}
     if min(states.values()) > usable:
         return [_untimed(sc, parts, s, states[s.name])[0] for s in specs]
     if not at_batch_1:
@@ -141,9 +139,9 @@ def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: f
 
     ckpt = _least_ckpt(sc)
     t = sc.training if ckpt is None else replace(sc.training, ckpt_freq=ckpt, ckpt_policy="full")
-    p, usable = sc.platform, sc.platform.usable_bytes
-    ms = moments(parts, t, p, sc.layout, s, accumulating=False)
-    mem, device = estimate_memory(parts, t, p, sc.layout, s, 1), device_peak(ms, 1, p, t)
+    usable = sc.platform.usable_bytes
+    at = memory_at(sc.with_training(t), s, BatchAt(micro_batch=1), parts=parts)
+    mem, device = at.memory, at.device_peak_bytes
     top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
     states_say = "do not fit" if states > usable else "fit; activations and buffers do not"
     why = (
@@ -159,7 +157,7 @@ def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: f
         micro_batch=1,
         grad_accum=1,
         ckpt_freq=t.ckpt_name,
-        memory_runtime=memory_fields(mem, p, t, ms, 1, limit=device),
+        memory_runtime=dict(at.memory_runtime),
     )
     return o, device <= usable
 

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import tomllib
 
-from prism_strategy.estimate.comm_oneccl import SCALEOUT_VARS, with_ccl_env
-from prism_strategy.estimate.environment import MODEL_VARIABLES
+from prism_strategy.estimate.entry import SCALEOUT_VARS, ccl_model_variables, platform_under_variables
 from prism_strategy.planning.recommend import pick
 from prism_strategy.specs.presets import DATA
 
@@ -32,7 +31,7 @@ CHANGE = 0.10
 """A profile is worth naming when it moves the pick's step time by more than 10% (the band the
 ranking treats as a tie) or changes the pick."""
 
-MODEL_VARS = {"xccl": frozenset(v for v in MODEL_VARIABLES if v != "CCL_OP_SYNC")}
+MODEL_VARS = {"xccl": ccl_model_variables()}
 """The variables of each backend the comm model reads (oneCCL only; module docstring)."""
 
 DEFAULTS = {"CCL_WORKER_COUNT": "1", "CCL_ALLREDUCE": "topo", "CCL_ATL_TRANSPORT": "ofi", "CCL_ATL_HMEM": "0"}
@@ -121,7 +120,7 @@ def env_advice(
     for other in profiles.values():
         if not _differ(base.variables, other.variables):
             continue
-        there = sc.with_platform(with_ccl_env(p, other.variables))
+        there = sc.with_platform(platform_under_variables(p, other.variables))
         timed = [replace(o, samples_per_s=retime(there, o)) for o in feasible]
         timed = [replace(t, step_time_s=t.global_batch / t.samples_per_s) for t in timed if t.samples_per_s > 0]
         new = pick(timed)

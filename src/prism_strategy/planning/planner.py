@@ -6,10 +6,14 @@ from dataclasses import replace
 from typing import Any
 
 from prism_strategy.engines import engine_of
-from prism_strategy.estimate.calibration import calibrated_platform
-from prism_strategy.estimate.environment import platform_under
-from prism_strategy.estimate.families import assumptions
-from prism_strategy.estimate.option import BatchAt, estimate_option, estimate_step, timed_view
+from prism_strategy.estimate.entry import (
+    BatchAt,
+    assumptions,
+    estimate_option,
+    estimate_step,
+    platform_as_run,
+    timed_view,
+)
 from prism_strategy.planning.advice import states_never_fit
 from prism_strategy.planning.env_advice import advice_line, env_advice
 from prism_strategy.planning.option import Option, Plan
@@ -152,7 +156,7 @@ def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
     bucket_mb = sc.training.bucket_mb
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=o.reduce_dtype) for s in all_strategies()]
     sweep = int_list(o.sweep_nodes, "--sweep-nodes")
-    sc = sc.with_platform(calibrated_platform(platform_under(sc.platform, sc.environment), o.calibration))
+    sc = sc.with_platform(platform_as_run(sc, o.calibration))
     if o.comm_curves:
         sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(o.comm_curves)))
     if o.rank_jitter is not None:
@@ -166,7 +170,7 @@ def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
         annotate(sc, parts, options)
     recommended, reasons, warnings = recommend(sc, options)
     advice = [] if early else env_advice(sc, options, recommended, _retimer(parts, specs))
-    reasons += [advice_line(a) for a in advice] + assumptions(sc.model, sc.training)  # MoE; Gemma's attention
+    reasons += [advice_line(a) for a in advice] + assumptions(sc)  # MoE; Gemma's attention
     warnings += [defaults_text(sc.platform)] if sc.platform.defaulted else []  # said once, under the table
     result = Plan(
         scenario=sc,

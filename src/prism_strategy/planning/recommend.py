@@ -6,9 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from prism_strategy.engines import engine_of
-from prism_strategy.estimate.memory import estimate_memory, gathered_model_bytes, moments
-from prism_strategy.estimate.memory_runtime import device_peak
-from prism_strategy.estimate.ranges import LATE, max_measured_nodes
+from prism_strategy.estimate.entry import LATE, BatchAt, device_peak_at, gathered_model_bytes, measured_nodes, memory_at
 from prism_strategy.planning.advice import blocking_rules, nothing_viable_advice
 from prism_strategy.planning.followup import bench_command, commbench_command
 from prism_strategy.rules import RuleFacts, check
@@ -46,13 +44,12 @@ def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str
     s = get_strategy(o.strategy)
     if not engine_of(s).unit_wrapped:
         return None
-    root = estimate_memory(parts, sc.training, sc.platform, sc.layout, s, o.micro_batch, wrap="root")
+    root = memory_at(sc, s, BatchAt(micro_batch=o.micro_batch), parts=parts, wrap="root").memory
     extra = (root.total - o.memory.total) / GiB
-    t, p = sc.training, sc.platform  # judged as options are: reserved at the limit (estimate/memory_runtime.py)
-    need = device_peak(
-        moments(parts, t, p, sc.layout, s, wrap="root", accumulating=o.grad_accum > 1), o.micro_batch, p, t
-    )
-    fits = "it would fit" if need <= p.usable_bytes else "it does not fit"
+    # judged as options are: reserved at the limit (estimate/memory_runtime.py)
+    at = BatchAt(micro_batch=o.micro_batch, grad_accum=o.grad_accum)
+    need = device_peak_at(sc, s, at, parts=parts, wrap="root")
+    fits = "it would fit" if need <= sc.platform.usable_bytes else "it does not fit"
     return (
         f"this option wraps each transformer block; wrapping only the root (one flat unit) instead would add "
         f"{extra:.1f} GiB ({root.total / GiB:.1f} GiB at micro-batch {o.micro_batch}: {fits})"
@@ -73,7 +70,7 @@ def _loss_note(o: "Option") -> str | None:
 def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
     s, t, notes = get_strategy(o.strategy), sc.training, []
     if s.param_shard != "none" and not s.reshard_after_forward:
-        gathered = gathered_model_bytes(parts, t)
+        gathered = gathered_model_bytes(sc, parts)
         notes.append(
             f"keeps the whole model gathered ({gathered / GiB:.1f} GiB) on each of "
             f"{sc.layout.ranks_per_node} ranks per node from forward to backward"
@@ -319,7 +316,7 @@ def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str
         return None
     lay = sc.layout
     if lay.multi_node:  # what sets them apart crosses nodes: one node cannot decide it
-        beyond = " (beyond the nodes the fit measured)" if lay.nodes > max_measured_nodes(sc.platform) else ""
+        beyond = " (beyond the nodes the fit measured)" if lay.nodes > measured_nodes(sc) else ""
         how = (
             f"measure their collectives at this scale{beyond}: "
             f"{commbench_command(sc, [pick.strategy, rival.strategy], pick)} "

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -35,6 +36,27 @@ from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import StrategySpec
 from prism_strategy.wrap_config import WrapConfig
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class WrapSettings(TypedDict, total=False):
+    """wrap()'s keyword settings: the WrapConfig fields a training script sets (wrap_config.py has
+    each one's meaning and default; a missing one takes it)."""
+
+    mixed_precision: str | None
+    ckpt_freq: int | str
+    static_graph: bool | None
+    find_unused_parameters: bool
+    bucket_mb: float | None
+    reduce_dtype: str | None
+    compile: bool
+    loss: str
+
+
+SETTINGS = tuple(WrapSettings.__annotations__)
+"""The settings wrap() takes as keywords, in WrapConfig's terms."""
+
 
 def wrap(
     model: nn.Module,
@@ -43,44 +65,27 @@ def wrap(
     ctx: DistContext,
     optimizer: OptimizerFactory,
     block_types: BlockTypes = None,
-    mixed_precision: str | None = "bf16",
-    ckpt_freq: int | str = 0,
-    static_graph: bool | None = None,
-    find_unused_parameters: bool = False,
-    bucket_mb: float | None = None,
-    reduce_dtype: str | None = None,
     ds_config: dict[str, Any] | str | Path | None = None,
-    compile: bool = False,
-    loss: str = "upcast",
     config: WrapConfig | None = None,
+    **settings: Unpack[WrapSettings],
 ) -> Job:
     """Apply `strategy` to `model` (in place) and return the Job handle.
 
     optimizer: a factory, e.g. `lambda params: torch.optim.AdamW(params, lr=1e-4)`; it gets the
-    trainable parameters after wrapping (FSDP2 replaces them by DTensors). mixed_precision:
-    "bf16" (bf16 compute, fp32 params and gradient reduction) or None (fp32 throughout).
+    trainable parameters after wrapping (FSDP2 replaces them by DTensors). The settings (WrapSettings,
+    as keywords) are WrapConfig's: mixed_precision "bf16" (bf16 compute, fp32 params and gradient
+    reduction) or None (fp32 throughout); ckpt_freq; static_graph, find_unused_parameters (DDP);
     bucket_mb: DDP bucket_cap_mb / DeepSpeed bucket size; reduce_dtype: "fp32" | "bf16" (FSDP2
-    reduce_dtype / DeepSpeed communication_data_type). loss: "upcast" (the model's own), "chunked"
-    or "fused" (runtime/loss.py replaces a causal LM's loss). `config` replaces all the settings at once.
+    reduce_dtype / DeepSpeed communication_data_type); compile; loss: "upcast" (the model's own),
+    "chunked" or "fused" (runtime/loss.py replaces a causal LM's loss). `config` (a WrapConfig) gives
+    all the settings at once, instead of the keywords.
     """
     if config is None:
-        name = strategy.name if isinstance(strategy, StrategySpec) else strategy
-        if isinstance(strategy, StrategySpec):
-            bucket_mb = strategy.bucket_mb if bucket_mb is None else bucket_mb
-            reduce_dtype = strategy.reduce_dtype if reduce_dtype is None else reduce_dtype
-        config = WrapConfig(
-            strategy=name,
-            mixed_precision=mixed_precision,
-            ckpt_freq=ckpt_freq,  # type: ignore[arg-type]
-            static_graph=static_graph,
-            find_unused_parameters=find_unused_parameters,
-            bucket_mb=bucket_mb,
-            reduce_dtype=reduce_dtype,
-            compile=compile,
-            loss=loss,
-        )  # type: ignore[arg-type]
+        config = config_of(strategy, settings)
     elif not isinstance(config, WrapConfig):
         raise SpecError(f"config must be a WrapConfig, got {type(config).__name__}")
+    elif settings:
+        raise SpecError(f"wrap() takes config= or the settings, not both: put {', '.join(settings)} in the WrapConfig")
     return _wrap(
         model,
         config,
@@ -89,6 +94,21 @@ def wrap(
         block_types=block_types,
         ds_config=ds_config if ds_config is not None else config.ds_config,
     )
+
+
+def config_of(strategy: str | StrategySpec | None, settings: Mapping[str, Any]) -> WrapConfig:
+    """The WrapConfig of wrap()'s keywords; a StrategySpec's own bucket size and reduce dtype fill
+    the ones not given."""
+    if unknown := sorted(set(settings) - set(SETTINGS)):
+        raise SpecError(
+            f"wrap() has no setting {', '.join(unknown)}; its settings are {', '.join(SETTINGS)} (or config=WrapConfig)"
+        )
+    given = dict(settings)
+    if isinstance(strategy, StrategySpec):
+        for k in ("bucket_mb", "reduce_dtype"):
+            given[k] = getattr(strategy, k) if given.get(k) is None else given[k]
+        strategy = strategy.name
+    return WrapConfig(strategy=strategy, **given)  # type: ignore[arg-type]
 
 
 def wrap_from_file(

@@ -53,3 +53,18 @@ class CollectiveBackend(Protocol):
     def schedules_overlap(self, p: PlatformSpec) -> bool: ...
 
     def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec: ...
+
+
+class BackendDefaults:
+    """What a backend does unless it says otherwise: every fitted term decided (one reading, the
+    platform as shipped), collectives that hold the host (no overlap by schedule), and no
+    environment variable its model reads. A backend subclasses it and overrides what differs."""
+
+    def readings(self, p: PlatformSpec) -> dict[str, PlatformSpec]:
+        return {"shipped": p}
+
+    def schedules_overlap(self, p: PlatformSpec) -> bool:
+        return False
+
+    def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
+        return p

@@ -6,10 +6,9 @@ at once share the node's NICs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from prism_strategy.estimate.backends.base import Call, Term
+from prism_strategy.estimate.backends.base import BackendDefaults, Call, Term
 from prism_strategy.specs.cluster import PlatformSpec
 
 RING_TERMS = (
@@ -62,7 +61,9 @@ def ring_description(p: PlatformSpec) -> str:
 
 
 @dataclass(frozen=True)
-class Gloo:
+class Gloo(BackendDefaults):
+    """The ring for every call; the defaults for the rest (base.py BackendDefaults)."""
+
     name: str = "gloo"
 
     def call(self, op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
@@ -73,15 +74,6 @@ class Gloo:
 
     def terms(self, p: PlatformSpec) -> tuple[Term, ...]:
         return RING_TERMS
-
-    def readings(self, p: PlatformSpec) -> dict[str, PlatformSpec]:
-        return {"shipped": p}
-
-    def schedules_overlap(self, p: PlatformSpec) -> bool:
-        return False
-
-    def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
-        return p
 
 
 BACKEND = Gloo()

@@ -4,10 +4,9 @@ per-generation constants) is priced by the alpha-beta ring (estimate/backends/gl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from prism_strategy.estimate.backends.base import Call, Term
+from prism_strategy.estimate.backends.base import BackendDefaults, Call, Term
 from prism_strategy.estimate.backends.gloo import RING_TERMS, ring_call, ring_description
 from prism_strategy.estimate.comm_nccl import nccl_choice
 from prism_strategy.specs.cluster import PlatformSpec
@@ -22,7 +21,10 @@ NCCL_TERMS = (
 
 
 @dataclass(frozen=True)
-class Nccl:
+class Nccl(BackendDefaults):
+    """NCCL's cost model; one reading (its model has no undecided fitted term) and no environment
+    variable it reads (base.py BackendDefaults)."""
+
     name: str = "nccl"
 
     def call(self, op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
@@ -45,16 +47,10 @@ class Nccl:
     def terms(self, p: PlatformSpec) -> tuple[Term, ...]:
         return NCCL_TERMS if p.gpu_arch else RING_TERMS
 
-    def readings(self, p: PlatformSpec) -> dict[str, PlatformSpec]:
-        return {"shipped": p}  # NCCL's model has no undecided fitted term
-
     def schedules_overlap(self, p: PlatformSpec) -> bool:
         """Collectives on NCCL's own stream that do not hold the host: overlap comes from the
         engine's schedule (estimate/overlap.py), not from `comm_overlap`."""
         return not p.host_blocking_collectives
-
-    def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
-        return p
 
 
 BACKEND = Nccl()

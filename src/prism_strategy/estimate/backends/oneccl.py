@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from prism_strategy.estimate import comm_oneccl as ccl
-from prism_strategy.estimate.backends.base import Call, Term
+from prism_strategy.estimate.backends.base import BackendDefaults, Call, Term
 from prism_strategy.specs.cluster import PlatformSpec
 
 ONECCL_TERMS = (
@@ -25,7 +25,9 @@ ONECCL_TERMS = (
 
 
 @dataclass(frozen=True)
-class OneCcl:
+class OneCcl(BackendDefaults):
+    """oneCCL as run; its collectives hold the host (base.py BackendDefaults: no overlap by schedule)."""
+
     name: str = "xccl"
 
     def call(self, op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
@@ -48,9 +50,6 @@ class OneCcl:
         if p.ccl_gpu_rdma or p.host_copy_gbps <= 0:
             return {"shipped": p}
         return {"shipped": p, f"host staging of the {other}": replace(p, ccl_host_staging=other)}
-
-    def schedules_overlap(self, p: PlatformSpec) -> bool:
-        return False
 
     def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
         return ccl.with_ccl_env(p, env)
