@@ -44,10 +44,10 @@ def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str
     s = get_strategy(o.strategy)
     if not engine_of(s).unit_wrapped:
         return None
-    root = memory_at(sc, s, BatchAt(micro_batch=o.micro_batch), parts=parts, wrap="root").memory
+    at = BatchAt(micro_batch=o.micro_batch, grad_accum=o.grad_accum)  # the option's own accumulation
+    root = memory_at(sc, s, at, parts=parts, wrap="root").memory
     extra = (root.total - o.memory.total) / GiB
     # judged as options are: reserved at the limit (estimate/memory_runtime.py)
-    at = BatchAt(micro_batch=o.micro_batch, grad_accum=o.grad_accum)
     need = device_peak_at(sc, s, at, parts=parts, wrap="root")
     fits = "it would fit" if need <= sc.platform.usable_bytes else "it does not fit"
     return (
