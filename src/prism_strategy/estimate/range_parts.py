@@ -181,7 +181,7 @@ def part_range(
     )
     fit = fit_errors()[platform.name]
     coll_s = collective_seconds(parts)
-    terms = {COLLECTIVE_PARTS: max(0.0, slow - slow_training)} if coll_s > 0 else {}
+    terms = {COLLECTIVE_PARTS: slow - slow_training} if coll_s > 0 and slow > slow_training else {}
     why = (
         f"predicted range: composed from the step's parts, each with the held-out errors of the fit that decided it "
         f"(estimate/range_parts.py): {parts[0].seconds:.3f} s with the {fit.measurements} leave-one-out errors "

@@ -133,7 +133,7 @@ def collective_rows(fit: CollectiveFit, part_bytes: float, nodes: int, per_node:
     regime = "latency" if part_bytes <= LATENCY_BOUND_BYTES else "bandwidth"
     picks = (
         (
-            f"{regime} rows at {per_node} per node, {nodes // 2}-{2 * nodes} nodes",
+            f"{regime} rows at {per_node} per node, {max(1, nodes // 2)}-{2 * nodes} nodes",
             lambda r: r.regime == regime and r.per_node == per_node and nodes / 2 <= r.nodes <= 2 * nodes,
         ),
         (f"{regime} rows at {per_node} per node", lambda r: r.regime == regime and r.per_node == per_node),
