@@ -25,6 +25,11 @@ error summary in data/fits/NAME.toml; nothing is fitted at plan time. For an opt
   readings: each reading of the comm terms the records cannot rule out (estimate/comm.comm_readings)
          lies inside: the slow side reaches the slowest reading's step x e^base.
 
+Where a collective fit covers the platform and its training fit stored the errors of the step's
+training part (Aurora), estimate/range_parts.py composes the range from the step's parts instead,
+each with the held-out errors of the fit that decided it (its docstring); late ranks and readings
+then widen its slow side the same way.
+
 Scale only ever slows a step (more ranks to wait for, more hops), so the fast side stays the fit's
 (step x e^-base) and the slow side is step x e^(base + max(comm + late, readings)).
 samples_per_s_range is the inverse: its low side carries the scale terms, its high side the fit's.
