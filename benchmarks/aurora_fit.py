@@ -27,14 +27,21 @@ from prism_strategy.estimate.comm import comm_readings
 from prism_strategy.specs.presets import load_platform
 
 
-def step_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
+def loo_fits(name: str = "aurora-prism", platform: str = "aurora") -> dict:
+    """Per fitted record, the preset refitted without it (from the priors)."""
+    prior = ft.prior_platform(load_platform(platform))
+    obs = [o for r in load_published(name) if ft.fit_reason(r) is None for o in ft.record_observations(r)]
+    return ft.leave_one_out_fits(prior, obs)
+
+
+def step_rows(name: str = "aurora-prism", platform: str = "aurora", fits: dict | None = None) -> dict:
     records = load_published(name)
     shipped = load_platform(platform)
     prior = ft.prior_platform(shipped)
     fitted_records = [r for r in records if ft.fit_reason(r) is None]
     obs = [o for r in fitted_records for o in ft.record_observations(r)]
     fitted = ft.fit(prior, obs)
-    loo = ft.leave_one_out(prior, obs)
+    loo = ft.leave_one_out(prior, obs, fits=fits)
     rows = []
     for r in records:
         if r.step_time_s() is None:
@@ -129,7 +136,18 @@ def memory_rows(name: str = "aurora-prism") -> list[dict]:
     return out
 
 
-def write_fit_errors(steps: dict) -> None:
+def part_rows(fits: dict, name: str = "aurora-prism") -> dict:
+    """The leave-one-out errors laid on the training part, and the coverage of the part-composed
+    ranges on the held-out records (bench/fit/fit_terms_parts.py)."""
+    from prism_strategy.bench.fit.fit_terms_parts import part_coverage, part_errors_pct
+
+    records = {r.id: r for r in load_published(name)}
+    held = {k: v for k, v in fits.items() if k not in ft.PRIOR_RECORDS}
+    errs = part_errors_pct(records, held, ft.COMM_KNOBS)
+    return {"part_err_pct": errs, "coverage": part_coverage(records, held, errs, ft.COMM_KNOBS)}
+
+
+def write_fit_errors(steps: dict, parts: dict) -> None:
     """src/prism_strategy/data/fits/aurora-prism.toml: the leave-one-out errors plan's ranges read
     (estimate/ranges.py); max nodes = the largest node count among the fitted records."""
     from pathlib import Path
@@ -148,6 +166,15 @@ def write_fit_errors(steps: dict) -> None:
         max_nodes={"aurora": max(x["nodes"] for x in fitted)},
         spread=None,
     )
+    text = path.read_text()
+    knobs = ", ".join(f'"{k}"' for k in ft.COMM_KNOBS)
+    table = "\n".join(f'"{k}" = {v:.1f}' for k, v in parts["part_err_pct"].items())
+    text = text.replace(
+        "[loo_err_pct]",
+        f"comm_knobs = [{knobs}]\n\n# each record's leave-one-out error laid on the step's training part\n"
+        f"# (bench/fit/fit_terms_parts.py; estimate/range_parts.py reads it)\n[part_err_pct]\n{table}\n\n[loo_err_pct]",
+    )
+    path.write_text(text)
 
 
 def _print_ranges(steps: dict) -> None:
@@ -171,6 +198,20 @@ def _print_ranges(steps: dict) -> None:
                 f"  {x['id']} ({x['nodes']} nodes, not fitted): measured {x['measured_s']:.2f} s, "
                 f"plan's range {rng[0]:.2f}-{rng[1]:.2f} s: {ok}"
             )
+
+
+def _print_part_ranges(parts: dict) -> None:
+    cov = parts["coverage"]
+    print(
+        f"ranges composed from the step's parts (plan's, estimate/range_parts.py) on the held-out records: "
+        f"{sum(x['inside'] for x in cov)} of {len(cov)} inside"
+    )
+    for x in cov:
+        lo, hi = x["range_s"]
+        print(
+            f"  {x['id']:8s} training-part error {parts['part_err_pct'][x['id']]:+6.1f}%  measured {x['measured_s']:.2f} s, "
+            f"leave-one-out {x['predicted_s']:.2f} s, range {lo:.2f}-{hi:.2f} s: {'inside' if x['inside'] else 'OUTSIDE'}"
+        )
 
 
 def _slow_extra(r) -> float:
@@ -205,7 +246,9 @@ def a3_at_scale(name: str = "aurora-prism", platform: str = "aurora") -> dict:
         "samples_per_s_range": o.samples_per_s_range,
         "per_tile": o.samples_per_s / world,
         "readings_samples_per_s": readings,
-        "range_terms": {"fit": o.range.fast} | o.range.terms,
+        "range_terms": {"fit, fast side": o.range.fast}
+        | ({"fit, slow side": o.range.slow_base} if o.range.slow_base is not None else {})
+        | o.range.terms,
         "holds_readings": all(o.samples_per_s_range[0] <= v <= o.samples_per_s_range[1] for v in readings.values()),
     }
 
@@ -220,7 +263,7 @@ def _print_at_scale(x: dict) -> None:
         f"+{hi / x['samples_per_s'] - 1:.0%}); readings: {each}; "
         f"{'both inside' if x['holds_readings'] else 'NOT all inside'}"
     )
-    print(f"  range made of: {terms} (slow side = fit x max(communication x late ranks, readings); fast side = fit)")
+    print(f"  range made of: {terms} (estimate/range_parts.py: the fit's sides composed from the step's parts)")
 
 
 HELD_OUT_RANGE_CHECKS = ("E2",)
@@ -236,11 +279,14 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", action="store_true", help="store the error summary plan's ranges read (data/fits)")
     args = ap.parse_args()
-    steps, mem, scale, at_scale = step_rows(), memory_rows(), scale_rows(), a3_at_scale()
+    fits = loo_fits()
+    steps, parts = step_rows(fits=fits), part_rows(fits)
     if args.write:
-        write_fit_errors(steps)
+        write_fit_errors(steps, parts)
+    mem, scale, at_scale = memory_rows(), scale_rows(), a3_at_scale()
     if args.json:
-        json.dump({"step": steps, "memory": mem, "scale": scale, "at_scale": at_scale}, sys.stdout, indent=2)
+        out = {"step": steps, "parts": parts, "memory": mem, "scale": scale, "at_scale": at_scale}
+        json.dump(out, sys.stdout, indent=2)
         return
     print(
         f"{'record':10s} {'strategy':16s} {'nodes':>5s} {'meas s':>7s} {'before':>7s} {'err%':>6s} "
@@ -267,6 +313,7 @@ def main() -> None:
         f"PRIOR_WEIGHT {ft.PRIOR_WEIGHT} declared as chosen earlier on leave-one-out errors (bench/fit/fit_terms.py)"
     )
     _print_ranges(steps)
+    _print_part_ranges(parts)
     print("fitted values (shipped -> refit now):")
     for k, v in s["shipped_values"].items():
         print(f"  {k:32s} {v:10.4g} -> {s['refit_values'][k]:10.4g}")

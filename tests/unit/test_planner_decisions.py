@@ -36,6 +36,7 @@ from _decision_gaps import (
     _a3_ratio,
     _c4_two_node_step_ratio,
     _e2_over_e1_per_tile,
+    _hsdp_sgo_over_full_shard,
     _zero3_over_zero2,
     at,
 )
@@ -133,6 +134,14 @@ def test_hsdp_shard_grad_op_beats_full_shard_for_the_0_6b_on_2_plus_nodes(nodes,
     hsgo = at("A3-fsdp", "hsdp_shard_grad_op", nodes=nodes, platform=platform)
     assert platform.allreduce_algorithm == allreduce
     assert hsgo.samples_per_s > fs.samples_per_s
+
+
+@OOS  # the seed's figure, in no fit
+@_xfail("HSDP-sgo")
+def test_hsdp_shard_grad_op_beats_full_shard_by_the_seeds_42_to_47_percent_on_two_nodes():
+    """The seed (issue 25 item 8): for the 0.6B VLM at seq 512 on 2 nodes HSDP shard_grad_op 'often
+    beats [FSDP full_shard] by ~42-47%': held to the middle, 1.445, +/- the band of a ratio."""
+    assert _hsdp_sgo_over_full_shard() == pytest.approx(GAPS["HSDP-sgo"].measured, rel=RATIO_BAND)
 
 
 # ------------------------------------------------------------------ projector-only on OLMo-7B (C)

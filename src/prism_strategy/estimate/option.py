@@ -23,6 +23,7 @@ from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, moments
 from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_reserved, memory_fields
 from prism_strategy.estimate.provenance import provenance
+from prism_strategy.estimate.range_parts import part_range
 from prism_strategy.estimate.ranges import PredictionRange, max_measured_nodes, prediction_range
 from prism_strategy.estimate.scale_loss import LateRanks, late_ranks
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
@@ -188,7 +189,7 @@ def estimate_option(
     if p.measured_collectives:
         prov["communication"] = _measured_provenance(step.comm, lay, p, prov["communication"])
     readings = _readings(timed, tparts, s, at, prov)
-    r = _range(step, readings, p, lay.nodes, prov)
+    r = _range(step, readings, p, lay, prov, reprice_collectives(timed, s, at, tparts))
     one = None
     if lay.nodes > 1:
         single = Layout(nodes=1, ranks_per_node=lay.ranks_per_node)
@@ -246,19 +247,28 @@ def _readings(
     return out
 
 
+def reprice_collectives(sc: Scenario, s: StrategySpec, at: BatchAt, parts: tuple[Part, ...]):
+    """platform -> the step's collectives priced on it (estimate/range_parts.py reads which share
+    of each a training-fit knob prices)."""
+    s = with_run_options(s, sc.training)
+    return lambda p: estimate_comm(parts, sc.training, p, sc.layout, s, at.grad_accum).collectives
+
+
 def _range(
-    step: StepEstimate, readings: dict[str, float], platform: PlatformSpec, nodes: int, prov: dict[str, str]
+    step: StepEstimate, readings: dict[str, float], platform: PlatformSpec, lay: Layout, prov: dict[str, str], reprice
 ) -> PredictionRange:
-    """After the readings: the range holds every reading the fit cannot rule out."""
+    """After the readings: the range holds every reading the fit cannot rule out. Where a collective
+    fit covers the platform, composed from the step's parts (estimate/range_parts.py)."""
     late = step.late_ranks
-    r = prediction_range(
+    late_basis = late.basis if late.slow_seconds > 0 else ""
+    r = part_range(step, platform, lay.nodes, lay.ranks_per_node, reprice, late_basis) or prediction_range(
         platform,
-        nodes,
+        lay.nodes,
         step.compute_s,
         step.comm_s,
         late_s=late.slow_seconds,
         step_s=step.step_time_s,
-        late_basis=late.basis if late.slow_seconds > 0 else "",
+        late_basis=late_basis,
         collectives=step.comm.collectives,
     )
     r = r.with_readings(step.step_time_s, readings)

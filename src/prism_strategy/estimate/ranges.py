@@ -25,6 +25,11 @@ error summary in data/fits/NAME.toml; nothing is fitted at plan time. For an opt
   readings: each reading of the comm terms the records cannot rule out (estimate/comm.comm_readings)
          lies inside: the slow side reaches the slowest reading's step x e^base.
 
+Where a collective fit covers the platform and its training fit stored the errors of the step's
+training part (Aurora), estimate/range_parts.py composes the range from the step's parts instead,
+each with the held-out errors of the fit that decided it (its docstring); late ranks and readings
+then widen its slow side the same way.
+
 Scale only ever slows a step (more ranks to wait for, more hops), so the fast side stays the fit's
 (step x e^-base) and the slow side is step x e^(base + max(comm + late, readings)).
 samples_per_s_range is the inverse: its low side carries the scale terms, its high side the fit's.
@@ -58,6 +63,11 @@ class FitErrors:
     records: int
     device: str = ""
     """The device kind the fit's records ran on (cuda, xpu)."""
+    part_errors_ln: tuple[float, ...] = ()
+    """ln(1 + e) of each held-out record's error attributed to the step's training-fit part
+    (estimate/range_parts.py); empty when the fit did not store them."""
+    comm_knobs: tuple[str, ...] = ()
+    """The fit's knobs that price collectives (their share of a collective is the training part's)."""
 
 
 def halfwidth(errors_pct: list[float], quantile: float = QUANTILE) -> float:
@@ -120,27 +130,39 @@ def collective_fits() -> dict[str, CollectiveFit]:
     return out
 
 
-def collective_halfwidth(
-    fit: CollectiveFit, op: str, part_bytes: float, nodes: int, per_node: int
-) -> tuple[float, str]:
-    """(half-width, which rows) for one collective of `part_bytes` per scale-out rank at `nodes`
-    with `per_node` ranks per node: the rows that cover its layout (its regime and ranks per node,
-    node counts within 2x of it), else widening the match: any node count, then any layout."""
+def collective_rows(fit: CollectiveFit, part_bytes: float, nodes: int, per_node: int) -> tuple[list[float], str]:
+    """(signed leave-one-node-count-out errors in percent, which rows) judging one collective of
+    `part_bytes` per scale-out rank at `nodes` with `per_node` ranks per node: the rows that cover
+    its layout (its regime and ranks per node, node counts within 2x of it), else widening the
+    match: any node count, then any layout."""
     regime = "latency" if part_bytes <= LATENCY_BOUND_BYTES else "bandwidth"
     picks = (
         (
-            f"{regime} rows at {per_node} per node, {nodes // 2}-{2 * nodes} nodes",
+            f"{regime} rows at {per_node} per node, {max(1, nodes // 2)}-{2 * nodes} nodes",
             lambda r: r.regime == regime and r.per_node == per_node and nodes / 2 <= r.nodes <= 2 * nodes,
         ),
         (f"{regime} rows at {per_node} per node", lambda r: r.regime == regime and r.per_node == per_node),
         (f"{regime} rows", lambda r: r.regime == regime),
-        ("all rows", lambda r: True),
     )
     for label, keep in picks:
         errs = [r.loo_err_pct for r in fit.rows if keep(r)]
         if len(errs) >= MIN_GROUP:
-            return halfwidth(errs), label
-    return halfwidth([r.loo_err_pct for r in fit.rows]), "all rows"
+            return errs, label
+    return [r.loo_err_pct for r in fit.rows], "all rows"
+
+
+def collective_halfwidth(
+    fit: CollectiveFit, op: str, part_bytes: float, nodes: int, per_node: int
+) -> tuple[float, str]:
+    """(half-width, which rows) for one collective (collective_rows)."""
+    errs, label = collective_rows(fit, part_bytes, nodes, per_node)
+    return halfwidth(errs), label
+
+
+def scaleout_bytes(c, nodes: int) -> float:
+    """A collective's bytes per scale-out rank (a group spanning nodes splits its call over its
+    ranks per node; an intra-node or one-rank-per-node group does not)."""
+    return c.bytes_per_call / (max(1, c.ranks // nodes) if c.link == "spans nodes" else 1)
 
 
 def collective_widening(fit: CollectiveFit, collectives, nodes: int, work_s: float, per_node: int) -> tuple[float, str]:
@@ -150,8 +172,7 @@ def collective_widening(fit: CollectiveFit, collectives, nodes: int, work_s: flo
     for c in collectives:
         if c.link == "intra-node" or c.seconds_per_step <= 0 or work_s <= 0:
             continue
-        rpn = max(1, c.ranks // nodes) if c.link == "spans nodes" else 1
-        w, key = collective_halfwidth(fit, c.op, c.bytes_per_call / rpn, nodes, per_node)
+        w, key = collective_halfwidth(fit, c.op, scaleout_bytes(c, nodes), nodes, per_node)
         total += c.seconds_per_step / work_s * w
         used.add(key)
     return total, "; ".join(sorted(used))
@@ -174,6 +195,8 @@ def fit_errors() -> dict[str, FitErrors]:
                 prior_halfwidth=float(d["prior_halfwidth"]),
                 records=int(d["records"]),
                 device=str(d.get("device", "")),
+                part_errors_ln=tuple(math.log1p(float(v) / 100) for v in d.get("part_err_pct", {}).values()),
+                comm_knobs=tuple(d.get("comm_knobs", ())),
             )
     return out
 
@@ -214,6 +237,9 @@ class PredictionRange:
     """The slow side's widening beyond base, by name (comm beyond measured, late ranks, readings:
     slow - fast is comm + late, or readings when that is wider)."""
     basis: str
+    slow_base: float | None = None
+    """The slow side before the scale terms when it differs from the fast side (a range composed
+    from the step's parts, estimate/range_parts.py); None: the fit's symmetric half-width, fast."""
 
     def step_range(self, step_s: float) -> list[float]:
         return [step_s * math.exp(-self.fast), step_s * math.exp(self.slow)]
@@ -225,7 +251,11 @@ class PredictionRange:
         """The scale terms worth measuring, largest first: when together they widen the slow side
         more than the fit's own error does, each that makes a quarter or more of that widening."""
         total = self.slow - self.fast  # readings replace comm + late when wider: not their sum
-        if total <= self.fast:
+        own = self.fast
+        if self.slow_base is not None:  # composed: the collectives' part is inside slow_base
+            total = self.slow - self.slow_base + self.terms.get("collectives (collective fit)", 0.0)
+            own = self.slow - total
+        if total <= own:
             return []
         return [k for k, v in sorted(self.terms.items(), key=lambda kv: -kv[1]) if v >= 0.25 * total]
 
@@ -236,14 +266,16 @@ class PredictionRange:
         near = min(readings_s.values(), default=step_s)
         w = math.log(far / step_s) if far > step_s > 0 else 0.0
         f = math.log(step_s / near) if 0 < near < step_s else 0.0
-        if w + self.fast <= self.slow and f == 0:
+        base = self.fast if self.slow_base is None else self.slow_base
+        if w + base <= self.slow and f == 0:
             return self
-        slow = max(self.slow, self.fast + w)
-        terms = self.terms | ({READINGS: w} if self.fast + w > self.slow else {})
+        slow = max(self.slow, base + w)
+        terms = self.terms | ({READINGS: w} if base + w > self.slow else {})
         return PredictionRange(
             fast=self.fast + f,
             slow=slow,
             terms=terms,
+            slow_base=self.slow_base,
             basis=self.basis + f"; the readings of the comm terms the fits cannot rule out span x{math.exp(-f):.2f}-"
             f"x{math.exp(w):.2f} the step (provenance.communication_beyond_fit): inside the range",
         )

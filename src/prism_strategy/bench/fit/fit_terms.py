@@ -45,6 +45,9 @@ KNOBS: tuple[str, ...] = (
     "grad_path_us_per_tensor.fsdp2",
     "host_ring_node_gbps",
 )
+COMM_KNOBS: tuple[str, ...] = ("host_ring_node_gbps",)
+"""The knobs that price collectives: their share of a collective's seconds is judged by this fit's
+errors, not the collective fit's (estimate/range_parts.py; stored in data/fits by aurora_fit.py)."""
 BOUNDS = {"achievable_fraction": (0.05, 1.0)}
 PRIORS = {
     "kernel_launch_us": 45.0,
@@ -198,15 +201,28 @@ def errors(p: PlatformSpec, obs: list[FigureObservation]) -> dict[str, float]:
     return {o.id: 100 * (o.predict(p) / o.measured - 1) for o in obs if o.what == "step_s"}
 
 
-def leave_one_out(base: PlatformSpec, obs: list[FigureObservation], knobs: tuple[str, ...] = KNOBS) -> dict[str, float]:
-    """Each record's step-time error when the fit did not see it (refit without its observations)."""
+def leave_one_out_fits(
+    base: PlatformSpec, obs: list[FigureObservation], knobs: tuple[str, ...] = KNOBS
+) -> dict[str, PlatformSpec]:
+    """Per record with a step time, the platform refitted without its observations."""
     out = {}
     for rid in dict.fromkeys(o.id for o in obs):
         rest = [o for o in obs if o.id != rid]
-        mine = [o for o in obs if o.id == rid and o.what == "step_s"]
-        if rest and mine:
-            out[rid] = errors(fit(base, rest, knobs), mine)[rid]
+        if rest and any(o.id == rid and o.what == "step_s" for o in obs):
+            out[rid] = fit(base, rest, knobs)
     return out
+
+
+def leave_one_out(
+    base: PlatformSpec,
+    obs: list[FigureObservation],
+    knobs: tuple[str, ...] = KNOBS,
+    fits: dict[str, PlatformSpec] | None = None,
+) -> dict[str, float]:
+    """Each record's step-time error when the fit did not see it (refit without its observations).
+    fits: leave_one_out_fits' answer when already made."""
+    fits = leave_one_out_fits(base, obs, knobs) if fits is None else fits
+    return {rid: errors(p, [o for o in obs if o.id == rid and o.what == "step_s"])[rid] for rid, p in fits.items()}
 
 
 def median_abs(errs: dict[str, float]) -> float:
