@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal, get_args
 
 import pydantic
+import pydantic.dataclasses
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic.dataclasses import dataclass
 
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.measured import MeasuredCurve
@@ -37,7 +37,7 @@ __all__ = ["GiB", "NCCL_SCALES", "ComputeTerms", "Layout", "PlatformSpec", "plat
 GiB = 1024**3
 
 
-@dataclass(frozen=True, kw_only=True, slots=True, config=GROUP_CONFIG)
+@pydantic.dataclasses.dataclass(frozen=True, kw_only=True, slots=True, config=GROUP_CONFIG)
 class PlatformSpec:
     """One node type. Every number has an entry in `sources` saying where it came from. Build one
     with `from_flat` (flat field names, as a platform file writes them) and change one with
@@ -208,7 +208,7 @@ MAX_RANKS = 262_144
 tree models have never been checked, and a typo (--nodes 1000000) is caught."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Layout:
     """Nodes x ranks per node; -1 ranks_per_node means "all devices of the platform"."""
 
