@@ -172,3 +172,24 @@ def test_the_docs_table_lists_every_field_in_its_group():
     rows = dict(re.findall(r"^\| `(\w+)` \| (\w+) \|", DOCS.read_text(), flags=re.M))
     assert {f: g for f, g in rows.items() if f in FIELD_GROUP} == FIELD_GROUP
     assert set(rows) - set(FIELD_GROUP) <= set(IDENTITY)
+
+
+SHARED = {"rank_jitter", "expandable_segments"}
+"""Platform fields whose names the training and plan policies carry too (replace on those is theirs)."""
+
+
+def test_code_changes_a_platform_only_through_with_values():
+    """No `dataclasses.replace(platform, intra_bw_gbps=...)` in src/: a flat name goes through
+    with_values, which routes it to its group and checks it (a replace on a group itself is fine)."""
+    import ast
+
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[2] / "src").rglob("*.py")):
+        for call in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(call, ast.Call) or not call.args:
+                continue
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            on_group = isinstance(call.args[0], ast.Attribute) and call.args[0].attr in GROUPS
+            if name == "replace" and not on_group and any(k.arg in FIELD_GROUP.keys() - SHARED for k in call.keywords):
+                found.append(f"{path.name}:{call.lineno}")
+    assert not found, f"replace() with a platform field outside with_values: {found}"
