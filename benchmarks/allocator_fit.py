@@ -19,8 +19,6 @@ Run: PYTHONPATH=src python benchmarks/allocator_fit.py
 
 from __future__ import annotations
 
-import dataclasses
-
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.memory_runtime import transient_bytes
 from prism_strategy.planning.planner import evaluate
@@ -72,11 +70,8 @@ def fixed_fit() -> tuple[float, list[str]]:
 def xpu(churn: float, varying: float = 0.0, pinned: float = 0.0):
     from prism_strategy.specs.presets import load_platform
 
-    return dataclasses.replace(
-        load_platform("aurora"),
-        allocator_cache_factor=churn,
-        allocator_varying_factor=varying,
-        allocator_pinned_factor=pinned,
+    return load_platform("aurora").with_values(
+        allocator_cache_factor=churn, allocator_varying_factor=varying, allocator_pinned_factor=pinned
     )
 
 

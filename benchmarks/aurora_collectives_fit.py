@@ -93,7 +93,7 @@ def run() -> dict:
     for r, x, e0, e1 in zip(rows, pts, prior_e, fit_e):
         q = point_platform(fitted, x)
         _, algo = collective_call(r.op, r.bytes, r.ranks, r.nodes, r.concurrent, q)
-        other = "scale-out part" if q.ccl_host_staging == "whole buffer" else "whole buffer"
+        other = "scale-out part" if q.oneccl.ccl_host_staging == "whole buffer" else "whole buffer"
         alt = predict(replace(fitted), [replace(x, overrides=x.overrides + (("ccl_host_staging", other),))])[0]
         out.append(
             {

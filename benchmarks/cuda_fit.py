@@ -75,7 +75,7 @@ def rows() -> dict:
             row[f"{k}_tok_s"] = tokens / row[f"{k}_s"]
             row[f"{k}_err_pct"] = 100 * (row[f"{k}_s"] / o.measured - 1)
         if r.measured.mfu is not None:
-            peak = shipped[r.platform].peak_tflops_bf16
+            peak = shipped[r.platform].hardware.peak_tflops_bf16
             row["mfu_from_measured"] = llm_foundry_mfu(s.model, s.seq_len, row["measured_tok_s"], peak)
             row["mfu_from_predicted"] = llm_foundry_mfu(s.model, s.seq_len, row["after_tok_s"], peak)
         out.append(row)
@@ -85,7 +85,7 @@ def rows() -> dict:
     half_dim = {}
     for d in (32.0, 512.0):  # what the rows say about the matmul half-dimension: refit at other values
         plats = {
-            k: dataclasses.replace(p, compute_terms=dataclasses.replace(p.compute_terms, gemm_half_dim=d))
+            k: p.with_values(compute_terms=dataclasses.replace(p.compute.compute_terms, gemm_half_dim=d))
             for k, p in shipped.items()
         }
         half_dim[d] = cf.median_abs(cf.errors(cf.fit(cf.PRIORS, fit_obs, plats), fit_obs, plats))

@@ -108,7 +108,7 @@ def render(
         f"- predicted: `planner.evaluate` for platform preset {platform.name} (uncalibrated) at 1 node x 1 rank, "
         "same micro-batch, ckpt and precision. The memory model predicts allocated memory (live tensors at "
         "the peak moment); its framework reserve (context, communicator buffers, "
-        f"{platform.framework_reserve_gib:g} GiB) is outside the allocator and left out of 'alloc pred'; "
+        f"{platform.allocator.framework_reserve_gib:g} GiB) is outside the allocator and left out of 'alloc pred'; "
         "allocator caching (reserved - allocated) is not modelled, so reserved is shown measured only",
         *(
             ["- DeepSpeed ZeRO skipped: not in --strategies (zero1-3 run at world 1 where DeepSpeed is installed)"]

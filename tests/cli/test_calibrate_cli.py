@@ -28,7 +28,9 @@ def test_calibrate_aurora_from_published_records_without_a_db(tmp_path):
     assert {"A1", "A3-fsdp", "E1"} <= ids and "E2" not in ids  # E2 is the held-out check
     assert report["after"]["step_time_median"] <= 15
     p = apply_calibration(load_platform("aurora"), load_calibration(out), str(out))
-    assert p.grad_path_us_per_tensor["ddp"] > 0 and p.source("grad_path_us_per_tensor.ddp").startswith("calibrated")
+    assert p.calibration.grad_path_us_per_tensor["ddp"] > 0 and p.source("grad_path_us_per_tensor.ddp").startswith(
+        "calibrated"
+    )
 
 
 def test_stored_runs_join_the_fit_and_published_copies_do_not(tmp_path):

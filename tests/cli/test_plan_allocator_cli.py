@@ -43,8 +43,8 @@ def test_varying_lengths_add_the_slivers_to_what_is_judged():
     p = load_platform("aurora")
     vary, fixed = _ddp("--varying-lengths"), _ddp("--fixed-lengths")
     assert vary["memory_allocated_gib"] == fixed["memory_allocated_gib"]
-    acts = (vary["memory_reserved_gib"] - fixed["memory_reserved_gib"]) / p.allocator_varying_factor
+    acts = (vary["memory_reserved_gib"] - fixed["memory_reserved_gib"]) / p.allocator.allocator_varying_factor
     pinned = vary["memory_at_limit_gib"] - fixed["memory_at_limit_gib"]
-    assert abs(pinned - p.allocator_pinned_factor * acts) < 0.01
+    assert abs(pinned - p.allocator.allocator_pinned_factor * acts) < 0.01
     assert vary["max_micro_batch"] <= fixed["max_micro_batch"]
     assert "memory_at_limit_gib" in vary["memory_judged_on"]

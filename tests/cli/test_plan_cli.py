@@ -321,7 +321,10 @@ def test_calibration_file_changes_prediction_and_provenance(tmp_path):
         fingerprint={"host": "x", "torch": "2.8"},
         runs=5,
         errors={},
-        values={"achievable_fraction": aurora.achievable_fraction / 2, "kernel_launch_us": aurora.kernel_launch_us * 2},
+        values={
+            "achievable_fraction": aurora.compute.achievable_fraction / 2,
+            "kernel_launch_us": aurora.compute.kernel_launch_us * 2,
+        },
     )
     args = ["--model", "qwen3-0.6b", "--seq-len", "512", "--micro-batch", "8"]
     base = run_json(*args, "--calibration", "none")["options"][0]

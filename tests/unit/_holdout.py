@@ -27,7 +27,6 @@ second each on this machine), cached per set of removed records for the session.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping
@@ -114,9 +113,7 @@ def fixed_shape_factor(without: frozenset[str]) -> float | None:
 
 def _xpu(churn: float, varying: float = 0.0, pinned: float = 0.0) -> PlatformSpec:
     p = load_platform("aurora")
-    return dataclasses.replace(
-        p, allocator_cache_factor=churn, allocator_varying_factor=varying, allocator_pinned_factor=pinned
-    )
+    return p.with_values(allocator_cache_factor=churn, allocator_varying_factor=varying, allocator_pinned_factor=pinned)
 
 
 @functools.cache
@@ -179,7 +176,7 @@ def _allocator_fields(without: frozenset[str], fits: list[str]) -> dict[str, dic
     if without & set(FIXED_SHAPE):
         fits.append("allocator fixed-shape factor (TT-18, TT-20)")
         for n in platform_names():
-            if load_platform(n).allocator_cache_factor:
+            if load_platform(n).allocator.allocator_cache_factor:
                 out.setdefault(n, {})["allocator_cache_factor"] = churn
     if without & set(VARYING_SHAPE):
         fits.append("allocator varying-shape factor (C6-b2, C6-b3)")
@@ -205,7 +202,7 @@ def _refit(without: frozenset[str], memory_only: bool = False) -> Refit:
         fits.append("cuda compute (bench/fit/cuda_fit.py)")
         platforms |= _cuda_compute(without & cuda_compute_records())
     for name, fields in _allocator_fields(without, fits).items():
-        platforms[name] = dataclasses.replace(platforms[name], **fields)
+        platforms[name] = platforms[name].with_values(**fields)
     d_len = None
     if LENGTH_FROM in without:
         fits.append("section D text length (from D1)")

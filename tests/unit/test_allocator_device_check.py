@@ -30,10 +30,10 @@ def test_the_four_cases_differ_only_where_the_model_says(kit):
     for c in (("fixed", True), ("varying", True)):
         assert p[c]["reserved"] == pytest.approx(p[("fixed", False)]["reserved"])
     assert vary["reserved"] - p[("fixed", False)]["reserved"] == pytest.approx(
-        plat.allocator_varying_factor * vary["activations"]
+        plat.allocator.allocator_varying_factor * vary["activations"]
     )
     assert vary["at_limit"] - p[("fixed", False)]["at_limit"] == pytest.approx(
-        plat.allocator_pinned_factor * vary["activations"], rel=1e-3
+        plat.allocator.allocator_pinned_factor * vary["activations"], rel=1e-3
     )
 
 

@@ -2,7 +2,6 @@
 never writes a fit worse than what it replaces on the same rows, prints no NaN, and a calibration
 fitted to imported runs is the one `plan --calibration auto` finds."""
 
-import dataclasses
 import json
 
 import pytest
@@ -79,17 +78,17 @@ def test_a_fit_that_wants_an_impossible_value_stays_at_the_bound():
     base = load_platform("dgx-h100")
     lo, hi = bounds_for(base, "intra_bw_gbps")
     assert (lo, hi) == (225.0, 450.0)  # half the NVLink rate .. the datasheet's 450 GB/s, never above
-    wild = dataclasses.replace(base, intra_latency_us=0.00026, intra_bw_gbps=150.0, peak_tflops_bf16=2000.0)
+    wild = base.with_values(intra_latency_us=0.00026, intra_bw_gbps=150.0, peak_tflops_bf16=2000.0)
     fixed, held = held_in_bounds(base, wild)
-    assert fixed.intra_latency_us == 0.4 and fixed.intra_bw_gbps == 225.0
-    assert fixed.peak_tflops_bf16 == base.peak_tflops_bf16  # the datasheet peak is not beaten
+    assert fixed.links.intra_latency_us == 0.4 and fixed.links.intra_bw_gbps == 225.0
+    assert fixed.hardware.peak_tflops_bf16 == base.hardware.peak_tflops_bf16  # the datasheet peak is not beaten
     assert len(held) == 3 and any("tuning.cc" in n for n in held)
 
 
 def test_the_fit_of_latency_on_runs_that_cannot_see_it_stays_bounded():
     """Runs that barely see latency: coordinate descent used to drive it towards 0 (0.00026 us)."""
     base = load_platform("cpu")
-    truth = dataclasses.replace(base, achievable_fraction=0.2, intra_latency_us=1e-4)
+    truth = base.with_values(achievable_fraction=0.2, intra_latency_us=1e-4)
     fitted = fit_time(base, runs_of(truth, CONFIGS[:3]), rounds=2)
     for name in calibration_bounds():
         lo, hi = bounds_for(base, name)
@@ -104,14 +103,14 @@ def test_no_nan_when_the_runs_have_no_memory():
 
 def test_a_fit_worse_than_the_calibration_it_replaces_is_not_written(tmp_path, monkeypatch):
     db, out = tmp_path / "r.db", tmp_path / "cpu.toml"
-    truth = dataclasses.replace(load_platform("cpu"), achievable_fraction=0.2)
+    truth = load_platform("cpu").with_values(achievable_fraction=0.2)
     Store(db).add_many(runs_of(truth, CONFIGS))  # as many rows as the fit has free terms, or more
     monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs, **kw: truth)  # a fit that finds the truth
     r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "nan" not in r.output and all(len(line) <= 100 for line in r.output.splitlines())
     good = out.read_text()
-    off = dataclasses.replace(truth, achievable_fraction=0.3)  # a refit that lands beside it
+    off = truth.with_values(achievable_fraction=0.3)  # a refit that lands beside it
     monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs, **kw: off)
     r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out), "--json"])
     report = json.loads(r.stdout)
@@ -154,7 +153,7 @@ def test_calibration_from_imported_runs_is_found_by_plan_auto(tmp_path, monkeypa
         errors={},
     )
     if fp["torch_from"].startswith("the importing machine"):
-        assert calibrated_platform(load_platform("aurora"), "auto").kernel_launch_us == 44.0
+        assert calibrated_platform(load_platform("aurora"), "auto").compute.kernel_launch_us == 44.0
 
 
 def test_plan_with_a_calibration_file_says_calibrated_in_its_table(tmp_path):
@@ -175,14 +174,14 @@ def test_plan_with_a_calibration_file_says_calibrated_in_its_table(tmp_path):
 def test_a_worse_memory_refit_keeps_the_memory_values_it_would_replace(tmp_path, monkeypatch):
     db, out = tmp_path / "r.db", tmp_path / "cpu.toml"
     base = load_platform("cpu")
-    truth = dataclasses.replace(base, achievable_fraction=0.2)
+    truth = base.with_values(achievable_fraction=0.2)
     Store(db).add_many(runs_of(truth, CONFIGS))  # as many rows as the fit has free terms, or more
     monkeypatch.setattr(calibrate_mod, "fit_time", lambda base, runs, **kw: truth)
-    monkeypatch.setattr(calibrate_mod, "fit_memory", lambda p, runs: dataclasses.replace(p, activation_factor=3.0))
+    monkeypatch.setattr(calibrate_mod, "fit_memory", lambda p, runs: p.with_values(activation_factor=3.0))
     r = runner.invoke(app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(out), "--json"])
     report = json.loads(r.stdout)
     assert r.exit_code == 0 and report["written"] and "kept from the cpu preset" in report["kept"]
-    assert report["values"]["activation_factor"] == base.activation_factor
+    assert report["values"]["activation_factor"] == base.calibration.activation_factor
     assert report["after"]["memory_median"] <= report["replaces"]["memory_median"] + 0.05
 
 

@@ -46,10 +46,10 @@ def test_a_matching_file_is_found_and_plan_auto_uses_it():
     cpu = load_platform("cpu")
     assert find_calibration(cpu, current()) == default_calibration_dir() / "cpu.toml"
     p = plan("tiny-llama", platform="cpu", nodes=1, ranks_per_node=2, seq_len=64, micro_batch=2, calibration="auto")
-    assert p.scenario.platform.achievable_fraction == FITTED
+    assert p.scenario.platform.compute.achievable_fraction == FITTED
     assert p.options[0].provenance["compute"].startswith("predicted (calibrated)")
     none = plan("tiny-llama", platform="cpu", nodes=1, ranks_per_node=2, seq_len=64, micro_batch=2, calibration="none")
-    assert none.scenario.platform.achievable_fraction == cpu.achievable_fraction != FITTED
+    assert none.scenario.platform.compute.achievable_fraction == cpu.compute.achievable_fraction != FITTED
     assert p.option("ddp").compute_s > none.option("ddp").compute_s  # fewer FLOP/s achieved: slower compute
 
 
@@ -61,7 +61,7 @@ def test_a_matching_file_is_found_and_plan_auto_uses_it():
 def test_a_stale_file_is_rejected(stale):
     cache_file(**stale)
     assert find_calibration(load_platform("cpu"), current()) is None
-    assert calibrated_platform(load_platform("cpu"), "auto").achievable_fraction != FITTED
+    assert calibrated_platform(load_platform("cpu"), "auto").compute.achievable_fraction != FITTED
 
 
 def test_a_corrupt_file_is_ignored_by_auto():

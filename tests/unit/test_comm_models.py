@@ -4,7 +4,6 @@ scale-out (estimate/comm_oneccl.py docstring), and the scale terms a 1-2 node fi
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -83,16 +82,16 @@ def test_oneccl_forced_ring_is_a_flat_host_ring_over_every_rank():
     size, ranks = 1e6, 24
     t, algo = collective_call("all_reduce", size, ranks, 2, 1, p)
     bw = min(
-        p.intra_ring_bw_gbps * p.bw_efficiency,
-        p.host_ring_node_gbps * p.bw_efficiency / 12,
-        p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node) * p.bw_efficiency,
-        p.scaleout_rank_bw_gbps,
+        p.links.intra_ring_bw_gbps * p.collectives.bw_efficiency,
+        p.links.host_ring_node_gbps * p.collectives.bw_efficiency / 12,
+        p.links.nic_bw_gbps * min(p.links.ring_channels, p.links.nics_per_node) * p.collectives.bw_efficiency,
+        p.links.scaleout_rank_bw_gbps,
     )
-    staging = 2 * size / (min(p.host_copy_gbps, p.host_copy_node_gbps / 12) * 1e9)
+    staging = 2 * size / (min(p.links.host_copy_gbps, p.links.host_copy_node_gbps / 12) * 1e9)
     expect = (
-        p.collective_overhead_us * 1e-6
+        p.collectives.collective_overhead_us * 1e-6
         + staging
-        + 2 * ((ranks - 1) * p.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * 1e9))
+        + 2 * ((ranks - 1) * p.links.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * 1e9))
     )
     assert t == pytest.approx(expect) and "host ring over 24" in algo
 
@@ -101,11 +100,14 @@ def test_oneccl_topo_scale_out_has_a_per_operation_and_a_per_peer_cost():
     """all-gather across n nodes: scale-up inside the node, then over r2r_comm one fixed cost and
     (n-1) peer messages: the difference between 10 and 2 nodes at a tiny size is 8 peer latencies
     (plus the slightly larger share of the bytes)."""
-    p = dataclasses.replace(AURORA, inter_latency_us=500.0)
+    p = AURORA.with_values(inter_latency_us=500.0)
     t2 = collective_seconds("all_gather", 1e3, 24, 2, 1, p)
     t10 = collective_seconds("all_gather", 1e3, 120, 10, 1, p)
     assert t10 - t2 == pytest.approx(8 * 500e-6, rel=0.01)
-    assert t2 > (p.collective_overhead_us + p.scaleout_overhead_us + p.inter_latency_us) * 1e-6
+    assert (
+        t2
+        > (p.collectives.collective_overhead_us + p.collectives.scaleout_overhead_us + p.links.inter_latency_us) * 1e-6
+    )
 
 
 def test_hsdp_replicate_all_reduce_runs_one_group_per_shard_sharing_nics():
@@ -120,10 +122,10 @@ def test_hsdp_replicate_all_reduce_runs_one_group_per_shard_sharing_nics():
 
 
 def test_platform_without_gpu_arch_keeps_the_generic_ring():
-    p = dataclasses.replace(H100, gpu_arch="")
+    p = H100.with_values(gpu_arch="")
     t, algo = collective_call("all_gather", 1e8, 8, 1, 1, p)
-    bw = p.intra_bw_gbps * p.bw_efficiency * 1e9
-    expect = p.collective_overhead_us * 1e-6 + 7 * p.intra_latency_us * 1e-6 + 1e8 * 7 / 8 / bw
+    bw = p.links.intra_bw_gbps * p.collectives.bw_efficiency * 1e9
+    expect = p.collectives.collective_overhead_us * 1e-6 + 7 * p.links.intra_latency_us * 1e-6 + 1e8 * 7 / 8 / bw
     assert algo == "nccl ring" and t == pytest.approx(expect)
     assert not math.isclose(t, collective_seconds("all_gather", 1e8, 8, 1, 1, H100))
 
@@ -132,15 +134,15 @@ def test_the_staging_readings_differ_by_the_staged_bytes():
     """What the collective rows leave open (estimate/comm.comm_readings): whether a multi-node topo
     all-reduce stages the whole buffer (torch's 2025 stack) or the scale-out part (oneCCL 2021.17's
     benchmark); they differ by (1 - 1/rpn) of the buffer at the node's PCIe share, both ways."""
-    p = dataclasses.replace(AURORA, allreduce_algorithm="topology")
+    p = AURORA.with_values(allreduce_algorithm="topology")
     readings = comm_readings(p)
     other = next(v for k, v in readings.items() if k != "shipped")
     size = 1.2e9
     gap = collective_seconds("all_reduce", size, 120, 10, 1, readings["shipped"]) - collective_seconds(
         "all_reduce", size, 120, 10, 1, other
     )
-    share = min(p.host_copy_gbps, p.host_copy_node_gbps / 12) * 1e9
-    sign = 1 if p.ccl_host_staging == "whole buffer" else -1
+    share = min(p.links.host_copy_gbps, p.links.host_copy_node_gbps / 12) * 1e9
+    sign = 1 if p.oneccl.ccl_host_staging == "whole buffer" else -1
     assert gap == pytest.approx(sign * 2 * size * (1 - 1 / 12) / share)
     assert set(comm_readings(H100)) == {"shipped"}  # NCCL's model has no undecided fitted term
 

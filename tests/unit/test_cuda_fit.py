@@ -176,14 +176,13 @@ def test_ranges_widen_with_distance_from_what_was_measured():
 def test_neutral_shape_terms_give_back_the_flops_model():
     """With no shape penalty (gemm_half_dim 0), attention at the matmul rate and no eager-kernel
     term, the per-operation model is FLOPs / (peak x fraction): estimate/compute.py's formula."""
-    import dataclasses
 
     from prism_strategy.estimate.compute import phase_times
     from prism_strategy.specs.cluster import ComputeTerms
 
-    flat = dataclasses.replace(load_platform("dgx-h100"), compute_terms=None)
-    neutral = dataclasses.replace(
-        flat, compute_terms=ComputeTerms(gemm_half_dim=0.0, attention_ratio=1.0, elementwise_bytes=0.0)
+    flat = load_platform("dgx-h100").with_values(compute_terms=None)
+    neutral = flat.with_values(
+        compute_terms=ComputeTerms(gemm_half_dim=0.0, attention_ratio=1.0, elementwise_bytes=0.0)
     )
     for model, ckpt in (("llama-3.1-8b", 0), ("mpt-7b", 1)):
         sc = build_scenario(model, platform=flat, seq_len=2048, micro_batch=2, ckpt_freq=ckpt)
@@ -195,18 +194,17 @@ def test_neutral_shape_terms_give_back_the_flops_model():
 def test_eager_kernels_cost_their_bytes_at_hbm_bandwidth():
     """One eager kernel per non-matmul op (block_kernels minus matmuls and the attention kernel),
     each moving elementwise_bytes x hidden x 2 bytes (bf16) per token, at hbm_bw_gbps."""
-    import dataclasses
 
     from prism_strategy.estimate.compute import block_kernels
     from prism_strategy.estimate.compute_shape import shaped_seconds
     from prism_strategy.specs.cluster import ComputeTerms
 
     base = load_platform("dgx-h100")
-    off = dataclasses.replace(base, compute_terms=ComputeTerms(elementwise_bytes=0.0))
-    on = dataclasses.replace(base, compute_terms=ComputeTerms(elementwise_bytes=1.0))
+    off = base.with_values(compute_terms=ComputeTerms(elementwise_bytes=0.0))
+    on = base.with_values(compute_terms=ComputeTerms(elementwise_bytes=1.0))
     sc = build_scenario("llama-2-7b", platform=base, seq_len=2048, micro_batch=4)
     parts = model_parts(sc.model, sc.training)
     blk = block_kernels(sc.model.backbone)
-    per_kernel = 4096 * 2 * 4 * 2048 / (base.hbm_bw_gbps * 1e9)  # hidden x bf16 x tokens / bandwidth
+    per_kernel = 4096 * 2 * 4 * 2048 / (base.hardware.hbm_bw_gbps * 1e9)  # hidden x bf16 x tokens / bandwidth
     fwd = shaped_seconds(parts, sc.training, on, 4)[0] - shaped_seconds(parts, sc.training, off, 4)[0]
     assert fwd == pytest.approx(32 * (blk.kernels - blk.gemms - 1) * per_kernel)

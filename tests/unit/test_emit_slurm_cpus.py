@@ -15,7 +15,7 @@ from prism_strategy.specs.presets import load_platform
 def test_sbatch_asks_for_cores_per_rank(tmp_path, rpn, name):
     req = EmitRequest(strategy="hsdp_full_shard", platform="dgx-h100", nodes=2, ranks_per_node=rpn)
     text = next(f.text for f in emit_files(req, Path(tmp_path / "out")).files if f.name == name)
-    cpus = load_platform("dgx-h100").cpu_cores_per_node // rpn
+    cpus = load_platform("dgx-h100").hardware.cpu_cores_per_node // rpn
     assert f"#SBATCH --cpus-per-task={cpus}" in text.splitlines()
     srun = next(x for x in text.splitlines() if x.startswith("srun "))
     assert f"--cpus-per-task={cpus}" in srun

@@ -55,9 +55,8 @@ def test_an_unset_variable_is_its_default():
 def test_the_base_is_what_the_plan_priced_not_the_profile_name():
     """A platform whose own CCL keys say topo (a platform file's override) is priced under topo:
     ALCF's topo profile is not advice then, PRISM's ring profile is compared instead."""
-    import dataclasses
 
-    topo = dataclasses.replace(load_platform("aurora"), allreduce_algorithm="topology")
+    topo = load_platform("aurora").with_values(allreduce_algorithm="topology")
     p = plan(**(AURORA | {"platform": topo}), nodes=10)
     for a in p.env_advice:  # priced under topo: the all-reduce differs only from a profile naming ring
         assert a["base_profile"] == "platform aurora's own CCL settings"

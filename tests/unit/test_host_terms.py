@@ -61,7 +61,7 @@ def test_phase_is_launch_bound_only_when_launches_outlast_flops():
     sc, parts = _parts("A2")
     slow_launch = phase_times(parts, sc.training, sc.platform, 4)
     assert slow_launch.launch_bound and slow_launch.forward == slow_launch.forward_launch
-    fast = dataclasses.replace(sc.platform, kernel_launch_us=0.01)
+    fast = sc.platform.with_values(kernel_launch_us=0.01)
     flops_bound = phase_times(parts, sc.training, fast, 4)
     assert not flops_bound.launch_bound and flops_bound.backward == flops_bound.backward_flops
     big = phase_times(parts, sc.training, sc.platform, 4096)  # FLOPs grow with the batch, launches do not
@@ -70,7 +70,7 @@ def test_phase_is_launch_bound_only_when_launches_outlast_flops():
 
 def test_grad_path_is_keyed_by_engine_and_needs_a_wrapper():
     sc, parts = _parts("A1")
-    p = dataclasses.replace(sc.platform, grad_path_us_per_tensor={"ddp": 100.0})
+    p = sc.platform.with_values(grad_path_us_per_tensor={"ddp": 100.0})
     s, text = grad_path_s(parts, "ddp", sc.layout, 2, p)
     tensors = sum(x.tensors for x in parts if x.trains)
     assert s == pytest.approx(tensors * 100e-6 * 2) and "100" in text
@@ -82,8 +82,8 @@ def test_blocking_collectives_hide_nothing_behind_compute():
     sc, parts = _parts("A3-fsdp")
     s = get_strategy("fsdp_full_shard")
     comm = estimate_comm(parts, sc.training, sc.platform, sc.layout, s)
-    overlap = dataclasses.replace(sc.platform, host_blocking_collectives=False, comm_overlap=1.0)
-    blocking = dataclasses.replace(overlap, host_blocking_collectives=True)
+    overlap = sc.platform.with_values(host_blocking_collectives=False, comm_overlap=1.0)
+    blocking = overlap.with_values(host_blocking_collectives=True)
     compute = 10.0
     assert host_terms(parts, comm, "fsdp2", sc.layout, 1, compute, blocking).exposed_collectives_s == comm.total_s
     assert host_terms(parts, comm, "fsdp2", sc.layout, 1, compute, overlap).exposed_collectives_s < comm.total_s
@@ -107,8 +107,8 @@ def test_bucket_size_changes_calls_not_bytes():
 def test_reserved_adds_the_allocator_cache_and_plan_says_which_figure():
     sc, _ = _parts("B1")
     o = evaluate(sc, get_strategy("ddp"))
-    none = runtime_memory(o.memory, dataclasses.replace(sc.platform, allocator_cache_factor=0.0))
-    some = runtime_memory(o.memory, dataclasses.replace(sc.platform, allocator_cache_factor=1.0))
+    none = runtime_memory(o.memory, sc.platform.with_values(allocator_cache_factor=0.0))
+    some = runtime_memory(o.memory, sc.platform.with_values(allocator_cache_factor=1.0))
     assert none.reserved == none.allocated and some.reserved == pytest.approx(
         none.allocated + o.memory.activations + o.memory.buffers
     )

@@ -86,7 +86,7 @@ def test_refit_without_refits_and_leaves_the_record_out(refit_without):
     assert mine == pytest.approx([ft.get_value(rest, k) for k in ft.KNOBS], rel=1e-9)
     assert mine != pytest.approx([ft.get_value(full, k) for k in ft.KNOBS], rel=0.01), "A3-fsdp moved no knob"
     shipped = load_platform("aurora")
-    assert all(getattr(refit.platform("aurora"), k) == getattr(shipped, k) for k in COMM_PRIORS)
+    assert all(refit.platform("aurora").value(k) == shipped.value(k) for k in COMM_PRIORS)
     cuda = refit_without("MF-09")  # the attention ratio's one long-sequence row (README)
     platforms = {n: load_platform(n) for n in cf.PLATFORMS}
     full_cuda = cf.fit(cf.PRIORS, list(h._cuda_observations()), platforms)
@@ -101,9 +101,9 @@ def test_shipped_allocator_factors_are_the_full_fits_the_refits_drop_records_fro
 
     none: frozenset[str] = frozenset()
     churn = h.fixed_shape_factor(none)
-    assert load_platform("h100-96gb-500w").allocator_cache_factor == pytest.approx(churn, abs=0.005)
+    assert load_platform("h100-96gb-500w").allocator.allocator_cache_factor == pytest.approx(churn, abs=0.005)
     aurora = load_platform("aurora")
     c = churn  # the varying and pinned fits take the fixed-shape term unrounded (allocator_fit.py)
-    assert aurora.allocator_varying_factor == pytest.approx(h.varying_shape_factor(none, c), abs=0.0005)
-    assert aurora.allocator_pinned_factor == pytest.approx(h.pinned_factor(none, c), abs=0.005)
+    assert aurora.allocator.allocator_varying_factor == pytest.approx(h.varying_shape_factor(none, c), abs=0.0005)
+    assert aurora.allocator.allocator_pinned_factor == pytest.approx(h.pinned_factor(none, c), abs=0.005)
     assert h.section_d_length(none) == RECORDS["D1"].scenario.seq_len

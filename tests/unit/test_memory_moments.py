@@ -44,7 +44,7 @@ def test_optimizer_step_moment_by_hand_ddp_foreach():
     """DDP, bf16-pure, foreach: params 2P + grads 2P + two bf16 moments 4P + _foreach_sqrt 2P."""
     ms, _, parts = _moments("ddp", AURORA, "bf16-pure")
     p = DEEP.total_params
-    reserve = AURORA.framework_reserve_gib * 2**30
+    reserve = AURORA.allocator.framework_reserve_gib * 2**30
     assert ms["optimizer step"].total(0) == 10 * p + reserve
     assert ms["optimizer step"].per_sample == []
 

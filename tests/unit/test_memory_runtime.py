@@ -43,7 +43,7 @@ def _c6(**changes):
 def test_expandable_segments_is_what_the_platforms_env_profile_sets(name):
     p = load_platform(name)
     env = {v.name: v.value for v in load_env_profile(p.env_profile).var} if p.env_profile else {}
-    assert p.expandable_segments == ("expandable_segments:True" in env.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    assert p.allocator.expandable_segments == ("expandable_segments:True" in env.get("PYTORCH_CUDA_ALLOC_CONF", ""))
 
 
 def test_varying_lengths_add_the_varying_term_and_expandable_segments_remove_it():
@@ -51,9 +51,9 @@ def test_varying_lengths_add_the_varying_term_and_expandable_segments_remove_it(
     p, mem = sc.platform, o.memory
     fixed = runtime_memory(mem, p, dataclasses.replace(sc.training, varying_lengths=False))
     varying = runtime_memory(mem, p, sc.training)
-    assert fixed.cache == pytest.approx(p.allocator_cache_factor * transient_bytes(mem))
-    assert varying.cache - fixed.cache == pytest.approx(p.allocator_varying_factor * mem.activations)
-    assert p.allocator_varying_factor > 0
+    assert fixed.cache == pytest.approx(p.allocator.allocator_cache_factor * transient_bytes(mem))
+    assert varying.cache - fixed.cache == pytest.approx(p.allocator.allocator_varying_factor * mem.activations)
+    assert p.allocator.allocator_varying_factor > 0
     expandable = runtime_memory(mem, p, dataclasses.replace(sc.training, expandable_segments=True))
     assert expandable.cache == pytest.approx(fixed.cache)
 
@@ -71,7 +71,7 @@ def test_feasibility_counts_the_slivers_a_flush_cannot_release():
     limit = o.memory_runtime["memory_at_limit_gib"] * GiB
     assert limit > o.memory.total
     usable = (o.memory.total + limit) / 2
-    p = dataclasses.replace(sc.platform, memory_gib=usable / sc.platform.usable_fraction / GiB)
+    p = sc.platform.with_values(memory_gib=usable / sc.platform.allocator.usable_fraction / GiB)
     tight = evaluate(sc.with_platform(p), get_strategy("ddp"))
     assert not tight.feasible and "reserved" in tight.why_not
     fixed = sc.with_platform(p).with_training(dataclasses.replace(sc.training, varying_lengths=False))

@@ -4,8 +4,6 @@ Aurora profiles pricing DDP's all-reduce differently with provenance saying whic
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from prism_strategy.emit.env import load_env_profile
@@ -47,7 +45,7 @@ def test_scaleout_algorithm_changes_the_price_at_scale(aurora):
     ring_t, ring_a = collective_call("all_reduce", 64e6, 12 * 1024, 1024, 1, base)
     rab_t, rab_a = collective_call("all_reduce", 64e6, 12 * 1024, 1024, 1, rab)
     assert "ring scale-out" in ring_a and "rabenseifner scale-out" in rab_a
-    assert ring_t - rab_t > 2 * 1000 * aurora.inter_latency_us * 1e-6
+    assert ring_t - rab_t > 2 * 1000 * aurora.links.inter_latency_us * 1e-6
 
 
 def test_gpu_rdma_removes_the_host_staging(aurora):
@@ -55,14 +53,16 @@ def test_gpu_rdma_removes_the_host_staging(aurora):
     rdma = with_ccl_env(aurora, {"CCL_ATL_HMEM": "1"})
     t, _ = collective_call("all_reduce", 1e9, 120, 10, 1, topo)
     t_rdma, algo = collective_call("all_reduce", 1e9, 120, 10, 1, rdma)
-    staged = 2 * 1e9 / (aurora.host_copy_node_gbps / 12 * 1e9)  # the whole buffer at the node's PCIe share
+    staged = 2 * 1e9 / (aurora.links.host_copy_node_gbps / 12 * 1e9)  # the whole buffer at the node's PCIe share
     assert t - t_rdma == pytest.approx(staged, rel=1e-6) and "GPU RDMA" in algo
 
 
 def test_op_sync_sets_host_blocking_and_unset_keeps_the_platform(aurora):
-    assert with_ccl_env(aurora, {"CCL_OP_SYNC": "0"}).host_blocking_collectives is False
-    assert with_ccl_env(aurora, {"CCL_OP_SYNC": "1"}).host_blocking_collectives is True
-    assert with_ccl_env(aurora, {}).host_blocking_collectives == aurora.host_blocking_collectives
+    assert with_ccl_env(aurora, {"CCL_OP_SYNC": "0"}).collectives.host_blocking_collectives is False
+    assert with_ccl_env(aurora, {"CCL_OP_SYNC": "1"}).collectives.host_blocking_collectives is True
+    assert (
+        with_ccl_env(aurora, {}).collectives.host_blocking_collectives == aurora.collectives.host_blocking_collectives
+    )
 
 
 @pytest.mark.parametrize(
@@ -117,5 +117,5 @@ def test_the_two_aurora_profiles_price_ddp_all_reduce_differently_at_10_nodes(au
 def test_readings_carry_the_other_staging(aurora):
     r = comm_readings(aurora)
     other = next(v for k, v in r.items() if k != "shipped")
-    assert other.ccl_host_staging != aurora.ccl_host_staging
-    assert set(comm_readings(dataclasses.replace(aurora, ccl_gpu_rdma=True))) == {"shipped"}
+    assert other.oneccl.ccl_host_staging != aurora.oneccl.ccl_host_staging
+    assert set(comm_readings(aurora.with_values(ccl_gpu_rdma=True))) == {"shipped"}

@@ -32,7 +32,7 @@ def prism_env(aurora):
 
 
 def _host_path(op, ranks, nodes, p):
-    return p.collective_overhead_us * 1e-6 + host_ring_seconds(op, SIZE, ranks, nodes, 1, p)
+    return p.collectives.collective_overhead_us * 1e-6 + host_ring_seconds(op, SIZE, ranks, nodes, 1, p)
 
 
 def test_shipped_profile_keeps_the_shipped_routing_and_prices(aurora, prism_env):

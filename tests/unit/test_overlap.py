@@ -78,9 +78,9 @@ def test_exposed_collectives_of_a_step_with_contention():
         channels=33,
     )
     comm = CommEstimate(collectives=(c,), per_tensor_s=0.0)
-    p132 = dataclasses.replace(H100, sm_count=132)
+    p132 = H100.with_values(sm_count=132)
     assert exposed_collectives(comm, 30.0, 0.0, 1, p132).seconds == pytest.approx(1.0 + 0.25 * 2)
-    assert exposed_collectives(comm, 30.0, 0.0, 1, dataclasses.replace(H100, sm_count=0)).seconds == pytest.approx(1.0)
+    assert exposed_collectives(comm, 30.0, 0.0, 1, H100.with_values(sm_count=0)).seconds == pytest.approx(1.0)
     step = dataclasses.replace(c, phase="step")  # after the optimizer: nothing to hide behind
     assert exposed_collectives(CommEstimate(collectives=(step,), per_tensor_s=0.0), 30.0, 0.0, 1, p132).seconds == 3.0
 
@@ -89,10 +89,10 @@ def test_nccl_compute_channels_follow_connect_cc():
     # ncclTopoPostset doubles the search's channels; Hopper across nodes at > 45 GB/s doubles again below 16
     assert compute_channels(H100, 1, 8) == 2 * channels(H100, 1, 8)[0]
     assert compute_channels(H100, 2, 8) == 2 * channels(H100, 2, 8)[0] == 16
-    six_nics = dataclasses.replace(H100, nics_per_node=6)  # 6 channels at 48 GB/s: 12 after postset, then 24
+    six_nics = H100.with_values(nics_per_node=6)  # 6 channels at 48 GB/s: 12 after postset, then 24
     n, speed = channels(six_nics, 2, 8)
     assert speed > 45 and 2 * n < 16 and compute_channels(six_nics, 2, 8) == 4 * n
-    ampere = dataclasses.replace(six_nics, gpu_arch="ampere")
+    ampere = six_nics.with_values(gpu_arch="ampere")
     assert compute_channels(ampere, 2, 8) == 2 * channels(ampere, 2, 8)[0]
 
 

@@ -25,8 +25,8 @@ def test_mfu_is_palms_model_flops_over_the_peak(ckpt):
     for o in p.options:
         per_dev = o.samples_per_s / 16
         assert o.tokens_per_s_per_device == pytest.approx(per_dev * T)
-        assert o.mfu == pytest.approx(per_dev * T * flops_per_token / (h100.peak_tflops_bf16 * 1e12), rel=1e-6)
-        assert 0 < o.mfu < h100.achievable_fraction + 1e-9  # never above what the compute model allows
+        assert o.mfu == pytest.approx(per_dev * T * flops_per_token / (h100.hardware.peak_tflops_bf16 * 1e12), rel=1e-6)
+        assert 0 < o.mfu < h100.compute.achievable_fraction + 1e-9  # never above what the compute model allows
 
 
 def test_plan_json_and_table_show_tokens_per_device_and_mfu():

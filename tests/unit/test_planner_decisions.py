@@ -19,7 +19,6 @@ fails the day the model meets the measurement; test_known_gaps_stay_within_their
 fails the day a gap widens past its size + the measurement's tolerance (restate after a refit).
 """
 
-import dataclasses
 import math
 
 import pytest
@@ -129,10 +128,10 @@ def test_hsdp_shard_grad_op_beats_full_shard_for_the_0_6b_on_2_plus_nodes(nodes,
     (oneCCL env-variables.rst)."""
     platform = load_platform("aurora")
     if allreduce == "topology":
-        platform = dataclasses.replace(platform, allreduce_algorithm="topology")
+        platform = platform.with_values(allreduce_algorithm="topology")
     fs = at("A3-fsdp", nodes=nodes, platform=platform)
     hsgo = at("A3-fsdp", "hsdp_shard_grad_op", nodes=nodes, platform=platform)
-    assert platform.allreduce_algorithm == allreduce
+    assert platform.collectives.allreduce_algorithm == allreduce
     assert hsgo.samples_per_s > fs.samples_per_s
 
 

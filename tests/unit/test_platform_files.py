@@ -52,7 +52,11 @@ def test_base_inherits_the_presets_values_and_says_where_they_came_from(tmp_path
     f = tmp_path / "a100-4.toml"
     f.write_text('name = "a100-4"\nbase = "dgx-a100-40"\ndevices_per_node = 4\n')
     p, base = load_platform(str(f)), load_platform("dgx-a100-40")
-    assert (p.devices_per_node, p.nvlink_links, p.framework_reserve_gib) == (4, base.nvlink_links, 2.0)
+    assert (p.hardware.devices_per_node, p.hardware.nvlink_links, p.allocator.framework_reserve_gib) == (
+        4,
+        base.hardware.nvlink_links,
+        2.0,
+    )
     assert p.source("nvlink_links").startswith("from base dgx-a100-40: ")
     assert p.source("devices_per_node") == "platform file a100-4"
     assert "framework_reserve_gib" not in p.defaulted and p.base == "dgx-a100-40"

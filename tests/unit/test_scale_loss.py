@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -106,7 +105,7 @@ def test_aurora_at_10_nodes_the_range_holds_both_readings():
 def test_a_measured_spread_prices_the_late_ranks_into_the_step():
     sc = build_scenario("llama-3.1-8b", platform="h100-96gb-500w", nodes=64, seq_len=8192, micro_batch=2, ckpt_freq=1)
     base = evaluate(sc, get_strategy("fsdp_full_shard"))
-    jit = evaluate(sc.with_platform(replace(sc.platform, rank_jitter=0.02)), get_strategy("fsdp_full_shard"))
+    jit = evaluate(sc.with_platform(sc.platform.with_values(rank_jitter=0.02)), get_strategy("fsdp_full_shard"))
     added = 0.02 * base.compute_s * (_pdf_integral(512) - _pdf_integral(8))
     assert jit.step_time_s - base.step_time_s == pytest.approx(added, rel=1e-3)
     assert base.late_ranks.seconds == 0.0 and LATE in base.range.terms  # unmeasured: the range only
@@ -196,4 +195,4 @@ def test_readings_replace_the_scale_terms_when_wider_never_add_to_them():
 
 def test_a_platform_rank_jitter_outside_0_1_is_refused():
     with pytest.raises(SpecError, match="rank_jitter must be in"):
-        replace(load_platform("dgx-h100"), rank_jitter=1.5)
+        load_platform("dgx-h100").with_values(rank_jitter=1.5)

@@ -157,7 +157,7 @@ def test_user_platform_file(tmp_path):
     text = text.replace("memory_gib = 40.0", "memory_gib = 80.0")
     f = tmp_path / "mine.toml"
     f.write_text(text)
-    assert load_platform(str(f)).memory_gib == 80.0
+    assert load_platform(str(f)).hardware.memory_gib == 80.0
 
 
 def test_multimodal_trainable_by_mode():

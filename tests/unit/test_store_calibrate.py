@@ -148,8 +148,7 @@ def test_fit_recovers_the_constants_its_runs_were_generated_with(tmp_path):
     link bandwidth and per-collective overhead trade off on a tiny model (comm is a sliver of the
     step): these runs cannot decide them, so they are not asserted."""
     base = load_platform("cpu")
-    truth = dataclasses.replace(
-        base,
+    truth = base.with_values(
         achievable_fraction=0.12,
         intra_bw_gbps=0.5,
         intra_ring_bw_gbps=0.5,
@@ -164,9 +163,9 @@ def test_fit_recovers_the_constants_its_runs_were_generated_with(tmp_path):
     ]
     held = [config(s, mb=2, seq=256) for s in ("ddp", "fsdp_shard_grad_op", "hsdp_full_shard", "zero2")]
     fitted, report = calibrate(base, synthetic_runs(truth, train))
-    assert fitted.activation_factor == pytest.approx(1.3, rel=1e-6)
-    assert fitted.framework_reserve_gib == pytest.approx(0.05, rel=1e-6)
-    assert fitted.achievable_fraction == pytest.approx(0.12, rel=0.05)
+    assert fitted.calibration.activation_factor == pytest.approx(1.3, rel=1e-6)
+    assert fitted.allocator.framework_reserve_gib == pytest.approx(0.05, rel=1e-6)
+    assert fitted.compute.achievable_fraction == pytest.approx(0.12, rel=0.05)
     assert report["after"]["step_time_median"] < report["before"]["step_time_median"]
     held_err = errors_pct(fitted, synthetic_runs(truth, held))  # configs the fit did not see, same model
     assert held_err["step_time_median"] < 10 and held_err["memory_median"] == pytest.approx(0, abs=1e-6)
@@ -180,7 +179,7 @@ def test_fit_recovers_the_constants_its_runs_were_generated_with(tmp_path):
         errors=report["after"],
     )
     applied = apply_calibration(base, load_calibration(path), str(path))
-    assert applied.achievable_fraction == pytest.approx(fitted.achievable_fraction)
+    assert applied.compute.achievable_fraction == pytest.approx(fitted.compute.achievable_fraction)
     assert applied.source("achievable_fraction").startswith("calibrated")
 
 

@@ -39,7 +39,7 @@ def check_ccl_at_scale(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     nodes = ctx.nodes or lf.nodes()
     if not nodes or nodes <= VALIDATED_NODES:
         return []
-    rpn = lf.ranks_per_node() or platform.devices_per_node
+    rpn = lf.ranks_per_node() or platform.hardware.devices_per_node
     try:
         backend = backend_of(platform)  # NCCL's and gloo's read no CCL variable: the prices agree
         theirs, default = backend.with_env(platform, env), backend.with_env(platform, {})

@@ -60,7 +60,7 @@ class StrategyTomlFile:
                 detail=f"compile = true with {s.strategy}",
             )
         if ctx.platform is not None and s.ranks_per_node is not None:
-            want = ctx.platform.devices_per_node
+            want = ctx.platform.hardware.devices_per_node
             out += check_observed(
                 {"ranks_per_node_matches": s.ranks_per_node == want},
                 ctx,

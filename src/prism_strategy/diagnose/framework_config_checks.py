@@ -145,7 +145,7 @@ class FrameworkConfigFile:
         if host is None:
             return None
         nodes = ctx.nodes or cfg.options.get("nodes", 1)
-        rpn = cfg.options.get("ranks_per_node") or ctx.platform.devices_per_node
+        rpn = cfg.options.get("ranks_per_node") or ctx.platform.hardware.devices_per_node
         params = _scenario(self.model).model.total_params
         need = host_bytes_per_node(params, cfg, nodes, rpn)
         fits = need <= HOST_HEADROOM * host * 2**30

@@ -146,7 +146,7 @@ class LauncherFile:
         rpn = self.ranks_per_node()
         if ctx.platform is None or rpn is None:
             return []
-        want = ctx.platform.devices_per_node
+        want = ctx.platform.hardware.devices_per_node
         line = self.launch.line if self.launch else 1
         file = self.launch.file if self.launch else str(self.path)
         detail = f"{rpn} ranks per node, {ctx.platform.name} has {want} devices per node"

@@ -162,13 +162,13 @@ def _device_hierarchy(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     rpn = lf.ranks_per_node()
     if "ZE_FLAT_DEVICE_HIERARCHY" not in env or rpn is None:
         return []
-    if ctx.platform is not None and ctx.platform.devices_per_node != rpn:
+    if ctx.platform is not None and ctx.platform.hardware.devices_per_node != rpn:
         return []  # launcher-ranks-per-node-mismatch already says it
     value, file, line = env["ZE_FLAT_DEVICE_HIERARCHY"]
     preset = HIERARCHY_PLATFORMS.get(value.strip().strip('"').upper())
     if preset is None:
         return []
-    devices = load_platform(preset).devices_per_node
+    devices = load_platform(preset).hardware.devices_per_node
     return check_observed(
         {"hierarchy_matches_ranks": devices == rpn},
         ctx,
@@ -192,7 +192,7 @@ def _socket_straddle(lf: "LauncherFile", ctx: Context) -> list[Finding]:
     if not certain or not cands:
         return []
     platform, site = cands[0]
-    cores, sockets = platform.cpu_cores_per_node, site.sockets
+    cores, sockets = platform.hardware.cpu_cores_per_node, site.sockets
     if cores <= 0 or sockets < 2:
         return []
     per_socket = cores // sockets

@@ -214,10 +214,10 @@ def _layout(platform: PlatformSpec, req: EmitRequest) -> Layout:
     rpn = req.ranks_per_node
     if rpn is None:
         return Layout.for_platform(platform, req.nodes)
-    if rpn > platform.devices_per_node:
+    if rpn > platform.hardware.devices_per_node:
         raise SpecError(
-            f"--ranks-per-node {rpn} exceeds {platform.name}'s {platform.devices_per_node} devices per "
-            f"node; use 1..{platform.devices_per_node}"
+            f"--ranks-per-node {rpn} exceeds {platform.name}'s {platform.hardware.devices_per_node} devices per "
+            f"node; use 1..{platform.hardware.devices_per_node}"
         )
     return Layout(nodes=req.nodes, ranks_per_node=rpn)
 
@@ -380,7 +380,7 @@ def _pbs_directives(job: LaunchJob) -> list[str]:
 
 
 def _cpu_bind(job: LaunchJob) -> str:
-    bind = job.site.cpu_bind or cpu_bind_list(job.platform.cpu_cores_per_node, job.layout.ranks_per_node)
+    bind = job.site.cpu_bind or cpu_bind_list(job.platform.hardware.cpu_cores_per_node, job.layout.ranks_per_node)
     return f' --cpu-bind "{bind}"' if bind else " --cpu-bind core"
 
 
@@ -465,7 +465,7 @@ def _cpus_per_task(job: LaunchJob) -> int:
     """The node's cores split over its ranks (data-loader workers and the host's launch threads
     need them); srun is given it too, since Slurm 22.05 srun does not inherit sbatch's
     --cpus-per-task. 0: the platform does not say how many cores a node has."""
-    return job.platform.cpu_cores_per_node // job.layout.ranks_per_node
+    return job.platform.hardware.cpu_cores_per_node // job.layout.ranks_per_node
 
 
 MODULE_INIT = [

@@ -3,7 +3,6 @@ to a PlatformSpec so every later estimate uses them and says so in its provenanc
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -45,15 +44,15 @@ def platform_value(p: PlatformSpec, name: str) -> float | None:
     """A fitted value of the platform; a dotted name is an entry of a table, None when absent."""
     if "." in name:
         table, key = name.split(".", 1)
-        return getattr(p, table).get(key)
-    return float(getattr(p, name))
+        return p.value(table).get(key)
+    return float(p.value(name))
 
 
 def with_value(p: PlatformSpec, name: str, v: float) -> PlatformSpec:
     if "." in name:
         table, key = name.split(".", 1)
-        return dataclasses.replace(p, **{table: getattr(p, table) | {key: v}})
-    return dataclasses.replace(p, **{name: v})
+        return p.with_values(**{table: p.value(table) | {key: v}})
+    return p.with_values(**{name: v})
 
 
 def default_calibration_dir() -> Path:
@@ -123,8 +122,8 @@ def apply_calibration(platform: PlatformSpec, data: dict[str, Any], source: str)
     tables: dict[str, dict[str, float]] = {}
     for k in [k for k in values if "." in k]:
         table, key = k.split(".", 1)
-        tables.setdefault(table, dict(getattr(platform, table)))[key] = values.pop(k)
-    return dataclasses.replace(platform, **values, **tables, sources=sources)
+        tables.setdefault(table, dict(platform.value(table)))[key] = values.pop(k)
+    return platform.with_values(**values, **tables, sources=sources)
 
 
 def same_setup(a: dict[str, Any], b: dict[str, Any]) -> bool:

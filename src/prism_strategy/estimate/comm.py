@@ -163,7 +163,7 @@ def _call_seconds(
     sizes = getattr(c, "sizes", ())
     if not sizes or total <= 0 or not schedules_overlap(p):
         return ()
-    if p.gpu_arch:
+    if p.hardware.gpu_arch:
         raw = _nccl_calls(sizes, c.op, ranks, nodes, conc, nccl_topology(p))
     else:
         raw = _banded_calls(sizes, lambda b: _call(c.op, b, ranks, nodes, conc, p).seconds)
@@ -215,7 +215,7 @@ def estimate_comm(
     out = tuple(price(c, layout, p) for c in _step_collectives(s, parts, t, layout, grad_accum, wrap))
     tensors = sum(x.tensors for x in parts if x.trains)
     hooks = (
-        tensors * p.per_tensor_overhead_us * 1e-6 * grad_accum
+        tensors * p.collectives.per_tensor_overhead_us * 1e-6 * grad_accum
         if engine_of(s).per_tensor_hooks and layout.world > 1
         else 0.0
     )

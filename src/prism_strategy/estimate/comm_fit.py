@@ -5,7 +5,7 @@ The model fitted is the one that prices the plan (estimate/comm.py `collective_s
 cost model, oneCCL's as profiled, or the alpha-beta ring), so the fitted values carry to group
 shapes and sizes the curves do not hold. The terms, per model:
 - NCCL (`gpu_arch` set): factors over data/nccl_tuning.toml's per-generation constants
-  (PlatformSpec.nccl_scale): base latency, NVLink/PCI hop latency, network hop latency, and the
+  (PlatformSpec.nccl.nccl_scale): base latency, NVLink/PCI hop latency, network hop latency, and the
   bus bandwidth of one-node and of multi-node groups;
 - the others: collective_overhead_us and scaleout_overhead_us (per call), intra_latency_us and
   inter_latency_us (per ring step), intra_bw_gbps, intra_ring_bw_gbps and nic_bw_gbps.
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -116,7 +116,7 @@ def point_platform(p: PlatformSpec, x: CommPoint, cache: dict | None = None) -> 
     if cache is not None and key in cache:
         return cache[key]
     q = backend_of(p).with_env(p, dict(x.env)) if x.env is not None else p
-    q = replace(q, **dict(x.overrides)) if x.overrides else q
+    q = q.with_values(**dict(x.overrides)) if x.overrides else q
     if cache is not None:
         cache[key] = q
     return q

@@ -11,7 +11,6 @@ vendor's and ALCF's link figures, oneCCL's source (COMM_PRIORS).
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from typing import Any, Callable
 
 from prism_strategy.estimate.comm_fit import CommPoint, errors_pct, fit
@@ -38,8 +37,8 @@ no collective row has more than 4 ranks per node on the flat ring."""
 
 
 def prior_platform(p: PlatformSpec) -> PlatformSpec:
-    return replace(
-        p, **{k: v for k, (v, _) in COMM_PRIORS.items()}, allreduce_algorithm="topology", host_ring_node_gbps=0.0
+    return p.with_values(
+        **{k: v for k, (v, _) in COMM_PRIORS.items()}, allreduce_algorithm="topology", host_ring_node_gbps=0.0
     )
 
 

@@ -50,21 +50,27 @@ class Choice:
 
 def arch_index(p: PlatformSpec) -> int:
     t = tuning()
-    return t["archs"].index(p.gpu_arch) if p.gpu_arch in t["archs"] else t["archs"].index("hopper")
+    return t["archs"].index(p.hardware.gpu_arch) if p.hardware.gpu_arch in t["archs"] else t["archs"].index("hopper")
 
 
 def channels(p: PlatformSpec, nodes: int, ppn: int) -> tuple[int, float]:
     """(channels, GB/s per channel) of the ring graph: search.cc tries speeds from the top and keeps
     the first the links carry; across nodes each channel enters and leaves through one NIC."""
     s, a = tuning()["search"], arch_index(p)
-    link = min(p.nvlink_links * s["nvlink_gbps_per_link"][a], p.intra_bw_gbps) if p.nvlink_links else s["pci_gbps"]
+    link = (
+        min(p.hardware.nvlink_links * s["nvlink_gbps_per_link"][a], p.links.intra_bw_gbps)
+        if p.hardware.nvlink_links
+        else s["pci_gbps"]
+    )
     if nodes == 1:
         speeds, cap, total = s["intra"][a], link, link
     else:
-        nics = max(1, p.nics_per_node * ppn // p.devices_per_node)  # a group of ppn GPUs reaches its own NICs
-        speeds, cap, total = s["inter"][a], min(p.nic_bw_gbps, link), min(nics * p.nic_bw_gbps, link)
+        nics = max(
+            1, p.links.nics_per_node * ppn // p.hardware.devices_per_node
+        )  # a group of ppn GPUs reaches its own NICs
+        speeds, cap, total = s["inter"][a], min(p.links.nic_bw_gbps, link), min(nics * p.links.nic_bw_gbps, link)
     speed = next((x for x in speeds if x <= cap), speeds[-1])
-    per_nic = max(1, int(p.nic_bw_gbps // speed)) if nodes > 1 else 0
+    per_nic = max(1, int(p.links.nic_bw_gbps // speed)) if nodes > 1 else 0
     n = max(1, min(s["max_channels"], int(total // speed) if nodes == 1 else nics * per_nic))
     dup = speed >= s["dup_min_gbps"] and not (a >= 2 and speed < s["dup_hopper_min_gbps"] and n > 4)
     if dup:
@@ -108,11 +114,11 @@ def bandwidths(p: PlatformSpec, op: str, ranks: int, nodes: int, concurrent: int
     n, speed = channels(p, nodes, ppn)
     bus = n * speed
     if nodes > 1 and concurrent > 1:  # groups running at once share the node's NICs
-        bus = min(bus, p.nics_per_node * p.nic_bw_gbps / concurrent)
-    row = a if nodes == 1 else (1 if p.cpu_vendor == "amd" else 0)
+        bus = min(bus, p.links.nics_per_node * p.links.nic_bw_gbps / concurrent)
+    row = a if nodes == 1 else (1 if p.hardware.cpu_vendor == "amd" else 0)
     ll_max = caps["ll_max"][row][i2]
     steps = ring_steps(op, ranks)
-    ll128 = p.nvlink_links > 0  # LL128 needs NVLink inside the node (typeIntra <= PATH_NVB)
+    ll128 = p.hardware.nvlink_links > 0  # LL128 needs NVLink inside the node (typeIntra <= PATH_NVB)
     out = {("ring", "LL"): min(ll_max, bus * ref["ring_ll_factor"]), ("ring", "Simple"): bus}
     if ll128:
         out[("ring", "LL128")] = min(bus * ref["ring_ll128_factor"], n * caps["ring_ll128_per_channel"][a][i2])
@@ -124,7 +130,7 @@ def bandwidths(p: PlatformSpec, op: str, ranks: int, nodes: int, concurrent: int
         if ll128:
             f = ref["tree_ll128_factor_one_node"] if nodes == 1 else ref["tree_ll128_factor_nodes"]
             out[("tree", "LL128")] = 0.5 * min(tree * f, n * caps["tree_ll128_per_channel"][a][i2])
-    scale = p.nccl_scale.get("inter_bw" if nodes > 1 else "intra_bw", 1.0)
+    scale = p.nccl.nccl_scale.get("inter_bw" if nodes > 1 else "intra_bw", 1.0)
     return {k: v * scale for k, v in out.items()}
 
 
@@ -135,14 +141,14 @@ def latency_us(p: PlatformSpec, op: str, algo: str, proto: str, ranks: int, node
     t, j = tuning(), PROTOS.index(proto)
     hw, ref = t["hw_latency_us"], t["refinements"]
     ppn = max(1, ranks // nodes)
-    intra = hw["nvlink" if p.nvlink_links else "pci"][algo][j]
+    intra = hw["nvlink" if p.hardware.nvlink_links else "pci"][algo][j]
     inter = hw["net"]["tree" if ppn == 1 else algo][j]
-    k = p.nccl_scale
+    k = p.nccl.nccl_scale
     lat, inter = t["base_latency_us"][algo][j] * k.get("base_latency", 1.0), inter * k.get("net_latency", 1.0)
     if algo == "tree":
         return lat + 2 * ((ppn - 1) * intra * k.get("intra_latency", 1.0) + int(math.log2(nodes)) * inter)
     if nodes > 1:
-        over = ref["net_overhead_us"].get(p.cpu_vendor, ref["net_overhead_us"]["other"])
+        over = ref["net_overhead_us"].get(p.hardware.cpu_vendor, ref["net_overhead_us"]["other"])
         intra = max(intra, over * (ref["net_overhead_simple_factor"] if proto == "Simple" else 1.0))
     intra *= k.get("intra_latency", 1.0)
     steps = ring_steps(op, ranks)
@@ -171,18 +177,21 @@ def _table(topo: tuple, op: str, ranks: int, nodes: int, concurrent: int) -> tup
     """((algorithm, protocol, latency us, bandwidth GB/s) per enabled pair, the ring plateau:
     the bytes per call from which ring/Simple all-reduce latency is multiplied, and by how much,
     and the communicator's compute channels)."""
-    p = PlatformSpec(
-        name="nccl-topology",
-        device="cuda",
-        backend="nccl",
-        memory_gib=1.0,
-        peak_tflops_bf16=1.0,
-        peak_tflops_fp32=1.0,
-        hbm_bw_gbps=1.0,
-        intra_ring_bw_gbps=1.0,
-        intra_latency_us=0.0,
-        inter_latency_us=0.0,
-        **(dict(zip(TOPOLOGY, topo)) | {"nccl_scale": dict(topo[-1])}),
+    p = PlatformSpec.from_flat(
+        {
+            "name": "nccl-topology",
+            "device": "cuda",
+            "backend": "nccl",
+            "memory_gib": 1.0,
+            "peak_tflops_bf16": 1.0,
+            "peak_tflops_fp32": 1.0,
+            "hbm_bw_gbps": 1.0,
+            "intra_ring_bw_gbps": 1.0,
+            "intra_latency_us": 0.0,
+            "inter_latency_us": 0.0,
+        }
+        | dict(zip(TOPOLOGY, topo))
+        | {"nccl_scale": dict(topo[-1])}
     )
     n, _ = channels(p, nodes, max(1, ranks // nodes))
     ref = tuning()["refinements"]
@@ -204,14 +213,14 @@ def nccl_choice(p: PlatformSpec, op: str, size: float, ranks: int, nodes: int, c
 def nccl_topology(p: PlatformSpec) -> tuple:
     """The platform fields NCCL's model reads (TOPOLOGY), as a cache key."""
     return (
-        p.gpu_arch,
-        p.nvlink_links,
-        p.intra_bw_gbps,
-        p.nic_bw_gbps,
-        p.nics_per_node,
-        p.devices_per_node,
-        p.cpu_vendor,
-        tuple(sorted(p.nccl_scale.items())),
+        p.hardware.gpu_arch,
+        p.hardware.nvlink_links,
+        p.links.intra_bw_gbps,
+        p.links.nic_bw_gbps,
+        p.links.nics_per_node,
+        p.hardware.devices_per_node,
+        p.hardware.cpu_vendor,
+        tuple(sorted(p.nccl.nccl_scale.items())),
     )
 
 

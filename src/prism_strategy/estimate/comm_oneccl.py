@@ -34,7 +34,6 @@ staging entries, progress by the single worker). CCL_OP_SYNC=1 makes each block 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from functools import lru_cache
 
 from prism_strategy.estimate.comm_oneccl_phases import (
@@ -133,34 +132,33 @@ def with_ccl_env(p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
     scaleout = {SCALEOUT_VARS[v]: env[v] for v in SCALEOUT_VARS if v in env and parse_scaleout(v, env[v])}
     ar = env.get("CCL_ALLREDUCE", "topo")
     sync = flags["CCL_OP_SYNC"]
-    return replace(
-        p,
+    return p.with_values(
         ccl_worker_count=int(raw),
         ccl_algorithms={v: env[v] for vs in ALGORITHM_VARS.values() for v in vs if v in env},
         allreduce_algorithm="topology" if ar == "topo" else "ring",
         ccl_scaleout=scaleout,
         ccl_transport=transport,  # type: ignore[arg-type]
         ccl_gpu_rdma=bool(flags["CCL_ATL_HMEM"]),
-        host_blocking_collectives=p.host_blocking_collectives if sync is None else sync,
+        host_blocking_collectives=p.collectives.host_blocking_collectives if sync is None else sync,
     )
 
 
 def gpu_kernel_route(op: str, p: PlatformSpec) -> tuple[bool, str]:
     """(whether oneCCL runs its GPU (topo) path for `op`, why not): can_use_sycl_kernels' and
     ccl_can_use_topo_algo's worker-count check and the op's named algorithm."""
-    if p.ccl_worker_count != 1:
-        return False, f"CCL_WORKER_COUNT={p.ccl_worker_count}"
-    if op == "all_reduce" and p.allreduce_algorithm != "topology":
-        return False, f"CCL_ALLREDUCE={p.allreduce_algorithm}"
+    if p.oneccl.ccl_worker_count != 1:
+        return False, f"CCL_WORKER_COUNT={p.oneccl.ccl_worker_count}"
+    if op == "all_reduce" and p.collectives.allreduce_algorithm != "topology":
+        return False, f"CCL_ALLREDUCE={p.collectives.allreduce_algorithm}"
     for var in ALGORITHM_VARS.get(op, ()):
-        if p.ccl_algorithms.get(var, "topo") != "topo":
-            return False, f"{var}={p.ccl_algorithms[var]}"
+        if p.oneccl.ccl_algorithms.get(var, "topo") != "topo":
+            return False, f"{var}={p.oneccl.ccl_algorithms[var]}"
     return True, ""
 
 
 def _usable(algo: str, op: str, part: float, n: int, p: PlatformSpec) -> bool:
     """selector_allreduce.cpp / selector_reduce_scatter.cpp can_use, the rules a scale-out meets."""
-    if algo == "direct" and p.ccl_transport == "ofi":
+    if algo == "direct" and p.oneccl.ccl_transport == "ofi":
         return False
     if algo == "rabenseifner" and part / ELEMENT_BYTES < 2 ** (n.bit_length() - 1):
         return False
@@ -170,7 +168,7 @@ def _usable(algo: str, op: str, part: float, n: int, p: PlatformSpec) -> bool:
 def scaleout_choice(op: str, part: float, n: int, p: PlatformSpec) -> tuple[str, str]:
     """(the scale-out algorithm for `part` bytes over n nodes, why): CCL_<OP>_SCALEOUT's range that
     holds the size, else the scale-out table; unusable -> the fallback table."""
-    spec = p.ccl_scaleout.get(op)
+    spec = p.oneccl.ccl_scaleout.get(op)
     named = next((a for a, lo, hi in parse_scaleout(_var(op), spec) if lo <= part <= hi), None) if spec else None
     algo, why = (named, f"CCL_{_var(op)[4:]}") if named else (DEFAULT_SCALEOUT[op], "oneCCL's scale-out default")
     if _usable(algo, op, part, n, p):
@@ -180,7 +178,7 @@ def scaleout_choice(op: str, part: float, n: int, p: PlatformSpec) -> tuple[str,
         f"{algo}: no scale-out form here (2d is refused in scale-out; nreduce, ring_rma, multi_bcast not modelled)",
     )
     if op == "all_reduce":
-        fb = "recursive_doubling" if p.ccl_transport == "ofi" and part <= ALLREDUCE_SHORT_MSG_SIZE else "ring"
+        fb = "recursive_doubling" if p.oneccl.ccl_transport == "ofi" and part <= ALLREDUCE_SHORT_MSG_SIZE else "ring"
     else:
         fb = "flat" if op == "all_gather" else "naive"
     return fb, f"{algo} refused ({rule}): fallback table"
@@ -191,32 +189,36 @@ def _var(op: str) -> str:
 
 
 def _sycl_path(op: str, size: float, part: float, p: PlatformSpec) -> bool:
-    if op == "all_gather" and p.ccl_transport == "ofi":
+    if op == "all_gather" and p.oneccl.ccl_transport == "ofi":
         return False  # allgatherv_sycl.cpp: OFI falls back for the multi-node case
-    return size <= SYCL_SCALEOUT_MAX.get(op, 0) and not p.ccl_scaleout.get(op)
+    return size <= SYCL_SCALEOUT_MAX.get(op, 0) and not p.oneccl.ccl_scaleout.get(op)
 
 
 def oneccl_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> tuple[float, str]:
     """(seconds of one call, the algorithm that runs, as a phrase for provenance)."""
-    t = p.collective_overhead_us * 1e-6
+    t = p.collectives.collective_overhead_us * 1e-6
     gpu, why = gpu_kernel_route(op, p)
     rpn = max(1, ranks // max(nodes, 1))
-    if gpu and nodes > 1 and 1 < rpn < p.ccl_topo_min_ppn:
-        gpu, why = False, f"{rpn} ranks per node < {p.ccl_topo_min_ppn}: topo refused"
+    if gpu and nodes > 1 and 1 < rpn < p.oneccl.ccl_topo_min_ppn:
+        gpu, why = False, f"{rpn} ranks per node < {p.oneccl.ccl_topo_min_ppn}: topo refused"
     if gpu and nodes > 1 and op not in DEFAULT_SCALEOUT:
         gpu, why = False, f"topo refuses a multi-node {op} (selection.cpp ccl_can_use_topo_algo)"
-    if not gpu or p.scaleout_algorithm == "ring":
+    if not gpu or p.collectives.scaleout_algorithm == "ring":
         return t + host_ring_seconds(op, size, ranks, nodes, concurrent, p), f"oneccl host ring over {ranks} ({why})"
     if nodes == 1:
         return t + scale_up_seconds(op, size, ranks, p), f"oneccl topo scale-up over {ranks}"
     part, groups = size / rpn, rpn * concurrent
     algo, how = scaleout_choice(op, part, nodes, p)
-    if _sycl_path(op, size, part, p) and part <= SYCL_DIRECT_MAX and p.ccl_transport == "mpi":
+    if _sycl_path(op, size, part, p) and part <= SYCL_DIRECT_MAX and p.oneccl.ccl_transport == "mpi":
         algo, how = "direct", "SYCL path, at or below its direct threshold"
-    staged = size if p.ccl_host_staging == "whole buffer" and op == "all_reduce" else part
-    t += p.scaleout_overhead_us * 1e-6 + scale_up_seconds(op, size, rpn, p)
+    staged = size if p.oneccl.ccl_host_staging == "whole buffer" and op == "all_reduce" else part
+    t += p.collectives.scaleout_overhead_us * 1e-6 + scale_up_seconds(op, size, rpn, p)
     t += staging_seconds(op, staged, groups, p) + scaleout_seconds(algo, op, part, nodes, groups, p)
-    host = "GPU RDMA" if p.ccl_gpu_rdma else f"host-staged ({'whole buffer' if staged == size else 'scale-out part'})"
+    host = (
+        "GPU RDMA"
+        if p.oneccl.ccl_gpu_rdma
+        else f"host-staged ({'whole buffer' if staged == size else 'scale-out part'})"
+    )
     return t, f"oneccl topo: scale-up over {rpn}, {algo} scale-out over {nodes} nodes x {groups} groups, {host} ({how})"
 
 
@@ -225,12 +227,12 @@ def description(p: PlatformSpec) -> str:
     parts = []
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         gpu, why = gpu_kernel_route(op, p)
-        algo = p.ccl_scaleout.get(op) or DEFAULT_SCALEOUT[op]
+        algo = p.oneccl.ccl_scaleout.get(op) or DEFAULT_SCALEOUT[op]
         parts.append(f"{op} " + (f"topo + {algo} scale-out" if gpu else f"host flat ring ({why})"))
     return (
         f"oneCCL as the env routes it (estimate/comm_oneccl.py, oneCCL 2021.14 source): {'; '.join(parts)}; "
-        f"{p.ccl_transport}, {'GPU RDMA' if p.ccl_gpu_rdma else 'host-staged scale-out'}, "
-        f"{'blocking (CCL_OP_SYNC=1)' if p.host_blocking_collectives else 'non-blocking'} "
-        f"(Xe Link {p.intra_bw_gbps:g} GB/s, scale-out {p.inter_latency_us:g} us per step, "
-        f"{p.scaleout_rank_bw_gbps or p.nic_bw_gbps:g} GB/s per rank, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node})"
+        f"{p.oneccl.ccl_transport}, {'GPU RDMA' if p.oneccl.ccl_gpu_rdma else 'host-staged scale-out'}, "
+        f"{'blocking (CCL_OP_SYNC=1)' if p.collectives.host_blocking_collectives else 'non-blocking'} "
+        f"(Xe Link {p.links.intra_bw_gbps:g} GB/s, scale-out {p.links.inter_latency_us:g} us per step, "
+        f"{p.links.scaleout_rank_bw_gbps or p.links.nic_bw_gbps:g} GB/s per rank, NIC {p.links.nic_bw_gbps:g} GB/s x {p.links.nics_per_node})"
     )

@@ -31,14 +31,14 @@ def scale_up_phase(size: float, rpn: int, p: PlatformSpec) -> float:
     """One reduce-scatter (or all-gather) of `size` bytes over the node's rpn ranks."""
     if rpn <= 1:
         return 0.0
-    eff = p.bw_efficiency
-    pair = 2 if p.mdfi_bw_gbps > 0 and rpn % 2 == 0 else 1
+    eff = p.collectives.bw_efficiency
+    pair = 2 if p.links.mdfi_bw_gbps > 0 and rpn % 2 == 0 else 1
     cards = rpn // pair
-    t = (rpn - 1) * p.intra_latency_us * 1e-6
+    t = (rpn - 1) * p.links.intra_latency_us * 1e-6
     if pair > 1:
-        t += size / 2 / _gbps(p.mdfi_bw_gbps * eff)
+        t += size / 2 / _gbps(p.links.mdfi_bw_gbps * eff)
     if cards > 1:
-        t += size / (pair * cards) / _gbps(p.intra_bw_gbps * eff)
+        t += size / (pair * cards) / _gbps(p.links.intra_bw_gbps * eff)
     return t
 
 
@@ -51,18 +51,18 @@ def staging_seconds(op: str, part: float, groups: int, p: PlatformSpec) -> float
     """Device-to-host of the scale-out input and host-to-device of its output (add_scaleout), the
     node's `groups` staging ranks sharing its PCIe. part = the scale-out call's payload (census:
     all_gather's output, reduce_scatter's input)."""
-    if p.ccl_gpu_rdma or p.host_copy_gbps <= 0:
+    if p.oneccl.ccl_gpu_rdma or p.links.host_copy_gbps <= 0:
         return 0.0
-    bw = p.host_copy_gbps
-    if p.host_copy_node_gbps > 0:
-        bw = min(bw, p.host_copy_node_gbps / max(groups, 1))
+    bw = p.links.host_copy_gbps
+    if p.links.host_copy_node_gbps > 0:
+        bw = min(bw, p.links.host_copy_node_gbps / max(groups, 1))
     return 2 * part / _gbps(bw)
 
 
 def rank_bw(nodes: int, groups: int, p: PlatformSpec) -> float:
     """Bytes/s one scale-out rank moves: its host injection, or its share of the node's NICs."""
-    nic = p.nic_bw_gbps * p.nics_per_node * p.bw_efficiency / max(groups, 1)
-    inj = p.scaleout_rank_bw_gbps or p.nic_bw_gbps * p.bw_efficiency
+    nic = p.links.nic_bw_gbps * p.links.nics_per_node * p.collectives.bw_efficiency / max(groups, 1)
+    inj = p.links.scaleout_rank_bw_gbps or p.links.nic_bw_gbps * p.collectives.bw_efficiency
     return _gbps(min(inj, nic))
 
 
@@ -71,7 +71,7 @@ def scaleout_seconds(algo: str, op: str, part: float, n: int, groups: int, p: Pl
     Rabenseifner and Gropp 2005, as oneCCL builds them: coll/algorithms/allreduce/allreduce.cpp)."""
     if n <= 1:
         return 0.0
-    a, b = p.inter_latency_us * 1e-6, rank_bw(n, groups, p)
+    a, b = p.links.inter_latency_us * 1e-6, rank_bw(n, groups, p)
     logn = math.ceil(math.log2(n))
     spread = (n - 1) / n * part / b
     if op != "all_reduce":  # ring / naive / flat / direct all-gather and reduce-scatter: one message per peer
@@ -92,14 +92,19 @@ def host_ring_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: 
     node's host ring, or the rank's injection, whichever is lowest."""
     factor = 2 if op == "all_reduce" else 1
     rpn = max(1, ranks // max(nodes, 1))
-    hop_us = p.inter_latency_us if nodes > 1 else p.intra_latency_us
-    bw = _gbps(p.intra_ring_bw_gbps * p.bw_efficiency)
-    if p.host_ring_node_gbps > 0:
-        bw = min(bw, _gbps(p.host_ring_node_gbps * p.bw_efficiency / (rpn * concurrent)))
+    hop_us = p.links.inter_latency_us if nodes > 1 else p.links.intra_latency_us
+    bw = _gbps(p.links.intra_ring_bw_gbps * p.collectives.bw_efficiency)
+    if p.links.host_ring_node_gbps > 0:
+        bw = min(bw, _gbps(p.links.host_ring_node_gbps * p.collectives.bw_efficiency / (rpn * concurrent)))
     if nodes > 1:
-        ring_nics = p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node)
-        bw = min(bw, _gbps(min(ring_nics, p.nic_bw_gbps * p.nics_per_node / concurrent) * p.bw_efficiency))
-        if p.scaleout_rank_bw_gbps > 0:
-            bw = min(bw, _gbps(p.scaleout_rank_bw_gbps))
+        ring_nics = p.links.nic_bw_gbps * min(p.links.ring_channels, p.links.nics_per_node)
+        bw = min(
+            bw,
+            _gbps(
+                min(ring_nics, p.links.nic_bw_gbps * p.links.nics_per_node / concurrent) * p.collectives.bw_efficiency
+            ),
+        )
+        if p.links.scaleout_rank_bw_gbps > 0:
+            bw = min(bw, _gbps(p.links.scaleout_rank_bw_gbps))
     ring = factor * ((ranks - 1) * hop_us * 1e-6 + size * (ranks - 1) / ranks / bw)
     return ring + staging_seconds(op, size, rpn * concurrent, p)

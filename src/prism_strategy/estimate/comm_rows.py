@@ -124,12 +124,11 @@ def load_rows(name_or_path: str = "aurora-collectives") -> tuple[dict[str, Any],
 
 def row_platform(p: Any, row: CollectiveRow) -> Any:
     """The platform as this row ran: its CCL environment (the backend's with_env), its placement."""
-    from dataclasses import replace
 
     from prism_strategy.estimate.backends import backend_of
 
     q = backend_of(p).with_env(p, dict(row.env))
-    return replace(q, **dict(row.overrides)) if row.overrides else q
+    return q.with_values(**dict(row.overrides)) if row.overrides else q
 
 
 def row_points(rows: list[CollectiveRow]) -> list[Any]:

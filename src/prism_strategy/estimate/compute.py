@@ -191,8 +191,10 @@ def flops_per_sample(parts: tuple[Part, ...], training: TrainingSpec) -> float:
 
 
 def achieved_flops(platform: PlatformSpec, training: TrainingSpec) -> float:
-    peak = platform.peak_tflops_bf16 if training.compute_dtype == "bf16" else platform.peak_tflops_fp32
-    return peak * 1e12 * platform.achievable_fraction
+    peak = (
+        platform.hardware.peak_tflops_bf16 if training.compute_dtype == "bf16" else platform.hardware.peak_tflops_fp32
+    )
+    return peak * 1e12 * platform.compute.achievable_fraction
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -218,7 +220,7 @@ class PhaseTimes:
 def phase_times(
     parts: tuple[Part, ...], training: TrainingSpec, platform: PlatformSpec, micro_batch: int, grad_accum: int = 1
 ) -> PhaseTimes:
-    if platform.compute_terms is not None:  # achievable fraction by matmul shape and operation
+    if platform.compute.compute_terms is not None:  # achievable fraction by matmul shape and operation
         from prism_strategy.estimate.compute_shape import shaped_seconds
 
         fwd, bwd = shaped_seconds(parts, training, platform, micro_batch)
@@ -229,7 +231,7 @@ def phase_times(
         f_fwd = micro_batch * grad_accum * sum(x.forward for x in fl) / rate
         f_bwd = micro_batch * grad_accum * sum(x.backward + x.recompute for x in fl) / rate
     k = step_kernels(parts, training, grad_accum)
-    launch = platform.kernel_launch_us * 1e-6
+    launch = platform.compute.kernel_launch_us * 1e-6
     return PhaseTimes(
         forward=max(f_fwd, k.forward * launch),
         backward=max(f_bwd, k.backward * launch),
@@ -245,6 +247,6 @@ def optimizer_time_s(
 ) -> float:
     """Memory-bound (it reads and writes params, grads and states) or launch-bound (foreach
     kernels over the tensor lists), whichever is longer."""
-    memory = 2 * trainable_per_device * bytes_per_param / (platform.hbm_bw_gbps * 1e9)
+    memory = 2 * trainable_per_device * bytes_per_param / (platform.hardware.hbm_bw_gbps * 1e9)
     kernels = OPTIMIZER_FOREACH_OPS * math.ceil(trainable_tensors / FOREACH_TENSORS_PER_KERNEL)
-    return max(memory, kernels * platform.kernel_launch_us * 1e-6)
+    return max(memory, kernels * platform.compute.kernel_launch_us * 1e-6)

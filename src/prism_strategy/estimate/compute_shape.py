@@ -1,5 +1,5 @@
 """Compute time by operation, for platforms whose achievable fraction depends on the work
-(`PlatformSpec.compute_terms`, fitted to published runs by benchmarks/cuda_fit.py).
+(`PlatformSpec.compute.compute_terms`, fitted to published runs by benchmarks/cuda_fit.py).
 
 Each matmul of a block (q, k, v, o, then the MLP's) runs at
 
@@ -57,13 +57,15 @@ class Rates:
 
 
 def _rates(platform: PlatformSpec, training: TrainingSpec) -> Rates:
-    assert platform.compute_terms is not None
-    peak = platform.peak_tflops_bf16 if training.compute_dtype == "bf16" else platform.peak_tflops_fp32
+    assert platform.compute.compute_terms is not None
+    peak = (
+        platform.hardware.peak_tflops_bf16 if training.compute_dtype == "bf16" else platform.hardware.peak_tflops_fp32
+    )
     return Rates(
         flops=peak * 1e12,
-        fraction=platform.achievable_fraction,
-        terms=platform.compute_terms,
-        ew_s_per_byte=1.0 / (platform.hbm_bw_gbps * 1e9),
+        fraction=platform.compute.achievable_fraction,
+        terms=platform.compute.compute_terms,
+        ew_s_per_byte=1.0 / (platform.hardware.hbm_bw_gbps * 1e9),
     )
 
 
@@ -124,7 +126,7 @@ def sac_recompute_s(parts: tuple[Part, ...], training: TrainingSpec, platform: P
             continue
         m = micro_batch * p.tokens
         sac = block_gemms(p.spec)[SAC_RECOMPUTED_GEMMS]
-        if platform.compute_terms is None:
+        if platform.compute.compute_terms is None:
             total += p.spec.layers * sum(2.0 * i * o * m for i, o in sac) / achieved_flops(platform, training)
             continue
         r = _rates(platform, training)

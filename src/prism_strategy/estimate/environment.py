@@ -9,8 +9,6 @@ so another profile moves them; a user's file that pins them keeps them. The plat
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from prism_strategy.estimate.comm_oneccl import ALGORITHM_VARS, SCALEOUT_VARS, with_ccl_env
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.env_profile import load_env_profile
@@ -54,18 +52,17 @@ def platform_under(p: PlatformSpec, env: EnvironmentPolicy) -> PlatformSpec:
         return p
     base = with_ccl_env(p, own_variables(p))
     new = with_ccl_env(p, env.env)
-    kept = [f for f in SCALAR_FIELDS if getattr(p, f) != getattr(base, f)]
-    own_algos = {k: v for k, v in p.ccl_algorithms.items() if base.ccl_algorithms.get(k) != v}
-    own_scaleout = {k: v for k, v in p.ccl_scaleout.items() if base.ccl_scaleout.get(k) != v}
-    out = replace(
-        new,
-        ccl_algorithms=new.ccl_algorithms | own_algos,
-        ccl_scaleout=new.ccl_scaleout | own_scaleout,
-        **{f: getattr(p, f) for f in kept},
+    kept = [f for f in SCALAR_FIELDS if p.value(f) != base.value(f)]
+    own_algos = {k: v for k, v in p.oneccl.ccl_algorithms.items() if base.oneccl.ccl_algorithms.get(k) != v}
+    own_scaleout = {k: v for k, v in p.oneccl.ccl_scaleout.items() if base.oneccl.ccl_scaleout.get(k) != v}
+    out = new.with_values(
+        ccl_algorithms=new.oneccl.ccl_algorithms | own_algos,
+        ccl_scaleout=new.oneccl.ccl_scaleout | own_scaleout,
+        **{f: p.value(f) for f in kept},
     )
     overrides = kept + list(own_algos) + list(own_scaleout)
     note = _note(env, p, out, overrides)
-    return replace(out, env_profile=env.profile, sources=p.sources | {"env_profile": note})
+    return out.with_values(env_profile=env.profile, sources=p.sources | {"env_profile": note})
 
 
 def _note(env: EnvironmentPolicy, before: PlatformSpec, after: PlatformSpec, kept: list[str]) -> str:
@@ -74,9 +71,9 @@ def _note(env: EnvironmentPolicy, before: PlatformSpec, after: PlatformSpec, kep
     unset = [k for k in ("CCL_WORKER_COUNT", "CCL_ALLREDUCE") if ccl and k not in read]
     said = ", ".join(f"{k}={v}" for k, v in read.items()) or "no variable the comm model reads"
     moved = [
-        f"{f} {getattr(before, f)} -> {getattr(after, f)}"
+        f"{f} {before.value(f)} -> {after.value(f)}"
         for f in (*SCALAR_FIELDS, "ccl_scaleout")
-        if getattr(before, f) != getattr(after, f)
+        if before.value(f) != after.value(f)
     ]
     parts = [f"env profile {env.profile} ({env.source}): {said}"]
     if unset:

@@ -40,7 +40,7 @@ def grad_path_s(
     parts: tuple[Part, ...], engine: str, layout: Layout, grad_accum: int, platform: PlatformSpec
 ) -> tuple[float, str] | None:
     """(seconds per step, source), or None when the platform has no figure for this engine."""
-    us = platform.grad_path_us_per_tensor.get(engine)
+    us = platform.calibration.grad_path_us_per_tensor.get(engine)
     if us is None:
         return None
     if layout.world <= 1:  # no wrapper, no hook: AccumulateGrad's kernels are in the launch count
@@ -64,12 +64,12 @@ def host_terms(
     grad = grad_path_s(parts, engine, layout, grad_accum, platform)
     if grad is None:
         grad = (comm.per_tensor_s, f"per_tensor_overhead_us ({platform.source('per_tensor_overhead_us')})")
-    if platform.host_blocking_collectives:
+    if platform.collectives.host_blocking_collectives:
         exposed = comm.total_s
     elif phases is not None and schedules_overlap(platform):
         exposed = exposed_collectives(comm, phases[0], phases[1], grad_accum, platform).seconds
     else:
-        exposed = comm.exposed_s(compute_s, platform.comm_overlap) - comm.per_tensor_s
+        exposed = comm.exposed_s(compute_s, platform.collectives.comm_overlap) - comm.per_tensor_s
     return HostTerms(
         grad_path_s=grad[0], grad_path_source=grad[1], collectives_s=comm.total_s, exposed_collectives_s=exposed
     )

@@ -234,12 +234,12 @@ def activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, p
     """Per sample of micro-batch: each part's saved activations and the backward transient."""
     rows = saved_activation_rows(parts, t, s, platform)
     label, b = transient_bytes_per_sample(parts, t, residual_bytes(s, t))
-    return rows + ([("activations", label, b * platform.activation_factor)] if b else [])
+    return rows + ([("activations", label, b * platform.calibration.activation_factor)] if b else [])
 
 
 def saved_activation_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec, platform: PlatformSpec) -> Rows:
     """Per sample: each part's saved activations (what is left once the backward transient is freed)."""
-    res, f = residual_bytes(s, t), platform.activation_factor
+    res, f = residual_bytes(s, t), platform.calibration.activation_factor
     return [
         ("activations", f"{p.name} activations{_compiled(t)}", a * f)
         for p in parts
@@ -263,7 +263,7 @@ def late_backward_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec
             (
                 "activations",
                 f"{top.name} bottom block's activations (saved or recomputed){_compiled(t)}",
-                a * platform.activation_factor,
+                a * platform.calibration.activation_factor,
             )
         )
     return rows
@@ -288,7 +288,7 @@ def moments(
     states = model_state_rows(parts, t, s, layout)
     acts = activation_rows(parts, t, s, platform)
     reserve: Rows = [
-        ("reserve", "framework reserve (runtime, collective buffers)", platform.framework_reserve_gib * GiB)
+        ("reserve", "framework reserve (runtime, collective buffers)", platform.allocator.framework_reserve_gib * GiB)
     ]
     return engine_of(s).moments(
         parts,

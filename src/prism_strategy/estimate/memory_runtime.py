@@ -67,13 +67,13 @@ def expandable(platform: PlatformSpec, training: TrainingSpec | None) -> bool:
     # pytorch PR #166299 (2025-10); the aurora presets set expandable_segments = false (PRISM, torch 2.8).
     if training is not None and training.expandable_segments is not None:
         return training.expandable_segments
-    return platform.expandable_segments
+    return platform.allocator.expandable_segments
 
 
 def varying_factor(platform: PlatformSpec, training: TrainingSpec | None) -> float:
     """The varying-shape term's factor for this run: 0 with fixed shapes or expandable segments."""
     varies = training is not None and training.varying_lengths
-    return platform.allocator_varying_factor if varies and not expandable(platform, training) else 0.0
+    return platform.allocator.allocator_varying_factor if varies and not expandable(platform, training) else 0.0
 
 
 def cache_bytes(
@@ -81,7 +81,10 @@ def cache_bytes(
 ) -> float:
     """What the caching allocator holds beyond allocated at a moment when nothing presses it
     (what max_memory_reserved reports; module docstring)."""
-    return platform.allocator_cache_factor * transient + varying_factor(platform, training) * per_sample_activations
+    return (
+        platform.allocator.allocator_cache_factor * transient
+        + varying_factor(platform, training) * per_sample_activations
+    )
 
 
 def pinned_bytes(per_sample_activations: float, platform: PlatformSpec, training: TrainingSpec | None) -> float:
@@ -89,7 +92,7 @@ def pinned_bytes(per_sample_activations: float, platform: PlatformSpec, training
     (in segments that hold live blocks). The fixed-shape remainders are taken as released (whole
     free segments: the loss buffers and recomputed blocks freed before the next request)."""
     varies = varying_factor(platform, training) > 0
-    return platform.allocator_pinned_factor * per_sample_activations if varies else 0.0
+    return platform.allocator.allocator_pinned_factor * per_sample_activations if varies else 0.0
 
 
 def transient_bytes(mem: MemoryEstimate) -> float:

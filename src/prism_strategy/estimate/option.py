@@ -149,7 +149,7 @@ def _late_ranks(compute_s: float, comm: CommEstimate, layout: Layout, p: Platfor
     largest node count x this layout's ranks per node (estimate/scale_loss.py)."""
     syncs = sum(c.calls_per_step for c in comm.collectives)
     measured = max_measured_nodes(p) * layout.ranks_per_node
-    return late_ranks(layout.world, measured, compute_s, syncs, p.rank_jitter)
+    return late_ranks(layout.world, measured, compute_s, syncs, p.calibration.rank_jitter)
 
 
 def per_device_rates(
@@ -159,7 +159,7 @@ def per_device_rates(
     + backward from estimate/compute.py, recompute excluded) against the platform's peak."""
     tokens = sum(x.tokens for x in parts if x.spec is not None and x.spec.kind == "decoder")
     flops = sum(f.forward + f.backward for f in (part_flops_per_sample(x, t) for x in parts))
-    peak = (p.peak_tflops_bf16 if t.compute_dtype == "bf16" else p.peak_tflops_fp32) * 1e12
+    peak = (p.hardware.peak_tflops_bf16 if t.compute_dtype == "bf16" else p.hardware.peak_tflops_fp32) * 1e12
     return samples_per_s_per_device * tokens, samples_per_s_per_device * flops / peak
 
 

@@ -251,7 +251,7 @@ def exposed_collectives(
     comm: CommEstimate, forward_s: float, backward_s: float, grad_accum: int, p: PlatformSpec
 ) -> Exposed:
     """forward_s / backward_s: compute of the whole step (grad_accum micro-steps) per phase."""
-    return _exposed(comm.collectives, forward_s, backward_s, grad_accum, p.sm_count)
+    return _exposed(comm.collectives, forward_s, backward_s, grad_accum, p.hardware.sm_count)
 
 
 @lru_cache(maxsize=512)
@@ -282,8 +282,8 @@ def _exposed(
 
 def description(p: PlatformSpec) -> str:
     sms = (
-        f"compute beside a collective at 1 - channels / {p.sm_count} SMs"
-        if p.sm_count
+        f"compute beside a collective at 1 - channels / {p.hardware.sm_count} SMs"
+        if p.hardware.sm_count
         else "no SM count: no contention"
     )
     return (

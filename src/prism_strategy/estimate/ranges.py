@@ -217,7 +217,7 @@ def uncalibrated_halfwidth(device: str) -> float:
 
 def max_measured_nodes(platform: PlatformSpec) -> int:
     """The largest node count the platform's fit measured (1 for a preset no fit covers)."""
-    fit = fit_errors().get(platform.fit_platform or platform.name)
+    fit = fit_errors().get(platform.calibration.fit_platform or platform.name)
     return 1 if fit is None else fit.max_nodes
 
 
@@ -285,7 +285,7 @@ COMM, LATE, READINGS = "communication beyond the measured nodes", "late ranks", 
 
 
 def _base(platform: PlatformSpec) -> tuple[float, int, str]:
-    fit = fit_errors().get(platform.fit_platform or platform.name)
+    fit = fit_errors().get(platform.calibration.fit_platform or platform.name)
     if fit is None:
         base = uncalibrated_halfwidth(platform.device)
         calibrated = any(v.startswith("calibrated") for v in platform.sources.values())
@@ -295,7 +295,7 @@ def _base(platform: PlatformSpec) -> tuple[float, int, str]:
             1,
             f"predicted range: {what} the pre-fit error of the {platform.device} fits (x{math.exp(base):.2f})",
         )
-    other = bool(platform.fit_platform) and platform.fit_platform != platform.name
+    other = bool(platform.calibration.fit_platform) and platform.calibration.fit_platform != platform.name
     base = math.hypot(fit.halfwidth, gpu_widening() if other else 0.0)
     why = (
         f"predicted range: {fit.measurements} leave-one-out {QUANTILE:.0%} range (x{math.exp(fit.halfwidth):.2f}, "
@@ -321,9 +321,11 @@ def prediction_range(
     share = comm_s / (comm_s + compute_s) if comm_s + compute_s > 0 else 0.0
     base, max_nodes, why = _base(platform)
     terms = {}
-    coll = collective_fits().get(platform.fit_platform or platform.name)
+    coll = collective_fits().get(platform.calibration.fit_platform or platform.name)
     if nodes > max_nodes and coll is not None and nodes <= coll.max_nodes and collectives:
-        per_node = next((c.ranks // nodes for c in collectives if c.link == "spans nodes"), platform.devices_per_node)
+        per_node = next(
+            (c.ranks // nodes for c in collectives if c.link == "spans nodes"), platform.hardware.devices_per_node
+        )
         terms[COMM], groups = collective_widening(coll, collectives, nodes, comm_s + compute_s, per_node)
         why += (
             f"; slower side: {nodes} nodes beyond the {max_nodes} the step fit measured, each cross-node collective "

@@ -76,12 +76,12 @@ def priced_variables(p: Any) -> dict[str, str]:
     platform file's overrides), written as with_ccl_env reads them."""
     scaleout_var = {op: var for var, op in reversed(SCALEOUT_VARS.items())}  # the first variable per op
     return {
-        "CCL_WORKER_COUNT": str(p.ccl_worker_count),
-        "CCL_ALLREDUCE": "topo" if p.allreduce_algorithm == "topology" else "ring",
-        "CCL_ATL_TRANSPORT": p.ccl_transport,
-        "CCL_ATL_HMEM": "1" if p.ccl_gpu_rdma else "0",
-        **dict(p.ccl_algorithms),
-        **{scaleout_var[op]: spec for op, spec in p.ccl_scaleout.items()},
+        "CCL_WORKER_COUNT": str(p.oneccl.ccl_worker_count),
+        "CCL_ALLREDUCE": "topo" if p.collectives.allreduce_algorithm == "topology" else "ring",
+        "CCL_ATL_TRANSPORT": p.oneccl.ccl_transport,
+        "CCL_ATL_HMEM": "1" if p.oneccl.ccl_gpu_rdma else "0",
+        **dict(p.oneccl.ccl_algorithms),
+        **{scaleout_var[op]: spec for op, spec in p.oneccl.ccl_scaleout.items()},
     }
 
 

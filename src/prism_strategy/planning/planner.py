@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from prism_strategy.engines import engine_of
@@ -158,9 +157,9 @@ def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
     sweep = int_list(o.sweep_nodes, "--sweep-nodes")
     sc = sc.with_platform(platform_as_run(sc, o.calibration))
     if o.comm_curves:
-        sc = sc.with_platform(replace(sc.platform, measured_collectives=tuple(o.comm_curves)))
+        sc = sc.with_platform(sc.platform.with_values(measured_collectives=tuple(o.comm_curves)))
     if o.rank_jitter is not None:
-        sc = sc.with_platform(replace(sc.platform, rank_jitter=o.rank_jitter))
+        sc = sc.with_platform(sc.platform.with_values(rank_jitter=o.rank_jitter))
     parts = model_parts(sc.model, sc.training)
     early = states_never_fit(sc, parts, specs)  # nothing's model states fit: judged before any timing
     options = early or [evaluate_searched(sc, s, parts, evaluate) for s in specs]
@@ -188,7 +187,7 @@ def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
 
 def check_ranks_per_node(sc: Scenario, asked: int | None) -> None:
     """A planned job places one rank per device: more ranks per node than devices is bad input."""
-    dev = sc.platform.devices_per_node
+    dev = sc.platform.hardware.devices_per_node
     if asked is not None and asked > dev:
         raise SpecError(
             f"--ranks-per-node {asked} exceeds {sc.platform.name}'s {dev} devices per node "
@@ -200,7 +199,7 @@ def trace_options(sc: Scenario, options: list[Option]) -> None:
     """Trace every option's real training step on fake tensors (slow: seconds to a minute each)."""
     from prism_strategy.traced.estimate import trace_option, traced_fields
 
-    reserve = sc.platform.framework_reserve_gib * GiB
+    reserve = sc.platform.allocator.framework_reserve_gib * GiB
     for o in options:
         t = trace_option(
             sc.model,
@@ -308,13 +307,13 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> Option | dict[str, 
             s,
             mb,
             usable_bytes=sc.platform.usable_bytes,
-            reserve_bytes=sc.platform.framework_reserve_gib * GiB,
+            reserve_bytes=sc.platform.allocator.framework_reserve_gib * GiB,
         )
         return {
             "strategy": s.name,
             "micro_batch": mb,
             "memory_gib": None,
-            **traced_fields(t.memory, reserve_bytes=sc.platform.framework_reserve_gib * GiB, search=t.search),
+            **traced_fields(t.memory, reserve_bytes=sc.platform.allocator.framework_reserve_gib * GiB, search=t.search),
         }
     sc = build_scenario(model, **kw)
     check_ranks_per_node(sc, kw.get("ranks_per_node"))

@@ -59,7 +59,7 @@ def build_scenario(model: Any, **options: Any) -> Scenario:
     plat = platform if isinstance(platform, PlatformSpec) else load_platform(platform)
     nodes, rpn = options.get("nodes", 1), options.get("ranks_per_node")
     checked_int("--nodes", nodes)
-    rpn = plat.devices_per_node if rpn is None else checked_int("ranks per node", rpn)
+    rpn = plat.hardware.devices_per_node if rpn is None else checked_int("ranks per node", rpn)
     return scenario_of(
         mm,
         plat,

@@ -166,7 +166,11 @@ def caption(p: Plan) -> str:
     cal = p.options[0].provenance.get("calibration", "none") if p.options else "none"
     where = cal.rsplit(", ", 1)[-1] if cal != "none" else ""
     pf, t = p.scenario.platform, p.scenario.training
-    peak = f"{pf.peak_tflops_bf16:g} TF/s bf16" if t.compute_dtype == "bf16" else f"{pf.peak_tflops_fp32:g} TF/s fp32"
+    peak = (
+        f"{pf.hardware.peak_tflops_bf16:g} TF/s bf16"
+        if t.compute_dtype == "bf16"
+        else f"{pf.hardware.peak_tflops_fp32:g} TF/s fp32"
+    )
     return CAPTION.format(calibrated=f", calibrated ({where})" if where else "", peak=peak)
 
 

@@ -1,4 +1,5 @@
-"""A platform file as the planner gets it: inherited from a named preset (`base = "dgx-a100-40"`),
+"""A platform file as the planner gets it: flat keys or grouped tables ([links], [oneccl], ...: the
+groups of specs/platform_groups.py) read as one flat table, inherited from a named preset (`base = "dgx-a100-40"`),
 checked for the hardware facts its backend's model reads (data/platform_fields.toml; one error
 listing every missing field), the fields that model never reads filled and said so, and every
 value the file left to PlatformSpec's default named (PlatformSpec.defaulted)."""
@@ -6,15 +7,56 @@ value the file left to PlatformSpec's default named (PlatformSpec.defaulted)."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from functools import cache
 from importlib import resources
 from typing import Any, Callable
 
-from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.cluster import FLAT_FIELDS, PlatformSpec
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.platform_groups import FIELD_GROUP, GROUPS
 
 _UNLISTED = ("name", "description", "sources", "measured_collectives", "base", "defaulted")
 """PlatformSpec fields that are not values of the hardware or its model (never listed as defaults)."""
+
+
+SITE_TABLES = ("launch", "queues")
+"""Tables of a platform file that describe the site, not the platform: emit/site.py reads them."""
+
+
+def flatten(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The file's keys as flat field names: a grouped table's entries ([links] intra_bw_gbps = ...)
+    lifted to the top, the site's tables left to emit/site.py; an unknown key, a key in the wrong
+    table or a key given twice is bad input."""
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        if k in SITE_TABLES:
+            continue
+        if k in GROUPS and isinstance(v, dict):
+            for kk, vv in v.items():
+                if FIELD_GROUP.get(kk) != k:
+                    raise SpecError(f"{where}: [{k}] has no field {kk!r}{_placed(kk)}")
+                _put(out, kk, vv, where)
+        elif k in FLAT_FIELDS:
+            _put(out, k, v, where)
+        else:
+            raise SpecError(f"{where}: unknown platform field {k!r}{_placed(k)}")
+    return out
+
+
+def _put(out: dict[str, Any], key: str, value: Any, where: str) -> None:
+    if key in out:
+        raise SpecError(f"{where}: {key} is given twice (at the top and in [{FIELD_GROUP[key]}]); keep one")
+    out[key] = value
+
+
+def _placed(key: str) -> str:
+    """Where a misplaced or mistyped key belongs."""
+    if key in FIELD_GROUP:
+        return f" (it belongs in [{FIELD_GROUP[key]}] or at the top)"
+    close = difflib.get_close_matches(key, [*FLAT_FIELDS, *GROUPS], n=1)
+    near = f"did you mean {close[0]!r}? " if close else ""
+    return f" ({near}the fields are listed in docs/platform_files.md)"
 
 
 @cache
@@ -74,21 +116,22 @@ def fill_not_read(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def defaulted_fields(raw: dict[str, Any]) -> tuple[str, ...]:
-    """PlatformSpec fields with a default that the (merged) file does not set."""
-    return tuple(
-        f.name
-        for f in dataclasses.fields(PlatformSpec)
-        if f.name not in _UNLISTED
-        and f.name not in raw
-        and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
-    )
+    """PlatformSpec fields with a default that the (merged) file does not set, by flat name: its own
+    fields first, then each group's in order."""
+    own = [f for f in dataclasses.fields(PlatformSpec) if f.name not in (*_UNLISTED, *GROUPS)]
+    grouped = [f for group in GROUPS.values() for f in dataclasses.fields(group)]
+    return tuple(f.name for f in own + grouped if f.name not in raw and _has_default(f))
+
+
+def _has_default(f: dataclasses.Field) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 
 
 def defaults_text(p: PlatformSpec) -> str:
     """The defaulted values, as provenance and the plan's note say them ("" when none)."""
     if not p.defaulted:
         return ""
-    vals = ", ".join(f"{k} {_value(getattr(p, k))}" for k in p.defaulted)
+    vals = ", ".join(f"{k} {_value(p.value(k))}" for k in p.defaulted)
     return f"platform {p.name}: PlatformSpec defaults (not in the file{_base_text(p)}): {vals}"
 
 

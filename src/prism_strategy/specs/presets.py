@@ -14,7 +14,7 @@ from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf import load_hf_config, spec_from_hf_dict
 from prism_strategy.specs.model import TransformerSpec
-from prism_strategy.specs.platform_file import check_required, defaulted_fields, fill_not_read, with_base
+from prism_strategy.specs.platform_file import check_required, defaulted_fields, fill_not_read, flatten, with_base
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -134,11 +134,11 @@ def load_platform(name_or_path: str) -> PlatformSpec:
                 f"unknown platform {name_or_path!r}; use one of {', '.join(platform_names())} "
                 "or a path to a platform .toml"
             )
-        raw, where, user = with_base(read_toml(p), str(p), _platform_raw), str(p), True
+        raw, where, user = with_base(flatten(read_toml(p), str(p)), str(p), _platform_raw), str(p), True
     check_required(raw, where)
     raw = fill_not_read(raw)
     defaulted = defaulted_fields(raw) if user else ()
-    spec = build(PlatformSpec, raw | {"defaulted": defaulted}, where)
+    spec = PlatformSpec.from_flat(raw | {"defaulted": defaulted}, where)
     _ORIGIN[f"platform:{spec.name}"] = name_or_path
     return spec
 
@@ -148,7 +148,8 @@ def _platform_raw(name: str) -> dict[str, Any]:
     """A preset's table, its own base (if any) merged in."""
     if name not in platform_names():
         raise SpecError(f"base {name!r} is not a platform preset; use one of {', '.join(platform_names())}")
-    return with_base(read_toml(DATA / "platforms" / f"{name}.toml"), f"platform {name}", _platform_raw)
+    where = f"platform {name}"
+    return with_base(flatten(read_toml(DATA / "platforms" / f"{name}.toml"), where), where, _platform_raw)
 
 
 def _path_text(p: Path) -> str:

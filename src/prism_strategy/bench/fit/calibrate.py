@@ -18,7 +18,6 @@ written: the report says so and `calibrate` exits 1.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from functools import cache
@@ -71,7 +70,7 @@ def bounds_for(base: PlatformSpec, name: str) -> tuple[float, float]:
     if datasheet and "min_vs_spec" in b:
         lo = max(lo, v * b["min_vs_spec"])
     if "max_vs_memory" in b:
-        hi = min(hi, base.memory_gib * b["max_vs_memory"])
+        hi = min(hi, base.hardware.memory_gib * b["max_vs_memory"])
     return lo, hi
 
 
@@ -98,21 +97,20 @@ def held_in_bounds(base: PlatformSpec, p: PlatformSpec) -> tuple[PlatformSpec, l
 
 
 def scaled_platform(base: PlatformSpec, f: dict[str, float]) -> PlatformSpec:
-    achieved = base.achievable_fraction * f["achieved"]
+    achieved = base.compute.achievable_fraction * f["achieved"]
     peak_scale = max(1.0, achieved)  # a fraction above 1 means the peak itself was underestimated
-    return dataclasses.replace(
-        base,
+    return base.with_values(
         achievable_fraction=min(1.0, achieved),
-        peak_tflops_bf16=base.peak_tflops_bf16 * peak_scale,
-        peak_tflops_fp32=base.peak_tflops_fp32 * peak_scale,
-        intra_bw_gbps=base.intra_bw_gbps * f["intra_bw"],
-        intra_ring_bw_gbps=base.intra_ring_bw_gbps * f["intra_bw"],
-        nic_bw_gbps=base.nic_bw_gbps * f["inter_bw"],
-        intra_latency_us=base.intra_latency_us * f["latency"],
-        inter_latency_us=base.inter_latency_us * f["latency"],
-        collective_overhead_us=max(base.collective_overhead_us, 1.0) * f["collective_overhead_us"],
-        per_tensor_overhead_us=max(base.per_tensor_overhead_us, 1.0) * f["per_tensor_overhead_us"],
-        kernel_launch_us=max(base.kernel_launch_us, 0.1) * f["kernel_launch_us"],
+        peak_tflops_bf16=base.hardware.peak_tflops_bf16 * peak_scale,
+        peak_tflops_fp32=base.hardware.peak_tflops_fp32 * peak_scale,
+        intra_bw_gbps=base.links.intra_bw_gbps * f["intra_bw"],
+        intra_ring_bw_gbps=base.links.intra_ring_bw_gbps * f["intra_bw"],
+        nic_bw_gbps=base.links.nic_bw_gbps * f["inter_bw"],
+        intra_latency_us=base.links.intra_latency_us * f["latency"],
+        inter_latency_us=base.links.inter_latency_us * f["latency"],
+        collective_overhead_us=max(base.collectives.collective_overhead_us, 1.0) * f["collective_overhead_us"],
+        per_tensor_overhead_us=max(base.collectives.per_tensor_overhead_us, 1.0) * f["per_tensor_overhead_us"],
+        kernel_launch_us=max(base.compute.kernel_launch_us, 0.1) * f["kernel_launch_us"],
     )
 
 
@@ -200,7 +198,7 @@ def fit_factors(
 
 def fit_memory(platform: PlatformSpec, runs: list[Result]) -> PlatformSpec:
     """measured - (predicted total - activations - reserve) = factor x activations + reserve."""
-    base = dataclasses.replace(platform, activation_factor=1.0, framework_reserve_gib=0.0)
+    base = platform.with_values(activation_factor=1.0, framework_reserve_gib=0.0)
     runs = [r for r in runs if r.measured.get("peak_memory_bytes")]  # published/imported runs may lack one
     rows, target = [], []
     for r in runs:
@@ -210,7 +208,7 @@ def fit_memory(platform: PlatformSpec, runs: list[Result]) -> PlatformSpec:
     if len(runs) < 2:
         return platform
     (factor, reserve), *_ = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)
-    return dataclasses.replace(platform, activation_factor=float(factor), framework_reserve_gib=float(reserve) / GiB)
+    return platform.with_values(activation_factor=float(factor), framework_reserve_gib=float(reserve) / GiB)
 
 
 def errors_pct(platform: PlatformSpec, runs: list[Result]) -> dict[str, float]:
@@ -320,9 +318,7 @@ def calibrate_terms(base: PlatformSpec, results: list[Result], names: list[str])
         )
     prior = ft.prior_platform(base)
     fitted = ft.fit(prior, obs)
-    fitted = dataclasses.replace(
-        fitted, allocator_cache_factor=ft.fit_allocator_cache(ft.memory_points(records, fitted))
-    )
+    fitted = fitted.with_values(allocator_cache_factor=ft.fit_allocator_cache(ft.memory_points(records, fitted)))
     fitted, held = held_in_bounds(base, fitted)
     before, after = ft.errors(base, obs), ft.errors(fitted, obs)
     rows = [{"id": k, "before_err_pct": before[k], "after_err_pct": after[k]} for k in after]
@@ -478,7 +474,7 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
             report["runs"] += 0 if steps else len(rows)
     report["replaces"] = {"what": label} | score(replaced)
     if worse_than({k: v for k, v in report["after"].items() if k == "memory_median"}, report["replaces"]):
-        fitted = dataclasses.replace(fitted, **{k: getattr(replaced, k) for k in MEMORY_VALUES})
+        fitted = fitted.with_values(**{k: replaced.value(k) for k in MEMORY_VALUES})
         report["kept"] = (
             f"memory values ({', '.join(MEMORY_VALUES)}) kept from {label}: the refit's median "
             f"peak-memory error was {report['after']['memory_median']:.1f}% vs "

@@ -69,22 +69,22 @@ def fit_reason(r: PublishedRecord) -> str | None:
 
 def apply(p: PlatformSpec, knobs: Knobs) -> PlatformSpec:
     """The platform with these knob values."""
-    assert p.compute_terms is not None, f"{p.name} has no [compute_terms]"
+    assert p.compute.compute_terms is not None, f"{p.name} has no [compute_terms]"
     terms = dataclasses.replace(
-        p.compute_terms, attention_ratio=knobs["attention_ratio"], elementwise_bytes=knobs["elementwise_bytes"]
+        p.compute.compute_terms, attention_ratio=knobs["attention_ratio"], elementwise_bytes=knobs["elementwise_bytes"]
     )
-    return dataclasses.replace(p, achievable_fraction=knobs[FRACTION_KNOB[p.name]], compute_terms=terms)
+    return p.with_values(achievable_fraction=knobs[FRACTION_KNOB[p.name]], compute_terms=terms)
 
 
 def shipped_knobs(platforms: dict[str, PlatformSpec]) -> Knobs:
     h = platforms["dgx-h100"]
-    assert h.compute_terms is not None
+    assert h.compute.compute_terms is not None
     return {
-        "fraction.dgx-h100": h.achievable_fraction,
-        "fraction.h100-96gb-500w": platforms["h100-96gb-500w"].achievable_fraction,
-        "fraction.ampere": platforms["dgx-a100-80"].achievable_fraction,
-        "attention_ratio": h.compute_terms.attention_ratio,
-        "elementwise_bytes": h.compute_terms.elementwise_bytes,
+        "fraction.dgx-h100": h.compute.achievable_fraction,
+        "fraction.h100-96gb-500w": platforms["h100-96gb-500w"].compute.achievable_fraction,
+        "fraction.ampere": platforms["dgx-a100-80"].compute.achievable_fraction,
+        "attention_ratio": h.compute.compute_terms.attention_ratio,
+        "elementwise_bytes": h.compute.compute_terms.elementwise_bytes,
     }
 
 
@@ -180,7 +180,7 @@ def median_abs(errs: dict[str, float]) -> float:
 
 def before_platform(p: PlatformSpec) -> PlatformSpec:
     """The one-fraction model the CUDA presets had before this fit: 0.4 for every FLOP."""
-    return dataclasses.replace(p, achievable_fraction=0.4, compute_terms=None)
+    return p.with_values(achievable_fraction=0.4, compute_terms=None)
 
 
 def gpu_spread(knobs: Knobs) -> float:

@@ -78,7 +78,7 @@ sequence length and encoder were not recorded (section D)."""
 def prior_platform(p: PlatformSpec) -> PlatformSpec:
     for k, v in PRIORS.items():
         p = set_value(p, k, v)
-    return set_value(p, "host_ring_node_gbps", p.intra_ring_bw_gbps * p.devices_per_node)
+    return set_value(p, "host_ring_node_gbps", p.links.intra_ring_bw_gbps * p.hardware.devices_per_node)
 
 
 def get_value(p: PlatformSpec, knob: str) -> float | None:
@@ -178,7 +178,7 @@ def fit(
     p = base
     for k in knobs:
         if get_value(p, k) is None:
-            p = set_value(p, k, max(base.per_tensor_overhead_us, 1.0))
+            p = set_value(p, k, max(base.collectives.per_tensor_overhead_us, 1.0))
     prior = p
     best = loss(p, obs, prior, knobs)
     for step in (4.0, 2.0, 1.5, 1.25, 1.1, 1.05, 1.02)[: rounds + 1]:
@@ -262,7 +262,7 @@ def memory_points(
         sc = build_scenario(**dict(r.scenario_kwargs(), platform=platform))
         mem = estimate_option(sc, get_strategy(r.planner_strategy)).memory
         rt, t = runtime_memory(mem, platform, sc.training), transient_bytes(mem)
-        varying = rt.cache - platform.allocator_cache_factor * t
+        varying = rt.cache - platform.allocator.allocator_cache_factor * t
         out.append((r.id, rt.allocated + varying, t, float(r.peak_bytes("reserved"))))
     return out
 

@@ -52,12 +52,12 @@ def _layout(s: dict[str, Any], origin: dict[str, str], log: ParsedLog, plat: Pla
             if world % s["nodes"]:
                 raise SpecError(f"{where}: world size {world} does not split over --nodes {s['nodes']}")
             rpn = world // s["nodes"]
-        s["ranks_per_node"] = rpn or plat.devices_per_node
+        s["ranks_per_node"] = rpn or plat.hardware.devices_per_node
     elif "nodes" in log.scenario:
         s["nodes"], origin["nodes"] = log.scenario["nodes"], log.scenario_where["nodes"]
-        s["ranks_per_node"] = rpn or plat.devices_per_node
+        s["ranks_per_node"] = rpn or plat.hardware.devices_per_node
     elif world is not None:
-        per = rpn or plat.devices_per_node
+        per = rpn or plat.hardware.devices_per_node
         if world < per:
             per = world
         if world % per:

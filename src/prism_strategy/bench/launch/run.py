@@ -79,7 +79,7 @@ def base_config(
 def platform_with_limit(platform: PlatformSpec, memory_limit_bytes: float | None) -> PlatformSpec:
     if not memory_limit_bytes:
         return platform
-    return dataclasses.replace(platform, memory_gib=memory_limit_bytes / GiB, usable_fraction=1.0)
+    return platform.with_values(memory_gib=memory_limit_bytes / GiB, usable_fraction=1.0)
 
 
 def _predicted(config: dict[str, Any], platform: PlatformSpec) -> dict[str, Any]:

@@ -229,7 +229,7 @@ def import_collective_log(
     if collective is not None and fmt != "nccl-tests":
         raise SpecError(f"--collective is for nccl-tests logs; a {fmt} log names its collective")
     log = reader.read(path, op=collective) if collective is not None else reader.read(path)
-    rpn = ranks_per_node or (log.ranks // nodes if log.ranks else plat.devices_per_node)
+    rpn = ranks_per_node or (log.ranks // nodes if log.ranks else plat.hardware.devices_per_node)
     if log.ranks is not None and rpn * nodes != log.ranks:
         raise SpecError(f"{path}: the log ran {log.ranks} ranks, not --nodes {nodes} x {rpn} ranks per node")
     if log.hosts and len(log.hosts) != nodes:

@@ -117,7 +117,7 @@ def _choice(data: dict[str, Any], pick: PlanChoice) -> FrameworkChoice:
 
     inputs = data["inputs"]
     platform = load_platform(pick.platform)
-    rpn = pick.ranks_per_node or platform.devices_per_node
+    rpn = pick.ranks_per_node or platform.hardware.devices_per_node
     return FrameworkChoice(
         pick=pick,
         world=pick.nodes * rpn,

@@ -24,27 +24,37 @@ RING_TERMS = (
 
 def alpha_beta_seconds(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> float:
     factor = 2 if op == "all_reduce" else 1
-    eff = p.bw_efficiency * 1e9
-    ring_intra = p.intra_ring_bw_gbps if (op == "all_reduce" and p.allreduce_algorithm == "ring") else p.intra_bw_gbps
-    t = p.collective_overhead_us * 1e-6
+    eff = p.collectives.bw_efficiency * 1e9
+    ring_intra = (
+        p.links.intra_ring_bw_gbps
+        if (op == "all_reduce" and p.collectives.allreduce_algorithm == "ring")
+        else p.links.intra_bw_gbps
+    )
+    t = p.collectives.collective_overhead_us * 1e-6
     if nodes == 1:
-        return t + factor * ((ranks - 1) * p.intra_latency_us * 1e-6 + size * (ranks - 1) / ranks / (ring_intra * eff))
-    nic_total = p.nic_bw_gbps * p.nics_per_node
-    t += p.scaleout_overhead_us * 1e-6
+        return t + factor * (
+            (ranks - 1) * p.links.intra_latency_us * 1e-6 + size * (ranks - 1) / ranks / (ring_intra * eff)
+        )
+    nic_total = p.links.nic_bw_gbps * p.links.nics_per_node
+    t += p.collectives.scaleout_overhead_us * 1e-6
     if ranks == nodes:  # one rank per node (HSDP replicate groups), `concurrent` of them share the NICs
-        bw = min(p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node), nic_total / concurrent)
-        return t + factor * ((ranks - 1) * p.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * eff))
+        bw = min(p.links.nic_bw_gbps * min(p.links.ring_channels, p.links.nics_per_node), nic_total / concurrent)
+        return t + factor * ((ranks - 1) * p.links.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * eff))
     per_node = ranks // nodes
-    if p.scaleout_algorithm == "ring" or (op == "all_reduce" and p.allreduce_algorithm == "ring"):
-        bw = min(p.intra_ring_bw_gbps, p.nic_bw_gbps * min(p.ring_channels, p.nics_per_node))
-        return t + factor * ((ranks - 1) * p.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * eff))
-    intra = (per_node - 1) * p.intra_latency_us * 1e-6 + size * (per_node - 1) / per_node / (p.intra_bw_gbps * eff)
-    inter = (nodes - 1) * p.inter_latency_us * 1e-6 + size * (nodes - 1) / nodes / (nic_total * eff)
+    if p.collectives.scaleout_algorithm == "ring" or (
+        op == "all_reduce" and p.collectives.allreduce_algorithm == "ring"
+    ):
+        bw = min(p.links.intra_ring_bw_gbps, p.links.nic_bw_gbps * min(p.links.ring_channels, p.links.nics_per_node))
+        return t + factor * ((ranks - 1) * p.links.inter_latency_us * 1e-6 + size * (ranks - 1) / ranks / (bw * eff))
+    intra = (per_node - 1) * p.links.intra_latency_us * 1e-6 + size * (per_node - 1) / per_node / (
+        p.links.intra_bw_gbps * eff
+    )
+    inter = (nodes - 1) * p.links.inter_latency_us * 1e-6 + size * (nodes - 1) / nodes / (nic_total * eff)
     return t + factor * (intra + inter)
 
 
 def ring_call(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
-    algo = "ring" if nodes == 1 or p.scaleout_algorithm == "ring" else "hierarchical ring"
+    algo = "ring" if nodes == 1 or p.collectives.scaleout_algorithm == "ring" else "hierarchical ring"
     return Call(
         alpha_beta_seconds(op, size, ranks, nodes, concurrent, p),
         f"{p.backend} {algo}",
@@ -55,8 +65,8 @@ def ring_call(op: str, size: float, ranks: int, nodes: int, concurrent: int, p: 
 
 def ring_description(p: PlatformSpec) -> str:
     return (
-        f"alpha-beta ring (estimate/backends/gloo.py): intra {p.intra_bw_gbps:g} GB/s, NIC {p.nic_bw_gbps:g} GB/s x "
-        f"{p.nics_per_node}"
+        f"alpha-beta ring (estimate/backends/gloo.py): intra {p.links.intra_bw_gbps:g} GB/s, NIC {p.links.nic_bw_gbps:g} GB/s x "
+        f"{p.links.nics_per_node}"
     )
 
 

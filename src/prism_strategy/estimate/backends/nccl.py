@@ -28,29 +28,29 @@ class Nccl(BackendDefaults):
     name: str = "nccl"
 
     def call(self, op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
-        if not p.gpu_arch:
+        if not p.hardware.gpu_arch:
             return ring_call(op, size, ranks, nodes, concurrent, p)
         c = nccl_choice(p, op, size, ranks, nodes, concurrent)
         return Call(c.seconds, c.name, c.channels, "NCCL's cost model (estimate/comm_nccl.py nccl_choice)")
 
     def describe(self, p: PlatformSpec) -> str:
-        if not p.gpu_arch:
+        if not p.hardware.gpu_arch:
             return ring_description(p)
-        scaled = ", ".join(f"{k} x{v:.3g}" for k, v in p.nccl_scale.items() if v != 1.0)
+        scaled = ", ".join(f"{k} x{v:.3g}" for k, v in p.nccl.nccl_scale.items() if v != 1.0)
         return (
-            f"NCCL's cost model (data/nccl_tuning.toml from NCCL src/graph/tuning.cc; {p.gpu_arch}, "
-            f"{p.nvlink_links} NVLinks, NIC {p.nic_bw_gbps:g} GB/s x {p.nics_per_node}"
+            f"NCCL's cost model (data/nccl_tuning.toml from NCCL src/graph/tuning.cc; {p.hardware.gpu_arch}, "
+            f"{p.hardware.nvlink_links} NVLinks, NIC {p.links.nic_bw_gbps:g} GB/s x {p.links.nics_per_node}"
             + (f"; fitted to measured curves: {scaled}" if scaled else "")
             + "), estimate/comm_nccl.py"
         )
 
     def terms(self, p: PlatformSpec) -> tuple[Term, ...]:
-        return NCCL_TERMS if p.gpu_arch else RING_TERMS
+        return NCCL_TERMS if p.hardware.gpu_arch else RING_TERMS
 
     def schedules_overlap(self, p: PlatformSpec) -> bool:
         """Collectives on NCCL's own stream that do not hold the host: overlap comes from the
         engine's schedule (estimate/overlap.py), not from `comm_overlap`."""
-        return not p.host_blocking_collectives
+        return not p.collectives.host_blocking_collectives
 
 
 BACKEND = Nccl()

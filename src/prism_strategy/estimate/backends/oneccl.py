@@ -4,7 +4,7 @@ under the job's CCL environment (with_ccl_env)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from prism_strategy.estimate import comm_oneccl as ccl
 from prism_strategy.estimate.backends.base import BackendDefaults, Call, Term
@@ -46,10 +46,10 @@ class OneCcl(BackendDefaults):
         whole buffer of a multi-node topo all-reduce through the host, oneCCL 2021.17's own benchmark
         only the scale-out part (as add_scaleout in 2021.14's source): which one a user's stack
         does is not measured."""
-        other = "scale-out part" if p.ccl_host_staging == "whole buffer" else "whole buffer"
-        if p.ccl_gpu_rdma or p.host_copy_gbps <= 0:
+        other = "scale-out part" if p.oneccl.ccl_host_staging == "whole buffer" else "whole buffer"
+        if p.oneccl.ccl_gpu_rdma or p.links.host_copy_gbps <= 0:
             return {"shipped": p}
-        return {"shipped": p, f"host staging of the {other}": replace(p, ccl_host_staging=other)}
+        return {"shipped": p, f"host staging of the {other}": p.with_values(ccl_host_staging=other)}
 
     def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
         return ccl.with_ccl_env(p, env)

@@ -117,7 +117,7 @@ def _check_degrees(cfg: ConfigInputs, merged: dict[str, Any]) -> str | None:
     if cfg.dp_degrees is None:
         return None
     rep, shard = cfg.dp_degrees
-    rpn = merged.get("ranks_per_node") or load_platform(merged["platform"]).devices_per_node
+    rpn = merged.get("ranks_per_node") or load_platform(merged["platform"]).hardware.devices_per_node
     world = merged["nodes"] * rpn
     product = rep * shard if shard > 0 else None
     if (product is not None and product != world) or world % rep:
