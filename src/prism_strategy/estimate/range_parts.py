@@ -150,7 +150,7 @@ def exposed_fraction(step) -> float:
 def parts_of_step(step, platform: PlatformSpec, nodes: int, per_node: int, reprice) -> list[StepPart] | None:
     """The step's parts with their fits' errors, or None where no collective fit and training-fit
     part errors cover the platform (then estimate/ranges.prediction_range makes the range)."""
-    key = platform.fit_platform or platform.name
+    key = platform.calibration.fit_platform or platform.name
     fit, coll = fit_errors().get(key), collective_fits().get(key)
     if fit is None or coll is None or not fit.part_errors_ln or key != platform.name:
         return None

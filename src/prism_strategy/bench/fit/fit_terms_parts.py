@@ -36,7 +36,7 @@ def record_parts(
     step = estimate_step(sc, s, at, parts=parts)
     collectives = step.comm.collectives
     shares = training_shares(collectives, reprice_collectives(sc, s, at, parts), p, knobs)
-    coll = collective_fits()[p.fit_platform or p.name]
+    coll = collective_fits()[p.calibration.fit_platform or p.name]
     split = step_parts(
         step_s=step.step_time_s,
         collectives=collectives,
