@@ -53,8 +53,16 @@ def plan_title(p: Plan) -> str:
     )
     return (
         f"{sc.model.name} ({sc.model.mode}) on {sc.layout.nodes} x {sc.platform.name} ({sc.layout.world} ranks), "
-        f"{seq}, {t.precision}{batch}, {ckpt}{run}"
+        f"{seq}, {t.precision}{batch}, {ckpt}{run}{_env(sc)}"
     )
+
+
+def _env(sc) -> str:
+    """On oneCCL the environment decides the algorithm and so the prediction: the title names it."""
+    env = sc.environment
+    if sc.platform.backend != "xccl" or env is None:
+        return ""
+    return f", env {env.profile or sc.platform.env_profile or 'none'}"
 
 
 CAPTION = (

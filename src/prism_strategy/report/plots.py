@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
 
 from prism_strategy.specs.errors import SpecError  # noqa: E402
 
@@ -175,15 +176,20 @@ def scaling_plot(
     `highlight`: the pick, drawn bold. Each curve's 80% range (the rows' samples_per_s_range) is
     shaded in its colour. `title` names the scenario (model, platform, ranks per node, batch)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    drawn: dict[tuple, str] = {}
     for s in dict.fromkeys(r["strategy"] for r in sweep):
         rows = [r for r in sweep if r["strategy"] == s and r["feasible"]]
         bold = s == highlight
+        curve = tuple((r["nodes"], round(r["samples_per_s"], 6)) for r in rows)
+        same = drawn.setdefault(curve, s)  # a curve identical to one drawn would hide under it: say so
+        label = f"{s} (recommended)" if bold else s
         (line,) = ax.plot(
             [r["nodes"] for r in rows],
             [r["samples_per_s"] for r in rows],
             marker="o",
             linewidth=2.5 if bold else 1.2,
-            label=f"{s} (recommended)" if bold else s,
+            linestyle="--" if same != s else "-",
+            label=label if same == s else f"{label} (= {same})",
         )
         banded = [r for r in rows if r.get("samples_per_s_range")]
         if banded:
@@ -196,6 +202,9 @@ def scaling_plot(
                 linewidth=0,
             )
     ax.set_xscale("log", base=2)
+    nodes = sorted({r["nodes"] for r in sweep})
+    ax.set_xticks(nodes, [str(n) for n in nodes])  # the node counts planned, not powers of two
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_yscale("log")
     ax.set_xlabel("nodes")
     ax.set_ylabel("samples/s (predicted, whole job; shaded: 80% range)")
