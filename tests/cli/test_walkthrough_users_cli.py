@@ -215,3 +215,13 @@ def test_calibrate_says_a_missing_db_fitted_no_stored_run_and_a_refusal_fitted_n
                               "--out", str(tmp_path / "cal.toml")])  # fmt: skip
     assert res.exit_code == 1 and "not written" in res.output
     assert "free terms (none fitted):" in res.output and "  fitted:" not in res.output
+
+
+def test_environment_advice_compares_against_the_profile_the_user_named():
+    """`--env-profile aurora-alcf-minimal`: the advice's baseline is that profile, not "platform
+    aurora's own CCL settings" (the variables that differ already showed its values)."""
+    args = ["plan", "--model", "qwen3-0.6b", "--vision", "siglip2-so400m-patch14-384", "--mode", "e2e",
+            "--platform", "aurora", "--nodes", "10", "--env-profile", "aurora-alcf-minimal", "--json"]  # fmt: skip
+    advice = json.loads(runner.invoke(app, args).stdout)["env_advice"]
+    assert advice and all(a["base_profile"] == "aurora-alcf-minimal" for a in advice)
+    assert all(a["profile"] != "aurora-alcf-minimal" for a in advice)
