@@ -36,7 +36,7 @@ def _cpu_runs(db: str, shapes, factor: float = 1.3) -> None:
         store.add(
             Result(
                 kind="bench", status="ok", strategy=strategy, platform="cpu", config=cfg,
-                measured={"step_time_s": t}, fingerprint={"host": "h", "torch": "2.13.0", "date": "2026-12-01"},
+                measured={"step_time_s": t, "samples_per_s": mb * nproc / t}, fingerprint={"host": "h", "torch": "2.13.0", "date": "2026-12-01"},
             )
         )  # fmt: skip
 
@@ -225,3 +225,21 @@ def test_environment_advice_compares_against_the_profile_the_user_named():
     advice = json.loads(runner.invoke(app, args).stdout)["env_advice"]
     assert advice and all(a["base_profile"] == "aurora-alcf-minimal" for a in advice)
     assert all(a["profile"] != "aurora-alcf-minimal" for a in advice)
+
+
+def test_reports_scaling_curve_draws_the_measured_runs_at_its_scenario(tmp_path, monkeypatch):
+    from matplotlib.collections import PathCollection
+
+    from prism_strategy.report import plots
+
+    db = str(tmp_path / "r.db")
+    _cpu_runs(db, [("ddp", 4, 8), ("ddp", 4, 2), ("fsdp_full_shard", 4, 2)])  # the curve is the latest's: mb 2
+    figs = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.setdefault(path.name, fig) and path)
+    res = runner.invoke(app, ["report", "--db", db, "--out", str(tmp_path / "rep"), "--calibration", "none"])
+    assert res.exit_code == 0, res.output
+    ax = figs["scaling.png"].axes[0]
+    scatters = [c for c in ax.collections if isinstance(c, PathCollection)]  # not the shaded ranges
+    crosses = sorted(tuple(p) for c in scatters for p in c.get_offsets().tolist())
+    rows = [r for r in Store(db).query() if r.config["micro_batch"] == 2]
+    assert crosses == sorted((1.0, r.measured["samples_per_s"]) for r in rows)  # mb 8 is another scenario
