@@ -243,3 +243,25 @@ def test_reports_scaling_curve_draws_the_measured_runs_at_its_scenario(tmp_path,
     crosses = sorted(tuple(p) for c in scatters for p in c.get_offsets().tolist())
     rows = [r for r in Store(db).query() if r.config["micro_batch"] == 2]
     assert crosses == sorted((1.0, r.measured["samples_per_s"]) for r in rows)  # mb 8 is another scenario
+
+
+def test_emits_check_line_runs_for_every_framework_format(tmp_path):
+    """`emit --format torchtitan` printed `doctor --launcher torchtitan.toml`, which doctor reads as a
+    strategy.toml and refuses (exit 2): a framework config goes to `--config`."""
+    import shlex
+
+    plan = tmp_path / "plan.json"
+    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--platform", "dgx-h100", "--nodes", "4",
+                              "--seq-len", "8192", "--json"])  # fmt: skip
+    plan.write_text(res.stdout)
+    for fmt, strategy in (("torchtitan", []), ("accelerate", []), ("deepspeed", ["--strategy", "zero3"])):
+        out = tmp_path / fmt
+        res = runner.invoke(app, ["emit", "--format", fmt, "--from-plan", str(plan), *strategy, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        (line,) = [x for x in res.output.splitlines() if x.startswith("check them: ")]
+        argv = shlex.split(line.removeprefix("check them: "))
+        checked = runner.invoke(app, argv[1:])
+        assert checked.exit_code in (0, 1), f"{fmt}: {line}\n{checked.output}"
+        configs = [argv[i + 1] for i, a in enumerate(argv) if a == "--config"]
+        assert all(not c.endswith(("strategy.toml", "ds_config.json")) for c in configs)
+        assert fmt == "deepspeed" or len(configs) == 1

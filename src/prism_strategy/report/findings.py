@@ -84,14 +84,25 @@ def render_emit(emitted: Emitted, out: Path, console: Console | None = None) -> 
         f"ranks ({p.device}/{p.backend}), env profile {escape(emitted.profile.name)}"
     )
     console.print(f"wrote {escape(str(out))}/")
-    for f in emitted.files:
-        console.print(f"  {f.name:<16} {escape(f.description)}")
+    for f in emitted.files:  # a long description wraps under itself, not at column 0
+        line = textwrap.fill(f"  {f.name:<16} {f.description}", console.width, subsequent_indent=" " * 19)
+        console.print(Text(line), soft_wrap=True)
     for note in emitted.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     check = shlex.join(
-        ["prism-strategy", "doctor", *(a for f in emitted.files for a in ("--launcher", str(out / f.name)))]
+        ["prism-strategy", "doctor", *(a for f in emitted.files for a in (_doctor_flag(f.name), str(out / f.name)))]
     )
     console.print(f"check them: {check}", markup=False, soft_wrap=True)  # one line: copied as it is
+
+
+def _doctor_flag(name: str) -> str:
+    """How doctor reads an emitted file: launchers, strategy.toml and ds_config.json as --launcher
+    (diagnose/launcher_checks.read_launcher); a framework config (torchtitan TOML, Accelerate
+    YAML) as --config (diagnose/framework_config_checks)."""
+    from prism_strategy.emit.strategy_file import DS_CONFIG_FILE, STRATEGY_FILE
+
+    config = name.endswith((".toml", ".yaml", ".yml", ".json")) and name not in (STRATEGY_FILE, DS_CONFIG_FILE)
+    return "--config" if config else "--launcher"
 
 
 def emit_json(emitted: Emitted, out: Path) -> str:
