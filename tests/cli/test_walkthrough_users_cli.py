@@ -265,3 +265,11 @@ def test_emits_check_line_runs_for_every_framework_format(tmp_path):
         configs = [argv[i + 1] for i, a in enumerate(argv) if a == "--config"]
         assert all(not c.endswith(("strategy.toml", "ds_config.json")) for c in configs)
         assert fmt == "deepspeed" or len(configs) == 1
+
+
+def test_analyze_counts_a_prism_logs_records_as_records_not_steps():
+    """PRISM's trainer logs every 10th step: 17 records over steps 40-200 are not "17 steps"."""
+    res = runner.invoke(app, ["analyze", str(FIX / "imports" / "prism" / "train.log")])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 0 and "in 17 logged records (one every 10 steps, steps 40-200;" in text
+    assert "17 steps" not in text
