@@ -69,6 +69,10 @@ def test_srun_starting_an_env_init_script_is_named_with_what_srun_sets(tmp_path)
     assert rc == 1 and f["file"] == str(script) and f["line"] == 2
     assert "srun" in f["message"] and "SLURM_PROCID" in f["message"] and "launch.sh:3" in f["message"]
     assert f["message"].count("RANK / WORLD_SIZE / MASTER_ADDR") == 1  # said once
+    explicit = _write(tmp_path / "train.py", ENV_INIT.replace("'nccl')", "'nccl', init_method='env://')"))
+    assert "launcher-no-rendezvous" in _doctor("--launcher", str(launcher), "--script", str(explicit))[1]
+    tcp = _write(tmp_path / "train.py", ENV_INIT.replace("'nccl')", "'nccl', init_method='tcp://n0:29500')"))
+    assert "launcher-no-rendezvous" not in _doctor("--launcher", str(launcher), "--script", str(tcp))[1]
 
 
 def test_srun_is_fine_when_the_script_maps_the_slurm_variables_or_a_launcher_sets_them(tmp_path):

@@ -62,6 +62,13 @@ def check_rendezvous(lf: "LauncherFile", ctx: Context) -> list[Finding]:
 
 
 _PMI_RANK_WORDS = frozenset({"slurm_procid", "pmi_rank", "pals_rankid", "ompi_comm_world_rank", "pmix_rank"})
+_SETS = {
+    "srun": "SLURM_PROCID / SLURM_NTASKS",
+    "mpiexec": "PMI_RANK / PMI_SIZE (PALS_RANKID on Aurora)",
+    "mpirun": "its own rank variables (PMI_RANK, OMPI_COMM_WORLD_RANK)",
+    "aprun": "ALPS_APP_PE",
+}
+"""What each MPI launcher sets for its ranks instead of torch's RANK / WORLD_SIZE."""
 
 
 def pmi_launches(timeline) -> list[tuple[str, str, str, int]]:
@@ -78,13 +85,20 @@ def pmi_launches(timeline) -> list[tuple[str, str, str, int]]:
     return out
 
 
+def _own_rendezvous(call) -> bool:
+    """init_process_group given its rank, world, store or a non-env:// init_method: not env://'s problem."""
+    method = call.kwarg("init_method")
+    env = method is None or (isinstance(method, ast.Constant) and method.value == "env://")
+    return not env or any(call.kwarg(k) is not None for k in ("rank", "world_size", "store"))
+
+
 def check_env_rendezvous_under_pmi(s: "ScriptFile", ctx: Context) -> list[Finding]:
     """The script's env:// init_process_group under an srun / mpiexec launch that sets no RANK."""
     launches = [x for x in ctx.pmi_launches if x[0] == s.path.name]
     if not launches or s.find("init_distributed") or _PMI_RANK_WORDS & s.words:
         return []
     inits = s.find("init_process_group")
-    if not inits or any(c.kwarg(k) is not None for c in inits for k in ("init_method", "rank", "world_size", "store")):
+    if not inits or any(_own_rendezvous(c) for c in inits):
         return []
     _, cmd, file, line = launches[0]
     detail = (
@@ -92,14 +106,6 @@ def check_env_rendezvous_under_pmi(s: "ScriptFile", ctx: Context) -> list[Findin
         "default env:// and maps none of them"
     )
     return check_observed({"rendezvous_unset": True}, ctx, **s.where(inits[0], detail))
-
-
-_SETS = {
-    "srun": "SLURM_PROCID / SLURM_NTASKS",
-    "mpiexec": "PMI_RANK / PMI_SIZE (PALS_RANKID on Aurora)",
-    "mpirun": "its own rank variables (PMI_RANK, OMPI_COMM_WORLD_RANK)",
-    "aprun": "ALPS_APP_PE",
-}
 
 
 def check_empty_launcher(lf: "LauncherFile", ctx: Context) -> list[Finding]:
