@@ -277,3 +277,14 @@ def test_analyze_counts_a_prism_logs_records_as_records_not_steps():
     text = " ".join(res.output.split())
     assert res.exit_code == 0 and "in 17 logged records (one every 10 steps, steps 40-200;" in text
     assert "17 steps" not in text
+
+
+def test_bad_output_paths_and_caps_are_one_line_exit_2(tmp_path):
+    db = tmp_path / "r.db"
+    db.write_bytes(b"")
+    out = tmp_path / "missing" / "x.csv"
+    res = runner.invoke(app, ["results", "--export", "csv", "--out", str(out), "--db", str(db)])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "--out" in res.output
+    assert not out.parent.exists()
+    res = runner.invoke(app, ["ceiling", "--model", "tiny-llama", "--max-micro-batch", "0", "--db", str(db)])
+    assert res.exit_code == 2 and "--max-micro-batch" in res.output and len(res.output.strip().splitlines()) == 1

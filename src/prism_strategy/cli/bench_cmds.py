@@ -92,7 +92,7 @@ def ceiling(
     precision: BenchPrecision = "fp32",
     ckpt_freq: CkptFreq = "0",
     memory_limit: Annotated[Optional[float], typer.Option(help="CPU: GiB of tracked tensor memory per rank")] = None,
-    max_micro_batch: Annotated[int, typer.Option(help="Search cap: no larger micro-batch is tried")] = 1024,
+    max_micro_batch: Annotated[int, typer.Option(help="Search cap: no larger micro-batch is tried", min=1)] = 1024,
     platform: Platform = "cpu",
     timeout_s: TimeoutS = 300,
     db: Db = None,

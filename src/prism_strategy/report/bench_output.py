@@ -110,8 +110,12 @@ def show_results(
         sys.stdout.write(text)
         return
     tmp = Path(out + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    try:
+        tmp.write_text(text)
+        tmp.replace(out)
+    except OSError as e:  # a missing folder or no permission: bad input, nothing left behind
+        tmp.unlink(missing_ok=True)
+        raise SpecError(f"--out {out}: cannot write it ({e.strerror or e}); check that its folder exists") from None
 
 
 def _curve_dict(platform: str, c: Any) -> dict[str, Any]:
