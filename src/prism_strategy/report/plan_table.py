@@ -58,9 +58,12 @@ def plan_title(p: Plan) -> str:
 
 
 def _env(sc) -> str:
-    """On oneCCL the environment decides the algorithm and so the prediction: the title names it."""
+    """Where the backend's comm model reads the environment (oneCCL: it decides the algorithm, and so
+    the prediction), the title names the env profile it was priced under."""
+    from prism_strategy.planning.env_advice import MODEL_VARS
+
     env = sc.environment
-    if sc.platform.backend != "xccl" or env is None:
+    if not MODEL_VARS.get(sc.platform.backend) or env is None:
         return ""
     return f", env {env.profile or sc.platform.env_profile or 'none'}"
 
