@@ -3,6 +3,7 @@ report, census, commbench. bench/ runs and stores; report/ prints."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -91,7 +92,7 @@ def ceiling(
     precision: BenchPrecision = "fp32",
     ckpt_freq: CkptFreq = "0",
     memory_limit: Annotated[Optional[float], typer.Option(help="CPU: GiB of tracked tensor memory per rank")] = None,
-    max_micro_batch: Annotated[int, typer.Option(help="Search cap: no larger micro-batch is tried")] = 1024,
+    max_micro_batch: Annotated[int, typer.Option(help="Search cap: no larger micro-batch is tried", min=1)] = 1024,
     platform: Platform = "cpu",
     timeout_s: TimeoutS = 300,
     db: Db = None,
@@ -152,6 +153,8 @@ def calibrate(
 
     report = run_calibrate(platform, db, out, fit)
     show_calibrate(report, json_out)
+    if db is not None and not Path(db).is_file() and not json_out:  # a typo'd --db must not pass unseen
+        typer.echo(f"note: --db {db} does not exist: no stored runs were fitted, only the published records")
     if not report["written"]:
         raise typer.Exit(1)
 
@@ -205,11 +208,12 @@ def report(
     platform: Annotated[
         Optional[str], typer.Option(help="Platform for the predicted scaling curve; default: the latest stored run's")
     ] = None,
+    calibration: Annotated[str, typer.Option(help="File, 'auto' or 'none' (as compare's)")] = "auto",
 ) -> None:
     """PNG plots: throughput predicted vs measured, scaling curve, step-time breakdown."""
     from prism_strategy.report.bench_output import write_store_report
 
-    write_store_report(out, db, model, platform)
+    write_store_report(out, db, model, platform, calibration)
 
 
 @cli_errors

@@ -199,11 +199,12 @@ def _healthy_message(series: Series | None, skip: int) -> str:
     used = max(0, n - skip) if n > skip else n
     if n == 0:
         return "healthy: no step records, and no hang"
-    first = int(series.steps[skip]) if n > skip else int(series.steps[0])
-    return (
-        f"healthy: no collapse, straggler, hang or input skew in {used} steps "
-        f"(steps {first}-{int(series.steps[-1])}" + (f"; the first {skip} are warm-up)" if n > skip else ")")
-    )
+    first, last = (int(series.steps[skip]) if n > skip else int(series.steps[0])), int(series.steps[-1])
+    # a log that writes a line every k steps gives records, not steps: say which was counted
+    every = last - first + 1 != used
+    unit = f"logged records (one every {(last - first) // max(1, used - 1)} steps, " if every else "steps ("
+    warm = f"; the first {skip} {'records ' if every else ''}are warm-up)" if n > skip else ")"
+    return f"healthy: no collapse, straggler, hang or input skew in {used} {unit}steps {first}-{last}" + warm
 
 
 def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:

@@ -84,6 +84,10 @@ class Context:
     script_argv: tuple[tuple[str, tuple[str, ...], str, int], ...] = ()
     """(script file name, its arguments, launcher, line) of every launch of a .py in the launchers
     given: what the script's argparse reads (diagnose/launch_flags.py)."""
+    pmi_launches: tuple[tuple[str, str, str, int], ...] = ()
+    """(script file name, launcher command, launcher file, line) of every srun / mpiexec launch of a
+    .py in a launcher that exports none of RANK / WORLD_SIZE / MASTER_ADDR: those launchers set
+    only their own variables (SLURM_PROCID, PMI_RANK, ...), which torch's env:// does not read."""
 
     def facts(self) -> dict[str, tuple[Any, ...]]:
         s = self.strategy

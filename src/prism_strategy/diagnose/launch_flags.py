@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prism_strategy.diagnose.findings import Context, Finding, check_observed
-from prism_strategy.diagnose.rendezvous_checks import check_empty_script
+from prism_strategy.diagnose.rendezvous_checks import check_empty_script, check_env_rendezvous_under_pmi
 
 _DDP = {"DistributedDataParallel", "DDP"}
 _FLAGS = ("find_unused_parameters", "static_graph")
@@ -111,5 +111,6 @@ def check_ddp_flags(s, ctx: Context) -> list[Finding]:
 
 
 def script_launch_checks(s, ctx: Context) -> list[Finding]:
-    """The script as the launchers start it (argparse flags), and a script with nothing in it."""
-    return check_empty_script(s.path, ctx) + check_ddp_flags(s, ctx)
+    """The script as the launchers start it (argparse flags, the rendezvous srun / mpiexec leave
+    it), and a script with nothing in it."""
+    return check_empty_script(s.path, ctx) + check_ddp_flags(s, ctx) + check_env_rendezvous_under_pmi(s, ctx)

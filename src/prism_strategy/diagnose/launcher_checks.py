@@ -31,7 +31,7 @@ from prism_strategy.diagnose.launch_options import (
 from prism_strategy.diagnose.live_checks import check_env_values, check_modules
 from prism_strategy.diagnose.module_checks import check_module_order
 from prism_strategy.diagnose.modules import ModuleFacts
-from prism_strategy.diagnose.rendezvous_checks import check_empty_launcher, check_rendezvous
+from prism_strategy.diagnose.rendezvous_checks import check_empty_launcher, check_rendezvous, pmi_launches
 from prism_strategy.diagnose.shell_eval import MPI_LAUNCHERS, main_launch, read_events
 from prism_strategy.diagnose.shell_syntax import Binding
 from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
@@ -83,7 +83,12 @@ class LauncherFile:
         )
         known = tuple((n, v, str(self.path)) for n, v in sorted(self.known_env().items()))
         argv = tuple(script_argv(self.timeline))
-        return replace(ctx, launcher_env=ctx.launcher_env + known, script_argv=ctx.script_argv + argv)
+        return replace(
+            ctx,
+            launcher_env=ctx.launcher_env + known,
+            script_argv=ctx.script_argv + argv,
+            pmi_launches=ctx.pmi_launches + tuple(pmi_launches(self.timeline)),
+        )
 
     def nodes(self) -> int | None:
         if "nodes" in self.directives:

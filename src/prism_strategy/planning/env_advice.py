@@ -112,9 +112,10 @@ def env_advice(
     if recommended is None or not feasible:
         return []
     profiles = {x.name: x for x in backend_profiles(p.backend, p.name)}
-    priced, named = priced_variables(p), profiles.get(p.env_profile)
+    own = (sc.environment.profile if sc.environment else "") or p.env_profile  # --env-profile, else the platform's
+    priced, named = priced_variables(p), profiles.get(own)
     same = named is not None and not _differ(named.variables, priced)
-    base = Profile(name=p.env_profile if same else f"platform {p.name}'s own CCL settings", variables=priced)
+    base = Profile(name=own if same else f"platform {p.name}'s own CCL settings", variables=priced)
     chosen = next(o for o in feasible if o.strategy == recommended)
     out = []
     for other in profiles.values():

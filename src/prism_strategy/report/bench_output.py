@@ -69,6 +69,11 @@ def show_calibrate(report: dict[str, Any], json_out: bool) -> None:
 def show_compare(rows: list[dict[str, Any]], json_out: bool) -> None:
     if json_out:
         print_json(rows)
+    elif not rows:
+        print(
+            "compare: the store holds no successful run to compare; measure some with `prism-strategy bench` "
+            "or store a log with `prism-strategy results import`"
+        )
     else:
         print_table(compare_table(rows), WIDTH)
 
@@ -105,8 +110,12 @@ def show_results(
         sys.stdout.write(text)
         return
     tmp = Path(out + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    try:
+        tmp.write_text(text)
+        tmp.replace(out)
+    except OSError as e:  # a missing folder or no permission: bad input, nothing left behind
+        tmp.unlink(missing_ok=True)
+        raise SpecError(f"--out {out}: cannot write it ({e.strerror or e}); check that its folder exists") from None
 
 
 def _curve_dict(platform: str, c: Any) -> dict[str, Any]:
@@ -161,7 +170,9 @@ SCALING_NODES = (1, 2, 4, 8, 16, 32)
 """Node counts of `report`'s scaling curve, with the stored run's own count added."""
 
 
-def scaling_scenario(rows: list[dict[str, Any]], model: str | None, platform: str | None) -> tuple[dict, str]:
+def scaling_scenario(
+    rows: list[dict[str, Any]], model: str | None, platform: str | None, calibration: str = "auto"
+) -> tuple[dict, str]:
     """plan() keywords for `report`'s scaling curve and a note saying where they came from: the
     latest measured run's model, platform and settings (each overridden by --model / --platform).
     SpecError when neither the store nor the flags name a model and platform."""
@@ -204,7 +215,8 @@ def scaling_scenario(rows: list[dict[str, Any]], model: str | None, platform: st
             "sweep_nodes": SCALING_NODES,
         }
     name = getattr(kw["model"], "name", kw["model"])
-    return kw, f"scaling curve: {name} on {kw['platform']}, from {where}; calibration: the plan's (auto)"
+    cal = "the plan's (auto)" if calibration == "auto" else calibration
+    return kw, f"scaling curve: {name} on {kw['platform']}, from {where}; calibration: {cal}"
 
 
 def plots_model(r: dict[str, Any]) -> str:
@@ -213,20 +225,32 @@ def plots_model(r: dict[str, Any]) -> str:
     return model_name(r["config"])
 
 
-def write_store_report(out: str, db: str | None, model: str | None, platform: str | None) -> None:
+def write_store_report(
+    out: str, db: str | None, model: str | None, platform: str | None, calibration: str = "auto"
+) -> None:
     """`report`: the PNGs (predicted vs measured, the scaling curve, the breakdown), one path a line.
-    The predictions (compare's and the curve's) are calibrated as `compare --calibration auto` is."""
+    The predictions (compare's and the curve's) are calibrated as `compare --calibration C` is; a
+    calibration file applies to the curve when it is of the curve's platform."""
     from prism_strategy.bench.launch.requests import compare_rows, existing_store
     from prism_strategy.planning.planner import plan
     from prism_strategy.report.plots import check_out_dir, write_report
 
     outdir = check_out_dir(out)
     store = existing_store(db)
-    rows = compare_rows(db, "auto")
-    kw, where = scaling_scenario(rows, model, platform)
-    scaling = plan(nodes=1, calibration="auto", **kw)
+    rows = compare_rows(db, calibration)
+    kw, where = scaling_scenario(rows, model, platform, calibration)
+    scaling = plan(nodes=1, calibration=_curve_calibration(calibration, kw["platform"]), **kw)
     written, notes = write_report(rows, scaling, outdir, str(store.path))
     for p in written:
         print(str(p))
     for n in [where, *notes]:
         print(f"note: {n}")
+
+
+def _curve_calibration(calibration: str, platform: Any) -> str:
+    """The scaling curve's calibration: a file only for its own platform (else none, as compare's rows)."""
+    from prism_strategy.estimate.calibration import load_calibration
+
+    if calibration in ("auto", "none"):
+        return calibration
+    return calibration if load_calibration(calibration)["platform"] == getattr(platform, "name", platform) else "none"

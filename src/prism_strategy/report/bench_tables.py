@@ -53,13 +53,15 @@ def results_table(results: list[Result], title: str = "measured results") -> Tab
         "step s",
         "samp/s",
         "fwd/bwd/opt s",
-        "peak GiB",
+        "alloc GiB",
+        "resv GiB",
     ):
         t.add_column(col, no_wrap=True)
     for r in results:
         m, c = r.measured, r.config
         phases = "/".join(_f(m.get(k), "{:.2f}") for k in ("forward_s", "backward_s", "optimizer_s"))
         peak = r.peak_allocated_bytes or m.get("peak_memory_bytes")
+        reserved = r.peak_reserved_bytes
         t.add_row(
             str(r.id),
             _from(r.provenance, (m.get("published") or {}).get("id")),
@@ -71,12 +73,16 @@ def results_table(results: list[Result], title: str = "measured results") -> Tab
             _f(m.get("samples_per_s"), "{:.1f}"),
             phases,
             _f(peak / 2**30 if peak else None, "{:.2f}"),
+            _f(reserved / 2**30 if reserved else None, "{:.2f}"),
         )
     return t
 
 
 def compare_table(rows: list[dict[str, Any]]) -> Table:
     calibrations = sorted({r["sources"]["predicted"] for r in rows if "(calibrated" in r["sources"]["predicted"]})
+    plain = sorted({r["platform"] for r in rows if "(calibrated" not in r["sources"]["predicted"]})
+    if calibrations and plain:
+        calibrations.append(f"analytic model, uncalibrated, for platform {', '.join(plain)}")
     t = Table(
         title="predicted vs measured",
         box=None,
@@ -156,10 +162,24 @@ def import_lines(imp: Any) -> list[str]:
         + f", {m['samples_per_s']:.4g} samples/s, peak allocated {_gib(r.peak_allocated_bytes)}, "
         f"peak reserved {_gib(r.peak_reserved_bytes)}",
         f"predicted (analytic model, {r.platform}): step {p['step_time_s']:.4g} s, "
-        f"{p['samples_per_s']:.4g} samples/s, peak {_gib(p['memory_bytes'])}",
+        f"{p['samples_per_s']:.4g} samples/s, {_predicted_memory(r, p)}",
     ]
     lines += [f"note: {n}" for n in imp.notes]
     return [w for line in lines for w in textwrap.wrap(line, WIDTH, subsequent_indent="    ")]
+
+
+def _predicted_memory(r: Result, p: dict[str, Any]) -> str:
+    """The model's figure of each counter the run reported (allocated beside allocated, reserved
+    beside reserved, as compare sets them); the planner's total when the run reported neither."""
+    told = [
+        f"peak {name} {_gib(p[key])}"
+        for name, key, measured in (
+            ("allocated", "allocated_bytes", r.peak_allocated_bytes),
+            ("reserved", "reserved_bytes", r.peak_reserved_bytes),
+        )
+        if measured and p.get(key)
+    ]
+    return ", ".join(told) or f"peak {_gib(p['memory_bytes'])} (allocated + framework reserve)"
 
 
 def published_lines(name: str, done: list[tuple[Result, str]]) -> list[str]:
@@ -264,7 +284,8 @@ def calibrate_lines(report: dict[str, Any]) -> list[str]:
             f"  step time median error, each run left out of its fit: {loo:.1f}% (in-sample {a['step_time_median']:.1f}%)"
         )
     if report.get("free_terms") is not None:
-        lines.append(f"  fitted: {', '.join(report['free_terms']) or 'none'}")
+        what = "fitted" if report["written"] else "free terms (none fitted)"
+        lines.append(f"  {what}: {', '.join(report['free_terms']) or 'none'}")
     lines += [f"  held at the preset: {h['term']} ({h['why']})" for h in report.get("held_terms", [])]
     lines += [f"  held at a bound: {n}" for n in report.get("held_at_bounds", [])]
     lines += [f"  {report['kept']}"] if report.get("kept") else []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from rich.text import Text
 
 from prism_strategy.diagnose.doctor import DoctorReport
 from prism_strategy.emit.launch import Emitted
+from prism_strategy.report.console import table_console
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -23,7 +25,7 @@ def doctor_json(report: DoctorReport) -> str:
 
 
 def render_doctor(report: DoctorReport, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or table_console()
     if report.environment:
         _render_environment(report.environment, console)
     if not report.findings:
@@ -34,9 +36,9 @@ def render_doctor(report: DoctorReport, console: Console | None = None) -> None:
         head.append(f"{f.rule}  ", style="bold")
         head.append(f"{f.file}:{f.line}" if f.line else f.file)
         console.print(head)
-        console.print(Text(f"  {f.message}"))
-        console.print(Text(f"  fix: {f.fix}", style="green"))
-        console.print(Text(f"  source: {f.source}", style="dim"))
+        for text, style in ((f.message, ""), (f"fix: {f.fix}", "green"), (f"source: {f.source}", "dim")):
+            wrapped = textwrap.fill(text, console.width, initial_indent="  ", subsequent_indent="  ")
+            console.print(Text(wrapped, style=style), soft_wrap=True)
     counts = report.counts()
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
 
@@ -75,21 +77,32 @@ def _render_environment(env: dict[str, Any], console: Console) -> None:
 
 def render_emit(emitted: Emitted, out: Path, console: Console | None = None) -> None:
     """A README-like summary of the files written and how to run them."""
-    console = console or Console(highlight=False)
+    console = console or Console(width=table_console().width, highlight=False)
     p, lay = emitted.platform, emitted.layout
     console.print(
         f"[bold]{emitted.strategy.name}[/bold] on {escape(p.name)}: {lay.nodes} node(s) x {lay.ranks_per_node} "
         f"ranks ({p.device}/{p.backend}), env profile {escape(emitted.profile.name)}"
     )
     console.print(f"wrote {escape(str(out))}/")
-    for f in emitted.files:
-        console.print(f"  {f.name:<16} {escape(f.description)}")
+    for f in emitted.files:  # a long description wraps under itself, not at column 0
+        line = textwrap.fill(f"  {f.name:<16} {f.description}", console.width, subsequent_indent=" " * 19)
+        console.print(Text(line), soft_wrap=True)
     for note in emitted.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     check = shlex.join(
-        ["prism-strategy", "doctor", *(a for f in emitted.files for a in ("--launcher", str(out / f.name)))]
+        ["prism-strategy", "doctor", *(a for f in emitted.files for a in (_doctor_flag(f.name), str(out / f.name)))]
     )
     console.print(f"check them: {check}", markup=False, soft_wrap=True)  # one line: copied as it is
+
+
+def _doctor_flag(name: str) -> str:
+    """How doctor reads an emitted file: launchers, strategy.toml and ds_config.json as --launcher
+    (diagnose/launcher_checks.read_launcher); a framework config (torchtitan TOML, Accelerate
+    YAML) as --config (diagnose/framework_config_checks)."""
+    from prism_strategy.emit.strategy_file import DS_CONFIG_FILE, STRATEGY_FILE
+
+    config = name.endswith((".toml", ".yaml", ".yml", ".json")) and name not in (STRATEGY_FILE, DS_CONFIG_FILE)
+    return "--config" if config else "--launcher"
 
 
 def emit_json(emitted: Emitted, out: Path) -> str:

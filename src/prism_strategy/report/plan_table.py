@@ -53,8 +53,19 @@ def plan_title(p: Plan) -> str:
     )
     return (
         f"{sc.model.name} ({sc.model.mode}) on {sc.layout.nodes} x {sc.platform.name} ({sc.layout.world} ranks), "
-        f"{seq}, {t.precision}{batch}, {ckpt}{run}"
+        f"{seq}, {t.precision}{batch}, {ckpt}{run}{_env(sc)}"
     )
+
+
+def _env(sc) -> str:
+    """Where the backend's comm model reads the environment (oneCCL: it decides the algorithm, and so
+    the prediction), the title names the env profile it was priced under."""
+    from prism_strategy.planning.env_advice import MODEL_VARS
+
+    env = sc.environment
+    if not MODEL_VARS.get(sc.platform.backend) or env is None:
+        return ""
+    return f", env {env.profile or sc.platform.env_profile or 'none'}"
 
 
 CAPTION = (

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
 
 from prism_strategy.specs.errors import SpecError  # noqa: E402
 
@@ -169,22 +170,35 @@ def breakdown_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def scaling_plot(
-    sweep: list[dict[str, Any]], path: Path, *, highlight: str | None = None, title: str = "scaling curve"
+    sweep: list[dict[str, Any]],
+    path: Path,
+    *,
+    highlight: str | None = None,
+    title: str = "scaling curve",
+    measured: list[dict[str, Any]] = (),  # type: ignore[assignment]
 ) -> Path:
     """sweep: plan sweep rows (nodes, strategy, feasible, samples_per_s, samples_per_s_range);
     `highlight`: the pick, drawn bold. Each curve's 80% range (the rows' samples_per_s_range) is
-    shaded in its colour. `title` names the scenario (model, platform, ranks per node, batch)."""
+    shaded in its colour. `title` names the scenario (model, platform, ranks per node, batch).
+    `measured`: runs at the curve's scenario (curve_points), drawn as crosses beside the prediction."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    colours: dict[str, str] = {}
+    drawn: dict[tuple, str] = {}
     for s in dict.fromkeys(r["strategy"] for r in sweep):
         rows = [r for r in sweep if r["strategy"] == s and r["feasible"]]
         bold = s == highlight
+        curve = tuple((r["nodes"], round(r["samples_per_s"], 6)) for r in rows)
+        same = drawn.setdefault(curve, s)  # a curve identical to one drawn would hide under it: say so
+        label = f"{s} (recommended)" if bold else s
         (line,) = ax.plot(
             [r["nodes"] for r in rows],
             [r["samples_per_s"] for r in rows],
             marker="o",
             linewidth=2.5 if bold else 1.2,
-            label=f"{s} (recommended)" if bold else s,
+            linestyle="--" if same != s else "-",
+            label=label if same == s else f"{label} (= {same})",
         )
+        colours[s] = line.get_color()
         banded = [r for r in rows if r.get("samples_per_s_range")]
         if banded:
             ax.fill_between(
@@ -195,7 +209,15 @@ def scaling_plot(
                 alpha=0.25 if bold else 0.1,
                 linewidth=0,
             )
+    for i, m in enumerate(measured):
+        ax.scatter(
+            [m["nodes"]], [m["samples_per_s"]], marker="x", s=70, zorder=3, color=colours.get(m["strategy"], "black"),
+            label="measured (x, colour of its strategy)" if i == 0 else None,
+        )  # fmt: skip
     ax.set_xscale("log", base=2)
+    nodes = sorted({r["nodes"] for r in sweep} | {m["nodes"] for m in measured})
+    ax.set_xticks(nodes, [str(n) for n in nodes])  # the node counts planned, not powers of two
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_yscale("log")
     ax.set_xlabel("nodes")
     ax.set_ylabel("samples/s (predicted, whole job; shaded: 80% range)")
@@ -203,6 +225,26 @@ def scaling_plot(
     if sweep:
         ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def curve_points(rows: list[dict[str, Any]], scaling: Any) -> list[dict[str, Any]]:
+    """Measured runs at the scaling curve's scenario: its model, platform, ranks per node, sequence
+    length and (when the curve fixes one) micro-batch; one point per run at nproc / ranks per node."""
+    sc, t = scaling.scenario, scaling.scenario.training
+    out = []
+    for r in measured_rows(rows):
+        c = r["config"]
+        rpn = c.get("ranks_per_node") or c.get("nproc") or 0
+        same = (
+            r.get("platform") == sc.platform.name
+            and model_name(c) == sc.model.name
+            and rpn == sc.layout.ranks_per_node
+            and c.get("seq_len") == t.seq_len
+            and (t.micro_batch is None or c.get("micro_batch") == t.micro_batch)
+        )
+        if same and c.get("nproc"):
+            out.append({"nodes": c["nproc"] // rpn, "samples_per_s": r["measured"]["samples_per_s"], **r})
+    return out
 
 
 def write_report(rows: list[dict[str, Any]], scaling: Any, outdir: Path, store: str) -> tuple[list[Path], list[str]]:
@@ -215,7 +257,10 @@ def write_report(rows: list[dict[str, Any]], scaling: Any, outdir: Path, store: 
 
     cal = scaling.options[0].provenance.get("calibration", "none") if scaling.options else "none"
     title = textwrap.fill(f"predicted scaling ({'uncalibrated' if cal == 'none' else cal}): {plan_title(scaling)}", 90)
-    written = [scaling_plot(scaling.sweep, outdir / "scaling.png", highlight=scaling.recommended, title=title)]
+    points = curve_points(rows, scaling)
+    written = [
+        scaling_plot(scaling.sweep, outdir / "scaling.png", highlight=scaling.recommended, title=title, measured=points)
+    ]
     notes = []
     measured = measured_rows(rows)
     if not measured:

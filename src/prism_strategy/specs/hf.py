@@ -49,7 +49,7 @@ def load_hf_config(path: Path) -> TransformerSpec:
     try:
         cfg = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read model config {path}: {e.strerror or e}") from None
+        raise SpecError(f"cannot read model config {path}: {getattr(e, 'strerror', None) or e}") from None
     except json.JSONDecodeError as e:
         raise SpecError(
             f"{path} is not valid JSON (line {e.lineno}: {e.msg}); pass a Hugging Face config.json"

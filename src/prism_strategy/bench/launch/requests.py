@@ -91,10 +91,15 @@ def tune_search(
 
 
 def compare_rows(db: str | None, calibration: str) -> list[dict[str, Any]]:
-    """`compare`: every stored configuration's prediction (calibrated when one applies) beside it."""
+    """`compare`: every stored configuration's prediction (calibrated when one applies) beside it.
+    A calibration file applies to the runs of its own platform; the others stay uncalibrated (a
+    store holding runs of several platforms compares them all)."""
     from prism_strategy.bench.results.compare import compare
-    from prism_strategy.estimate.calibration import calibrated_platform
+    from prism_strategy.estimate.calibration import calibrated_platform, load_calibration
 
-    return compare(
-        existing_store(db).query(), platform_for=lambda name: calibrated_platform(load_platform(name), calibration)
-    )
+    own = None if calibration in ("auto", "none") else load_calibration(calibration)["platform"]
+
+    def platform_for(name: str):
+        return calibrated_platform(load_platform(name), calibration if own in (None, name) else "none")
+
+    return compare(existing_store(db).query(), platform_for=platform_for)
