@@ -15,6 +15,7 @@ from prism_strategy.cli.options import (
     CommBucketMb,
     CommReduceDtype,
     Db,
+    EnvProfileOpt,
     GradAccum,
     JsonOut,
     Loss,
@@ -48,6 +49,7 @@ def bench(
     optimizer: Optimizer = "adamw",
     loss: Loss = "upcast",
     platform: Platform = "cpu",
+    env_profile: EnvProfileOpt = None,
     timeout_s: TimeoutS = 300,
     db: Db = None,
     json_out: JsonOut = False,
@@ -60,6 +62,7 @@ def bench(
     base, names = bench_request(
         strategies,
         platform,
+        env_profile=env_profile,
         model=model,
         nproc=nproc,
         ranks_per_node=ranks_per_node,
@@ -274,6 +277,7 @@ def commbench(
     bucket_mb: CommBucketMb = None,
     reduce_dtype: CommReduceDtype = None,
     platform: Platform = "cpu",
+    env_profile: EnvProfileOpt = None,
     timeout_s: PerStrategyTimeoutS = 300,
     launched: Annotated[
         bool,
@@ -307,6 +311,7 @@ def commbench(
         bucket_mb=bucket_mb,
         reduce_dtype=reduce_dtype,
         timeout_s=timeout_s,
+        env_profile=env_profile,
     )
     report = (run_launched if launched else run_commbench)(base, names, load_platform(platform), Store(db))
     if report is None:  # a rank other than 0 of a launched run: rank 0 reports
