@@ -68,17 +68,18 @@ def fsdp_units(parts: tuple[Part, ...], shards: int, wrap: str) -> list[Unit]:
     for p in parts:
         pm = part_modules(p)
         head_rest = pm.head[1:] if pm.head_unit else []
-        groups = [(pm.embed, pm.embed_unit)] + [(b, True) for b in pm.blocks]
-        groups += [(pm.head[:1] if pm.head_unit else pm.head, False), (head_rest, True)]
-        for modules, unit in groups:
+        # identical blocks in a row (PartModules.block_groups): one unit's size, repeated
+        groups = [(pm.embed, pm.embed_unit, 1)] + [(b, True, count) for b, count in pm.block_groups]
+        groups += [(pm.head[:1] if pm.head_unit else pm.head, False, 1), (head_rest, True, 1)]
+        for modules, unit, count in groups:
             if not modules:
                 continue
             if unit and wrap == "block":
                 n = padded(modules, shards)
-                units.append(Unit(n, n if p.trains else 0, p.backward, True))
+                units += [Unit(n, n if p.trains else 0, p.backward, True)] * count
             else:
-                root += modules
-                root_train += modules if p.trains else []
+                root += modules * count
+                root_train += modules * count if p.trains else []
     return units + [Unit(padded(root, shards), padded(root_train, shards), any(p.backward for p in parts), False)]
 
 

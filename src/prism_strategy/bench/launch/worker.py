@@ -204,12 +204,12 @@ def precision_setup(config: dict[str, Any]) -> tuple[torch.dtype | None, str | N
     """(dtype the model is cast to before wrapping, wrap's mixed_precision) for the config's precision.
     bf16-pure: parameters, gradients and AdamW state in bf16, no fp32 master copy (specs/training.py
     from_precision): the model is cast and wrapped without autocast, so DDP all-reduces and FSDP2
-    reduce-scatters the bf16 gradients. DeepSpeed's bf16 keeps fp32 master weights whatever is asked
-    (engines/deepspeed.py precision_note): it runs, as it is estimated, with bf16 enabled."""
+    reduce-scatters the bf16 gradients. An engine whose bf16 keeps fp32 master weights whatever is
+    asked (Engine.bf16_keeps_fp32_master: DeepSpeed) runs, as it is estimated, with bf16 enabled."""
     precision = config.get("precision", "fp32")
     if precision == "fp32":
         return None, None
-    if precision == "bf16-pure" and get_strategy(config["strategy"]).engine != "deepspeed":
+    if precision == "bf16-pure" and not engine_of(get_strategy(config["strategy"])).bf16_keeps_fp32_master:
         return torch.bfloat16, None
     return None, "bf16"
 
