@@ -30,6 +30,8 @@ CACHED = (
     base.tensor_sizes,
     base.module_sizes,
     ddp._buckets,
+    ddp._trainable_totals,
+    fsdp2._local_totals,
     ds._grad_order,
     ds._zero3_sizes,
     ds._ipg_buckets,

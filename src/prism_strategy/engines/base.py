@@ -201,7 +201,20 @@ def sharded_states(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", 
     ]
 
 
-def step_transient(tensors: Sequence[float], t: TrainingSpec, impl: str, state_bytes: int, what: str = "") -> Rows:
+def sum_and_largest(tensors: Sequence[float]) -> tuple[float, float, int]:
+    """(sum, largest, count) of tensor sizes: all step_transient reads of them (exact ints kept)."""
+    return sum(tensors), max(tensors, default=0), len(tensors)
+
+
+def step_transient(
+    tensors: Sequence[float] | tuple[float, float, int],
+    t: TrainingSpec,
+    impl: str,
+    state_bytes: int,
+    what: str = "",
+    *,
+    totals: bool = False,
+) -> Rows:
     """The optimizer's own temporaries inside step(), for the tensors (elements) it updates on a
     rank, with state in `state_bytes` per element. torch 2.13, torch/optim/adam.py (AdamW is Adam
     with decoupled weight decay, applied in place):
@@ -213,21 +226,22 @@ def step_transient(tensors: Sequence[float], t: TrainingSpec, impl: str, state_b
       the sqrt and the quotient of one tensor are both alive for the division: two of the largest;
     - fused (_fused_adamw_): one kernel updates in place, no temporaries.
     SGD (momentum, no weight decay; torch/optim/sgd.py) updates its buffer in place: none."""
-    if t.optimizer != "adamw" or not tensors or impl == "fused":
+    total, largest, count = tensors if totals else sum_and_largest(tensors)  # totals: sum_and_largest's already
+    if t.optimizer != "adamw" or not count or impl == "fused":
         return []
     if impl == "foreach":
         return [
             (
                 "buffers",
                 f"foreach AdamW temporary: _foreach_sqrt of the whole state group{what}",
-                sum(tensors) * state_bytes,
+                total * state_bytes,
             )
         ]
     return [
         (
             "buffers",
             f"per-tensor AdamW temporaries: sqrt + quotient of the largest tensor{what}",
-            2 * max(tensors) * state_bytes,
+            2 * largest * state_bytes,
         )
     ]
 

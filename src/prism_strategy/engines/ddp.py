@@ -27,6 +27,7 @@ from prism_strategy.engines.base import (
     StepCollective,
     sharded_states,
     step_transient,
+    sum_and_largest,
     tensor_sizes,
     trainable,
 )
@@ -48,9 +49,9 @@ def bucket_count(tensor_bytes: list[float], first_cap: float, cap: float) -> int
     return len(bucket_sizes(tensor_bytes, first_cap, cap))
 
 
-@lru_cache(maxsize=32)  # bounded: one entry holds a size per tensor
-def _trainable_tensors(parts: tuple[Part, ...]) -> tuple[int, ...]:
-    return tuple(n for p in parts if p.trains for n in tensor_sizes(p))
+@lru_cache(maxsize=64)  # the planner asks at every micro-batch it tries
+def _trainable_totals(parts: tuple[Part, ...]) -> tuple[float, float, int]:
+    return sum_and_largest([n for p in parts if p.trains for n in tensor_sizes(p)])
 
 
 @lru_cache(maxsize=64)  # the planner asks again for every micro-batch and checkpointing it tries
@@ -105,7 +106,7 @@ class DDPEngine(Engine):
         """Start of backward (autocast copies and activations alive); the optimizer step (every
         gradient still in its bucket, the activations and autocast copies freed, the optimizer's
         own temporaries over every trainable tensor, full size)."""
-        step = step_transient(_trainable_tensors(parts), t, step_impl, DTYPE_BYTES[t.optim_state_dtype])
+        step = step_transient(_trainable_totals(parts), t, step_impl, DTYPE_BYTES[t.optim_state_dtype], totals=True)
         return [
             Moment("start of backward", states + _autocast_copies(parts, t) + reserve, acts),
             Moment("optimizer step", states + step + reserve, []),

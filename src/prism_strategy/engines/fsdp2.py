@@ -32,6 +32,7 @@ from prism_strategy.engines.base import (
     part_modules,
     sharded_states,
     step_transient,
+    sum_and_largest,
     trainable,
 )
 from prism_strategy.specs.cluster import Layout
@@ -265,8 +266,13 @@ def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layo
     """The optimizer steps the local shards (DTensors: foreach ops run on each local tensor), every
     unit resharded after backward: each trainable tensor's dim 0 padded to the shard count, then split."""
     n = s.degree(s.optim_shard, layout)
-    local = list(_local_shards(parts, n))
-    return step_transient(local, t, impl, DTYPE_BYTES[t.optim_state_dtype], f" (local shards, 1/{n})")
+    local = _local_totals(parts, n)
+    return step_transient(local, t, impl, DTYPE_BYTES[t.optim_state_dtype], f" (local shards, 1/{n})", totals=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _local_totals(parts: tuple[Part, ...], n: int) -> tuple[float, float, int]:
+    return sum_and_largest(_local_shards(parts, n))
 
 
 @functools.lru_cache(maxsize=32)  # bounded: one entry holds a shard per tensor
