@@ -209,7 +209,11 @@ def get_strategy(name: str) -> StrategySpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise SpecError(f"unknown strategy {name!r}; choose one of {', '.join(_REGISTRY)}") from None
+        from difflib import get_close_matches
+
+        near = get_close_matches(name, list(_REGISTRY), n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise SpecError(f"unknown strategy {name!r}; {hint}choose one of {', '.join(_REGISTRY)}") from None
 
 
 def parse_strategies(text: str) -> tuple[StrategySpec, ...]:

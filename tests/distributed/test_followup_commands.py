@@ -78,3 +78,45 @@ def test_plan_bench_line_on_one_node_runs_with_a_config_json_model(tmp_path):
     assert commands and all(shlex.split(c)[3] == str(folder) for c in commands), commands
     for c in commands:
         _run(c)
+
+
+PROFILE = """name = "test-collectives"
+version = "1"
+description = "collective variables for the follow-up test"
+source = "tests"
+unset = ["NCCL_DEBUG"]
+
+[[var]]
+name = "CCL_ALLREDUCE"
+value = "ring"
+why = "a oneCCL choice gloo does not read"
+source = "tests"
+"""
+
+
+def test_plan_commbench_line_carries_the_plans_env_profile_and_the_ranks_run_under_it(tmp_path, monkeypatch):
+    """Issue 26, what is left, item 2: the printed commbench carries plan's --env-profile; its ranks
+    get the profile's variables (and lose its unset ones), which are recorded with the curves and
+    said to be inert under gloo."""
+    profile = tmp_path / "profile.toml"
+    profile.write_text(PROFILE)
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")  # the profile removes it from the ranks' environment
+    commands = _printed(["--model", "tiny-llama", "--nodes", "2", *SMALL, "--env-profile", str(profile)])
+    commbench = [c for c in commands if c.startswith("prism-strategy commbench")]
+    assert commbench and all(f"--env-profile {profile.resolve()}" in c for c in commands), commands
+    rc, report = _run(commbench[0])
+    assert rc == 0, report
+    env = report["environment"]
+    assert env["variables"] == {"CCL_ALLREDUCE": "ring"} and env["inert"] == ["CCL_ALLREDUCE"]
+    seen = report["fingerprint"]["env"]  # what rank 0's process had
+    assert seen.get("CCL_ALLREDUCE") == "ring" and "NCCL_DEBUG" not in seen
+    assert report["fingerprint"]["env_profile"] == str(profile.resolve())
+
+
+def test_plan_bench_line_for_bf16_pure_runs_bf16_pure():
+    """Item 1: the one-node bench line keeps --precision bf16-pure (bench runs it for real)."""
+    commands = _printed(["--model", "tiny-llama", "--nodes", "1", *SMALL, "--precision", "bf16-pure"])
+    bench = [c for c in commands if c.startswith("prism-strategy bench")]
+    assert bench and all("--precision bf16-pure" in c for c in bench), commands
+    rc, report = _run(bench[0])
+    assert rc == 0 and all(r["config"]["precision"] == "bf16-pure" for r in report), report

@@ -315,10 +315,14 @@ def test_commbench_job_replays_at_the_emitted_scale(tmp_path, platform, name, la
     )
     body = rank_function(text)
     assert body[:-1] == rank_function(train)[:-1]  # same profile and rank layout as the training job
+    from prism_strategy.specs.presets import load_platform
+
+    profile = load_platform(platform).env_profile  # the one env.sh exported: named for commbench's record
+    assert profile
     assert body[-1] == (
         'exec python3 -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
         '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" --grad-accum 1 --micro-batch 1 '
-        f"--precision bf16-mixed --platform {platform} --bucket-mb 64 --reduce-dtype fp32 --json"
+        f"--precision bf16-mixed --platform {platform} --env-profile {profile} --bucket-mb 64 --reduce-dtype fp32 --json"
     )
     assert ("NNODES=10" in text.splitlines()) and launch in text and "00:15:00" in text
     assert "PRISM_COMMBENCH_STRATEGIES:-hsdp_full_shard" in text and "PRISM_COMMBENCH_MODEL:?" in text

@@ -16,6 +16,7 @@ from prism_strategy.cli.options import (
     CommBucketMb,
     CommReduceDtype,
     Db,
+    EnvProfileOpt,
     GradAccum,
     JsonOut,
     Loss,
@@ -49,6 +50,7 @@ def bench(
     optimizer: Optimizer = "adamw",
     loss: Loss = "upcast",
     platform: Platform = "cpu",
+    env_profile: EnvProfileOpt = None,
     timeout_s: TimeoutS = 300,
     db: Db = None,
     json_out: JsonOut = False,
@@ -61,6 +63,7 @@ def bench(
     base, names = bench_request(
         strategies,
         platform,
+        env_profile=env_profile,
         model=model,
         nproc=nproc,
         ranks_per_node=ranks_per_node,
@@ -278,6 +281,7 @@ def commbench(
     bucket_mb: CommBucketMb = None,
     reduce_dtype: CommReduceDtype = None,
     platform: Platform = "cpu",
+    env_profile: EnvProfileOpt = None,
     timeout_s: PerStrategyTimeoutS = 300,
     launched: Annotated[
         bool,
@@ -311,6 +315,7 @@ def commbench(
         bucket_mb=bucket_mb,
         reduce_dtype=reduce_dtype,
         timeout_s=timeout_s,
+        env_profile=env_profile,
     )
     report = (run_launched if launched else run_commbench)(base, names, load_platform(platform), Store(db))
     if report is None:  # a rank other than 0 of a launched run: rank 0 reports

@@ -35,7 +35,15 @@ Platform = Annotated[str, typer.Option(help="Platform the runs stand for (its mo
 SeqLen = Annotated[int, typer.Option(help="Text tokens per sample")]
 RankMicroBatch = Annotated[int, typer.Option(help="Samples per rank")]
 GradAccum = Annotated[int, typer.Option(help="Micro-batches per optimizer step")]
-BenchPrecision = Annotated[str, typer.Option(help="fp32 | bf16-mixed")]
+EnvProfileOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--env-profile",
+        help="Env profile the ranks run under (a name from data/env_profiles or a profile .toml, as plan's): "
+        "its variables are set in the ranks and recorded with the run",
+    ),
+]
+BenchPrecision = Annotated[str, typer.Option(help="fp32 | bf16-mixed | bf16-pure (bf16 params, grads, AdamW state)")]
 CkptFreq = Annotated[
     str, typer.Option(help="Activation checkpointing: k (every k-th block, 0 = none) or sac (selective, every block)")
 ]

@@ -121,7 +121,13 @@ def results_import(
     from prism_strategy.report import bench_output as show
 
     if (path is None) == (published is None):
-        raise SpecError("give either a PATH to a log or --published NAME (e.g. aurora-prism), not both")
+        from prism_strategy.bench.fit.published import published_names
+
+        raise SpecError(
+            f"give either the log {path} or --published {published}, not both"
+            if path is not None
+            else f"give the log to import (its path) or --published one of {', '.join(published_names())}"
+        )
     from prism_strategy.readers import COLLECTIVE_FORMATS, collective_format
 
     if log_format is None and path is not None:
@@ -132,7 +138,8 @@ def results_import(
         from prism_strategy.bench.results.curves import import_collective_log
 
         if path is None or platform is None:
-            raise SpecError(f"--format {log_format} imports a log: give its PATH and --platform")
+            missing = " and ".join(w for w, v in (("the log's path", path), ("--platform", platform)) if v is None)
+            raise SpecError(f"--format {log_format} imports a log measured on a platform: give {missing}")
         show.show_collective_import(
             import_collective_log(
                 path,

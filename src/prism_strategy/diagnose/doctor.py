@@ -117,7 +117,7 @@ def refuse_plan_file(path: str) -> None:
     if isinstance(data, dict) and "inputs" in data and "options" in data:
         raise SpecError(
             f"--launcher {path} is a `plan --json` file, not a launcher; write the launchers with "
-            f"`prism-strategy emit --from-plan {path} --out DIR` and check those"
+            f"`prism-strategy emit --from-plan {path} --out {Path(path).with_suffix('')}-emitted` and check those"
         )
 
 

@@ -30,6 +30,8 @@ def _run_line(job: "LaunchJob") -> str:
     if req.vision is not None:
         opts.append(f"--vision {sh_quote(req.vision)} --mode {sh_quote(req.mode)}")
     opts += [f"--precision {sh_quote(req.precision)}", f"--platform {sh_quote(req.platform)}"]
+    if profile := req.env_profile or job.platform.env_profile:  # env.sh exported it: named for the record
+        opts.append(f"--env-profile {sh_quote(profile)}")
     if req.bucket_mb is not None:
         opts.append(f"--bucket-mb {req.bucket_mb:g}")
     if req.reduce_dtype is not None:

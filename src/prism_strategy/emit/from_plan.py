@@ -46,7 +46,8 @@ def _load(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise SpecError(
-            f"--from-plan {path}: no such file; write one with `prism-strategy plan ... --json > {path.name}`"
+            f"--from-plan {path}: no such file; write one with `prism-strategy plan ... --json > {path}` "
+            "(your plan's own options in place of ...)"
         ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SpecError(f"--from-plan {path}: not a `plan --json` file ({e})") from None

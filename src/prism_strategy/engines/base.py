@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -87,6 +88,9 @@ class Engine(ABC):
     grads_are_bucket_views: ClassVar[bool] = False
     """Gradients live inside the engine's communication buckets (DDP gradient_as_bucket_view):
     zeroing them in place keeps the buckets, set_to_none would not free them."""
+    bf16_keeps_fp32_master: ClassVar[bool] = False
+    """Its bf16 keeps fp32 master weights whatever is asked, so bf16-pure runs as bf16 mixed
+    (DeepSpeed's BF16_Optimizer); the others run bf16-pure on bf16 parameters (bench's worker)."""
     declares_static_graph: ClassVar[bool] = False
     """The caller can declare the graph fixed (DDP static_graph=True): the plan and emit say when."""
     unit_wrapped: ClassVar[bool] = False
@@ -197,7 +201,20 @@ def sharded_states(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", 
     ]
 
 
-def step_transient(tensors: list[float], t: TrainingSpec, impl: str, state_bytes: int, what: str = "") -> Rows:
+def sum_and_largest(tensors: Sequence[float]) -> tuple[float, float, int]:
+    """(sum, largest, count) of tensor sizes: all step_transient reads of them (exact ints kept)."""
+    return sum(tensors), max(tensors, default=0), len(tensors)
+
+
+def step_transient(
+    tensors: Sequence[float] | tuple[float, float, int],
+    t: TrainingSpec,
+    impl: str,
+    state_bytes: int,
+    what: str = "",
+    *,
+    totals: bool = False,
+) -> Rows:
     """The optimizer's own temporaries inside step(), for the tensors (elements) it updates on a
     rank, with state in `state_bytes` per element. torch 2.13, torch/optim/adam.py (AdamW is Adam
     with decoupled weight decay, applied in place):
@@ -209,21 +226,22 @@ def step_transient(tensors: list[float], t: TrainingSpec, impl: str, state_bytes
       the sqrt and the quotient of one tensor are both alive for the division: two of the largest;
     - fused (_fused_adamw_): one kernel updates in place, no temporaries.
     SGD (momentum, no weight decay; torch/optim/sgd.py) updates its buffer in place: none."""
-    if t.optimizer != "adamw" or not tensors or impl == "fused":
+    total, largest, count = tensors if totals else sum_and_largest(tensors)  # totals: sum_and_largest's already
+    if t.optimizer != "adamw" or not count or impl == "fused":
         return []
     if impl == "foreach":
         return [
             (
                 "buffers",
                 f"foreach AdamW temporary: _foreach_sqrt of the whole state group{what}",
-                sum(tensors) * state_bytes,
+                total * state_bytes,
             )
         ]
     return [
         (
             "buffers",
             f"per-tensor AdamW temporaries: sqrt + quotient of the largest tensor{what}",
-            2 * max(tensors) * state_bytes,
+            2 * largest * state_bytes,
         )
     ]
 
@@ -250,6 +268,9 @@ class PartModules:
     embed_unit: bool = False
     head_unit: bool = False
     """The head's modules after the first (the post-norm) are one unit (SigLIP's pooling head)."""
+    block_groups: tuple[tuple[list[list[Tensor]], int], ...] = ()
+    """`blocks` as (a block's modules, how many such blocks in a row): the same module lists, so
+    a cost per block is computed once per group and multiplied (TransformerSpec.stack_groups)."""
 
     def forward_order(self) -> list[list[Tensor]]:
         return self.embed + [m for b in self.blocks for m in b] + self.head
@@ -267,9 +288,11 @@ def part_modules(part: Part) -> PartModules:
         return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], blocks=[], head=[])
     sp = part.spec
     vision = sp.kind == "vision"
+    groups = tuple(sp.stack_groups)
     return PartModules(
         embed=sp.embed_modules(),
-        blocks=sp.stack,
+        blocks=[mods for mods, n in groups for _ in range(n)],
+        block_groups=groups,
         head=sp.head_modules(),
         embed_unit=vision,
         head_unit=vision and sp.pooling_head,
@@ -284,6 +307,19 @@ def module_sizes(part: Part) -> tuple[int, ...]:
         counted.get(id(m)) or counted.setdefault(id(m), sum(n for n, _ in m))
         for m in part_modules(part).forward_order()
     )
+
+
+@lru_cache(maxsize=32)  # bounded: one entry holds a size per tensor (100,000 layers: ~1M)
+def tensor_sizes(part: Part) -> tuple[int, ...]:
+    """Elements of each tensor of a part, in forward order; identical blocks share their module
+    lists (TransformerSpec.stack), so each distinct module's sizes are read once."""
+    memo: dict[int, tuple[int, ...]] = {}
+    out: list[int] = []
+    for m in part_modules(part).forward_order():
+        if id(m) not in memo:
+            memo[id(m)] = tuple(n for n, _ in m)
+        out.extend(memo[id(m)])
+    return tuple(out)
 
 
 def numels(modules: list[list[Tensor]]) -> list[int]:

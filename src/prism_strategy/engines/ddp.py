@@ -15,6 +15,7 @@ LM head, tied or not, makes one); the residual stream stays in the fp32 paramete
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from prism_strategy.engines.base import (
@@ -24,10 +25,10 @@ from prism_strategy.engines.base import (
     Moment,
     Rows,
     StepCollective,
-    numels,
-    part_modules,
     sharded_states,
     step_transient,
+    sum_and_largest,
+    tensor_sizes,
     trainable,
 )
 from prism_strategy.specs.cluster import Layout
@@ -46,6 +47,18 @@ FIRST_BUCKET_BYTES = 1 * MiB
 def bucket_count(tensor_bytes: list[float], first_cap: float, cap: float) -> int:
     """The Reducer's greedy assignment: add tensors (reverse order) until a bucket holds >= its cap."""
     return len(bucket_sizes(tensor_bytes, first_cap, cap))
+
+
+@lru_cache(maxsize=64)  # the planner asks at every micro-batch it tries
+def _trainable_totals(parts: tuple[Part, ...]) -> tuple[float, float, int]:
+    return sum_and_largest([n for p in parts if p.trains for n in tensor_sizes(p)])
+
+
+@lru_cache(maxsize=64)  # the planner asks again for every micro-batch and checkpointing it tries
+def _buckets(parts: tuple[Part, ...], elem_bytes: int, first_cap: float, cap: float) -> tuple[float, tuple[float, ...]]:
+    """(bytes of every trainable gradient, each bucket's bytes in all-reduce order)."""
+    sizes = [n * elem_bytes for p in parts if p.trains for n in tensor_sizes(p)]
+    return float(sum(sizes)), tuple(bucket_sizes(sizes, first_cap, cap))
 
 
 def bucket_sizes(tensor_bytes: list[float], first_cap: float, cap: float) -> list[float]:
@@ -93,8 +106,7 @@ class DDPEngine(Engine):
         """Start of backward (autocast copies and activations alive); the optimizer step (every
         gradient still in its bucket, the activations and autocast copies freed, the optimizer's
         own temporaries over every trainable tensor, full size)."""
-        tensors = [n for p in parts if p.trains for n in numels(part_modules(p).forward_order())]
-        step = step_transient(tensors, t, step_impl, DTYPE_BYTES[t.optim_state_dtype])
+        step = step_transient(_trainable_totals(parts), t, step_impl, DTYPE_BYTES[t.optim_state_dtype], totals=True)
         return [
             Moment("start of backward", states + _autocast_copies(parts, t) + reserve, acts),
             Moment("optimizer step", states + step + reserve, []),
@@ -112,10 +124,9 @@ class DDPEngine(Engine):
         if layout.world <= 1 or trainable(parts) == 0:
             return ()
         e = t.grad_bytes  # DDP reduces .grad as it is: the parameter dtype
-        sizes = [n * e for p in parts if p.trains for n in numels(part_modules(p).forward_order())]
         cap = (s.bucket_mb or DEFAULT_BUCKET_MB) * MiB
         first = FIRST_BUCKET_BYTES if s.bucket_mb is None else cap
-        buckets = bucket_sizes(sizes, first, cap)
+        total, buckets = _buckets(parts, e, first, cap)
         calls = len(buckets)
         out = [
             StepCollective(
@@ -123,7 +134,7 @@ class DDPEngine(Engine):
                 group="world",
                 group_size=layout.world,
                 dtype=TORCH_DTYPE[t.grad_dtype],
-                bytes_per_call=sum(sizes) / calls,
+                bytes_per_call=total / calls,
                 calls=calls,
                 phase="backward",
                 overlappable=True,

@@ -38,6 +38,7 @@ ZeRO-3: the reduce bucket, the largest module gathered (params + grads) and the 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from prism_strategy.engines.base import (
@@ -52,9 +53,9 @@ from prism_strategy.engines.base import (
     adam_states,
     ceil_div,
     module_sizes,
-    numels,
     part_modules,
     step_transient,
+    tensor_sizes,
     trainable,
 )
 from prism_strategy.specs.cluster import Layout
@@ -102,6 +103,7 @@ def _stage(s: "StrategySpec") -> int:
 
 class DeepSpeedEngine(Engine):
     name = "deepspeed"
+    bf16_keeps_fp32_master = True
     title = "DeepSpeed"
     traced_with = "analytic"
     config_file = "ds_config.json"
@@ -203,13 +205,11 @@ class DeepSpeedEngine(Engine):
         """(gathered params, ipg reduce buckets): the buffers DeepSpeed allocates for our ds_config."""
         e, b = t.compute_bytes, bucket_elements(s, t)
         if _stage(s) == 3:
-            modules = [n for p in parts for n in module_sizes(p)]
-            largest = max(modules, default=0)
-            gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
+            largest, gathered = _largest_and_gathered(parts)
             return (
                 [
                     ("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
-                    ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e),
+                    ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, gathered) * e),
                 ],
                 [
                     (
@@ -254,14 +254,13 @@ class DeepSpeedEngine(Engine):
                     )
                 )
 
-        grad_sizes = [n for p in reversed(parts) if p.trains for n in reversed(numels(part_modules(p).forward_order()))]
         if st in (1, 2):
             occ = grad_accum if st == 2 else 1
             add(
                 "all_reduce",
                 cd,
                 pt * occ,
-                _ipg_buckets(grad_sizes, b) * occ,
+                _ipg_buckets(_grad_order(parts), b) * occ,
                 "backward" if st == 2 else "step",
                 st == 2,
                 "gradient buckets, all-reduced whole",
@@ -272,22 +271,16 @@ class DeepSpeedEngine(Engine):
             fwd, bwd = _zero3_gathers(parts, b, grad_accum)
             add("all_gather", model_dtype, *fwd, "forward", True, "per-module param gathers (+ prefetch), forward")
             add("all_gather", model_dtype, *bwd, "backward", True, "modules released in forward, gathered again")
-            padded = sum(-(-x // n) * n for x in grad_sizes)
+            padded, persistent = _zero3_sizes(parts, n)
             add(
                 "reduce_scatter",
                 cd,
                 padded * grad_accum,
-                _ipg_buckets(grad_sizes, b) * grad_accum,
+                _ipg_buckets(_grad_order(parts), b) * grad_accum,
                 "backward",
                 True,
                 "gradient buckets, reduce-scattered",
             )
-            persistent = [
-                -(-x // n) * n
-                for p in parts
-                for x in numels(part_modules(p).forward_order())
-                if x < PERSISTENCE_THRESHOLD
-            ]
             add(
                 "all_gather",
                 model_dtype,
@@ -350,7 +343,28 @@ class DeepSpeedEngine(Engine):
         return f"ZeRO stage {s.zero_stage}, {bucket_elements_text(s)}"
 
 
-def _ipg_buckets(sizes: list[int], bucket: int) -> int:
+@lru_cache(maxsize=64)  # the planner asks at every micro-batch it tries
+def _largest_and_gathered(parts: tuple[Part, ...]) -> tuple[int, int]:
+    """(elements of the largest module, of every module ZeRO-3 gathers: at or above the threshold)."""
+    modules = [n for p in parts for n in module_sizes(p)]
+    return max(modules, default=0), sum(n for n in modules if n >= PERSISTENCE_THRESHOLD)
+
+
+@lru_cache(maxsize=32)  # bounded: one entry holds a size per tensor
+def _grad_order(parts: tuple[Part, ...]) -> tuple[int, ...]:
+    """Trainable tensors' elements in the order backward produces their gradients (reverse forward)."""
+    return tuple(n for p in reversed(parts) if p.trains for n in reversed(tensor_sizes(p)))
+
+
+@lru_cache(maxsize=64)
+def _zero3_sizes(parts: tuple[Part, ...], n: int) -> tuple[int, tuple[int, ...]]:
+    """(trainable elements each padded to n ranks, the padded persistent small tensors of every part)."""
+    padded = sum(-(-x // n) * n for x in _grad_order(parts))
+    return padded, tuple(-(-x // n) * n for p in parts for x in tensor_sizes(p) if x < PERSISTENCE_THRESHOLD)
+
+
+@lru_cache(maxsize=64)  # the planner asks again for every micro-batch and checkpointing it tries
+def _ipg_buckets(sizes: tuple[int, ...], bucket: int) -> int:
     """Reductions: tensors join the ipg bucket until the next would overflow it; a tensor larger
     than the bucket is reduced on its own."""
     calls, filled = 0, 0
@@ -361,6 +375,19 @@ def _ipg_buckets(sizes: list[int], bucket: int) -> int:
     return calls + (1 if filled else 0)
 
 
+@lru_cache(maxsize=32)  # bounded: one entry holds two sizes per module
+def _module_gathers(part: Part) -> tuple[tuple[int, int], ...]:
+    """(elements, elements ZeRO-3 gathers: tensors at or above the persistence threshold) of each
+    module in forward order; identical blocks share their module lists, each summed once."""
+    memo: dict[int, tuple[int, int]] = {}
+    out = []
+    for m in part_modules(part).forward_order():
+        if id(m) not in memo:
+            memo[id(m)] = (sum(n for n, _ in m), sum(n for n, _ in m if n >= PERSISTENCE_THRESHOLD))
+        out.append(memo[id(m)])
+    return tuple(out)
+
+
 def _zero3_gathers(
     parts: tuple[Part, ...], bucket: int, grad_accum: int
 ) -> tuple[tuple[float, int], tuple[float, int]]:
@@ -369,11 +396,7 @@ def _zero3_gathers(
     elements each (one per module when modules are larger).
     Backward, where gradients flow: the modules whose next use is more than the reuse distance
     away (about twice the elements used after them in forward)."""
-    modules = [
-        (sum(n for n, _ in m), sum(n for n, _ in m if n >= PERSISTENCE_THRESHOLD), p.backward)
-        for p in parts
-        for m in part_modules(p).forward_order()
-    ]
+    modules = [(total, gathered, p.backward) for p in parts for total, gathered in _module_gathers(p)]
     fwd = [g for _, g, _ in modules if g]
     after, released = 0, []
     for total, gathered, backward in reversed(modules):

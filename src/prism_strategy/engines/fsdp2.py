@@ -32,6 +32,7 @@ from prism_strategy.engines.base import (
     part_modules,
     sharded_states,
     step_transient,
+    sum_and_largest,
     trainable,
 )
 from prism_strategy.specs.cluster import Layout
@@ -68,17 +69,18 @@ def fsdp_units(parts: tuple[Part, ...], shards: int, wrap: str) -> list[Unit]:
     for p in parts:
         pm = part_modules(p)
         head_rest = pm.head[1:] if pm.head_unit else []
-        groups = [(pm.embed, pm.embed_unit)] + [(b, True) for b in pm.blocks]
-        groups += [(pm.head[:1] if pm.head_unit else pm.head, False), (head_rest, True)]
-        for modules, unit in groups:
+        # identical blocks in a row (PartModules.block_groups): one unit's size, repeated
+        groups = [(pm.embed, pm.embed_unit, 1)] + [(b, True, count) for b, count in pm.block_groups]
+        groups += [(pm.head[:1] if pm.head_unit else pm.head, False, 1), (head_rest, True, 1)]
+        for modules, unit, count in groups:
             if not modules:
                 continue
             if unit and wrap == "block":
                 n = padded(modules, shards)
-                units.append(Unit(n, n if p.trains else 0, p.backward, True))
+                units += [Unit(n, n if p.trains else 0, p.backward, True)] * count
             else:
-                root += modules
-                root_train += modules if p.trains else []
+                root += modules * count
+                root_train += modules * count if p.trains else []
     return units + [Unit(padded(root, shards), padded(root_train, shards), any(p.backward for p in parts), False)]
 
 
@@ -264,8 +266,13 @@ def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layo
     """The optimizer steps the local shards (DTensors: foreach ops run on each local tensor), every
     unit resharded after backward: each trainable tensor's dim 0 padded to the shard count, then split."""
     n = s.degree(s.optim_shard, layout)
-    local = list(_local_shards(parts, n))
-    return step_transient(local, t, impl, DTYPE_BYTES[t.optim_state_dtype], f" (local shards, 1/{n})")
+    local = _local_totals(parts, n)
+    return step_transient(local, t, impl, DTYPE_BYTES[t.optim_state_dtype], f" (local shards, 1/{n})", totals=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _local_totals(parts: tuple[Part, ...], n: int) -> tuple[float, float, int]:
+    return sum_and_largest(_local_shards(parts, n))
 
 
 @functools.lru_cache(maxsize=32)  # bounded: one entry holds a shard per tensor

@@ -167,7 +167,14 @@ def _call_seconds(
         raw = _nccl_calls(sizes, c.op, ranks, nodes, conc, nccl_topology(p))
     else:
         raw = _banded_calls(sizes, lambda b: _call(c.op, b, ranks, nodes, conc, p).seconds)
-    scale = total / (sum(raw) * (c.calls / len(sizes))) if sum(raw) > 0 else 0.0
+    return _scaled(raw, total, c.calls)
+
+
+@lru_cache(maxsize=256)  # a deep stack's per-block calls recur for every option a plan tries
+def _scaled(raw: tuple[float, ...], total: float, calls: int) -> tuple[float, ...]:
+    """The calls' own prices scaled so that the step's calls add up to `total`."""
+    s = sum(raw)
+    scale = total / (s * (calls / len(raw))) if s > 0 else 0.0
     return tuple(x * scale for x in raw)
 
 

@@ -108,7 +108,11 @@ def load_rows(name_or_path: str = "aurora-collectives") -> tuple[dict[str, Any],
     if not path.suffix:
         path = DATA / "measurements" / f"{name_or_path}.toml"
     if not path.is_file():
-        raise SpecError(f"collective measurements {name_or_path!r}: no such file (data/measurements/NAME.toml)")
+        names = sorted(p.stem for p in (DATA / "measurements").glob("*.toml"))
+        raise SpecError(
+            f"collective measurements {name_or_path!r}: no such file; use one of {', '.join(names)} "
+            "or a path to a measurements .toml"
+        )
     d = read_toml(path)
     rows = d.get("row")
     if not isinstance(rows, list) or not rows:

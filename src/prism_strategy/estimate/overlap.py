@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
 
 from prism_strategy.estimate.comm import CollectiveCost, CommEstimate, schedules_overlap
 from prism_strategy.specs.cluster import PlatformSpec
@@ -223,10 +224,10 @@ def phase_of(
         frac = sm_fraction(c, sm_count)
         sec, weighted = cols[role]
         base = gathers_from if role == "gather" else n0 - len(calls)
-        for i, x in enumerate(calls):
-            k = min(n0 - 1, max(0, base + i)) // q
-            sec[k] += x
-            weighted[k] += x * frac
+        for i, x, count in _runs(calls):  # identical calls in a row (a deep stack's blocks): one run per slot
+            for k, m in _slots(base + i, count, n0, q):
+                sec[k] += x * m
+                weighted[k] += x * frac * m
     frac_of = {r: [w / x if x > 0 else 0.0 for x, w in zip(*cols[r])] for r in cols}
     return Phase(
         [compute_s / n] * n,
@@ -237,6 +238,32 @@ def phase_of(
         cols["side"][0],
         frac_of["side"],
     )
+
+
+def _runs(calls: list[float]) -> list[tuple[int, float, int]]:
+    """(index of the first, seconds, how many) of each run of equal consecutive calls."""
+    out: list[tuple[int, float, int]] = []
+    i = 0
+    for x, group in groupby(calls):
+        n = sum(1 for _ in group)
+        out.append((i, x, n))
+        i += n
+    return out
+
+
+def _slots(start: int, count: int, n0: int, q: int) -> list[tuple[int, int]]:
+    """(slot, calls in it) for calls start .. start + count - 1 clamped to [0, n0 - 1], q calls a slot."""
+    lo, hi = start, start + count - 1
+    out: list[tuple[int, int]] = []
+    if lo < 0:  # calls before the first slot land in slot 0
+        out.append((0, min(count, -lo)))
+        lo = 0
+    if hi > n0 - 1:  # and those past the last in the last
+        out.append(((n0 - 1) // q, min(count, hi - (n0 - 1))))
+        hi = n0 - 1
+    for k in range(lo // q, hi // q + 1) if lo <= hi else ():
+        out.append((k, min(hi, (k + 1) * q - 1) - max(lo, k * q) + 1))
+    return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,7 +1,9 @@
 """The commands a plan prints for the user to run next (commbench at the plan's scale, bench on
 one node), built from the plan's own inputs so that each one runs as printed: the model as it was
 loaded (a preset name or the config.json / .toml path), the vision encoder and what trains, the
-sequence length, micro-batch, accumulation and precision, and the platform (preset or file)."""
+sequence length, micro-batch, accumulation and precision (bf16-pure too: bench casts the model's
+parameters to bf16, bench/launch/worker.py precision_setup), the env profile when the plan was given
+one (--env-profile: the ranks run under it, bench/launch/rank_env.py), and the platform (preset or file)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ def _scenario_args(sc: "Scenario", pick: "Option | None") -> list[str]:
     ga = pick.grad_accum if pick is not None else t.grad_accum
     if ga and ga > 1:
         args += ["--grad-accum", str(ga)]
+    args += ["--precision", t.precision]
+    if (profile := sc.environment.profile) and profile != sc.platform.env_profile:  # the plan's --env-profile
+        args += ["--env-profile", profile]
     return args
 
 
@@ -37,8 +42,6 @@ def commbench_command(sc: "Scenario", strategies: list[str], pick: "Option | Non
         "prism-strategy",
         "commbench",
         *_scenario_args(sc, pick),
-        "--precision",
-        sc.training.precision,
         "--strategies",
         ",".join(strategies),
         "--nproc",
@@ -67,6 +70,4 @@ def bench_command(sc: "Scenario", strategies: list[str], pick: "Option | None" =
         "--platform",
         platform_argument(sc.platform),
     ]
-    if sc.training.precision in ("fp32", "bf16-mixed"):
-        args += ["--precision", sc.training.precision]
     return shlex.join(args)

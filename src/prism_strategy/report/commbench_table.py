@@ -76,6 +76,8 @@ def print_commbench(r: CommbenchReport) -> None:
     for s in r.strategies:
         if s.error:
             console.print(f"{s.strategy}: {s.error[:300]}", markup=False, highlight=False)
+    if r.environment_note:
+        console.print(r.environment_note, markup=False, highlight=False)
     if r.stored:
         console.print(
             f"stored {r.stored} measured points as run {r.run_key} (plan --db prices with them)",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.presets import DATA, build, read_toml
+from prism_strategy.specs.presets import DATA, build, nearest, read_toml
 
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
@@ -99,8 +99,11 @@ def load_env_profile(name_or_path: str) -> EnvProfile:
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.is_file():
         return build(EnvProfile, read_toml(p), str(p))
+    names = profile_names()
+    if p.suffix == ".toml":  # a path that is not there: say so, with where it was looked for
+        raise SpecError(f"env profile file {p.resolve()} does not exist; use one of {', '.join(names)} or a .toml path")
     raise SpecError(
-        f"unknown env profile {name_or_path!r}; use one of {', '.join(profile_names())} or a path to a profile .toml"
+        f"unknown env profile {name_or_path!r}; {nearest(name_or_path, names)}use one of {', '.join(names)} or a path to a profile .toml"
     )
 
 

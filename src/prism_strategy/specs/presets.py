@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from difflib import get_close_matches
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -89,6 +90,12 @@ def load_model(name_or_path: str) -> TransformerSpec:
     return spec
 
 
+def nearest(given: str, names: list[str]) -> str:
+    """'did you mean X? ' for the closest valid name (difflib), '' when none is close."""
+    near = get_close_matches(given, names, n=1)
+    return f"did you mean {near[0]!r}? " if near else ""
+
+
 def _load_model(name_or_path: str) -> TransformerSpec:
     p = Path(name_or_path)
     if name_or_path in model_names():
@@ -112,7 +119,8 @@ def _load_model(name_or_path: str) -> TransformerSpec:
     if p.suffix == ".json" and kind == "file":
         return load_hf_config(p)
     raise SpecError(
-        f"unknown model {name_or_path!r}; use a preset ({', '.join(model_names())}) or a path to a config.json"
+        f"unknown model {name_or_path!r}; {nearest(name_or_path, model_names())}use a preset "
+        f"({', '.join(model_names())}) or a path to a config.json"
     )
 
 
@@ -131,7 +139,8 @@ def load_platform(name_or_path: str) -> PlatformSpec:
             )
         if p.suffix != ".toml" or kind != "file":
             raise SpecError(
-                f"unknown platform {name_or_path!r}; use one of {', '.join(platform_names())} "
+                f"unknown platform {name_or_path!r}; {nearest(name_or_path, platform_names())}use one of "
+                f"{', '.join(platform_names())} "
                 "or a path to a platform .toml"
             )
         raw, where, user = with_base(flatten(read_toml(p), str(p)), str(p), _platform_raw), str(p), True

@@ -24,7 +24,7 @@ from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import check_options
 
 TOLERANCE_PCT = 5.0
-PRECISIONS = ("fp32", "bf16-mixed")
+PRECISIONS = ("fp32", "bf16-mixed", "bf16-pure")
 MODES = ("e2e", "projector", "encoder-projector")
 
 

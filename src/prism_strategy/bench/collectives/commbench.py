@@ -20,6 +20,7 @@ from typing import Any
 from prism_strategy.bench.collectives.census import census_base
 from prism_strategy.bench.launch.fingerprint import fingerprint
 from prism_strategy.bench.launch.harness import Outcome, launch_many
+from prism_strategy.bench.launch.rank_env import RankEnv, priced_under, rank_env
 from prism_strategy.bench.results.curves import Point, Run, write_run
 from prism_strategy.engines import engine_of, step_collectives
 from prism_strategy.estimate.comm import group_geometry, price
@@ -96,6 +97,8 @@ class CommbenchReport:
     stored: int = 0
     run_key: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    environment: RankEnv | None = None
+    """--env-profile's variables, set in the ranks' environment and stored with the curves."""
 
     @property
     def ok(self) -> bool:
@@ -111,8 +114,13 @@ class CommbenchReport:
             "run_key": self.run_key,
             "stored": self.stored,
             "fingerprint": self.fingerprint,
+            "environment": None if self.environment is None else self.environment.as_dict(self.backend),
             "strategies": [s.as_dict() for s in self.strategies],
         }
+
+    @property
+    def environment_note(self) -> str:
+        return "" if self.environment is None else self.environment.note(self.backend)
 
 
 def commbench_base(
@@ -129,14 +137,14 @@ def commbench_base(
     bucket_mb: float | None = None,
     reduce_dtype: str | None = None,
     timeout_s: float = 300,
+    env_profile: str | None = None,
 ) -> dict[str, Any]:
     """The scenario of one commbench launch (census's checks); bad input raises SpecError. mode and
-    vision as plan's: a projector-only scenario replays only the trainable part's collectives."""
+    vision as plan's: a projector-only scenario replays only the trainable part's collectives.
+    env_profile: the profile the ranks run under (commbench_env.py), kept in the config."""
     if nproc < 2:
         raise SpecError(f"--nproc {nproc}: commbench times collectives between ranks; launch at least 2")
-    # census builds and trains the model (fp32 or bf16-mixed); commbench builds none, so bf16-pure's
-    # collectives (bf16 gradients) replay as well
-    pure = precision == "bf16-pure"
+    rank_env(env_profile, "cpu")  # an unknown profile is bad input before anything runs
     base = census_base(
         model=model,
         nproc=nproc,
@@ -144,17 +152,14 @@ def commbench_base(
         micro_batch=micro_batch,
         seq_len=seq_len,
         grad_accum=grad_accum,
-        precision="bf16-mixed" if pure else precision,
+        precision=precision,
         mode=mode,
         vision=vision,
         bucket_mb=bucket_mb,
         reduce_dtype=reduce_dtype,
         timeout_s=timeout_s,
     )
-    if pure:
-        base["precision"] = precision
-        config_scenario(base)
-    return base
+    return base | ({"env_profile": env_profile} if env_profile is not None else {})
 
 
 def predicted_kinds(base: dict[str, Any], strategy: str, platform: Any) -> tuple[Any, list[Kind]]:
@@ -245,14 +250,17 @@ def _points(s: StrategyBench, layout: Any) -> list[Any]:
     return out
 
 
-def _fingerprint(platform: Any, base: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _fingerprint(
+    platform: Any, base: dict[str, Any], ranks: list[dict[str, Any]], env: RankEnv | None
+) -> dict[str, Any]:
     first = ranks[0] if ranks else {}
     fp = fingerprint(platform=platform.name, backend=first.get("backend") or platform.backend)
     rpn = int(base["ranks_per_node"])
     return fp | {
         "nodes": int(base["nproc"]) // rpn,
         "ranks_per_node": rpn,
-        "env_profile": platform.env_profile,
+        "env_profile": platform.env_profile if env is None else env.profile,
+        "env": first.get("collective_env") or ({} if env is None else env.collective),
         "backend_version": first.get("backend_version"),
         "device": first.get("device"),
     }
@@ -268,8 +276,10 @@ def _configs(base: dict[str, Any], strategies: list[str], platform: Any) -> tupl
         raise SpecError(
             f"{', '.join(empty)} issue no collective at {layout.nodes}x{layout.ranks_per_node} ranks; nothing to time"
         )
+    env = rank_env(base.get("env_profile"), platform.name)
     configs = [
         {
+            **({"rank_env": env.launch_env()} if env else {}),
             "nproc": base["nproc"],
             "ranks_per_node": base["ranks_per_node"],
             "timeout_s": base["timeout_s"],
@@ -294,7 +304,8 @@ def _report(
     """Measured kinds beside the prediction; stored as one run when any strategy was measured."""
     layout = config_scenario(base).layout
     results = tuple(_measured(spec, kinds, o) for (spec, kinds), o in zip(planned, outcomes))
-    fp = _fingerprint(platform, base, next((o.ranks for o in outcomes if o.status == "ok"), []))
+    env = rank_env(base.get("env_profile"), platform.name)
+    fp = _fingerprint(platform, base, next((o.ranks for o in outcomes if o.status == "ok"), []), env)
     key = f"commbench:{uuid.uuid4().hex[:16]}"
     points = [p for s in results if s.measured for p in _points(s, layout)]
     stored = 0
@@ -324,12 +335,14 @@ def _report(
         stored=stored,
         run_key=key if stored else "",
         config=base,
+        environment=env,
     )
 
 
 def run_commbench(base: dict[str, Any], strategies: list[str], platform: Any, store: Any) -> CommbenchReport:
-    """Every strategy's step replayed in ONE local torchrun launch; measured kinds stored as one run."""
-    planned, configs = _configs(base, strategies, platform)
+    """Every strategy's step replayed in ONE local torchrun launch, the ranks under the config's env
+    profile; measured kinds stored as one run."""
+    planned, configs = _configs(base, strategies, priced_under(base, platform))
     outcomes = launch_many(
         configs,
         timeout_s=float(base["timeout_s"]) * len(configs),
@@ -340,14 +353,15 @@ def run_commbench(base: dict[str, Any], strategies: list[str], platform: Any, st
 
 def run_launched(base: dict[str, Any], strategies: list[str], platform: Any, store: Any) -> CommbenchReport | None:
     """Inside ranks a scheduler launched (emit's commbench.pbs / commbench.sbatch): every rank
-    replays, rank 0 gathers the ranks' rows, stores and reports (None on the other ranks)."""
+    replays, rank 0 gathers the ranks' rows, stores and reports (None on the other ranks). The job
+    exported its env profile already (emit's env.sh): --env-profile names it for the record."""
     import time
 
     import torch.distributed as dist
 
     from prism_strategy.bench.collectives.commbench_worker import run as run_rank
 
-    planned, configs = _configs(base, strategies, platform)
+    planned, configs = _configs(base, strategies, priced_under(base, platform))
     outcomes = []
     for cfg in configs:
         t0 = time.perf_counter()

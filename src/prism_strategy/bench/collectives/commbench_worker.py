@@ -137,6 +137,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         "backend_version": backend_version(ctx),
         "kinds": rows,
         "census": recorded["collectives"] + recorded["control"],
+        "collective_env": {k: v for k, v in os.environ.items() if k.startswith(("CCL_", "NCCL_", "FI_"))},
     }
 
 

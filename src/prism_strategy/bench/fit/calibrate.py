@@ -451,7 +451,8 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     if fit == "comm" and not curves and not rows:
         raise SpecError(
             f"--fit comm: the store holds no collective curves for {base.name} and none are shipped; import a log "
-            "with `prism-strategy results import FILE --format nccl-tests` or run `prism-strategy commbench`"
+            f"with `prism-strategy results import FILE --format nccl-tests --platform {platform}` or run "
+            f"`prism-strategy commbench --platform {platform}` on its nodes"
         )
     path = Path(out) if out else default_calibration_dir() / f"{base.name}.toml"
     replaced, label = replaced_platform(base, path)

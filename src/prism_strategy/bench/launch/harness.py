@@ -97,13 +97,16 @@ def launch_many(
     module: str = WORKER,
 ) -> list[Outcome]:
     """One torchrun job running the configs in turn (same nproc); one Outcome per config.
-    module: the worker each rank runs (the bench worker, or commbench's)."""
+    module: the worker each rank runs (the bench worker, or commbench's). The ranks run under the
+    first config's "rank_env" (an env profile's variables: bench/launch/rank_env.py), if any."""
     if len({int(c["nproc"]) for c in configs}) != 1:
         raise SpecError("configs launched together must have the same nproc")
     extra = list(extra_args or [])
     if memory_limit_bytes:
         extra += ["--memory-limit-bytes", str(memory_limit_bytes)]
-    env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    rank_vars = configs[0].get("rank_env") or {}
+    env = {k: v for k, v in os.environ.items() if k not in rank_vars.get("unset", ())} | rank_vars.get("set", {})
+    env |= {"OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")}
     env |= {"TORCH_EXTENSIONS_DIR": str(extensions_dir(env))}
     if configs[0].get("device", "cpu") == "cpu":
         env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "PRISM_DEVICE": "cpu"}

@@ -33,10 +33,16 @@ def existing_store(db: str | None) -> Store:
     return Store(db)
 
 
-def bench_request(strategies: str, platform: str, **base: Any) -> tuple[dict[str, Any], list[str]]:
-    """`bench`'s base config and strategy names, the host memory checked before anything launches."""
+def bench_request(
+    strategies: str, platform: str, env_profile: str | None = None, **base: Any
+) -> tuple[dict[str, Any], list[str]]:
+    """`bench`'s base config and strategy names, the host memory checked before anything launches;
+    with env_profile, the ranks' environment under it (bench/launch/rank_env.py), kept in the config."""
+    from prism_strategy.bench.launch.rank_env import rank_env
+
     names = strategy_names(strategies)
-    cfg = base_config(**base)
+    env = rank_env(env_profile, load_platform(platform).name)
+    cfg = base_config(**base) | ({"rank_env": env.launch_env()} if env else {})
     check_memory(cfg, names, load_platform(platform))
     return cfg, names
 

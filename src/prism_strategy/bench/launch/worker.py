@@ -106,7 +106,11 @@ class Runner:
         accum, mb = int(config.get("grad_accum", 1)), int(config["micro_batch"])
         if built is not None:
             torch.manual_seed(1000 + ctx.rank)
-            self.batches = [{k: v.to(ctx.device) for k, v in built.make_batch(mb).items()} for _ in range(accum)]
+            cast = precision_setup(config)[0]  # a bf16-pure model takes bf16 pixels (no autocast casts them)
+            self.batches = [
+                {k: v.to(ctx.device, dtype=cast if cast and v.is_floating_point() else None) for k, v in b.items()}
+                for b in (built.make_batch(mb) for _ in range(accum))
+            ]
             return
         vocab = resolve_model(config_model(config)).vocab
         g = torch.Generator().manual_seed(1000 + ctx.rank)
@@ -196,6 +200,20 @@ def engine_options(config: dict[str, Any]) -> dict[str, Any]:
     return {k: config[k] for k in ("bucket_mb", "reduce_dtype") if config.get(k) is not None}
 
 
+def precision_setup(config: dict[str, Any]) -> tuple[torch.dtype | None, str | None]:
+    """(dtype the model is cast to before wrapping, wrap's mixed_precision) for the config's precision.
+    bf16-pure: parameters, gradients and AdamW state in bf16, no fp32 master copy (specs/training.py
+    from_precision): the model is cast and wrapped without autocast, so DDP all-reduces and FSDP2
+    reduce-scatters the bf16 gradients. An engine whose bf16 keeps fp32 master weights whatever is
+    asked (Engine.bf16_keeps_fp32_master: DeepSpeed) runs, as it is estimated, with bf16 enabled."""
+    precision = config.get("precision", "fp32")
+    if precision == "fp32":
+        return None, None
+    if precision == "bf16-pure" and not engine_of(get_strategy(config["strategy"])).bf16_keeps_fp32_master:
+        return torch.bfloat16, None
+    return None, "bf16"
+
+
 def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     from prism_strategy.runtime.wrap import wrap
 
@@ -209,12 +227,16 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     model = built.module if built is not None else build_model(config)
     from prism_strategy.runtime.optim import optimizer_factory
 
+    cast, mixed = precision_setup(config)
+    if cast is not None:  # parameters only: buffers (rotary frequencies) keep fp32, as the engine model counts them
+        for p in model.parameters():
+            p.data = p.data.to(cast)
     job = wrap(
         model,
         config["strategy"],
         ctx=ctx,
         optimizer=optimizer_factory(config.get("optimizer", "adamw")),
-        mixed_precision=None if config.get("precision", "fp32") == "fp32" else "bf16",
+        mixed_precision=mixed,
         ckpt_freq=_ckpt(config.get("ckpt_freq", 0)),
         block_types=built.block_types if built else None,
         loss=config.get("loss", "upcast"),

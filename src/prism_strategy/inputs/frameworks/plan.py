@@ -105,7 +105,7 @@ def configured(
     if "model" not in cfg.options and "model" not in given_flags:
         raise SpecError(
             f"--from {cfg.path}: the {cfg.format} config names no model the plan can build; "
-            "pass --model PRESET or a config.json"
+            "pass --model with a preset name (`prism-strategy models`) or a config.json path"
         )
     note = _check_degrees(cfg, merged)
     return merged, section_of(cfg, overridden) | ({"notes": [note]} if note else {})
