@@ -32,8 +32,15 @@ runtime/utils.py:1021 all_gather_into_tensor, one call per group (:1016). ZeRO-3
 reduce_scatter true never takes the all-reduce path (stage3.py:1673) but reduce_scatter_coalesced
 (:1931), a topology-aware reduce-scatter on oneCCL.
 Memory (DeepSpeed's estimate_zero2/3_model_states_mem_needs, plus the buffers of our config):
-ipg bucket(s) of reduce_bucket_size elements in the model dtype (two with overlap_comm);
-ZeRO-3: the reduce bucket, the largest module gathered (params + grads) and the prefetch bucket.
+ipg bucket(s) of reduce_bucket_size elements in the model dtype (two with overlap_comm), each
+allocated whole whatever the model size (stage3.py __init__: torch.empty(self.reduce_bucket_size)
+per communication dtype; stage_1_and_2.py setup_buckets). ZeRO-3 from init on, besides the
+partitions: grad_partitions_flat_buffer (stage3.py __init__, torch.zeros of the rank's partition in
+gradient_accumulation_dtype, which engine.py get_data_types makes the model dtype unless
+data_types.grad_accum_dtype says otherwise) and every parameter of at most
+stage3_param_persistence_threshold elements held gathered whole (parameter_offload.py
+mark_persistent_parameters: ds_persist); in the step the largest non-persistent module gathered
+with its unsharded grads, and the prefetch bucket (min(prefetch_bucket_size, what is gathered)).
 """
 
 from __future__ import annotations
@@ -51,7 +58,6 @@ from prism_strategy.engines.base import (
     StepCollective,
     adam_states,
     ceil_div,
-    module_sizes,
     numels,
     part_modules,
     step_transient,
@@ -70,6 +76,14 @@ DEFAULT_BUCKET_MB = 25.0
 is a 1 GB bf16 buffer per bucket whatever the model size)."""
 PERSISTENCE_THRESHOLD = 100_000
 """stage3_param_persistence_threshold (DeepSpeed's default), elements."""
+
+
+def is_persistent(numel: int) -> bool:
+    """A ZeRO-3 parameter that stays gathered (parameter_offload.py mark_persistent_parameters:
+    param.ds_numel <= param_threshold; model_persistence_threshold is unbounded by default)."""
+    return numel <= PERSISTENCE_THRESHOLD
+
+
 MAX_REUSE_DISTANCE = 1_000_000_000
 """stage3_max_reuse_distance (DeepSpeed's default), elements."""
 SUB_GROUP_SIZE = 1_000_000_000
@@ -114,15 +128,15 @@ class DeepSpeedEngine(Engine):
         e = t.compute_bytes
         low = e < FP32
         dp = n if st == 3 else 1
-        grads = {1: pt * e + (pt * FP32 / n if low else 0), 2: pt * (e + (FP32 if low else 0)) / n, 3: pt * FP32 / n}
+        grads = {1: pt * e + (pt * FP32 / n if low else 0), 2: pt * (e + (FP32 if low else 0)) / n, 3: pt * e / n}
         optim = pt * (adam_states(t) * FP32 + (FP32 if low else 0)) / n
         return [
             ("params", f"params ({t.compute_dtype}{', 1/' + str(dp) if dp > 1 else ', full'})", (pt + pf) * e / dp),
             (
                 "grads",
-                {1: "bf16 grads (full) + fp32 partition", 2: "grad partition (bf16 + fp32)", 3: "fp32 grad partition"}[
-                    st
-                ]
+                f"grad partition flat buffer ({t.compute_dtype}, 1/{n}, allocated at init)"
+                if st == 3
+                else {1: "bf16 grads (full) + fp32 partition", 2: "grad partition (bf16 + fp32)"}[st]
                 if low
                 else f"fp32 grads (stage {st})",
                 grads[st],
@@ -156,7 +170,8 @@ class DeepSpeedEngine(Engine):
         gathered, buckets = self.buffers(parts, t, s)
         st = _stage(s)
         persistent = buckets if st == 3 else []  # stage 3 allocates its ipg bucket at init
-        start = no_grads + (grads if accumulating else []) + gathered + persistent + reserve
+        held = grads if accumulating or st == 3 else []  # stage 3's grad partition buffer: from init too
+        start = no_grads + held + gathered + persistent + reserve
         out = [
             Moment("start of backward", start, list(acts)),
             Moment("end of backward", states + gathered + buckets + reserve, []),
@@ -203,12 +218,20 @@ class DeepSpeedEngine(Engine):
         """(gathered params, ipg reduce buckets): the buffers DeepSpeed allocates for our ds_config."""
         e, b = t.compute_bytes, bucket_elements(s, t)
         if _stage(s) == 3:
-            modules = [n for p in parts for n in module_sizes(p)]
-            largest = max(modules, default=0)
-            gathered = [n for n in modules if n >= PERSISTENCE_THRESHOLD]
+            modules = [m for p in parts for m in part_modules(p).forward_order()]
+            whole = [n for m in modules for n, _ in m if is_persistent(n)]
+            gathered = [sum(n for n, _ in m if not is_persistent(n)) for m in modules]
+            total = [sum(n for n, _ in m) for m in modules]
+            largest = max(range(len(modules)), key=lambda i: (gathered[i], total[i]), default=None)
+            grads = total[largest] if largest is not None else 0
             return (
                 [
-                    ("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
+                    ("params", f"persistent params held gathered ({len(whole)} of <= 1e5 elements)", e * sum(whole)),
+                    (
+                        "buffers",
+                        "largest module gathered + its unsharded grads (DeepSpeed's L)",
+                        e * ((gathered[largest] if largest is not None else 0) + grads),
+                    ),
                     ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e),
                 ],
                 [
@@ -283,10 +306,7 @@ class DeepSpeedEngine(Engine):
                 "gradient buckets, reduce-scattered",
             )
             persistent = [
-                -(-x // n) * n
-                for p in parts
-                for x in numels(part_modules(p).forward_order())
-                if x < PERSISTENCE_THRESHOLD
+                -(-x // n) * n for p in parts for x in numels(part_modules(p).forward_order()) if is_persistent(x)
             ]
             add(
                 "all_gather",
@@ -370,7 +390,7 @@ def _zero3_gathers(
     Backward, where gradients flow: the modules whose next use is more than the reuse distance
     away (about twice the elements used after them in forward)."""
     modules = [
-        (sum(n for n, _ in m), sum(n for n, _ in m if n >= PERSISTENCE_THRESHOLD), p.backward)
+        (sum(n for n, _ in m), sum(n for n, _ in m if not is_persistent(n)), p.backward)
         for p in parts
         for m in part_modules(p).forward_order()
     ]
