@@ -6,7 +6,8 @@ prediction because torch's MemTracker sees only tensors made inside it or handed
 DeepSpeed's ZeRO optimizer is no torch.optim.Optimizer: its ipg buffer showed up only once a
 gradient became a view into it, after the loss's buffers were gone, and its fp32 partitions never.
 With them handed over (bench/launch/worker.optimizer_state) the same launch measured 33.87 MiB
-(fp32) and 31.46 MiB (bf16-mixed) against 33.71 and 31.45 predicted; the distributed check is
+(fp32) and 31.46 MiB (bf16-mixed) against 33.85 and 31.45 predicted, and small Llama's drop from 2
+to 4 ranks (benchmarks/shard_memory_drop.py) 23.84 MiB against 23.84; the distributed check is
 tests/distributed/test_census_memory.py (measured in the same run).
 """
 
@@ -48,6 +49,8 @@ def test_zero3_on_a_small_model_holds_every_param_whole_and_its_buffers_from_ini
             return next(b for label, b in rows.items() if label.startswith(prefix))
 
         assert row("params (") == e * TINY_PARAMS / 4  # the rank's partition
+        # Adam's two moments and the fp32 master, a copy even in fp32 (stage3.py _create_fp32_partitions)
+        assert row("adamw state") == 3 * 4 * TINY_PARAMS / 4
         # parameter_offload.py mark_persistent_parameters: every param of <= 1e5 elements stays gathered
         assert row("persistent params held gathered") == e * TINY_PARAMS
         # stage3.py __init__: grad_partitions_flat_buffer, gradient_accumulation_dtype = the model dtype
@@ -57,6 +60,20 @@ def test_zero3_on_a_small_model_holds_every_param_whole_and_its_buffers_from_ini
         # nothing is gathered per module, so L is one module's unsharded grads: the embedding's
         assert row("largest module gathered") == e * 512 * 64
         assert row("prefetch bucket") == 0
+
+
+def test_zero3_prefetches_beyond_the_module_in_use():
+    """small Llama: embeddings and LM head (4096 x 256) and the MLP matrices (256 x 688) exceed 1e5
+    elements and are gathered per module; L is the largest module gathered with its grads, and the
+    prefetch bucket holds the rest of what is gathered (under the 25 MiB bucket), not L again."""
+    t = TrainingSpec.from_precision("fp32", seq_len=128, micro_batch=4)
+    parts = model_parts(MultimodalSpec(backbone=load_model("small-llama")), t)
+    ms = {m.name: m for m in moments(parts, t, load_platform("cpu"), LAY4, get_strategy("zero3"))}
+    rows = {label: b for _, label, b in ms["start of backward"].fixed}
+    big = 4096 * 256
+    gathered = 2 * big + 4 * 3 * 256 * 688  # both vocab matrices, every layer's gate, up and down
+    assert next(b for k, b in rows.items() if k.startswith("largest module")) == 4 * (big + big)
+    assert next(b for k, b in rows.items() if k.startswith("prefetch bucket")) == 4 * (gathered - big)
 
 
 def test_the_bench_hands_an_engines_optimizer_state_to_memtracker():

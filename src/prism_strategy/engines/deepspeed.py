@@ -40,7 +40,10 @@ gradient_accumulation_dtype, which engine.py get_data_types makes the model dtyp
 data_types.grad_accum_dtype says otherwise) and every parameter of at most
 stage3_param_persistence_threshold elements held gathered whole (parameter_offload.py
 mark_persistent_parameters: ds_persist); in the step the largest non-persistent module gathered
-with its unsharded grads, and the prefetch bucket (min(prefetch_bucket_size, what is gathered)).
+with its unsharded grads, and the prefetch bucket beyond it (partitioned_param_coordinator.py
+fetch_sub_module: up to prefetch_bucket_size elements of the modules after the one in use). The
+fp32 master partition is a copy whatever the precision (stage_1_and_2.py clones it; stage3.py's
+shared-tensor branch compares a torch.device with a device-name str, never equal).
 """
 
 from __future__ import annotations
@@ -129,7 +132,10 @@ class DeepSpeedEngine(Engine):
         low = e < FP32
         dp = n if st == 3 else 1
         grads = {1: pt * e + (pt * FP32 / n if low else 0), 2: pt * (e + (FP32 if low else 0)) / n, 3: pt * e / n}
-        optim = pt * (adam_states(t) * FP32 + (FP32 if low else 0)) / n
+        # the fp32 master partition is a copy in fp32 too: stage_1_and_2.py clones it (.detach().clone());
+        # stage3.py _create_fp32_partitions would share an fp32 partition but compares its torch.device
+        # with the accelerator's device name, a str, which never equals it, so it clones as well
+        optim = pt * (adam_states(t) + 1) * FP32 / n
         return [
             ("params", f"params ({t.compute_dtype}{', 1/' + str(dp) if dp > 1 else ', full'})", (pt + pf) * e / dp),
             (
@@ -141,7 +147,7 @@ class DeepSpeedEngine(Engine):
                 else f"fp32 grads (stage {st})",
                 grads[st],
             ),
-            ("optimizer", f"{t.optimizer} state (fp32{' + fp32 master' if low else ''}, 1/{n})", optim),
+            ("optimizer", f"{t.optimizer} state (fp32 + fp32 master, 1/{n})", optim),
         ]
 
     def moments(
@@ -232,7 +238,11 @@ class DeepSpeedEngine(Engine):
                         "largest module gathered + its unsharded grads (DeepSpeed's L)",
                         e * ((gathered[largest] if largest is not None else 0) + grads),
                     ),
-                    ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, sum(gathered)) * e),
+                    (
+                        "buffers",
+                        f"prefetch bucket ({b:.2e} elements beyond the module in use)",
+                        min(b, sum(gathered) - (gathered[largest] if largest is not None else 0)) * e,
+                    ),
                 ],
                 [
                     (
