@@ -18,9 +18,9 @@ leaves out spread that does not scale with the work (host hiccups, k x sigma_0 x
 cv: no shipped record measures it (data/scale_loss.toml). A measured cv (`plan --rank-jitter`,
 a platform's `rank_jitter`) prices the term into the step; without one, the point takes the
 published prior (Sinha et al. SC22: 8% average variation across a cluster's GPUs, cv 1.0%) and
-the range's slow side the rest of the way to the worst cluster's 22% (cv 2.8%). At fixed work
+the range's slow side the rest of the way to the worst cluster's 22% (cv 2.7%). At fixed work
 per GPU this is the one node-count term of the point with a source beyond NCCL's own model:
-Llama 3.1 8B FSDP on 16 -> 64 DGX H100 nodes loses 0.45% of compute from it (e_128 2.61 -> e_512
+Llama 3.1 8B FSDP on 16 -> 64 DGX H100 nodes loses 0.44% of compute from it (e_128 2.60 -> e_512
 3.04), next to the exposed collectives' growth (docs/model.md "At scale").
 
 What NCCL's own model says about scale is already estimate/comm_nccl.py's (checked against
