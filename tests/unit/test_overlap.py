@@ -139,13 +139,14 @@ def test_fsdp_exposed_communication_grows_with_nodes_on_dgx_h100():
 
 def test_aurora_and_cpu_keep_their_model():
     """Collectives that block the host (Aurora, CCL_OP_SYNC=1) are exposed whole; gloo on CPU keeps
-    its comm_overlap of 0: the step is compute + every collective + grad path + optimizer."""
+    its comm_overlap of 0: the step is compute + every collective + grad path + optimizer (+ the
+    late ranks beyond the nodes the fit measured, estimate/scale_loss.py)."""
     for name in ("aurora", "cpu"):
         p = load_platform(name)
         assert not schedules_overlap(p)
         o = plan("qwen3-0.6b", platform=name, nodes=2, seq_len=512, micro_batch=1).option("fsdp_full_shard")
         assert o.comm is not None and all(not c.call_seconds for c in o.comm.collectives)
-        assert o.step_time_s == pytest.approx(o.compute_s + o.comm_s + o.optimizer_s)
+        assert o.step_time_s == pytest.approx(o.compute_s + o.comm_s + o.optimizer_s + o.late_ranks.seconds)
     assert (
         schedules_overlap(H100)
         and "schedule"

@@ -1,5 +1,6 @@
 """The late-rank term (estimate/scale_loss.py) against independent computations, and how plans at
-scale carry it: in the step when the per-rank spread is measured, in the range's slow side when not;
+scale carry it: in the step at the measured per-rank spread, else at the published average with the
+rest of the way to the worst published cluster on the range's slow side;
 and the Aurora 10-node range holding both readings of the cross-node cost."""
 
 from __future__ import annotations
@@ -67,15 +68,15 @@ def test_proportional_spread_costs_the_same_for_any_number_of_sync_points():
     expected = 0.02 * 3.0 * (_pdf_integral(512) - _pdf_integral(8))
     assert one.seconds == pytest.approx(expected, rel=1e-3) and many.seconds == pytest.approx(one.seconds)
     unmeasured = late_ranks(512, 8, 3.0, 96, None)
-    assert unmeasured.seconds == 0.0  # no invented point value
-    assert unmeasured.slow_seconds == pytest.approx(
-        default_jitter().high * 3.0 * (_pdf_integral(512) - _pdf_integral(8)), rel=1e-3
-    )
+    gap = 3.0 * (_pdf_integral(512) - _pdf_integral(8))
+    assert unmeasured.seconds == pytest.approx(default_jitter().point * gap, rel=1e-3)  # the published average
+    assert unmeasured.seconds + unmeasured.slow_seconds == pytest.approx(default_jitter().high * gap, rel=1e-3)
 
 
 def test_default_spread_is_the_published_variation_over_twice_the_expected_max():
     # 22% across Summit's 27,648 GPUs, read as E[max - min] = 2 E[max] standard deviations
     assert default_jitter().high == pytest.approx(0.22 / (2 * _pdf_integral(27648)), rel=1e-3)
+    assert default_jitter().point == pytest.approx(0.08 / (2 * _pdf_integral(27648)), rel=1e-3)  # the average
     assert default_jitter().low == 0.0
 
 
@@ -106,10 +107,30 @@ def test_a_measured_spread_prices_the_late_ranks_into_the_step():
     sc = build_scenario("llama-3.1-8b", platform="h100-96gb-500w", nodes=64, seq_len=8192, micro_batch=2, ckpt_freq=1)
     base = evaluate(sc, get_strategy("fsdp_full_shard"))
     jit = evaluate(sc.with_platform(sc.platform.with_values(rank_jitter=0.02)), get_strategy("fsdp_full_shard"))
-    added = 0.02 * base.compute_s * (_pdf_integral(512) - _pdf_integral(8))
-    assert jit.step_time_s - base.step_time_s == pytest.approx(added, rel=1e-3)
-    assert base.late_ranks.seconds == 0.0 and LATE in base.range.terms  # unmeasured: the range only
-    assert LATE not in jit.range.terms
+    gap = base.compute_s * (_pdf_integral(512) - _pdf_integral(8))
+    assert jit.step_time_s - base.step_time_s == pytest.approx((0.02 - default_jitter().point) * gap, rel=1e-3)
+    assert jit.late_ranks.seconds == pytest.approx(0.02 * gap, rel=1e-3) and LATE not in jit.range.terms
+    # unmeasured: the published average in the point, the rest of the way to the top on the slow side
+    assert base.late_ranks.seconds == pytest.approx(default_jitter().point * gap, rel=1e-3)
+    assert base.range.terms[LATE] == pytest.approx(
+        math.log1p((default_jitter().high - default_jitter().point) * gap / base.step_time_s), rel=1e-3
+    )
+    assert "late ranks" in base.provenance["late_ranks"] and "Sinha" in base.provenance["late_ranks"]
+
+
+def test_one_node_pays_no_late_ranks_and_more_nodes_pay_more():
+    """At the node count the fit measured the records already hold e_M (no term); beyond it the
+    point's late-rank seconds grow with E[max of N] at fixed work per GPU."""
+    fsdp = get_strategy("fsdp_full_shard")
+    late = {
+        n: evaluate(build_scenario("llama-3.1-8b", platform="dgx-h100", nodes=n, seq_len=8192, micro_batch=2), fsdp)
+        for n in (1, 16, 64)
+    }
+    assert late[1].late_ranks.seconds == 0.0
+    gap16, gap64 = (_pdf_integral(8 * n) - _pdf_integral(8) for n in (16, 64))
+    assert late[64].late_ranks.seconds / late[16].late_ranks.seconds == pytest.approx(
+        (late[64].compute_s * gap64) / (late[16].compute_s * gap16), rel=1e-3
+    )
 
 
 def _rank_file(folder, rank: int, locals_s: list[float]) -> None:

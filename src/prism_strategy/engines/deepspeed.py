@@ -32,14 +32,24 @@ runtime/utils.py:1021 all_gather_into_tensor, one call per group (:1016). ZeRO-3
 reduce_scatter true never takes the all-reduce path (stage3.py:1673) but reduce_scatter_coalesced
 (:1931), a topology-aware reduce-scatter on oneCCL.
 Memory (DeepSpeed's estimate_zero2/3_model_states_mem_needs, plus the buffers of our config):
-ipg bucket(s) of reduce_bucket_size elements in the model dtype (two with overlap_comm);
-ZeRO-3: the reduce bucket, the largest module gathered (params + grads) and the prefetch bucket.
+ipg bucket(s) of reduce_bucket_size elements in the model dtype (two with overlap_comm), each
+allocated whole whatever the model size (stage3.py __init__: torch.empty(self.reduce_bucket_size)
+per communication dtype; stage_1_and_2.py setup_buckets). ZeRO-3 from init on, besides the
+partitions: grad_partitions_flat_buffer (stage3.py __init__, torch.zeros of the rank's partition in
+gradient_accumulation_dtype, which engine.py get_data_types makes the model dtype unless
+data_types.grad_accum_dtype says otherwise) and every parameter of at most
+stage3_param_persistence_threshold elements held gathered whole (parameter_offload.py
+mark_persistent_parameters: ds_persist); in the step the largest non-persistent module gathered
+with its unsharded grads, and the prefetch bucket beyond it (partitioned_param_coordinator.py
+fetch_sub_module: up to prefetch_bucket_size elements of the modules after the one in use). The
+fp32 master partition is a copy whatever the precision (stage_1_and_2.py clones it; stage3.py's
+shared-tensor branch compares a torch.device with a device-name str, never equal).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from prism_strategy.engines.base import (
     FP32,
@@ -52,7 +62,6 @@ from prism_strategy.engines.base import (
     StepCollective,
     adam_states,
     ceil_div,
-    module_sizes,
     part_modules,
     step_transient,
     tensor_sizes,
@@ -71,6 +80,14 @@ DEFAULT_BUCKET_MB = 25.0
 is a 1 GB bf16 buffer per bucket whatever the model size)."""
 PERSISTENCE_THRESHOLD = 100_000
 """stage3_param_persistence_threshold (DeepSpeed's default), elements."""
+
+
+def is_persistent(numel: int) -> bool:
+    """A ZeRO-3 parameter that stays gathered (parameter_offload.py mark_persistent_parameters:
+    param.ds_numel <= param_threshold; model_persistence_threshold is unbounded by default)."""
+    return numel <= PERSISTENCE_THRESHOLD
+
+
 MAX_REUSE_DISTANCE = 1_000_000_000
 """stage3_max_reuse_distance (DeepSpeed's default), elements."""
 SUB_GROUP_SIZE = 1_000_000_000
@@ -116,20 +133,23 @@ class DeepSpeedEngine(Engine):
         e = t.compute_bytes
         low = e < FP32
         dp = n if st == 3 else 1
-        grads = {1: pt * e + (pt * FP32 / n if low else 0), 2: pt * (e + (FP32 if low else 0)) / n, 3: pt * FP32 / n}
-        optim = pt * (adam_states(t) * FP32 + (FP32 if low else 0)) / n
+        grads = {1: pt * e + (pt * FP32 / n if low else 0), 2: pt * (e + (FP32 if low else 0)) / n, 3: pt * e / n}
+        # the fp32 master partition is a copy in fp32 too: stage_1_and_2.py clones it (.detach().clone());
+        # stage3.py _create_fp32_partitions would share an fp32 partition but compares its torch.device
+        # with the accelerator's device name, a str, which never equals it, so it clones as well
+        optim = pt * (adam_states(t) + 1) * FP32 / n
         return [
             ("params", f"params ({t.compute_dtype}{', 1/' + str(dp) if dp > 1 else ', full'})", (pt + pf) * e / dp),
             (
                 "grads",
-                {1: "bf16 grads (full) + fp32 partition", 2: "grad partition (bf16 + fp32)", 3: "fp32 grad partition"}[
-                    st
-                ]
+                f"grad partition flat buffer ({t.compute_dtype}, 1/{n}, allocated at init)"
+                if st == 3
+                else {1: "bf16 grads (full) + fp32 partition", 2: "grad partition (bf16 + fp32)"}[st]
                 if low
                 else f"fp32 grads (stage {st})",
                 grads[st],
             ),
-            ("optimizer", f"{t.optimizer} state (fp32{' + fp32 master' if low else ''}, 1/{n})", optim),
+            ("optimizer", f"{t.optimizer} state (fp32 + fp32 master, 1/{n})", optim),
         ]
 
     def moments(
@@ -158,7 +178,8 @@ class DeepSpeedEngine(Engine):
         gathered, buckets = self.buffers(parts, t, s)
         st = _stage(s)
         persistent = buckets if st == 3 else []  # stage 3 allocates its ipg bucket at init
-        start = no_grads + (grads if accumulating else []) + gathered + persistent + reserve
+        held = grads if accumulating or st == 3 else []  # stage 3's grad partition buffer: from init too
+        start = no_grads + held + gathered + persistent + reserve
         out = [
             Moment("start of backward", start, list(acts)),
             Moment("end of backward", states + gathered + buckets + reserve, []),
@@ -205,11 +226,24 @@ class DeepSpeedEngine(Engine):
         """(gathered params, ipg reduce buckets): the buffers DeepSpeed allocates for our ds_config."""
         e, b = t.compute_bytes, bucket_elements(s, t)
         if _stage(s) == 3:
-            largest, gathered = _largest_and_gathered(parts)
+            z = _zero3_buffer_sizes(parts)
             return (
                 [
-                    ("buffers", "largest layer gathered, params + grads (DeepSpeed's L)", 2 * e * largest),
-                    ("buffers", f"prefetch bucket ({b:.2e} elements)", min(b, gathered) * e),
+                    (
+                        "params",
+                        f"persistent params held gathered ({z.persistent_count} of <= 1e5 elements)",
+                        e * z.persistent,
+                    ),
+                    (
+                        "buffers",
+                        "largest module gathered + its unsharded grads (DeepSpeed's L)",
+                        e * (z.largest_gathered + z.largest_total),
+                    ),
+                    (
+                        "buffers",
+                        f"prefetch bucket ({b:.2e} elements beyond the module in use)",
+                        min(b, z.gathered - z.largest_gathered) * e,
+                    ),
                 ],
                 [
                     (
@@ -343,11 +377,35 @@ class DeepSpeedEngine(Engine):
         return f"ZeRO stage {s.zero_stage}, {bucket_elements_text(s)}"
 
 
+class Zero3Buffers(NamedTuple):
+    persistent: int
+    """Elements of the parameters held gathered whole (is_persistent)."""
+    persistent_count: int
+    largest_gathered: int
+    """The gathered (non-persistent) elements of the module gathered largest: DeepSpeed's L."""
+    largest_total: int
+    """All of that module's elements: its unsharded grads."""
+    gathered: int
+    """Non-persistent elements of every module: what the prefetch bucket draws from."""
+
+
 @lru_cache(maxsize=64)  # the planner asks at every micro-batch it tries
-def _largest_and_gathered(parts: tuple[Part, ...]) -> tuple[int, int]:
-    """(elements of the largest module, of every module ZeRO-3 gathers: at or above the threshold)."""
-    modules = [n for p in parts for n in module_sizes(p)]
-    return max(modules, default=0), sum(n for n in modules if n >= PERSISTENCE_THRESHOLD)
+def _zero3_buffer_sizes(parts: tuple[Part, ...]) -> Zero3Buffers:
+    """ZeRO-3's buffer sizes (DeepSpeedEngine.buffers); identical blocks share their module lists
+    (TransformerSpec.stack), so each distinct module is summed once."""
+    memo: dict[int, tuple[int, int, int, int]] = {}
+    persistent = count = gathered = 0
+    largest = (0, 0)
+    for p in parts:
+        for m in part_modules(p).forward_order():
+            if id(m) not in memo:
+                whole = [n for n, _ in m if is_persistent(n)]
+                total = sum(n for n, _ in m)
+                memo[id(m)] = (sum(whole), len(whole), total - sum(whole), total)
+            w, c, g, total = memo[id(m)]
+            persistent, count, gathered = persistent + w, count + c, gathered + g
+            largest = max(largest, (g, total))
+    return Zero3Buffers(persistent, count, largest[0], largest[1], gathered)
 
 
 @lru_cache(maxsize=32)  # bounded: one entry holds a size per tensor
@@ -360,7 +418,7 @@ def _grad_order(parts: tuple[Part, ...]) -> tuple[int, ...]:
 def _zero3_sizes(parts: tuple[Part, ...], n: int) -> tuple[int, tuple[int, ...]]:
     """(trainable elements each padded to n ranks, the padded persistent small tensors of every part)."""
     padded = sum(-(-x // n) * n for x in _grad_order(parts))
-    return padded, tuple(-(-x // n) * n for p in parts for x in tensor_sizes(p) if x < PERSISTENCE_THRESHOLD)
+    return padded, tuple(-(-x // n) * n for p in parts for x in tensor_sizes(p) if is_persistent(x))
 
 
 @lru_cache(maxsize=64)  # the planner asks again for every micro-batch and checkpointing it tries
@@ -383,7 +441,7 @@ def _module_gathers(part: Part) -> tuple[tuple[int, int], ...]:
     out = []
     for m in part_modules(part).forward_order():
         if id(m) not in memo:
-            memo[id(m)] = (sum(n for n, _ in m), sum(n for n, _ in m if n >= PERSISTENCE_THRESHOLD))
+            memo[id(m)] = (sum(n for n, _ in m), sum(n for n, _ in m if not is_persistent(n)))
         out.append(memo[id(m)])
     return tuple(out)
 

@@ -16,8 +16,12 @@ prefetched collective leaves slack (a rank late by less than the slack delays no
 leaves out spread that does not scale with the work (host hiccups, k x sigma_0 x e_N).
 
 cv: no shipped record measures it (data/scale_loss.toml). A measured cv (`plan --rank-jitter`,
-a platform's `rank_jitter`) prices the term into the step; without one, the range takes the top
-of data/scale_loss.toml's default range on its slow side and the point prediction leaves it out.
+a platform's `rank_jitter`) prices the term into the step; without one, the point takes the
+published prior (Sinha et al. SC22: 8% average variation across a cluster's GPUs, cv 1.0%) and
+the range's slow side the rest of the way to the worst cluster's 22% (cv 2.7%). At fixed work
+per GPU this is the one node-count term of the point with a source beyond NCCL's own model:
+Llama 3.1 8B FSDP on 16 -> 64 DGX H100 nodes loses 0.44% of compute from it (e_128 2.60 -> e_512
+3.04), next to the exposed collectives' growth (docs/model.md "At scale").
 
 What NCCL's own model says about scale is already estimate/comm_nccl.py's (checked against
 NVIDIA/nccl src/graph/tuning.cc at 5067397c): ring latency (N-1 or 2(N-1) steps, 2(nodes-1) of
@@ -68,6 +72,8 @@ def late_rank_seconds(ranks: int, measured_ranks: int, sync_points: int, sigma_p
 class JitterRange:
     low: float
     high: float
+    point: float
+    """The prior the point prediction takes when cv is unmeasured (the published average)."""
     source: str
 
 
@@ -78,15 +84,16 @@ def default_jitter() -> JitterRange:
     d = read_toml(DATA / "scale_loss.toml")["rank_jitter"]
     lo, hi = (float(v) for v in d["variation"])
     spread = 2 * expected_max_normal(int(d["cluster_gpus"]))
-    return JitterRange(low=lo / spread, high=hi / spread, source=str(d["source"]))
+    return JitterRange(low=lo / spread, high=hi / spread, point=float(d["point"]) / spread, source=str(d["source"]))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LateRanks:
     seconds: float
-    """Added to the step (a measured cv), else 0: the point prediction holds no invented value."""
+    """Added to the step: at the measured cv, else at the published prior (default_jitter().point)."""
     slow_seconds: float
-    """At the top of the default range when cv is unmeasured (the range's slow side), else 0."""
+    """What the range's slow side adds beyond `seconds` when cv is unmeasured (from the prior up to
+    the top of the default range), else 0."""
     cv: float
     measured: bool
     sync_points: int
@@ -95,29 +102,32 @@ class LateRanks:
 
     @property
     def basis(self) -> str:
-        s = self.seconds or self.slow_seconds
         en, em = expected_max_normal(self.ranks), expected_max_normal(max(1, self.measured_ranks))
+        j = default_jitter()
+        how = (
+            "measured (--rank-jitter)"
+            if self.measured
+            else f"(the published average, {j.source}; up to {j.high:.1%} on the range's slow side: "
+            f"+{self.slow_seconds:.3g} s more)"
+        )
         return (
-            f"late ranks: {self.sync_points} sync points, cv {self.cv:.1%} "
-            + (
-                "measured (--rank-jitter)"
-                if self.measured
-                else f"(top of the default range, {default_jitter().source})"
-            )
-            + f", E[max] of {self.ranks} ranks {en:.2f} vs {em:.2f} at the {self.measured_ranks} the fit measured: "
-            f"+{s:.3g} s"
+            f"late ranks: {self.sync_points} sync points, cv {self.cv:.1%} {how}, E[max] of {self.ranks} ranks "
+            f"{en:.2f} vs {em:.2f} at the {self.measured_ranks} the fit measured: +{self.seconds:.3g} s"
         )
 
 
 def late_ranks(ranks: int, measured_ranks: int, compute_s: float, sync_points: int, cv: float | None) -> LateRanks:
     """The late-rank term of one step: cv x compute split over its sync points (sigma per point =
-    cv x compute / k), priced by late_rank_seconds."""
+    cv x compute / k), priced by late_rank_seconds; an unmeasured cv takes the published prior in
+    the point and the top of the default range on the slow side."""
     k = max(1, sync_points)
-    use = cv if cv is not None else default_jitter().high
+    j = default_jitter()
+    use = cv if cv is not None else j.point
     s = late_rank_seconds(ranks, measured_ranks, k, use * compute_s / k)
+    top = 0.0 if cv is not None else late_rank_seconds(ranks, measured_ranks, k, j.high * compute_s / k)
     return LateRanks(
-        seconds=s if cv is not None else 0.0,
-        slow_seconds=0.0 if cv is not None else s,
+        seconds=s,
+        slow_seconds=max(0.0, top - s),
         cv=use,
         measured=cv is not None,
         sync_points=k,

@@ -124,8 +124,8 @@ def plan(model: Any = "qwen3-0.6b", **options: Any) -> Plan:
         CLI loads them from the results store: bench/results/curves.py); a matching one prices its collective.
     rank_jitter: the measured per-rank spread of the work between synchronisations (std / mean; the
         CLI also reads it from a StepMonitor folder: planning/rank_jitter.py); it prices the late-rank
-        term into the step (estimate/scale_loss.py). None: the platform's `rank_jitter`; unmeasured, only the
-        range's slow side takes it.
+        term into the step (estimate/scale_loss.py). None: the platform's `rank_jitter`; unmeasured, the
+        published average (data/scale_loss.toml) in the step and its top on the range's slow side.
     script: what a training script said about these inputs, kept as given for `inputs.script` of the
         JSON (`plan --script` reads it: inputs/script.py; the values arrive as the keywords above).
     varying_lengths: batch shapes change step to step (padded per batch); None = when mean_seq_len < seq_len.

@@ -168,12 +168,31 @@ def peak_memory(runner: Runner, index: int) -> float | None:
     from torch.distributed._tools.mem_tracker import MemTracker
 
     mt = MemTracker()
-    opt = runner.job.optimizer
-    tracked = [runner.job.model] + ([opt] if isinstance(opt, torch.optim.Optimizer) else [])
-    mt.track_external(*tracked)
+    mt.track_external(runner.job.model, *optimizer_state(runner.job.optimizer))
     with mt:
         runner.step(index)
     return float(sum(d["Total"] for d in mt.get_tracker_snapshot("peak").values()))
+
+
+def optimizer_state(opt: Any) -> list[Any]:
+    """What the optimizer holds from before the tracked step, for MemTracker (which sees only tensors
+    made inside it or handed to track_external): a torch optimizer as it is; an engine's wrapper
+    (DeepSpeed's ZeRO optimizers are no torch.optim.Optimizer) its inner torch optimizer and every
+    tensor it keeps in an attribute, a list, a dict or a bucket's `buffer` (stage3.py: the fp32
+    partitions, grad_partitions_flat_buffer, each IPGBucketZ3's reduce_bucket_size buffer, made at
+    init). Without them the ipg buffer shows up only once a gradient is a view into it, after the
+    loss's buffers are gone, and the fp32 states not at all."""
+    if isinstance(opt, torch.optim.Optimizer):
+        return [opt]
+    out: list[Any] = []
+    for v in vars(opt).values() if hasattr(opt, "__dict__") else ():
+        if isinstance(v, torch.optim.Optimizer):
+            out.append(v)
+        for x in v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]:
+            x = getattr(x, "buffer", x)
+            if isinstance(x, torch.Tensor):
+                out.append(x)
+    return out
 
 
 _CTX: Any = None
