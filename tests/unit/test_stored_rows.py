@@ -169,3 +169,8 @@ def test_compare_names_the_stored_run_it_cannot_read(tmp_path):
     assert res.exit_code == 2, res.output
     assert res.output.strip().count("\n") == 0 and "stored result 2" in res.output and "long" in res.output
     assert "Traceback" not in res.output
+    res = CliRunner().invoke(
+        app, ["calibrate", "--platform", "cpu", "--db", str(db), "--out", str(tmp_path / "c.toml")]
+    )
+    assert res.exit_code == 2 and "stored result 2" in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "c.toml").exists()

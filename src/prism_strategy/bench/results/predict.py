@@ -35,3 +35,13 @@ def predict(config: dict[str, Any], platform: PlatformSpec) -> dict[str, float]:
         "tokens_per_s_per_device": step.tokens_per_s_per_device,
         "mfu": step.mfu,
     }
+
+
+def check_readable(results: list[Any]) -> None:
+    """SpecError naming the first stored run whose config cannot be read back (and why), before a
+    fit or a comparison prices any of them."""
+    for r in results:
+        try:
+            scenario_from_row(r.config)
+        except SpecError as e:
+            raise SpecError(f"stored result {r.id}: {e}") from None
