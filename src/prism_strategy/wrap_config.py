@@ -47,7 +47,7 @@ ENV_VAR = "PRISM_STRATEGY_FILE"
 
 
 def mixed_precision_of(precision: str) -> Literal["bf16"] | None:
-    """--precision bf16-mixed / bf16-pure -> "bf16" (wrap computes in bf16 either way); fp32 -> None."""
+    """--precision bf16-mixed / bf16-pure -> "bf16" (wrap's one bf16 setting); fp32 -> None."""
     return None if precision == "fp32" else "bf16"
 
 
