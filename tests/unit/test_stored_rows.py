@@ -142,6 +142,7 @@ def _fields(r: Result) -> dict:
         ({"model": "tiny-llama", "strategy": "ddp", "nproc": 4}, ["lacks 'micro_batch'"]),
         ({**OLD["bench"], "micro_batch": "two"}, ["malformed", "two"]),
         ({**OLD["bench"], "nproc": 3}, ["nproc 3", "ranks per node 2"]),
+        ({"schema": 1, "strategy": "ddp"}, ["lacks 'layout'"]),
     ],
 )
 def test_a_row_that_cannot_be_read_says_why(row, words):
@@ -154,6 +155,8 @@ def test_a_schema_1_row_refuses_a_flat_scenario_key():
     new = base_config("tiny-llama", nproc=2, micro_batch=1, seq_len=32, steps=1, warmup=0, timeout_s=60)
     with pytest.raises(SpecError, match="flat key 'micro_batch'.*row_with"):
         scenario_from_row(new | {"micro_batch": 4})
+    with pytest.raises(SpecError, match="nproc 4 is not its layout's 1 x 2"):
+        scenario_from_row(new | {"nproc": 4})
     assert scenario_from_row(row_with(new, micro_batch=4)).batch.micro_batch == 4
 
 

@@ -116,7 +116,16 @@ def scenario_record(row: dict[str, Any]) -> dict[str, Any]:
                     f"stored config (schema {ROW_SCHEMA}) has the flat key {flat[0]!r}, which its scenario "
                     "would not read; change a run through inputs/stored.py row_with"
                 )
-            return {k: row.get(k) for k in ROW_KEYS}
+            record = {k: row.get(k) for k in ROW_KEYS}
+            if missing := [k for k in ("layout", "batch", "memory") if not isinstance(record[k], dict)]:
+                raise SpecError(f"stored config lacks {missing[0]!r} (an object)")
+            lay = record["layout"]
+            if "nproc" in row and row["nproc"] != lay["nodes"] * lay["ranks_per_node"]:
+                raise SpecError(
+                    f"stored config's nproc {row['nproc']} is not its layout's {lay['nodes']} x "
+                    f"{lay['ranks_per_node']} ranks"
+                )
+            return record
         return _v0_record(row)
     except KeyError as e:
         raise SpecError(f"stored config lacks {e.args[0]!r}") from None
