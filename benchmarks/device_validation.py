@@ -44,8 +44,8 @@ from device_validation_report import gib, render, write_atomic  # noqa: E402
 from prism_strategy.bench.launch.run import base_config, platform_with_limit  # noqa: E402
 from prism_strategy.bench.results.store import Result, Store  # noqa: E402
 from prism_strategy.estimate.batch import MAX_MICRO_BATCH_SHOWN  # noqa: E402
+from prism_strategy.inputs.stored import scenario_from_row  # noqa: E402
 from prism_strategy.planning.planner import evaluate  # noqa: E402
-from prism_strategy.planning.scenario import build_scenario  # noqa: E402
 from prism_strategy.specs.cluster import GiB, PlatformSpec  # noqa: E402
 from prism_strategy.specs.errors import SpecError  # noqa: E402
 from prism_strategy.specs.presets import load_model, load_platform  # noqa: E402
@@ -203,20 +203,7 @@ def predict_row(config: dict[str, Any], platform: PlatformSpec) -> dict[str, Any
     """planner.evaluate at 1 node x 1 rank. The memory model predicts the peak of live tensors (what
     the allocator reports as allocated) plus the platform's framework reserve (context, communicator
     buffers: outside the allocator); allocator caching (reserved - allocated) is not modelled."""
-    mb = int(config["micro_batch"])
-    sc = build_scenario(
-        config["model"],
-        platform=platform,
-        nodes=1,
-        ranks_per_node=1,
-        seq_len=int(config["seq_len"]),
-        micro_batch=mb,
-        global_batch=mb,
-        ckpt_freq=config["ckpt_freq"],
-        precision=config["precision"],
-        optimizer=config.get("optimizer", "adamw"),
-        loss=config.get("loss", "upcast"),
-    )
+    sc = scenario_from_row(config, platform)  # the row's own scenario: 1 node x 1 rank, batch = micro-batch
     o = evaluate(sc, get_strategy(config["strategy"]))
     return {
         "step_time_s": o.step_time_s,
@@ -309,21 +296,21 @@ def measure_row(config: dict[str, Any], ctx: Any, limit_bytes: float | None) -> 
     from prism_strategy.runtime.wrap import wrap
 
     accel = _accel(ctx.device)
+    sc = scenario_from_row(config)
     with torch.device(ctx.device):
-        model = build_model(config)
+        model = build_model(sc)
     from prism_strategy.runtime.optim import optimizer_factory
 
-    ckpt = config["ckpt_freq"] if config["ckpt_freq"] == "sac" else int(config["ckpt_freq"])
     job = wrap(
         model,
         config["strategy"],
         ctx=ctx,
-        optimizer=optimizer_factory(config.get("optimizer", "adamw")),
-        mixed_precision=None if config["precision"] == "fp32" else "bf16",
-        ckpt_freq=ckpt,
-        loss=config.get("loss", "upcast"),
+        optimizer=optimizer_factory(sc.memory.optimizer),
+        mixed_precision=None if sc.precision == "fp32" else "bf16",
+        ckpt_freq=sc.memory.checkpointing,
+        loss=sc.memory.loss,
     )
-    runner = Runner(config, job, ctx, argparse.Namespace(fault=None))
+    runner = Runner(config, sc, job, ctx, argparse.Namespace(fault=None))
     warmup, steps = int(config["warmup"]), int(config["steps"])
     for i in range(warmup):
         runner.step(i)

@@ -19,6 +19,11 @@ export PRISM_STRATEGY_FILE, and `wrap_from_file()` reads them back:
     ds_config = "ds_config.json"         # deepspeed only: relative to this file
 
 Missing keys take the defaults below; unknown keys and wrong types are a SpecError.
+
+What the file says of the run is read in the Scenario's own terms (specs/policies.py) by one
+function, `WrapConfig.policies` -> RunPolicies (precision, the memory policy's checkpointing, loss,
+compile and bucket, the batch split, the layout), and emit writes the file from them
+(`WrapConfig.from_policies`), so the file and the CLI flags describe a run the same way.
 """
 
 from __future__ import annotations
@@ -30,12 +35,48 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prism_strategy.engines import engine_of
+from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import MemoryPolicy
+from prism_strategy.specs.scenario import Scenario
 from prism_strategy.specs.training import LOSSES, check_options
 from prism_strategy.strategies import get_strategy
 
 ENV_VAR = "PRISM_STRATEGY_FILE"
 """The launchers `emit` writes export it: wrap_from_file() with no path reads it."""
+
+
+def mixed_precision_of(precision: str) -> Literal["bf16"] | None:
+    """--precision bf16-mixed / bf16-pure -> "bf16" (wrap's one bf16 setting); fp32 -> None."""
+    return None if precision == "fp32" else "bf16"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunPolicies:
+    """What a strategy.toml says of the run, as the Scenario's policies (specs/policies.py) hold it."""
+
+    precision: str = "bf16-mixed"
+    """fp32, or bf16-mixed for the file's mixed_precision = "bf16" (bf16-pure is written as bf16)."""
+    memory: MemoryPolicy = MemoryPolicy()
+    """checkpointing, loss, compile and bucket_mb as the file sets them; the rest at their defaults
+    (the optimizer is the training script's, passed to wrap_from_file)."""
+    micro_batch: int | None = None
+    grad_accum: int = 1
+    layout: Layout | None = None
+    """The nodes x ranks per node the plan assumed; None when the file does not say."""
+
+    @classmethod
+    def of(cls, sc: Scenario, *, micro_batch: int | None = None, grad_accum: int | None = None) -> "RunPolicies":
+        """The part of a Scenario a strategy.toml carries (micro_batch, grad_accum: an option's
+        choice where the scenario leaves them to the planner)."""
+        m = sc.memory
+        return cls(
+            precision=sc.precision,
+            memory=MemoryPolicy(checkpointing=m.checkpointing, loss=m.loss, compile=m.compile, bucket_mb=m.bucket_mb),
+            micro_batch=sc.batch.micro_batch if micro_batch is None else micro_batch,
+            grad_accum=(sc.batch.grad_accum or 1) if grad_accum is None else grad_accum,
+            layout=sc.layout,
+        )
 
 
 def _is_int(v: Any) -> bool:
@@ -101,6 +142,43 @@ class WrapConfig:
             raise SpecError(f"grad_accum must be a positive integer, got {self.grad_accum!r}")
         if self.ds_config is not None and engine_of(spec).config_file is None:
             raise SpecError(f"ds_config is only for zero* strategies, not {self.strategy}; remove it")
+
+    @property
+    def policies(self) -> RunPolicies:
+        """What this file says of the run, in the Scenario's terms (the one reading of it)."""
+        layout = None
+        if self.nodes is not None and self.ranks_per_node is not None:
+            layout = Layout(nodes=self.nodes, ranks_per_node=self.ranks_per_node)
+        return RunPolicies(
+            precision="fp32" if self.mixed_precision is None else "bf16-mixed",
+            memory=MemoryPolicy(
+                checkpointing=self.ckpt_freq, loss=self.loss, compile=self.compile, bucket_mb=self.bucket_mb
+            ),
+            micro_batch=self.micro_batch,
+            grad_accum=self.grad_accum,
+            layout=layout,
+        )
+
+    @classmethod
+    def from_policies(cls, strategy: str, policies: RunPolicies, **engine: Any) -> "WrapConfig":
+        """The file for `strategy` run under `policies`; engine: reduce_dtype, static_graph,
+        find_unused_parameters, ds_config (what the engine is told beyond the run itself)."""
+        m, lay = policies.memory, policies.layout
+        if m.checkpointing == "auto":
+            raise SpecError("ckpt_freq auto is a plan search; strategy.toml holds one setting: give k or sac")
+        return cls(
+            strategy=strategy,
+            mixed_precision=mixed_precision_of(policies.precision),
+            ckpt_freq=m.checkpointing,  # type: ignore[arg-type]
+            loss=m.loss,  # type: ignore[arg-type]
+            compile=m.compile,
+            bucket_mb=m.bucket_mb,
+            micro_batch=policies.micro_batch,
+            grad_accum=policies.grad_accum,
+            nodes=None if lay is None else lay.nodes,
+            ranks_per_node=None if lay is None else lay.ranks_per_node,
+            **engine,
+        )
 
     @property
     def spec(self):

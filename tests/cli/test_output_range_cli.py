@@ -107,7 +107,7 @@ def test_compare_sets_allocated_beside_allocated_and_reserved_beside_reserved(tm
     from prism_strategy.bench.importers.published_records import import_published
     from prism_strategy.bench.results.compare import compare
     from prism_strategy.bench.results.store import Store
-    from prism_strategy.inputs.stored import config_scenario
+    from prism_strategy.inputs.stored import scenario_from_row
     from prism_strategy.planning.planner import evaluate
     from prism_strategy.specs.presets import load_platform
     from prism_strategy.strategies import get_strategy
@@ -115,7 +115,7 @@ def test_compare_sets_allocated_beside_allocated_and_reserved_beside_reserved(tm
     store = Store(tmp_path / "r.db")
     import_published("aurora-prism", store)
     c6 = next(r for r in compare(store.query()) if r["record"] == "C6-b2")
-    o = evaluate(config_scenario(c6["config"], load_platform(c6["platform"])), get_strategy(c6["strategy"]))
+    o = evaluate(scenario_from_row(c6["config"], load_platform(c6["platform"])), get_strategy(c6["strategy"]))
     assert c6["predicted"]["alloc_gib"] == pytest.approx(o.memory_runtime["memory_allocated_gib"], abs=1e-3)
     assert c6["predicted"]["reserved_gib"] == pytest.approx(o.memory_runtime["memory_reserved_gib"], abs=1e-3)
     assert c6["predicted"]["reserved_gib"] > c6["predicted"]["alloc_gib"]

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
+from prism_strategy.inputs.stored import row_values
 
 F = Path(__file__).resolve().parents[1] / "fixtures" / "imports"
 A1 = [
@@ -54,7 +55,7 @@ def test_import_prism_log_then_again_adds_nothing(tmp_path):
     fixed = invoke("results", "import", F / "prism" / "train.log", *A1, "--nodes", "2", "--db", db, "--json")
     assert json.loads(fixed.output)["action"] == "updated"  # the same log with corrected flags
     [r] = Store(db).query()
-    assert (r.config["nproc"], r.config["ranks_per_node"]) == (12, 6)
+    assert (row_values(r.config)["nproc"], row_values(r.config)["ranks_per_node"]) == (12, 6)
 
 
 @pytest.mark.parametrize(

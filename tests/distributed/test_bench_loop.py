@@ -15,6 +15,7 @@ from prism_strategy.bench.launch.run import base_config, run_bench, run_ceiling,
 from prism_strategy.bench.results.compare import compare
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Store
+from prism_strategy.inputs.stored import row_values
 from prism_strategy.specs.presets import load_platform
 
 pytestmark = pytest.mark.distributed
@@ -72,7 +73,7 @@ def test_bench_every_strategy_completes_and_is_stored(store, measured):
 
 def test_sharding_shows_in_measured_memory(measured):
     train, _ = measured
-    at = {r.strategy: r.measured["peak_memory_bytes"] for r in train if r.config["micro_batch"] == 2}
+    at = {r.strategy: r.measured["peak_memory_bytes"] for r in train if row_values(r.config)["micro_batch"] == 2}
     assert at["fsdp_full_shard"] < at["ddp"]
 
 
@@ -132,7 +133,7 @@ def test_tune_reaches_the_grid_best_with_a_third_of_the_runs_and_one_check(measu
     from prism_strategy.bench.fit.tune import Candidate, tune
 
     train, held = measured
-    runs = {(r.strategy, r.config["micro_batch"]): r for r in train + held}
+    runs = {(r.strategy, row_values(r.config)["micro_batch"]): r for r in train + held}
     plat = load_platform("cpu")
     grid = [
         Candidate(

@@ -14,6 +14,7 @@ import pytest
 
 from prism_strategy.bench.launch.run import base_config, run_many
 from prism_strategy.bench.results.store import Store
+from prism_strategy.inputs.stored import row_with
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.strategies import STRATEGY_NAMES
 
@@ -51,7 +52,7 @@ def benched(tmp_path_factory):
     )
     store = Store(tmp_path_factory.mktemp("db") / "results.db")
     cases = {s: {"strategy": s} for s in STRATEGY_NAMES} | VARIANTS
-    results = run_many([base | c for c in cases.values()], load_platform("cpu"), store)
+    results = run_many([row_with(base, **c) for c in cases.values()], load_platform("cpu"), store)
     return dict(zip(cases, results))
 
 

@@ -22,7 +22,7 @@ from prism_strategy.bench.results.curves import load_curves
 from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 from prism_strategy.engines import step_collectives
-from prism_strategy.inputs.stored import config_scenario
+from prism_strategy.inputs.stored import scenario_from_row
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 
@@ -57,7 +57,7 @@ def run(tmp_path_factory):
 
 def _engine_kinds(strategy):
     base = census_base(model="tiny-llama", nproc=4, ranks_per_node=2)  # commbench's defaults
-    sc = config_scenario(base)
+    sc = scenario_from_row(base)
     parts = model_parts(sc.model, sc.training)
     return step_collectives(get_strategy(strategy), parts, sc.training, sc.layout)
 

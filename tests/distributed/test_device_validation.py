@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
+from prism_strategy.inputs.stored import row_values
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.presets import platform_names
 
@@ -91,10 +92,13 @@ def test_quick_rows_match_the_store(quick):
         ("fsdp_full_shard", "2", "1"),
         ("fsdp_shard_grad_op", "2", "0"),
     }
-    by_key = {(r.strategy, str(r.config["micro_batch"]), str(r.config["ckpt_freq"])): r for r in stored}
+    by_key = {
+        (r.strategy, str(row_values(r.config)["micro_batch"]), str(row_values(r.config)["ckpt_freq"])): r
+        for r in stored
+    }
     for model, strategy, mb, ckpt, probe, predicted, status, a_pred, a_meas, _, reserved, t_pred, t_meas, *_ in rows:
         r = by_key[(strategy, mb, ckpt)]
-        assert (r.kind, r.status, r.config["suite"], r.config["nproc"], r.platform) == (
+        assert (r.kind, r.status, r.config["suite"], row_values(r.config)["nproc"], r.platform) == (
             "bench",
             "ok",
             "device_validation",
@@ -131,12 +135,12 @@ def test_out_of_memory_is_a_result_and_the_matrix_goes_on(limited):
     stored = Store(limited / "r.db").query()
     rows = table_rows(limited / "out")
     assert len(rows) == len(stored) == 4  # the three quick rows and one OOM probe
-    status = {(r.strategy, r.config["micro_batch"], r.config["probe"]): r for r in stored}
+    status = {(r.strategy, row_values(r.config)["micro_batch"], r.config["probe"]): r for r in stored}
     oom = status[("fsdp_shard_grad_op", 2, "")]
     assert oom.status == "oom" and oom.measured["peak_memory_bytes"] > 3.5 * 2**20  # measured, not predicted
     probe = next(r for r in stored if r.config["probe"] == "oom")
     assert probe.strategy == "ddp" and probe.predicted["fits"] is False
-    assert probe.config["micro_batch"] > probe.predicted["max_micro_batch"]
+    assert row_values(probe.config)["micro_batch"] > probe.predicted["max_micro_batch"]
     after = [r for r in stored if r.id > oom.id]
     assert after and all(r.status in ("ok", "oom") for r in after)  # rows after the OOM still ran
     cells = {r[1]: (r[5], r[6]) for r in rows if r[4] == "-"}

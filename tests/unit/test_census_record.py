@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from prism_strategy.bench.collectives.census import CensusReport, _predicted, census_base, compare
 from prism_strategy.bench.launch import census_record
 from prism_strategy.cli import app
-from prism_strategy.inputs.stored import config_scenario
+from prism_strategy.inputs.stored import scenario_from_row
 from prism_strategy.report.census_table import census_notes, census_table
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import STRATEGIES
@@ -130,7 +130,7 @@ def test_failed_run_is_not_ok_and_json_is_pinned():
 
 def test_every_strategy_has_a_prediction_on_a_2x2_layout():
     base = census_base(model="tiny-llama", nproc=4, ranks_per_node=2, grad_accum=2)
-    sc = config_scenario(base)
+    sc = scenario_from_row(base)
     for spec in STRATEGIES:
         rows, source = _predicted(spec, sc, grad_accum=2, bucket_mb=None, reduce_dtype=None)
         assert rows and source, spec.name
@@ -210,8 +210,9 @@ def test_bucket_and_reduce_dtype_reach_wrap_under_the_names_it_takes():
     from prism_strategy.wrap_config import WrapConfig
 
     defaults = WrapConfig(strategy="zero2")
-    assert engine_options({"strategy": "ddp"}) == {}
-    assert engine_options({"strategy": "ddp", "bucket_mb": 50, "reduce_dtype": None}) == {"bucket_mb": 50}
-    both = engine_options({"strategy": "zero2", "bucket_mb": 25, "reduce_dtype": "fp32", "steps": 3})
+    base = dict(model="tiny-llama", nproc=2, ranks_per_node=1)
+    assert engine_options(census_base(**base) | {"strategy": "ddp"}) == {}
+    assert engine_options(census_base(**base, bucket_mb=50) | {"strategy": "ddp"}) == {"bucket_mb": 50}
+    both = engine_options(census_base(**base, bucket_mb=25, reduce_dtype="fp32") | {"strategy": "zero2"})
     assert both == {"bucket_mb": 25, "reduce_dtype": "fp32"}
     assert set(both) <= set(SETTINGS) and defaults.bucket_mb is None and defaults.reduce_dtype is None

@@ -8,6 +8,7 @@ import pytest
 
 from prism_strategy.bench.importers import build_import, read_log
 from prism_strategy.bench.importers.steady import steady_state
+from prism_strategy.inputs.stored import row_values
 from prism_strategy.readers.prism import unrun_means
 from prism_strategy.readers.training_log import Window
 from prism_strategy.specs import SpecError
@@ -35,7 +36,7 @@ MON = dict(model="tiny-llama", mode="e2e", strategy="ddp", platform="cpu", ckpt_
 
 def test_prism_log_undoes_running_means_and_reads_the_scenario():
     imp = build_import(F / "prism" / "train.log", A1)
-    c, m = imp.result.config, imp.result.measured
+    c, m = row_values(imp.result.config), imp.result.measured
     # the fixture's steady intervals are 0.02 + 0.54 + 1.89 + 0.03 = 2.48 s (+-1%)
     assert m["step_time_s"] == pytest.approx(2.48, rel=0.01)
     assert m["backward_s"] == pytest.approx(1.89, rel=0.01) and m["forward_s"] == pytest.approx(0.54, rel=0.02)
@@ -61,12 +62,12 @@ def test_prism_perf_jsonl_agrees_with_the_text_log():
     text = build_import(F / "prism" / "train.log", A1).result.measured
     perf = build_import(F / "prism_perf", A1 | {"mode": "e2e"}).result
     assert perf.measured["step_time_s"] == pytest.approx(text["step_time_s"], rel=0.01)
-    assert perf.config["micro_batch"] == 4 and perf.peak_allocated_bytes == pytest.approx(37.9e9)
+    assert row_values(perf.config)["micro_batch"] == 4 and perf.peak_allocated_bytes == pytest.approx(37.9e9)
 
 
 def test_torchtitan_step_time_from_tokens_per_second():
     imp = build_import(F / "torchtitan" / "train.log", TITAN)
-    c, m = imp.result.config, imp.result.measured
+    c, m = row_values(imp.result.config), imp.result.measured
     assert (c["micro_batch"], c["seq_len"], c["nproc"]) == (2, 8192, 24)  # from the start line and --nodes
     assert m["step_time_s"] == pytest.approx(2 * 8192 / 5125, rel=0.01)
     assert m["tflops_per_device"] == pytest.approx(82, rel=0.01)
@@ -76,7 +77,7 @@ def test_torchtitan_step_time_from_tokens_per_second():
 
 def test_stepmonitor_folder_slowest_rank_per_step():
     imp = build_import(F / "monitor" / "good", MON)
-    c, m = imp.result.config, imp.result.measured
+    c, m = row_values(imp.result.config), imp.result.measured
     assert (c["nproc"], c["micro_batch"], c["seq_len"]) == (2, 4, 128)  # samples 4, tokens 512 per rank step
     assert 0.045 < m["step_time_s"] < 0.055 and imp.steady.as_dict()["outlier_steps"] == [7]
     assert imp.result.peak_allocated_bytes is None and m["peak_memory_bytes"] == 301_000_000  # CPU: max RSS
@@ -110,7 +111,7 @@ def test_missing_fields_are_named_and_flags_win(tmp_path):
     ):
         build_import(F / "prism" / "train.log", {"platform": "aurora"})
     imp = build_import(F / "prism" / "train.log", A1 | {"nodes": 2, "mode": "projector"})
-    assert imp.result.config["ranks_per_node"] == 6 and imp.result.config["mode"] == "projector"
+    assert row_values(imp.result.config)["ranks_per_node"] == 6 and imp.result.config["mode"] == "projector"
     fsdp = (F / "prism_perf" / "perf.jsonl").read_text().replace('"dist_strategy": "ddp"', '"dist_strategy": "fsdp"')
     (tmp_path / "perf.jsonl").write_text(fsdp)
     with pytest.raises(SpecError, match="not how it shards; pass --strategy"):

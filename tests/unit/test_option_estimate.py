@@ -48,9 +48,9 @@ def test_a_given_batch_is_priced_as_given_and_one_node_scales_perfectly():
 def test_bench_predicts_through_the_same_entry():
     config = dict(model="tiny-llama", strategy="zero2", nproc=4, micro_batch=2, seq_len=128)
     got = predict(config, load_platform("cpu"))
-    from prism_strategy.inputs.stored import config_scenario
+    from prism_strategy.inputs.stored import scenario_from_row
 
-    e = estimate_option(config_scenario(config, load_platform("cpu")), get_strategy("zero2"))
+    e = estimate_option(scenario_from_row(config, load_platform("cpu")), get_strategy("zero2"))
     assert got["step_time_s"] == e.step.step_time_s and got["memory_bytes"] == e.memory.total
 
 

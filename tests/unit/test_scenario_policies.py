@@ -1,5 +1,5 @@
 """specs/policies.py and scenario.py: the run described once, as typed frozen policies; the
-stored record (inputs/stored.py) read back to the same scenario, old flat rows migrated."""
+stored row (inputs/stored.py) of an old flat config (tests/unit/test_stored_rows.py: the new rows)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from prism_strategy.inputs.stored import config_scenario, migrate, scenario_record
+from prism_strategy.inputs.stored import scenario_from_row, scenario_record
 from prism_strategy.planning.planner import plan
 from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.errors import SpecError
@@ -79,18 +79,9 @@ FLAT = dict(
 )
 
 
-def test_a_version_1_row_migrates_to_the_scenario_it_ran():
-    sc = config_scenario(FLAT)
+def test_a_version_0_row_reads_as_the_scenario_it_ran():
+    sc = scenario_from_row(FLAT)
     assert (sc.layout.nodes, sc.layout.ranks_per_node) == (2, 2)
-    assert sc.batch == BatchPolicy(seq_len=128, micro_batch=2, global_batch=2 * 4 * 2)
+    assert sc.batch == BatchPolicy(seq_len=128, micro_batch=2, global_batch=2 * 4 * 2, grad_accum=2)
     assert sc.memory == MemoryPolicy(checkpointing=1, loss="chunked", bucket_mb=50, varying_lengths=False)
-    assert sc.precision == "fp32" and migrate(FLAT)["version"] == 2
-
-
-def test_the_version_2_record_reads_back_to_the_same_scenario():
-    sc = build_scenario("tiny-llama", platform="cpu", nodes=2, ranks_per_node=2, seq_len=64, micro_batch=1)
-    assert config_scenario({"scenario": scenario_record(sc), "strategy": "ddp"}) == sc
-    with pytest.raises(SpecError, match="version 7"):
-        config_scenario({"scenario": dict(scenario_record(sc), version=7)})
-    with pytest.raises(SpecError, match="batch policy"):
-        config_scenario({"scenario": dict(scenario_record(sc), batch={"seq": 4})})
+    assert sc.precision == "fp32" and scenario_record(FLAT)["schema"] == 1

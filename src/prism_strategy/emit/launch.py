@@ -30,15 +30,16 @@ from prism_strategy.emit.env import (
 )
 from prism_strategy.emit.files import FileText
 from prism_strategy.emit.site import SiteSpec, load_site
-from prism_strategy.emit.strategy_file import STRATEGY_FILE, WRAP_CALL, precision_to_mixed
+from prism_strategy.emit.strategy_file import STRATEGY_FILE, WRAP_CALL
 from prism_strategy.engines import engine_of
 from prism_strategy.rules import RuleFacts
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import MemoryPolicy
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.specs.training import PRECISIONS, check_options
 from prism_strategy.strategies import StrategySpec, get_strategy
-from prism_strategy.wrap_config import WrapConfig
+from prism_strategy.wrap_config import RunPolicies, WrapConfig
 
 MASTER_PORT = 29500
 """torch.distributed's default rendezvous port."""
@@ -251,20 +252,19 @@ def _refuse_not_viable(strategy: StrategySpec, platform: PlatformSpec, req: Emit
 
 def _strategy_file(job: LaunchJob) -> WrapConfig:
     req, engine = job.req, engine_of(job.strategy)
-    return WrapConfig(
-        strategy=job.strategy.name,
-        mixed_precision=precision_to_mixed(req.precision),
-        ckpt_freq=req.ckpt_freq,
-        loss=req.loss,  # type: ignore[arg-type]
-        static_graph=bool(req.static_graph) if engine.declares_static_graph else None,
-        bucket_mb=req.bucket_mb,
-        reduce_dtype=req.reduce_dtype,  # type: ignore[arg-type]
-        find_unused_parameters=False,
-        compile=req.compile,
-        nodes=job.layout.nodes,
-        ranks_per_node=job.layout.ranks_per_node,
+    policies = RunPolicies(
+        precision=req.precision,
+        memory=MemoryPolicy(checkpointing=req.ckpt_freq, loss=req.loss, compile=req.compile, bucket_mb=req.bucket_mb),
         micro_batch=req.micro_batch,
         grad_accum=req.grad_accum,
+        layout=job.layout,
+    )
+    return WrapConfig.from_policies(
+        job.strategy.name,
+        policies,
+        static_graph=bool(req.static_graph) if engine.declares_static_graph else None,
+        reduce_dtype=req.reduce_dtype,
+        find_unused_parameters=False,
         ds_config=engine.config_file,
     )
 

@@ -176,7 +176,7 @@ def scaling_scenario(
     """plan() keywords for `report`'s scaling curve and a note saying where they came from: the
     latest measured run's model, platform and settings (each overridden by --model / --platform).
     SpecError when neither the store nor the flags name a model and platform."""
-    from prism_strategy.inputs.stored import config_model, config_vision
+    from prism_strategy.inputs.stored import config_model, config_vision, shown_values
     from prism_strategy.report.plots import measured_rows
 
     runs = sorted(measured_rows(rows), key=lambda r: r["id"])
@@ -187,13 +187,14 @@ def scaling_scenario(
     kw: dict[str, Any] = {}
     where = "--model / --platform"
     if runs:
-        r, c = runs[-1], runs[-1]["config"]
+        r, row = runs[-1], runs[-1]["config"]
+        c = shown_values(row)
         rpn = c.get("ranks_per_node") or c.get("nproc")
         kw = {
-            "model": config_model(c),  # the stored architecture: the run's config.json may have moved
+            "model": config_model(row),  # the stored architecture: the run's config.json may have moved
             "platform": r.get("platform"),
             "mode": c.get("mode") or "e2e",
-            "vision": config_vision(c),
+            "vision": config_vision(row),
             "seq_len": c.get("seq_len") or 1024,
             "precision": c.get("precision") or "bf16-mixed",
             "micro_batch": c.get("micro_batch"),

@@ -9,6 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from prism_strategy.bench.results.store import Result
+from prism_strategy.inputs.stored import row_values, shown_values
 from prism_strategy.report.console import table_console
 
 
@@ -58,7 +59,7 @@ def results_table(results: list[Result], title: str = "measured results") -> Tab
     ):
         t.add_column(col, no_wrap=True)
     for r in results:
-        m, c = r.measured, r.config
+        m, c = r.measured, shown_values(r.config)
         phases = "/".join(_f(m.get(k), "{:.2f}") for k in ("forward_s", "backward_s", "optimizer_s"))
         peak = r.peak_allocated_bytes or m.get("peak_memory_bytes")
         reserved = r.peak_reserved_bytes
@@ -97,7 +98,7 @@ def compare_table(rows: list[dict[str, Any]]) -> Table:
     for col in ("id", "from", "strategy", "ranks x mb", "seq", "quantity", "predicted", "measured", "error %"):
         t.add_column(col, no_wrap=True)
     for r in rows:
-        c = r["config"]
+        c = shown_values(r["config"])
         for q, pv in r["predicted"].items():
             t.add_row(
                 str(r["id"]),
@@ -113,7 +114,8 @@ def compare_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def _scenario_text(c: dict[str, Any], platform: str) -> str:
+def _scenario_text(row: dict[str, Any], platform: str) -> str:
+    c = row_values(row)
     model = c["model"] + (f" + {c['vision']}" if c.get("vision") else "")
     nodes = c["nproc"] // c["ranks_per_node"]
     ckpt = (
@@ -123,7 +125,7 @@ def _scenario_text(c: dict[str, Any], platform: str) -> str:
         if c["ckpt_freq"]
         else "no checkpointing"
     )
-    ckpt += "".join(f", {k} {c[k]}" for k in ("optimizer", "loss") if c.get(k))
+    ckpt += "".join(f", {k} {c[k]}" for k, default in (("optimizer", "adamw"), ("loss", "upcast")) if c[k] != default)
     return (
         f"{model}, {c['mode']}, {c['strategy']}, {nodes} node(s) x {c['ranks_per_node']} ranks, micro-batch "
         f"{c['micro_batch']}, grad accum {c['grad_accum']}, seq {c['seq_len']}, {ckpt}, {c['precision']}, "
@@ -191,8 +193,9 @@ def published_lines(name: str, done: list[tuple[Result, str]]) -> list[str]:
     )
     rows = [
         f"  {r.id:>4} {(r.measured.get('published') or {}).get('id', ''):<10} {r.status:<4} {r.strategy:<18} "
-        f"{r.config['nproc']:>4} ranks  mb {r.config['micro_batch']:<3} {a}"
+        f"{v['nproc']:>4} ranks  mb {v['micro_batch']:<3} {a}"
         for r, a in done
+        for v in (shown_values(r.config),)
     ]
     import textwrap
 

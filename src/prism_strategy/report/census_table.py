@@ -7,6 +7,7 @@ from rich import box
 from rich.table import Table
 
 from prism_strategy.bench.collectives.census import TOLERANCE_PCT, CensusReport, StrategyCensus
+from prism_strategy.inputs.stored import shown_values
 from prism_strategy.report.console import table_console
 
 
@@ -59,8 +60,8 @@ def _add_strategy(t: Table, s: StrategyCensus) -> None:
 
 
 def census_table(report: CensusReport, predicted_by: str) -> Table:
-    c = report.config
-    shape = f"{c.get('model')}" + (f" + {c['vision_spec']['name']} ({c.get('mode')})" if c.get("vision_spec") else "")
+    c, vision = shown_values(report.config), report.config.get("vision_spec")
+    shape = f"{c.get('model')}" + (f" + {vision['name']} ({c.get('mode')})" if vision else "")
     t = Table(
         title=f"census: collectives of one optimizer step, world {report.world}",
         box=box.SIMPLE_HEAD,

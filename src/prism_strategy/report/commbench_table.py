@@ -7,6 +7,7 @@ from rich import box
 from rich.table import Table
 
 from prism_strategy.bench.collectives.commbench import CommbenchReport
+from prism_strategy.inputs.stored import shown_values
 from prism_strategy.report.census_table import bytes_text
 from prism_strategy.report.console import table_console
 from prism_strategy.specs.measured import MeasuredCurve
@@ -22,7 +23,7 @@ def _ms(v: float | None) -> str:
 
 
 def commbench_table(r: CommbenchReport) -> Table:
-    c = r.config
+    c = shown_values(r.config)
     t = Table(
         title=f"commbench: one step's collectives replayed, {r.nodes}x{r.ranks_per_node} ranks, {r.backend}",
         box=box.SIMPLE_HEAD,

@@ -52,8 +52,10 @@ def model_name(config: dict[str, Any]) -> str:
 
 def _run_label(r: dict[str, Any]) -> str:
     """One run, as a rotated tick label: id, strategy, backbone, ranks x micro-batch, sequence."""
-    c = r["config"]
-    backbone = model_name(c).split("+")[0]
+    from prism_strategy.inputs.stored import shown_values
+
+    c = shown_values(r["config"])
+    backbone = model_name(r["config"]).split("+")[0]
     return f"#{r['id']} {r['strategy']}, {backbone}, {c.get('nproc')} ranks x mb {c.get('micro_batch')}, seq {c.get('seq_len')}"
 
 

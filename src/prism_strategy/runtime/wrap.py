@@ -32,6 +32,7 @@ from prism_strategy.runtime.blocks import (
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.job import Job
 from prism_strategy.runtime.loss import apply_loss
+from prism_strategy.runtime.strategy_file import read_strategy_file
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import StrategySpec
 from prism_strategy.wrap_config import WrapConfig
@@ -123,7 +124,7 @@ def wrap_from_file(
     path, the file named by $PRISM_STRATEGY_FILE (the emitted launchers export it). A file whose
     layout (nodes x ranks per node) differs from the running world is warned about: the run works,
     but not at the plan's global batch and memory."""
-    config = WrapConfig.from_toml(path)
+    config = read_strategy_file(path)
     if (mismatch := layout_mismatch(config, ctx)) is not None:
         warnings.warn(mismatch, UserWarning, stacklevel=2)
     return wrap(model, ctx=ctx, optimizer=optimizer, block_types=block_types, config=config)

@@ -4,13 +4,14 @@ scenario_of, from inputs/); the estimates and the planner read it, never keyword
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from prism_strategy.specs.cluster import Layout, PlatformSpec
-from prism_strategy.specs.model import MultimodalSpec
+from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
-from prism_strategy.specs.presets import model_argument, platform_argument
+from prism_strategy.specs.presets import model_argument, model_names, platform_argument
 from prism_strategy.specs.training import TrainingSpec
 
 
@@ -104,3 +105,58 @@ def image_tokens_of(m: MultimodalSpec, t: TrainingSpec) -> int:
     if m.vision is None:
         return 0
     return m.vision.num_patches if t.image_tokens is None else t.image_tokens
+
+
+ROW_SCHEMA = 1
+"""Version of the stored scenario row (scenario_to_row). A row without "schema" is version 0: the
+flat bench config stored before it (inputs/stored.py scenario_from_row reads both)."""
+ROW_KEYS = (
+    "schema",
+    "model",
+    "model_spec",
+    "vision",
+    "vision_spec",
+    "mode",
+    "layout",
+    "batch",
+    "precision",
+    "memory",
+    "environment",
+)
+"""The keys scenario_to_row writes; a stored run's other keys are the run's own facts."""
+
+
+def scenario_to_row(sc: Scenario) -> dict[str, Any]:
+    """The scenario as stored (a results row's `config`, a bench or census launch's base): the model
+    by label and architecture, the layout, and each policy's fields; JSON-ready. The platform is not
+    in it (a run is priced on the platform it is read with); the environment is None when it is the
+    platform's own. inputs/stored.py scenario_from_row reads it back to the same Scenario."""
+    m = sc.model
+    default_env = EnvironmentPolicy(profile=sc.platform.env_profile, source="platform default")
+    env = sc.environment
+    return {
+        "schema": ROW_SCHEMA,
+        "model": model_label(m.backbone),
+        "model_spec": spec_fields(m.backbone),
+        "vision": None if m.vision is None else model_label(m.vision),
+        "vision_spec": None if m.vision is None else spec_fields(m.vision),
+        "mode": m.mode,
+        "layout": {"nodes": sc.layout.nodes, "ranks_per_node": sc.layout.ranks_per_node},
+        "batch": asdict(sc.batch),
+        "precision": sc.precision,
+        "memory": asdict(sc.memory),
+        "environment": None
+        if env == default_env
+        else {"profile": env.profile, "variables": [list(v) for v in env.variables], "source": env.source},
+    }
+
+
+def spec_fields(spec: TransformerSpec) -> dict[str, Any]:
+    return {f.name: getattr(spec, f.name) for f in fields(spec)}
+
+
+def model_label(spec: TransformerSpec) -> str:
+    """The preset name, or the absolute path of the file the architecture was loaded from (the
+    row keeps the architecture itself too: files move)."""
+    arg = model_argument(spec)
+    return arg if arg in model_names() or not Path(arg).exists() else str(Path(arg).resolve())

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from prism_strategy.inputs.stored import config_scenario
+from prism_strategy.inputs.stored import bench_row, row_values, scenario_from_row
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.training import check_options
 
@@ -109,9 +109,10 @@ class CensusReport:
             "nproc",
             "ranks_per_node",
         )
+        values = row_values(self.config) | {k: self.config.get(k) for k in ("model_spec", "vision_spec")}
         return {
             "world": self.world,
-            "config": {k: self.config.get(k) for k in keys},
+            "config": {k: values.get(k) for k in keys},
             "strategies": [
                 {
                     "strategy": s.strategy,
@@ -129,57 +130,36 @@ class CensusReport:
 
 
 def census_base(
-    *,
     model: str,
+    *,
     nproc: int,
     ranks_per_node: int | None,
-    micro_batch: int = 2,
-    seq_len: int = 32,
-    grad_accum: int = 1,
-    precision: str = "bf16-mixed",
-    mode: str = "e2e",
-    vision: str | None = None,
-    bucket_mb: float | None = None,
     reduce_dtype: str | None = None,
     timeout_s: float = 300,
+    **options: Any,
 ) -> dict[str, Any]:
-    """The shared config of one census launch; bad input raises SpecError before anything runs."""
-    from prism_strategy.bench.launch.run import base_config
-    from prism_strategy.specs.presets import load_model
+    """The shared config of one census launch: the Scenario of bench_scenario(model, nproc=...,
+    **options) serialised (micro_batch 2, seq_len 32 unless given; precision, mode, vision,
+    grad_accum, bucket_mb as plan's), one warm-up step and one recorded step. Bad input raises
+    SpecError before anything runs."""
+    from prism_strategy.bench.launch.run import bench_scenario
 
+    options = {"micro_batch": 2, "seq_len": 32, "precision": "bf16-mixed", "mode": "e2e"} | options
+    precision, mode = options["precision"], options["mode"]
     if precision not in PRECISIONS:
         raise SpecError(f"--precision {precision!r}: census runs one of {', '.join(PRECISIONS)}")
     if mode not in MODES:
         raise SpecError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
-    if mode != "e2e" and vision is None:
+    if mode != "e2e" and options.get("vision") is None:
         raise SpecError(f"--mode {mode} trains a projector: give the vision encoder with --vision")
-    check_options(bucket_mb, reduce_dtype)
-    cfg = base_config(
-        model=model,
-        nproc=nproc,
-        ranks_per_node=ranks_per_node,
-        micro_batch=micro_batch,
-        seq_len=seq_len,
-        steps=1,
-        warmup=1,
-        precision=precision,
-        ckpt_freq=0,
-        grad_accum=grad_accum,
-        timeout_s=timeout_s,
-    )
-    cfg |= {
-        "census": True,
-        "steps": 0,
-        "mode": mode,
-        "bucket_mb": bucket_mb,
-        "reduce_dtype": reduce_dtype,
-        "vision_spec": None,
-    }
-    if vision is not None:
-        v = load_model(vision)
-        cfg["vision_spec"] = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
-    config_scenario(cfg)  # validates the whole scenario (mode, vision, sizes) here, not in the ranks
-    return cfg
+    check_options(options.get("bucket_mb"), reduce_dtype)
+    sc = bench_scenario(model, nproc=nproc, ranks_per_node=ranks_per_node, **options)
+    return census_config(sc, reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+
+
+def census_config(sc: Any, *, reduce_dtype: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
+    """A census launch's config for a Scenario: inputs/stored.py bench_row with the census facts."""
+    return bench_row(sc, census=True, steps=0, warmup=1, timeout_s=timeout_s, reduce_dtype=reduce_dtype)
 
 
 # ----------------------------------------------------------------------------- predicted
@@ -290,10 +270,10 @@ def run_censuses(bases: list[dict[str, Any]], strategies: list[str]) -> list[Cen
     configs = [b | {"strategy": s.name} for b in bases for s in specs]
     predicted = []
     for b in bases:
-        sc, ga = config_scenario(b), int(b.get("grad_accum", 1))
+        sc = scenario_from_row(b)
+        ga, bucket = int(sc.training.grad_accum or 1), sc.memory.bucket_mb
         predicted += [
-            _predicted(s, sc, grad_accum=ga, bucket_mb=b.get("bucket_mb"), reduce_dtype=b.get("reduce_dtype"))
-            for s in specs
+            _predicted(s, sc, grad_accum=ga, bucket_mb=bucket, reduce_dtype=b.get("reduce_dtype")) for s in specs
         ]
     outcomes = launch_many(configs, timeout_s=sum(float(c["timeout_s"]) for c in configs))
     results = [_from_outcome(get_strategy(c["strategy"]), p[0], o) for c, p, o in zip(configs, predicted, outcomes)]

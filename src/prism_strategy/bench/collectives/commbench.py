@@ -24,7 +24,7 @@ from prism_strategy.bench.launch.rank_env import RankEnv, priced_under, rank_env
 from prism_strategy.bench.results.curves import Point, Run, write_run
 from prism_strategy.engines import engine_of, step_collectives
 from prism_strategy.estimate.comm import group_geometry, price
-from prism_strategy.inputs.stored import config_scenario
+from prism_strategy.inputs.stored import row_values, scenario_from_row
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
@@ -159,18 +159,22 @@ def commbench_base(
         reduce_dtype=reduce_dtype,
         timeout_s=timeout_s,
     )
-    return base | ({"env_profile": env_profile} if env_profile is not None else {})
+    return base | ({"env_profile": env_profile} if env_profile is not None else {})  # a run fact, as nproc
 
 
 def predicted_kinds(base: dict[str, Any], strategy: str, platform: Any) -> tuple[Any, list[Kind]]:
     """The strategy's spec and its step's collectives, each priced by the link model."""
-    sc = config_scenario(base)
-    opts = {k: base[k] for k in ("bucket_mb", "reduce_dtype") if base.get(k) is not None}
+    sc = scenario_from_row(base)
+    opts = {
+        k: v
+        for k, v in (("bucket_mb", sc.memory.bucket_mb), ("reduce_dtype", base.get("reduce_dtype")))
+        if v is not None
+    }
     spec = get_strategy(strategy)
     spec = spec.with_options(**opts) if opts else spec
     parts = model_parts(sc.model, sc.training)
     out = []
-    for c in step_collectives(spec, parts, sc.training, sc.layout, grad_accum=int(base.get("grad_accum", 1))):
+    for c in step_collectives(spec, parts, sc.training, sc.layout, grad_accum=int(sc.training.grad_accum or 1)):
         cost = price(c, sc.layout, platform)
         out.append(
             Kind(
@@ -255,9 +259,10 @@ def _fingerprint(
 ) -> dict[str, Any]:
     first = ranks[0] if ranks else {}
     fp = fingerprint(platform=platform.name, backend=first.get("backend") or platform.backend)
-    rpn = int(base["ranks_per_node"])
+    v = row_values(base)
+    rpn = int(v["ranks_per_node"])
     return fp | {
-        "nodes": int(base["nproc"]) // rpn,
+        "nodes": int(v["nproc"]) // rpn,
         "ranks_per_node": rpn,
         "env_profile": platform.env_profile if env is None else env.profile,
         "env": first.get("collective_env") or ({} if env is None else env.collective),
@@ -269,7 +274,7 @@ def _fingerprint(
 def _configs(base: dict[str, Any], strategies: list[str], platform: Any) -> tuple[list[Any], list[dict[str, Any]]]:
     if not strategies:
         raise SpecError("--strategies is empty; give a comma-separated list or 'all'")
-    layout = config_scenario(base).layout
+    layout = scenario_from_row(base).layout
     planned = [predicted_kinds(base, s, platform) for s in strategies]
     empty = [spec.name for spec, kinds in planned if not kinds]
     if empty:
@@ -280,8 +285,8 @@ def _configs(base: dict[str, Any], strategies: list[str], platform: Any) -> tupl
     configs = [
         {
             **({"rank_env": env.launch_env()} if env else {}),
-            "nproc": base["nproc"],
-            "ranks_per_node": base["ranks_per_node"],
+            "nproc": layout.world,
+            "ranks_per_node": layout.ranks_per_node,
             "timeout_s": base["timeout_s"],
             "strategy": spec.name,
             "engine": spec.engine,
@@ -302,7 +307,7 @@ def _report(
     base: dict[str, Any], planned: list[Any], outcomes: list[Any], platform: Any, store: Any
 ) -> CommbenchReport:
     """Measured kinds beside the prediction; stored as one run when any strategy was measured."""
-    layout = config_scenario(base).layout
+    layout = scenario_from_row(base).layout
     results = tuple(_measured(spec, kinds, o) for (spec, kinds), o in zip(planned, outcomes))
     env = rank_env(base.get("env_profile"), platform.name)
     fp = _fingerprint(platform, base, next((o.ranks for o in outcomes if o.status == "ok"), []), env)

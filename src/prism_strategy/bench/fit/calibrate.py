@@ -437,6 +437,7 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     from pathlib import Path
 
     from prism_strategy.bench.results.curves import load_curves
+    from prism_strategy.bench.results.predict import check_readable
     from prism_strategy.bench.results.store import Store
     from prism_strategy.estimate.calibration import default_calibration_dir, write_calibration
     from prism_strategy.specs.presets import load_platform
@@ -446,6 +447,7 @@ def run_calibrate(platform: str, db: str | None, out: str | None, fit: str = "al
     base = load_platform(platform)
     store = Store(db)
     stored, names = store.query(platform=base.name), published_for(base.name)
+    check_readable([r for r in stored if r.kind == "bench" and r.status == "ok"])
     curves = load_curves(store, base.name) if fit != "steps" else ()
     rows = shipped_collective_points(base.name) if fit == "comm" else []
     if fit == "comm" and not curves and not rows:

@@ -19,6 +19,7 @@ from prism_strategy.bench.importers.scenario import resolve
 from prism_strategy.bench.importers.steady import Steady, steady_state
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
+from prism_strategy.inputs.stored import row_values
 from prism_strategy.readers import read_run, torchtitan
 from prism_strategy.readers.steps import PHASES
 from prism_strategy.readers.training_log import ParsedLog
@@ -45,12 +46,12 @@ def read_log(path: Path, timing: str = "auto", fmt: str | None = None) -> Parsed
 
 
 def _measured(config: dict[str, Any], log: ParsedLog, steady: Steady) -> dict[str, Any]:
-    step = steady.mean(lambda w: w.step_s)
-    samples = config["micro_batch"] * config["grad_accum"] * config["nproc"]
+    step, v = steady.mean(lambda w: w.step_s), row_values(config)
+    samples = v["micro_batch"] * v["grad_accum"] * v["nproc"]
     m: dict[str, Any] = {
         "step_time_s": step,
         "samples_per_s": samples / step,
-        "tokens_per_s": samples * config["seq_len"] / step,
+        "tokens_per_s": samples * v["seq_len"] / step,
     }
     for p in PHASES:
         v = steady.mean(lambda w, p=p: w.phases.get(p))
@@ -102,7 +103,8 @@ def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
     log = read_log(path, flags.pop("timing", None) or "auto", flags.pop("format", None))
     config, plat, origin = resolve(flags, log, str(path))
     if log.format == torchtitan.FORMAT:
-        torchtitan.set_step_times(log, config["micro_batch"] * config["grad_accum"] * config["seq_len"])
+        v = row_values(config)
+        torchtitan.set_step_times(log, v["micro_batch"] * v["grad_accum"] * v["seq_len"])
     steady = steady_state(log.windows, str(path))
     try:
         predicted = predict(config, plat)

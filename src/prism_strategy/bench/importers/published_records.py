@@ -14,6 +14,7 @@ from typing import Any
 from prism_strategy.bench.fit.published import PublishedRecord, load_published, mid
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
+from prism_strategy.inputs.stored import upgraded_row
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 
@@ -72,7 +73,7 @@ def _predicted(config: dict[str, Any], platform: str) -> dict[str, Any]:
 def published_results(name: str) -> list[Result]:
     out = []
     for rec in load_published(name):
-        config = rec.as_config()
+        config = upgraded_row(rec.as_config())
         out.append(
             Result(
                 kind="bench",

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from prism_strategy.bench.results.predict import stored_model
+from prism_strategy.inputs.stored import bench_row
+from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.readers import torchtitan
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MODES
-from prism_strategy.specs.presets import load_platform
+from prism_strategy.specs.presets import load_model, load_platform
 from prism_strategy.specs.training import PRECISIONS
 from prism_strategy.strategies import get_strategy
 
@@ -126,20 +127,34 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
             f"{where}: the log does not say {', '.join(missing)}; pass {', '.join(flag(k) for k in missing)}"
         )
     _check(s)
-    config = {
-        "model": s["model"],
-        "vision": s.get("vision"),
-        "mode": s["mode"],
-        "strategy": s["strategy"],
-        "nproc": s["nproc"],
-        "ranks_per_node": s["ranks_per_node"],
-        "micro_batch": int(s["micro_batch"]),
-        "grad_accum": int(s["grad_accum"]),
-        "seq_len": int(s["seq_len"]),
-        "ckpt_freq": int(s["ckpt_freq"]),
-        "precision": s["precision"],
-    }
-    config |= {k: log.scenario[k] for k in ENGINE_OPTIONS if k in log.scenario}
-    if "bucket_cap_mb" in log.scenario:  # DDP's bucket_cap_mb is MiB, as the planner's bucket_mb
-        config["bucket_mb"] = log.scenario["bucket_cap_mb"]
-    return config | stored_model(s["model"], s.get("vision")), plat, origin
+    return _row(s, log, plat, where), plat, origin
+
+
+def _row(s: dict[str, Any], log: ParsedLog, plat: PlatformSpec, where: str) -> dict[str, Any]:
+    """The stored config: the run's Scenario serialised (inputs/stored.py bench_row), its strategy
+    and the engine options the log states."""
+    for name in (s["model"], s.get("vision")):
+        if name is not None:
+            load_model(name)  # an unknown model is bad input, said as such
+    mb, accum, nproc = int(s["micro_batch"]), int(s["grad_accum"]), int(s["nproc"])
+    options = {"bucket_mb": log.scenario["bucket_cap_mb"]} if "bucket_cap_mb" in log.scenario else {}
+    try:  # DDP's bucket_cap_mb is MiB, as the planner's bucket_mb
+        sc = build_scenario(
+            s["model"],
+            vision=s.get("vision"),
+            mode=s["mode"],
+            platform=plat,
+            nodes=nproc // int(s["ranks_per_node"]),
+            ranks_per_node=int(s["ranks_per_node"]),
+            seq_len=int(s["seq_len"]),
+            micro_batch=mb,
+            grad_accum=accum,
+            global_batch=mb * accum * nproc,
+            ckpt_freq=int(s["ckpt_freq"]),
+            precision=s["precision"],
+            **options,
+        )
+    except SpecError as e:
+        raise SpecError(f"{where}: the scenario cannot be modelled: {e}") from None
+    engine = {k: log.scenario[k] for k in ENGINE_OPTIONS if k in log.scenario}
+    return bench_row(sc, strategy=s["strategy"], **engine)

@@ -24,6 +24,7 @@ from typing import Any
 from prism_strategy.bench.launch.ds_ops import extensions_dir, prepare_deepspeed_ops
 from prism_strategy.bench.launch.fingerprint import fingerprint
 from prism_strategy.bench.results.store import Result
+from prism_strategy.inputs.stored import row_values
 from prism_strategy.specs.errors import SpecError
 
 
@@ -212,13 +213,14 @@ def measured(config: dict[str, Any], o: Outcome) -> dict[str, Any]:
             "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in o.ranks), default=None) or None,
         }
     step = max(r["step_s"] for r in o.ranks)  # the slowest rank sets the pace
-    samples = int(config["micro_batch"]) * int(config.get("grad_accum", 1)) * int(config["nproc"])
-    tokens_per_s = samples * int(config["seq_len"]) / step
+    v = row_values(config)
+    samples = int(v["micro_batch"]) * int(v["grad_accum"]) * int(v["nproc"])
+    tokens_per_s = samples * int(v["seq_len"]) / step
     return {
         "step_time_s": step,
         "samples_per_s": samples / step,
         "tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_device": tokens_per_s / int(config["nproc"]),
+        "tokens_per_s_per_device": tokens_per_s / int(v["nproc"]),
         "forward_s": max(r["forward_s"] for r in o.ranks),
         "backward_s": max(r["backward_s"] for r in o.ranks),
         "optimizer_s": max(r["optimizer_s"] for r in o.ranks),
@@ -245,15 +247,16 @@ def to_result(
         fingerprint=fingerprint(
             platform=platform,
             backend=backend,
-            strategy_config={k: config.get(k) for k in ("strategy", "precision", "ckpt_freq", "grad_accum")},
+            strategy_config={k: row_values(config)[k] for k in ("strategy", "precision", "ckpt_freq", "grad_accum")},
         ),
     )
 
 
 def check_config(config: dict[str, Any]) -> None:
-    for k in ("strategy", "micro_batch", "seq_len", "nproc"):
-        if k not in config:
-            raise SpecError(f"bench config misses {k!r}")
-    nproc, rpn = int(config["nproc"]), int(config.get("ranks_per_node") or config["nproc"])
-    if nproc < 1 or rpn < 1 or nproc % rpn:
+    """A launchable config: a strategy, and a layout whose world is the nproc torchrun starts."""
+    if "strategy" not in config:
+        raise SpecError("bench config misses 'strategy'")
+    v = row_values(config)
+    nproc, rpn = int(config.get("nproc", v["nproc"])), int(v["ranks_per_node"])
+    if nproc < 1 or rpn < 1 or nproc % rpn or nproc != v["nproc"]:
         raise SpecError(f"--nproc ({nproc}) must be a positive multiple of --ranks-per-node ({rpn})")

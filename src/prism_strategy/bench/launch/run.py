@@ -3,77 +3,89 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from prism_strategy.bench.fit.ceiling import Ceiling, search_ceiling
 from prism_strategy.bench.fit.tune import Candidate, TuneResult, tune
 from prism_strategy.bench.launch.harness import check_config, launch, launch_many, to_result
-from prism_strategy.bench.results.predict import predict, stored_model
+from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
+from prism_strategy.inputs.stored import bench_row, row_values, row_with
+from prism_strategy.planning.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import checked_int
 from prism_strategy.specs.presets import load_model, load_platform
-from prism_strategy.specs.training import TrainingSpec, parse_ckpt, parse_optimizer
+from prism_strategy.specs.training import parse_ckpt
 
 OnResult = Callable[[int, int, Result], None]
 
 
-def base_config(
-    *,
-    model: str,
-    nproc: int,
-    ranks_per_node: int | None,
-    micro_batch: int,
-    seq_len: int,
-    steps: int,
-    warmup: int,
-    precision: str,
-    ckpt_freq: int | str,
-    grad_accum: int,
-    timeout_s: float,
-    optimizer: str = "adamw",
-    loss: str = "upcast",
-) -> dict[str, Any]:
+def bench_scenario(model: str, *, nproc: int, ranks_per_node: int | None = None, **options: Any) -> Scenario:
+    """The Scenario a bench or census launch runs: nproc ranks (ranks_per_node per node, default all
+    on one), the batch exactly micro_batch x grad_accum x nproc; options are build_scenario's
+    (micro_batch, seq_len, grad_accum, ckpt_freq, precision, optimizer, loss, mode, vision,
+    bucket_mb, ...). Bad input raises SpecError before anything runs."""
     spec = load_model(model)
-    if seq_len > spec.max_positions:
+    seq_len, micro_batch = options.get("seq_len", 1024), options.get("micro_batch", 1)
+    if isinstance(seq_len, int) and seq_len > spec.max_positions:
         raise SpecError(f"--seq-len {seq_len} exceeds {spec.name}'s max positions {spec.max_positions}")
+    accum = options.setdefault("grad_accum", 1)
     for name, v in (
         ("--nproc", nproc),
         ("--micro-batch", micro_batch),
         ("--seq-len", seq_len),
-        ("--steps", steps),
-        ("--grad-accum", grad_accum),
+        ("--grad-accum", accum),
     ):
-        if v < 1:
-            raise SpecError(f"{name} must be >= 1, got {v}")
-    if warmup < 0:
-        raise SpecError("--warmup must be >= 0")
-    k, policy = parse_ckpt(ckpt_freq)
-    if k is None:
+        checked_int(name, v)
+    rpn = ranks_per_node or nproc
+    if rpn < 1 or nproc % rpn:
+        raise SpecError(f"--nproc ({nproc}) must be a positive multiple of --ranks-per-node ({rpn})")
+    if parse_ckpt(options.setdefault("ckpt_freq", 0))[0] is None:
         raise SpecError("--ckpt-freq auto is a plan search; bench runs one setting: give k or sac")
-    parse_optimizer(optimizer)
-    TrainingSpec(loss=loss)  # type: ignore[arg-type]  # validates the name
-    cfg = {
-        "model": model,
-        **stored_model(model),
-        "nproc": nproc,
-        "ranks_per_node": ranks_per_node or nproc,
-        "micro_batch": micro_batch,
-        "seq_len": seq_len,
-        "steps": steps,
-        "warmup": warmup,
-        "precision": precision,
-        "ckpt_freq": "sac" if policy == "sac" else k,
-        "grad_accum": grad_accum,
-        "timeout_s": timeout_s,
-    }
-    if optimizer != "adamw":  # stored only when set, so earlier runs' configs compare equal
-        cfg["optimizer"] = optimizer
-    if loss != "upcast":
-        cfg["loss"] = loss
+    return build_scenario(
+        model,
+        platform="cpu",
+        nodes=nproc // rpn,
+        ranks_per_node=rpn,
+        global_batch=micro_batch * accum * nproc,
+        **options,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunLength:
+    """How long one launch runs a configuration."""
+
+    steps: int = 3
+    """Timed optimizer steps (0 for a census: it records the step after the warm-up)."""
+    warmup: int = 1
+    """Untimed steps before them."""
+    timeout_s: float = 600
+    """Wall-clock limit of the launch, per configuration."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise SpecError(f"--steps must be >= 1, got {self.steps}")
+        if self.warmup < 0:
+            raise SpecError("--warmup must be >= 0")
+
+
+def bench_config(sc: Scenario, run: RunLength, **facts: Any) -> dict[str, Any]:
+    """The stored config of a bench launch: the Scenario serialised (inputs/stored.py bench_row)
+    with the run's length and facts."""
+    cfg = bench_row(sc, steps=run.steps, warmup=run.warmup, timeout_s=run.timeout_s, **facts)
     check_config(cfg | {"strategy": "ddp"})
     return cfg
+
+
+def base_config(model: str, *, nproc: int, steps: int, warmup: int, timeout_s: float, **options: Any) -> dict[str, Any]:
+    """bench_config of bench_scenario(model, nproc=..., **options): the run commands' base, from
+    their flag values (options: ranks_per_node and bench_scenario's)."""
+    run = RunLength(steps=steps, warmup=warmup, timeout_s=timeout_s)
+    return bench_config(bench_scenario(model, nproc=nproc, **options), run)
 
 
 def platform_with_limit(platform: PlatformSpec, memory_limit_bytes: float | None) -> PlatformSpec:
@@ -143,7 +155,7 @@ def scan_ceiling_runs(
     base: dict[str, Any], strategy: str, platform: str, store: Store, *, memory_limit_bytes: float | None, upto: int
 ) -> list[Result]:
     """The exhaustive reference: micro-batch 1..upto in one launch."""
-    configs = [base | {"strategy": strategy, "micro_batch": mb, "steps": 1, "warmup": 1} for mb in range(1, upto + 1)]
+    configs = [row_with(base, strategy=strategy, micro_batch=mb, steps=1, warmup=1) for mb in range(1, upto + 1)]
     return run_many(
         configs, load_platform(platform), store, memory_limit_bytes=memory_limit_bytes, kind="ceiling-trial"
     )
@@ -164,11 +176,9 @@ def host_memory_available() -> float | None:
 def memory_problem(config: dict[str, Any], platform: PlatformSpec, available: float | None) -> str | None:
     """Why this run cannot fit, with the figures; None when it fits. On CPU every rank shares this
     host's memory (`available` bytes, MemAvailable); on a device, each rank has the platform's."""
-    p = predict(config, platform)
-    need, nproc = float(p["memory_bytes"]), int(config["nproc"])
-    what = (
-        f"{config['strategy']} at micro-batch {config['micro_batch']} needs {need / GiB:.1f} GiB per rank (predicted)"
-    )
+    p, v = predict(config, platform), row_values(config)
+    need, nproc = float(p["memory_bytes"]), int(v["nproc"])
+    what = f"{v['strategy']} at micro-batch {v['micro_batch']} needs {need / GiB:.1f} GiB per rank (predicted)"
     fix = "a smaller --model (tiny-llama and small-llama fit a CPU), --micro-batch, --seq-len or --nproc"
     if config.get("device", "cpu") == "cpu":
         if available is not None and need * nproc > available:
@@ -191,11 +201,11 @@ def check_memory(
     available = host_memory_available() if available is None else available
     for s in strategies:
         try:
-            problem = memory_problem(base | {"strategy": s}, platform, available)
+            problem = memory_problem(row_with(base, strategy=s), platform, available)
         except SpecError:
             continue  # not modelled: the run itself will say
         if problem is not None:
-            raise SpecError(f"{base['model']}: {problem}")
+            raise SpecError(f"{row_values(base)['model']}: {problem}")
 
 
 def run_bench(
@@ -210,7 +220,7 @@ def run_bench(
     check_memory(base, strategies, plat)
     out = []
     for i, s in enumerate(strategies):
-        r = run_one(base | {"strategy": s}, plat, store, extra_args=extra_args)
+        r = run_one(row_with(base, strategy=s), plat, store, extra_args=extra_args)
         out.append(r)
         if on_result:
             on_result(i + 1, len(strategies), r)
@@ -228,12 +238,12 @@ def run_ceiling(
     on_result: OnResult | None = None,
 ) -> tuple[Ceiling, Result]:
     plat = platform_with_limit(load_platform(platform), memory_limit_bytes)
-    seed = int(predict(base | {"strategy": strategy, "micro_batch": 1}, plat)["max_micro_batch"])
+    seed = int(predict(row_with(base, strategy=strategy, micro_batch=1), plat)["max_micro_batch"])
     trials: list[Result] = []
 
     def measure(mb: int) -> str:
         r = run_one(
-            base | {"strategy": strategy, "micro_batch": mb, "steps": 1, "warmup": 1},
+            row_with(base, strategy=strategy, micro_batch=mb, steps=1, warmup=1),
             load_platform(platform),
             store,
             memory_limit_bytes=memory_limit_bytes,
@@ -250,8 +260,7 @@ def run_ceiling(
         status="ok",
         strategy=strategy,
         platform=platform,
-        config=base
-        | {"strategy": strategy, "micro_batch": max(c.ceiling, 1), "memory_limit_bytes": memory_limit_bytes},
+        config=row_with(base, strategy=strategy, micro_batch=max(c.ceiling, 1), memory_limit_bytes=memory_limit_bytes),
         measured={"ceiling": c.ceiling, "trials": c.trials, "runs": c.runs},
         predicted={"max_micro_batch": seed},
         fingerprint=trials[-1].fingerprint if trials else {},
@@ -279,7 +288,7 @@ def run_tune(
     for s in strategies:
         for mb in micro_batches:
             for k in ckpt_freqs:
-                p = _predicted(base | {"strategy": s, "micro_batch": mb, "ckpt_freq": k}, ranking)
+                p = _predicted(row_with(base, strategy=s, micro_batch=mb, ckpt_freq=k), ranking)
                 grid.append(
                     Candidate(
                         strategy=s,
@@ -290,9 +299,7 @@ def run_tune(
                 )
 
     def measure(c: Candidate) -> float:
-        r = run_one(
-            base | {"strategy": c.strategy, "micro_batch": c.micro_batch, "ckpt_freq": c.ckpt_freq}, plat, store
-        )
+        r = run_one(row_with(base, strategy=c.strategy, micro_batch=c.micro_batch, ckpt_freq=c.ckpt_freq), plat, store)
         if on_result:
             on_result(0, len(grid), r)
         return float(r.measured.get("samples_per_s") or 0.0) if r.status == "ok" else 0.0

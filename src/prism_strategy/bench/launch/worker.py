@@ -50,14 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def build_model(config: dict[str, Any]) -> torch.nn.Module:
+def build_model(sc: Any) -> torch.nn.Module:
     import transformers
 
-    from prism_strategy.inputs.stored import config_model
-    from prism_strategy.planning.scenario import resolve_model
     from prism_strategy.specs.hf import to_hf_config
 
-    cfg = to_hf_config(resolve_model(config_model(config)))
+    cfg = to_hf_config(sc.model.backbone)
     cls = transformers.AutoModelForCausalLM._model_mapping[type(cfg)]
     # SDPA where the family has it; Gemma 2 has none (logit soft-capping): transformers' own default, eager
     cfg._attn_implementation = "sdpa" if cls._supports_sdpa else None
@@ -83,27 +81,24 @@ def is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in text or "out_of_device_memory" in text
 
 
-def is_multimodal(config: dict[str, Any]) -> bool:
-    return config.get("mode", "e2e") != "e2e" or bool(config.get("vision_spec"))
+def is_multimodal(sc: Any) -> bool:
+    return sc.model.mode != "e2e" or sc.model.vision is not None
 
 
-def build_multimodal(config: dict[str, Any]) -> Any:
+def build_multimodal(sc: Any) -> Any:
     """Vision + projector + backbone as the traced estimate builds it (traced/model.py)."""
-    from prism_strategy.inputs.stored import config_scenario
     from prism_strategy.traced.model import build_from_spec
 
-    sc = config_scenario(config)
     torch.manual_seed(0)
     return build_from_spec(sc.model, sc.training, init=True)
 
 
 class Runner:
-    def __init__(self, config: dict[str, Any], job: Any, ctx: Any, args: argparse.Namespace, built: Any = None):
+    def __init__(
+        self, config: dict[str, Any], sc: Any, job: Any, ctx: Any, args: argparse.Namespace, built: Any = None
+    ):
         self.cfg, self.job, self.ctx, self.args, self.built = config, job, ctx, args, built
-        from prism_strategy.inputs.stored import config_model
-        from prism_strategy.planning.scenario import resolve_model
-
-        accum, mb = int(config.get("grad_accum", 1)), int(config["micro_batch"])
+        accum, mb = int(sc.training.grad_accum or 1), int(sc.training.micro_batch)
         if built is not None:
             torch.manual_seed(1000 + ctx.rank)
             cast = precision_setup(config)[0]  # a bf16-pure model takes bf16 pixels (no autocast casts them)
@@ -112,10 +107,10 @@ class Runner:
                 for b in (built.make_batch(mb) for _ in range(accum))
             ]
             return
-        vocab = resolve_model(config_model(config)).vocab
+        vocab = sc.model.backbone.vocab
         g = torch.Generator().manual_seed(1000 + ctx.rank)
         self.batches = [
-            torch.randint(0, vocab, (mb, int(config["seq_len"])), generator=g).to(ctx.device) for _ in range(accum)
+            torch.randint(0, vocab, (mb, int(sc.training.seq_len)), generator=g).to(ctx.device) for _ in range(accum)
         ]
 
     def loss(self, x: Any) -> torch.Tensor:
@@ -204,9 +199,10 @@ def worker_context(config: dict[str, Any]) -> Any:
     if _CTX is None:
         from prism_strategy.runtime.dist import init_distributed
 
-        _CTX = init_distributed(
-            ranks_per_node=int(config.get("ranks_per_node") or 0) or None, timeout_s=config.get("timeout_s", 300)
-        )
+        rpn = config.get("ranks_per_node") or (config.get("layout") or {}).get(
+            "ranks_per_node"
+        )  # a commbench replay's, or a row's
+        _CTX = init_distributed(ranks_per_node=int(rpn or 0) or None, timeout_s=config.get("timeout_s", 300))
     return _CTX
 
 
@@ -215,8 +211,12 @@ def _ckpt(value: Any) -> int | str:
 
 
 def engine_options(config: dict[str, Any]) -> dict[str, Any]:
-    """wrap() keywords for the config's bucket size and reduce dtype, given only when set."""
-    return {k: config[k] for k in ("bucket_mb", "reduce_dtype") if config.get(k) is not None}
+    """wrap() keywords for the row's bucket size (its memory policy's) and reduce dtype (a run
+    fact), given only when set."""
+    from prism_strategy.inputs.stored import scenario_from_row
+
+    opts = {"bucket_mb": scenario_from_row(config).memory.bucket_mb, "reduce_dtype": config.get("reduce_dtype")}
+    return {k: v for k, v in opts.items() if v is not None}
 
 
 def precision_setup(config: dict[str, Any]) -> tuple[torch.dtype | None, str | None]:
@@ -234,16 +234,18 @@ def precision_setup(config: dict[str, Any]) -> tuple[torch.dtype | None, str | N
 
 
 def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    from prism_strategy.inputs.stored import scenario_from_row
     from prism_strategy.runtime.wrap import wrap
 
+    sc = scenario_from_row(config)
     ctx = worker_context(config)
     census = bool(config.get("census"))
     if census:
         from prism_strategy.bench.launch.census_record import tag_collectives
 
         tag_collectives()
-    built = build_multimodal(config) if is_multimodal(config) else None
-    model = built.module if built is not None else build_model(config)
+    built = build_multimodal(sc) if is_multimodal(sc) else None
+    model = built.module if built is not None else build_model(sc)
     from prism_strategy.runtime.optim import optimizer_factory
 
     cast, mixed = precision_setup(config)
@@ -254,14 +256,14 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         model,
         config["strategy"],
         ctx=ctx,
-        optimizer=optimizer_factory(config.get("optimizer", "adamw")),
+        optimizer=optimizer_factory(sc.memory.optimizer),
         mixed_precision=mixed,
-        ckpt_freq=_ckpt(config.get("ckpt_freq", 0)),
+        ckpt_freq=_ckpt(sc.memory.checkpointing),
         block_types=built.block_types if built else None,
-        loss=config.get("loss", "upcast"),
+        loss=sc.memory.loss,
         **engine_options(config),
     )
-    runner = Runner(config, job, ctx, args, built)
+    runner = Runner(config, sc, job, ctx, args, built)
     warmup, steps = int(config.get("warmup", 1)), int(config.get("steps", 3))
     for i in range(warmup):
         runner.step(i)

@@ -1,34 +1,22 @@
-"""The planner's prediction for one measured configuration (a stored result's `config`)."""
+"""The planner's prediction for one measured configuration (a stored result's `config`): the row
+read back as its Scenario (inputs/stored.py scenario_from_row, either schema) and priced by the
+one entry into the estimates (estimate/option.py estimate_option)."""
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
 from typing import Any
 
 from prism_strategy.estimate.option import estimate_option
-from prism_strategy.inputs.stored import config_scenario
+from prism_strategy.inputs.stored import scenario_from_row
 from prism_strategy.specs.cluster import GiB, PlatformSpec
-from prism_strategy.specs.presets import load_model, model_names
+from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import get_strategy
 
 
-def stored_model(model: str, vision: str | None = None) -> dict[str, Any]:
-    """The architectures themselves (model_spec, vision_spec) and absolute paths for models given as
-    files: a stored row is read from any directory, and after the config.json moves."""
-    out: dict[str, Any] = {}
-    for key, name in (("model", model), ("vision", vision)):
-        if name is None:
-            continue
-        spec = load_model(name)
-        if name not in model_names():
-            out[key] = str(Path(name).resolve())
-        out[f"{key}_spec"] = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    return out
-
-
 def predict(config: dict[str, Any], platform: PlatformSpec) -> dict[str, float]:
-    sc = config_scenario(config, platform)
+    if "strategy" not in config:
+        raise SpecError("stored config lacks 'strategy'")
+    sc = scenario_from_row(config, platform)
     e = estimate_option(sc, get_strategy(config["strategy"]))
     step = e.step
     return {
@@ -47,3 +35,13 @@ def predict(config: dict[str, Any], platform: PlatformSpec) -> dict[str, float]:
         "tokens_per_s_per_device": step.tokens_per_s_per_device,
         "mfu": step.mfu,
     }
+
+
+def check_readable(results: list[Any]) -> None:
+    """SpecError naming the first stored run whose config cannot be read back (and why), before a
+    fit or a comparison prices any of them."""
+    for r in results:
+        try:
+            scenario_from_row(r.config)
+        except SpecError as e:
+            raise SpecError(f"stored result {r.id}: {e}") from None

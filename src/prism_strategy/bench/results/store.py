@@ -37,6 +37,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from prism_strategy.inputs.stored import row_key
 from prism_strategy.specs.errors import SpecError
 
 SCHEMA = """
@@ -184,7 +185,9 @@ class Result:
 
     @property
     def config_key(self) -> str:
-        return canonical(self.config)
+        """What the run is, for matching: the canonical row (inputs/stored.py row_key), equal for
+        a row stored before the scenario was serialised and a new one of the same run."""
+        return row_key(self.config)
 
 
 def canonical(d: dict[str, Any]) -> str:
@@ -264,10 +267,10 @@ def _put(con: sqlite3.Connection, r: Result) -> tuple[int, str]:
     row = _row(r)
     if r.dedup_key is not None:
         old = con.execute(
-            "SELECT id, config_key, measured, status, source FROM results WHERE dedup_key = ?", (r.dedup_key,)
+            "SELECT id, config, measured, status, source FROM results WHERE dedup_key = ?", (r.dedup_key,)
         ).fetchone()
         if old is not None:
-            if (old[1], old[2], old[3], old[4]) == (row[5], row[7], row[2], row[12]):
+            if (row_key(json.loads(old[1])), old[2], old[3], old[4]) == (row[5], row[7], row[2], row[12]):
                 return int(old[0]), "unchanged"
             sets = ", ".join(f"{c} = ?" for c in _COLUMNS)
             con.execute(f"UPDATE results SET {sets} WHERE id = ?", (*row, old[0]))
