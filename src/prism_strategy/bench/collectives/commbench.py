@@ -124,42 +124,18 @@ class CommbenchReport:
 
 
 def commbench_base(
-    *,
-    model: str,
-    nproc: int,
-    ranks_per_node: int | None,
-    micro_batch: int = 2,
-    seq_len: int = 32,
-    grad_accum: int = 1,
-    precision: str = "bf16-mixed",
-    mode: str = "e2e",
-    vision: str | None = None,
-    bucket_mb: float | None = None,
-    reduce_dtype: str | None = None,
-    timeout_s: float = 300,
-    env_profile: str | None = None,
+    model: str, *, nproc: int, ranks_per_node: int | None, env_profile: str | None = None, **options: Any
 ) -> dict[str, Any]:
-    """The scenario of one commbench launch (census's checks); bad input raises SpecError. mode and
-    vision as plan's: a projector-only scenario replays only the trainable part's collectives.
-    env_profile: the profile the ranks run under (commbench_env.py), kept in the config."""
+    """The scenario of one commbench launch: census_base's (micro_batch, seq_len, grad_accum,
+    precision, mode, vision, bucket_mb, reduce_dtype, timeout_s, with census's defaults); bad input
+    raises SpecError. mode and vision as plan's: a projector-only scenario replays only the
+    trainable part's collectives. env_profile: the profile the ranks run under
+    (bench/launch/rank_env.py), kept in the config as a run fact."""
     if nproc < 2:
         raise SpecError(f"--nproc {nproc}: commbench times collectives between ranks; launch at least 2")
     rank_env(env_profile, "cpu")  # an unknown profile is bad input before anything runs
-    base = census_base(
-        model=model,
-        nproc=nproc,
-        ranks_per_node=ranks_per_node,
-        micro_batch=micro_batch,
-        seq_len=seq_len,
-        grad_accum=grad_accum,
-        precision=precision,
-        mode=mode,
-        vision=vision,
-        bucket_mb=bucket_mb,
-        reduce_dtype=reduce_dtype,
-        timeout_s=timeout_s,
-    )
-    return base | ({"env_profile": env_profile} if env_profile is not None else {})  # a run fact, as nproc
+    base = census_base(model, nproc=nproc, ranks_per_node=ranks_per_node, **options)
+    return base | ({"env_profile": env_profile} if env_profile is not None else {})
 
 
 def predicted_kinds(base: dict[str, Any], strategy: str, platform: Any) -> tuple[Any, list[Kind]]:
