@@ -83,3 +83,56 @@ def test_an_unknown_base_is_bad_input(tmp_path):
 @pytest.mark.parametrize("name", platform_names())
 def test_every_preset_gives_its_backends_facts_and_lists_no_defaults(name):
     assert load_platform(name).defaulted == ()
+
+
+_CHANGED = {
+    "ring_channels": 4, "mdfi_bw_gbps": 77.0, "host_copy_gbps": 9.0, "host_copy_node_gbps": 30.0,
+    "scaleout_rank_bw_gbps": 3.0, "host_ring_node_gbps": 11.0, "allreduce_algorithm": "ring",
+    "scaleout_algorithm": "ring", "bw_efficiency": 0.3, "collective_overhead_us": 400.0,
+    "scaleout_overhead_us": 300.0, "comm_overlap": 0.1, "ccl_worker_count": 4,
+    "ccl_algorithms": {"CCL_ALLGATHER": "ring"}, "ccl_scaleout": {"all_reduce": "rabenseifner"},
+    "ccl_transport": "mpi", "ccl_gpu_rdma": True, "ccl_topo_min_ppn": 8, "ccl_host_staging": "whole buffer",
+    "nccl_scale": {"intra_bw": 0.2, "net_latency": 5.0}, "gpu_arch": "volta", "nvlink_links": 2,
+    "sm_count": 8, "cpu_vendor": "amd",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100", "aurora", "cpu"])
+def test_a_field_listed_as_not_modelled_leaves_that_backends_estimates_unchanged(preset):
+    """data/platform_fields.toml [not_modelled] is what the plan's defaults note leaves out: each
+    listed field, changed, must not move a step time, a range or a memory figure on that backend."""
+    from prism_strategy.estimate.option import estimate_option
+    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.specs.platform_file import not_modelled
+    from prism_strategy.strategies import get_strategy
+
+    sc = build_scenario("qwen3-0.6b", platform=preset, nodes=2, seq_len=256, micro_batch=2)
+    fields = sorted(not_modelled(sc.platform.backend))
+    assert fields and set(fields) <= set(_CHANGED)
+
+    def figures(s):
+        out = []
+        for name in ("ddp", "fsdp_full_shard", "hsdp_shard_grad_op", "zero2"):
+            e = estimate_option(s, get_strategy(name))
+            out.append((e.step.step_time_s, e.step_time_s_range, e.device_peak_bytes, e.oom))
+        return out
+
+    base = figures(sc)
+    for f in fields:
+        changed = sc.with_platform(sc.platform.with_values(**{f: _CHANGED[f]}))
+        assert figures(changed) == base, f"{f} moves the {sc.platform.backend} estimate"
+
+
+def test_the_defaults_note_names_what_moved_the_answer_first_and_counts_the_rest(tmp_path):
+    f = tmp_path / "a100-old.toml"
+    f.write_text(SPARSE + 'nvlink_links = 12\ncpu_vendor = "amd"\n')
+    p = load_platform(str(f))
+    from prism_strategy.specs.platform_file import defaults_note, defaults_text
+
+    note = defaults_note(p)
+    for name in ("achievable_fraction 0.5", "framework_reserve_gib 1", "allocator_cache_factor", "sm_count"):
+        assert name in note
+    assert "ccl_" not in note and "mdfi_bw_gbps" not in note and "the nccl model never reads" in note
+    assert note.index("achievable_fraction") < note.index("sm_count")
+    named = [k for k in p.defaulted if k in note]
+    assert "ccl_worker_count 1" in defaults_text(p) and len(named) < len(p.defaulted) / 2

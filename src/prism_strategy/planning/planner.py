@@ -23,7 +23,7 @@ from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB, Layout
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.parts import Part, model_parts
-from prism_strategy.specs.platform_file import defaults_text
+from prism_strategy.specs.platform_file import defaults_note
 from prism_strategy.specs.policies import PLAN_KEYS, PlanOptions, batch_problem, check_keywords, plan_options
 from prism_strategy.specs.values import int_list
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
@@ -170,7 +170,7 @@ def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
     recommended, reasons, warnings = recommend(sc, options)
     advice = [] if early else env_advice(sc, options, recommended, _retimer(parts, specs))
     reasons += [advice_line(a) for a in advice] + assumptions(sc)  # MoE; Gemma's attention
-    warnings += [defaults_text(sc.platform)] if sc.platform.defaulted else []  # said once, under the table
+    warnings += [defaults_note(sc.platform)] if sc.platform.defaulted else []  # said once, under the table
     result = Plan(
         scenario=sc,
         options=options,

@@ -128,11 +128,57 @@ def _has_default(f: dataclasses.Field) -> bool:
 
 
 def defaults_text(p: PlatformSpec) -> str:
-    """The defaulted values, as provenance and the plan's note say them ("" when none)."""
+    """Every defaulted value, as provenance says it ("" when none)."""
     if not p.defaulted:
         return ""
     vals = ", ".join(f"{k} {_value(p.value(k))}" for k in p.defaulted)
     return f"platform {p.name}: PlatformSpec defaults (not in the file{_base_text(p)}): {vals}"
+
+
+def not_modelled(backend: str) -> frozenset[str]:
+    """Flat fields the backend's model never reads (data/platform_fields.toml [not_modelled]; a
+    group's name stands for its fields)."""
+    names = _fields().get("not_modelled", {}).get(backend, [])
+    return frozenset(
+        f for n in names for f in ([g.name for g in dataclasses.fields(GROUPS[n])] if n in GROUPS else [n])
+    )
+
+
+def _neutral(v: Any) -> bool:
+    """A default that leaves its term out of the model (0 = not modelled, none, empty, off)."""
+    return v is None or v is False or v == 0 or v == "" or v == {}
+
+
+@cache
+def preset_set(backend: str) -> frozenset[str]:
+    """Fields every preset of this backend sets: a default none of them keeps is likely wrong for
+    the user's hardware too."""
+    from prism_strategy.specs.presets import _platform_raw, platform_names
+
+    raws = [r for r in map(_platform_raw, platform_names()) if r.get("backend") == backend]
+    return frozenset.intersection(*(frozenset(r) for r in raws)) if raws else frozenset()
+
+
+def defaults_note(p: PlatformSpec, shown: int = 8) -> str:
+    """The plan's one note on the defaults: only fields this backend's model reads; first the ones
+    every preset of the backend sets (assumed values, then terms the default leaves out), the rest
+    counted (the full list is provenance.platform_defaults)."""
+    read = [k for k in p.defaulted if k not in not_modelled(p.backend)]
+    firm = [k for k in read if k in preset_set(p.backend)]
+    assumed = [k for k in firm if not _neutral(p.value(k))]
+    off = [k for k in firm if _neutral(p.value(k))]
+    parts = [", ".join(f"{k} {_value(p.value(k))}" for k in assumed)] if assumed else []
+    if off:
+        more = f", +{len(off) - shown}" if len(off) > shown else ""
+        parts.append(f"left out of the model (0/none): {', '.join(off[:shown])}{more}")
+    rest = len(read) - len(firm)
+    counted = (f"; {rest} more no {p.backend} preset sets" if rest else "") + (
+        f"; {len(p.defaulted) - len(read)} the {p.backend} model never reads" if len(p.defaulted) > len(read) else ""
+    )
+    return (
+        f"platform {p.name}: PlatformSpec defaults (not in the file{_base_text(p)}) that the {p.backend} presets set: "
+        f"{'; '.join(parts) or 'none'}{counted} (all {len(p.defaulted)}: --json provenance.platform_defaults)"
+    )
 
 
 def _base_text(p: PlatformSpec) -> str:
