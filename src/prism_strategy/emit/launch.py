@@ -25,6 +25,7 @@ from prism_strategy.emit.env import (
     comment,
     load_env_profile,
     profile_lines,
+    profile_names,
     render_env_sh,
     sh_quote,
 )
@@ -129,12 +130,13 @@ class LaunchJob:
 def emit_files(req: EmitRequest, out: Path) -> Emitted:
     """Validate the request and render every file; nothing is written here."""
     job = _validate(req, out)
+    env_sh = FileText(
+        name="env.sh",
+        text=render_env_sh(job.profile, job.platform.name, job.header),
+        description=f"env profile {job.profile.name}: `source env.sh` on a compute node",
+    )
     files = [
-        FileText(
-            name="env.sh",
-            text=render_env_sh(job.profile, job.platform.name, job.header),
-            description=f"env profile {job.profile.name}: `source env.sh` on a compute node",
-        ),
+        *([env_sh] if job.profile.var or job.profile.modules or job.profile.unset or job.profile.prepend else []),
         *_launcher_files(job),
         FileText(
             name="torchrun.sh",
@@ -173,11 +175,10 @@ def _validate(req: EmitRequest, out: Path) -> LaunchJob:
     strategy = get_strategy(req.strategy).with_options(bucket_mb=req.bucket_mb, reduce_dtype=req.reduce_dtype)
     platform = load_platform(req.platform)
     layout = _layout(platform, req)
-    profile = load_env_profile(req.env_profile or platform.env_profile or "")
+    profile = _profile(req, platform)
     if req.precision not in PRECISIONS:
         raise SpecError(f"--precision must be one of {', '.join(PRECISIONS)}, got {req.precision!r}")
-    if (req.ckpt_freq != "sac" and req.ckpt_freq < 0) or req.micro_batch < 1 or req.grad_accum < 1:  # type: ignore[operator]
-        raise SpecError("--ckpt-freq must be >= 0, --micro-batch and --grad-accum >= 1")
+    _check_counts(req)
     if req.static_graph is not None and not engine_of(strategy).declares_static_graph:
         raise SpecError(f"--static-graph applies to ddp only, not {strategy.name}")
     if not _WALLTIME.match(req.walltime):
@@ -208,6 +209,29 @@ def _validate(req: EmitRequest, out: Path) -> LaunchJob:
         queue=queue,
         queue_note=note,
     )
+
+
+def _check_counts(req: EmitRequest) -> None:
+    """The one count given out of range, by its flag and value."""
+    if req.ckpt_freq != "sac" and req.ckpt_freq < 0:  # type: ignore[operator]
+        raise SpecError(f"--ckpt-freq must be >= 0 (0 = no checkpointing) or sac, got {req.ckpt_freq}")
+    for flag, value in (("--micro-batch", req.micro_batch), ("--grad-accum", req.grad_accum)):
+        if value < 1:
+            raise SpecError(f"{flag} must be >= 1, got {value}")
+
+
+def _profile(req: EmitRequest, platform: PlatformSpec) -> EnvProfile:
+    """--env-profile, else the platform's own; a user's platform file that names none gets an empty
+    profile (nothing exported), said in the notes; a multi-node job on a file that names no
+    launcher is refused (torchrun, the default, starts one node)."""
+    if "launcher" in platform.defaulted and req.nodes > 1:
+        raise SpecError(
+            f'{req.platform} names no launcher for a {req.nodes}-node job: add launcher = "slurm" or '
+            'launcher = "pbs" to it (launcher = "torchrun" writes a one-node torchrun.sh)'
+        )
+    if name := req.env_profile or platform.env_profile:
+        return load_env_profile(name)
+    return EnvProfile(name="none", version="-", description=f"{platform.name} names no env_profile", source="")
 
 
 def _layout(platform: PlatformSpec, req: EmitRequest) -> Layout:
@@ -271,6 +295,13 @@ def _strategy_file(job: LaunchJob) -> WrapConfig:
 
 def _notes(job: LaunchJob) -> list[str]:
     notes = [job.queue_note] if job.queue_note else []
+    if job.profile.name == "none" and not job.req.env_profile:
+        notes.append(
+            f"{job.req.platform} names no env_profile: no env.sh, and the launchers export no profile variables; "
+            f'add env_profile = "NAME" to it or pass --env-profile ({", ".join(profile_names())})'
+        )
+    if "launcher" in job.platform.defaulted:
+        notes.append(f"{job.req.platform} names no launcher: torchrun (the default) for this one-node job")
     if job.platform.launcher == "pbs" and not job.site.queues:
         notes.append(
             f"{job.platform.name} has no [[queues]] data: no queue was checked"

@@ -1,0 +1,86 @@
+"""The fresh walk-through's findings left for other rooms (issue 26, brief `mends`): each command as
+the user typed it, and what the user must get back."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from prism_strategy.cli import app
+
+runner = CliRunner(env={"COLUMNS": "100"})
+
+A100_OLD = """name = "a100-old"
+device = "cuda"
+backend = "nccl"
+devices_per_node = 4
+memory_gib = 40
+peak_tflops_bf16 = 312
+peak_tflops_fp32 = 19.5
+hbm_bw_gbps = 1555
+intra_bw_gbps = 300
+nic_bw_gbps = 25
+nics_per_node = 2
+gpu_arch = "ampere"
+cpu_vendor = "amd"
+nvlink_links = 12
+"""
+
+
+def _one_line(res, code: int = 2) -> str:
+    assert res.exit_code == code, res.output
+    line = res.output.strip()
+    assert "\n" not in line and "Traceback" not in line, res.output
+    return line
+
+
+def test_the_plans_defaults_note_names_what_the_nccl_model_reads_not_onecclss_settings(tmp_path):
+    f = tmp_path / "a100-old.toml"
+    f.write_text(A100_OLD)
+    res = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", str(f), "--nodes", "2"])
+    assert res.exit_code == 0, res.output
+    note = res.output[res.output.index("PlatformSpec defaults") :]
+    for moved in ("achievable_fraction 0.5", "framework_reserve_gib 1", "allocator_cache_factor", "sm_count"):
+        assert moved in note
+    assert "ccl_worker_count" not in note and "mdfi_bw_gbps" not in note and "host_copy_gbps" not in note
+
+
+def test_emit_on_a_file_without_base_refuses_a_multi_node_job_without_a_launcher(tmp_path):
+    f = tmp_path / "a100-old.toml"
+    f.write_text(A100_OLD)
+    out = tmp_path / "emit_b"
+    args = ["emit", "--strategy", "fsdp_full_shard", "--platform", str(f), "--nodes", "2", "--out", str(out)]
+    line = _one_line(runner.invoke(app, args))
+    assert "names no launcher for a 2-node job" in line and 'launcher = "slurm"' in line and '"pbs"' in line
+    assert "env profile" not in line and not out.exists()
+
+
+def test_emit_on_a_file_without_base_or_profile_writes_its_launcher_and_no_profile_exports(tmp_path):
+    f = tmp_path / "a100-old.toml"
+    f.write_text(A100_OLD + 'launcher = "slurm"\n')
+    out = tmp_path / "emit_b"
+    args = ["emit", "--strategy", "fsdp_full_shard", "--platform", str(f), "--nodes", "2", "--out", str(out)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert (out / "launch.slurm").exists() and not (out / "env.sh").exists()
+    assert "export NCCL" not in (out / "launch.slurm").read_text()
+    said = " ".join(res.output.split())
+    assert "names no env_profile: no env.sh" in said and "cuda-nccl" in said
+    doctor = res.output[res.output.index("prism-strategy doctor") :].split()[1:]
+    assert runner.invoke(app, doctor).exit_code == 0  # the printed check runs clean
+
+
+def test_emit_on_a_one_node_file_without_launcher_says_torchrun_aloud(tmp_path):
+    f = tmp_path / "a100-old.toml"
+    f.write_text(A100_OLD)
+    out = tmp_path / "e1"
+    args = ["emit", "--strategy", "ddp", "--platform", str(f), "--nodes", "1", "--out", str(out)]
+    res = runner.invoke(app, [*args, "--env-profile", "cuda-nccl"])
+    assert res.exit_code == 0, res.output
+    assert "names no launcher: torchrun (the default)" in " ".join(res.output.split()) and (out / "env.sh").exists()
+
+
+def test_emit_names_the_one_count_out_of_range_and_its_value(tmp_path):
+    base = ["emit", "--strategy", "ddp", "--platform", "aurora", "--out", str(tmp_path / "e15")]
+    assert _one_line(runner.invoke(app, [*base, "--micro-batch", "0"])) == "error: --micro-batch must be >= 1, got 0"
+    assert _one_line(runner.invoke(app, [*base, "--grad-accum", "-1"])) == "error: --grad-accum must be >= 1, got -1"
+    assert not (tmp_path / "e15").exists()
