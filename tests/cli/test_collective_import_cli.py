@@ -150,13 +150,13 @@ def test_a_shape_the_log_did_not_run_is_bad_input(tmp_path):
         "--platform",
         "dgx-h100",
         "--nodes",
-        "4",
+        "2",
         "--ranks-per-node",
-        "8",
+        "4",
         "--db",
         str(tmp_path / "r.db"),
     )
-    _bad(res, tmp_path, "the log ran 16 ranks, not --nodes 4 x 8")
+    _bad(res, tmp_path, "the log ran 16 ranks, not --nodes 2 x --ranks-per-node 4")
     res = _cli(
         "results",
         "import",
@@ -170,7 +170,7 @@ def test_a_shape_the_log_did_not_run_is_bad_input(tmp_path):
         "--db",
         str(tmp_path / "r.db"),
     )
-    _bad(res, tmp_path, "ran on 2 hosts, not --nodes 4")
+    _bad(res, tmp_path, "ran on 2 hosts (h100-a017, h100-a018), not --nodes 4")
 
 
 def test_a_platform_without_a_fact_its_comm_model_reads_is_bad_input(tmp_path):

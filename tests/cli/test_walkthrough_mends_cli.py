@@ -3,6 +3,9 @@ the user typed it, and what the user must get back."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from typer.testing import CliRunner
 
 from prism_strategy.cli import app
@@ -84,3 +87,25 @@ def test_emit_names_the_one_count_out_of_range_and_its_value(tmp_path):
     assert _one_line(runner.invoke(app, [*base, "--micro-batch", "0"])) == "error: --micro-batch must be >= 1, got 0"
     assert _one_line(runner.invoke(app, [*base, "--grad-accum", "-1"])) == "error: --grad-accum must be >= 1, got -1"
     assert not (tmp_path / "e15").exists()
+
+
+NCCL_LOG = Path(__file__).resolve().parents[1] / "fixtures" / "imports" / "all_reduce_perf_2x8_h100.out"
+
+
+def test_an_nccl_tests_import_takes_its_nodes_from_the_hosts_the_log_names(tmp_path):
+    log = tmp_path / "my_nccl.txt"  # not named all_reduce_perf*
+    log.write_text(NCCL_LOG.read_text())
+    db = tmp_path / "r.db"
+    args = ["results", "import", str(log), "--format", "nccl-tests", "--platform", "dgx-h100", "--db", str(db)]
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert (d["nodes"], d["ranks_per_node"], d["points"]) == (2, 8, 16)
+
+
+def test_a_nodes_flag_the_hosts_contradict_names_the_hosts_not_a_ranks_per_node_figure(tmp_path):
+    db = tmp_path / "r.db"
+    args = ["results", "import", str(NCCL_LOG), "--platform", "dgx-h100", "--nodes", "3", "--db", str(db)]
+    line = _one_line(runner.invoke(app, args))
+    assert "the log ran on 2 hosts (h100-a017, h100-a018), not --nodes 3" in line
+    assert "ranks per node" not in line and not db.exists()

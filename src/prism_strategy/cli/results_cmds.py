@@ -72,7 +72,10 @@ def results_import(
         Optional[str], Opt(help="Strategy name (PRISM logs say, except FSDP sharding in perf.jsonl)")
     ] = None,
     platform: Annotated[Optional[str], Opt(help="Platform preset the run ran on (required)")] = None,
-    nodes: Annotated[Optional[int], Opt(help="Nodes (default: the log's world size / the platform's devices)")] = None,
+    nodes: Annotated[
+        Optional[int],
+        Opt(help="Nodes (default: the log's world size / the platform's devices; a collective log's hosts)"),
+    ] = None,
     micro_batch: Annotated[Optional[int], Opt(help="Samples per rank per micro-step")] = None,
     grad_accum: Annotated[
         Optional[int], Opt(help="Micro-steps per optimizer step (default: the log's, else 1)")
@@ -94,7 +97,7 @@ def results_import(
             help="Read PATH as this format (default: detected): "
             "stepmonitor, prism-perf.jsonl, prism-log, torchtitan-log; or "
             "nccl-tests | oneccl-benchmark, a collective benchmark's output "
-            "(needs --platform, --nodes)",
+            "(needs --platform; --nodes when the log names no hosts)",
         ),
     ] = None,
     ranks_per_node: Annotated[

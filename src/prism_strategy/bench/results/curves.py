@@ -198,6 +198,21 @@ def curves_for(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...
     return load_curves(Store(db), platform)
 
 
+def _log_nodes(path: Path, fmt: str, nodes: int | None, hosts: tuple[str, ...]) -> int:
+    """The nodes the benchmark spanned: its distinct hosts when the log names them (a --nodes that
+    differs is refused, naming them), else --nodes, which is then required."""
+    if hosts:
+        if nodes is not None and nodes != len(hosts):
+            named = ", ".join(hosts[:4]) + (f", ... {len(hosts) - 4} more" if len(hosts) > 4 else "")
+            raise SpecError(f"{path}: the log ran on {len(hosts)} hosts ({named}), not --nodes {nodes}; drop --nodes")
+        return len(hosts)
+    if nodes is None:
+        raise SpecError(
+            f"--nodes is required for a {fmt} log that names no hosts: how many nodes the benchmark spanned"
+        )
+    return nodes
+
+
 def import_collective_log(
     path: str | Path,
     fmt: str,
@@ -221,19 +236,19 @@ def import_collective_log(
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"{path}: no such file")
-    if nodes is None or nodes < 1:
-        raise SpecError(f"--nodes is required (>= 1) for a {fmt} log: how many nodes the benchmark spanned")
+    if nodes is not None and nodes < 1:
+        raise SpecError(f"--nodes must be >= 1 (how many nodes the benchmark spanned), got {nodes}")
     plat = load_platform(platform)
     if not reader.looks_like(path):
         raise SpecError(f"{path}: not {fmt} output (see `prism-strategy results import --help`)")
     if collective is not None and fmt != "nccl-tests":
         raise SpecError(f"--collective is for nccl-tests logs; a {fmt} log names its collective")
     log = reader.read(path, op=collective) if collective is not None else reader.read(path)
+    nodes = _log_nodes(path, fmt, nodes, tuple(log.hosts))
     rpn = ranks_per_node or (log.ranks // nodes if log.ranks else plat.hardware.devices_per_node)
     if log.ranks is not None and rpn * nodes != log.ranks:
-        raise SpecError(f"{path}: the log ran {log.ranks} ranks, not --nodes {nodes} x {rpn} ranks per node")
-    if log.hosts and len(log.hosts) != nodes:
-        raise SpecError(f"{path}: the log's ranks ran on {len(log.hosts)} hosts, not --nodes {nodes}")
+        given = f"--ranks-per-node {rpn}" if ranks_per_node else f"its {nodes} node(s) in equal parts"
+        raise SpecError(f"{path}: the log ran {log.ranks} ranks, not --nodes {nodes} x {given}")
     if rpn * nodes < 2:
         raise SpecError(f"{path}: one rank moves nothing; a collective curve needs at least 2 ranks")
     points = tuple(
