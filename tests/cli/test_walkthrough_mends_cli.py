@@ -109,3 +109,22 @@ def test_a_nodes_flag_the_hosts_contradict_names_the_hosts_not_a_ranks_per_node_
     line = _one_line(runner.invoke(app, args))
     assert "the log ran on 2 hosts (h100-a017, h100-a018), not --nodes 3" in line
     assert "ranks per node" not in line and not db.exists()
+
+
+def test_read_commands_leave_an_empty_or_foreign_db_file_byte_identical(tmp_path):
+    empty, foreign = tmp_path / "empty.json", tmp_path / "notes.db"
+    empty.write_bytes(b"")
+    foreign.write_bytes(b"my notes, not a database\n" * 40)
+    plan = ["plan", "--model", "qwen3-0.6b", "--platform", "dgx-h100", "--nodes", "1"]
+    reads = (["compare"], ["results"], ["calibrate", "--platform", "cpu", "--out", str(tmp_path / "c.toml")], plan)
+    for args in reads:
+        res = runner.invoke(app, [*args, "--db", str(empty)])
+        assert res.exit_code in (0, 1, 2) and "Traceback" not in res.output, (args, res.output)
+        assert empty.read_bytes() == b"", args  # no schema written into the user's file
+        bad = runner.invoke(app, [*args, "--db", str(foreign)])
+        if args[0] != "plan":  # plan reads curves only when it finds a store
+            assert "not a usable SQLite database" in _one_line(bad), args
+        assert foreign.read_bytes() == b"my notes, not a database\n" * 40, args
+    res = runner.invoke(app, ["compare", "--db", str(empty)])
+    assert res.exit_code == 1 and "holds no successful run" in res.output
+    assert not (tmp_path / "c.toml").exists()

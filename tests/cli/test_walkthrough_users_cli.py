@@ -206,7 +206,7 @@ def test_compare_on_an_empty_store_says_there_is_nothing_to_compare(tmp_path):
     db = tmp_path / "empty.db"
     db.write_bytes(b"")  # a 0-byte file is an empty SQLite store
     res = runner.invoke(app, ["compare", "--db", str(db)])
-    assert res.exit_code == 0 and "holds no successful run" in res.output
+    assert res.exit_code == 1 and "holds no successful run" in res.output  # a finding (issue 26 mends 4)
 
 
 def test_calibrate_says_a_missing_db_fitted_no_stored_run_and_a_refusal_fitted_nothing(tmp_path):

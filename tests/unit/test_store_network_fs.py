@@ -51,8 +51,10 @@ def test_a_store_on_a_network_filesystem_runs_the_rollback_journal(tmp_path):
     )
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     assert not (tmp_path / "r.db-wal").exists() and not (tmp_path / "r.db-shm").exists()
-    Store(db).query()  # the same file seen as local (no mounts file naming it): switched to WAL
-    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert len(Store(db).query()) == 1  # a read opens it read-only (mode=ro): the journal stays
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    Store(db).add(Result(kind="bench", status="ok", strategy="ddp", platform="cpu", config={"i": 1}, measured={}))
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # written as local: WAL
 
 
 def _writer(args):

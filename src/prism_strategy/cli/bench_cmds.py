@@ -134,7 +134,10 @@ def compare(
     from prism_strategy.bench.launch.requests import compare_rows
     from prism_strategy.report.bench_output import show_compare
 
-    show_compare(compare_rows(db, calibration), json_out)
+    rows = compare_rows(db, calibration)
+    show_compare(rows, json_out)
+    if not rows:  # a valid question with nothing to answer it: a finding
+        raise typer.Exit(1)
 
 
 @cli_errors

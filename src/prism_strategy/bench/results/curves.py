@@ -142,18 +142,14 @@ def write_run(store: Store, run: Run) -> tuple[int, str]:
 
 
 def _rows(store: Store, platform: str) -> list[tuple[Any, ...]]:
-    if not store.exists():
-        return []
-
     def read(con: sqlite3.Connection) -> list[tuple[Any, ...]]:
-        con.executescript(SCHEMA)
         return con.execute(
             "SELECT run_key, format, source, op, group_ranks, group_nodes, concurrent, bytes, seconds,"
             " created_at FROM collective_points WHERE platform = ? ORDER BY id",
             (platform,),
         ).fetchall()
 
-    return store.run(read)
+    return store.read(read, [], table="collective_points")
 
 
 def load_curves(store: Store, platform: str) -> tuple[MeasuredCurve, ...]:
@@ -183,14 +179,11 @@ def stored_curves(store: Store, platform: str | None = None) -> list[tuple[str, 
     """(platform, curve) for every stored curve, or one platform's."""
     if platform is not None:
         return [(platform, c) for c in load_curves(store, platform)]
-    if not store.exists():
-        return []
 
     def names(con: sqlite3.Connection) -> list[str]:
-        con.executescript(SCHEMA)
         return [r[0] for r in con.execute("SELECT DISTINCT platform FROM collective_points ORDER BY platform")]
 
-    return [(p, c) for p in store.run(names) for c in load_curves(store, p)]
+    return [(p, c) for p in store.read(names, [], table="collective_points") for c in load_curves(store, p)]
 
 
 def curves_for(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...]:

@@ -11,7 +11,10 @@ documents for network use. `Store.journal` says which mode and why.
 
 Each write is one short IMMEDIATE transaction with a generous busy timeout (and retried whole when
 SQLite reports the lock anyway), so several processes can write at once and nothing is lost; a
-crash mid-write leaves the previous state.
+crash mid-write leaves the previous state. A read (`Store.read`: compare, results, report,
+calibrate, plan --db) opens the file read-only (SQLite's `file:...?mode=ro` URI) and writes no
+schema into it: a missing or empty file, or one without the table, holds no stored runs; a file that
+is not SQLite is bad input.
 Default location: $PRISM_STRATEGY_DB, else $XDG_CACHE_HOME/prism-strategy/results.db
 (~/.cache/... when unset).
 
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from urllib.request import pathname2url
 
 from prism_strategy.inputs.stored import row_key
 from prism_strategy.specs.errors import SpecError
@@ -287,6 +291,10 @@ LOCK_PATIENCE_S = 120.0
 BUSY_TIMEOUT_S = 60.0  # SQLite's own wait for a lock, per statement
 
 
+_OLDER = object()
+"""Store.read's mark for a store of an older schema (read after `migrate`)."""
+
+
 def _is_contention(e: sqlite3.OperationalError) -> bool:
     msg = str(e).lower()
     return "locked" in msg or "busy" in msg
@@ -306,7 +314,19 @@ class Store:
             return Journal(mode="wal", fstype="", mount="")
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self, readonly: bool = False) -> Iterator[sqlite3.Connection]:
+        if readonly:  # SQLite's mode=ro: nothing of this connection can write the file
+            con = sqlite3.connect(
+                f"file:{pathname2url(str(self.path.absolute()))}?mode=ro",
+                uri=True,
+                timeout=BUSY_TIMEOUT_S,
+                isolation_level=None,
+            )
+            try:
+                yield con
+            finally:
+                con.close()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -322,12 +342,12 @@ class Store:
         finally:
             con.close()
 
-    def _run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
+    def _run(self, op: Callable[[sqlite3.Connection], Any], readonly: bool = False) -> Any:
         """`op` on a fresh connection; retried whole while another process holds the lock."""
         deadline, pause = time.monotonic() + LOCK_PATIENCE_S, 0.05
         while True:
             try:
-                with self._connect() as con:
+                with self._connect(readonly) as con:
                     return op(con)
             except sqlite3.DatabaseError as e:
                 if isinstance(e, sqlite3.OperationalError) and _is_contention(e) and time.monotonic() < deadline:
@@ -347,6 +367,28 @@ class Store:
             raise SpecError(
                 f"cannot open results store {str(self.path)[:80]}: {e.strerror}; pass --db with a usable path"
             ) from None
+
+    def read(self, op: Callable[[sqlite3.Connection], Any], default: Any, table: str = "results") -> Any:
+        """`op(connection)` on a read-only connection: a read command never writes into the file.
+        `default` (no stored runs) when there is no file, an empty one, or no `table` in it; a file
+        that is not SQLite is bad input (one line). A store of an older schema is migrated first
+        (the one write a read makes, as `migrate` documents)."""
+        try:
+            if not self.exists() or self.path.stat().st_size == 0:
+                return default
+        except OSError:
+            return default
+
+        def guarded(con: sqlite3.Connection) -> Any:
+            found = con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+            if found is None:
+                return default
+            if table == "results" and con.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                return _OLDER
+            return op(con)
+
+        out = self._run(guarded, readonly=True)
+        return self._run(op) if out is _OLDER else out
 
     def run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
         """`op(connection)` on this store, retried whole under lock contention: for the tables
@@ -391,9 +433,7 @@ class Store:
             " provenance, source, peak_allocated_bytes, peak_reserved_bytes, dedup_key FROM results"
         )
         sql += (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
-        if not self.exists():
-            return []
-        rows = self._run(lambda con: con.execute(sql, args).fetchall())
+        rows = self.read(lambda con: con.execute(sql, args).fetchall(), [])
         return [
             Result(
                 id=i,
