@@ -128,3 +128,36 @@ def test_read_commands_leave_an_empty_or_foreign_db_file_byte_identical(tmp_path
     res = runner.invoke(app, ["compare", "--db", str(empty)])
     assert res.exit_code == 1 and "holds no successful run" in res.output
     assert not (tmp_path / "c.toml").exists()
+
+
+def _cpu_row(store, precision: str = "fp32", platform: str = "cpu"):
+    from prism_strategy.bench.launch.run import base_config
+    from prism_strategy.bench.results.store import Result
+
+    cfg = base_config(model="tiny-llama", nproc=2, ranks_per_node=None, micro_batch=2, seq_len=32, steps=1,
+                      warmup=1, precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=60)  # fmt: skip
+    cfg = cfg | {"strategy": "ddp", "precision": precision}
+    return store.add(Result(kind="bench", status="ok", strategy="ddp", platform=platform, config=cfg,
+                            measured={"step_time_s": 0.5, "samples_per_s": 8.0}, fingerprint={"host": "h"}))  # fmt: skip
+
+
+def test_bench_refuses_an_unknown_precision_before_launching(tmp_path):
+    db = tmp_path / "run.db"
+    for cmd in (["bench"], ["ceiling"], ["tune"], ["census"], ["commbench"]):
+        args = [*cmd, "--model", "tiny-llama", "--precision", "fp8", "--nproc", "2"]
+        line = _one_line(runner.invoke(app, [*args, *(["--db", str(db)] if cmd[0] != "census" else [])]))
+        assert "fp8" in line and "fp32" in line and "bf16-mixed" in line, (cmd, line)
+    assert not db.exists()  # nothing launched, nothing stored
+
+
+def test_compare_skips_and_names_a_stored_row_it_cannot_read(tmp_path):
+    from prism_strategy.bench.results.store import Store
+
+    store = Store(tmp_path / "run.db")
+    good, fp8, gone = _cpu_row(store), _cpu_row(store, "fp8"), _cpu_row(store, platform="a-platform-gone")
+    res = CliRunner().invoke(app, ["compare", "--db", str(store.path), "--json"])
+    assert res.exit_code == 0, res.output
+    assert [r["id"] for r in json.loads(res.stdout)] == [good]
+    said = " ".join(res.stderr.split())
+    assert f"skipped stored result {fp8} (ddp, cpu):" in said and "unknown precision 'fp8'" in said
+    assert f"skipped stored result {gone} (ddp, a-platform-gone)" in said

@@ -134,8 +134,11 @@ def compare(
     from prism_strategy.bench.launch.requests import compare_rows
     from prism_strategy.report.bench_output import show_compare
 
-    rows = compare_rows(db, calibration)
+    skipped: list[str] = []
+    rows = compare_rows(db, calibration, skipped)
     show_compare(rows, json_out)
+    for line in skipped:
+        typer.echo(f"warning: skipped {line}", err=True)
     if not rows:  # a valid question with nothing to answer it: a finding
         raise typer.Exit(1)
 

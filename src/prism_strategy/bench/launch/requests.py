@@ -96,10 +96,11 @@ def tune_search(
     return run_tune(cfg, names, mbs or [1], ks, platform, Store(db), calibration=calibration).as_dict()
 
 
-def compare_rows(db: str | None, calibration: str) -> list[dict[str, Any]]:
+def compare_rows(db: str | None, calibration: str, skipped: list[str] | None = None) -> list[dict[str, Any]]:
     """`compare`: every stored configuration's prediction (calibrated when one applies) beside it.
     A calibration file applies to the runs of its own platform; the others stay uncalibrated (a
-    store holding runs of several platforms compares them all)."""
+    store holding runs of several platforms compares them all). A row the model cannot read is
+    left out and named in `skipped` (bench/results/compare.py compare)."""
     from prism_strategy.bench.results.compare import compare
     from prism_strategy.estimate.calibration import calibrated_platform, load_calibration
 
@@ -108,4 +109,4 @@ def compare_rows(db: str | None, calibration: str) -> list[dict[str, Any]]:
     def platform_for(name: str):
         return calibrated_platform(load_platform(name), calibration if own in (None, name) else "none")
 
-    return compare(existing_store(db).query(), platform_for=platform_for)
+    return compare(existing_store(db).query(), platform_for=platform_for, skipped=skipped)

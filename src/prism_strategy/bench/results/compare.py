@@ -113,8 +113,12 @@ def compare_row(r: Result, platform: PlatformSpec) -> dict[str, Any]:
     }
 
 
-def compare(results: list[Result], platform_for: Any = load_platform) -> list[dict[str, Any]]:
-    """One row per successful bench run (ours, imported or published) and per ceiling search."""
+def compare(
+    results: list[Result], platform_for: Any = load_platform, skipped: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """One row per successful bench run (ours, imported or published) and per ceiling search. A
+    stored row the model cannot read (a precision or platform this version does not know) is left
+    out, and said in `skipped` ("stored result 3 (ddp): unknown precision 'fp8'"), not fatal."""
     rows = []
     for r in results:
         if r.kind not in ("bench", "ceiling") or r.status != "ok":
@@ -122,5 +126,6 @@ def compare(results: list[Result], platform_for: Any = load_platform) -> list[di
         try:
             rows.append(compare_row(r, platform_for(r.platform)))
         except SpecError as e:
-            raise SpecError(f"stored result {r.id}: {e}") from None
+            if skipped is not None:
+                skipped.append(f"stored result {r.id} ({r.strategy}, {r.platform}): {e}")
     return rows
