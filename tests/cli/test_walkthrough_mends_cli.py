@@ -3,9 +3,11 @@ the user typed it, and what the user must get back."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from prism_strategy.cli import app
@@ -161,3 +163,23 @@ def test_compare_skips_and_names_a_stored_row_it_cannot_read(tmp_path):
     said = " ".join(res.stderr.split())
     assert f"skipped stored result {fp8} (ddp, cpu):" in said and "unknown precision 'fp8'" in said
     assert f"skipped stored result {gone} (ddp, a-platform-gone)" in said
+
+
+def test_a_missing_model_file_is_named_once_resolved(tmp_path, monkeypatch):
+    (tmp_path / "run049").mkdir()
+    monkeypatch.chdir(tmp_path / "run049")
+    line = _one_line(runner.invoke(app, ["plan", "--model", "../nofile.json", "--platform", "dgx-h100"]))
+    assert f"model file '{tmp_path / 'nofile.json'}' does not exist" in line
+    assert line.count("nofile.json") == 1 and ".." not in line
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed")
+def test_a_stale_build_lock_is_the_one_line_bench_prints_no_progress_first(tmp_path, monkeypatch):
+    lock = tmp_path / "ext" / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    args = ["bench", "--strategies", "zero2", "--nproc", "2", "--db", str(tmp_path / "r.db"), "--timeout-s", "5"]
+    line = _one_line(CliRunner().invoke(app, args))
+    assert line.startswith("error: DeepSpeed's op build lock") and f"rm {lock}" in line
+    assert not (tmp_path / "r.db").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from difflib import get_close_matches
 from functools import cache
@@ -162,8 +163,8 @@ def _platform_raw(name: str) -> dict[str, Any]:
 
 
 def _path_text(p: Path) -> str:
-    """The path as given, and where it resolves only when that says more."""
-    return f"{str(p)!r}" if p.is_absolute() else f"{str(p)!r} ({p.absolute()})"
+    """The path once, absolute and normalised ('..' folded; links kept, as the user named them)."""
+    return repr(os.path.abspath(p))
 
 
 def model_argument(spec: TransformerSpec) -> str:

@@ -44,7 +44,27 @@ def bench_request(
     env = rank_env(env_profile, load_platform(platform).name)
     cfg = base_config(**base) | ({"rank_env": env.launch_env()} if env else {})
     check_memory(cfg, names, load_platform(platform))
+    refuse_stale_build_lock(cfg, names)
     return cfg, names
+
+
+def refuse_stale_build_lock(cfg: dict[str, Any], names: list[str]) -> None:
+    """A stale DeepSpeed build lock is bad input found before any progress is shown (the launch
+    checks again, bench/launch/harness.py): the one line, not a progress bar then the line."""
+    import importlib.util
+    import os
+
+    from prism_strategy.bench.launch.ds_ops import extensions_dir, stale_lock_error, stale_locks
+    from prism_strategy.engines import engine_of
+    from prism_strategy.strategies import get_strategy
+
+    if cfg.get("device", "cpu") != "cpu" or importlib.util.find_spec("deepspeed") is None:
+        return
+    if not any(engine_of(get_strategy(n)).builds_cpu_ops for n in names):
+        return
+    env = dict(os.environ) | (cfg.get("rank_env") or {}).get("set", {})
+    if stale := stale_locks(extensions_dir(env)):
+        raise stale_lock_error(stale)
 
 
 def ceiling_search(
