@@ -183,3 +183,16 @@ def test_a_stale_build_lock_is_the_one_line_bench_prints_no_progress_first(tmp_p
     line = _one_line(CliRunner().invoke(app, args))
     assert line.startswith("error: DeepSpeed's op build lock") and f"rm {lock}" in line
     assert not (tmp_path / "r.db").exists()
+
+
+def test_rank_jitters_description_says_what_an_unmeasured_point_takes():
+    """specs/platform_groups.py said "None = unmeasured: only the range's slow side takes it"; since
+    the cudascale change the point takes the published average (estimate/scale_loss.py)."""
+    from prism_strategy.estimate.scale_loss import default_jitter, late_ranks
+    from prism_strategy.specs.platform_groups import CalibrationSpec
+
+    doc = " ".join(CalibrationSpec.__pydantic_fields__["rank_jitter"].description.split())
+    unmeasured, j = late_ranks(512, 8, 1.0, 10, None), default_jitter()
+    assert unmeasured.seconds > 0 and unmeasured.cv == j.point and unmeasured.slow_seconds > 0
+    assert "the point takes the published average" in doc and "only the range's slow side" not in doc
+    assert f"cv ~{j.point:.1%}" in doc and f"cv ~{j.high:.1%}" in doc

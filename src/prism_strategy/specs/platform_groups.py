@@ -216,7 +216,10 @@ class CalibrationSpec:
     rank_jitter: Annotated[float, Ge(0), Lt(1)] | None = None
     """Measured per-rank spread of the work between synchronisations (std / mean, e.g. 0.02),
     from this cluster's StepMonitor logs or `plan --rank-jitter`: prices the late-rank term into
-    the step (estimate/scale_loss.py). None = unmeasured: only the range's slow side takes it."""
+    the step (estimate/scale_loss.py late_ranks). None = unmeasured: the point takes the published
+    average spread (data/scale_loss.toml [rank_jitter]: Sinha et al. SC22, 8% variation across a
+    cluster's GPUs, cv ~1.0%) and the range's slow side the rest of the way to the worst cluster's
+    22% (cv ~2.7%)."""
     fit_platform: str = ""
     """The fitted platform whose leave-one-out errors set this one's prediction ranges (data/fits);
     empty = its own name. Another name means another GPU than the fit's (the range widens)."""
