@@ -196,3 +196,21 @@ def test_rank_jitters_description_says_what_an_unmeasured_point_takes():
     assert unmeasured.seconds > 0 and unmeasured.cv == j.point and unmeasured.slow_seconds > 0
     assert "the point takes the published average" in doc and "only the range's slow side" not in doc
     assert f"cv ~{j.point:.1%}" in doc and f"cv ~{j.high:.1%}" in doc
+
+
+def test_the_range_legend_says_how_each_platform_familys_range_was_made():
+    said = {}
+    for platform in ("aurora", "dgx-h100"):
+        res = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", platform, "--nodes", "2"])
+        assert res.exit_code == 0, res.output
+        said[platform] = " ".join(res.output.split())
+        assert "the low side widened beyond what was measured" not in said[platform]
+        prov = runner.invoke(app, ["plan", "--model", "qwen3-0.6b", "--platform", platform, "--nodes", "2", "--json"])
+        basis = json.loads(prov.stdout)["options"][0]["provenance"]["range"]
+        assert ("composed from the step's parts" in basis) == (platform == "aurora")  # what the legend must follow
+    assert (
+        "range = 80% range of samples/s (composed from the step's parts, each with the held-out errors"
+        in said["aurora"]
+    )
+    assert "range = 80% range of samples/s (the fit's leave-one-out errors" in said["dgx-h100"]
+    assert "scale beyond the measured nodes and late ranks widen the low side" in said["dgx-h100"]

@@ -72,7 +72,7 @@ CAPTION = (
     "predicted by the analytic model{calibrated} (provenance in --json); GiB per device at the step's worst moment, "
     "as judged against usable memory (allocated + runtime + the cache a flush cannot free; memory_judged_on); mb x accum x ranks = "
     "global samples per step; ckpt k = checkpoint every k-th block, 0 = none, sac = selective; range = 80% range "
-    "of samples/s (fit's leave-one-out errors; the low side widened beyond what was measured; provenance.range); "
+    "of samples/s ({range_how}; provenance.range); "
     "tok/s/dev = tokens/s per device; MFU = model FLOPs (no recompute) / the {peak} peak; comm = exposed share "
     "of the step; eff = samples/s per node vs the same option (mb, accum, ckpt) on 1 node"
 )
@@ -182,7 +182,23 @@ def caption(p: Plan) -> str:
         if t.compute_dtype == "bf16"
         else f"{pf.hardware.peak_tflops_fp32:g} TF/s fp32"
     )
-    return CAPTION.format(calibrated=f", calibrated ({where})" if where else "", peak=peak)
+    return CAPTION.format(calibrated=f", calibrated ({where})" if where else "", peak=peak, range_how=range_how(p))
+
+
+def range_how(p: Plan) -> str:
+    """How the plan's ranges were made: composed from the step's parts where a collective fit
+    covers the platform (estimate/range_parts.py: Aurora), else the fit's leave-one-out half-width
+    (estimate/ranges.py); docs/fits.md."""
+    composed = any(o.range is not None and o.range.slow_base is not None for o in p.options)
+    if composed:
+        return (
+            "composed from the step's parts, each with the held-out errors of the fit that decided it; "
+            "late ranks widen the low side"
+        )
+    return (
+        "the fit's leave-one-out errors, wider for another GPU or an uncalibrated preset; scale beyond the "
+        "measured nodes and late ranks widen the low side"
+    )
 
 
 SWEEP_COLUMNS = [
