@@ -13,6 +13,7 @@ from prism_strategy.bench.launch.run import base_config
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.cli import app
+from prism_strategy.inputs.stored import row_values
 from prism_strategy.specs.presets import load_platform
 
 runner = CliRunner()
@@ -245,7 +246,7 @@ def test_reports_scaling_curve_draws_the_measured_runs_at_its_scenario(tmp_path,
     ax = figs["scaling.png"].axes[0]
     scatters = [c for c in ax.collections if isinstance(c, PathCollection)]  # not the shaded ranges
     crosses = sorted(tuple(p) for c in scatters for p in c.get_offsets().tolist())
-    rows = [r for r in Store(db).query() if r.config["micro_batch"] == 2]
+    rows = [r for r in Store(db).query() if row_values(r.config)["micro_batch"] == 2]
     assert crosses == sorted((1.0, r.measured["samples_per_s"]) for r in rows)  # mb 8 is another scenario
 
 

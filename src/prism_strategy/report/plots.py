@@ -234,12 +234,14 @@ def curve_points(rows: list[dict[str, Any]], scaling: Any) -> list[dict[str, Any
     length and (when the curve fixes one) micro-batch; one point per run at nproc / ranks per node."""
     sc, t = scaling.scenario, scaling.scenario.training
     out = []
+    from prism_strategy.inputs.stored import row_values
+
     for r in measured_rows(rows):
-        c = r["config"]
+        c = row_values(r["config"])
         rpn = c.get("ranks_per_node") or c.get("nproc") or 0
         same = (
             r.get("platform") == sc.platform.name
-            and model_name(c) == sc.model.name
+            and model_name(r["config"]) == sc.model.name
             and rpn == sc.layout.ranks_per_node
             and c.get("seq_len") == t.seq_len
             and (t.micro_batch is None or c.get("micro_batch") == t.micro_batch)
