@@ -193,3 +193,19 @@ def test_every_comm_term_a_preset_can_fit_has_bounds_around_the_preset(name):
     for t in comm_fit.terms_of(base):
         lo, hi = bounds_for(base, t.name)
         assert lo <= comm_fit.value(base, t.name) <= hi and calibration_bounds()[t.name]["source"], t.name
+
+
+def test_the_memory_fit_never_sets_a_negative_reserve():
+    """Runs whose peaks sit below what the model gives with no reserve (a CPU run: no runtime
+    context) fitted framework_reserve_gib < 0, which the platform refuses (exit 2 for every later
+    plan). The reserve is held at its bound, 0, and the factor refitted alone."""
+    from prism_strategy.bench.fit.calibrate import fit_memory
+
+    truth = load_platform("cpu").with_values(activation_factor=1.3, framework_reserve_gib=0.0)
+    runs = runs_of(truth, CONFIGS)
+    low = 0.1 * min(predict(c, truth)["activation_bytes"] for c in CONFIGS)
+    for r in runs:  # every peak a little under the truth's: the unconstrained intercept is -low
+        r.measured["peak_memory_bytes"] -= low
+    fitted = fit_memory(load_platform("cpu"), runs)
+    assert fitted.allocator.framework_reserve_gib == 0.0
+    assert 0 < fitted.calibration.activation_factor < 1.3

@@ -30,8 +30,8 @@ def _scenario_args(sc: "Scenario", pick: "Option | None") -> list[str]:
     if ga and ga > 1:
         args += ["--grad-accum", str(ga)]
     args += ["--precision", t.precision]
-    if (profile := sc.environment.profile) and profile != sc.platform.env_profile:  # the plan's --env-profile
-        args += ["--env-profile", profile]
+    if sc.environment.given:  # the as-run platform carries the profile's name: ask the policy
+        args += ["--env-profile", sc.environment.profile]
     return args
 
 

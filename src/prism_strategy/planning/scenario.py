@@ -14,6 +14,7 @@ from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.policies import (
     BATCH_KEYS,
     MEMORY_KEYS,
+    PLATFORM_DEFAULT,
     SCENARIO_KEYS,
     BatchPolicy,
     EnvironmentPolicy,
@@ -81,7 +82,7 @@ def environment_of(platform: PlatformSpec, profile: Any) -> EnvironmentPolicy:
     if isinstance(profile, EnvironmentPolicy):
         return profile
     if profile is None:
-        return EnvironmentPolicy(profile=platform.env_profile, source="platform default")
+        return EnvironmentPolicy(profile=platform.env_profile, source=PLATFORM_DEFAULT)
     if not isinstance(profile, str) or not profile.strip():
         raise SpecError(f"--env-profile must be a profile name or a profile .toml path, got {profile!r}")
     values = load_env_profile(profile).values_for(platform.name)
@@ -149,7 +150,7 @@ def scenario_of(
         )
     if (problem := batch_problem(training, layout.world)) is not None:
         raise SpecError(problem)
-    env = environment or EnvironmentPolicy(profile=plat.env_profile, source="platform default")
+    env = environment or EnvironmentPolicy(profile=plat.env_profile, source=PLATFORM_DEFAULT)
     return Scenario(model=mm, training=training, platform=plat, layout=layout, environment=env)
 
 

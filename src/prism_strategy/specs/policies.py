@@ -91,6 +91,10 @@ class MemoryPolicy:
         check_options(self.bucket_mb, None)
 
 
+PLATFORM_DEFAULT = "platform default"
+"""EnvironmentPolicy.source of the platform's own profile."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EnvironmentPolicy:
     """The environment the ranks run under: an env profile (data/env_profiles) and the collective
@@ -111,6 +115,11 @@ class EnvironmentPolicy:
     @property
     def env(self) -> dict[str, str]:
         return dict(self.variables)
+
+    @property
+    def given(self) -> bool:
+        """The run names its profile (`--env-profile`, a file, a stored run), not the platform's default."""
+        return bool(self.profile) and self.source != PLATFORM_DEFAULT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
-from prism_strategy.specs.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
+from prism_strategy.specs.policies import PLATFORM_DEFAULT, BatchPolicy, EnvironmentPolicy, MemoryPolicy
 from prism_strategy.specs.presets import model_argument, model_names, platform_argument
 from prism_strategy.specs.training import TrainingSpec
 
@@ -132,7 +132,7 @@ def scenario_to_row(sc: Scenario) -> dict[str, Any]:
     in it (a run is priced on the platform it is read with); the environment is None when it is the
     platform's own. inputs/stored.py scenario_from_row reads it back to the same Scenario."""
     m = sc.model
-    default_env = EnvironmentPolicy(profile=sc.platform.env_profile, source="platform default")
+    default_env = EnvironmentPolicy(profile=sc.platform.env_profile, source=PLATFORM_DEFAULT)
     env = sc.environment
     return {
         "schema": ROW_SCHEMA,

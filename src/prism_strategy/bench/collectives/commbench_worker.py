@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from prism_strategy.bench.launch.worker import device_sync, parse_args, worker_context
+from prism_strategy.bench.launch.worker import device_sync, parse_args, rank_result, worker_context
 
 MAX_CALLS = 64
 """Calls timed per kind and repetition: a step issuing more calls of one kind is timed on 64."""
@@ -128,17 +128,13 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         }
         for k, t in zip(kinds, times)
     ]
-    return {
-        "rank": ctx.rank,
-        "world_size": ctx.world_size,
-        "status": "ok",
-        "device": str(ctx.device),
-        "backend": ctx.backend,
-        "backend_version": backend_version(ctx),
-        "kinds": rows,
-        "census": recorded["collectives"] + recorded["control"],
-        "collective_env": {k: v for k, v in os.environ.items() if k.startswith(("CCL_", "NCCL_", "FI_"))},
-    }
+    return rank_result(
+        ctx,
+        backend_version=backend_version(ctx),
+        kinds=rows,
+        census=recorded["collectives"] + recorded["control"],
+        collective_env={k: v for k, v in os.environ.items() if k.startswith(("CCL_", "NCCL_", "FI_"))},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -207,7 +207,13 @@ def fit_memory(platform: PlatformSpec, runs: list[Result]) -> PlatformSpec:
         target.append(r.measured["peak_memory_bytes"] - (p["memory_bytes"] - p["activation_bytes"]))
     if len(runs) < 2:
         return platform
-    (factor, reserve), *_ = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)
+    a, y = np.array(rows), np.array(target)
+    (factor, reserve), *_ = np.linalg.lstsq(a, y, rcond=None)
+    if reserve < 0:  # a reserve cannot be negative: the least-squares optimum then lies on reserve = 0
+        (factor,), *_ = np.linalg.lstsq(a[:, :1], y, rcond=None)
+        reserve = 0.0
+    if factor <= 0:  # the runs' activations cannot decide a factor (peaks below the model's states)
+        return platform
     return platform.with_values(activation_factor=float(factor), framework_reserve_gib=float(reserve) / GiB)
 
 

@@ -270,14 +270,7 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     if census:
         from prism_strategy.bench.launch.census_record import record, summarise
 
-        return {
-            "rank": ctx.rank,
-            "world_size": ctx.world_size,
-            "status": "ok",
-            "device": str(ctx.device),
-            "backend": ctx.backend,
-            "census": summarise(record(lambda: runner.step(warmup), ctx.world_size)),
-        }
+        return rank_result(ctx, census=summarise(record(lambda: runner.step(warmup), ctx.world_size)))
     if ctx.device.type == "cuda":  # device-only
         torch.cuda.reset_peak_memory_stats(ctx.device)
     elif ctx.device.type == "xpu":  # device-only
@@ -286,19 +279,19 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     peak = peak_memory(runner, warmup + steps)
     out = {k: statistics.median(t[k] for t in timed) for k in ("step", "forward", "backward", "optimizer")}
     status = "oom" if (args.memory_limit_bytes and peak and peak > args.memory_limit_bytes) else "ok"
-    return {
-        "rank": ctx.rank,
-        "world_size": ctx.world_size,
-        "status": status,
-        "step_s": out["step"],
-        "forward_s": out["forward"],
-        "backward_s": out["backward"],
-        "optimizer_s": out["optimizer"],
-        "step_times": [t["step"] for t in timed],
-        "peak_memory_bytes": peak,
-        "device": str(ctx.device),
-        "backend": ctx.backend,
-    }
+    return rank_result(
+        ctx,
+        status,
+        **{f"{k}_s": out[k] for k in ("step", "forward", "backward", "optimizer")},
+        step_times=[t["step"] for t in timed],
+        peak_memory_bytes=peak,
+    )
+
+
+def rank_result(ctx: Any, status: str = "ok", **measured: Any) -> dict[str, Any]:
+    """What one rank reports to the harness for one config: who it is, how the config ended, what it measured."""
+    who = {"rank": ctx.rank, "world_size": ctx.world_size, "status": status}
+    return who | {"device": str(ctx.device), "backend": ctx.backend} | measured
 
 
 def run_all(configs: list[dict[str, Any]], args: argparse.Namespace, rank: int) -> list[dict[str, Any]]:
