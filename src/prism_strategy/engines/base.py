@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from prism_strategy.engines.runs import Runs
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import DTYPE_BYTES, OPTIMIZER_STATES, TrainingSpec
@@ -52,9 +53,10 @@ class StepCollective:
     overlappable: bool
     what: str = ""
     """What it moves, for people ("gradient buckets", "per-block all-gather", ...)."""
-    sizes: tuple[float, ...] = ()
+    sizes: Runs = Runs()
     """Bytes of each call of one micro-step in the order they are issued, where they differ (FSDP2's
-    root unit and its blocks, DDP's buckets): estimate/overlap.py's schedule. Empty: all bytes_per_call."""
+    root unit and its blocks, DDP's buckets): estimate/overlap.py's schedule. Empty: all bytes_per_call.
+    Run-length encoded (engines/runs.py): a deep stack's equal per-block calls are one run."""
 
     @property
     def bytes(self) -> float:

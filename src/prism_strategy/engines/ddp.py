@@ -31,6 +31,7 @@ from prism_strategy.engines.base import (
     tensor_sizes,
     trainable,
 )
+from prism_strategy.engines.runs import Runs
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import DTYPE_BYTES, TrainingSpec
@@ -139,7 +140,7 @@ class DDPEngine(Engine):
                 phase="backward",
                 overlappable=True,
                 what=f"gradient buckets ({cap / MiB:g} MiB cap)",
-                sizes=tuple(buckets),
+                sizes=Runs(buckets),
             )
         ]
         buffers = sum(_rope_buffer_bytes(p) for p in parts)

@@ -35,6 +35,7 @@ from prism_strategy.engines.base import (
     sum_and_largest,
     trainable,
 )
+from prism_strategy.engines.runs import Runs
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import Part, largest_block, root_unit
 from prism_strategy.specs.training import DTYPE_BYTES, TrainingSpec
@@ -161,7 +162,7 @@ class FSDP2Engine(Engine):
                         bytes_per_call=elems * TORCH_DTYPE_BYTES[dtype] / calls,
                         overlappable=overlap,
                         what=what,
-                        sizes=tuple(n * TORCH_DTYPE_BYTES[dtype] for n in order),
+                        sizes=Runs(order).map(lambda n: n * TORCH_DTYPE_BYTES[dtype]),
                     )
                 )
 

@@ -1,0 +1,43 @@
+"""engines/runs.py: Runs reads as the tuple it encodes, and a deep stack's per-block collectives
+are carried as a handful of runs (issue 26, finding 12: the plan's cost flat in depth)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from prism_strategy.engines import step_collectives
+from prism_strategy.engines.runs import Runs
+from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.specs.parts import model_parts
+from prism_strategy.strategies import get_strategy
+
+
+def test_runs_read_as_the_tuple_they_encode():
+    rng = random.Random(1)
+    for _ in range(300):
+        values = [rng.choice([0.0, 1.0, 2.5, 7]) for _ in range(rng.randint(0, 40))]
+        r = Runs(values)
+        assert list(r) == values and list(reversed(r)) == values[::-1] and len(r) == len(values)
+        assert [r[i] for i in range(-len(values), len(values))] == values + values
+        assert r[1:5] == tuple(values[1:5]) and sum(r) == sum(values) and bool(r) == bool(values)
+        assert all(a != b for (a, _), (b, _) in zip(r.runs, r.runs[1:]))  # neighbours differ: canonical
+        split = Runs.of_runs([(x, 1) for x in values] + [(3.0, 0)])  # one run per value, an empty one
+        assert split == r and hash(split) == hash(r)
+        assert r.map(lambda x: 2 * x) == Runs(2 * x for x in values)
+    with pytest.raises(IndexError):
+        Runs([1.0, 1.0])[2]
+    assert Runs([1.0]) != Runs([1.0, 1.0]) and Runs([1.0]) != (1.0,)
+
+
+def test_a_deep_stack_s_per_block_calls_are_a_few_runs(tmp_path):
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps(config | {"num_hidden_layers": 20_000, "vocab_size": 256}))
+    sc = build_scenario(model=str(tmp_path), platform="dgx-h100", nodes=2, seq_len=64)
+    parts = model_parts(sc.model, sc.training)
+    cs = step_collectives(get_strategy("fsdp_full_shard"), parts, sc.training, sc.layout, 1)
+    gather = next(c for c in cs if c.op == "all_gather" and c.phase == "forward")
+    assert len(gather.sizes) == 20_001 == gather.calls  # the root unit, then every block
+    assert len(gather.sizes.runs) == 2 and gather.sizes.runs[1][1] == 20_000
