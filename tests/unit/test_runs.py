@@ -8,6 +8,8 @@ import random
 
 import pytest
 
+import prism_strategy.engines.base as base
+import prism_strategy.engines.deepspeed as ds
 from prism_strategy.engines import step_collectives
 from prism_strategy.engines.runs import Runs
 from prism_strategy.planning.scenario import build_scenario
@@ -41,3 +43,48 @@ def test_a_deep_stack_s_per_block_calls_are_a_few_runs(tmp_path):
     gather = next(c for c in cs if c.op == "all_gather" and c.phase == "forward")
     assert len(gather.sizes) == 20_001 == gather.calls  # the root unit, then every block
     assert len(gather.sizes.runs) == 2 and gather.sizes.runs[1][1] == 20_000
+
+
+def _deep_parts(tmp_path, layers, hidden):
+    config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_attention_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps(config | {"num_hidden_layers": layers, "vocab_size": 256}))
+    sc = build_scenario(model=str(tmp_path), platform="dgx-h100", nodes=2, seq_len=64)
+    return model_parts(sc.model, sc.training)
+
+
+def test_zero3_sizes_by_groups_equal_the_module_by_module_walk(tmp_path):
+    """DeepSpeed's gathers, ipg buckets and padded sizes counted per group of identical blocks,
+    against the per-module / per-tensor walks they replace, on a stack whose reuse distance is
+    crossed inside the group of blocks and whose buckets close inside it."""
+    parts = _deep_parts(tmp_path, 400, 512)
+    modules = [(p, m) for p in parts for m in base.part_modules(p).forward_order()]  # every block spelled out
+    grads = [n for p, m in reversed(modules) if p.trains for n, _ in reversed(m)]
+
+    def ipg(bucket):
+        calls, filled = 0, 0
+        for x in grads:
+            if filled + x > bucket and filled > 0:
+                calls, filled = calls + 1, 0
+            filled += x
+        return calls + (1 if filled else 0)
+
+    for bucket in (10**5, 3 * 10**6 + 7, 5 * 10**8, 10**12):
+        assert ds._ipg_buckets(ds._grad_order(parts), bucket) == ipg(bucket)
+    after, released = 0, []
+    for p, m in reversed(modules):
+        gathered = sum(n for n, _ in m if not ds.is_persistent(n))
+        if gathered and p.backward and 2 * after >= ds.MAX_REUSE_DISTANCE:
+            released.append(gathered)
+        after += sum(n for n, _ in m)
+    gathered_modules = sum(1 for _, m in modules if any(not ds.is_persistent(n) for n, _ in m))
+    assert 0 < len(released) < gathered_modules - 100  # crossed inside the group of 400 blocks
+    bucket = 5 * 10**7
+    fwd = sum(n for _, m in modules for n, _ in m if not ds.is_persistent(n))
+    assert ds._zero3_gathers(parts, bucket, 2) == (
+        (2 * fwd, 2 * min(gathered_modules, -(-fwd // bucket))),
+        (2 * sum(released), 2 * min(len(released), -(-sum(released) // bucket))),
+    )
+    padded, small, small_count = ds._zero3_sizes(parts, 16)
+    assert padded == sum(-(-x // 16) * 16 for x in grads)
+    tiny = [-(-n // 16) * 16 for _, m in modules for n, _ in m if ds.is_persistent(n)]
+    assert (small, small_count) == (sum(tiny), len(tiny))

@@ -324,6 +324,13 @@ def tensor_sizes(part: Part) -> tuple[int, ...]:
     return tuple(out)
 
 
+def module_groups(part: Part) -> list[tuple[list[list[Tensor]], int]]:
+    """A part's modules in forward order as (modules, how many times in a row): the embedding, each
+    group of identical blocks (PartModules.block_groups), the head. Costs per group, times its count."""
+    pm = part_modules(part)
+    return [(mods, n) for mods, n in [(pm.embed, 1), *pm.block_groups, (pm.head, 1)] if mods and n]
+
+
 def numels(modules: list[list[Tensor]]) -> list[int]:
     return [n for m in modules for n, _ in m]
 
