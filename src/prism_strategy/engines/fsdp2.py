@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 from prism_strategy.engines.base import (
@@ -85,6 +86,11 @@ def fsdp_units(parts: tuple[Part, ...], shards: int, wrap: str) -> list[Unit]:
     return units + [Unit(padded(root, shards), padded(root_train, shards), any(p.backward for p in parts), False)]
 
 
+def _unit_runs(units: list[Unit]) -> list[tuple[Unit, int]]:
+    """(unit, how many in a row): fsdp_units repeats one Unit per group of identical blocks."""
+    return [(u, len(list(g))) for u, g in groupby(units)]
+
+
 def regathered(units: list[Unit]) -> list[Unit]:
     """Blocks all-gathered again in backward under reshard_after_forward: every block gradients
     flow through but the last (never resharded), and the block just before the first of them:
@@ -149,7 +155,7 @@ class FSDP2Engine(Engine):
         rd = reduce_dtype(s, t)
         out: list[StepCollective] = []
 
-        def add(op, grp, size, dtype, elems, calls, phase, overlap, what, order=()):
+        def add(op, grp, size, dtype, elems, calls, phase, overlap, what, order: Runs):
             if calls:
                 out.append(
                     StepCollective(
@@ -162,47 +168,53 @@ class FSDP2Engine(Engine):
                         bytes_per_call=elems * TORCH_DTYPE_BYTES[dtype] / calls,
                         overlappable=overlap,
                         what=what,
-                        sizes=Runs(order).map(lambda n: n * TORCH_DTYPE_BYTES[dtype]),
+                        sizes=order.map(lambda n: n * TORCH_DTYPE_BYTES[dtype]),
                     )
                 )
 
         # issue order: the root is gathered first (its pre-forward wraps the blocks') and reduced last
-        # (its post-backward runs from the root's final callback); the blocks in between, backward reversed
+        # (its post-backward runs from the root's final callback); the blocks in between, backward reversed.
+        # Identical blocks in a row are one run of units (a deep stack: a few runs, not one per block)
+        runs = _unit_runs(units)
         add(
             "all_gather",
             group,
             shards,
             ag_dtype,
-            sum(u.params for u in units) * grad_accum,
+            sum(u.params * k for u, k in runs) * grad_accum,
             len(units) * grad_accum,
             "forward",
             len(units) > 1,
             "each unit's params, forward",
-            [units[-1].params] + [u.params for u in units[:-1]],
+            Runs.of_runs([(units[-1].params, 1)] + [(u.params, k) for u, k in _unit_runs(units[:-1])]),
         )
         if s.reshard_after_forward:
-            again = regathered(units)
+            again = _unit_runs(regathered(units))
             add(
                 "all_gather",
                 group,
                 shards,
                 ag_dtype,
-                sum(u.params for u in again) * grad_accum,
-                len(again) * grad_accum,
+                sum(u.params * k for u, k in again) * grad_accum,
+                sum(k for _, k in again) * grad_accum,
                 "backward",
                 True,
                 "resharded blocks re-gathered in backward",
-                [u.params for u in reversed(again)],
+                Runs.of_runs((u.params, k) for u, k in reversed(again)),
             )
-        reduced = [u for u in units if u.trainable > 0]
-        order = [u.trainable for u in reversed(reduced) if u.block] + [u.trainable for u in reduced if not u.block]
+        reduced = [(u, k) for u, k in runs if u.trainable > 0]
+        order = Runs.of_runs(
+            [(u.trainable, k) for u, k in reversed(reduced) if u.block]
+            + [(u.trainable, k) for u, k in reduced if not u.block]
+        )
+        reduced_elems = sum(u.trainable * k for u, k in reduced)
         add(
             "reduce_scatter",
             group,
             shards,
             rd,
-            sum(u.trainable for u in reduced),
-            len(reduced),
+            reduced_elems,
+            len(order),
             "backward",
             True,
             "each unit's gradients",
@@ -214,12 +226,12 @@ class FSDP2Engine(Engine):
                 "across_nodes",
                 layout.nodes,
                 rd,
-                sum(u.trainable for u in reduced) / shards,
-                len(reduced),
+                reduced_elems / shards,
+                len(order),
                 "backward",
                 True,
                 "reduced shards across the replicas",
-                [n / shards for n in order],
+                order.map(lambda n: n / shards),
             )
         return tuple(out)
 

@@ -26,7 +26,7 @@ class Runs(Sequence[float]):
     """(value, how many in a row): adjacent runs hold different values, every count >= 1."""
 
     def __init__(self, values: Iterable[float] = ()) -> None:
-        self._set(((x, sum(1 for _ in g)) for x, g in itertools.groupby(values)))
+        self._set(((x, len(list(g))) for x, g in itertools.groupby(values)))
 
     @classmethod
     def of_runs(cls, runs: Iterable[tuple[float, int]]) -> Runs:
