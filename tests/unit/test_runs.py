@@ -9,6 +9,7 @@ import random
 import pytest
 
 import prism_strategy.engines.base as base
+import prism_strategy.engines.ddp as ddp
 import prism_strategy.engines.deepspeed as ds
 from prism_strategy.engines import step_collectives
 from prism_strategy.engines.runs import Runs
@@ -88,3 +89,33 @@ def test_zero3_sizes_by_groups_equal_the_module_by_module_walk(tmp_path):
     assert padded == sum(-(-x // 16) * 16 for x in grads)
     tiny = [-(-n // 16) * 16 for _, m in modules for n, _ in m if ds.is_persistent(n)]
     assert (small, small_count) == (sum(tiny), len(tiny))
+
+
+def _reducer_fill(tensor_bytes, first_cap, cap):
+    """torch's Reducer, tensor by tensor in reverse parameter order: a bucket closes at >= its cap."""
+    out, size, limit = [], 0.0, first_cap
+    for b in reversed(tensor_bytes):
+        size += b
+        if size >= limit:
+            out.append(size)
+            size, limit = 0.0, cap
+    return out + ([size] if size > 0 else [])
+
+
+def test_ddp_buckets_filled_by_groups_equal_the_tensor_by_tensor_fill(tmp_path):
+    """ddp.filled_buckets skips the copies that stay under the cap: the same buckets as the Reducer's
+    tensor-by-tensor walk, whole or fractional caps."""
+    rng = random.Random(2)
+    for _ in range(300):
+        groups = [(tuple(rng.choice([0, 3, 64, 1000, 4096]) for _ in range(rng.randint(1, 4))), rng.randint(1, 40))]
+        groups += [(tuple(rng.choice([1, 512]) for _ in range(rng.randint(1, 3))), rng.randint(1, 9))]
+        first, cap = rng.choice([1, 700.5, 5000]), rng.choice([1000, 2500.25, 60_000])
+        flat = [b for tensors, k in groups for _ in range(k) for b in tensors]
+        assert ddp.filled_buckets(groups, first, cap) == _reducer_fill(flat[::-1], first, cap)
+    parts = _deep_parts(tmp_path, 300, 128)
+    grads = [n * 4 for p in parts if p.trains for m in base.part_modules(p).forward_order() for n, _ in m]
+    for first, cap in ((2**20, 25 * 2**20), (3 * 2**20, 3 * 2**20)):
+        total, buckets = ddp._buckets(parts, 4, first, cap)
+        assert (total, list(buckets)) == (float(sum(grads)), _reducer_fill(grads, first, cap))
+        assert len(buckets) > 3
+    assert ddp._trainable_totals(parts) == (sum(grads) // 4, max(grads) // 4, len(grads))
