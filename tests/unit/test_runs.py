@@ -119,3 +119,17 @@ def test_ddp_buckets_filled_by_groups_equal_the_tensor_by_tensor_fill(tmp_path):
         assert (total, list(buckets)) == (float(sum(grads)), _reducer_fill(grads, first, cap))
         assert len(buckets) > 3
     assert ddp._trainable_totals(parts) == (sum(grads) // 4, max(grads) // 4, len(grads))
+
+
+def test_zero3_buffers_count_every_part_s_own_modules():
+    """_zero3_buffer_sizes per part and group, against every module of every part read directly
+    (all kept alive). Its per-module memo keyed by id() summed a freed part's modules for the next
+    part's new lists (ids are reused after a free): a SigLIP2 + Qwen3 model counted 350 small
+    persistent tensors, not its 238."""
+    sc = build_scenario(model="qwen3-0.6b", vision="siglip2-base-patch16-224", mode="projector", platform="dgx-a100-40")
+    parts = model_parts(sc.model, sc.training)
+    modules = [m for pm in [base.part_modules(p) for p in parts] for m in pm.forward_order()]
+    small = [n for m in modules for n, _ in m if ds.is_persistent(n)]
+    z = ds._zero3_buffer_sizes(parts)
+    assert (z.persistent, z.persistent_count) == (sum(small), len(small)) == (z.persistent, 238)
+    assert z.gathered == sum(n for m in modules for n, _ in m) - sum(small)

@@ -277,6 +277,11 @@ class PartModules:
     def forward_order(self) -> list[list[Tensor]]:
         return self.embed + [m for b in self.blocks for m in b] + self.head
 
+    def groups(self) -> list[tuple[list[list[Tensor]], int]]:
+        """forward_order as (modules, how many times in a row): the embedding, each group of
+        identical blocks (block_groups), the head. A cost per group, times its count."""
+        return [(mods, n) for mods, n in [(self.embed, 1), *self.block_groups, (self.head, 1)] if mods and n]
+
 
 def _linear(out: int, inp: int, bias: bool) -> list[Tensor]:
     return [(out * inp, out)] + ([(out, out)] if bias else [])
@@ -325,10 +330,8 @@ def tensor_sizes(part: Part) -> tuple[int, ...]:
 
 
 def module_groups(part: Part) -> list[tuple[list[list[Tensor]], int]]:
-    """A part's modules in forward order as (modules, how many times in a row): the embedding, each
-    group of identical blocks (PartModules.block_groups), the head. Costs per group, times its count."""
-    pm = part_modules(part)
-    return [(mods, n) for mods, n in [(pm.embed, 1), *pm.block_groups, (pm.head, 1)] if mods and n]
+    """A part's modules as PartModules.groups: (modules, how many times in a row), in forward order."""
+    return part_modules(part).groups()
 
 
 def numels(modules: list[list[Tensor]]) -> list[int]:

@@ -62,7 +62,6 @@ from prism_strategy.engines.base import (
     StepCollective,
     adam_states,
     ceil_div,
-    module_groups,
     part_modules,
     step_transient,
     trainable,
@@ -391,20 +390,21 @@ class Zero3Buffers(NamedTuple):
 
 @lru_cache(maxsize=64)  # the planner asks at every micro-batch it tries
 def _zero3_buffer_sizes(parts: tuple[Part, ...]) -> Zero3Buffers:
-    """ZeRO-3's buffer sizes (DeepSpeedEngine.buffers); identical blocks share their module lists
-    (TransformerSpec.stack), so each distinct module is summed once."""
-    memo: dict[int, tuple[int, int, int, int]] = {}
+    """ZeRO-3's buffer sizes (DeepSpeedEngine.buffers), summed once per group of identical blocks
+    (PartModules.groups) and multiplied by its count."""
     persistent = count = gathered = 0
     largest = (0, 0)
     for p in parts:
-        for m in part_modules(p).forward_order():
-            if id(m) not in memo:
+        for mods, k in part_modules(p).groups():
+            for m in mods:
                 whole = [n for n, _ in m if is_persistent(n)]
                 total = sum(n for n, _ in m)
-                memo[id(m)] = (sum(whole), len(whole), total - sum(whole), total)
-            w, c, g, total = memo[id(m)]
-            persistent, count, gathered = persistent + w, count + c, gathered + g
-            largest = max(largest, (g, total))
+                persistent, count, gathered = (
+                    persistent + k * sum(whole),
+                    count + k * len(whole),
+                    gathered + k * (total - sum(whole)),
+                )
+                largest = max(largest, (total - sum(whole), total))
     return Zero3Buffers(persistent, count, largest[0], largest[1], gathered)
 
 
@@ -415,12 +415,12 @@ TensorGroups = tuple[tuple[tuple[int, ...], int], ...]
 @lru_cache(maxsize=32)  # bounded: one entry holds a size per tensor of each distinct module group
 def _grad_order(parts: tuple[Part, ...]) -> TensorGroups:
     """Trainable tensors' elements in the order backward produces their gradients (reverse forward),
-    per group of identical blocks (engines/base.py module_groups)."""
+    per group of identical blocks (PartModules.groups)."""
     return tuple(
         (tuple(n for m in reversed(mods) for n, _ in reversed(m)), count)
         for p in reversed(parts)
         if p.trains
-        for mods, count in reversed(module_groups(p))
+        for mods, count in reversed(part_modules(p).groups())
     )
 
 
@@ -432,7 +432,7 @@ def _zero3_sizes(parts: tuple[Part, ...], n: int) -> tuple[int, int, int]:
     small = [
         (sum(-(-x // n) * n for x, _ in m if is_persistent(x)), sum(1 for x, _ in m if is_persistent(x)), count)
         for p in parts
-        for mods, count in module_groups(p)
+        for mods, count in part_modules(p).groups()
         for m in mods
     ]
     return padded, sum(e * c for e, _, c in small), sum(k * c for _, k, c in small)
@@ -461,10 +461,10 @@ def _ipg_buckets(groups: TensorGroups, bucket: int) -> int:
 @lru_cache(maxsize=32)  # bounded: one entry holds two sizes per distinct module group
 def _module_gathers(part: Part) -> tuple[tuple[tuple[tuple[int, int], ...], int], ...]:
     """(elements, elements ZeRO-3 gathers: tensors above the persistence threshold) of each module
-    of each group of modules (engines/base.py module_groups), with how many times the group repeats."""
+    of each group of modules (PartModules.groups), with how many times the group repeats."""
     return tuple(
         (tuple((sum(n for n, _ in m), sum(n for n, _ in m if not is_persistent(n))) for m in mods), count)
-        for mods, count in module_groups(part)
+        for mods, count in part_modules(part).groups()
     )
 
 
@@ -476,7 +476,7 @@ def _zero3_gathers(
     elements each (one per module when modules are larger).
     Backward, where gradients flow: the modules whose next use is more than the reuse distance
     away (about twice the elements used after them in forward). Counted per group of identical
-    blocks (engines/base.py module_groups): how many of a group's copies lie beyond the distance is
+    blocks (PartModules.groups): how many of a group's copies lie beyond the distance is
     a ceiling division, so the cost does not grow with the depth."""
     groups = [(mods, n, p.backward) for p in parts for mods, n in _module_gathers(p)]
     fwd = [(sum(g for _, g in mods) * n, sum(1 for _, g in mods if g) * n) for mods, n, _ in groups]

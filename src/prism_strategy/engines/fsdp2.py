@@ -33,7 +33,6 @@ from prism_strategy.engines.base import (
     part_modules,
     sharded_states,
     step_transient,
-    sum_and_largest,
     trainable,
 )
 from prism_strategy.engines.runs import Runs
@@ -285,21 +284,26 @@ def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layo
 
 @functools.lru_cache(maxsize=64)
 def _local_totals(parts: tuple[Part, ...], n: int) -> tuple[float, float, int]:
-    return sum_and_largest(_local_shards(parts, n))
+    """sum_and_largest of the local shards, a product per group of identical blocks."""
+    groups = _local_shards(parts, n)
+    return (
+        sum(sum(shards) * k for shards, k in groups),
+        max((max(shards, default=0) for shards, _ in groups), default=0),
+        sum(len(shards) * k for shards, k in groups),
+    )
 
 
-@functools.lru_cache(maxsize=32)  # bounded: one entry holds a shard per tensor
-def _local_shards(parts: tuple[Part, ...], n: int) -> tuple[int, ...]:
-    """Each trainable tensor's local shard (dim 0 padded to n, then split); cached: the planner asks
-    for it at every micro-batch it tries."""
-    memo: dict[int, tuple[int, ...]] = {}  # identical blocks share their module lists: shard each once
-    out: list[int] = []
-    for p in parts:
-        for m in part_modules(p).forward_order() if p.trains else ():
-            if id(m) not in memo:
-                memo[id(m)] = tuple(-(-rows // n) * (numel // rows) for numel, rows in m)
-            out.extend(memo[id(m)])
-    return tuple(out)
+@functools.lru_cache(maxsize=32)  # bounded: one entry holds a shard per tensor of each distinct module group
+def _local_shards(parts: tuple[Part, ...], n: int) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """Each trainable tensor's local shard (dim 0 padded to n, then split), as (a group's shards,
+    how many times in a row: PartModules.groups); cached: the planner asks for it at
+    every micro-batch it tries."""
+    return tuple(
+        (tuple(-(-rows // n) * (numel // rows) for m in mods for numel, rows in m), k)
+        for p in parts
+        if p.trains
+        for mods, k in part_modules(p).groups()
+    )
 
 
 def _block_moments(
