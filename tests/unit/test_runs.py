@@ -11,6 +11,7 @@ import pytest
 import prism_strategy.engines.base as base
 import prism_strategy.engines.ddp as ddp
 import prism_strategy.engines.deepspeed as ds
+import prism_strategy.engines.fsdp2 as fsdp2
 from prism_strategy.engines import step_collectives
 from prism_strategy.engines.runs import Runs
 from prism_strategy.planning.scenario import build_scenario
@@ -133,3 +134,25 @@ def test_zero3_buffers_count_every_part_s_own_modules():
     z = ds._zero3_buffer_sizes(parts)
     assert (z.persistent, z.persistent_count) == (sum(small), len(small)) == (z.persistent, 238)
     assert z.gathered == sum(n for m in modules for n, _ in m) - sum(small)
+
+
+def _regathered_one_by_one(units):
+    """FSDP2's re-gathered blocks, unit by unit (the walk fsdp2.regathered does per run)."""
+    blocks = [u for u in units if u.block]
+    if not blocks:
+        return []
+    flowing = [i for i, u in enumerate(blocks[:-1]) if u.backward]
+    first = next((i for i, u in enumerate(blocks) if u.backward), None)
+    if first is not None and first > 0 and first - 1 not in flowing:
+        flowing = [first - 1] + flowing
+    return [blocks[i] for i in flowing]
+
+
+def test_fsdp2_regathered_runs_equal_the_unit_by_unit_walk():
+    rng = random.Random(3)
+    kinds = [fsdp2.Unit(n, n * t, b, True) for n in (5, 9) for t in (0, 1) for b in (False, True)]
+    for _ in range(500):
+        runs = [(rng.choice(kinds), rng.randint(1, 4)) for _ in range(rng.randint(0, 6))]
+        runs.append((fsdp2.Unit(3, 3, rng.random() < 0.5, False), 1))  # the root
+        units = [u for u, k in runs for _ in range(k)]
+        assert [u for u, k in fsdp2.regathered(runs) for _ in range(k)] == _regathered_one_by_one(units)

@@ -64,44 +64,43 @@ def fsdp_units(parts: tuple[Part, ...], shards: int, wrap: str) -> list[Unit]:
     """Units in forward order, as runtime/wrap.py makes them: the blocks find_blocks() returns
     (transformer layers, and what HF lists in _no_split_modules: SigLIP's embeddings and
     pooling head), then the root with everything else."""
-    units: list[Unit] = []
-    root: list[list[tuple[int, int]]] = []
-    root_train: list[list[tuple[int, int]]] = []
+    return [u for u, k in fsdp_unit_runs(parts, shards, wrap) for u in [u] * k]
+
+
+def fsdp_unit_runs(parts: tuple[Part, ...], shards: int, wrap: str) -> list[tuple[Unit, int]]:
+    """fsdp_units as (unit, how many in a row): a group of identical blocks is one unit's size,
+    repeated (PartModules.block_groups); padding is per tensor, so the root's sums add up per group."""
+    units: list[tuple[Unit, int]] = []
+    root = root_train = 0
     for p in parts:
         pm = part_modules(p)
         head_rest = pm.head[1:] if pm.head_unit else []
-        # identical blocks in a row (PartModules.block_groups): one unit's size, repeated
         groups = [(pm.embed, pm.embed_unit, 1)] + [(b, True, count) for b, count in pm.block_groups]
         groups += [(pm.head[:1] if pm.head_unit else pm.head, False, 1), (head_rest, True, 1)]
         for modules, unit, count in groups:
             if not modules:
                 continue
+            n = padded(modules, shards)
             if unit and wrap == "block":
-                n = padded(modules, shards)
-                units += [Unit(n, n if p.trains else 0, p.backward, True)] * count
+                units.append((Unit(n, n if p.trains else 0, p.backward, True), count))
             else:
-                root += modules * count
-                root_train += modules * count if p.trains else []
-    return units + [Unit(padded(root, shards), padded(root_train, shards), any(p.backward for p in parts), False)]
+                root, root_train = root + n * count, root_train + (n * count if p.trains else 0)
+    units.append((Unit(root, root_train, any(p.backward for p in parts), False), 1))
+    return [(u, sum(k for _, k in g)) for u, g in groupby(units, key=lambda r: r[0])]
 
 
-def _unit_runs(units: list[Unit]) -> list[tuple[Unit, int]]:
-    """(unit, how many in a row): fsdp_units repeats one Unit per group of identical blocks."""
-    return [(u, len(list(g))) for u, g in groupby(units)]
-
-
-def regathered(units: list[Unit]) -> list[Unit]:
-    """Blocks all-gathered again in backward under reshard_after_forward: every block gradients
-    flow through but the last (never resharded), and the block just before the first of them:
-    FSDP2 prefetches the unit that finished forward before the one running backward."""
-    blocks = [u for u in units if u.block]
+def regathered(runs: list[tuple[Unit, int]]) -> list[tuple[Unit, int]]:
+    """Blocks all-gathered again in backward under reshard_after_forward, as runs of units: every
+    block gradients flow through but the last (never resharded), and the block just before the
+    first of them: FSDP2 prefetches the unit that finished forward before the one running backward."""
+    blocks = [(u, k) for u, k in runs if u.block]
     if not blocks:
         return []
-    flowing = [i for i, u in enumerate(blocks[:-1]) if u.backward]
-    first = next((i for i, u in enumerate(blocks) if u.backward), None)
-    if first is not None and first > 0 and first - 1 not in flowing:
-        flowing = [first - 1] + flowing
-    return [blocks[i] for i in flowing]
+    flowing = [(u, k - (i == len(blocks) - 1)) for i, (u, k) in enumerate(blocks) if u.backward]
+    first = next((i for i, (u, _) in enumerate(blocks) if u.backward), None)
+    if first is not None and first > 0:  # the run before holds no block gradients flow through
+        flowing = [(blocks[first - 1][0], 1)] + flowing
+    return [(u, k) for u, k in flowing if k > 0]
 
 
 class FSDP2Engine(Engine):
@@ -149,7 +148,8 @@ class FSDP2Engine(Engine):
         group, shards = ("node", layout.ranks_per_node) if s.hybrid else ("world", layout.world)
         if shards <= 1 and not (s.hybrid and layout.nodes > 1):
             return ()
-        units = fsdp_units(parts, shards, wrap)
+        runs = fsdp_unit_runs(parts, shards, wrap)
+        calls = sum(k for _, k in runs)
         ag_dtype = TORCH_DTYPE[t.compute_dtype]
         rd = reduce_dtype(s, t)
         out: list[StepCollective] = []
@@ -174,21 +174,21 @@ class FSDP2Engine(Engine):
         # issue order: the root is gathered first (its pre-forward wraps the blocks') and reduced last
         # (its post-backward runs from the root's final callback); the blocks in between, backward reversed.
         # Identical blocks in a row are one run of units (a deep stack: a few runs, not one per block)
-        runs = _unit_runs(units)
+        root = runs[-1][0]
         add(
             "all_gather",
             group,
             shards,
             ag_dtype,
             sum(u.params * k for u, k in runs) * grad_accum,
-            len(units) * grad_accum,
+            calls * grad_accum,
             "forward",
-            len(units) > 1,
+            calls > 1,
             "each unit's params, forward",
-            Runs.of_runs([(units[-1].params, 1)] + [(u.params, k) for u, k in _unit_runs(units[:-1])]),
+            Runs.of_runs([(root.params, 1)] + [(u.params, k) for u, k in runs[:-1]]),
         )
         if s.reshard_after_forward:
-            again = _unit_runs(regathered(units))
+            again = regathered(runs)
             add(
                 "all_gather",
                 group,
