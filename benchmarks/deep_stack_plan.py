@@ -13,8 +13,9 @@ Measured (2 CPU cores shared with other jobs, so +-30% run to run): before the g
 identical blocks the repeated ratio was ~50; with the grouping 5.97 (the per-call sizes, 100,000
 entries, still built and hashed by the price caches); with the sizes carried as (size, count)
 runs (engines/runs.py) and the bucket fills, ZeRO-3 gathers and buffer sums computed per group
-of identical blocks: repeated 0.8-1.3, first plan ~10x (0.04-0.15 s vs 0.6-1.2 s; what is left
-grows in the per-tensor lists module_sizes / tensor_sizes and fsdp_units).
+of identical blocks: repeated 0.8-1.3 (1.02 on a quiet machine: 0.020 s vs 0.021 s), first plan
+2.85 when quiet (0.029 s vs 0.083 s), up to ~10x under load (what is left grows with the depth:
+part_modules' per-block list, fsdp_units' expansion, module_sizes).
 
     python benchmarks/deep_stack_plan.py [--repeats 3] [--layers 100000]
 """
