@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from prism_strategy.engines.runs import Runs
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import DTYPE_BYTES, OPTIMIZER_STATES, TrainingSpec
@@ -52,9 +53,10 @@ class StepCollective:
     overlappable: bool
     what: str = ""
     """What it moves, for people ("gradient buckets", "per-block all-gather", ...)."""
-    sizes: tuple[float, ...] = ()
+    sizes: Runs = Runs()
     """Bytes of each call of one micro-step in the order they are issued, where they differ (FSDP2's
-    root unit and its blocks, DDP's buckets): estimate/overlap.py's schedule. Empty: all bytes_per_call."""
+    root unit and its blocks, DDP's buckets): estimate/overlap.py's schedule. Empty: all bytes_per_call.
+    Run-length encoded (engines/runs.py): a deep stack's equal per-block calls are one run."""
 
     @property
     def bytes(self) -> float:
@@ -275,6 +277,11 @@ class PartModules:
     def forward_order(self) -> list[list[Tensor]]:
         return self.embed + [m for b in self.blocks for m in b] + self.head
 
+    def groups(self) -> list[tuple[list[list[Tensor]], int]]:
+        """forward_order as (modules, how many times in a row): the embedding, each group of
+        identical blocks (block_groups), the head. A cost per group, times its count."""
+        return [(mods, n) for mods, n in [(self.embed, 1), *self.block_groups, (self.head, 1)] if mods and n]
+
 
 def _linear(out: int, inp: int, bias: bool) -> list[Tensor]:
     return [(out * inp, out)] + ([(out, out)] if bias else [])
@@ -320,6 +327,11 @@ def tensor_sizes(part: Part) -> tuple[int, ...]:
             memo[id(m)] = tuple(n for n, _ in m)
         out.extend(memo[id(m)])
     return tuple(out)
+
+
+def module_groups(part: Part) -> list[tuple[list[list[Tensor]], int]]:
+    """A part's modules as PartModules.groups: (modules, how many times in a row), in forward order."""
+    return part_modules(part).groups()
 
 
 def numels(modules: list[list[Tensor]]) -> list[int]:

@@ -25,12 +25,12 @@ from prism_strategy.engines.base import (
     Moment,
     Rows,
     StepCollective,
+    module_groups,
     sharded_states,
     step_transient,
-    sum_and_largest,
-    tensor_sizes,
     trainable,
 )
+from prism_strategy.engines.runs import Runs
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import Part
 from prism_strategy.specs.training import DTYPE_BYTES, TrainingSpec
@@ -49,28 +49,67 @@ def bucket_count(tensor_bytes: list[float], first_cap: float, cap: float) -> int
     return len(bucket_sizes(tensor_bytes, first_cap, cap))
 
 
+def _trainable_groups(parts: tuple[Part, ...]) -> list[tuple[tuple[int, ...], int]]:
+    """Trainable tensors' elements in forward order, per group of identical blocks (module_groups)."""
+    return [(tuple(n for m in mods for n, _ in m), k) for p in parts if p.trains for mods, k in module_groups(p)]
+
+
 @lru_cache(maxsize=64)  # the planner asks at every micro-batch it tries
 def _trainable_totals(parts: tuple[Part, ...]) -> tuple[float, float, int]:
-    return sum_and_largest([n for p in parts if p.trains for n in tensor_sizes(p)])
+    """sum_and_largest of every trainable tensor, a product per group of identical blocks."""
+    groups = _trainable_groups(parts)
+    return (
+        sum(sum(sizes) * k for sizes, k in groups),
+        max((max(sizes, default=0) for sizes, _ in groups), default=0),
+        sum(len(sizes) * k for sizes, k in groups),
+    )
 
 
 @lru_cache(maxsize=64)  # the planner asks again for every micro-batch and checkpointing it tries
 def _buckets(parts: tuple[Part, ...], elem_bytes: int, first_cap: float, cap: float) -> tuple[float, tuple[float, ...]]:
     """(bytes of every trainable gradient, each bucket's bytes in all-reduce order)."""
-    sizes = [n * elem_bytes for p in parts if p.trains for n in tensor_sizes(p)]
-    return float(sum(sizes)), tuple(bucket_sizes(sizes, first_cap, cap))
+    backward = [(tuple(n * elem_bytes for n in reversed(sizes)), k) for sizes, k in reversed(_trainable_groups(parts))]
+    return float(sum(sum(b) * k for b, k in backward)), tuple(filled_buckets(backward, first_cap, cap))
 
 
 def bucket_sizes(tensor_bytes: list[float], first_cap: float, cap: float) -> list[float]:
     """Bytes of each bucket in the order backward fills (and all-reduces) them: reverse parameter order."""
+    return filled_buckets([(tuple(reversed(tensor_bytes)), 1)], first_cap, cap)
+
+
+def filled_buckets(groups: list[tuple[tuple[float, ...], int]], first_cap: float, cap: float) -> list[float]:
+    """bucket_sizes over tensors given in fill order as (tensors, copies in a row): the copies that
+    leave the open bucket under its cap close nothing and are added in one step, so the walk costs
+    per bucket, not per tensor (sizes are whole bytes: the float sums are exact either way)."""
     out: list[float] = []
     size, limit = 0.0, first_cap
-    for b in reversed(tensor_bytes):
-        size += b
-        if size >= limit:
-            out.append(size)
-            size, limit = 0.0, cap
+    for tensors, count in groups:
+        total, left = sum(tensors), count
+        while left:
+            whole = _copies_below(size, limit, total, left)
+            size, left = size + whole * total, left - whole
+            if left:  # the next copy reaches the cap: tensor by tensor
+                for b in tensors:
+                    size += b
+                    if size >= limit:
+                        out.append(size)
+                        size, limit = 0.0, cap
+                left -= 1
     return out + ([size] if size > 0 else [])
+
+
+def _copies_below(size: float, limit: float, total: float, most: int) -> int:
+    """How many copies of `total` (at most `most`) can join a bucket holding `size` and stay below `limit`."""
+    if size + total >= limit:
+        return 0
+    if total <= 0:
+        return most
+    k = min(most, max(1, int((limit - size) // total)))
+    while k > 1 and size + k * total >= limit:
+        k -= 1
+    while k < most and size + (k + 1) * total < limit:
+        k += 1
+    return k
 
 
 class DDPEngine(Engine):
@@ -139,7 +178,7 @@ class DDPEngine(Engine):
                 phase="backward",
                 overlappable=True,
                 what=f"gradient buckets ({cap / MiB:g} MiB cap)",
-                sizes=tuple(buckets),
+                sizes=Runs(buckets),
             )
         ]
         buffers = sum(_rope_buffer_bytes(p) for p in parts)

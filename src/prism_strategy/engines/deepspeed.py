@@ -64,7 +64,6 @@ from prism_strategy.engines.base import (
     ceil_div,
     part_modules,
     step_transient,
-    tensor_sizes,
     trainable,
 )
 from prism_strategy.specs.cluster import Layout
@@ -305,7 +304,7 @@ class DeepSpeedEngine(Engine):
             fwd, bwd = _zero3_gathers(parts, b, grad_accum)
             add("all_gather", model_dtype, *fwd, "forward", True, "per-module param gathers (+ prefetch), forward")
             add("all_gather", model_dtype, *bwd, "backward", True, "modules released in forward, gathered again")
-            padded, persistent = _zero3_sizes(parts, n)
+            padded, persistent, persistent_count = _zero3_sizes(parts, n)
             add(
                 "reduce_scatter",
                 cd,
@@ -318,8 +317,8 @@ class DeepSpeedEngine(Engine):
             add(
                 "all_gather",
                 model_dtype,
-                sum(persistent),
-                len(persistent),
+                persistent,
+                persistent_count,
                 "step",
                 False,
                 "persistent small params, one call each, after the step",
@@ -391,59 +390,82 @@ class Zero3Buffers(NamedTuple):
 
 @lru_cache(maxsize=64)  # the planner asks at every micro-batch it tries
 def _zero3_buffer_sizes(parts: tuple[Part, ...]) -> Zero3Buffers:
-    """ZeRO-3's buffer sizes (DeepSpeedEngine.buffers); identical blocks share their module lists
-    (TransformerSpec.stack), so each distinct module is summed once."""
-    memo: dict[int, tuple[int, int, int, int]] = {}
+    """ZeRO-3's buffer sizes (DeepSpeedEngine.buffers), summed once per group of identical blocks
+    (PartModules.groups) and multiplied by its count."""
     persistent = count = gathered = 0
     largest = (0, 0)
     for p in parts:
-        for m in part_modules(p).forward_order():
-            if id(m) not in memo:
+        for mods, k in part_modules(p).groups():
+            for m in mods:
                 whole = [n for n, _ in m if is_persistent(n)]
                 total = sum(n for n, _ in m)
-                memo[id(m)] = (sum(whole), len(whole), total - sum(whole), total)
-            w, c, g, total = memo[id(m)]
-            persistent, count, gathered = persistent + w, count + c, gathered + g
-            largest = max(largest, (g, total))
+                persistent, count, gathered = (
+                    persistent + k * sum(whole),
+                    count + k * len(whole),
+                    gathered + k * (total - sum(whole)),
+                )
+                largest = max(largest, (total - sum(whole), total))
     return Zero3Buffers(persistent, count, largest[0], largest[1], gathered)
 
 
-@lru_cache(maxsize=32)  # bounded: one entry holds a size per tensor
-def _grad_order(parts: tuple[Part, ...]) -> tuple[int, ...]:
-    """Trainable tensors' elements in the order backward produces their gradients (reverse forward)."""
-    return tuple(n for p in reversed(parts) if p.trains for n in reversed(tensor_sizes(p)))
+TensorGroups = tuple[tuple[tuple[int, ...], int], ...]
+"""Tensor sizes as (a group's tensors in order, how many times in a row): identical blocks once."""
+
+
+@lru_cache(maxsize=32)  # bounded: one entry holds a size per tensor of each distinct module group
+def _grad_order(parts: tuple[Part, ...]) -> TensorGroups:
+    """Trainable tensors' elements in the order backward produces their gradients (reverse forward),
+    per group of identical blocks (PartModules.groups)."""
+    return tuple(
+        (tuple(n for m in reversed(mods) for n, _ in reversed(m)), count)
+        for p in reversed(parts)
+        if p.trains
+        for mods, count in reversed(part_modules(p).groups())
+    )
 
 
 @lru_cache(maxsize=64)
-def _zero3_sizes(parts: tuple[Part, ...], n: int) -> tuple[int, tuple[int, ...]]:
-    """(trainable elements each padded to n ranks, the padded persistent small tensors of every part)."""
-    padded = sum(-(-x // n) * n for x in _grad_order(parts))
-    return padded, tuple(-(-x // n) * n for p in parts for x in tensor_sizes(p) if is_persistent(x))
+def _zero3_sizes(parts: tuple[Part, ...], n: int) -> tuple[int, int, int]:
+    """(trainable elements each padded to n ranks; elements and count of the padded persistent small
+    tensors of every part), a sum per group of identical blocks."""
+    padded = sum(sum(-(-x // n) * n for x in sizes) * count for sizes, count in _grad_order(parts))
+    small = [
+        (sum(-(-x // n) * n for x, _ in m if is_persistent(x)), sum(1 for x, _ in m if is_persistent(x)), count)
+        for p in parts
+        for mods, count in part_modules(p).groups()
+        for m in mods
+    ]
+    return padded, sum(e * c for e, _, c in small), sum(k * c for _, k, c in small)
 
 
 @lru_cache(maxsize=64)  # the planner asks again for every micro-batch and checkpointing it tries
-def _ipg_buckets(sizes: tuple[int, ...], bucket: int) -> int:
+def _ipg_buckets(groups: TensorGroups, bucket: int) -> int:
     """Reductions: tensors join the ipg bucket until the next would overflow it; a tensor larger
-    than the bucket is reduced on its own."""
+    than the bucket is reduced on its own. Copies of a group that fit whole in what is left of the
+    bucket close nothing: they are skipped in one step, so the walk costs per bucket, not per tensor."""
     calls, filled = 0, 0
-    for x in sizes:
-        if filled + x > bucket and filled > 0:
-            calls, filled = calls + 1, 0
-        filled += x
+    for sizes, count in groups:
+        total, left = sum(sizes), count
+        while left:
+            whole = left if total == 0 else min(left, max(0, (bucket - filled) // total))
+            filled, left = filled + whole * total, left - whole
+            if left:  # the next copy overflows what is left: tensor by tensor
+                for x in sizes:
+                    if filled + x > bucket and filled > 0:
+                        calls, filled = calls + 1, 0
+                    filled += x
+                left -= 1
     return calls + (1 if filled else 0)
 
 
-@lru_cache(maxsize=32)  # bounded: one entry holds two sizes per module
-def _module_gathers(part: Part) -> tuple[tuple[int, int], ...]:
-    """(elements, elements ZeRO-3 gathers: tensors at or above the persistence threshold) of each
-    module in forward order; identical blocks share their module lists, each summed once."""
-    memo: dict[int, tuple[int, int]] = {}
-    out = []
-    for m in part_modules(part).forward_order():
-        if id(m) not in memo:
-            memo[id(m)] = (sum(n for n, _ in m), sum(n for n, _ in m if not is_persistent(n)))
-        out.append(memo[id(m)])
-    return tuple(out)
+@lru_cache(maxsize=32)  # bounded: one entry holds two sizes per distinct module group
+def _module_gathers(part: Part) -> tuple[tuple[tuple[tuple[int, int], ...], int], ...]:
+    """(elements, elements ZeRO-3 gathers: tensors above the persistence threshold) of each module
+    of each group of modules (PartModules.groups), with how many times the group repeats."""
+    return tuple(
+        (tuple((sum(n for n, _ in m), sum(n for n, _ in m if not is_persistent(n))) for m in mods), count)
+        for mods, count in part_modules(part).groups()
+    )
 
 
 def _zero3_gathers(
@@ -453,14 +475,23 @@ def _zero3_gathers(
     holding a non-persistent param, fetched in prefetch calls of up to prefetch_bucket_size
     elements each (one per module when modules are larger).
     Backward, where gradients flow: the modules whose next use is more than the reuse distance
-    away (about twice the elements used after them in forward)."""
-    modules = [(total, gathered, p.backward) for p in parts for total, gathered in _module_gathers(p)]
-    fwd = [g for _, g, _ in modules if g]
-    after, released = 0, []
-    for total, gathered, backward in reversed(modules):
-        if gathered and backward and 2 * after >= MAX_REUSE_DISTANCE:
-            released.append(gathered)
-        after += total
+    away (about twice the elements used after them in forward). Counted per group of identical
+    blocks (PartModules.groups): how many of a group's copies lie beyond the distance is
+    a ceiling division, so the cost does not grow with the depth."""
+    groups = [(mods, n, p.backward) for p in parts for mods, n in _module_gathers(p)]
+    fwd = [(sum(g for _, g in mods) * n, sum(1 for _, g in mods if g) * n) for mods, n, _ in groups]
+    after, released, released_calls = 0, 0, 0
+    for mods, n, backward in reversed(groups):
+        block = sum(total for total, _ in mods)
+        beyond = after  # elements used after this module in forward, in the group's last copy
+        for total, gathered in reversed(mods):
+            if gathered and backward:  # copy j from the end is released when 2 (beyond + j block) >= distance
+                short = MAX_REUSE_DISTANCE - 2 * beyond
+                k = n if short <= 0 else (max(0, n - -(-short // (2 * block))) if block else 0)
+                released, released_calls = released + k * gathered, released_calls + k
+            beyond += total
+        after += n * block
     # the model's own module (no direct params) is fetched first, so prefetches carry everything
-    calls = [min(len(x), ceil_div(sum(x), bucket)) if x else 0 for x in (fwd, released)]
-    return ((sum(fwd) * grad_accum, calls[0] * grad_accum), (sum(released) * grad_accum, calls[1] * grad_accum))
+    sizes = [(sum(e for e, _ in fwd), sum(c for _, c in fwd)), (released, released_calls)]
+    calls = [min(count, ceil_div(total, bucket)) if count else 0 for total, count in sizes]
+    return ((sizes[0][0] * grad_accum, calls[0] * grad_accum), (sizes[1][0] * grad_accum, calls[1] * grad_accum))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 from prism_strategy.engines.base import (
@@ -32,9 +33,9 @@ from prism_strategy.engines.base import (
     part_modules,
     sharded_states,
     step_transient,
-    sum_and_largest,
     trainable,
 )
+from prism_strategy.engines.runs import Runs
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import Part, largest_block, root_unit
 from prism_strategy.specs.training import DTYPE_BYTES, TrainingSpec
@@ -63,39 +64,43 @@ def fsdp_units(parts: tuple[Part, ...], shards: int, wrap: str) -> list[Unit]:
     """Units in forward order, as runtime/wrap.py makes them: the blocks find_blocks() returns
     (transformer layers, and what HF lists in _no_split_modules: SigLIP's embeddings and
     pooling head), then the root with everything else."""
-    units: list[Unit] = []
-    root: list[list[tuple[int, int]]] = []
-    root_train: list[list[tuple[int, int]]] = []
+    return [u for u, k in fsdp_unit_runs(parts, shards, wrap) for u in [u] * k]
+
+
+def fsdp_unit_runs(parts: tuple[Part, ...], shards: int, wrap: str) -> list[tuple[Unit, int]]:
+    """fsdp_units as (unit, how many in a row): a group of identical blocks is one unit's size,
+    repeated (PartModules.block_groups); padding is per tensor, so the root's sums add up per group."""
+    units: list[tuple[Unit, int]] = []
+    root = root_train = 0
     for p in parts:
         pm = part_modules(p)
         head_rest = pm.head[1:] if pm.head_unit else []
-        # identical blocks in a row (PartModules.block_groups): one unit's size, repeated
         groups = [(pm.embed, pm.embed_unit, 1)] + [(b, True, count) for b, count in pm.block_groups]
         groups += [(pm.head[:1] if pm.head_unit else pm.head, False, 1), (head_rest, True, 1)]
         for modules, unit, count in groups:
             if not modules:
                 continue
+            n = padded(modules, shards)
             if unit and wrap == "block":
-                n = padded(modules, shards)
-                units += [Unit(n, n if p.trains else 0, p.backward, True)] * count
+                units.append((Unit(n, n if p.trains else 0, p.backward, True), count))
             else:
-                root += modules * count
-                root_train += modules * count if p.trains else []
-    return units + [Unit(padded(root, shards), padded(root_train, shards), any(p.backward for p in parts), False)]
+                root, root_train = root + n * count, root_train + (n * count if p.trains else 0)
+    units.append((Unit(root, root_train, any(p.backward for p in parts), False), 1))
+    return [(u, sum(k for _, k in g)) for u, g in groupby(units, key=lambda r: r[0])]
 
 
-def regathered(units: list[Unit]) -> list[Unit]:
-    """Blocks all-gathered again in backward under reshard_after_forward: every block gradients
-    flow through but the last (never resharded), and the block just before the first of them:
-    FSDP2 prefetches the unit that finished forward before the one running backward."""
-    blocks = [u for u in units if u.block]
+def regathered(runs: list[tuple[Unit, int]]) -> list[tuple[Unit, int]]:
+    """Blocks all-gathered again in backward under reshard_after_forward, as runs of units: every
+    block gradients flow through but the last (never resharded), and the block just before the
+    first of them: FSDP2 prefetches the unit that finished forward before the one running backward."""
+    blocks = [(u, k) for u, k in runs if u.block]
     if not blocks:
         return []
-    flowing = [i for i, u in enumerate(blocks[:-1]) if u.backward]
-    first = next((i for i, u in enumerate(blocks) if u.backward), None)
-    if first is not None and first > 0 and first - 1 not in flowing:
-        flowing = [first - 1] + flowing
-    return [blocks[i] for i in flowing]
+    flowing = [(u, k - (i == len(blocks) - 1)) for i, (u, k) in enumerate(blocks) if u.backward]
+    first = next((i for i, (u, _) in enumerate(blocks) if u.backward), None)
+    if first is not None and first > 0:  # the run before holds no block gradients flow through
+        flowing = [(blocks[first - 1][0], 1)] + flowing
+    return [(u, k) for u, k in flowing if k > 0]
 
 
 class FSDP2Engine(Engine):
@@ -143,12 +148,13 @@ class FSDP2Engine(Engine):
         group, shards = ("node", layout.ranks_per_node) if s.hybrid else ("world", layout.world)
         if shards <= 1 and not (s.hybrid and layout.nodes > 1):
             return ()
-        units = fsdp_units(parts, shards, wrap)
+        runs = fsdp_unit_runs(parts, shards, wrap)
+        calls = sum(k for _, k in runs)
         ag_dtype = TORCH_DTYPE[t.compute_dtype]
         rd = reduce_dtype(s, t)
         out: list[StepCollective] = []
 
-        def add(op, grp, size, dtype, elems, calls, phase, overlap, what, order=()):
+        def add(op, grp, size, dtype, elems, calls, phase, overlap, what, order: Runs):
             if calls:
                 out.append(
                     StepCollective(
@@ -161,47 +167,53 @@ class FSDP2Engine(Engine):
                         bytes_per_call=elems * TORCH_DTYPE_BYTES[dtype] / calls,
                         overlappable=overlap,
                         what=what,
-                        sizes=tuple(n * TORCH_DTYPE_BYTES[dtype] for n in order),
+                        sizes=order.map(lambda n: n * TORCH_DTYPE_BYTES[dtype]),
                     )
                 )
 
         # issue order: the root is gathered first (its pre-forward wraps the blocks') and reduced last
-        # (its post-backward runs from the root's final callback); the blocks in between, backward reversed
+        # (its post-backward runs from the root's final callback); the blocks in between, backward reversed.
+        # Identical blocks in a row are one run of units (a deep stack: a few runs, not one per block)
+        root = runs[-1][0]
         add(
             "all_gather",
             group,
             shards,
             ag_dtype,
-            sum(u.params for u in units) * grad_accum,
-            len(units) * grad_accum,
+            sum(u.params * k for u, k in runs) * grad_accum,
+            calls * grad_accum,
             "forward",
-            len(units) > 1,
+            calls > 1,
             "each unit's params, forward",
-            [units[-1].params] + [u.params for u in units[:-1]],
+            Runs.of_runs([(root.params, 1)] + [(u.params, k) for u, k in runs[:-1]]),
         )
         if s.reshard_after_forward:
-            again = regathered(units)
+            again = regathered(runs)
             add(
                 "all_gather",
                 group,
                 shards,
                 ag_dtype,
-                sum(u.params for u in again) * grad_accum,
-                len(again) * grad_accum,
+                sum(u.params * k for u, k in again) * grad_accum,
+                sum(k for _, k in again) * grad_accum,
                 "backward",
                 True,
                 "resharded blocks re-gathered in backward",
-                [u.params for u in reversed(again)],
+                Runs.of_runs((u.params, k) for u, k in reversed(again)),
             )
-        reduced = [u for u in units if u.trainable > 0]
-        order = [u.trainable for u in reversed(reduced) if u.block] + [u.trainable for u in reduced if not u.block]
+        reduced = [(u, k) for u, k in runs if u.trainable > 0]
+        order = Runs.of_runs(
+            [(u.trainable, k) for u, k in reversed(reduced) if u.block]
+            + [(u.trainable, k) for u, k in reduced if not u.block]
+        )
+        reduced_elems = sum(u.trainable * k for u, k in reduced)
         add(
             "reduce_scatter",
             group,
             shards,
             rd,
-            sum(u.trainable for u in reduced),
-            len(reduced),
+            reduced_elems,
+            len(order),
             "backward",
             True,
             "each unit's gradients",
@@ -213,12 +225,12 @@ class FSDP2Engine(Engine):
                 "across_nodes",
                 layout.nodes,
                 rd,
-                sum(u.trainable for u in reduced) / shards,
-                len(reduced),
+                reduced_elems / shards,
+                len(order),
                 "backward",
                 True,
                 "reduced shards across the replicas",
-                [n / shards for n in order],
+                order.map(lambda n: n / shards),
             )
         return tuple(out)
 
@@ -272,21 +284,26 @@ def _step_rows(parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec", layo
 
 @functools.lru_cache(maxsize=64)
 def _local_totals(parts: tuple[Part, ...], n: int) -> tuple[float, float, int]:
-    return sum_and_largest(_local_shards(parts, n))
+    """sum_and_largest of the local shards, a product per group of identical blocks."""
+    groups = _local_shards(parts, n)
+    return (
+        sum(sum(shards) * k for shards, k in groups),
+        max((max(shards, default=0) for shards, _ in groups), default=0),
+        sum(len(shards) * k for shards, k in groups),
+    )
 
 
-@functools.lru_cache(maxsize=32)  # bounded: one entry holds a shard per tensor
-def _local_shards(parts: tuple[Part, ...], n: int) -> tuple[int, ...]:
-    """Each trainable tensor's local shard (dim 0 padded to n, then split); cached: the planner asks
-    for it at every micro-batch it tries."""
-    memo: dict[int, tuple[int, ...]] = {}  # identical blocks share their module lists: shard each once
-    out: list[int] = []
-    for p in parts:
-        for m in part_modules(p).forward_order() if p.trains else ():
-            if id(m) not in memo:
-                memo[id(m)] = tuple(-(-rows // n) * (numel // rows) for numel, rows in m)
-            out.extend(memo[id(m)])
-    return tuple(out)
+@functools.lru_cache(maxsize=32)  # bounded: one entry holds a shard per tensor of each distinct module group
+def _local_shards(parts: tuple[Part, ...], n: int) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """Each trainable tensor's local shard (dim 0 padded to n, then split), as (a group's shards,
+    how many times in a row: PartModules.groups); cached: the planner asks for it at
+    every micro-batch it tries."""
+    return tuple(
+        (tuple(-(-rows // n) * (numel // rows) for m in mods for numel, rows in m), k)
+        for p in parts
+        if p.trains
+        for mods, k in part_modules(p).groups()
+    )
 
 
 def _block_moments(

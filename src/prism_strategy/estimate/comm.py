@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from prism_strategy.engines import StepCollective, engine_of, step_collectives
+from prism_strategy.engines.runs import Runs
 from prism_strategy.estimate.backends import NO_CALL, Call, backend_of
 from prism_strategy.estimate.comm_measured import measured_seconds
 from prism_strategy.estimate.comm_nccl import nccl_choice_by_topology, nccl_topology
@@ -54,9 +55,10 @@ class CollectiveCost:
     """When the engine issues it (forward, backward, step): estimate/overlap.py's schedule."""
     channels: int = 0
     """SMs its kernel occupies while it runs (NCCL: one CUDA block per channel); 0 = none modelled."""
-    call_seconds: tuple[float, ...] = ()
+    call_seconds: Runs = Runs()
     """Seconds of each call of one micro-step in issue order, when the engine gives their sizes
-    (scaled so they add up to seconds_per_step); empty: every call the same."""
+    (scaled so they add up to seconds_per_step); empty: every call the same. Runs of equal calls
+    (engines/runs.py), like the sizes they price."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -155,14 +157,12 @@ def schedules_overlap(p: PlatformSpec) -> bool:
     return backend_of(p).schedules_overlap(p)
 
 
-def _call_seconds(
-    c: StepCollective, total: float, ranks: int, nodes: int, conc: int, p: PlatformSpec
-) -> tuple[float, ...]:
+def _call_seconds(c: StepCollective, total: float, ranks: int, nodes: int, conc: int, p: PlatformSpec) -> Runs:
     """Each call of one micro-step priced at its own size, scaled to the kind's total (priced at the
     mean size, as census counts it): the schedule sees the large root unit apart from the blocks."""
-    sizes = getattr(c, "sizes", ())
+    sizes = c.sizes
     if not sizes or total <= 0 or not schedules_overlap(p):
-        return ()
+        return Runs()
     if p.hardware.gpu_arch:
         raw = _nccl_calls(sizes, c.op, ranks, nodes, conc, nccl_topology(p))
     else:
@@ -170,28 +170,29 @@ def _call_seconds(
     return _scaled(raw, total, c.calls)
 
 
-@lru_cache(maxsize=256)  # a deep stack's per-block calls recur for every option a plan tries
-def _scaled(raw: tuple[float, ...], total: float, calls: int) -> tuple[float, ...]:
-    """The calls' own prices scaled so that the step's calls add up to `total`."""
+@lru_cache(maxsize=256)  # by value (runs hash per run): the same calls recur for every option a plan tries
+def _scaled(raw: Runs, total: float, calls: int) -> Runs:
+    """The calls' own prices scaled so that the step's calls add up to `total` (per run). The sum
+    runs call by call, in issue order (C-speed iteration): the same float as the tuple it replaced."""
     s = sum(raw)
     scale = total / (s * (calls / len(raw))) if s > 0 else 0.0
-    return tuple(x * scale for x in raw)
+    return raw.map(lambda x: x * scale)
 
 
-def _banded_calls(sizes: tuple[float, ...], seconds) -> tuple[float, ...]:
-    """One price per 2% band of sizes (DDP's buckets differ by a few bytes)."""
+def _banded_calls(sizes: Runs, seconds) -> Runs:
+    """One price per 2% band of sizes (DDP's buckets differ by a few bytes), one look-up per run."""
     priced: dict[int, float] = {}
     out = []
-    for b in sizes:
+    for b, n in sizes.runs:
         band = round(math.log(max(b, 1.0)) / LOG_BAND)
         if band not in priced:
             priced[band] = seconds(b)
-        out.append(priced[band])
-    return tuple(out)
+        out.append((priced[band], n))
+    return Runs.of_runs(out)
 
 
-@lru_cache(maxsize=1024)
-def _nccl_calls(sizes: tuple[float, ...], op: str, ranks: int, nodes: int, conc: int, topo: tuple) -> tuple[float, ...]:
+@lru_cache(maxsize=1024)  # keyed by the runs: a deep stack's sizes hash per run
+def _nccl_calls(sizes: Runs, op: str, ranks: int, nodes: int, conc: int, topo: tuple) -> Runs:
     """The same calls recur for every batch and checkpointing a plan tries: priced once."""
     return _banded_calls(sizes, lambda b: nccl_choice_by_topology(topo, op, b, ranks, nodes, conc).seconds)
 

@@ -36,10 +36,11 @@ model (congestion, routing); NVLS / SHARP offload inside a node.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import groupby
 
+from prism_strategy.engines.runs import Runs
 from prism_strategy.estimate.comm import CollectiveCost, CommEstimate, schedules_overlap
 from prism_strategy.specs.cluster import PlatformSpec
 
@@ -189,14 +190,14 @@ def _every_micro_step(c: CollectiveCost, grad_accum: int) -> bool:
     return c.calls_per_step % grad_accum == 0
 
 
-def _calls(c: CollectiveCost, grad_accum: int) -> list[float]:
-    """Seconds of each call of one micro-step in issue order."""
+def _calls(c: CollectiveCost, grad_accum: int) -> Runs:
+    """Seconds of each call of one micro-step in issue order, as runs of equal calls."""
     if c.call_seconds:
-        return list(c.call_seconds)
+        return c.call_seconds
     if not c.calls_per_step:
-        return []
+        return Runs()
     n = max(1, c.calls_per_step // grad_accum) if _every_micro_step(c, grad_accum) else c.calls_per_step
-    return [c.seconds_per_step / c.calls_per_step] * n
+    return Runs.of_runs([(c.seconds_per_step / c.calls_per_step, n)])
 
 
 def _roles(cs: list[CollectiveCost]) -> list[tuple[CollectiveCost, str]]:
@@ -211,7 +212,7 @@ def _roles(cs: list[CollectiveCost]) -> list[tuple[CollectiveCost, str]]:
 
 
 def phase_of(
-    compute_s: float, kinds: list[tuple[CollectiveCost, list[float], str]], sm_count: int, gathers_from: int
+    compute_s: float, kinds: list[tuple[CollectiveCost, Sequence[float], str]], sm_count: int, gathers_from: int
 ) -> Phase:
     """kinds: (cost, seconds of its calls, "gather" | "reduce" | "side"). Call i of a gather goes
     to slot i + gathers_from; reductions are right-aligned (the last call after the last slot);
@@ -240,12 +241,11 @@ def phase_of(
     )
 
 
-def _runs(calls: list[float]) -> list[tuple[int, float, int]]:
+def _runs(calls: Sequence[float]) -> list[tuple[int, float, int]]:
     """(index of the first, seconds, how many) of each run of equal consecutive calls."""
     out: list[tuple[int, float, int]] = []
     i = 0
-    for x, group in groupby(calls):
-        n = sum(1 for _ in group)
+    for x, n in (calls if isinstance(calls, Runs) else Runs(calls)).runs:
         out.append((i, x, n))
         i += n
     return out
