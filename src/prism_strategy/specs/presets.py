@@ -130,7 +130,7 @@ def load_platform(name_or_path: str) -> PlatformSpec:
     """A preset name or a platform TOML; a user's file may inherit from a preset (`base = ...`)."""
     p = Path(name_or_path)
     if name_or_path in platform_names():
-        raw, where, user = _platform_raw(name_or_path), f"platform {name_or_path}", False
+        raw, where, user = preset_raw(name_or_path), f"platform {name_or_path}", False
     else:
         kind = _kind(p, "platform")
         if kind == "missing" and _looks_like_path(name_or_path):
@@ -144,7 +144,7 @@ def load_platform(name_or_path: str) -> PlatformSpec:
                 f"{', '.join(platform_names())} "
                 "or a path to a platform .toml"
             )
-        raw, where, user = with_base(flatten(read_toml(p), str(p)), str(p), _platform_raw), str(p), True
+        raw, where, user = with_base(flatten(read_toml(p), str(p)), str(p), preset_raw), str(p), True
     check_required(raw, where)
     raw = fill_not_read(raw)
     defaulted = defaulted_fields(raw) if user else ()
@@ -154,12 +154,12 @@ def load_platform(name_or_path: str) -> PlatformSpec:
 
 
 @cache
-def _platform_raw(name: str) -> dict[str, Any]:
+def preset_raw(name: str) -> dict[str, Any]:
     """A preset's table, its own base (if any) merged in."""
     if name not in platform_names():
         raise SpecError(f"base {name!r} is not a platform preset; use one of {', '.join(platform_names())}")
     where = f"platform {name}"
-    return with_base(flatten(read_toml(DATA / "platforms" / f"{name}.toml"), where), where, _platform_raw)
+    return with_base(flatten(read_toml(DATA / "platforms" / f"{name}.toml"), where), where, preset_raw)
 
 
 def _path_text(p: Path) -> str:
