@@ -153,7 +153,7 @@ def _neutral(v: Any) -> bool:
 def preset_set(backend: str) -> frozenset[str]:
     """Fields every preset of this backend sets: a default none of them keeps is likely wrong for
     the user's hardware too."""
-    from prism_strategy.specs.presets import preset_raw, platform_names
+    from prism_strategy.specs.presets import platform_names, preset_raw
 
     raws = [r for r in map(preset_raw, platform_names()) if r.get("backend") == backend]
     return frozenset.intersection(*(frozenset(r) for r in raws)) if raws else frozenset()
