@@ -15,7 +15,11 @@ from typing import Literal, get_args
 
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.libraries import backend_names
 from prism_strategy.specs.training import check_options
+
+BACKEND_NAMES = backend_names()
+"""torch's backend names (specs/libraries.py)."""
 
 
 class MeshAxis(StrEnum):
@@ -59,7 +63,7 @@ class StrategySpec:
     reduce_dtype: ReduceDtype | None = None
     """Dtype gradients are reduced in (FSDP2 MixedPrecisionPolicy.reduce_dtype; DeepSpeed
     communication_data_type); None: the engine's default."""
-    backends: tuple[str, ...] = ("nccl", "xccl", "gloo")
+    backends: tuple[str, ...] = BACKEND_NAMES
     torch_form: str = ""
 
     def __post_init__(self) -> None:

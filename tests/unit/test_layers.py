@@ -108,14 +108,14 @@ def test_the_backend_check_sees_a_comparison(tmp_path):
     ]
 
 
-def test_every_platform_backend_has_a_registered_model():
+def test_every_platform_library_has_a_registered_model():
     from typing import get_args, get_type_hints
 
     from prism_strategy.estimate.backends import BACKENDS
     from prism_strategy.specs.cluster import PlatformSpec
 
-    names = set(get_args(get_type_hints(PlatformSpec)["backend"]))
-    assert names and names <= set(BACKENDS)
+    names = set(get_args(get_type_hints(PlatformSpec)["collective_library"]))
+    assert names and names == set(BACKENDS)
 
 
 ENTRY = "prism_strategy.estimate.entry"

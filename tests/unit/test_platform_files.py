@@ -107,7 +107,7 @@ def test_a_field_listed_as_not_modelled_leaves_that_backends_estimates_unchanged
     from prism_strategy.strategies import get_strategy
 
     sc = build_scenario("qwen3-0.6b", platform=preset, nodes=2, seq_len=256, micro_batch=2)
-    fields = sorted(not_modelled(sc.platform.backend))
+    fields = sorted(not_modelled(sc.platform.collective_library))
     assert fields and set(fields) <= set(_CHANGED)
 
     def figures(s):
@@ -120,7 +120,7 @@ def test_a_field_listed_as_not_modelled_leaves_that_backends_estimates_unchanged
     base = figures(sc)
     for f in fields:
         changed = sc.with_platform(sc.platform.with_values(**{f: _CHANGED[f]}))
-        assert figures(changed) == base, f"{f} moves the {sc.platform.backend} estimate"
+        assert figures(changed) == base, f"{f} moves the {sc.platform.collective_library} estimate"
 
 
 def test_the_defaults_note_names_what_moved_the_answer_first_and_counts_the_rest(tmp_path):

@@ -36,6 +36,7 @@ from prism_strategy.diagnose.shell_eval import MPI_LAUNCHERS, main_launch, read_
 from prism_strategy.diagnose.shell_syntax import Binding
 from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.libraries import device_of_variable
 
 _COMPILE_FLAG = re.compile(r"^--(?:torch[-_])?compile(?:=(?:1|true|True|yes))?$")
 
@@ -66,10 +67,8 @@ class LauncherFile:
         for e in self.timeline:
             if e.kind == "module" and any("frameworks" in a for a in e.args):
                 devices.add("xpu")
-            if e.kind == "export" and e.name.startswith(("CCL_", "ZE_")):
-                devices.add("xpu")
-            if e.kind == "export" and e.name.startswith("NCCL_"):
-                devices.add("cuda")
+            if e.kind == "export" and device_of_variable(e.name):
+                devices.add(device_of_variable(e.name))
         if self._deepspeed_line():
             engines.add("deepspeed")
         nodes = int(self.header["nodes"]) if self.header.get("nodes", "").isdigit() else self.nodes()

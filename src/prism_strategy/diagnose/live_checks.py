@@ -25,11 +25,12 @@ from prism_strategy.diagnose.findings import (
 )
 from prism_strategy.emit.env import load_env_profile
 from prism_strategy.rules import Rule, get_rule
+from prism_strategy.specs.libraries import backend_names, collective_prefixes, runtime_prefixes
 from prism_strategy.specs.presets import DATA, build, read_toml
 
 DEVICE_GLOBS: tuple[str, ...] = ("/dev/dri/renderD*", "/dev/dri/card*", "/dev/nvidia[0-9]*", "/dev/accel/accel*")
 LAUNCHER_NAMES = frozenset({"torchrun", "mpiexec", "mpirun", "deepspeed", "srun", "aprun"})
-ENV_PREFIXES = ("CCL_", "FI_", "NCCL_", "TORCH_", "ZE_", "LD_PRELOAD")
+ENV_PREFIXES = (*collective_prefixes(), "TORCH_", *runtime_prefixes(), "LD_PRELOAD")
 TERM_GRACE_S = 5.0
 PROC = Path("/proc")
 
@@ -181,9 +182,7 @@ def torch_facts() -> dict[str, Any]:
     backends = [
         b
         for b, probe in (
-            ("xccl", "is_xccl_available"),
-            ("nccl", "is_nccl_available"),
-            ("gloo", "is_gloo_available"),
+            *((name, f"is_{name}_available") for name in backend_names()),
             ("mpi", "is_mpi_available"),
         )
         if dist.is_available() and getattr(dist, probe, lambda: False)()

@@ -20,6 +20,7 @@ from prism_strategy.inputs.script_file import DDP_CALLS, FSDP1_CALLS, ScriptFile
 from prism_strategy.inputs.script_file import read_script as read_file
 from prism_strategy.inputs.script_reader import Call
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.libraries import libraries
 
 _MESH = {"init_device_mesh", "DeviceMesh"}
 _CTORS = {"ones", "zeros", "empty", "rand", "randn", "full", "tensor"}
@@ -39,7 +40,9 @@ class ScriptChecks:
         return self.s.path
 
     def refine(self, ctx: Context) -> Context:
-        devices = {d for d, words in (("xpu", {"xpu", "xccl"}), ("cuda", {"cuda", "nccl"})) if words & self.s.words}
+        devices = {
+            lib.device for lib in libraries() if lib.device != "cpu" and {lib.device, lib.torch_backend} & self.s.words
+        }
         return ctx.refined(devices=frozenset(devices), engines=frozenset(self.s.engines()))
 
     def check(self, ctx: Context) -> list[Finding]:

@@ -21,6 +21,7 @@ import tomllib
 
 from prism_strategy.estimate.entry import SCALEOUT_VARS, ccl_model_variables, platform_under_variables
 from prism_strategy.planning.recommend import pick
+from prism_strategy.specs.libraries import libraries, own_prefix
 from prism_strategy.specs.presets import DATA
 
 if TYPE_CHECKING:
@@ -31,14 +32,13 @@ CHANGE = 0.10
 """A profile is worth naming when it moves the pick's step time by more than 10% (the band the
 ranking treats as a tie) or changes the pick."""
 
-MODEL_VARS = {"xccl": ccl_model_variables()}
-"""The variables of each backend the comm model reads (oneCCL only; module docstring)."""
+MODEL_VARS = {lib.name: ccl_model_variables() for lib in libraries() if lib.model_variables}
+"""The variables of each library the comm model reads, by library (data/libraries: only oneCCL's
+model reads any, estimate/entry.ccl_model_variables lists them; module docstring)."""
 
-DEFAULTS = {"CCL_WORKER_COUNT": "1", "CCL_ALLREDUCE": "topo", "CCL_ATL_TRANSPORT": "ofi", "CCL_ATL_HMEM": "0"}
-"""What an unset variable means to the model (estimate/comm_oneccl.with_ccl_env: oneCCL's defaults)."""
-
-PREFIX = {"xccl": "CCL_"}
-"""A profile belongs to a backend when it sets any of the backend's variables."""
+DEFAULTS = {k: v for lib in libraries() for k, v in lib.model_variables.items()}
+"""What an unset variable means to the model (data/libraries model_variables: oneCCL's defaults,
+as estimate/comm_oneccl.with_ccl_env reads them)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,13 +61,14 @@ def _profile(path: Any, platform: str, names: frozenset[str], prefix: str) -> Pr
 
 
 def backend_profiles(backend: str, platform: str) -> list[Profile]:
-    """The documented profiles (data/env_profiles) that set variables of `backend`'s model."""
+    """The documented profiles (data/env_profiles) that set variables of the `backend` library's
+    model (a profile belongs to a library when it sets any variable with its own prefix)."""
     names = MODEL_VARS.get(backend)
     if names is None:
         return []
     folder = DATA / "env_profiles"
     paths = sorted((p for p in folder.iterdir() if p.name.endswith(".toml") and not p.name.startswith("_")), key=str)
-    found = (_profile(p, platform, names, PREFIX[backend]) for p in paths)
+    found = (_profile(p, platform, names, own_prefix(backend)) for p in paths)
     return [p for p in found if p is not None]
 
 
@@ -111,7 +112,7 @@ def env_advice(
     feasible = [o for o in options if o.feasible]
     if recommended is None or not feasible:
         return []
-    profiles = {x.name: x for x in backend_profiles(p.backend, p.name)}
+    profiles = {x.name: x for x in backend_profiles(p.collective_library, p.name)}
     own = (sc.environment.profile if sc.environment else "") or p.env_profile  # --env-profile, else the platform's
     priced, named = priced_variables(p), profiles.get(own)
     same = named is not None and not _differ(named.variables, priced)

@@ -10,6 +10,7 @@ from typing import Any
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.env_profile import load_env_profile, profile_names
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.libraries import collective_prefixes
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.policies import (
     BATCH_KEYS,
@@ -72,8 +73,9 @@ def build_scenario(model: Any, **options: Any) -> Scenario:
     )
 
 
-COLLECTIVE_PREFIXES = ("CCL_", "NCCL_", "FI_")
-"""The variables of a profile the environment policy carries: the collective libraries' own."""
+COLLECTIVE_PREFIXES = collective_prefixes()
+"""The variables of a profile the environment policy carries: the collective libraries' own and
+their transports' (specs/libraries.py)."""
 
 
 def environment_of(platform: PlatformSpec, profile: Any) -> EnvironmentPolicy:

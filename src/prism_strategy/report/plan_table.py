@@ -63,7 +63,7 @@ def _env(sc) -> str:
     from prism_strategy.planning.env_advice import MODEL_VARS
 
     env = sc.environment
-    if not MODEL_VARS.get(sc.platform.backend) or env is None:
+    if not MODEL_VARS.get(sc.platform.collective_library) or env is None:
         return ""
     return f", env {env.profile or sc.platform.env_profile or 'none'}"
 

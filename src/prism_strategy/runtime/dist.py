@@ -28,11 +28,13 @@ from prism_strategy.runtime.launch_env import (
 )
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.libraries import device_names, library_of_device
 from prism_strategy.strategies import MeshAxis
 
 DEVICE_ENV = "PRISM_DEVICE"
 """Force the device kind (xpu, cuda or cpu), e.g. gloo tests on a GPU machine."""
-_BACKENDS = {"xpu": "xccl", "cuda": "nccl", "cpu": "gloo"}
+_BACKENDS = {d: library_of_device(d).torch_backend for d in device_names()}
+"""torch's backend per device type, from the collective library registry (specs/libraries.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)

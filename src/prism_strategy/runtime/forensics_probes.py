@@ -10,7 +10,11 @@ from typing import Any
 
 import torch
 
-ENV_PREFIXES = ("CCL_", "NCCL_", "FI_", "MPICH_", "TORCH_NCCL_", "TORCH_XCCL_", "GLOO_", "ZE_", "UR_")
+from prism_strategy.specs.libraries import collective_prefixes, runtime_prefixes, torch_prefixes
+
+ENV_PREFIXES = (*collective_prefixes(), "MPICH_", *torch_prefixes(), *runtime_prefixes())
+"""The collective libraries', their torch wrappers' and device runtimes' variables
+(specs/libraries.py), and Cray MPICH's."""
 ENV_NAMES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_XPU_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "OMP_NUM_THREADS")
 
 

@@ -77,6 +77,7 @@ from prism_strategy.readers.steps import FIELDS, Event, step_times
 from prism_strategy.runtime.forensics import Capture, ForensicsConfig
 from prism_strategy.runtime.monitor_state import StepHistory, rank_cpus, rank_identity, rank_placement
 from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
+from prism_strategy.specs.libraries import library_of_backend
 
 __all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event", "ForensicsConfig"]
 
@@ -416,7 +417,7 @@ class StepMonitor:
 
     def _all_gather(self, block: np.ndarray) -> np.ndarray:
         dist = torch.distributed
-        dev = torch.device("cpu") if dist.get_backend() == "gloo" else self.device
+        dev = torch.device("cpu") if library_of_backend(dist.get_backend()).device == "cpu" else self.device
         t = torch.from_numpy(block).to(device=dev, dtype=torch.float32)
         out = [torch.empty_like(t) for _ in range(self.world_size)]
         dist.all_gather(out, t)

@@ -15,6 +15,7 @@ import pydantic.dataclasses
 from annotated_types import Ge, Gt, Le, Lt
 
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.libraries import CollectiveLibrary, LibraryName, library, library_of_backend
 from prism_strategy.specs.measured import MeasuredCurve
 from prism_strategy.specs.platform_groups import (
     FIELD_GROUP,
@@ -49,8 +50,9 @@ class PlatformSpec:
     """One line on the node type."""
     device: Literal["xpu", "cuda", "cpu"]
     """The device type torch sees."""
-    backend: Literal["xccl", "nccl", "gloo"]
-    """The collective backend torch.distributed runs on."""
+    collective_library: LibraryName
+    """The collective library (specs/libraries.py): its cost model and facts. A platform file's
+    older `backend = "<torch name>"` means that name's default library (nccl, oneccl, gloo)."""
     launcher: Literal["pbs", "slurm", "torchrun"] = "torchrun"
     """How jobs start on this platform (emit/launch.py)."""
     env_profile: str = ""
@@ -111,6 +113,15 @@ class PlatformSpec:
         raise SpecError(f"platform {self.name!r}: no field {name!r}{_hint(name)}")
 
     @property
+    def library(self) -> CollectiveLibrary:
+        return library(self.collective_library)
+
+    @property
+    def backend(self) -> str:
+        """torch.distributed's backend name, from the library (on ROCm rccl's is "nccl")."""
+        return self.library.torch_backend
+
+    @property
     def usable_bytes(self) -> float:
         return self.hardware.memory_gib * self.allocator.usable_fraction * GiB
 
@@ -120,7 +131,7 @@ class PlatformSpec:
 
 IDENTITY = tuple(f.name for f in dataclasses.fields(PlatformSpec) if f.name not in GROUPS)
 """PlatformSpec's own fields (what the platform is, not a value of its model)."""
-FLAT_FIELDS = (*IDENTITY, *FIELD_GROUP)
+FLAT_FIELDS = (*IDENTITY, "backend", *FIELD_GROUP)
 """Every name a platform file, `sources` or with_values may use."""
 
 
@@ -128,7 +139,7 @@ def _route(values: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[
     """Flat names split into PlatformSpec's own fields and each group's."""
     top: dict[str, Any] = {}
     groups: dict[str, dict[str, Any]] = {}
-    for k, v in values.items():
+    for k, v in with_library(values, where).items():
         if k in FIELD_GROUP:
             groups.setdefault(FIELD_GROUP[k], {})[k] = v
         elif k in IDENTITY:
@@ -136,6 +147,26 @@ def _route(values: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[
         else:
             raise SpecError(f"{where}: unknown platform field {k!r}{_hint(k)}")
     return top, groups
+
+
+def with_library(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`backend = "<torch name>"` (platform files before the library registry) read as the
+    library it means; beside `collective_library` it must be that library's torch name."""
+    out = {k: v for k, v in values.items() if k != "backend"}
+    if "backend" not in values:
+        return out
+    given = values["backend"]
+    try:
+        lib = library(out["collective_library"]) if "collective_library" in out else library_of_backend(str(given))
+    except SpecError as e:
+        raise SpecError(f"{where}: {e}") from None
+    if given not in (lib.torch_backend, *lib.torch_aliases):
+        raise SpecError(
+            f"{where}: backend {given!r} is not torch's name for collective_library {lib.name!r} "
+            f"({lib.torch_backend!r}); drop `backend`, the library says it"
+        )
+    out["collective_library"] = lib.name
+    return out
 
 
 def _hint(name: str) -> str:

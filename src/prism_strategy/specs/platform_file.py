@@ -91,7 +91,7 @@ def with_base(raw: dict[str, Any], where: str, load_raw: Callable[[str], dict[st
 
 def check_required(raw: dict[str, Any], where: str) -> None:
     """One error naming every hardware fact the file lacks (and what supplies them all at once)."""
-    backend = raw.get("backend")
+    backend = raw.get("collective_library")
     missing = [f for f in required_fields(str(backend)) if f not in raw]
     if "name" not in raw:
         missing.insert(0, "name")
@@ -105,12 +105,14 @@ def check_required(raw: dict[str, Any], where: str) -> None:
 
 def fill_not_read(raw: dict[str, Any]) -> dict[str, Any]:
     """Fields PlatformSpec needs that the backend's model never reads, filled when absent."""
-    fill = _fields()["not_read"].get(str(raw.get("backend")), {})
+    fill = _fields()["not_read"].get(str(raw.get("collective_library")), {})
     out, sources = dict(raw), dict(raw.get("sources", {}))
     for k, v in fill.items():
         if k not in out:
             out[k] = out[v] if isinstance(v, str) else v
-            sources[k] = f"not read by the {raw['backend']} model; set to {out[k]!r} (data/platform_fields.toml)"
+            sources[k] = (
+                f"not read by the {raw['collective_library']} model; set to {out[k]!r} (data/platform_fields.toml)"
+            )
     out["sources"] = sources
     return out
 
@@ -155,7 +157,7 @@ def preset_set(backend: str) -> frozenset[str]:
     the user's hardware too."""
     from prism_strategy.specs.presets import platform_names, preset_raw
 
-    raws = [r for r in map(preset_raw, platform_names()) if r.get("backend") == backend]
+    raws = [r for r in map(preset_raw, platform_names()) if r.get("collective_library") == backend]
     return frozenset.intersection(*(frozenset(r) for r in raws)) if raws else frozenset()
 
 
@@ -163,8 +165,8 @@ def defaults_note(p: PlatformSpec, shown: int = 8) -> str:
     """The plan's one note on the defaults: only fields this backend's model reads; first the ones
     every preset of the backend sets (assumed values, then terms the default leaves out), the rest
     counted (the full list is provenance.platform_defaults)."""
-    read = [k for k in p.defaulted if k not in not_modelled(p.backend)]
-    firm = [k for k in read if k in preset_set(p.backend)]
+    read = [k for k in p.defaulted if k not in not_modelled(p.collective_library)]
+    firm = [k for k in read if k in preset_set(p.collective_library)]
     assumed = [k for k in firm if not _neutral(p.value(k))]
     off = [k for k in firm if _neutral(p.value(k))]
     parts = [", ".join(f"{k} {_value(p.value(k))}" for k in assumed)] if assumed else []
@@ -172,11 +174,12 @@ def defaults_note(p: PlatformSpec, shown: int = 8) -> str:
         more = f", +{len(off) - shown}" if len(off) > shown else ""
         parts.append(f"left out of the model (0/none): {', '.join(off[:shown])}{more}")
     rest = len(read) - len(firm)
-    counted = (f"; {rest} more no {p.backend} preset sets" if rest else "") + (
-        f"; {len(p.defaulted) - len(read)} the {p.backend} model never reads" if len(p.defaulted) > len(read) else ""
+    lib = p.collective_library
+    counted = (f"; {rest} more no {lib} preset sets" if rest else "") + (
+        f"; {len(p.defaulted) - len(read)} the {lib} model never reads" if len(p.defaulted) > len(read) else ""
     )
     return (
-        f"platform {p.name}: PlatformSpec defaults (not in the file{_base_text(p)}) that the {p.backend} presets set: "
+        f"platform {p.name}: PlatformSpec defaults (not in the file{_base_text(p)}) that the {lib} presets set: "
         f"{'; '.join(parts) or 'none'}{counted} (all {len(p.defaulted)}: --json provenance.platform_defaults)"
     )
 

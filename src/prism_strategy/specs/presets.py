@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from prism_strategy.specs.cluster import PlatformSpec
+from prism_strategy.specs.cluster import PlatformSpec, with_library
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf import load_hf_config, spec_from_hf_dict
 from prism_strategy.specs.model import TransformerSpec
@@ -145,6 +145,7 @@ def load_platform(name_or_path: str) -> PlatformSpec:
                 "or a path to a platform .toml"
             )
         raw, where, user = with_base(flatten(read_toml(p), str(p)), str(p), preset_raw), str(p), True
+    raw = with_library(raw, where)
     check_required(raw, where)
     raw = fill_not_read(raw)
     defaulted = defaulted_fields(raw) if user else ()
@@ -159,7 +160,9 @@ def preset_raw(name: str) -> dict[str, Any]:
     if name not in platform_names():
         raise SpecError(f"base {name!r} is not a platform preset; use one of {', '.join(platform_names())}")
     where = f"platform {name}"
-    return with_base(flatten(read_toml(DATA / "platforms" / f"{name}.toml"), where), where, preset_raw)
+    return with_library(
+        with_base(flatten(read_toml(DATA / "platforms" / f"{name}.toml"), where), where, preset_raw), where
+    )
 
 
 def _path_text(p: Path) -> str:

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from prism_strategy.bench.launch.worker import device_sync, parse_args, rank_result, worker_context
+from prism_strategy.specs.libraries import collective_prefixes, library_of_backend
 
 MAX_CALLS = 64
 """Calls timed per kind and repetition: a step issuing more calls of one kind is timed on 64."""
@@ -100,11 +101,10 @@ def _replay(kinds: list[Kind], device: torch.device, times: list[list[float]] | 
 
 
 def backend_version(ctx: Any) -> str:
-    if ctx.backend == "nccl":  # device-only: CUDA
-        return "nccl " + ".".join(str(v) for v in torch.cuda.nccl.version())
-    if ctx.backend == "xccl":  # device-only: XPU (oneCCL ships inside torch's XPU build)
-        return f"xccl (torch {torch.__version__})"
-    return f"gloo (torch {torch.__version__})"
+    device = library_of_backend(ctx.backend).device
+    if device == "cuda":  # device-only: CUDA and ROCm (torch.cuda.nccl is RCCL there)
+        return f"{ctx.backend} " + ".".join(str(v) for v in torch.cuda.nccl.version())
+    return f"{ctx.backend} (torch {torch.__version__})"  # oneCCL ships inside torch's XPU build
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         backend_version=backend_version(ctx),
         kinds=rows,
         census=recorded["collectives"] + recorded["control"],
-        collective_env={k: v for k, v in os.environ.items() if k.startswith(("CCL_", "NCCL_", "FI_"))},
+        collective_env={k: v for k, v in os.environ.items() if k.startswith(collective_prefixes())},
     )
 
 

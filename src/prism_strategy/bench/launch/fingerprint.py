@@ -10,7 +10,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-ENV_PREFIXES = ("CCL_", "FI_", "NCCL_", "TORCH_", "ZE_", "OMP_", "MASTER_", "I_MPI_", "DS_")
+from prism_strategy.specs.libraries import collective_prefixes, runtime_prefixes
+
+ENV_PREFIXES = (*collective_prefixes(), "TORCH_", *runtime_prefixes(), "OMP_", "MASTER_", "I_MPI_", "DS_")
 
 
 def _version(pkg: str) -> str | None:

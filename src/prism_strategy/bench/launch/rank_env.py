@@ -14,9 +14,7 @@ from typing import Any
 
 from prism_strategy.planning.scenario import COLLECTIVE_PREFIXES
 from prism_strategy.specs.env_profile import load_env_profile, profile_names
-
-READ_BY: dict[str, tuple[str, ...]] = {"nccl": ("NCCL_",), "ccl": ("CCL_", "FI_"), "xccl": ("CCL_", "FI_"), "gloo": ()}
-"""The variable prefixes each torch.distributed backend's library reads."""
+from prism_strategy.specs.libraries import read_by
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,7 +33,8 @@ class RankEnv:
 
     def inert(self, backend: str) -> list[str]:
         """The collective variables `backend`'s library does not read (all of them under gloo)."""
-        read = READ_BY.get(backend, COLLECTIVE_PREFIXES)
+        read = read_by(backend)
+        read = COLLECTIVE_PREFIXES if read is None else read
         return [k for k in self.collective if not k.startswith(read)]
 
     def note(self, backend: str) -> str:

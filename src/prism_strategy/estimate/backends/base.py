@@ -40,7 +40,7 @@ class Term:
 
 class CollectiveBackend(Protocol):
     name: str
-    """The platform's `backend` value that selects it."""
+    """The library it prices (specs/libraries.py): the platform's `collective_library`."""
 
     def call(self, op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call: ...
 

@@ -28,7 +28,7 @@ ONECCL_TERMS = (
 class OneCcl(BackendDefaults):
     """oneCCL as run; its collectives hold the host (base.py BackendDefaults: no overlap by schedule)."""
 
-    name: str = "xccl"
+    name: str = "oneccl"
 
     def call(self, op: str, size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> Call:
         seconds, algo = ccl.oneccl_seconds(op, size, ranks, nodes, concurrent, p)
