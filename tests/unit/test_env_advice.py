@@ -21,7 +21,9 @@ def test_each_entry_matches_a_plan_made_under_that_profile(advised):
     nodes, p = advised
     assert p.env_advice, "PRISM's ring profile and oneCCL's default topo differ on Aurora"
     for a in p.env_advice:
-        profile = next(x for x in backend_profiles(load_platform("aurora").collective_library, "aurora") if x.name == a["profile"])
+        profile = next(
+            x for x in backend_profiles(load_platform("aurora").collective_library, "aurora") if x.name == a["profile"]
+        )
         there = plan(**(AURORA | {"platform": with_ccl_env(load_platform("aurora"), profile.variables)}), nodes=nodes)
         assert there.recommended == a["recommended_under_profile"]
         assert there.option(a["strategy"]).step_time_s == pytest.approx(a["step_time_s"][a["profile"]], rel=1e-6)

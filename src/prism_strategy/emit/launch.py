@@ -14,6 +14,7 @@ RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and PRISM_STRATEGY_FILE 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -486,6 +487,7 @@ def render_slurm(job: LaunchJob, run_line: str | None = None) -> str:
         "",
         'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE"'
         + (f" --cpus-per-task={cpus}" if cpus else "")
+        + _srun_site_options(job)
         + " \\",
         "    " + RANK_LAUNCH,
     ]
@@ -493,10 +495,17 @@ def render_slurm(job: LaunchJob, run_line: str | None = None) -> str:
 
 
 def _cpus_per_task(job: LaunchJob) -> int:
-    """The node's cores split over its ranks (data-loader workers and the host's launch threads
-    need them); srun is given it too, since Slurm 22.05 srun does not inherit sbatch's
-    --cpus-per-task. 0: the platform does not say how many cores a node has."""
-    return job.platform.hardware.cpu_cores_per_node // job.layout.ranks_per_node
+    """The site's documented srun -c, else the node's cores split over its ranks (data-loader
+    workers and the host's launch threads need them); srun is given it too, since Slurm 22.05 srun
+    does not inherit sbatch's --cpus-per-task. 0: the platform does not say how many cores a node has."""
+    return job.site.cpus_per_task or job.platform.hardware.cpu_cores_per_node // job.layout.ranks_per_node
+
+
+def _srun_site_options(job: LaunchJob) -> str:
+    """The srun options and CPU binding the site documents (the platform file's [launch] table:
+    Frontier's --gpus-per-task=1 --gpu-bind=closest, LUMI's --cpu-bind=mask_cpu:...)."""
+    words = shlex.split(job.site.srun_options) + ([f"--cpu-bind={job.site.cpu_bind}"] if job.site.cpu_bind else [])
+    return "".join(f" {sh_quote(w)}" for w in words)
 
 
 MODULE_INIT = [

@@ -74,7 +74,14 @@ class SiteSpec:
     """Appended to the first host's short name: its high-speed-network interface name."""
     sockets: int = 1
     cpu_bind: str = ""
-    """An explicit mpiexec --cpu-bind list for one rank per device ("" = computed from the cores)."""
+    """An explicit --cpu-bind value for one rank per device: mpiexec's list, or srun's
+    (`mask_cpu:...`, LUMI) ("" = computed from the cores for mpiexec, none for srun)."""
+    cpus_per_task: int = 0
+    """srun -c as the site documents it (Frontier: 7 under low-noise mode); 0 = the node's cores
+    split over its ranks."""
+    srun_options: str = ""
+    """srun options the site documents for one rank per device (`--gpus-per-task=1
+    --gpu-bind=closest`), added to the srun line as given."""
     queues: tuple[QueueLimit, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
 
