@@ -66,6 +66,15 @@ class RuleFacts:
     compiles_whole_under_fsdp1: bool | None = None
     """A script compiles the model whole (a torch.compile outside any loop over blocks) and wraps it
     with FSDP1: PRISM's stack (doctor-only: wrap() compiles per block)."""
+    backend_is_library_name: bool | None = None
+    """init_process_group names a collective library that is not torch's backend name ("rccl":
+    torch's is "nccl"; specs/libraries.py; diagnose/rocm_checks.py)."""
+    visible_devices_under_gpu_bind: bool | None = None
+    """A launcher sets HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES while srun binds GPUs itself
+    (--gpu-bind / --gpus-per-task set ROCR_VISIBLE_DEVICES) (diagnose/rocm_checks.py)."""
+    net_plugin_on_path: bool | None = None
+    """A launcher on a platform whose profile loads the library's network plugin (aws-ofi-rccl on
+    Slingshot) names the plugin (diagnose/rocm_checks.py)."""
     persistence_keeps_params_gathered: bool | None = None
     """A ZeRO-3 config's persistence threshold keeps most parameters whole (doctor --config)."""
     offload_fits_host_memory: bool | None = None

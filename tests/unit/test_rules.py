@@ -60,6 +60,13 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
     # issue #26 finding 10: python train.py with no rendezvous; an empty launcher or script
     "launcher-no-rendezvous": (dict(rendezvous_unset=True), dict(rendezvous_unset=False)),
     "empty-file": (dict(empty_file=True), dict(empty_file=False)),
+    # issue #37 item 3: ROCm launch mistakes (diagnose/rocm_checks.py)
+    "torch-backend-is-library-name": (dict(backend_is_library_name=True), dict(backend_is_library_name=False)),
+    "rocm-visible-devices-under-gpu-bind": (
+        dict(visible_devices_under_gpu_bind=True),
+        dict(visible_devices_under_gpu_bind=False),
+    ),
+    "rocm-slingshot-no-ofi-plugin": (dict(multi_node=True, net_plugin_on_path=False), dict(net_plugin_on_path=True)),
     # issue #25 item 4: CCL_ALLREDUCE=ring priced >10% slower than topo at the job's node count
     "ccl-setting-slow-at-scale": (
         dict(device="xpu", ccl_setting_slow_at_scale=True),
@@ -115,6 +122,9 @@ HEALTHY = dict(
     persistence_keeps_params_gathered=False,
     micro_batch_fits=True,
     offload_fits_host_memory=True,
+    backend_is_library_name=False,
+    visible_devices_under_gpu_bind=False,
+    net_plugin_on_path=True,
 )
 
 

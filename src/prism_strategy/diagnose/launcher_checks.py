@@ -32,6 +32,7 @@ from prism_strategy.diagnose.live_checks import check_env_values, check_modules
 from prism_strategy.diagnose.module_checks import check_module_order
 from prism_strategy.diagnose.modules import ModuleFacts
 from prism_strategy.diagnose.rendezvous_checks import check_empty_launcher, check_rendezvous, pmi_launches
+from prism_strategy.diagnose.rocm_checks import check_rocm_launch
 from prism_strategy.diagnose.shell_eval import MPI_LAUNCHERS, main_launch, read_events
 from prism_strategy.diagnose.shell_syntax import Binding
 from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
@@ -129,6 +130,7 @@ class LauncherFile:
             + check_rendezvous(self, ctx)
             + check_empty_launcher(self, ctx)
             + check_ccl_at_scale(self, ctx)
+            + check_rocm_launch(self, ctx)
         )
         return [on_branch(f, self.timeline) for f in out]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from prism_strategy.diagnose.findings import Context, Finding, check_observed
 from prism_strategy.diagnose.launch_flags import script_launch_checks
+from prism_strategy.diagnose.rocm_checks import check_backend_name
 from prism_strategy.inputs.py_values import Alt, Symbol, Values
 from prism_strategy.inputs.script_file import DDP_CALLS, FSDP1_CALLS, ScriptFile
 from prism_strategy.inputs.script_file import read_script as read_file
@@ -62,6 +63,7 @@ class ScriptChecks:
             _loader_after_mesh,
             _one_element_probe,
             _root_only_wrap,
+            check_backend_name,
             script_launch_checks,
         ):
             for f in check(self.s, ctx):

@@ -13,6 +13,7 @@ from prism_strategy.estimate.comm_oneccl import ALGORITHM_VARS, SCALEOUT_VARS, w
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.env_profile import load_env_profile
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.libraries import libraries
 from prism_strategy.specs.policies import EnvironmentPolicy
 
 MODEL_VARIABLES: dict[str, str] = {
@@ -25,6 +26,8 @@ MODEL_VARIABLES: dict[str, str] = {
     "CCL_OP_SYNC": "host_blocking_collectives",
 }
 """The variables the comm model reads (with_ccl_env), and the PlatformSpec field each sets."""
+READ_PREFIXES = tuple(x for lib in libraries() if lib.model_variables for x in lib.env_prefixes)
+"""The own prefixes of the libraries whose cost model reads the environment (oneCCL's CCL_)."""
 SCALAR_FIELDS = (
     "ccl_worker_count",
     "allreduce_algorithm",
@@ -67,7 +70,7 @@ def platform_under(p: PlatformSpec, env: EnvironmentPolicy) -> PlatformSpec:
 
 def _note(env: EnvironmentPolicy, before: PlatformSpec, after: PlatformSpec, kept: list[str]) -> str:
     read = {k: v for k, v in env.variables if k in MODEL_VARIABLES}
-    ccl = any(k.startswith("CCL_") for k, _ in env.variables)
+    ccl = any(k.startswith(READ_PREFIXES) for k, _ in env.variables)
     unset = [k for k in ("CCL_WORKER_COUNT", "CCL_ALLREDUCE") if ccl and k not in read]
     said = ", ".join(f"{k}={v}" for k, v in read.items()) or "no variable the comm model reads"
     moved = [

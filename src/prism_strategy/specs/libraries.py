@@ -50,6 +50,8 @@ class CollectiveLibrary:
     """Prefixes of the device runtime under it (Level Zero ZE_, ROCm HIP_/ROCR_/HSA_)."""
     visible_devices: str = ""
     """The variable that limits which devices a rank sees."""
+    other_visible_devices: tuple[str, ...] = ()
+    """Variables that select among what `visible_devices` left (HIP_VISIBLE_DEVICES on ROCm)."""
     model_variables: dict[str, str] = dataclasses.field(default_factory=dict)
     """The variables its cost model reads, with what an unset one means."""
     net_plugin: str = ""
