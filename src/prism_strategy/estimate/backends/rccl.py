@@ -7,7 +7,8 @@ from its source (the platform file: datasheets and site guides), and the faster 
   rank per direction), hierarchical over the node's NICs when the platform says so;
 - tree (all-reduce across nodes, NCCL's double binary tree): a reduce and a broadcast, each a
   chain inside the node ((ppn-1) hops) and log2(nodes) network hops, moving the whole buffer once
-  each way over the node's NICs.
+  each way over the slowest of the node's links, at NCCL's tree refinement of the bus bandwidth
+  (tuning.cc `busBw * .92`, data/nccl_tuning.toml refinements.tree_factor).
 Across nodes on HPE Slingshot (Frontier, LUMI) RCCL reaches the NICs through the aws-ofi-rccl
 plugin (libfabric cxi); without it RCCL falls back to TCP sockets, which this model does not
 price: the doctor says so instead (data/rules.toml, ROCm launch rules).
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from prism_strategy.estimate.backends.base import BackendDefaults, Call, Term
 from prism_strategy.estimate.backends.gloo import RING_TERMS, alpha_beta_seconds
+from prism_strategy.estimate.comm_nccl import tuning
 from prism_strategy.specs.cluster import PlatformSpec
 
 ROUTE = "RCCL ring/tree from the platform's links (estimate/backends/rccl.py)"
@@ -27,7 +29,7 @@ ROUTE = "RCCL ring/tree from the platform's links (estimate/backends/rccl.py)"
 
 def tree_seconds(size: float, ranks: int, nodes: int, concurrent: int, p: PlatformSpec) -> float:
     """All-reduce as NCCL's tree: reduce up, broadcast down (2 x the buffer over the NICs)."""
-    eff = p.collectives.bw_efficiency * 1e9
+    eff = p.collectives.bw_efficiency * 1e9 * tuning()["refinements"]["tree_factor"]
     ppn = max(1, ranks // nodes)
     nic_total = p.links.nic_bw_gbps * p.links.nics_per_node / max(1, concurrent)
     hops = (ppn - 1) * p.links.intra_latency_us + math.ceil(math.log2(nodes)) * p.links.inter_latency_us
