@@ -43,6 +43,7 @@ def platforms_rows() -> list[dict[str, Any]]:
                 "name": n,
                 "device": p.device,
                 "backend": p.backend,
+                "library": p.collective_library,
                 "devices_per_node": p.hardware.devices_per_node,
                 "memory_gib": p.hardware.memory_gib,
                 "peak_tflops_bf16": p.hardware.peak_tflops_bf16,
