@@ -48,6 +48,24 @@ def bench_request(
     return cfg, names
 
 
+def launched_request(launched: bool, *, budget_min: float | None, memory_limit: float | None) -> Any:
+    """`bench --launched`'s run settings (None without --launched); bad input, and a process no
+    launcher started, exit 2 before anything is built."""
+    from prism_strategy.bench.launch.launched import LaunchedRun, check_launched
+    from prism_strategy.specs.cluster import GiB
+
+    if not launched:
+        if budget_min is not None or memory_limit is not None:
+            raise SpecError("--budget-min and --memory-limit are for bench --launched; add --launched or drop them")
+        return None
+    run = LaunchedRun(
+        budget_s=None if budget_min is None else budget_min * 60,
+        memory_limit_bytes=None if memory_limit is None else memory_limit * GiB,
+    )
+    check_launched()
+    return run
+
+
 def refuse_stale_build_lock(cfg: dict[str, Any], names: list[str]) -> None:
     """A stale DeepSpeed build lock is bad input found before any progress is shown (the launch
     checks again, bench/launch/harness.py): the one line, not a progress bar then the line."""
