@@ -49,6 +49,8 @@ def bench(
     grad_accum: GradAccum = 1,
     optimizer: Optimizer = "adamw",
     loss: Loss = "upcast",
+    mode: Mode = "e2e",
+    vision: Vision = None,
     platform: Platform = "cpu",
     env_profile: EnvProfileOpt = None,
     timeout_s: TimeoutS = 300,
@@ -93,6 +95,7 @@ def bench(
         timeout_s=timeout_s,
         optimizer=optimizer,
         loss=loss,
+        **({"mode": mode, "vision": vision} if vision or mode != "e2e" else {}),
     )  # before the progress bar: exit 2 is one line
     store = Store(db)
     if run is not None:

@@ -184,7 +184,7 @@ def run_launched_bench(
         outcome = _measure(config, args, ctx.rank)
         predicted = _predicted(config, platform)
         results.append(
-            to_result(config, outcome, platform=platform.name, backend=platform.backend, predicted=predicted)
+            to_result(config, outcome, platform=platform.name, backend=ctx.backend, predicted=predicted)
         )
         if outcome.status == "failed":
             skipped = [(s, f"not started: {name} failed and ended the job") for s in strategies[i + 1 :]]
