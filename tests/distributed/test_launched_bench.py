@@ -158,3 +158,49 @@ def test_bad_input_to_a_launched_bench_is_one_line(tmp_path):
     line = _one_line_exit_2(_single_rank(str(blocked / "results.db")))
     assert "results store" in line and "--db" in line
     assert not (tmp_path / "r.db").exists()
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    from _slurm import OneHostSlurm, missing
+
+    if (why := missing()) is not None:
+        if os.environ.get("CI"):
+            pytest.fail(why + ": .ci/run installs it")
+        pytest.skip(why)
+    cluster = OneHostSlurm(tmp_path_factory.mktemp("slurm"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+CPU_SLURM = 'name = "cpu-slurm"\nbase = "cpu"\nlauncher = "slurm"\n'
+"""This machine as a Slurm platform: the cpu preset (gloo ranks), Slurm's launcher."""
+
+
+def test_sbatch_of_the_emitted_bench_job_runs_three_candidates_and_compare_shows_them(slurm, tmp_path):
+    (tmp_path / "cpu-slurm.toml").write_text(CPU_SLURM)
+    plan = ["plan", "--model", "tiny-llama", "--platform", str(tmp_path / "cpu-slurm.toml"), "--nodes", "1"]
+    res = CliRunner().invoke(app, [*plan, "--ranks-per-node", "4", "--seq-len", "32", "--micro-batch", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    (tmp_path / "plan.json").write_text(res.stdout)
+    res = CliRunner().invoke(app, ["emit", "--from-plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "job")])
+    assert res.exit_code == 0, res.output
+    db = tmp_path / "results.db"
+    # DeepSpeed's candidates would JIT-build its CPU optimizer inside the job: the three FSDP/DDP ones here
+    env = _env(db, PRISM_PYTHON=sys.executable, PRISM_BENCH_STRATEGIES="ddp,fsdp_full_shard,hsdp_shard_grad_op")
+    submit = subprocess.run(
+        ["sbatch", "--parsable", str(tmp_path / "job" / "bench.sbatch")],
+        env=env | slurm.env, cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    job = submit.stdout.strip().split(";")[0]
+    slurm.wait(job, timeout_s=600)
+    output = (tmp_path / f"slurm-{job}.out").read_text(errors="replace")
+    rows = _rows(db)
+    assert set(rows) == {"ddp", "fsdp_full_shard", "hsdp_shard_grad_op"}, output[-4000:]
+    assert all(r.status == "ok" and LOCAL_KEYS <= set(r.measured) for r in rows.values())
+    platform_file = str((tmp_path / "cpu-slurm.toml").resolve())  # loads again from any folder
+    assert all(r.platform == platform_file and r.fingerprint["env"]["MASTER_ADDR"] for r in rows.values())
+    res = CliRunner().invoke(app, ["compare", "--db", str(db), "--json"])
+    assert res.exit_code == 0, res.output
+    assert {row["strategy"] for row in json.loads(res.stdout)} >= set(rows)

@@ -326,7 +326,7 @@ def test_commbench_job_replays_at_the_emitted_scale(tmp_path, platform, name, la
     profile = load_platform(platform).env_profile  # the one env.sh exported: named for commbench's record
     assert profile
     assert body[-1] == (
-        'exec python3 -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
+        'exec "${PRISM_PYTHON:-python3}" -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
         '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" --grad-accum 1 --micro-batch 1 '
         f"--precision bf16-mixed --platform {platform} --env-profile {profile} --bucket-mb 64 --reduce-dtype fp32 --json"
     )

@@ -77,7 +77,7 @@ def bench(
     from prism_strategy.bench.results.store import Store
     from prism_strategy.report.bench_output import bench_with_progress, show_bench, show_launched_bench
 
-    run = launched_request(launched, budget_min=budget_min, memory_limit=memory_limit)
+    run = launched_request(launched, platform=platform, budget_min=budget_min, memory_limit=memory_limit)
     base, names = bench_request(
         strategies,
         platform,

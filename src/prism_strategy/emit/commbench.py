@@ -11,6 +11,9 @@ The model comes from PRISM_<KIND>_MODEL (the plan's by default, set at submit ti
 strategies from PRISM_<KIND>_STRATEGIES, default the emitted one (commbench) or the plan's top
 candidates (bench). Rank 0 prints the JSON report to the job's output and stores what was measured
 in the results store ($PRISM_STRATEGY_DB, else the user's cache: a shared filesystem makes them `plan`'s).
+The ranks run `$PRISM_PYTHON` (default `python3` of the rank's login shell, after the profile's
+modules): set it at submit time to your virtual environment's interpreter, since a login shell
+resets PATH.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ def _options(job: "LaunchJob", kind: MeasureKind) -> list[str]:
 
 def _run_line(job: "LaunchJob", kind: MeasureKind, world: str = '"$3"', rpn: str = '"$4"') -> str:
     return (
-        f'exec python3 -m prism_strategy.cli {kind.command} --launched --model "${kind.var}_MODEL" '
+        f'exec "${{PRISM_PYTHON:-python3}}" -m prism_strategy.cli {kind.command} --launched --model "${kind.var}_MODEL" '
         f'--strategies "${kind.var}_STRATEGIES" --nproc {world} --ranks-per-node {rpn} '
         + " ".join(_options(job, kind))
         + " --json"
@@ -169,7 +172,7 @@ def bench_torchrun_file(job: "LaunchJob") -> FileText:
     rpn = job.layout.ranks_per_node
     line = _run_line(job, kind, world='"$((NNODES * RPN))"', rpn='"$RPN"')
     # after `--`: torchrun's parser would take --nproc for an ambiguous abbreviation of its own options
-    module = line.removeprefix("exec python3 -m prism_strategy.cli ")
+    module = line.removeprefix('exec "${PRISM_PYTHON:-python3}" -m prism_strategy.cli ')
     lines = [
         "#!/bin/bash",
         job.header,
@@ -182,7 +185,7 @@ def bench_torchrun_file(job: "LaunchJob") -> FileText:
         'NODE_RANK="${NODE_RANK:-0}"',
         'MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
         'MASTER_PORT="${MASTER_PORT:-29500}"',
-        'exec python3 -m torch.distributed.run --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$RPN" \\',
+        'exec "${PRISM_PYTHON:-python3}" -m torch.distributed.run --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$RPN" \\',
         '    --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" -m prism_strategy.cli -- ' + module,
     ]
     return FileText(

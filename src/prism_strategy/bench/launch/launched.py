@@ -42,6 +42,9 @@ class LaunchedRun:
     """Wall-clock seconds for the whole job; no candidate starts after it is spent."""
     memory_limit_bytes: float | None = None
     """CPU: a rank whose tracked peak goes above this counts as out of memory."""
+    platform_ref: str = ""
+    """How the store names the platform: the preset's name, or a platform file's absolute path (which
+    compare and plan --db load again from any folder); empty: the platform's name."""
 
     def __post_init__(self) -> None:
         if self.budget_s is not None and not self.budget_s > 0:
@@ -183,9 +186,8 @@ def run_launched_bench(
         config = row_with(base, strategy=name)
         outcome = _measure(config, args, ctx.rank)
         predicted = _predicted(config, platform)
-        results.append(
-            to_result(config, outcome, platform=platform.name, backend=ctx.backend, predicted=predicted)
-        )
+        stored_as = run.platform_ref or platform.name
+        results.append(to_result(config, outcome, platform=stored_as, backend=ctx.backend, predicted=predicted))
         if outcome.status == "failed":
             skipped = [(s, f"not started: {name} failed and ended the job") for s in strategies[i + 1 :]]
             break

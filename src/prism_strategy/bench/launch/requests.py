@@ -48,7 +48,14 @@ def bench_request(
     return cfg, names
 
 
-def launched_request(launched: bool, *, budget_min: float | None, memory_limit: float | None) -> Any:
+def platform_ref(platform: str) -> str:
+    """The name a stored row keeps for --platform: a preset's name as given, a platform file's
+    absolute path (a relative one would not load again from another folder)."""
+    path = Path(platform)
+    return str(path.resolve()) if path.suffix == ".toml" and path.is_file() else platform
+
+
+def launched_request(launched: bool, *, platform: str, budget_min: float | None, memory_limit: float | None) -> Any:
     """`bench --launched`'s run settings (None without --launched); bad input, and a process no
     launcher started, exit 2 before anything is built."""
     from prism_strategy.bench.launch.launched import LaunchedRun, check_launched
@@ -61,6 +68,7 @@ def launched_request(launched: bool, *, budget_min: float | None, memory_limit: 
     run = LaunchedRun(
         budget_s=None if budget_min is None else budget_min * 60,
         memory_limit_bytes=None if memory_limit is None else memory_limit * GiB,
+        platform_ref=platform_ref(platform),
     )
     check_launched()
     return run
