@@ -187,14 +187,16 @@ def run_launched_bench(
         outcome = _measure(config, args, ctx.rank)
         predicted = _predicted(config, platform)
         stored_as = run.platform_ref or platform.name
-        results.append(to_result(config, outcome, platform=stored_as, backend=ctx.backend, predicted=predicted))
+        result = to_result(config, outcome, platform=stored_as, backend=ctx.backend, predicted=predicted)
+        results.append(_stored(result, store) if ctx.rank == 0 else result)  # stored as measured: a kill keeps it
         if outcome.status == "failed":
             skipped = [(s, f"not started: {name} failed and ended the job") for s in strategies[i + 1 :]]
             break
-    if ctx.rank != 0:
-        return None
-    stored = [r if store is None else dataclasses.replace(r, id=store.add(r)) for r in results]
-    return LaunchedReport(results=stored, skipped=skipped)
+    return LaunchedReport(results=results, skipped=skipped) if ctx.rank == 0 else None
+
+
+def _stored(r: Result, store: Store | None) -> Result:
+    return r if store is None else dataclasses.replace(r, id=store.add(r))
 
 
 def end_job() -> None:
