@@ -204,3 +204,18 @@ def test_sbatch_of_the_emitted_bench_job_runs_three_candidates_and_compare_shows
     res = CliRunner().invoke(app, ["compare", "--db", str(db), "--json"])
     assert res.exit_code == 0, res.output
     assert {row["strategy"] for row in json.loads(res.stdout)} >= set(rows)
+
+
+def test_tune_launched_under_mpich_stores_every_run_it_measured(tmp_path):
+    """tune's search, every rank timing each candidate: rank 0 reports, each measured run is stored."""
+    db = tmp_path / "results.db"
+    cmd = [_launcher("mpiexec.mpich"), "-n", "4", sys.executable, "-m", "prism_strategy.cli", "tune", "--launched"]
+    cmd += [*BENCH[:8], "--strategies", "ddp,fsdp_full_shard", "--micro-batches", "1,2", "--db", str(db), "--json"]
+    proc = subprocess.run(cmd, env=_env(db), cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    stored = Store(db).query()
+    assert report["grid_size"] == 4 and 2 <= report["runs"] == len(stored) <= 4 and report["stop_reason"]
+    assert {r.strategy for r in stored} == {"ddp", "fsdp_full_shard"}  # the best-predicted of each, first
+    best = max(report["measured"], key=lambda m: m["samples_per_s"])
+    assert report["best"]["samples_per_s"] == best["samples_per_s"]

@@ -214,29 +214,44 @@ def tune(
     timeout_s: TimeoutS = 300,
     db: Db = None,
     calibration: Annotated[str, typer.Option(help="Rank with: file, 'auto' or 'none'")] = "auto",
+    launched: Annotated[
+        bool,
+        typer.Option(
+            "--launched",
+            help="This process is one of --nproc ranks a scheduler started: the candidates are timed here",
+        ),
+    ] = False,
+    budget_min: Annotated[
+        Optional[float], typer.Option(help="--launched: minutes for the whole search; no candidate starts after")
+    ] = None,
     json_out: JsonOut = False,
 ) -> None:
     """Measure the most promising configurations first; stop when none left can win."""
-    from prism_strategy.bench.launch.requests import tune_search
+    from prism_strategy.bench.launch.launched import end_job
+    from prism_strategy.bench.launch.requests import launched_request, tune_search
     from prism_strategy.report.bench_output import show_tune
 
-    show_tune(
-        tune_search(
-            strategies,
-            micro_batches,
-            ckpt_freqs,
-            platform=platform,
-            db=db,
-            calibration=calibration,
-            model=model,
-            nproc=nproc,
-            ranks_per_node=ranks_per_node,
-            seq_len=seq_len,
-            precision=precision,
-            timeout_s=timeout_s,
-        ),
-        json_out,
+    run = launched_request(launched, platform=platform, budget_min=budget_min, memory_limit=None)
+    data = tune_search(
+        strategies,
+        micro_batches,
+        ckpt_freqs,
+        platform=platform,
+        db=db,
+        calibration=calibration,
+        launched=run,
+        model=model,
+        nproc=nproc,
+        ranks_per_node=ranks_per_node,
+        seq_len=seq_len,
+        precision=precision,
+        timeout_s=timeout_s,
     )
+    if data is None:  # a rank other than 0 of a launched tune: rank 0 reports
+        return
+    show_tune(data, json_out)
+    if data.get("failed"):
+        end_job()
 
 
 @cli_errors

@@ -159,23 +159,33 @@ def _measure(config: dict[str, Any], args: argparse.Namespace, rank: int) -> Out
     return _outcome(rows, time.perf_counter() - started, int(row_values(config)["micro_batch"]))
 
 
+def _context(base: dict[str, Any], store: Store | None) -> Any:
+    """The job's process group, checked: the rank count the flags name, a store rank 0 can write."""
+    from prism_strategy.bench.launch.worker import worker_context
+
+    ctx = worker_context(base)
+    nproc = int(row_values(base)["nproc"])
+    if ctx.world_size != nproc:
+        raise SpecError(
+            f"--launched --nproc {nproc}: the launcher started {ctx.world_size} ranks; give --nproc the job's rank count"
+        )
+    if problem := _agree(_store_ready(store, ctx.rank)):
+        raise SpecError(problem)
+    return ctx
+
+
+def _result(config: dict[str, Any], outcome: Outcome, platform: PlatformSpec, ctx: Any, run: LaunchedRun) -> Result:
+    stored_as = run.platform_ref or platform.name
+    return to_result(config, outcome, platform=stored_as, backend=ctx.backend, predicted=_predicted(config, platform))
+
+
 def run_launched_bench(
     base: dict[str, Any], strategies: list[str], platform: PlatformSpec, store: Store | None, run: LaunchedRun
 ) -> LaunchedReport | None:
     """Every rank runs the candidates in order; rank 0 stores them and returns the report (None
     on the other ranks)."""
-    from prism_strategy.bench.launch.worker import worker_context
-
     t0 = time.monotonic()
-    ctx = worker_context(base)
-    nproc = int(row_values(base)["nproc"])
-    if ctx.world_size != nproc:
-        raise SpecError(
-            f"bench --launched --nproc {nproc}: the launcher started {ctx.world_size} ranks; "
-            "give --nproc the job's rank count"
-        )
-    if problem := _agree(_store_ready(store, ctx.rank)):
-        raise SpecError(problem)
+    ctx = _context(base, store)
     args = argparse.Namespace(memory_limit_bytes=run.memory_limit_bytes, **injected_fault(os.environ))
     results: list[Result] = []
     skipped: list[tuple[str, str]] = []
@@ -185,9 +195,7 @@ def run_launched_bench(
             break
         config = row_with(base, strategy=name)
         outcome = _measure(config, args, ctx.rank)
-        predicted = _predicted(config, platform)
-        stored_as = run.platform_ref or platform.name
-        result = to_result(config, outcome, platform=stored_as, backend=ctx.backend, predicted=predicted)
+        result = _result(config, outcome, platform, ctx, run)
         results.append(_stored(result, store) if ctx.rank == 0 else result)  # stored as measured: a kill keeps it
         if outcome.status == "failed":
             skipped = [(s, f"not started: {name} failed and ended the job") for s in strategies[i + 1 :]]
@@ -207,3 +215,54 @@ def end_job() -> None:
     import signal
 
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _Stop(Exception):
+    """Ends a launched tune before the search would: the budget is spent, or a candidate failed."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchedTune:
+    """Rank 0's view of a launched tune."""
+
+    tune: Any
+    """bench/fit/tune.py TuneResult: what was measured, the best, why it stopped."""
+    results: list[Result]
+    """Every stored run, in the order measured."""
+    failed: bool
+
+
+def run_launched_tune(
+    base: dict[str, Any], grid: list[Any], platform: PlatformSpec, store: Store | None, run: LaunchedRun
+) -> LaunchedTune | None:
+    """`tune --launched`: tune's search (most promising first, stop when none left can win, the
+    prediction's error learned as it goes) with each candidate timed by every rank of the job. Every
+    rank takes rank 0's measured throughput, so all of them walk the same search."""
+    from prism_strategy.bench.fit.tune import TuneResult, tune
+
+    t0 = time.monotonic()
+    ctx = _context(base, store)
+    args = argparse.Namespace(memory_limit_bytes=run.memory_limit_bytes, **injected_fault(os.environ))
+    results: list[Result] = []
+    done: list[tuple[Any, float]] = []
+
+    def measure(c: Any) -> float:
+        if run.budget_s is not None and _agree(time.monotonic() - t0) >= run.budget_s:
+            raise _Stop(f"the {run.budget_s / 60:g} min budget was spent")
+        config = row_with(base, strategy=c.strategy, micro_batch=c.micro_batch, ckpt_freq=c.ckpt_freq)
+        outcome = _measure(config, args, ctx.rank)
+        result = _result(config, outcome, platform, ctx, run)
+        results.append(_stored(result, store) if ctx.rank == 0 else result)
+        if outcome.status == "failed":
+            raise _Stop(f"{c.strategy} at micro-batch {c.micro_batch} failed and ended the job")
+        got = _agree(float(result.measured.get("samples_per_s") or 0.0) if outcome.status == "ok" else 0.0)
+        done.append((c, got))
+        return got
+
+    try:
+        res, failed = tune(grid, measure), False
+    except _Stop as e:
+        best = max(done, key=lambda m: m[1], default=(None, 0.0))
+        res = TuneResult(best=best[0] if best[1] > 0 else None, best_samples_per_s=best[1], measured=done)
+        res.grid_size, res.stop_reason, failed = len(grid), str(e), "failed" in str(e)
+    return LaunchedTune(tune=res, results=results, failed=failed) if ctx.rank == 0 else None
