@@ -131,6 +131,13 @@ def test_two_torchrun_nodes_run_the_emitted_bench_job(tmp_path):
     row = _rows(db)["ddp"]
     assert row.status == "ok" and LOCAL_KEYS <= set(row.measured)
     assert row.config["layout"]["nodes"] == 2 and len(row.measured["step_s_per_rank"]) == 4
+    # plan --db shows the run at the layout it measured, and only there
+    plan = ["plan", "--model", "tiny-llama", "--platform", "dgx-h100", "--seq-len", "32", "--micro-batch", "2"]
+    at = CliRunner().invoke(app, [*plan, "--nodes", "2", "--ranks-per-node", "2", "--db", str(db), "--json"])
+    (seen,) = json.loads(at.stdout)["measured_at_layout"]
+    assert seen["strategy"] == "ddp" and seen["samples_per_s"] == row.measured["samples_per_s"]
+    elsewhere = CliRunner().invoke(app, [*plan, "--nodes", "1", "--ranks-per-node", "4", "--db", str(db), "--json"])
+    assert json.loads(elsewhere.stdout)["measured_at_layout"] == []
 
 
 def _one_line_exit_2(proc) -> str:
