@@ -17,15 +17,20 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-BENCH := --model small-llama --nproc 4 --ranks-per-node 2 --micro-batch 2 --seq-len 128
-RUN_DB := $(CURDIR)/out/run.db
+BENCH := --model small-llama --nproc 4 --ranks-per-node 2 --seq-len 128
+CLI := $(VENV)/bin/prism-strategy
 
 run: setup
-	$(VENV)/bin/prism-strategy plan --model qwen3-0.6b --mode e2e --platform aurora --nodes 2 --seq-len 512 --micro-batch 8 --sweep-nodes 1,2,4,8,16
-	@echo "== a short real CPU benchmark (4 gloo ranks as 2 nodes x 2) beside the prediction =="
-	mkdir -p out
-	$(VENV)/bin/prism-strategy bench $(BENCH) --strategies ddp,fsdp_full_shard,hsdp_shard_grad_op --db $(RUN_DB)
-	$(VENV)/bin/prism-strategy compare --db $(RUN_DB)
+	$(CLI) plan --model qwen3-0.6b --mode e2e --platform aurora --nodes 2 --seq-len 512 --micro-batch 8 --sweep-nodes 1,2,4,8,16
+	@echo "== the loop on this machine's CPU (4 gloo ranks as 2 nodes x 2): measure one strategy, calibrate, predict the rest =="
+	mkdir -p out && rm -f out/calibrate.db* out/run.db* out/cpu-calibration.toml
+	for mb in 1 2 4; do $(CLI) bench $(BENCH) --micro-batch $$mb --strategies ddp --db out/calibrate.db > /dev/null || exit 1; done
+	$(CLI) calibrate --platform cpu --db out/calibrate.db --out out/cpu-calibration.toml --fit steps
+	$(CLI) bench $(BENCH) --micro-batch 2 --strategies fsdp_full_shard,hsdp_shard_grad_op --db out/run.db > /dev/null
+	@echo "== held out (not in the calibration): FSDP and HSDP, predicted by the cpu preset as shipped =="
+	$(CLI) compare --db out/run.db --calibration none
+	@echo "== the same runs predicted after calibrating on DDP's three runs alone =="
+	$(CLI) compare --db out/run.db --calibration out/cpu-calibration.toml
 
 test: setup
 	$(VENV)/bin/lint-imports

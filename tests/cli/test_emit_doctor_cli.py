@@ -41,7 +41,10 @@ def test_emit_writes_the_files_and_summarises_them(tmp_path):
     )
     assert res.exit_code == 0, res.output
     written = sorted(p.name for p in out.iterdir())
-    assert written == ["commbench.pbs", "ds_config.json", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]
+    assert written == [
+        "bench.pbs", "bench_torchrun.sh", "commbench.pbs", "ds_config.json", "env.sh", "launch.pbs",
+        "strategy.toml", "torchrun.sh",
+    ]  # fmt: skip
     for name in written:
         assert name in res.output
     assert 'exec python3 train.py --lr 1e-4 --name "a b"' in (out / "launch.pbs").read_text()
@@ -76,7 +79,9 @@ def test_emit_json_summary_and_options(tmp_path):
         "env.sh",
         "launch.slurm",
         "commbench.sbatch",
+        "bench.sbatch",
         "torchrun.sh",
+        "bench_torchrun.sh",
         "strategy.toml",
     ]
     toml = (out / "strategy.toml").read_text()

@@ -39,7 +39,7 @@ def test_emitted_commbench_names_the_plans_model_and_its_rank_command_runs(tmp_p
     assert "--seq-len 32" in line and "--micro-batch 2" in line
     strategy = re.search(r"PRISM_COMMBENCH_STRATEGIES:-(\w+)", text).group(1)
     cmd = (
-        line.removeprefix("exec python3 -m prism_strategy.cli ")
+        line.removeprefix('exec "${PRISM_PYTHON:-python3}" -m prism_strategy.cli ')
         .replace('"$PRISM_COMMBENCH_MODEL"', "tiny-llama")
         .replace('"$PRISM_COMMBENCH_STRATEGIES"', strategy)
         .replace('"$3"', "2")

@@ -44,19 +44,25 @@ def rank_function(text: str) -> list[str]:
 @pytest.mark.parametrize(
     ("platform", "strategy", "expected"),
     [
-        ("aurora", "fsdp_full_shard", ["commbench.pbs", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]),
+        ("aurora", "fsdp_full_shard", ["commbench.pbs", "bench.pbs", "env.sh", "launch.pbs", "strategy.toml"]),
         (
             "aurora",
             "zero3",
-            ["commbench.pbs", "ds_config.json", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"],
+            ["commbench.pbs", "bench.pbs", "ds_config.json", "env.sh", "launch.pbs", "strategy.toml"],
         ),
-        ("polaris", "ddp", ["commbench.pbs", "env.sh", "launch.pbs", "strategy.toml", "torchrun.sh"]),
-        ("dgx-h100", "hsdp_full_shard", ["commbench.sbatch", "env.sh", "launch.slurm", "strategy.toml", "torchrun.sh"]),
-        ("cpu", "zero1", ["ds_config.json", "env.sh", "strategy.toml", "torchrun.sh"]),
+        ("polaris", "ddp", ["commbench.pbs", "bench.pbs", "env.sh", "launch.pbs", "strategy.toml"]),
+        (
+            "dgx-h100",
+            "hsdp_full_shard",
+            ["commbench.sbatch", "bench.sbatch", "env.sh", "launch.slurm", "strategy.toml"],
+        ),
+        ("cpu", "zero1", ["ds_config.json", "env.sh", "strategy.toml"]),
     ],
 )
 def test_files_per_launcher(tmp_path, platform, strategy, expected):
-    assert names(emit(tmp_path / "out", platform=platform, strategy=strategy)) == expected
+    """Every platform gets the one-node torchrun.sh and the torchrun bench job beside its scheduler's files."""
+    want = sorted([*expected, "torchrun.sh", "bench_torchrun.sh"])
+    assert names(emit(tmp_path / "out", platform=platform, strategy=strategy)) == want
 
 
 def test_every_emitted_shell_file_passes_bash_n_and_shellcheck(tmp_path):
@@ -320,7 +326,7 @@ def test_commbench_job_replays_at_the_emitted_scale(tmp_path, platform, name, la
     profile = load_platform(platform).env_profile  # the one env.sh exported: named for commbench's record
     assert profile
     assert body[-1] == (
-        'exec python3 -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
+        'exec "${PRISM_PYTHON:-python3}" -m prism_strategy.cli commbench --launched --model "$PRISM_COMMBENCH_MODEL" '
         '--strategies "$PRISM_COMMBENCH_STRATEGIES" --nproc "$3" --ranks-per-node "$4" --grad-accum 1 --micro-batch 1 '
         f"--precision bf16-mixed --platform {platform} --env-profile {profile} --bucket-mb 64 --reduce-dtype fp32 --json"
     )

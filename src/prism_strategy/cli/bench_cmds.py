@@ -49,17 +49,35 @@ def bench(
     grad_accum: GradAccum = 1,
     optimizer: Optimizer = "adamw",
     loss: Loss = "upcast",
+    mode: Mode = "e2e",
+    vision: Vision = None,
     platform: Platform = "cpu",
     env_profile: EnvProfileOpt = None,
     timeout_s: TimeoutS = 300,
+    launched: Annotated[
+        bool,
+        typer.Option(
+            "--launched",
+            help="This process is one of --nproc ranks a scheduler started (mpiexec, srun, torchrun; emit's "
+            "bench.pbs / bench.sbatch): the candidates run here, in order, rank 0 stores them",
+        ),
+    ] = False,
+    budget_min: Annotated[
+        Optional[float], typer.Option(help="--launched: minutes for the whole job; no candidate starts after")
+    ] = None,
+    memory_limit: Annotated[
+        Optional[float], typer.Option(help="--launched on CPU: GiB of tracked memory per rank (above: out of memory)")
+    ] = None,
     db: Db = None,
     json_out: JsonOut = False,
 ) -> None:
-    """Launch real multi-process runs, one job per strategy; store every result."""
-    from prism_strategy.bench.launch.requests import bench_request
+    """Launch real multi-process runs, one job per strategy; store every result. With --launched,
+    every rank of a scheduler's job runs this command and the candidates are timed there."""
+    from prism_strategy.bench.launch.requests import bench_request, launched_request
     from prism_strategy.bench.results.store import Store
-    from prism_strategy.report.bench_output import bench_with_progress, show_bench
+    from prism_strategy.report.bench_output import bench_with_progress, show_bench, show_launched_bench
 
+    run = launched_request(launched, platform=platform, budget_min=budget_min, memory_limit=memory_limit)
     base, names = bench_request(
         strategies,
         platform,
@@ -77,8 +95,22 @@ def bench(
         timeout_s=timeout_s,
         optimizer=optimizer,
         loss=loss,
+        **({"mode": mode, "vision": vision} if vision or mode != "e2e" else {}),
     )  # before the progress bar: exit 2 is one line
     store = Store(db)
+    if run is not None:
+        from prism_strategy.bench.launch.launched import end_job, run_launched_bench
+        from prism_strategy.specs.presets import load_platform
+
+        report = run_launched_bench(base, names, load_platform(platform), store, run)
+        if report is None:  # rank 0 reports; the other ranks end quietly
+            return
+        show_launched_bench(report, store, json_out)
+        if any(r.status == "failed" for r in report.results):
+            end_job()
+        if report.skipped or any(r.status != "ok" for r in report.results):
+            raise typer.Exit(1)
+        return
     results = bench_with_progress(base, names, platform, store)
     show_bench(results, store, json_out)
     if any(r.status != "ok" for r in results):
@@ -182,29 +214,44 @@ def tune(
     timeout_s: TimeoutS = 300,
     db: Db = None,
     calibration: Annotated[str, typer.Option(help="Rank with: file, 'auto' or 'none'")] = "auto",
+    launched: Annotated[
+        bool,
+        typer.Option(
+            "--launched",
+            help="This process is one of --nproc ranks a scheduler started: the candidates are timed here",
+        ),
+    ] = False,
+    budget_min: Annotated[
+        Optional[float], typer.Option(help="--launched: minutes for the whole search; no candidate starts after")
+    ] = None,
     json_out: JsonOut = False,
 ) -> None:
     """Measure the most promising configurations first; stop when none left can win."""
-    from prism_strategy.bench.launch.requests import tune_search
+    from prism_strategy.bench.launch.launched import end_job
+    from prism_strategy.bench.launch.requests import launched_request, tune_search
     from prism_strategy.report.bench_output import show_tune
 
-    show_tune(
-        tune_search(
-            strategies,
-            micro_batches,
-            ckpt_freqs,
-            platform=platform,
-            db=db,
-            calibration=calibration,
-            model=model,
-            nproc=nproc,
-            ranks_per_node=ranks_per_node,
-            seq_len=seq_len,
-            precision=precision,
-            timeout_s=timeout_s,
-        ),
-        json_out,
+    run = launched_request(launched, platform=platform, budget_min=budget_min, memory_limit=None)
+    data = tune_search(
+        strategies,
+        micro_batches,
+        ckpt_freqs,
+        platform=platform,
+        db=db,
+        calibration=calibration,
+        launched=run,
+        model=model,
+        nproc=nproc,
+        ranks_per_node=ranks_per_node,
+        seq_len=seq_len,
+        precision=precision,
+        timeout_s=timeout_s,
     )
+    if data is None:  # a rank other than 0 of a launched tune: rank 0 reports
+        return
+    show_tune(data, json_out)
+    if data.get("failed"):
+        end_job()
 
 
 @cli_errors

@@ -190,7 +190,7 @@ def plan(
         compile_loss=compile_loss,
         env_profile=env_profile,
     )
-    show_plan(p, markdown=markdown, json_out=json_out)
+    show_plan(p, markdown=markdown, json_out=json_out, measured=_measured(p, db, platform))
     if p.recommended is None:  # a valid question, answered "nothing fits / nothing viable": a finding
         raise typer.Exit(1)
 
@@ -273,3 +273,14 @@ def strategies(json_out: JsonOut = False) -> None:
     from prism_strategy.report.catalog import show_catalog
 
     show_catalog("strategies", json_out)
+
+
+def _measured(p, db: str | None, platform: str):
+    """`--db`'s runs at the plan's layout (None without --db: the default store prices collectives only)."""
+    if db is None:
+        return None
+    from prism_strategy.bench.launch.requests import platform_ref
+    from prism_strategy.bench.results.measured import measured_at_layout
+    from prism_strategy.bench.results.store import Store
+
+    return measured_at_layout(p, Store(db), {platform, platform_ref(platform), p.scenario.platform.name})

@@ -39,6 +39,12 @@ class PlanChoice:
     vision: str | None = None
     mode: str = "e2e"
     seq_len: int | None = None
+    candidates: tuple[str, ...] = ()
+    """The plan's feasible options in its order, at most BENCH_CANDIDATES: what the bench job times."""
+
+
+BENCH_CANDIDATES = 3
+"""The bench job times the plan's top 3: prediction prunes, measurement decides among the close ones."""
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -97,8 +103,19 @@ def plan_choice(path: str | Path, strategy: str | None = None) -> PlanChoice:
         plan_file=path.name,
         loss=str(inputs.get("loss", "upcast")),
         env_profile=_profile(inputs, where),
+        candidates=_candidates(data["options"], name),
         **_scenario(inputs),
     )
+
+
+def _candidates(options: list[Any], chosen: str) -> tuple[str, ...]:
+    """The emitted strategy first, then the plan's other feasible options in its order."""
+    names = [
+        o["strategy"]
+        for o in options
+        if isinstance(o, dict) and o.get("feasible") and isinstance(o.get("strategy"), str)
+    ]
+    return tuple([chosen, *(n for n in names if n != chosen)][:BENCH_CANDIDATES])
 
 
 def _profile(inputs: dict[str, Any], where: str) -> str | None:
@@ -138,6 +155,7 @@ def request_from_plan(choice: PlanChoice, base: EmitRequest) -> EmitRequest:
         loss=choice.loss,
         env_profile=base.env_profile or choice.env_profile,  # an --env-profile given to emit wins
         model=choice.model,
+        bench_candidates=choice.candidates,
         vision=choice.vision,
         mode=choice.mode,
         seq_len=choice.seq_len,

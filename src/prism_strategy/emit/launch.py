@@ -84,6 +84,8 @@ class EmitRequest:
     job_name: str = "prism"
     model: str | None = None
     """What the commbench job replays: the plan's --model (preset or path); None: set at submit time."""
+    bench_candidates: tuple[str, ...] = ()
+    """What the bench job times, in order: the plan's top feasible options; () the emitted strategy alone."""
     vision: str | None = None
     mode: str = "e2e"
     seq_len: int | None = None
@@ -130,6 +132,8 @@ class LaunchJob:
 
 def emit_files(req: EmitRequest, out: Path) -> Emitted:
     """Validate the request and render every file; nothing is written here."""
+    from prism_strategy.emit.commbench import bench_torchrun_file
+
     job = _validate(req, out)
     env_sh = FileText(
         name="env.sh",
@@ -145,6 +149,7 @@ def emit_files(req: EmitRequest, out: Path) -> Emitted:
             executable=True,
             description="local single-node run: `bash torchrun.sh`",
         ),
+        bench_torchrun_file(job),
         FileText(
             name=STRATEGY_FILE,
             text=_strategy_file(job).to_toml(job.header),

@@ -286,7 +286,8 @@ def _scale_reason(sc: "Scenario", pick: "Option") -> str | None:
         elif not any("commbench" in h for h in hows):
             hows.append(
                 f"the collectives at {lay.nodes} nodes: {commbench_command(sc, [pick.strategy], pick)} "
-                "(emit writes commbench.pbs / commbench.sbatch)"
+                "(emit writes commbench.pbs / commbench.sbatch), or time it end to end there: "
+                "bench.pbs / bench.sbatch from `emit --from-plan` (bench --launched)"
             )
     parts = ", ".join(f"{k} x{math.exp(r.terms[k]):.2f}" for k in names)
     return (
@@ -320,7 +321,8 @@ def _range_reason(sc: "Scenario", pick: "Option", rival: "Option | None") -> str
         how = (
             f"measure their collectives at this scale{beyond}: "
             f"{commbench_command(sc, [pick.strategy, rival.strategy], pick)} "
-            f"(emit writes commbench.pbs / commbench.sbatch for {lay.nodes} nodes)"
+            f"(emit writes commbench.pbs / commbench.sbatch for {lay.nodes} nodes), or time both end to end "
+            "there: bench.pbs / bench.sbatch from `emit --from-plan` (bench --launched, the plan's top three)"
         )
     else:
         how = f"run both on one node: {bench_command(sc, [pick.strategy, rival.strategy], pick)}"

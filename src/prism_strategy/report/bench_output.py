@@ -47,6 +47,23 @@ def show_bench(results: list[Result], store: Store, json_out: bool) -> None:
         print(f"failed: {line}", file=sys.stderr)
 
 
+def show_launched_bench(report: Any, store: Store, json_out: bool) -> None:
+    """Rank 0 of `bench --launched`: the measured table (or JSON) with the candidates not started,
+    one `failed:` / `skipped:` line each on stderr."""
+    if json_out:
+        data = json.loads(export(report.results, "json"))
+        print(json.dumps({"results": data, "skipped": [{"strategy": s, "why": w} for s, w in report.skipped]}))
+    else:
+        print_table(results_table(report.results, "bench --launched (measured)"))
+        print(store_line(store))
+    for line in failures(report.results):
+        print(f"failed: {line}", file=sys.stderr)
+    for name, why in report.skipped:
+        print(f"skipped: {name}: {why}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
 def show_lines_or_json(data: Any, lines: list[str] | None, json_out: bool) -> None:
     if json_out:
         print_json(data)

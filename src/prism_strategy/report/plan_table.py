@@ -330,8 +330,10 @@ def estimate_lines(d: dict) -> list[str]:
     return [w for line in lines for w in textwrap.wrap(line, 100, subsequent_indent="        ")]
 
 
-def show_plan(p: Plan, *, markdown: str | None = None, json_out: bool = False) -> None:
-    """What `plan` prints: the JSON or the tables; a Markdown report beside it when asked."""
+def show_plan(p: Plan, *, markdown: str | None = None, json_out: bool = False, measured: list | None = None) -> None:
+    """What `plan` prints: the JSON or the tables; a Markdown report beside it when asked.
+    measured: `plan --db`'s runs at the plan's layout (bench/results/measured.py), shown beside the
+    prediction; None when no store was given."""
     if markdown is not None:
         from prism_strategy.report.markdown import write_markdown
 
@@ -340,9 +342,35 @@ def show_plan(p: Plan, *, markdown: str | None = None, json_out: bool = False) -
         from prism_strategy.report.console import print_json
         from prism_strategy.report.plan_json import plan_dict
 
-        print_json(plan_dict(p))
+        extra = {} if measured is None else {"measured_at_layout": [m.as_dict() for m in measured]}
+        print_json(plan_dict(p) | extra)
     else:
         print_plan(p)
+        if measured is not None:
+            print("\n".join(measured_lines(p, measured)))
+
+
+def measured_lines(p: Plan, measured: list) -> list[str]:
+    """One line per option the store measured at this layout; the others are said to stay predicted."""
+    import textwrap
+
+    lay = p.scenario.layout
+    head = f"measured at this layout ({lay.nodes} x {lay.ranks_per_node} ranks, the results store):"
+    lines = []
+    for m in measured:
+        where = f"(row {m.result_id}, {m.measured_on})"
+        if m.samples_per_s is None:
+            lines.append(f"{m.strategy}: {m.status} {where}; predicted {m.predicted_samples_per_s:.2f} samples/s")
+            continue
+        lines.append(
+            f"{m.strategy}: {m.samples_per_s:.2f} samples/s measured {where}; predicted "
+            f"{m.predicted_samples_per_s:.2f} ({m.error:+.0%})"
+        )
+    rest = [o.strategy for o in p.options if o.feasible and o.strategy not in {m.strategy for m in measured}]
+    if rest:
+        lines.append(f"not measured at this layout, predicted only: {', '.join(rest)}")
+    wrapped = [w for x in lines for w in textwrap.wrap(x, 98, initial_indent="  ", subsequent_indent="    ")]
+    return [head, *wrapped]
 
 
 def show_estimate(result: Option | dict, *, json_out: bool = False) -> bool:

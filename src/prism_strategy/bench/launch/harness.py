@@ -204,6 +204,20 @@ def _spread(times: list[float]) -> float:
     return (times[-1] - times[0]) / times[len(times) // 2] if times else 0.0
 
 
+def rank_spread(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Who sets the pace: each rank's median step, the slowest rank, and (slowest - median) / median
+    across ranks (a straggler's share; the step-to-step spread is `step_time_spread`)."""
+    by_rank = sorted(ranks, key=lambda r: r["rank"])
+    steps = [r["step_s"] for r in by_rank]
+    middle = sorted(steps)[len(steps) // 2]
+    slowest = max(by_rank, key=lambda r: r["step_s"])
+    return {
+        "step_s_per_rank": steps,
+        "slowest_rank": slowest["rank"],
+        "rank_spread": (slowest["step_s"] - middle) / middle if middle else 0.0,
+    }
+
+
 def measured(config: dict[str, Any], o: Outcome) -> dict[str, Any]:
     if o.status != "ok":
         return {
@@ -227,6 +241,7 @@ def measured(config: dict[str, Any], o: Outcome) -> dict[str, Any]:
         "step_time_spread": max(_spread(r["step_times"]) for r in o.ranks),
         "peak_memory_bytes": max(r["peak_memory_bytes"] or 0 for r in o.ranks) or None,
         "peak_memory_per_rank": [r["peak_memory_bytes"] for r in sorted(o.ranks, key=lambda r: r["rank"])],
+        **rank_spread(o.ranks),
         "device": o.ranks[0].get("device"),
         "backend": o.ranks[0].get("backend"),
         "seconds": o.seconds,

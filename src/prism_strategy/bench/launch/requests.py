@@ -48,6 +48,32 @@ def bench_request(
     return cfg, names
 
 
+def platform_ref(platform: str) -> str:
+    """The name a stored row keeps for --platform: a preset's name as given, a platform file's
+    absolute path (a relative one would not load again from another folder)."""
+    path = Path(platform)
+    return str(path.resolve()) if path.suffix == ".toml" and path.is_file() else platform
+
+
+def launched_request(launched: bool, *, platform: str, budget_min: float | None, memory_limit: float | None) -> Any:
+    """`bench --launched`'s run settings (None without --launched); bad input, and a process no
+    launcher started, exit 2 before anything is built."""
+    from prism_strategy.bench.launch.launched import LaunchedRun, check_launched
+    from prism_strategy.specs.cluster import GiB
+
+    if not launched:
+        if budget_min is not None or memory_limit is not None:
+            raise SpecError("--budget-min and --memory-limit are for bench --launched; add --launched or drop them")
+        return None
+    run = LaunchedRun(
+        budget_s=None if budget_min is None else budget_min * 60,
+        memory_limit_bytes=None if memory_limit is None else memory_limit * GiB,
+        platform_ref=platform_ref(platform),
+    )
+    check_launched()
+    return run
+
+
 def refuse_stale_build_lock(cfg: dict[str, Any], names: list[str]) -> None:
     """A stale DeepSpeed build lock is bad input found before any progress is shown (the launch
     checks again, bench/launch/harness.py): the one line, not a progress bar then the line."""
@@ -104,16 +130,43 @@ def tune_search(
     platform: str,
     db: str | None,
     calibration: str,
+    launched: Any = None,
     **base: Any,
-) -> dict[str, Any]:
-    """`tune`: the grid of strategies x micro-batches x checkpointing, most promising measured first."""
+) -> dict[str, Any] | None:
+    """`tune`: the grid of strategies x micro-batches x checkpointing, most promising measured first.
+    launched: `launched_request`'s settings for a tune run by every rank of a job (None on the ranks
+    other than 0), else None."""
     from prism_strategy.specs.values import int_list
 
     names = strategy_names(strategies)
     mbs = int_list(micro_batches, "--micro-batches")
     ks = int_list(ckpt_freqs, "--ckpt-freqs", minimum=0) if ckpt_freqs.strip() else [0]
     cfg = base_config(**base, micro_batch=1, steps=3, warmup=1, ckpt_freq=0, grad_accum=1)
-    return run_tune(cfg, names, mbs or [1], ks, platform, Store(db), calibration=calibration).as_dict()
+    if launched is None:
+        return run_tune(cfg, names, mbs or [1], ks, platform, Store(db), calibration=calibration).as_dict()
+    return launched_tune(cfg, names, mbs or [1], ks, platform=platform, db=db, calibration=calibration, run=launched)
+
+
+def launched_tune(
+    cfg: dict[str, Any],
+    names: list[str],
+    mbs: list[int],
+    ks: list[int],
+    *,
+    platform: str,
+    db: str | None,
+    calibration: str,
+    run: Any,
+) -> dict[str, Any] | None:
+    """`tune --launched` on every rank; rank 0's summary (with `failed` when a candidate ended the job)."""
+    from prism_strategy.bench.launch.launched import run_launched_tune
+    from prism_strategy.bench.launch.run import tune_grid
+    from prism_strategy.estimate.calibration import calibrated_platform
+
+    plat = load_platform(platform)
+    grid = tune_grid(cfg, names, mbs, ks, calibrated_platform(plat, calibration))
+    out = run_launched_tune(cfg, grid, plat, Store(db), run)
+    return None if out is None else out.tune.as_dict() | {"failed": out.failed}
 
 
 def compare_rows(db: str | None, calibration: str, skipped: list[str] | None = None) -> list[dict[str, Any]]:

@@ -268,6 +268,26 @@ def run_ceiling(
     return c, dataclasses.replace(summary, id=store.add(summary))
 
 
+def tune_grid(
+    base: dict[str, Any], strategies: list[str], micro_batches: list[int], ckpt_freqs: list[int], ranking: PlatformSpec
+) -> list[Candidate]:
+    """Every strategy x micro-batch x checkpointing, each with the throughput `ranking` predicts."""
+    grid = []
+    for s in strategies:
+        for mb in micro_batches:
+            for k in ckpt_freqs:
+                p = _predicted(row_with(base, strategy=s, micro_batch=mb, ckpt_freq=k), ranking)
+                grid.append(
+                    Candidate(
+                        strategy=s,
+                        micro_batch=mb,
+                        ckpt_freq=k,
+                        predicted_samples_per_s=float(p.get("samples_per_s", 0.0)),
+                    )
+                )
+    return grid
+
+
 def run_tune(
     base: dict[str, Any],
     strategies: list[str],
@@ -283,20 +303,7 @@ def run_tune(
     from prism_strategy.estimate.calibration import calibrated_platform
 
     plat = load_platform(platform)
-    ranking = calibrated_platform(plat, calibration)
-    grid = []
-    for s in strategies:
-        for mb in micro_batches:
-            for k in ckpt_freqs:
-                p = _predicted(row_with(base, strategy=s, micro_batch=mb, ckpt_freq=k), ranking)
-                grid.append(
-                    Candidate(
-                        strategy=s,
-                        micro_batch=mb,
-                        ckpt_freq=k,
-                        predicted_samples_per_s=float(p.get("samples_per_s", 0.0)),
-                    )
-                )
+    grid = tune_grid(base, strategies, micro_batches, ckpt_freqs, calibrated_platform(plat, calibration))
 
     def measure(c: Candidate) -> float:
         r = run_one(row_with(base, strategy=c.strategy, micro_batch=c.micro_batch, ckpt_freq=c.ckpt_freq), plat, store)
