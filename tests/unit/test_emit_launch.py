@@ -163,7 +163,7 @@ def test_slurm_job_shape(tmp_path):
         ({"script_args": ("ok", "x\ny")}, "control character"),
         ({"account": 'a"b'}, "double quote"),
         ({"strategy": "fsdp"}, "fsdp_full_shard"),
-        ({"platform": "frontier"}, "aurora"),
+        ({"platform": "summit"}, "aurora"),
         ({"env_profile": "nope"}, "aurora-prism-2026.11"),
         ({"nodes": 0}, "--nodes"),
         ({"precision": "fp8"}, "bf16-mixed"),

@@ -168,6 +168,9 @@ def _scheduler_file(job: "LaunchJob", kind: MeasureKind) -> FileText:
 def bench_torchrun_file(job: "LaunchJob") -> FileText:
     """bench_torchrun.sh: the launched bench under torchrun on one node (a platform with no
     scheduler), or on each node of a multi-node torchrun (NNODES, NODE_RANK, MASTER_ADDR given)."""
+    from prism_strategy.emit.env import profile_lines
+    from prism_strategy.emit.launch import MODULE_INIT
+
     kind = _kinds(job)[1]
     rpn = job.layout.ranks_per_node
     line = _run_line(job, kind, world='"$((NNODES * RPN))"', rpn='"$RPN"')
@@ -178,7 +181,9 @@ def bench_torchrun_file(job: "LaunchJob") -> FileText:
         job.header,
         f"# {kind.command}: {kind.what}",
         "# Run: bash bench_torchrun.sh   (multi-node: NNODES=2 NODE_RANK=0|1 MASTER_ADDR=host0 on each node)",
-        "set -euo pipefail",
+        "set -eo pipefail",
+        *(MODULE_INIT if job.profile.modules or job.profile.module_use else []),
+        *profile_lines(job.profile, job.platform.name, launcher="torchrun"),  # as torchrun.sh runs under it
         *_scenario_lines(job, kind, "bash bench_torchrun.sh")[2:],
         f"RPN={rpn}",
         'NNODES="${NNODES:-1}"',
