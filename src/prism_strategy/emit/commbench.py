@@ -44,16 +44,14 @@ def _run_line(job: "LaunchJob") -> str:
 
 def _model_line(job: "LaunchJob") -> str:
     if job.req.model is not None:  # the plan's: a submit-time PRISM_COMMBENCH_MODEL still overrides it
-        return f'export PRISM_COMMBENCH_MODEL="${{PRISM_COMMBENCH_MODEL:-{_dq(job.req.model)}}}"'
+        return (
+            f'[ -n "${{PRISM_COMMBENCH_MODEL:-}}" ] || PRISM_COMMBENCH_MODEL={sh_quote(job.req.model)}\n'
+            "export PRISM_COMMBENCH_MODEL"
+        )
     return (
         'export PRISM_COMMBENCH_MODEL="${PRISM_COMMBENCH_MODEL:?set PRISM_COMMBENCH_MODEL to your model preset or '
         'config.json at submit time}"'
     )
-
-
-def _dq(text: str) -> str:
-    """Text inside a double-quoted shell word: the characters the shell would still expand, escaped."""
-    return "".join("\\" + c if c in '"$`\\' else c for c in text)
 
 
 def _scenario_lines(job: "LaunchJob", submit: str) -> list[str]:
