@@ -1,7 +1,7 @@
 """Issue 38 item 1, the plan as a source: a plan file's model (what the commbench job replays) reaches
-commbench.sbatch. A real `plan --json` with hostile text put in them is
-emitted with `emit --from-plan`, and the job is run with stub `srun`/`python3`/`scontrol` on PATH:
-the values arrive as one argument each and nothing in them runs."""
+commbench.sbatch. A real `plan --json` with hostile text put in it is emitted with
+`emit --from-plan`, and the job is run with stub `srun`/`python3`/`scontrol` on PATH: the value
+arrives as one argument and nothing in it runs."""
 
 from __future__ import annotations
 
