@@ -208,9 +208,7 @@ def _validate(req: EmitRequest, out: Path) -> LaunchJob:
 def _check_scheduler_fields(req: EmitRequest) -> None:
     """Values a #PBS/#SBATCH directive takes: the shell reads those lines as comments, so they are
     checked against the scheduler's grammar rather than quoted (specs/shell_values.py)."""
-    check_field("walltime", req.walltime, "--walltime")
-    if not req.walltime:
-        raise SpecError("--walltime must be HH:MM:SS, got ''")
+    check_field("walltime", req.walltime, "--walltime", required=True)
     for flag, field_, value in (
         ("--filesystems", "filesystems", req.filesystems),
         ("--account", "account", req.account),

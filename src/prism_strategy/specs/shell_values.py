@@ -73,13 +73,15 @@ def quote(text: str, label: str = "value") -> str:
     return shlex.quote(check_text(label, text))
 
 
-def check_field(field: str, value: object, where: str) -> str:
+def check_field(field: str, value: object, where: str, *, required: bool = False) -> str:
     """`value` when it fits `field`'s grammar; else SpecError naming the field, where it was read
-    and what the field accepts. An empty value means "not set" and passes."""
+    and what the field accepts. An empty value means "not set" and passes unless `required`."""
     pattern, accepts = GRAMMARS[field]
     named = where if where.startswith("--") else f"{where}: {field}"  # a flag names itself
     if not isinstance(value, str):
         raise SpecError(f"{named} must be a string ({accepts}), got {value!r}")
+    if required and not value:
+        raise SpecError(f"{named} is empty; give {accepts}")
     if value and not pattern.match(value):
         raise SpecError(f"{named} {value!r} is not {accepts}; fix it")
     return value
