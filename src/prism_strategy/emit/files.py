@@ -115,7 +115,8 @@ def _write_into(out: Path, files: list[FileText], *, force: bool) -> None:
     """An existing folder: emit's own earlier files (per its manifest) are replaced or removed,
     every other file is left alone."""
     present = {p.name for p in out.iterdir()}
-    ours = emitted_names(out)
+    # a listed name that is now a folder or a link is the user's doing: never moved, never removed
+    ours = {n for n in emitted_names(out) if not (out / n).is_symlink() and ((out / n).is_file() or n not in present)}
     if present and not force:
         raise SpecError(
             f"--out {out} already has files; pass --force to replace the files emit wrote there "

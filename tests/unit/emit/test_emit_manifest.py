@@ -67,6 +67,23 @@ def test_a_tampered_manifest_cannot_name_a_file_outside_the_folder(tmp_path):
     assert victim.read_text() == "keep" and (out / "a.sh").exists()
 
 
+def test_a_listed_name_the_user_turned_into_a_folder_or_link_is_theirs(tmp_path):
+    out = tmp_path / "job"
+    files = [FileText(name="a.sh", text="true\n"), FileText(name="b.txt", text="x\n")]
+    write_files_atomically(out, files)
+    (out / "a.sh").unlink()
+    (out / "a.sh").mkdir()
+    (out / "a.sh" / "notes.txt").write_text("mine")
+    (out / "b.txt").unlink()
+    (out / "b.txt").symlink_to(tmp_path / "elsewhere.txt")
+    (tmp_path / "elsewhere.txt").write_text("mine too")
+    with pytest.raises(SpecError, match="a.sh, b.txt that emit did not write"):
+        write_files_atomically(out, files, force=True)
+    write_files_atomically(out, [FileText(name="c.sh", text="true\n")], force=True)  # neither is in the way
+    assert (out / "a.sh" / "notes.txt").read_text() == "mine" and (tmp_path / "elsewhere.txt").read_text() == "mine too"
+    assert (out / "b.txt").is_symlink() and (out / "c.sh").exists()
+
+
 @pytest.mark.parametrize(
     ("code", "words"),
     [(errno.EROFS, "read-only filesystem"), (errno.ENOSPC, "disk is full"), (errno.EDQUOT, "quota")],
