@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import prism_strategy
 import prism_strategy.emit.files as files_mod
 from prism_strategy.cli import app
 from prism_strategy.emit.files import MANIFEST, FileText, write_files_atomically
 from prism_strategy.specs import SpecError
 
 EMIT = ["emit", "--platform", "cpu"]
+SRC = str(Path(prism_strategy.__file__).parents[1])
 
 
 def _emit(*args: str):
@@ -119,3 +125,34 @@ def test_a_folder_emit_cannot_create_a_temporary_folder_in_is_one_line(tmp_path,
     with pytest.raises(SpecError, match="read-only filesystem") as err:
         write_files_atomically(tmp_path / "job", [FileText(name="a.sh", text="true\n")])
     assert "\n" not in str(err.value) and list(tmp_path.iterdir()) == []
+
+
+def _in_namespace(shell: str, tmp_path) -> subprocess.CompletedProcess:
+    """`shell` as root of a private user and mount namespace (no root needed); skip where refused."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("no unprivileged mount namespace here (unshare -rm)")
+    env = {"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "PY": sys.executable, "HOME": str(tmp_path)}
+    res = subprocess.run(["unshare", "-rm", "sh", "-c", shell], env=env, capture_output=True, text=True, timeout=120)
+    if "mount:" in res.stderr:
+        pytest.skip(f"the kernel refused the test mount: {res.stderr.strip()[:200]}")
+    return res
+
+
+@pytest.mark.parametrize("kind", ["read-only", "full"])
+def test_a_real_read_only_or_full_filesystem_is_one_line_exit_2(tmp_path, kind):
+    folder = tmp_path / "fs"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('mine')\n")
+    mount = (
+        f'mount --bind "{folder}" "{folder}" && mount -o remount,ro,bind "{folder}"'
+        if kind == "read-only"
+        else f'mount -t tmpfs -o size=64k none "{folder}" && echo mine > "{folder}/train.py" && '
+        f'(dd if=/dev/zero of="{folder}/filler" bs=4k 2>/dev/null || true)'
+    )
+    emit = f'"$PY" -m prism_strategy.cli emit --strategy zero3 --platform aurora --out "{folder}" --force'
+    res = _in_namespace(f'{mount} || exit 9; {emit}; echo "rc=$?"; ls -A "{folder}"', tmp_path)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    rc, *left = res.stdout.split()
+    assert rc == "rc=2" and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert ("read-only filesystem" if kind == "read-only" else "the disk is full") in res.stderr, res.stderr
+    assert left == (["train.py"] if kind == "read-only" else ["filler", "train.py"])  # nothing partial
