@@ -89,10 +89,20 @@ def lex(text: str) -> tuple[list[Word], bool]:
     return words, False
 
 
+_HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
 def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first line number, text) with backslash-newline continuations joined."""
-    out, buf, first = [], "", 0
+    """(first line number, text) with backslash-newline continuations joined; heredoc bodies
+    (data: a job script another script writes) left out."""
+    out, buf, first, until = [], "", 0, None
     for n, line in enumerate(text.splitlines(), 1):
+        if until is not None:
+            if (line.lstrip("\t") if until[0] else line) == until[1]:
+                until = None
+            continue
+        if not line.lstrip().startswith("#") and (m := _HEREDOC.search(line.replace("<<<", ""))):
+            until = (m.group(1) == "-", m.group(3))
         if not buf:
             first = n
         if line.endswith("\\") and not line.lstrip().startswith("#"):

@@ -79,6 +79,17 @@ def test_only_the_fixture_made_for_it_has_the_finding():
     assert hits == {"bad_pasted_master_addr_suffix.pbs": [22]}
 
 
+def test_a_job_script_written_by_a_heredoc_is_data():
+    text = (
+        "#!/bin/bash\n#PBS -l select=1\nset -e\ncat > next.pbs <<'EOF'\n#PBS -l select=2\n"
+        'mpiexec -n 2 --cpu-bind "$(x)" a.out\nEOF\nmpiexec -n 2 python3 train.py\n'
+    )
+    assert scan(text) == []
+    assert scan(text.replace("mpiexec -n 2 python3", "mpiexec -n $(nproc) python3")) == [
+        (8, "mpiexec option -n runs a command substitution")
+    ]
+
+
 def test_the_lexer_reads_quotes_as_bash_does():
     words, more = lex("""mpiexec -n 2 bash -lc "a; b $(c)" 'x;$(y)' ; rest""")
     assert [w.text for w in words] == ["mpiexec", "-n", "2", "bash", "-lc", '"a; b $(c)"', "'x;$(y)'"]
