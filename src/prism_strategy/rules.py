@@ -52,6 +52,8 @@ class RuleFacts:
     hierarchy_matches_ranks: bool | None = None
     """ZE_FLAT_DEVICE_HIERARCHY's device count equals the ranks per node."""
     rank_straddles_sockets: bool | None = None
+    launch_parameter_executes: bool | None = None
+    """A launch option, rendezvous variable or directive of the launcher runs a command."""
     queue_fits: bool | None = None
     """The PBS queue takes the job's node count and walltime (platform [[queues]])."""
     names_filesystems: bool | None = None

@@ -10,7 +10,8 @@ FILES = [FileText(name="a.sh", text="echo a\n", executable=True), FileText(name=
 
 
 def _entries(folder):
-    return sorted(p.name for p in folder.iterdir())
+    """The folder's files, less emit's manifest (tests/unit/emit/test_emit_manifest.py reads it)."""
+    return sorted(p.name for p in folder.iterdir() if p.name != ".prism-emit.json")
 
 
 def test_new_folder_with_modes(tmp_path):
@@ -26,7 +27,7 @@ def test_empty_folder_is_filled_without_force(tmp_path):
     assert _entries(tmp_path / "out") == ["a.sh", "b.toml"]
 
 
-def test_folder_with_files_needs_force_and_is_replaced_whole(tmp_path):
+def test_folder_with_files_needs_force_and_keeps_the_users_files(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("keep me")
@@ -34,7 +35,7 @@ def test_folder_with_files_needs_force_and_is_replaced_whole(tmp_path):
         write_files_atomically(out, FILES)
     assert _entries(out) == ["old.txt"]
     write_files_atomically(out, FILES, force=True)
-    assert _entries(out) == ["a.sh", "b.toml"]
+    assert _entries(out) == ["a.sh", "b.toml", "old.txt"] and (out / "old.txt").read_text() == "keep me"
     assert _entries(tmp_path) == ["out"]
 
 
@@ -57,7 +58,7 @@ def test_failure_mid_write_leaves_nothing(tmp_path, monkeypatch):
         real(path, f)
 
     monkeypatch.setattr(files_mod, "_write_one", failing)
-    with pytest.raises(OSError):
+    with pytest.raises(SpecError, match="the disk is full"):
         write_files_atomically(tmp_path / "out", FILES)
     assert _entries(tmp_path) == []
 
@@ -69,14 +70,22 @@ def test_failed_replace_keeps_the_old_folder(tmp_path, monkeypatch):
     real_rename = files_mod.os.rename
 
     def rename(src, dst):
-        if ".tmp-" in str(src):
+        if ".tmp-" in str(src) and "/.old/" not in str(src):  # new files moving in; a put-back works
             raise OSError(18, "Invalid cross-device link")
         real_rename(src, dst)
 
     monkeypatch.setattr(files_mod.os, "rename", rename)
     with pytest.raises(SpecError, match="cannot replace"):
         write_files_atomically(out, FILES, force=True)
+    monkeypatch.undo()
     assert _entries(out) == ["old.txt"] and _entries(tmp_path) == ["out"]
+    write_files_atomically(out, FILES, force=True)  # emit's own files of an earlier emit:
+    (out / "a.sh").write_text("emit's, replaced")
+    monkeypatch.setattr(files_mod.os, "rename", rename)
+    with pytest.raises(SpecError, match="cannot replace"):
+        write_files_atomically(out, FILES, force=True)
+    assert (out / "a.sh").read_text() == "emit's, replaced"  # put back as it was
+    assert _entries(out) == ["a.sh", "b.toml", "old.txt"] and _entries(tmp_path) == ["out"]
 
 
 def test_bad_file_names_are_refused(tmp_path):

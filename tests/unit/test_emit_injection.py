@@ -77,7 +77,7 @@ def _emit(root: Path, platform: str, **kw) -> Path:
         platform=platform,
         nodes=2,
         job_name="j $(touch pwned_j) `x`",
-        account="acct $(touch pwned_acct); `touch pwned_acct2`",
+        account="acct_1",  # a hostile account is refused: tests/unit/emit/test_emit_hostile_fields.py
         script=HOSTILE_SCRIPT,
         script_args=HOSTILE_ARGS,
         **kw,

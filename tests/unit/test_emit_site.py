@@ -74,7 +74,7 @@ def test_polaris_binding_filesystems_conda_and_nccl_plugin(tmp_path):
     assert "#PBS -l filesystems=home:eagle" in text.splitlines() and "flare" not in text
     body = [line.strip() for line in text.splitlines()]
     assert body.index("conda activate") == body.index("module load conda") + 1
-    net = body.index('export NCCL_NET="AWS Libfabric"')
+    net = body.index("export NCCL_NET='AWS Libfabric'")
     plugin = [i for i, line in enumerate(body) if line.startswith("export LD_LIBRARY_PATH=")]
     assert [body[i].split("=", 1)[1].split("$", 1)[0] for i in plugin] == [
         "/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib",

@@ -76,6 +76,8 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
     "launcher-ranks-per-node-mismatch": (dict(ranks_per_node_matches=False), dict(ranks_per_node_matches=True)),
     "launcher-device-hierarchy-mismatch": (dict(hierarchy_matches_ranks=False), dict(hierarchy_matches_ranks=True)),
     "launcher-rank-straddles-sockets": (dict(rank_straddles_sockets=True), dict(rank_straddles_sockets=False)),
+    # issue 38: a platform file's [launch] value pasted raw into the job script runs as a command
+    "launcher-parameter-runs-a-command": (dict(launch_parameter_executes=True), dict(launch_parameter_executes=False)),
     "launcher-queue-limits": (dict(queue_fits=False), dict(queue_fits=True)),
     "launcher-missing-filesystems": (dict(names_filesystems=False), dict(names_filesystems=True)),
     # DOMAIN 4: after a hung job stale XCCL state makes the next job hang
@@ -113,6 +115,7 @@ HEALTHY = dict(
     differs_from_profile=False,
     hierarchy_matches_ranks=True,
     rank_straddles_sockets=False,
+    launch_parameter_executes=False,
     queue_fits=True,
     names_filesystems=True,
     compiles_whole_under_fsdp1=False,

@@ -119,7 +119,12 @@ def emit(
     job_name: Annotated[str, typer.Option(help="Job name")] = "prism",
     script: Annotated[str, typer.Option(help="Training script each rank runs")] = "train.py",
     script_args: Annotated[Optional[list[str]], typer.Argument(help="Script arguments, after --")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an --out folder that has files")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Write into an --out with files: replaces only what emit wrote there (.prism-emit.json)"
+        ),
+    ] = False,
     framework: Annotated[
         Optional[str],
         typer.Option(

@@ -19,6 +19,7 @@ from pathlib import Path
 from prism_strategy.diagnose.ccl_scale_checks import check_ccl_at_scale
 from prism_strategy.diagnose.config_checks import DsConfigFile, StrategyTomlFile
 from prism_strategy.diagnose.findings import Context, Finding, check_observed, parse_header
+from prism_strategy.diagnose.injection_checks import check_injection
 from prism_strategy.diagnose.launch_flags import script_argv
 from prism_strategy.diagnose.launch_options import (
     Event,
@@ -131,6 +132,7 @@ class LauncherFile:
             + check_empty_launcher(self, ctx)
             + check_ccl_at_scale(self, ctx)
             + check_rocm_launch(self, ctx)
+            + check_injection(self, ctx)
         )
         return [on_branch(f, self.timeline) for f in out]
 

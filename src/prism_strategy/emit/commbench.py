@@ -82,20 +82,17 @@ def _run_line(job: "LaunchJob", kind: MeasureKind, world: str = '"$3"', rpn: str
 
 def _model_line(job: "LaunchJob", kind: MeasureKind) -> str:
     if job.req.model is not None:  # the plan's: a submit-time variable still overrides it
-        return f'export {kind.var}_MODEL="${{{kind.var}_MODEL:-{_dq(job.req.model)}}}"'
+        return (
+            f'[ -n "${{{kind.var}_MODEL:-}}" ] || {kind.var}_MODEL={sh_quote(job.req.model)}\nexport {kind.var}_MODEL'
+        )
     return (
         f'export {kind.var}_MODEL="${{{kind.var}_MODEL:?set {kind.var}_MODEL to your model preset or '
         'config.json at submit time}"'
     )
 
 
-def _dq(text: str) -> str:
-    """Text inside a double-quoted shell word: the characters the shell would still expand, escaped."""
-    return "".join("\\" + c if c in '"$`\\' else c for c in text)
-
-
 def _scenario_lines(job: "LaunchJob", kind: MeasureKind, submit: str) -> list[str]:
-    default = _dq(kind.strategies)
+    default = kind.strategies  # registry names: nothing for the shell to expand
     return [
         f"# What to measure: your model (a preset or config.json path); the strategies (default {kind.strategies}).",
         f"# Submit: {submit}",

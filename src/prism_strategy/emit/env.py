@@ -1,13 +1,12 @@
 """Named, versioned environment profiles (data/env_profiles/*.toml) and the shell text that
 applies them: module loads first, then every variable with a comment saying why.
 
-Shell text is built only from validated names and from values passed through `sh_quote`, so a
-user value (a path, a job name, a script argument) stays literal whatever it contains.
+Shell text is built only from validated names and from values passed through `sh_quote`
+(specs/shell_values.py: shlex.quote after refusing control characters), so a user value (a path,
+a job name, a script argument, a profile value) stays literal whatever it contains.
 """
 
 from __future__ import annotations
-
-import re
 
 from prism_strategy.specs.env_profile import (  # noqa: F401  (emit's callers read the profiles here)
     CONTROL_CHARS,
@@ -20,20 +19,11 @@ from prism_strategy.specs.env_profile import (  # noqa: F401  (emit's callers re
     load_env_profile,
     profile_names,
 )
-
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+from prism_strategy.specs.shell_values import SHELLCHECK_LITERAL
+from prism_strategy.specs.shell_values import quote as sh_quote
 
 
 # --- shell text ------------------------------------------------------------------------------
-def sh_quote(text: str) -> str:
-    """One shell word that expands to exactly `text`: bare when it is plain, else double quotes
-    with $, `, \\ and \" escaped (nothing inside is expanded or executed)."""
-    check_text("value", text)
-    if text and _SAFE_WORD.match(text):
-        return text
-    return '"' + re.sub(r'([\\$`"])', r"\\\1", text) + '"'
-
-
 def comment(text: str) -> str:
     """Text for a `# ...` comment: one line, whatever it contains."""
     return CONTROL_CHARS.sub(" ", text)
@@ -42,7 +32,9 @@ def comment(text: str) -> str:
 def profile_lines(profile: EnvProfile, platform: str, indent: str = "", launcher: str = "mpiexec") -> list[str]:
     """Module use/loads first (and `conda activate`), then each variable with its reason, the
     search-path entries, then the unsets."""
-    out = [f"{indent}# env profile {profile.name} ({comment(profile.version)}): {comment(profile.description)}"]
+    out = [
+        f"{indent}# env profile {comment(profile.name)} ({comment(profile.version)}): {comment(profile.description)}"
+    ]
     out += [f"{indent}module use {sh_quote(p)}" for p in profile.module_use]
     out += [f"{indent}module load {sh_quote(m)}" for m in profile.modules]
     if profile.conda_activate is not None:
@@ -76,6 +68,7 @@ def render_env_sh(profile: EnvProfile, platform: str, header: str) -> str:
     lines = [
         "#!/bin/bash",
         header,
+        SHELLCHECK_LITERAL,
         "# Source this file: `source env.sh`. The launchers export the same set again inside",
         "# each rank" + (", after its module loads." if profile.modules or profile.module_use else "."),
         *profile_lines(profile, platform),

@@ -5,7 +5,8 @@ EmitRequest into the full set of files (env.sh, launcher, strategy.toml, ds_conf
 The per-rank command is a shell function (`prism_rank`) shipped to every rank with
 `bash -lc "$(declare -f prism_rank); ..."`: it loads the modules, then exports the profile again
 (a module load resets CCL/FI variables), then sets the rank layout and runs the script. It never
-preloads libpil4dfs. Every user value goes through `sh_quote`; directive lines refuse newlines.
+preloads libpil4dfs. Every user value goes through `sh_quote`; directive values (walltime, queue,
+account, filesystems) are checked against their grammars (specs/shell_values.py).
 
 torchrun environment contract (what the training script reads, set by every launcher here):
 RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and PRISM_STRATEGY_FILE (strategy.toml).
@@ -39,6 +40,7 @@ from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.policies import MemoryPolicy
 from prism_strategy.specs.presets import load_platform
+from prism_strategy.specs.shell_values import SHELLCHECK_LITERAL, check_field
 from prism_strategy.specs.training import PRECISIONS, check_options
 from prism_strategy.strategies import StrategySpec, get_strategy
 from prism_strategy.wrap_config import RunPolicies, WrapConfig
@@ -46,9 +48,6 @@ from prism_strategy.wrap_config import RunPolicies, WrapConfig
 MASTER_PORT = 29500
 """torch.distributed's default rendezvous port."""
 HEADER_PREFIX = "# prism-strategy emit:"
-_WALLTIME = re.compile(r"^\d{1,3}:[0-5]\d:[0-5]\d$")
-_FILESYSTEMS = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_]+)*$")
-_PLAIN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -187,13 +186,8 @@ def _validate(req: EmitRequest, out: Path) -> LaunchJob:
     _check_counts(req)
     if req.static_graph is not None and not engine_of(strategy).declares_static_graph:
         raise SpecError(f"--static-graph applies to ddp only, not {strategy.name}")
-    if not _WALLTIME.match(req.walltime):
-        raise SpecError(f"--walltime must be HH:MM:SS, got {req.walltime!r}")
-    if req.filesystems is not None and not _FILESYSTEMS.match(req.filesystems):
-        raise SpecError(f"--filesystems must be names joined by ':' (e.g. flare:home), got {req.filesystems!r}")
+    _check_scheduler_fields(req)
     for label, text in (
-        ("--account", req.account or ""),
-        ("--queue", req.queue or ""),
         ("--job-name", req.job_name),
         ("--script", req.script),
         *(("script argument", a) for a in req.script_args),
@@ -215,6 +209,19 @@ def _validate(req: EmitRequest, out: Path) -> LaunchJob:
         queue=queue,
         queue_note=note,
     )
+
+
+def _check_scheduler_fields(req: EmitRequest) -> None:
+    """Values a #PBS/#SBATCH directive takes: the shell reads those lines as comments, so they are
+    checked against the scheduler's grammar rather than quoted (specs/shell_values.py)."""
+    check_field("walltime", req.walltime, "--walltime", required=True)
+    for flag, field_, value in (
+        ("--filesystems", "filesystems", req.filesystems),
+        ("--account", "account", req.account),
+        ("--queue", "queue", req.queue),
+    ):
+        if value is not None:
+            check_field(field_, value, flag)
 
 
 def _check_counts(req: EmitRequest) -> None:
@@ -406,17 +413,18 @@ def _pbs_directives(job: LaunchJob) -> list[str]:
         *([f"#PBS -l filesystems={filesystems}"] if filesystems else []),
         *([f"#PBS -k {site.keep_output}"] if site.keep_output else []),
         "#PBS -l place=scatter",
-        *([f"#PBS -q {_directive_value('--queue', job.queue)}"] if job.queue else []),
+        *([f"#PBS -q {job.queue}"] if job.queue else []),
         "#PBS -j oe",
     ]
     if req.account:
-        lines.insert(1, f"#PBS -A {_directive_value('--account', req.account)}")
+        lines.insert(1, f"#PBS -A {req.account}")
     else:
         lines.insert(1, "# #PBS -A YOUR_PROJECT   (pass --account)")
     return lines
 
 
 def _cpu_bind(job: LaunchJob) -> str:
+    # SiteSpec checked cpu_bind and master_addr_suffix against their grammars (no quote, $ or `)
     bind = job.site.cpu_bind or cpu_bind_list(job.platform.hardware.cpu_cores_per_node, job.layout.ranks_per_node)
     return f' --cpu-bind "{bind}"' if bind else " --cpu-bind core"
 
@@ -424,7 +432,7 @@ def _cpu_bind(job: LaunchJob) -> str:
 def _master_addr(job: LaunchJob) -> list[str]:
     suffix = job.site.master_addr_suffix
     lines = [
-        f"# rendezvous on the first host of the job: its high-speed-network name ({job.site.source('master_addr_suffix')})"
+        f"# rendezvous on the first host of the job: its high-speed-network name ({comment(job.site.source('master_addr_suffix'))})"
         if suffix
         else "# rendezvous on the first host of the job (short host name)",
         'MASTER_ADDR="$(head -n 1 "${PBS_NODEFILE:?not running under PBS}")"',
@@ -438,6 +446,7 @@ def render_pbs(job: LaunchJob, run_line: str | None = None) -> str:
     lines = [
         "#!/bin/bash -l",
         job.header,
+        SHELLCHECK_LITERAL,
         "# Submit: qsub launch.pbs   (from the folder your script paths are relative to)",
         *_pbs_directives(job),
         "set -euo pipefail",
@@ -471,12 +480,13 @@ def render_slurm(job: LaunchJob, run_line: str | None = None) -> str:
     if cpus:
         directives.append(f"#SBATCH --cpus-per-task={cpus}")
     if req.account:
-        directives.append(f"#SBATCH --account={_directive_value('--account', req.account)}")
+        directives.append(f"#SBATCH --account={req.account}")
     if req.queue:
-        directives.append(f"#SBATCH --partition={_directive_value('--queue', req.queue)}")
+        directives.append(f"#SBATCH --partition={req.queue}")
     lines = [
         "#!/bin/bash",
         job.header,
+        SHELLCHECK_LITERAL,
         "# Submit: sbatch launch.slurm   (from the folder your script paths are relative to)",
         *directives,
         "set -euo pipefail",
@@ -534,6 +544,7 @@ def render_torchrun(job: LaunchJob) -> str:
     lines = [
         "#!/bin/bash",
         job.header,
+        SHELLCHECK_LITERAL,
         f"# Local run on one node ({rpn} ranks): bash torchrun.sh",
         "set -eo pipefail",
         'PRISM_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
@@ -568,14 +579,3 @@ def _directive_name(name: str) -> str:
     name is exported, quoted, as PRISM_JOB_NAME)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:200] or "prism"
     return safe if safe[0].isalnum() else "j" + safe
-
-
-def _directive_value(label: str, value: str) -> str:
-    """A #PBS/#SBATCH value: bare when plain, else in double quotes (the scheduler reads these
-    lines; the shell ignores them as comments). A double quote cannot be written there."""
-    check_text(label, value)
-    if _PLAIN.match(value):
-        return value
-    if '"' in value or "\\" in value:
-        raise SpecError(f"{label} {value!r}: a scheduler directive cannot hold a double quote or backslash")
-    return f'"{comment(value)}"'

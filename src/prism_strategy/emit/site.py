@@ -13,6 +13,7 @@ from pathlib import Path
 
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import DATA, build, platform_names, read_toml
+from prism_strategy.specs.shell_values import LAUNCH_FIELDS, check_field, check_launch
 
 
 def walltime_seconds(text: str) -> int | None:
@@ -41,6 +42,7 @@ class QueueLimit:
     source: str = ""
 
     def __post_init__(self) -> None:
+        check_field("queue", self.name, f"[[queues]] {self.name!r}")
         if not 1 <= self.min_nodes <= self.max_nodes:
             raise SpecError(f"queue {self.name!r}: needs 1 <= min_nodes <= max_nodes")
         for t in (self.max_walltime, self.min_walltime):
@@ -84,6 +86,9 @@ class SiteSpec:
     --gpu-bind=closest`), added to the srun line as given."""
     queues: tuple[QueueLimit, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_launch({k: getattr(self, k) for k in LAUNCH_FIELDS}, f"platform {self.platform}")
 
     def queue_names(self) -> list[str]:
         return list(dict.fromkeys(q.name for q in self.queues))

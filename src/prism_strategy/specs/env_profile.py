@@ -10,9 +10,9 @@ from pathlib import Path
 
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import DATA, build, nearest, read_toml
+from prism_strategy.specs.shell_values import CONTROL_CHARS, check_text  # noqa: F401  (emit reads them here)
 
 VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 PROFILE_DIR = "env_profiles"
 
 
@@ -105,11 +105,3 @@ def load_env_profile(name_or_path: str) -> EnvProfile:
     raise SpecError(
         f"unknown env profile {name_or_path!r}; {nearest(name_or_path, names)}use one of {', '.join(names)} or a path to a profile .toml"
     )
-
-
-def check_text(label: str, text: str) -> str:
-    """User text may contain anything printable; control characters (newlines) are refused
-    because they would end a comment or a directive line."""
-    if CONTROL_CHARS.search(text):
-        raise SpecError(f"{label} {text!r} contains a control character (newline, tab, ...); remove it")
-    return text

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from prism_strategy.specs.cluster import FLAT_FIELDS, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.platform_groups import FIELD_GROUP, GROUPS
+from prism_strategy.specs.shell_values import check_launch, check_queues
 
 _UNLISTED = ("name", "description", "sources", "measured_collectives", "base", "defaulted")
 """PlatformSpec fields that are not values of the hardware or its model (never listed as defaults)."""
@@ -30,7 +31,8 @@ def flatten(raw: dict[str, Any], where: str) -> dict[str, Any]:
     table or a key given twice is bad input."""
     out: dict[str, Any] = {}
     for k, v in raw.items():
-        if k in SITE_TABLES:
+        if k in SITE_TABLES:  # read by emit/site.py; checked here so plan refuses what emit would
+            (check_launch if k == "launch" else check_queues)(v, where)
             continue
         if k in GROUPS and isinstance(v, dict):
             for kk, vv in v.items():

@@ -134,7 +134,8 @@ def write_run(store: Store, run: Run) -> tuple[int, str]:
             )
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            if con.in_transaction:  # SQLite already rolled back on some errors (a full disk)
+                con.execute("ROLLBACK")
             raise
         return len(rows), "replaced" if gone else "added"
 

@@ -12,9 +12,11 @@ documents for network use. `Store.journal` says which mode and why.
 Each write is one short IMMEDIATE transaction with a generous busy timeout (and retried whole when
 SQLite reports the lock anyway), so several processes can write at once and nothing is lost; a
 crash mid-write leaves the previous state. A read (`Store.read`: compare, results, report,
-calibrate, plan --db) opens the file read-only (SQLite's `file:...?mode=ro` URI) and writes no
-schema into it: a missing or empty file, or one without the table, holds no stored runs; a file that
-is not SQLite is bad input.
+calibrate, plan --db) opens the file read-only (SQLite's `file:...?mode=ro` URI; `immutable=1` on a
+read-only filesystem) and writes no schema into it: a missing or empty file, or one without the
+table, holds no stored runs; a file that is not SQLite is bad input. A write refuses another
+program's SQLite file before touching it, and a read-only filesystem or a full disk is named as
+such (bench/results/store_faults.py).
 Default location: $PRISM_STRATEGY_DB, else $XDG_CACHE_HOME/prism-strategy/results.db
 (~/.cache/... when unset).
 
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.request import pathname2url
 
+from prism_strategy.bench.results.store_faults import describe, immutable_ok, refuse_foreign
 from prism_strategy.inputs.stored import row_key
 from prism_strategy.specs.errors import SpecError
 
@@ -217,7 +220,8 @@ def migrate(con: sqlite3.Connection) -> None:
         con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        if con.in_transaction:  # SQLite already rolled back on some errors (a full disk)
+            con.execute("ROLLBACK")
         raise
 
 
@@ -316,12 +320,7 @@ class Store:
     @contextmanager
     def _connect(self, readonly: bool = False) -> Iterator[sqlite3.Connection]:
         if readonly:  # SQLite's mode=ro: nothing of this connection can write the file
-            con = sqlite3.connect(
-                f"file:{pathname2url(str(self.path.absolute()))}?mode=ro",
-                uri=True,
-                timeout=BUSY_TIMEOUT_S,
-                isolation_level=None,
-            )
+            con = self._open_readonly()
             try:
                 yield con
             finally:
@@ -330,9 +329,12 @@ class Store:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.DatabaseError as e:
+            raise SpecError(describe(e, self.path)) from None
         except (OSError, sqlite3.Error) as e:
             raise SpecError(f"cannot open results store {self.path}: {e}; pass --db with a writable path") from None
         try:
+            refuse_foreign(con, self.path)  # before the journal pragma: switching to WAL writes the header
             want = self.journal.mode
             if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != want:
                 con.execute(f"PRAGMA journal_mode={want.upper()}")
@@ -341,6 +343,20 @@ class Store:
             yield con
         finally:
             con.close()
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        """mode=ro; on a read-only filesystem where that cannot open the WAL index, immutable=1
+        (bench/results/store_faults.py says when that is safe)."""
+        uri = f"file:{pathname2url(str(self.path.absolute()))}?mode=ro"
+        con = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            con.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return con
+        except sqlite3.OperationalError as e:
+            con.close()
+            if _is_contention(e) or not immutable_ok(self.path):
+                raise
+        return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
 
     def _run(self, op: Callable[[sqlite3.Connection], Any], readonly: bool = False) -> Any:
         """`op` on a fresh connection; retried whole while another process holds the lock."""
@@ -354,9 +370,7 @@ class Store:
                     time.sleep(pause * (0.5 + random.random()))
                     pause = min(pause * 2, 2.0)
                     continue
-                raise SpecError(
-                    f"results store {self.path} is not a usable SQLite database ({e}); pass --db elsewhere"
-                ) from None
+                raise SpecError(describe(e, self.path)) from None
 
     def exists(self) -> bool:
         """Whether the store's file is there (a read of a store never written finds nothing); a
@@ -409,7 +423,8 @@ class Store:
                 out = [_put(con, r) for r in results]
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                if con.in_transaction:  # SQLite already rolled back on some errors (a full disk)
+                    con.execute("ROLLBACK")
                 raise
             return out
 
