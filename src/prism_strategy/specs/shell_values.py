@@ -39,9 +39,12 @@ GRAMMARS: dict[str, tuple[re.Pattern[str], str]] = {
     "cpu_bind": (
         re.compile(
             rf"^(?:verbose,)?(?:none|core|depth|numa|socket|list(?::{_RANGE}(?:,{_RANGE})*)+"
-            r"|mask(?::(?:0x)?[0-9A-Fa-f]+)+)$"
+            r"|mask(?::(?:0x)?[0-9A-Fa-f]+)+"
+            r"|cores|threads|sockets|ldoms|rank|rank_ldom"
+            r"|(?:map_cpu|map_ldom):\d+(?:,\d+)*|(?:mask_cpu|mask_ldom):(?:0x)?[0-9A-Fa-f]+(?:,(?:0x)?[0-9A-Fa-f]+)*)$"
         ),
-        "an mpiexec --cpu-bind value: core, depth, numa, socket, none, list:1-8:9-16 or mask:0x3:0xc",
+        "an mpiexec --cpu-bind value (core, depth, numa, socket, none, list:1-8:9-16, mask:0x3:0xc) or an srun "
+        "one (cores, threads, sockets, rank, map_cpu:1,9, mask_cpu:0xfe,0xfe00)",
     ),
     "master_addr_suffix": (
         re.compile(r"^[A-Za-z0-9.-]{0,253}$"),

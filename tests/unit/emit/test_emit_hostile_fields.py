@@ -1,5 +1,5 @@
 """Issue 38 item 1: emitted shell is inert by construction. Every file emit writes (launch.pbs,
-launch.slurm, commbench.pbs, commbench.sbatch, torchrun.sh, env.sh) is rendered with hostile values
+launch.slurm, commbench.pbs, commbench.sbatch, bench.pbs, bench.sbatch, bench_torchrun.sh, torchrun.sh, env.sh) is rendered with hostile values
 in every field from every source (flags, a platform file, an env profile file, the plan's model and
 platform path) and RUN with stub launchers on PATH (`mpiexec`, `srun`, `torchrun`, `python3`,
 `module`, `conda`, `scontrol` record their argv): every payload would create a file named pwned*,
@@ -173,6 +173,11 @@ def test_every_emitted_script_runs_with_hostile_values_and_executes_none(tmp_pat
     argv = _argv(stub_out / "python3.argv")
     assert argv[argv.index("--platform") + 1] == str(_platform(tmp_path, launcher))
     assert argv[argv.index("--model") + 1] == WORD  # the plan's model, one word, nothing run
+
+    for timed in (bench.replace("commbench", "bench"), "bench_torchrun.sh"):  # the launched bench jobs
+        stub_out = _run(tmp_path, ["bash", str(out / timed)], {})
+        argv = _argv(stub_out / "python3.argv")
+        assert argv[argv.index("--model") + 1] == WORD and "--launched" in argv
 
     stub_out = _run(tmp_path, ["bash", str(out / "torchrun.sh")], {})
     assert _argv(stub_out / "torchrun.argv")[3:] == [f"dir {PAYLOADS[3]}/train.py", *PAYLOADS, WORD, ""]
