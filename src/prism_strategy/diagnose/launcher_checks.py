@@ -19,6 +19,7 @@ from pathlib import Path
 from prism_strategy.diagnose.ccl_scale_checks import check_ccl_at_scale
 from prism_strategy.diagnose.config_checks import DsConfigFile, StrategyTomlFile
 from prism_strategy.diagnose.findings import Context, Finding, check_observed, parse_header
+from prism_strategy.diagnose.job_checks import check_job_launch
 from prism_strategy.diagnose.launch_flags import script_argv
 from prism_strategy.diagnose.launch_options import (
     Event,
@@ -171,6 +172,7 @@ class LauncherFile:
             + check_rendezvous(self, ctx)
             + check_empty_launcher(self, ctx)
             + check_ccl_at_scale(self, ctx)
+            + check_job_launch(self, ctx)
         )
         return [on_branch(f, self.timeline) for f in out]
 

@@ -13,8 +13,9 @@ import ast
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from prism_strategy.diagnose.device_checks import check_device
 from prism_strategy.diagnose.findings import Context, Finding, check_observed
-from prism_strategy.diagnose.launch_flags import script_launch_checks
+from prism_strategy.diagnose.launch_flags import off_by_flag, script_launch_checks
 from prism_strategy.inputs.py_values import Alt, Symbol, Values
 from prism_strategy.inputs.script_file import DDP_CALLS, FSDP1_CALLS, ScriptFile
 from prism_strategy.inputs.script_file import read_script as read_file
@@ -60,20 +61,26 @@ class ScriptChecks:
             _one_element_probe,
             _root_only_wrap,
             script_launch_checks,
+            check_device,
         ):
             for f in check(self.s, ctx):
-                switched = self._switched(f, vals)
+                switched = self._switched(f, vals, ctx)
                 if switched is not None:
                     out.append(switched)
         return out
 
-    def _switched(self, f: Finding, vals: Values) -> Finding | None:
+    def _switched(self, f: Finding, vals: Values, ctx: Context) -> Finding | None:
         """A finding on a call under `if` tests that an environment variable decides: dropped
         when the test fails, noted when it holds, a warning when it holds only if the job sets
         the variable. Tests nothing decides (a parameter, args.x) leave the finding as it was."""
         call = next((c for c in self.s.calls if c.line == f.line and c.conds), None)
         if call is None:
             return f
+        gated = off_by_flag(self.s, call, ctx)
+        if gated is not None:
+            f = replace(
+                f, severity="warning" if f.severity == "error" else f.severity, message=f"{f.message} [{gated}]"
+            )
         d = vals.conditions(call.conds, call.scope, call.line)
         if d.taken is False:
             return None

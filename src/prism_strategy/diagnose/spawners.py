@@ -23,7 +23,6 @@ from prism_strategy.diagnose.launch_options import Event
 
 PER_DEVICE = frozenset({"gpu", "xpu", "cuda", "auto"})
 """torchrun --nproc-per-node values meaning one process per visible device."""
-_RUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _SLURM_NODES = ("SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 
 
@@ -46,15 +45,16 @@ def spawned(launch: Event, outer: list[Event], nodes: int | None) -> Spawn | Non
     words = expand_words(launch, outer, nodes)
     for k, w in enumerate(words):
         base = w.rsplit("/", 1)[-1]
-        module = (
-            (words[k + 2 : k + 3] or [""])[0] if base.startswith("python") and words[k + 1 : k + 2] == ["-m"] else None
-        )
-        if base == "torchrun" or module in _RUN_MODULES:
-            return _torchrun(words[k + 1 :])
-        if base == "accelerate" and words[k + 1 : k + 2] == ["launch"]:
-            return _accelerate(words[k + 2 :])
-        if base == "deepspeed":
-            return _deepspeed(words[k + 1 :])
+        if base.startswith("python") and words[k + 1 : k + 2] == ["-m"] and words[k + 2 : k + 3]:
+            base = words[k + 2]
+            k += 2
+        if base == "accelerate":  # only `accelerate launch` starts ranks
+            if words[k + 1 : k + 2] != ["launch"]:
+                continue
+            k += 1
+        read = HELPERS.get(base)
+        if read is not None:
+            return read(words[k + 1 :])
     return None
 
 
@@ -100,6 +100,15 @@ def _deepspeed(words: list[str]) -> Spawn:
         nnodes=_opt(words, ("--num_nodes",)) or _opt(words, ("--hostfile", "-H")),
     )
 
+
+HELPERS = {
+    "torchrun": _torchrun,
+    "torch.distributed.run": _torchrun,
+    "torch.distributed.launch": _torchrun,
+    "accelerate": _accelerate,
+    "deepspeed": _deepspeed,
+}
+"""The launch helpers by program (or `python -m` module) name, and the reader of their options."""
 
 _VAR = re.compile(r"\$\{?([A-Za-z_]\w*)\}?")
 _ARITH = re.compile(r"\$\(\((.*?)\)\)", re.S)
