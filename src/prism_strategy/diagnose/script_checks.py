@@ -21,6 +21,7 @@ from prism_strategy.inputs.script_file import DDP_CALLS, FSDP1_CALLS, ScriptFile
 from prism_strategy.inputs.script_file import read_script as read_file
 from prism_strategy.inputs.script_reader import Call
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.strategies import FSDP1_SHARDING
 
 _MESH = {"init_device_mesh", "DeviceMesh"}
 _CTORS = {"ones", "zeros", "empty", "rand", "randn", "full", "tensor"}
@@ -247,9 +248,25 @@ def _root_only_wrap(s: ScriptFile, ctx: Context) -> list[Finding]:
         out += check_observed(
             _ROOT_ONLY, ctx, **s.where(fsdp2[0], "fully_shard() is applied once, to the root module only")
         )
-    if len(fsdp1) == 1:
-        out += _root_only_fsdp1(s, fsdp1[0], ctx)
+    for call in fsdp1:  # PRISM's distributed.py wraps in two places: FSDP and HSDP
+        out += _root_only_fsdp1(s, call, ctx)
     return out
+
+
+def _on_strategy(paths: list[Alt], ctx: Context) -> list[Alt]:
+    """With --strategy, the paths whose sharding_strategy is that strategy (strategies.FSDP1_SHARDING),
+    when any is; a call none of whose known paths runs it (an FSDP call under --strategy hsdp_*) has none."""
+    if ctx.strategy is None:
+        return paths
+    named = [(a, FSDP1_SHARDING.get(_sharding_name(a.value.get("sharding_strategy")) or "")) for a in paths]
+    mine = [a for a, n in named if n == ctx.strategy.name]
+    if mine:
+        return mine
+    return [a for a, n in named if n is None]
+
+
+def _sharding_name(v: object) -> str | None:
+    return v.name.rsplit(".", 1)[-1] if isinstance(v, Symbol) else None
 
 
 def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
@@ -260,6 +277,7 @@ def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
         for a in s.call_kwargs(call, s.values(ctx.launcher_env))
         if isinstance(a.value, dict) and a.value.get("auto_wrap_policy") is None
     ]
+    paths = _on_strategy(paths, ctx)
     if not paths:
         return []
     root = next((a for a in paths if a.by_default), paths[0])
