@@ -12,14 +12,20 @@ device. A window's step time is therefore ``local batch x grad accum x seq len /
 needs the batch and sequence from the log's start line or from flags. Older torchtitan prints
 ``Training starts at step 1, with local batch size B, global batch size G, [gradient
 accumulation steps A,] sequence length S, ...``; newer ones print only the step. No phase
-times: `analyze` gets no step records from it (its windows are for `results import`).
+times: `analyze` judges the windows of rank 0 (diagnose/window_verdict.py), and how the log
+ends: torchtitan's Trainer.train logs ``Training completed`` after the last step
+(torchtitan/trainer.py@b5bcd76); a log without it ended early: at a ``^C`` / KeyboardInterrupt /
+Traceback / scheduler signal line when it has one, else killed or still running (an `incomplete`
+event here, for analyze; `results import` stores the windows either way).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
+from prism_strategy.readers.steps import Event
 from prism_strategy.readers.training_log import TEXT_SUFFIXES, ParsedLog, Window, bad_line, head_text, log_lines
 from prism_strategy.specs.errors import SpecError
 
@@ -42,6 +48,13 @@ START = re.compile(
     r"Training starts at step (\d+), with local batch size (\d+), global batch size (\d+)"
     r"(?:, gradient accumulation steps (\d+))?, sequence length (\d+)"
 )
+COMPLETED = "Training completed"
+STOPPED = re.compile(
+    r"\^C|KeyboardInterrupt|Traceback \(most recent call last\)|SIGTERM|SIGINT|SIGKILL|Signals?\.SIG\w+|"
+    r"received signal|DUE TO TIME LIMIT|CANCELLED AT"
+)
+"""A line saying the run was interrupted (Ctrl-C), crashed, or signalled by the scheduler."""
+TOTAL = re.compile(r"total steps (\d+)")
 EXPECTED = "'step: N  loss: X  [grad_norm: X]  memory: XGiB(P%)  tps: N  tflops: X  mfu: P%'"
 
 
@@ -56,8 +69,10 @@ def _num(text: str | None) -> float | None:
 def read(path: Path) -> ParsedLog:
     log = ParsedLog(format=FORMAT, files=[path])
     prev_step: int | None = None
+    end = _End()
     for i, line, ended in log_lines(path):
         where = f"{path}:{i}"
+        end.see(line, where)
         if m := START.search(line):
             local, glob, accum, seq = int(m.group(2)), int(m.group(3)), int(m.group(4) or 1), int(m.group(5))
             log.state("micro_batch", local, where)
@@ -87,7 +102,38 @@ def read(path: Path) -> ParsedLog:
         log.windows.append(Window(last_step=step, steps=steps, where=where, tokens_per_s=tps, extra=extra))
         log.peak("peak_reserved_bytes", float(m.group(4)) * GiB)
         prev_step = step
+    if (ev := end.event(log)) is not None:
+        log.events.append(ev)
     return log
+
+
+@dataclass
+class _End:
+    """How the log ends: completed, stopped at a line, or neither (killed, or still running)."""
+
+    completed: bool = False
+    stopped: tuple[str, str] | None = None
+    total: int | None = None
+
+    def see(self, line: str, where: str) -> None:
+        self.completed = self.completed or COMPLETED in line
+        if self.stopped is None and (m := STOPPED.search(line)):
+            self.stopped = (where, m.group(0))
+        if m := TOTAL.search(line):
+            self.total = int(m.group(1))
+
+    def event(self, log: ParsedLog) -> Event | None:
+        last = log.windows[-1].last_step if log.windows else None
+        if last is None or self.completed or (self.total is not None and last >= self.total and not self.stopped):
+            return None
+        how = (
+            f"at {self.stopped[0]}: `{self.stopped[1]}` (an interrupt, a crash or the scheduler's signal)"
+            if self.stopped
+            else "with no error line: killed (OOM killer, SIGKILL, a lost node, the walltime) or still running"
+        )
+        msg = f"incomplete: the torchtitan log ends after step {last} without '{COMPLETED}', {how}"
+        evidence = {"last_step": {"0": last}, "closed": {}, "stopped_at": self.stopped[0] if self.stopped else None}
+        return Event("incomplete", last, (0,), evidence, msg, "log")
 
 
 def set_step_times(log: ParsedLog, tokens_per_step_per_device: int) -> None:
