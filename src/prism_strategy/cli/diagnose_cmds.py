@@ -28,7 +28,7 @@ def analyze(
             "--format",
             help="Read only this format (default: every "
             "file a reader recognises): stepmonitor, prism-perf.jsonl, "
-            "prism-log, torchtitan-log, hang-report",
+            "prism-log, torchtitan-log, hf-trainer-log, hang-report",
         ),
     ] = None,
     runs: Annotated[

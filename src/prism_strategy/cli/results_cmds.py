@@ -95,7 +95,7 @@ def results_import(
         Opt(
             "--format",
             help="Read PATH as this format (default: detected): "
-            "stepmonitor, prism-perf.jsonl, prism-log, torchtitan-log; or "
+            "stepmonitor, prism-perf.jsonl, prism-log, torchtitan-log, hf-trainer-log; or "
             "nccl-tests | oneccl-benchmark, a collective benchmark's output "
             "(needs --platform; --nodes when the log names no hosts)",
         ),

@@ -22,10 +22,9 @@ event here, for analyze; `results import` stores the windows either way).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from prism_strategy.readers.steps import Event
+from prism_strategy.readers.log_end import LogEnd
 from prism_strategy.readers.training_log import TEXT_SUFFIXES, ParsedLog, Window, bad_line, head_text, log_lines
 from prism_strategy.specs.errors import SpecError
 
@@ -49,12 +48,6 @@ START = re.compile(
     r"(?:, gradient accumulation steps (\d+))?, sequence length (\d+)"
 )
 COMPLETED = "Training completed"
-STOPPED = re.compile(
-    r"\^C|KeyboardInterrupt|Traceback \(most recent call last\)|SIGTERM|SIGINT|SIGKILL|Signals?\.SIG\w+|"
-    r"received signal|DUE TO TIME LIMIT|CANCELLED AT"
-)
-"""A line saying the run was interrupted (Ctrl-C), crashed, or signalled by the scheduler."""
-TOTAL = re.compile(r"total steps (\d+)")
 EXPECTED = "'step: N  loss: X  [grad_norm: X]  memory: XGiB(P%)  tps: N  tflops: X  mfu: P%'"
 
 
@@ -69,7 +62,7 @@ def _num(text: str | None) -> float | None:
 def read(path: Path) -> ParsedLog:
     log = ParsedLog(format=FORMAT, files=[path])
     prev_step: int | None = None
-    end = _End()
+    end = LogEnd(completed_by=COMPLETED, program="torchtitan")
     for i, line, ended in log_lines(path):
         where = f"{path}:{i}"
         end.see(line, where)
@@ -105,35 +98,6 @@ def read(path: Path) -> ParsedLog:
     if (ev := end.event(log)) is not None:
         log.events.append(ev)
     return log
-
-
-@dataclass
-class _End:
-    """How the log ends: completed, stopped at a line, or neither (killed, or still running)."""
-
-    completed: bool = False
-    stopped: tuple[str, str] | None = None
-    total: int | None = None
-
-    def see(self, line: str, where: str) -> None:
-        self.completed = self.completed or COMPLETED in line
-        if self.stopped is None and (m := STOPPED.search(line)):
-            self.stopped = (where, m.group(0))
-        if m := TOTAL.search(line):
-            self.total = int(m.group(1))
-
-    def event(self, log: ParsedLog) -> Event | None:
-        last = log.windows[-1].last_step if log.windows else None
-        if last is None or self.completed or (self.total is not None and last >= self.total and not self.stopped):
-            return None
-        how = (
-            f"at {self.stopped[0]}: `{self.stopped[1]}` (an interrupt, a crash or the scheduler's signal)"
-            if self.stopped
-            else "with no error line: killed (OOM killer, SIGKILL, a lost node, the walltime) or still running"
-        )
-        msg = f"incomplete: the torchtitan log ends after step {last} without '{COMPLETED}', {how}"
-        evidence = {"last_step": {"0": last}, "closed": {}, "stopped_at": self.stopped[0] if self.stopped else None}
-        return Event("incomplete", last, (0,), evidence, msg, "log")
 
 
 def set_step_times(log: ParsedLog, tokens_per_step_per_device: int) -> None:
