@@ -48,6 +48,10 @@ START = re.compile(
     r"(?:, gradient accumulation steps (\d+))?, sequence length (\d+)"
 )
 COMPLETED = "Training completed"
+SIZE = re.compile(r"size: ([\d,]+) total parameters")
+"""torchtitan/trainer.py: `Model NAME FLAVOR size: N total parameters` (every parameter, counted once)."""
+INIT = re.compile(r"Trainer is initialized with .*gradient accumulation steps (\d+), maximum context length (\d+)")
+"""Newer torchtitan's start line (trainer.py@b5bcd76): the accumulation and sequence length as printed."""
 EXPECTED = "'step: N  loss: X  [grad_norm: X]  memory: XGiB(P%)  tps: N  tflops: X  mfu: P%'"
 
 
@@ -66,6 +70,12 @@ def read(path: Path) -> ParsedLog:
     for i, line, ended in log_lines(path):
         where = f"{path}:{i}"
         end.see(line, where)
+        if m := SIZE.search(line):
+            log.state("model_params", int(m.group(1).replace(",", "")), where)
+        if m := INIT.search(line):
+            log.state("grad_accum", int(m.group(1)), where)
+            log.state("seq_len", int(m.group(2)), where)
+            continue
         if m := START.search(line):
             local, glob, accum, seq = int(m.group(2)), int(m.group(3)), int(m.group(4) or 1), int(m.group(5))
             log.state("micro_batch", local, where)
