@@ -390,6 +390,8 @@ def read(path: Path, timing: str = "auto") -> ParsedLog:
     counters: dict[int, int] = {}
     default_rank = rank_from_path(path) or 0
     pending: dict[int, int] = {}  # per rank: the 'Step N: Loss' step its next [TIMING] line belongs to
+    last_step: dict[int, int] = {}
+    repeats = 0  # 'Step N: Loss' lines that repeat their rank's last N: unlabelled ranks
     for i, line, ended in log_lines(path):
         if not ended:
             if _recognised(line):
@@ -403,7 +405,9 @@ def read(path: Path, timing: str = "auto") -> ParsedLog:
             _checked(seg, path, i)
             _scenario_line(seg, where, log)
             if m := STEP.search(seg):
-                pending[_rank_of(seg, default_rank)] = int(m.group(1))
+                r = _rank_of(seg, default_rank)
+                repeats += last_step.get(r) == int(m.group(1))
+                pending[r] = last_step[r] = int(m.group(1))
             elif (t := parse_timing(seg, path, i)) is not None and any(math.isfinite(v) for v in t.phases()):
                 rank = default_rank if t.rank is None else t.rank
                 left = _timing_line(t, seg, where, pending.pop(rank, None), pts, counters, default_rank, log)
@@ -412,6 +416,12 @@ def read(path: Path, timing: str = "auto") -> ParsedLog:
             else:
                 _other_line(seg, where, log)
     _windows(log, pts, timing, default_rank)
+    if repeats:
+        log.skipped.append(
+            f"{path}: {repeats} 'Step N: Loss' lines repeat the step before them with no rank label: several "
+            "ranks print here unlabelled and their [TIMING] lines were read as one rank's (a straggler "
+            "cannot show); run with `mpiexec --label` / `srun --label` (or torchrun's [rankN]: prefix)"
+        )
     return log
 
 

@@ -32,3 +32,15 @@ def test_analyze_names_the_slow_data_rank_and_its_loader():
     assert tuple(ev.ranks) == (1,) and "data loader" in ev.message
     # the others wait in backward what rank 1 spends more in data: 1.88 s vs 1.00 s (generator)
     assert "wait least in backward (1.00 s vs 1.88 s" in ev.message
+
+
+def test_the_same_log_without_labels_says_its_ranks_were_merged(tmp_path):
+    """Without the `N: ` labels four ranks' lines cannot be told apart: the reader says so rather
+    than let a merged series read as one healthy rank."""
+    path = tmp_path / "train.log"
+    path.write_text("".join(line.split(": ", 1)[1] for line in FIXTURE.read_text().splitlines(keepends=True)))
+    log = prism.read(path)
+    assert {r.rank for r in log.records} == {0}
+    (note,) = log.skipped
+    assert "no rank label" in note and "--label" in note
+    assert prism.read(FIXTURE).skipped == []
