@@ -83,6 +83,17 @@ class RuleFacts:
     """A config's offloaded states fit its nodes' host memory (doctor --config)."""
     micro_batch_fits: bool | None = None
     """The plan says a config's micro-batch fits its strategy (doctor --config)."""
+    launch_spans_job_nodes: bool | None = None
+    """A multi-node job's launch reaches every node: srun / mpiexec, or a launch helper told
+    --nnodes (diagnose/job_checks.py); a bare torchrun runs on the first node only."""
+    hardcodes_cuda: bool | None = None
+    """A script fixes backend='nccl' or a 'cuda' device with no branch choosing another."""
+    srun_gets_cpus_per_task: bool | None = None
+    """An #SBATCH --cpus-per-task reaches srun's tasks (srun -c, or SRUN_CPUS_PER_TASK)."""
+    binds_cpus: bool | None = None
+    """An mpiexec launch passes --cpu-bind."""
+    ds_batch_holds: bool | None = None
+    """A DeepSpeed config's train_batch_size = micro-batch x accumulation x ranks can hold."""
 
     def known(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -170,7 +170,7 @@ def test_every_format_results_import_reads_analyze_reads_or_says_why():
         "monitor/good": (0, 1),
         "prism/train.log": (0, 1),
         "prism_perf/perf.jsonl": (0, 1),
-        "torchtitan/train.log": (2, "no per-rank phase times"),
+        "torchtitan/train.log": (0, 1),  # issue 36: judged from rank 0's windows
         "all_reduce_perf_1x8_a100_oci.out": (2, "not a training log"),
         "oneccl_allreduce_2x12_aurora.log": (2, "not a training log"),
     }

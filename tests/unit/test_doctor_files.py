@@ -54,6 +54,9 @@ def test_fixture_yields_exactly_its_findings(kind, name, spec):
 
 def test_every_doctor_rule_has_a_bad_fixture():
     fired = {rule for _, _, spec in CASES for rule in spec["expect"]}
+    # the public projects' files and the mistakes derived from them (issue 36)
+    official = tomllib.loads((FIXTURES / "official" / "expected.toml").read_text())
+    fired |= {rule for group in ("official", "bad") for spec in official[group].values() for rule in spec["expect"]}
     # the framework-config rules' bad configs are in tests/cli/test_framework_configs_cli.py
     config_rules = {
         "zero3-persistence-keeps-params-gathered",

@@ -8,6 +8,9 @@ import pytest
 
 from prism_strategy.diagnose.doctor import DoctorRequest, diagnose
 
+NO_BIND = "launcher-no-cpu-bind-xpu"
+"""mpiexec without --cpu-bind on Aurora (a warning these launchers, written for another rule, all get)."""
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "scripts"
 LAUNCH = "#!/bin/bash\n{exports}mpiexec -n 24 -ppn 12 python3 train.py\n"
 
@@ -113,7 +116,8 @@ def test_a_compile_the_launcher_switches_off_does_not_hide_a_later_one(tmp_path)
         "        model = torch.compile(model)\n    return FSDP(torch.compile(model), auto_wrap_policy=policy)\n"
     )
     launcher = _launcher(tmp_path, TORCH_COMPILE="0")
-    [f] = diagnose(DoctorRequest(scripts=(script,), launchers=(launcher,), platform="aurora", nodes=2)).findings
+    found = diagnose(DoctorRequest(scripts=(script,), launchers=(launcher,), platform="aurora", nodes=2)).findings
+    [f] = [f for f in found if f.rule != NO_BIND]
     assert (f.rule, f.severity, f.line) == ("xpu-multinode-compile-deadlocked-stack", "error", 7)
 
 

@@ -90,6 +90,12 @@ SITUATIONS: dict[str, tuple[dict, dict]] = {
     ),
     "config-micro-batch-does-not-fit": (dict(micro_batch_fits=False), dict(micro_batch_fits=True)),
     "offload-exceeds-host-memory": (dict(offload_fits_host_memory=False), dict(offload_fits_host_memory=True)),
+    # issue 36: official launchers and the misses (Slurm sbatch/srun(1), torch run.py, DeepSpeed config)
+    "launcher-one-node-of-many": (dict(launch_spans_job_nodes=False), dict(launch_spans_job_nodes=True)),
+    "script-hardcodes-cuda": (dict(device="xpu", hardcodes_cuda=True), dict(device="cuda")),
+    "srun-cpus-per-task-not-inherited": (dict(srun_gets_cpus_per_task=False), dict(srun_gets_cpus_per_task=True)),
+    "launcher-no-cpu-bind-xpu": (dict(device="xpu", binds_cpus=False), dict(binds_cpus=True)),
+    "ds-batch-does-not-hold": (dict(ds_batch_holds=False), dict(ds_batch_holds=True)),
 }
 
 # A run that follows every rule: 2 Aurora nodes, FSDP2 per block, eager, PRISM's launcher.
@@ -128,6 +134,11 @@ HEALTHY = dict(
     backend_is_library_name=False,
     visible_devices_under_gpu_bind=False,
     net_plugin_on_path=True,
+    launch_spans_job_nodes=True,
+    hardcodes_cuda=False,
+    srun_gets_cpus_per_task=True,
+    binds_cpus=True,
+    ds_batch_holds=True,
 )
 
 

@@ -28,7 +28,7 @@ def analyze(
             "--format",
             help="Read only this format (default: every "
             "file a reader recognises): stepmonitor, prism-perf.jsonl, "
-            "prism-log, torchtitan-log, hang-report",
+            "prism-log, torchtitan-log, hf-trainer-log, hang-report",
         ),
     ] = None,
     runs: Annotated[
@@ -117,7 +117,9 @@ def emit(
         ),
     ] = None,
     job_name: Annotated[str, typer.Option(help="Job name")] = "prism",
-    script: Annotated[str, typer.Option(help="Training script each rank runs")] = "train.py",
+    script: Annotated[
+        str, typer.Option(help="Training script each rank runs (--format torchtitan: torchtitan's entry point)")
+    ] = "train.py",
     script_args: Annotated[Optional[list[str]], typer.Argument(help="Script arguments, after --")] = None,
     force: Annotated[
         bool,
@@ -136,11 +138,12 @@ def emit(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable summary")] = False,
 ) -> None:
     """Write env.sh, the launcher (PBS or Slurm), torchrun.sh, strategy.toml and ds_config.json."""
-    from prism_strategy.emit.frameworks import framework_file, write_with
+    from prism_strategy.emit.frameworks import entry_script, framework_file, write_with
     from prism_strategy.emit.from_plan import emit_request
     from prism_strategy.report.findings import show_emit
 
     extra = None if framework is None else framework_file(from_plan, framework, strategy)
+    script, args = entry_script(extra, framework, out, script, tuple(script_args or ()))
     req, _ = emit_request(
         from_plan=from_plan,
         strategy=extra.strategy if extra else strategy,
@@ -163,7 +166,7 @@ def emit(
         filesystems=filesystems,
         job_name=job_name,
         script=script,
-        script_args=tuple(script_args or ()),
+        script_args=args,
     )
     show_emit(*write_with(req, out, extra, force=force), json_out=json_out)
 

@@ -81,7 +81,9 @@ def results_import(
         Optional[int], Opt(help="Micro-steps per optimizer step (default: the log's, else 1)")
     ] = None,
     seq_len: Annotated[Optional[int], Opt(help="Text tokens per sample (max length)")] = None,
-    ckpt_freq: Annotated[Optional[int], Opt(help="Activation checkpointing every k-th block; 0 = none")] = None,
+    ckpt_freq: Annotated[
+        Optional[str], Opt(help="Activation checkpointing: k (every k-th block, 0 = none) or sac (selective)")
+    ] = None,
     precision: Annotated[Optional[str], Opt(help="bf16-mixed | bf16-pure | fp32")] = None,
     timing: Annotated[
         str,
@@ -95,7 +97,7 @@ def results_import(
         Opt(
             "--format",
             help="Read PATH as this format (default: detected): "
-            "stepmonitor, prism-perf.jsonl, prism-log, torchtitan-log; or "
+            "stepmonitor, prism-perf.jsonl, prism-log, torchtitan-log, hf-trainer-log; or "
             "nccl-tests | oneccl-benchmark, a collective benchmark's output "
             "(needs --platform; --nodes when the log names no hosts)",
         ),

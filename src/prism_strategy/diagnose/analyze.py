@@ -28,12 +28,13 @@ import numpy as np
 from prism_strategy.analysis.detect import DetectConfig, Series, detect_all, summarize
 from prism_strategy.analysis.forensics import analyze_forensics
 from prism_strategy.diagnose.logs import RunLog, load_run
+from prism_strategy.diagnose.window_verdict import healthy_message, window_events
 from prism_strategy.readers.steps import Event
 
 __all__ = ["Verdict", "Event", "RankSummary", "analyze", "analyze_run", "load_run"]
 
-VerdictKind = Literal["collapse", "straggler", "hang", "incomplete", "input_skew", "healthy"]
-PRECEDENCE: tuple[str, ...] = ("hang", "incomplete", "collapse", "straggler", "input_skew")
+VerdictKind = Literal["collapse", "slowdown", "straggler", "hang", "incomplete", "input_skew", "healthy"]
+PRECEDENCE: tuple[str, ...] = ("hang", "incomplete", "collapse", "slowdown", "straggler", "input_skew")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +211,8 @@ def _healthy_message(series: Series | None, skip: int) -> str:
 def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
     cfg = config or DetectConfig()
     series = Series.from_records(run.records) if run.records else None
-    found = detect_all(series, cfg) if series is not None else []
-    extra = _recorded_extra(run, found)
+    found = detect_all(series, cfg) if series is not None else window_events(run.windows, cfg)
+    extra = _recorded_extra(run, found) + [e for e in run.events if e.kind == "incomplete" and e.source == "log"]
     if not any(e.kind == "hang" for e in extra):
         extra += [e for e in (_incomplete_event(run),) if e is not None]
     events = [_with_host_facts(e, run) for e in extra + found]
@@ -224,7 +225,8 @@ def analyze_run(run: RunLog, config: DetectConfig | None = None) -> Verdict:
         kind: VerdictKind = top.kind
     else:
         kind = "healthy"
-        evidence = {"message": _healthy_message(series, cfg.warmup_skip), **base}
+        healthy = _healthy_message(series, cfg.warmup_skip) if series is not None or not run.windows else None
+        evidence = {"message": healthy or healthy_message(run.windows), **base}
     evidence["run"] = base
     forensics = _forensics(run, events)
     return Verdict(

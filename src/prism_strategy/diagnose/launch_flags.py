@@ -84,6 +84,30 @@ def _args_attr(node: ast.expr | None) -> str | None:
     return node.attr if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) else None
 
 
+def _flag_tested(test: ast.expr) -> str | None:
+    """`args.x` or `getattr(args, "x", ...)` as an `if` test: the flag's dest."""
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "getattr":
+        name = test.args[1] if len(test.args) > 1 else None
+        return name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else None
+    return _args_attr(test)
+
+
+def off_by_flag(s, call, ctx: Context) -> str | None:
+    """The note for a call that runs only under an `if` on an argparse flag that is off by
+    default (store_true) and that no launcher given passes; None otherwise."""
+    flags = argparse_flags(s.calls)
+    launches = [x for x in ctx.script_argv if x[0] == s.path.name]
+    for test, side in call.conds:
+        flag = flags.get(_flag_tested(test) or "")
+        if flag is None or not side or flag.action != "store_true" or flag.default:
+            continue
+        if not any(flag_value(flag, argv) for _, argv, _, _ in launches):
+            return (
+                f"only when the script is run with {flag.options[0]} (off by default, and no launcher given passes it)"
+            )
+    return None
+
+
 def check_ddp_flags(s, ctx: Context) -> list[Finding]:
     """DDP keywords read from argparse flags, as each launch of this script passes them."""
     flags = argparse_flags(s.calls)

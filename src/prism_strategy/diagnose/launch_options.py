@@ -126,11 +126,18 @@ def _resolve_int(raw: str, outer: list[Event], before: int) -> int | None:
 
 
 def directives(text: str) -> dict[str, int]:
+    """Counts the #PBS / #SBATCH lines ask for: nodes, ranks_per_node (tasks per node), tasks,
+    devices_per_task / devices_per_node (the GPUs Slurm allocates), cpus_per_task."""
     out = {}
     for pat, key in (
         (r"^#PBS\s+-l\s+.*\bselect=(\d+)", "nodes"),
-        (r"^#SBATCH\s+(?:--nodes[= ]|-N\s*)(\d+)\s*$", "nodes"),
+        (r"^#SBATCH\s+(?:--nodes[= ]|-N\s*)(\d+)\s*(?:#.*)?$", "nodes"),
         (r"^#SBATCH\s+--ntasks-per-node[= ](\d+)", "ranks_per_node"),
+        (r"^#SBATCH\s+(?:--ntasks[= ]|-n\s*)(\d+)\b", "tasks"),
+        (r"^#SBATCH\s+--gpus-per-task[= ](?:\w+:)?(\d+)\b", "devices_per_task"),
+        (r"^#SBATCH\s+--gpus-per-node[= ](?:\w+:)?(\d+)\b", "devices_per_node"),
+        (r"^#SBATCH\s+--gres[= ](?:gpu|xpu)(?::\w+)?:(\d+)\b", "devices_per_node"),
+        (r"^#SBATCH\s+(?:--cpus-per-task[= ]|-c\s*)(\d+)\b", "cpus_per_task"),
     ):
         m = re.search(pat, text, re.M)
         if m:

@@ -20,6 +20,7 @@ from prism_strategy.diagnose.ccl_scale_checks import check_ccl_at_scale
 from prism_strategy.diagnose.config_checks import DsConfigFile, StrategyTomlFile
 from prism_strategy.diagnose.findings import Context, Finding, check_observed, parse_header
 from prism_strategy.diagnose.injection_checks import check_injection
+from prism_strategy.diagnose.job_checks import check_job_launch
 from prism_strategy.diagnose.launch_flags import script_argv
 from prism_strategy.diagnose.launch_options import (
     Event,
@@ -37,6 +38,7 @@ from prism_strategy.diagnose.rocm_checks import check_rocm_launch
 from prism_strategy.diagnose.shell_eval import MPI_LAUNCHERS, main_launch, read_events
 from prism_strategy.diagnose.shell_syntax import Binding
 from prism_strategy.diagnose.site_checks import PbsDirectives, check_site
+from prism_strategy.diagnose.spawners import Spawn, spawned
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.libraries import device_of_variable
 
@@ -98,16 +100,56 @@ class LauncherFile:
         total, rpn = option_int(self.launch, ("-n", "-np"), self.outer) if self.launch else None, self.ranks_per_node()
         return n or (total // rpn if total and rpn and total % rpn == 0 else None)
 
-    def ranks_per_node(self) -> int | None:
+    def tasks_per_node(self) -> int | None:
+        """Processes the launch command itself starts per node (-ppn, --ntasks-per-node, ...)."""
         if self.launch is not None:
             rpn = option_int(
                 self.launch,
-                ("-ppn", "--ppn", "-npernode", "--ntasks-per-node", "--nproc-per-node", "--nproc_per_node"),
+                ("-ppn", "--ppn", "-npernode", "--ntasks-per-node"),
                 self.outer,
             )
             if rpn:
                 return rpn
-        return self.directives.get("ranks_per_node")
+        d = self.directives
+        if "ranks_per_node" in d:
+            return d["ranks_per_node"]
+        return d["tasks"] // d["nodes"] if d.get("tasks") and d.get("nodes") and d["tasks"] % d["nodes"] == 0 else None
+
+    def spawn(self) -> Spawn | None:
+        """The launch helper the launch runs (torchrun, accelerate launch, deepspeed), if any."""
+        if self.launch is None:
+            return None
+        nodes = self.directives.get("nodes") or (int(n) if (n := self.header.get("nodes", "")).isdigit() else None)
+        return spawned(self.launch, self.outer, nodes)
+
+    def ranks_per_node(self) -> int | None:
+        """Training ranks per node: the launch's tasks, times what a launch helper spawns in each
+        (diagnose/spawners.py); None when a helper's count is not on the command line, or when
+        there is no launch the doctor can follow."""
+        if self.launch is None:
+            return None
+        sp = self.spawn()
+        if sp is None:
+            return self.tasks_per_node()
+        if sp.one_per_device:
+            return None
+        if self.launch.name not in MPI_LAUNCHERS:
+            return sp.per_node
+        tasks = (
+            self.tasks_per_node()
+            if self.launch.name == "srun"
+            else option_int(self.launch, ("-ppn", "--ppn", "-npernode"), self.outer)
+        )
+        return tasks * sp.per_node if tasks and sp.per_node else None
+
+    def devices_allocated(self) -> int | None:
+        """Devices per node the Slurm job asks for (--gpus-per-task x tasks, --gpus-per-node,
+        --gres=gpu:N); None: the whole node (PBS, or no GPU request)."""
+        d = self.directives
+        if "devices_per_node" in d:
+            return d["devices_per_node"]
+        tasks = d.get("ranks_per_node") or (d["tasks"] // d["nodes"] if d.get("tasks") and d.get("nodes") else None)
+        return d["devices_per_task"] * tasks if "devices_per_task" in d and tasks else None
 
     def _deepspeed_line(self) -> int | None:
         for e in self.timeline:
@@ -133,6 +175,7 @@ class LauncherFile:
             + check_ccl_at_scale(self, ctx)
             + check_rocm_launch(self, ctx)
             + check_injection(self, ctx)
+            + check_job_launch(self, ctx)
         )
         return [on_branch(f, self.timeline) for f in out]
 
@@ -149,15 +192,26 @@ class LauncherFile:
         return before + passed + (self.per_rank or [])
 
     def _check_ranks_per_node(self, ctx: Context) -> list[Finding]:
-        """One rank per device; a job that fits on one node with fewer ranks (a single tile, a
-        small test) is legitimate: an info line."""
+        """One rank per device the job holds; a job that asks Slurm for fewer devices than the
+        node has (--gpus-per-task=1), or fits on one node with fewer ranks, is legitimate: info."""
         rpn = self.ranks_per_node()
         if ctx.platform is None or rpn is None:
             return []
         want = ctx.platform.hardware.devices_per_node
+        held = self.devices_allocated()
         line = self.launch.line if self.launch else 1
         file = self.launch.file if self.launch else str(self.path)
         detail = f"{rpn} ranks per node, {ctx.platform.name} has {want} devices per node"
+        if held is not None and held < want:
+            asked = f"{rpn} ranks per node on the {held} devices per node the job asks Slurm for"
+            found = check_observed({"ranks_per_node_matches": rpn == held}, ctx, file=file, line=line, detail=asked)
+            if rpn != held:
+                return found
+            found = check_observed({"ranks_per_node_matches": False}, ctx, file=file, line=line, detail=detail)
+            return [
+                replace(f, severity="info", message=f"{asked} ({ctx.platform.name} has {want}): {ASKS_FEWER}")
+                for f in found
+            ]
         found = check_observed({"ranks_per_node_matches": rpn == want}, ctx, file=file, line=line, detail=detail)
         if rpn < want and (self.nodes() or ctx.nodes) == 1:
             return [
@@ -224,6 +278,9 @@ class LauncherFile:
             {"compile": True}, ctx, file=str(self.path), line=line, detail="the launch passes a torch.compile flag"
         )
 
+
+ASKS_FEWER = "the job holds only these devices (the rest go to other jobs): one rank per device it holds"
+"""A Slurm job that asks for fewer devices than the node has and runs one rank on each."""
 
 SMALL_RUN = "fine for a deliberate small or single-device run; the other devices sit idle"
 """A single-node job with fewer ranks than devices: what the doctor says instead of the rule's reason."""

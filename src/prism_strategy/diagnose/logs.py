@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from prism_strategy.readers import collective_format, read_file, reader_for, step_monitor
 from prism_strategy.readers.steps import Event, StepTimes
-from prism_strategy.readers.training_log import ParsedLog
+from prism_strategy.readers.training_log import ParsedLog, Window
 from prism_strategy.specs.errors import SpecError
 
 MAX_FILES = 20_000
@@ -39,6 +39,8 @@ class RunLog:
     skipped: list[str] = field(default_factory=list)
     forensics: list[dict[str, Any]] = field(default_factory=list)
     """The collapse capture's per-step records (StepMonitor folders only)."""
+    windows: list[Window] = field(default_factory=list)
+    """One rank's logged windows, from a log with no per-rank step records (torchtitan)."""
 
     def add(self, log: ParsedLog) -> None:
         self.records += log.records
@@ -98,6 +100,9 @@ def load_run(paths: Iterable[str | Path], fmt: str | None = None) -> RunLog:
                 one = read_file(reader, f)
                 log.add(one)
                 if not one.records and getattr(reader, "NO_STEP_RECORDS", None):
+                    if one.windows:
+                        log.windows += one.windows
+                        log.sources += [str(f)] if str(f) not in log.sources else []
                     why_not.append(f"{f}: a {reader.FORMAT} has {reader.NO_STEP_RECORDS}")
             elif f == path and (kind := collective_format(f)) is not None:
                 why_not.append(
@@ -107,7 +112,7 @@ def load_run(paths: Iterable[str | Path], fmt: str | None = None) -> RunLog:
             if reader is step_monitor:
                 log.forensics += step_monitor.read_forensics(f)
     _drop_stale_hang_reports(log)
-    if not log.records and not log.hang_reports and not log.meta:
+    if not log.records and not log.hang_reports and not log.meta and not log.windows:
         if why_not:
             raise SpecError(why_not[0])
         where = ", ".join(map(str, paths))

@@ -13,8 +13,9 @@ import ast
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from prism_strategy.diagnose.device_checks import check_device
 from prism_strategy.diagnose.findings import Context, Finding, check_observed
-from prism_strategy.diagnose.launch_flags import script_launch_checks
+from prism_strategy.diagnose.launch_flags import off_by_flag, script_launch_checks
 from prism_strategy.diagnose.rocm_checks import check_backend_name
 from prism_strategy.inputs.py_values import Alt, Symbol, Values
 from prism_strategy.inputs.script_file import DDP_CALLS, FSDP1_CALLS, ScriptFile
@@ -22,6 +23,7 @@ from prism_strategy.inputs.script_file import read_script as read_file
 from prism_strategy.inputs.script_reader import Call
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.libraries import libraries
+from prism_strategy.strategies import FSDP1_SHARDING
 
 _MESH = {"init_device_mesh", "DeviceMesh"}
 _CTORS = {"ones", "zeros", "empty", "rand", "randn", "full", "tensor"}
@@ -65,20 +67,26 @@ class ScriptChecks:
             _root_only_wrap,
             check_backend_name,
             script_launch_checks,
+            check_device,
         ):
             for f in check(self.s, ctx):
-                switched = self._switched(f, vals)
+                switched = self._switched(f, vals, ctx)
                 if switched is not None:
                     out.append(switched)
         return out
 
-    def _switched(self, f: Finding, vals: Values) -> Finding | None:
+    def _switched(self, f: Finding, vals: Values, ctx: Context) -> Finding | None:
         """A finding on a call under `if` tests that an environment variable decides: dropped
         when the test fails, noted when it holds, a warning when it holds only if the job sets
         the variable. Tests nothing decides (a parameter, args.x) leave the finding as it was."""
         call = next((c for c in self.s.calls if c.line == f.line and c.conds), None)
         if call is None:
             return f
+        gated = off_by_flag(self.s, call, ctx)
+        if gated is not None:
+            f = replace(
+                f, severity="warning" if f.severity == "error" else f.severity, message=f"{f.message} [{gated}]"
+            )
         d = vals.conditions(call.conds, call.scope, call.line)
         if d.taken is False:
             return None
@@ -245,9 +253,25 @@ def _root_only_wrap(s: ScriptFile, ctx: Context) -> list[Finding]:
         out += check_observed(
             _ROOT_ONLY, ctx, **s.where(fsdp2[0], "fully_shard() is applied once, to the root module only")
         )
-    if len(fsdp1) == 1:
-        out += _root_only_fsdp1(s, fsdp1[0], ctx)
+    for call in fsdp1:  # PRISM's distributed.py wraps in two places: FSDP and HSDP
+        out += _root_only_fsdp1(s, call, ctx)
     return out
+
+
+def _on_strategy(paths: list[Alt], ctx: Context) -> list[Alt]:
+    """With --strategy, the paths whose sharding_strategy is that strategy (strategies.FSDP1_SHARDING),
+    when any is; a call none of whose known paths runs it (an FSDP call under --strategy hsdp_*) has none."""
+    if ctx.strategy is None:
+        return paths
+    named = [(a, FSDP1_SHARDING.get(_sharding_name(a.value.get("sharding_strategy")) or "")) for a in paths]
+    mine = [a for a, n in named if n == ctx.strategy.name]
+    if mine:
+        return mine
+    return [a for a, n in named if n is None]
+
+
+def _sharding_name(v: object) -> str | None:
+    return v.name.rsplit(".", 1)[-1] if isinstance(v, Symbol) else None
 
 
 def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
@@ -258,6 +282,7 @@ def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
         for a in s.call_kwargs(call, s.values(ctx.launcher_env))
         if isinstance(a.value, dict) and a.value.get("auto_wrap_policy") is None
     ]
+    paths = _on_strategy(paths, ctx)
     if not paths:
         return []
     root = next((a for a in paths if a.by_default), paths[0])

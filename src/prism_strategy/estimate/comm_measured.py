@@ -116,4 +116,7 @@ def describe(m: Match, ranks: int, nodes: int) -> str:
             f"{head}; carried to {nodes}x{ranks // nodes} ranks by the ring form (per-hop latency x hops, "
             "bus bandwidth x bus factor)"
         )
+    if m.how == "extrapolated":
+        lo, hi = c.points[0][0], c.points[-1][0]
+        return f"{head}; this size extrapolated beyond the measured {lo:,.0f}-{hi:,.0f} B by the ring form fit"
     return head + ("" if len(c.points) == 1 else "; other sizes interpolated")

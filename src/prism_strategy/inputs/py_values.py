@@ -16,7 +16,9 @@ from typing import Any
 
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN"})()
 MAX_ALTS = 8
-MAX_DEPTH = 8
+MAX_DEPTH = 12
+"""Nested evaluations (a name, its value, the tests above it); 12 follows a kwargs dict built
+and then given an item (kw = dict(...); kw["k"] = v) down to the environment default deciding it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,8 @@ class Values:
             return self._combine(node.elts, scope, line, lambda *v: tuple(v))
         if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) for k in node.keys):
             return self._dict([(k.value, v) for k, v in zip(node.keys, node.values)], scope, line)
+        if isinstance(node, ast.Dict) and all(k is None or isinstance(k, ast.Constant) for k in node.keys):
+            return self._combine(node.values, scope, line, lambda *vs: _merged(node.keys, vs), keep_unknown=True)
         if isinstance(node, ast.Subscript):
             return self._subscript(node, scope, line)
         return [Alt(UNKNOWN)]
@@ -261,6 +265,19 @@ class Values:
             except (TypeError, ValueError, AttributeError):
                 out.append(Alt(UNKNOWN))
         return out
+
+
+def _merged(keys: list[ast.expr | None], values: tuple[Any, ...]) -> Any:
+    """{**a, "k": v}: UNKNOWN when a spread value is not a dict the doctor read."""
+    out: dict[Any, Any] = {}
+    for k, v in zip(keys, values):
+        if k is None and not isinstance(v, dict):
+            return UNKNOWN
+        if k is None:
+            out.update(v)
+        else:
+            out[k.value] = v
+    return out
 
 
 def _compare(op: ast.cmpop, a: Any, b: Any) -> Any:

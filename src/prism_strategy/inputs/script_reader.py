@@ -101,10 +101,35 @@ class Collector(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
+            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and isinstance(t.slice, ast.Constant):
+                self._bind_item(t.value.id, t.slice, node)
+                continue
             for n in ast.walk(t):
                 if isinstance(n, ast.Name):
                     self.bind(n.id, node.lineno, node.value if n is t else None)
         self.generic_visit(node)
+
+    def _bind_item(self, name: str, key: ast.Constant, node: ast.Assign) -> None:
+        """`kw["k"] = v` as kw = {**kw, "k": v}. Under `if v is not None:` the test is dropped: a
+        keyword passed as None is the keyword absent for the calls this reads (FSDP's
+        auto_wrap_policy=None), and the value keeps its own branches (PRISM's distributed.py)."""
+        conds = list(self.conds)
+        test = conds[-1][0] if conds and conds[-1][1] else None
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(node.value, ast.Name)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == node.value.id
+            and isinstance(test.ops[0], ast.IsNot)
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value is None
+        ):
+            conds.pop()
+        merged = ast.Dict(keys=[None, key], values=[ast.Name(id=name, ctx=ast.Load()), node.value])
+        ast.copy_location(merged, node)
+        self.assigns.setdefault((self.scope, name), []).append(
+            Assignment(line=node.lineno, value=merged, conds=tuple(conds))
+        )
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if isinstance(node.target, ast.Name) and node.value is not None:

@@ -2,7 +2,8 @@
 
 Training logs (`READERS`), shared by `analyze` and `results import`: StepMonitor rank files
 (`step_monitor`), PRISM's perf.jsonl and per-step JSONL (`prism_perf`), text logs with [TIMING]
-lines (`prism`), torchtitan's metrics logs (`torchtitan`) and the watchdog's hang report
+lines (`prism`), torchtitan's metrics logs (`torchtitan`), Hugging Face Trainer logs
+(`hf_trainer`) and the watchdog's hang report
 (`hang_report`); each returns a `training_log.ParsedLog` (windows for import, per-rank step
 records for analyze). Without --format the first reader in `READERS` whose `looks_like` says yes
 reads a file; with it, the named one does. Collective benchmarks (`COLLECTIVE_FORMATS`: nccl-tests,
@@ -20,6 +21,7 @@ from typing import Any
 
 from prism_strategy.readers import (
     hang_report,
+    hf_trainer,
     nccl_tests,
     oneccl_benchmark,
     prism,
@@ -31,13 +33,13 @@ from prism_strategy.readers.collective_log import CollectiveLog, Sample
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
 
-READERS: tuple[ModuleType, ...] = (step_monitor, prism_perf, prism, torchtitan, hang_report)
+READERS: tuple[ModuleType, ...] = (step_monitor, prism_perf, prism, torchtitan, hf_trainer, hang_report)
 """Tried in this order; the JSONL readers tell theirs apart by the first line's keys."""
 FORMATS = {r.FORMAT: r for r in READERS}
 COLLECTIVE_FORMATS = {"nccl-tests": nccl_tests, "oneccl-benchmark": oneccl_benchmark}
 KNOWN = (
-    "a StepMonitor folder (rank*.jsonl), PRISM perf.jsonl, a log with [TIMING] lines, a torchtitan log "
-    "or a hang_report.json"
+    "a StepMonitor folder (rank*.jsonl), PRISM perf.jsonl, a log with [TIMING] lines, a torchtitan log, "
+    "a Hugging Face Trainer log or a hang_report.json"
 )
 
 __all__ = [

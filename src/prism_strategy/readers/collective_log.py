@@ -36,6 +36,9 @@ class CollectiveLog:
     hosts: tuple[str, ...] = ()
     samples: list[Sample] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    buffers: str = "device"
+    """Where the buffers lived: "device", or "host" (oneCCL's backend host / USM host memory):
+    a host-buffer curve is its own, never a device collective's (bench/results/curves.py)."""
 
 
 def text_lines(path: Path) -> Iterator[tuple[int, str, bool]]:

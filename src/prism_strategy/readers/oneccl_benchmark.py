@@ -20,7 +20,9 @@ t_avg is the mean over ranks (print_timings), the time taken here, as nccl-tests
 #bytes = elem_count x dtype size x buf_count, per rank: for allgather(v) the send buffer, so the
 gathered payload (census convention) is #bytes x processes; reduce_scatter's elem_count is the
 unscattered send count (cpu_reduce_scatter_coll.hpp: recv = elem_count / comm size): as is.
-Refused, because the times would not be one collective's: several collectives benchmarked
+Host buffers (backend host, sycl_dev_type cpu, sycl_usm_type host) mark the log `buffers = "host"`:
+stored as its own curve, never priced as the device's collective. Refused, because the times
+would not be one collective's: several collectives benchmarked
 together (their times are summed), buf_count > 1 (buffers in flight at once), several tables.
 """
 
@@ -42,7 +44,10 @@ OPS = {
     "broadcast": "broadcast",
 }
 NEEDED = ("#bytes", "#repetitions", "t_min[usec]", "t_max[usec]", "t_avg[usec]", "stddev[%]")
-_KEY = re.compile(r"(?:#\s*)?(#processes|buf_count|datatype|Benchmarking):\s*(.*)")
+_KEY = re.compile(r"(?:#\s*)?(#processes|buf_count|datatype|Benchmarking|backend|sycl_dev_type|sycl_usm_type):\s*(.*)")
+HOST = {"backend": ("host",), "sycl_dev_type": ("cpu", "host"), "sycl_usm_type": ("host",)}
+"""Options under which the benchmark's buffers are host memory (benchmark.hpp print_user_options):
+the host backend, a CPU SYCL device, or USM host allocations."""
 
 
 def looks_like(path: Path) -> bool:
@@ -69,6 +74,8 @@ def _settings(log: CollectiveLog, key: str, value: str, where: str) -> None:
         )
     elif key == "datatype":
         log.dtype = value.strip()
+    elif key in HOST and value.strip() in HOST[key]:
+        log.buffers = "host"
 
 
 def read(path: Path) -> CollectiveLog:

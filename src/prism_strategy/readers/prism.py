@@ -97,7 +97,9 @@ FIELD = re.compile(rf"\b{_KEYS}\s*[:=]?\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(
 NAMED = re.compile(rf"\b{_KEYS}\b(?=\s*[:=]|\s*[?.\d])", re.IGNORECASE)
 """A phase named as a field (a separator or a number-like token after it), not in prose ("data loader")."""
 INDEX = re.compile(r"\b(?:step|iter|iteration)\s*[:=#]?\s*(\d+)\b(?!\s*(?:ms|s)\b|\.\d)", re.IGNORECASE)
-RANK = re.compile(r"\[(?:rank|default)(\d+)\]|\brank\s*[:=]?\s*(\d+)", re.IGNORECASE)
+RANK = re.compile(r"\[(?:rank|default)(\d+)\]|\brank\s*[:=]?\s*(\d+)|^\s*(\d+):\s", re.IGNORECASE)
+"""[rankN] (torchrun), rank N, or the `N: ` label `srun --label` and Aurora's `mpiexec --label` put
+before each line of task N (Slurm srun(1) -l; PALS mpiexec --label)."""
 TOKENS = re.compile(r"\b(tokens|tok|seq_len|seq)\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
 NATIVE = re.compile(rf"\[TIMING\] Data: {_F}s \| Fwd: {_F}s \| Bwd: {_F}s \| Opt: {_F}s\s*$")
 PHASE_OF = {
@@ -182,7 +184,7 @@ def parse_timing(line: str, path: Path, i: int) -> Timing | None:
         v = float(m.group(2)) * (1e-3 if (m.group(3) or "").lower() == "ms" else 1.0)
         times[PHASE_OF.get(m.group(1).lower(), "step_s")] = seconds(v)
     rm, im, tm = RANK.search(line), INDEX.search(body), TOKENS.search(body)
-    rank = int(rm.group(1) or rm.group(2)) if rm else None
+    rank = rank_number(rm)
     step = int(im.group(1)) if im else None
     if (rank or 0) >= MAX_INDEX or (step or 0) >= MAX_INDEX:
         return None
@@ -388,6 +390,8 @@ def read(path: Path, timing: str = "auto") -> ParsedLog:
     counters: dict[int, int] = {}
     default_rank = rank_from_path(path) or 0
     pending: dict[int, int] = {}  # per rank: the 'Step N: Loss' step its next [TIMING] line belongs to
+    last_step: dict[int, int] = {}
+    repeats = 0  # 'Step N: Loss' lines that repeat their rank's last N: unlabelled ranks
     for i, line, ended in log_lines(path):
         if not ended:
             if _recognised(line):
@@ -401,7 +405,9 @@ def read(path: Path, timing: str = "auto") -> ParsedLog:
             _checked(seg, path, i)
             _scenario_line(seg, where, log)
             if m := STEP.search(seg):
-                pending[_rank_of(seg, default_rank)] = int(m.group(1))
+                r = _rank_of(seg, default_rank)
+                repeats += last_step.get(r) == int(m.group(1))
+                pending[r] = last_step[r] = int(m.group(1))
             elif (t := parse_timing(seg, path, i)) is not None and any(math.isfinite(v) for v in t.phases()):
                 rank = default_rank if t.rank is None else t.rank
                 left = _timing_line(t, seg, where, pending.pop(rank, None), pts, counters, default_rank, log)
@@ -410,12 +416,23 @@ def read(path: Path, timing: str = "auto") -> ParsedLog:
             else:
                 _other_line(seg, where, log)
     _windows(log, pts, timing, default_rank)
+    if repeats:
+        log.skipped.append(
+            f"{path}: {repeats} 'Step N: Loss' lines repeat the step before them with no rank label: several "
+            "ranks print here unlabelled and their [TIMING] lines were read as one rank's (a straggler "
+            "cannot show); run with `mpiexec --label` / `srun --label` (or torchrun's [rankN]: prefix)"
+        )
     return log
 
 
 def _rank_of(seg: str, default_rank: int) -> int:
-    m = RANK.search(seg)
-    return int(m.group(1) or m.group(2)) if m and int(m.group(1) or m.group(2)) < MAX_INDEX else default_rank
+    r = rank_number(RANK.search(seg))
+    return r if r is not None and r < MAX_INDEX else default_rank
+
+
+def rank_number(m: re.Match[str] | None) -> int | None:
+    """The rank a RANK match names (whichever of its forms matched)."""
+    return int(next(g for g in m.groups() if g)) if m else None
 
 
 def _windows(log: ParsedLog, pts: _Points, timing_mode: str, default_rank: int) -> None:

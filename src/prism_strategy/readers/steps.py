@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-EventKind = Literal["collapse", "straggler", "input_skew", "hang", "incomplete"]
+EventKind = Literal["collapse", "straggler", "input_skew", "hang", "incomplete", "slowdown"]
 PHASES = ("data", "forward", "backward", "optimizer")
 FIELDS = ("step", "data", "forward", "backward", "optimizer", "step_s", "tokens", "cpu_forward", "cpu_local")
 """Column order of one gathered row (what each rank sends every K steps)."""

@@ -12,7 +12,11 @@ device. A window's step time is therefore ``local batch x grad accum x seq len /
 needs the batch and sequence from the log's start line or from flags. Older torchtitan prints
 ``Training starts at step 1, with local batch size B, global batch size G, [gradient
 accumulation steps A,] sequence length S, ...``; newer ones print only the step. No phase
-times: `analyze` gets no step records from it (its windows are for `results import`).
+times: `analyze` judges the windows of rank 0 (diagnose/window_verdict.py), and how the log
+ends: torchtitan's Trainer.train logs ``Training completed`` after the last step
+(torchtitan/trainer.py@b5bcd76); a log without it ended early: at a ``^C`` / KeyboardInterrupt /
+Traceback / scheduler signal line when it has one, else killed or still running (an `incomplete`
+event here, for analyze; `results import` stores the windows either way).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from prism_strategy.readers.log_end import LogEnd
 from prism_strategy.readers.training_log import TEXT_SUFFIXES, ParsedLog, Window, bad_line, head_text, log_lines
 from prism_strategy.specs.errors import SpecError
 
@@ -42,6 +47,11 @@ START = re.compile(
     r"Training starts at step (\d+), with local batch size (\d+), global batch size (\d+)"
     r"(?:, gradient accumulation steps (\d+))?, sequence length (\d+)"
 )
+COMPLETED = "Training completed"
+SIZE = re.compile(r"size: ([\d,]+) total parameters")
+"""torchtitan/trainer.py: `Model NAME FLAVOR size: N total parameters` (every parameter, counted once)."""
+INIT = re.compile(r"Trainer is initialized with .*gradient accumulation steps (\d+), maximum context length (\d+)")
+"""Newer torchtitan's start line (trainer.py@b5bcd76): the accumulation and sequence length as printed."""
 EXPECTED = "'step: N  loss: X  [grad_norm: X]  memory: XGiB(P%)  tps: N  tflops: X  mfu: P%'"
 
 
@@ -56,8 +66,16 @@ def _num(text: str | None) -> float | None:
 def read(path: Path) -> ParsedLog:
     log = ParsedLog(format=FORMAT, files=[path])
     prev_step: int | None = None
+    end = LogEnd(completed_by=COMPLETED, program="torchtitan")
     for i, line, ended in log_lines(path):
         where = f"{path}:{i}"
+        end.see(line, where)
+        if m := SIZE.search(line):
+            log.state("model_params", int(m.group(1).replace(",", "")), where)
+        if m := INIT.search(line):
+            log.state("grad_accum", int(m.group(1)), where)
+            log.state("seq_len", int(m.group(2)), where)
+            continue
         if m := START.search(line):
             local, glob, accum, seq = int(m.group(2)), int(m.group(3)), int(m.group(4) or 1), int(m.group(5))
             log.state("micro_batch", local, where)
@@ -87,6 +105,8 @@ def read(path: Path) -> ParsedLog:
         log.windows.append(Window(last_step=step, steps=steps, where=where, tokens_per_s=tps, extra=extra))
         log.peak("peak_reserved_bytes", float(m.group(4)) * GiB)
         prev_step = step
+    if (ev := end.event(log)) is not None:
+        log.events.append(ev)
     return log
 
 

@@ -20,6 +20,7 @@ STYLE = {
     "input_skew": "bold yellow",
     "straggler": "bold red",
     "collapse": "bold red",
+    "slowdown": "bold red",
     "hang": "bold red",
     "incomplete": "bold red",
 }

@@ -1,6 +1,6 @@
 """Issue 38 item 1: emitted shell is inert by construction. Every file emit writes (launch.pbs,
-launch.slurm, commbench.pbs, commbench.sbatch, bench.pbs, bench.sbatch, bench_torchrun.sh, torchrun.sh, env.sh) is rendered with hostile values
-in every field from every source (flags, a platform file, an env profile file, the plan's model and
+launch.slurm, commbench.pbs, commbench.sbatch, bench.pbs, bench.sbatch, bench_torchrun.sh,
+torchrun.sh, env.sh) is rendered with hostile values in every field from every source (flags, a platform file, an env profile file, the plan's model and
 platform path) and RUN with stub launchers on PATH (`mpiexec`, `srun`, `torchrun`, `python3`,
 `module`, `conda`, `scontrol` record their argv): every payload would create a file named pwned*,
 and none may exist afterwards. Fields with a scheduler grammar (filesystems, queue, walltime,

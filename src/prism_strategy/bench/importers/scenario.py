@@ -19,7 +19,7 @@ from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MODES
 from prism_strategy.specs.presets import load_model, load_platform
-from prism_strategy.specs.training import PRECISIONS
+from prism_strategy.specs.training import PRECISIONS, parse_ckpt
 from prism_strategy.strategies import get_strategy
 
 FIELDS = (
@@ -96,8 +96,16 @@ def _check(s: dict[str, Any]) -> None:
     for name in ("nodes", "micro_batch", "grad_accum", "seq_len"):
         if int(s[name]) < 1:
             raise SpecError(f"{flag(name)} must be >= 1, got {s[name]}")
-    if int(s["ckpt_freq"]) < 0:
-        raise SpecError(f"--ckpt-freq must be >= 0, got {s['ckpt_freq']}")
+    s["ckpt_freq"] = _ckpt(s["ckpt_freq"])
+
+
+def _ckpt(value: Any) -> int | str:
+    """--ckpt-freq as plan reads it (specs/training.parse_ckpt): k or sac; `auto` is a search,
+    and a measured run ran one setting."""
+    k, policy = parse_ckpt(value if isinstance(value, (int, str)) else str(value))
+    if k is None:
+        raise SpecError("--ckpt-freq auto is plan's search; a measured run ran one setting: pass k (0 = none) or sac")
+    return "sac" if policy == "sac" else k
 
 
 def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str, Any], PlatformSpec, dict[str, str]]:
@@ -127,7 +135,27 @@ def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str
             f"{where}: the log does not say {', '.join(missing)}; pass {', '.join(flag(k) for k in missing)}"
         )
     _check(s)
+    _same_model(s, log)
     return _row(s, log, plat, where), plat, origin
+
+
+PARAMS_APART = 0.05
+"""The log's parameter count and --model's may differ by counting conventions (tied embeddings,
+norm weights); more than 5% apart they are different models (issue 36: a 5x-wrong prediction
+stored beside a log whose model did not match)."""
+
+
+def _same_model(s: dict[str, Any], log: ParsedLog) -> None:
+    """The model the log printed (torchtitan: `size: N total parameters`) is --model's; else bad input."""
+    if "model_params" not in log.scenario or s.get("vision") is not None:
+        return
+    said, where = log.scenario["model_params"], log.scenario_where["model_params"]
+    ours = load_model(s["model"]).total_params
+    if abs(ours - said) > PARAMS_APART * said:
+        raise SpecError(
+            f"{where}: the log's model has {said:,} parameters, --model {s['model']} has {ours:,} "
+            f"({ours / said:.2f}x): pass the model the log ran (--model)"
+        )
 
 
 def _row(s: dict[str, Any], log: ParsedLog, plat: PlatformSpec, where: str) -> dict[str, Any]:
@@ -150,7 +178,7 @@ def _row(s: dict[str, Any], log: ParsedLog, plat: PlatformSpec, where: str) -> d
             micro_batch=mb,
             grad_accum=accum,
             global_batch=mb * accum * nproc,
-            ckpt_freq=int(s["ckpt_freq"]),
+            ckpt_freq=s["ckpt_freq"],
             precision=s["precision"],
             **options,
         )

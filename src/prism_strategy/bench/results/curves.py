@@ -153,8 +153,15 @@ def _rows(store: Store, platform: str) -> list[tuple[Any, ...]]:
     return store.read(read, [], table="collective_points")
 
 
-def load_curves(store: Store, platform: str) -> tuple[MeasuredCurve, ...]:
-    """Every stored curve for `platform`: one per (run, op, group shape); repeated sizes averaged."""
+HOST_BUFFERS = " (host buffers)"
+"""The label of a curve measured on host memory (readers: CollectiveLog.buffers): listed with the
+others, never attached to a plan, whose collectives move device buffers."""
+
+
+def load_curves(store: Store, platform: str, *, with_host: bool = False) -> tuple[MeasuredCurve, ...]:
+    """Every stored curve for `platform`: one per (run, op, group shape); repeated sizes averaged.
+    Host-buffer curves (HOST_BUFFERS) only `with_host` (listings): a plan's and a fit's
+    collectives move device buffers."""
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for run_key, fmt, source, op, gr, gn, conc, nbytes, secs, created in _rows(store, platform):
         g = groups.setdefault(
@@ -173,22 +180,26 @@ def load_curves(store: Store, platform: str) -> tuple[MeasuredCurve, ...]:
             points=tuple((b, sum(ts) / len(ts)) for b, ts in sorted(g["sizes"].items())),
         )
         for (_, op, gr, gn, conc), g in groups.items()
+        if with_host or not g["fmt"].endswith(HOST_BUFFERS)
     )
 
 
 def stored_curves(store: Store, platform: str | None = None) -> list[tuple[str, MeasuredCurve]]:
     """(platform, curve) for every stored curve, or one platform's."""
     if platform is not None:
-        return [(platform, c) for c in load_curves(store, platform)]
+        return [(platform, c) for c in load_curves(store, platform, with_host=True)]
 
     def names(con: sqlite3.Connection) -> list[str]:
         return [r[0] for r in con.execute("SELECT DISTINCT platform FROM collective_points ORDER BY platform")]
 
-    return [(p, c) for p in store.read(names, [], table="collective_points") for c in load_curves(store, p)]
+    return [
+        (p, c) for p in store.read(names, [], table="collective_points") for c in load_curves(store, p, with_host=True)
+    ]
 
 
 def curves_for(db: str | Path | None, platform: str) -> tuple[MeasuredCurve, ...]:
-    """The curves `plan --db` attaches (the default store when db is None; none when it is absent)."""
+    """The curves `plan --db` attaches (the default store when db is None; none when it is absent):
+    device-buffer curves only (load_curves)."""
     return load_curves(Store(db), platform)
 
 
@@ -258,19 +269,20 @@ def import_collective_log(
         for s in log.samples
     )
     key = "imported:" + hashlib.sha256(path.read_bytes()).hexdigest()[:32]
+    label = fmt + HOST_BUFFERS if log.buffers == "host" else fmt
     fp = {
         "platform": plat.name,
         "nodes": nodes,
         "ranks_per_node": rpn,
         "backend": plat.backend,
-        "format": fmt,
+        "format": label,
         "hosts": list(log.hosts),
     }
     n, action = write_run(
         store,
         Run(
             run_key=key,
-            format=fmt,
+            format=label,
             platform=plat.name,
             nodes=nodes,
             ranks_per_node=rpn,
@@ -281,7 +293,7 @@ def import_collective_log(
         ),
     )
     return {
-        "format": fmt,
+        "format": label,
         "op": log.op,
         "dtype": log.dtype,
         "platform": plat.name,

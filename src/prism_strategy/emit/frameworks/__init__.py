@@ -71,6 +71,21 @@ def framework_file(plan_path: str | Path | None, fmt: str, strategy: str | None 
     return FrameworkFile(strategy=name, file=FileText(name=file, text=text, description=f"{fmt} config{kept}"))
 
 
+def entry_script(extra: FrameworkFile | None, fmt: str | None, out: str, script: str, args: tuple[str, ...]):
+    """(script, script arguments) each rank runs: a format with its own entry point (torchtitan's
+    `-m torchtitan.train --job.config_file FILE`) replaces the default train.py, with the written
+    file's absolute path and the user's arguments after it; a --script the user named is kept."""
+    entry = getattr(WRITERS.get(fmt or ""), "ENTRY", None)
+    if extra is None or entry is None or script != DEFAULT_SCRIPT:
+        return script, args
+    first, *rest = entry
+    return first, (*rest, str(Path(out).resolve() / extra.file.name), *args)
+
+
+DEFAULT_SCRIPT = "train.py"
+"""emit's --script default."""
+
+
 def write_with(req: Any, out: str, extra: FrameworkFile | None, *, force: bool = False):
     """emit's launcher files with the framework file among them (it replaces a launcher file of its
     name: ds_config.json), written whole or not at all: (emitted, written)."""
@@ -129,4 +144,12 @@ def _choice(data: dict[str, Any], pick: PlanChoice) -> FrameworkChoice:
     )
 
 
-__all__ = ["WRITERS", "FrameworkChoice", "FrameworkFile", "framework_file", "write_with"]
+__all__ = [
+    "DEFAULT_SCRIPT",
+    "WRITERS",
+    "FrameworkChoice",
+    "FrameworkFile",
+    "entry_script",
+    "framework_file",
+    "write_with",
+]

@@ -19,6 +19,10 @@ from prism_strategy.strategies import get_strategy
 if TYPE_CHECKING:
     from prism_strategy.emit.frameworks import FrameworkChoice
 
+ENTRY = ("-m", "torchtitan.train", "--job.config_file")
+"""What each rank runs: torchtitan's entry point with the TOML (torchtitan's run_train.sh:
+`torchrun ... -m torchtitan.train --job.config_file X`), the file's path appended."""
+
 SUPPORTS = ("ddp", "fsdp_full_shard", "fsdp_shard_grad_op", "hsdp_full_shard", "hsdp_shard_grad_op")
 FILE = "torchtitan.toml"
 DEFAULTS = {
