@@ -27,7 +27,7 @@ from prism_strategy.readers import (
     step_monitor,
     torchtitan,
 )
-from prism_strategy.readers.collective_log import CollectiveLog, Sample
+from prism_strategy.readers.collective_log import CollectiveLog, Sample, on_progress
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
 
@@ -51,6 +51,8 @@ __all__ = [
     "read_file",
     "read_run",
     "collective_format",
+    "named",
+    "on_progress",
 ]
 
 
