@@ -63,19 +63,20 @@ def test_gemma_sliding_pattern_is_the_period():
     assert depth.depth_plan(MultimodalSpec(backbone=gemma), t) == [((0, 2, 0), -3.0), ((0, 8, 0), 4.0)]
 
 
-def _both(spec: TransformerSpec, training: TrainingSpec, strategy: str, monkeypatch):
-    model = MultimodalSpec(backbone=spec)
+def _both(spec: TransformerSpec | MultimodalSpec, training: TrainingSpec, strategy: str, monkeypatch):
+    model = spec if isinstance(spec, MultimodalSpec) else MultimodalSpec(backbone=spec)
     assert depth.depth_plan(model, training) is not None
-    built: list[int] = []
+    built: list[tuple[int, int]] = []
     original = traced_model.build_from_spec
 
     def recording(m, t, **kw):
-        built.append(m.backbone.layers)
+        built.append((m.vision.layers if m.vision else 0, m.backbone.layers))
         return original(m, t, **kw)
 
     monkeypatch.setattr(traced_model, "build_from_spec", recording)
     extrapolated = trace_option(model, training, WORLD4, strategy, 2).memory
-    assert max(built) < spec.layers  # the full stack was never built
+    v, dense, sparse = depth.counts(model)
+    assert built and (v, dense + sparse) not in built  # the full stack was never built
     monkeypatch.setattr(depth, "depth_plan", lambda *a: None)
     whole = trace_option(model, training, WORLD4, strategy, 2).memory
     return extrapolated, whole
@@ -99,3 +100,35 @@ def test_extrapolated_trace_equals_the_full_trace(monkeypatch, spec, precision, 
     assert extrapolated.phase == whole.phase
     assert "extrapolated per block" in extrapolated.model and "extrapolated per block" in extrapolated.method
     assert "extrapolated" not in whole.model + whole.method
+
+
+SIGLIP = TransformerSpec(
+    name="tiny-siglip",
+    kind="vision",
+    hf_model_type="siglip_vision_model",
+    layers=5,
+    hidden=64,
+    heads=4,
+    kv_heads=4,
+    head_dim=16,
+    ffn=128,
+    qkv_bias=True,
+    o_bias=True,
+    mlp_bias=True,
+    mlp="gelu",
+    norm="layernorm",
+    image_size=32,
+    patch_size=8,
+)
+
+
+def test_vision_and_backbone_extrapolated_together_equal_the_full_trace(monkeypatch):
+    model = MultimodalSpec(backbone=LLAMA, vision=SIGLIP, mode="encoder-projector")
+    training = TrainingSpec.from_precision("bf16-mixed", seq_len=64)
+    assert depth.depth_plan(model, training) == [((2, 2, 0), -4.0), ((3, 2, 0), 3.0), ((2, 3, 0), 2.0)]
+    extrapolated, whole = _both(model, training, "fsdp_full_shard", monkeypatch)
+    assert (extrapolated.peak_bytes, extrapolated.categories, extrapolated.phase) == (
+        whole.peak_bytes,
+        whole.categories,
+        whole.phase,
+    )
