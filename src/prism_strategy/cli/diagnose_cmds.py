@@ -59,7 +59,9 @@ def analyze(
     if log_format is not None:
         named(log_format)  # flags before the logs: a long read does not precede a flag error
     if plot is not None and not Path(plot).absolute().parent.is_dir():
-        raise SpecError(f"--plot {plot}: its folder does not exist; create it or write the PNG elsewhere")
+        raise SpecError(
+            f"--plot {plot}: its folder does not exist; create it or give --plot a file in an existing folder"
+        )
     on_progress(read_progress())
     verdict = analyze_logs(paths, fmt=log_format)
     show_verdict(verdict, json_out=json_out, plot=plot)
