@@ -79,8 +79,8 @@ class Event:
         }
 
 
-MAX_RECORDS = 1_000_000
-"""Step records held at once (about 100 bytes each). A log with more is read in windows: the
+MAX_RECORDS = 250_000
+"""Step records held at once (about 100 bytes each: 25 MB; 8 ranks x 31,000 steps). A log with more is read in windows: the
 records of each rank are averaged over `stride` consecutive steps (doubled each time the count
 passes this), so memory is bounded by this, not by the log's size, and a long log reads as one
 that logged a mean every `stride` steps (as PRISM's running-mean lines do)."""
@@ -179,10 +179,11 @@ class Records:
         return iter(self._int["count"])
 
     def columns(self) -> dict[str, Any]:
-        """step, rank and each time as numpy arrays (copies), for Series.from_records."""
+        """step, rank, count and each time as numpy arrays (copies), for Series.from_records and
+        training_log.step_windows."""
         import numpy as np
 
-        out = {k: np.array(self._int[k], dtype=np.int64) for k in ("step", "rank")}
+        out = {k: np.array(self._int[k], dtype=np.int64) for k in ("step", "rank", "count")}
         return out | {k: np.array(self._float[k], dtype=np.float64) for k in _COLUMNS}
 
     def _coarsen(self) -> None:
@@ -208,6 +209,13 @@ class Records:
         order = np.argsort(first, kind="stable")  # the rows keep the order they were read in
         first, count = first[order], count[order]
         self.merged += n - len(first)
-        self._int = {k: array("q", (count if k == "count" else v[first]).tolist()) for k, v in i.items()}
-        self._float = {k: array("d", v[order].tolist()) for k, v in x.items()}
+        self._int = {k: _array("q", count if k == "count" else v[first]) for k, v in i.items()}
+        self._float = {k: _array("d", v[order]) for k, v in x.items()}
         self._last = {int(r): j for j, r in enumerate(self._int["rank"])}  # the last row of each rank wins
+
+
+def _array(code: str, values: Any) -> array:
+    """A numpy vector as an array.array of that type code, through its bytes (no Python objects)."""
+    out = array(code)
+    out.frombytes(values.astype("int64" if code == "q" else "float64").tobytes())
+    return out

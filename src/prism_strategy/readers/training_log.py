@@ -203,20 +203,34 @@ def window_records(log: ParsedLog, rank: int) -> None:
 
 def step_windows(log: ParsedLog) -> list[Window]:
     """Per-step records -> one window per step every rank logged: the slowest rank's step time
-    (the job moves at that pace), each phase the slowest rank's."""
-    by_step: dict[int, dict[int, tuple[StepTimes, str, int]]] = {}
-    for (rec, where), n in zip(log.records.with_wheres(), log.records.counts()):
-        by_step.setdefault(rec.step, {})[rec.rank] = (rec, where, n)
-    ranks = {rec.rank for rec in log.records}
-    out = []
-    for step in sorted(s for s, rows in by_step.items() if set(rows) == ranks):
-        rows = [by_step[step][r] for r in sorted(ranks)]
-        phases = {
-            p: max(v) for p in PHASES if (v := [getattr(r, p) for r, _, _ in rows if math.isfinite(getattr(r, p))])
-        }
-        steps, where, step_s = max(n for *_, n in rows), rows[0][1], max(r.step_s for r, _, _ in rows)
-        out.append(Window(last_step=step, steps=steps, where=where, step_s=step_s, phases=phases))
-    return out
+    (the job moves at that pace), each phase the slowest rank's (of those it knows); the lowest
+    rank's file:line. A rank's later record of a step replaces its earlier one. Computed on the
+    record columns: no object per record (memory: the windows, bounded as the records are)."""
+    import numpy as np
+
+    if not log.records:
+        return []
+    c = log.records.columns()
+    n = len(c["step"])
+    last = n - 1 - np.unique(np.stack([c["step"], c["rank"]])[:, ::-1], axis=1, return_index=True)[1]
+    last = last[np.lexsort((c["rank"][last], c["step"][last]))]  # by step, then rank
+    steps = c["step"][last]
+    starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+    full = np.diff(np.r_[starts, len(last)]) == len(np.unique(c["rank"]))
+    step_s = np.maximum.reduceat(c["step_s"][last], starts)
+    phase = {p: np.fmax.reduceat(c[p][last], starts) for p in PHASES}
+    count = np.maximum.reduceat(c["count"][last], starts)
+    return [
+        Window(
+            last_step=int(steps[k]),
+            steps=int(count[g]),
+            where=log.records.where(int(last[k])),
+            step_s=float(step_s[g]),
+            phases={p: float(v[g]) for p, v in phase.items() if math.isfinite(v[g])},
+        )
+        for g, k in enumerate(starts)
+        if full[g]
+    ]
 
 
 def seconds(v: float) -> float:

@@ -71,3 +71,21 @@ def test_a_line_longer_than_the_cap_is_refused_after_reading_only_the_cap(tmp_pa
         f.truncate(1 << 30)  # 1 GiB of NUL bytes and no newline (sparse: no disk used)
     with pytest.raises(SpecError, match=f"longer than {MAX_LINE:,} characters"):
         list(text_lines(p))
+
+
+def test_step_windows_take_the_slowest_rank_of_steps_every_rank_logged():
+    from prism_strategy.readers.training_log import ParsedLog, step_windows
+
+    log = ParsedLog(format="prism-log", files=[])
+    rows = [  # (step, rank, step_s, forward): rank 1 logs step 2 twice (the later one wins), step 3 only rank 0
+        (1, 0, 1.0, 0.3),
+        (1, 1, 1.2, math.nan),
+        (2, 1, 9.0, 0.1),
+        (2, 0, 1.1, 0.4),
+        (2, 1, 1.3, 0.2),
+        (3, 0, 1.0, 0.3),
+    ]
+    for i, (step, rank, t, fwd) in enumerate(rows, 1):
+        log.record(StepTimes(step, rank, t, forward=fwd), f"x.log:{i}")
+    got = [(w.last_step, w.steps, w.where, w.step_s, w.phases) for w in step_windows(log)]
+    assert got == [(1, 1, "x.log:1", 1.2, {"forward": 0.3}), (2, 1, "x.log:4", 1.3, {"forward": 0.4})]
