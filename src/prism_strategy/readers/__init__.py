@@ -126,6 +126,8 @@ def read_run(path: str | Path, fmt: str | None = None, **options: Any) -> Parsed
         log = read_file(reader, path, **options)
     if log.cut:
         raise SpecError(f"{log.cut}; import a complete log")
+    if log.records.note():
+        log.notes.append(log.records.note())
     if not log.windows:
         raise SpecError(f"{path}: a {log.format} file with no step times in it; nothing to import")
     return log

@@ -96,7 +96,7 @@ class Records:
     def __init__(self, cap: int | None = None) -> None:
         """cap: rows held at most (None: MAX_RECORDS, read now)."""
         self.cap, self.stride, self.merged = cap or MAX_RECORDS, 1, 0
-        self._int = {k: array("q") for k in ("step", "rank", "count", "file", "line")}
+        self._int = {k: array("q") for k in ("step", "rank", "count", "last", "file", "line")}
         self._float = {k: array("d") for k in _COLUMNS}
         self._files: dict[str, int] = {}
         self._names: list[str] = []
@@ -116,7 +116,15 @@ class Records:
         if f is None:
             f = self._files[name] = len(self._names)
             self._names.append(name)
-        for k, v in (("step", rec.step), ("rank", rec.rank), ("count", 1), ("file", f), ("line", int(line))):
+        row = (
+            ("step", rec.step),
+            ("rank", rec.rank),
+            ("count", 1),
+            ("last", rec.step),
+            ("file", f),
+            ("line", int(line)),
+        )
+        for k, v in row:
             self._int[k].append(v)
         for k in _COLUMNS:
             self._float[k].append(getattr(rec, k))
@@ -129,6 +137,7 @@ class Records:
         for k in _COLUMNS:
             self._float[k][j] = (self._float[k][j] * n + getattr(rec, k)) / (n + 1)
         self._int["count"][j] = n + 1
+        self._int["last"][j] = max(self._int["last"][j], rec.step)
         self.merged += 1
 
     def extend(self, other: Records) -> None:
@@ -179,11 +188,11 @@ class Records:
         return iter(self._int["count"])
 
     def columns(self) -> dict[str, Any]:
-        """step, rank, count and each time as numpy arrays (copies), for Series.from_records and
-        training_log.step_windows."""
+        """step, rank, count, last (a window's last step) and each time as numpy arrays
+        (copies), for Series.from_records and training_log.step_windows."""
         import numpy as np
 
-        out = {k: np.array(self._int[k], dtype=np.int64) for k in ("step", "rank", "count")}
+        out = {k: np.array(self._int[k], dtype=np.int64) for k in ("step", "rank", "count", "last")}
         return out | {k: np.array(self._float[k], dtype=np.float64) for k in _COLUMNS}
 
     def _coarsen(self) -> None:
@@ -209,7 +218,10 @@ class Records:
         order = np.argsort(first, kind="stable")  # the rows keep the order they were read in
         first, count = first[order], count[order]
         self.merged += n - len(first)
-        self._int = {k: _array("q", count if k == "count" else v[first]) for k, v in i.items()}
+        last = np.full(len(first), np.iinfo(np.int64).min)
+        np.maximum.at(last, group, i["last"])
+        done = {"count": count, "last": last[order]}
+        self._int = {k: _array("q", done[k] if k in done else v[first]) for k, v in i.items()}
         self._float = {k: _array("d", v[order]) for k, v in x.items()}
         self._last = {int(r): j for j, r in enumerate(self._int["rank"])}  # the last row of each rank wins
 

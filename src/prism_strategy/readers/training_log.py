@@ -220,9 +220,10 @@ def step_windows(log: ParsedLog) -> list[Window]:
     step_s = np.maximum.reduceat(c["step_s"][last], starts)
     phase = {p: np.fmax.reduceat(c[p][last], starts) for p in PHASES}
     count = np.maximum.reduceat(c["count"][last], starts)
+    ends = np.maximum.reduceat(c["last"][last], starts)  # a window of several steps ends at its last
     return [
         Window(
-            last_step=int(steps[k]),
+            last_step=int(ends[g]),
             steps=int(count[g]),
             where=log.records.where(int(last[k])),
             step_s=float(step_s[g]),

@@ -89,3 +89,26 @@ def test_step_windows_take_the_slowest_rank_of_steps_every_rank_logged():
         log.record(StepTimes(step, rank, t, forward=fwd), f"x.log:{i}")
     got = [(w.last_step, w.steps, w.where, w.step_s, w.phases) for w in step_windows(log)]
     assert got == [(1, 1, "x.log:1", 1.2, {"forward": 0.3}), (2, 1, "x.log:4", 1.3, {"forward": 0.4})]
+
+
+def test_a_run_past_the_record_cap_imports_windows_of_several_steps(tmp_path, monkeypatch):
+    import prism_strategy.readers.steps as steps
+    from prism_strategy.readers import read_run
+
+    monkeypatch.setattr(steps, "MAX_RECORDS", 100)
+    log = tmp_path / "train.log"
+    line = "[rank{r}]: [TIMING] step {s} | Data 10.0ms | Fwd 0.300s | Bwd {b:.3f}s | Opt 0.090s | Total {t:.3f}s\n"
+    with open(log, "w") as f:
+        for s in range(400):
+            for r in range(2):
+                b = 1.0 + s / 1000
+                f.write(line.format(r=r, s=s, b=b, t=0.4 + b))
+    parsed = read_run(log)
+    stride = parsed.records.stride
+    assert len(parsed.records) <= 100 and stride > 1
+    assert any("averaged over windows of" in n for n in parsed.notes)
+    assert sum(w.steps for w in parsed.windows) == 400
+    for w in parsed.windows:
+        window = range(w.last_step // stride * stride, w.last_step + 1)
+        assert w.steps == len(window) and (w.last_step + 1) % stride == 0 or w.last_step == 399
+        assert w.step_s == pytest.approx(sum(0.4 + 1.0 + s / 1000 for s in window) / len(window), abs=2e-3)
