@@ -9,7 +9,9 @@ Before the extrapolation a 1,000-layer model gave no answer in 200 s (~0.5 s per
 
 Measured (2 CPU cores shared with 7 other jobs, load average ~9, so several times a quiet
 machine's figures): 4 layers 20.0 s wall (traces 7.2 s), 1,000 layers 31.9 s (traces 16.4 s);
-each micro-batch probe now traces 2 and 3 blocks instead of 1,000.
+each micro-batch probe now traces 2 and 3 blocks instead of 1,000. At load average ~4: 4 layers
+9.7 s wall (traces 3.6 s), 1,000 layers 10.6 s (traces 3.7 s): the rest is importing torch and
+transformers, the same at any depth.
 
     python benchmarks/traced_depth.py [--layers 1000]
 """
