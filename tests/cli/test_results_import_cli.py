@@ -79,7 +79,10 @@ def test_bad_log_exits_2_on_one_line_and_stores_nothing(tmp_path, path, where):
 def test_missing_scenario_field_and_bad_arguments_exit_2(tmp_path):
     db = tmp_path / "r.db"
     res = invoke("results", "import", F / "torchtitan" / "train.log", "--platform", "aurora", "--db", db)
-    assert res.exit_code == 2 and "pass --model, --strategy, --ckpt-freq, --precision" in flat(res.output)  # mode: e2e
+    assert res.exit_code == 2 and "pass --model, --ckpt-freq, --precision" in flat(res.output)  # before reading
+    given = ("--platform", "aurora", "--model", "qwen3-0.6b", "--ckpt-freq", "0", "--precision", "bf16-mixed")
+    res = invoke("results", "import", F / "torchtitan" / "train.log", *given, "--db", db)
+    assert res.exit_code == 2 and "pass --strategy" in flat(res.output)  # what the log might have said; mode: e2e
     res = invoke("results", "import", F / "prism" / "train.log", *A1, "--strategy", "dpp", "--db", db)
     assert res.exit_code == 2 and "dpp" in res.output
     res = invoke("results", "import", "--db", db)

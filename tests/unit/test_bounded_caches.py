@@ -3,7 +3,6 @@ of 10,000 command lines grew to 22 GB) keeps at most each cache's bound."""
 
 from dataclasses import replace
 
-from prism_strategy.engines.base import module_sizes
 from prism_strategy.engines.fsdp2 import _local_shards
 from prism_strategy.estimate.memory import moments
 from prism_strategy.planning.scenario import build_scenario
@@ -14,7 +13,7 @@ from prism_strategy.strategies import get_strategy
 
 def test_per_model_caches_stay_within_their_bounds():
     sc = build_scenario("tiny-llama", platform="cpu", nodes=1)
-    for cache in (module_sizes, _local_shards, _param_counts):
+    for cache in (_local_shards, _param_counts):
         assert cache.cache_info().maxsize is not None, cache
     for layers in range(1, 60):
         spec = replace(sc.model.backbone, layers=layers)
@@ -22,6 +21,6 @@ def test_per_model_caches_stay_within_their_bounds():
         parts = model_parts(model, sc.training)
         for name in ("fsdp_full_shard", "zero3", "ddp"):
             moments(parts, sc.training, sc.platform, sc.layout, get_strategy(name))
-    for cache in (module_sizes, _local_shards, _param_counts):
+    for cache in (_local_shards, _param_counts):
         info = cache.cache_info()
         assert info.currsize <= info.maxsize, cache

@@ -27,8 +27,6 @@ from prism_strategy.strategies import STRATEGY_NAMES, get_strategy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "census"
 CACHED = (
-    base.tensor_sizes,
-    base.module_sizes,
     ddp._buckets,
     ddp._trainable_totals,
     fsdp2._local_totals,
@@ -62,7 +60,7 @@ def _layer_by_layer(original):
     def part_modules(part):
         pm = original(part)
         blocks = [copy.deepcopy(b) for b in pm.blocks]  # every block its own lists: nothing shared
-        return dataclasses.replace(pm, blocks=blocks, block_groups=tuple((b, 1) for b in blocks))
+        return dataclasses.replace(pm, block_groups=tuple((b, 1) for b in blocks))
 
     return part_modules
 

@@ -48,7 +48,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from prism_strategy.readers.steps import FIELDS, Event, StepTimes
+from prism_strategy.readers.steps import FIELDS, Event, Records, StepTimes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,6 +97,8 @@ class Series:
 
     @classmethod
     def from_records(cls, records: Iterable[StepTimes]) -> Series:
+        if isinstance(records, Records):
+            return cls.from_columns(records.columns())
         recs = list(records)
         ranks = tuple(sorted({r.rank for r in recs}))
         steps = np.array(sorted({r.step for r in recs}), dtype=np.int64)
@@ -106,6 +108,17 @@ class Series:
         for r in recs:
             block[ri[r.rank], si[r.step]] = r.row()
         return cls._from(ranks, steps, block)
+
+    @classmethod
+    def from_columns(cls, c: dict[str, np.ndarray]) -> Series:
+        """From Records.columns(): a row per (rank, step), the last record of a pair read wins
+        (as from_records)."""
+        ranks, ri = np.unique(c["rank"], return_inverse=True)
+        steps, si = np.unique(c["step"], return_inverse=True)
+        block = np.full((len(ranks), len(steps), len(FIELDS)), np.nan)
+        for j, f in enumerate(FIELDS):
+            block[ri, si, j] = c[f] if f != "step" else c["step"]
+        return cls._from(tuple(int(r) for r in ranks), steps.astype(np.int64), block)
 
     @classmethod
     def from_block(cls, ranks: tuple[int, ...], block: np.ndarray) -> Series:

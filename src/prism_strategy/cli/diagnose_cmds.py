@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from prism_strategy.cli.app import cli_errors
 from prism_strategy.cli.options import BucketMb, ReduceDtype
+from prism_strategy.specs.errors import SpecError
 
 
 @cli_errors
@@ -43,6 +45,8 @@ def analyze(
     """Tell collapse, straggler, hang and input skew apart from step logs, and what grew in a
     collapse (docs/collapse.md); exit 1 unless healthy."""
     from prism_strategy.diagnose.analyze import analyze as analyze_logs
+    from prism_strategy.readers import named, on_progress
+    from prism_strategy.report.console import read_progress
     from prism_strategy.report.verdict import show_runs, show_verdict
 
     if runs:
@@ -52,6 +56,13 @@ def analyze(
         show_runs(checks, json_out=json_out)
         raise typer.Exit(1 if any(c.rerun for c in checks) else 0)
 
+    if log_format is not None:
+        named(log_format)  # flags before the logs: a long read does not precede a flag error
+    if plot is not None and not Path(plot).absolute().parent.is_dir():
+        raise SpecError(
+            f"--plot {plot}: its folder does not exist; create it or give --plot a file in an existing folder"
+        )
+    on_progress(read_progress())
     verdict = analyze_logs(paths, fmt=log_format)
     show_verdict(verdict, json_out=json_out, plot=plot)
     raise typer.Exit(0 if verdict.healthy else 1)

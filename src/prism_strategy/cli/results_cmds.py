@@ -163,6 +163,10 @@ def results_import(
         show.show_published_import(published, import_published(published, Store(db)), json_out)
     else:
         from prism_strategy.bench.importers import import_run
+        from prism_strategy.readers import on_progress
+        from prism_strategy.report.console import read_progress
+
+        on_progress(read_progress())
 
         flags = dict(
             model=model,

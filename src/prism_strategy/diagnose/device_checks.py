@@ -17,6 +17,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from prism_strategy.diagnose.findings import Context, Finding, check_observed
+from prism_strategy.specs.libraries import library_of_device
 
 if TYPE_CHECKING:
     from prism_strategy.inputs.script_file import ScriptFile
@@ -57,12 +58,13 @@ def _hardcoded_cuda(s: "ScriptFile", ctx: Context) -> list[Finding]:
             continue
         detail = None
         if c.last == "init_process_group":
+            cuda = library_of_device("cuda").torch_backend  # torch's CUDA (and ROCm) backend
             alts = s.kwarg_values(c, "backend", vals, absent=None)
             positional = c.node.args[0] if c.node.args else None
-            fixed = (alts and all(a.value == "nccl" for a in alts)) or (
-                isinstance(positional, ast.Constant) and positional.value == "nccl"
+            fixed = (alts and all(a.value == cuda for a in alts)) or (
+                isinstance(positional, ast.Constant) and positional.value == cuda
             )
-            detail = "init_process_group(backend='nccl')" if fixed else None
+            detail = f"init_process_group(backend={cuda!r})" if fixed else None
         elif c.name in _CUDA_CALLS:
             detail = f"{c.name}(...)"
         elif c.name == "torch.device" and c.node.args and _is_cuda(c.node.args[0]):

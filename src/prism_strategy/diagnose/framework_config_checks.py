@@ -132,9 +132,10 @@ class FrameworkConfigFile:
         )
         if field is None or isinstance(field.value, str) or not isinstance(field.value, (int, float)):
             return None
-        sizes = [n for p in _parts(self.model) for n in numels(part_modules(p).forward_order())]
-        total = sum(sizes) or 1
-        return field.field, float(field.value), sum(n for n in sizes if n < field.value) / total
+        groups = [(numels(mods), k) for p in _parts(self.model) for mods, k in part_modules(p).groups()]
+        total = sum(sum(sizes) * k for sizes, k in groups) or 1
+        small = sum(sum(n for n in sizes if n < field.value) * k for sizes, k in groups)
+        return field.field, float(field.value), small / total
 
     def _offload_fit(self, ctx: Context) -> tuple[bool, str] | None:
         """Host memory the offloaded states need per node against the node's (data/host_memory.toml)."""

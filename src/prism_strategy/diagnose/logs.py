@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from prism_strategy.readers import collective_format, read_file, reader_for, step_monitor
-from prism_strategy.readers.steps import Event, StepTimes
+from prism_strategy.readers.steps import Event, Records
 from prism_strategy.readers.training_log import ParsedLog, Window
 from prism_strategy.specs.errors import SpecError
 
@@ -29,7 +29,7 @@ SKIP_DIRS = {"stacks", "heartbeat", "flight_recorder", "hang"}
 class RunLog:
     """Everything read from a run: step records, recorded events, hang reports."""
 
-    records: list[StepTimes] = field(default_factory=list)
+    records: Records = field(default_factory=Records)
     events: list[Event] = field(default_factory=list)
     hang_reports: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -43,7 +43,7 @@ class RunLog:
     """One rank's logged windows, from a log with no per-rank step records (torchtitan)."""
 
     def add(self, log: ParsedLog) -> None:
-        self.records += log.records
+        self.records.extend(log.records)
         self.events += log.events
         self.hang_reports += log.hang_reports
         self.meta.update(log.meta)
@@ -112,6 +112,8 @@ def load_run(paths: Iterable[str | Path], fmt: str | None = None) -> RunLog:
             if reader is step_monitor:
                 log.forensics += step_monitor.read_forensics(f)
     _drop_stale_hang_reports(log)
+    if log.records.note():
+        log.skipped.append(log.records.note())
     if not log.records and not log.hang_reports and not log.meta and not log.windows:
         if why_not:
             raise SpecError(why_not[0])

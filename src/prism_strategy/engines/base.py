@@ -15,7 +15,6 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from prism_strategy.engines.runs import Runs
@@ -264,22 +263,28 @@ class PartModules:
     makes them units."""
 
     embed: list[list[Tensor]]
-    blocks: list[list[list[Tensor]]]
-    """Each transformer block's modules (an MoE stack mixes dense and sparse blocks)."""
+    block_groups: tuple[tuple[list[list[Tensor]], int], ...]
+    """The transformer blocks as (a block's modules, how many such blocks in a row), bottom to top
+    (TransformerSpec.stack_groups; an MoE stack mixes dense and sparse blocks): a cost per block is
+    computed once per group and multiplied, so nothing here grows with the layer count."""
     head: list[list[Tensor]]
     embed_unit: bool = False
     head_unit: bool = False
     """The head's modules after the first (the post-norm) are one unit (SigLIP's pooling head)."""
-    block_groups: tuple[tuple[list[list[Tensor]], int], ...] = ()
-    """`blocks` as (a block's modules, how many such blocks in a row): the same module lists, so
-    a cost per block is computed once per group and multiplied (TransformerSpec.stack_groups)."""
+
+    @property
+    def blocks(self) -> list[list[list[Tensor]]]:
+        """Each block's modules, one entry per block: for tests on small models (it grows with the
+        layer count; the engines read `groups`)."""
+        return [mods for mods, n in self.block_groups for _ in range(n)]
 
     def forward_order(self) -> list[list[Tensor]]:
+        """Every module, one entry per module of every block: for tests on small models."""
         return self.embed + [m for b in self.blocks for m in b] + self.head
 
     def groups(self) -> list[tuple[list[list[Tensor]], int]]:
-        """forward_order as (modules, how many times in a row): the embedding, each group of
-        identical blocks (block_groups), the head. A cost per group, times its count."""
+        """The modules in forward order as (modules, how many times in a row): the embedding, each
+        group of identical blocks (block_groups), the head. A cost per group, times its count."""
         return [(mods, n) for mods, n in [(self.embed, 1), *self.block_groups, (self.head, 1)] if mods and n]
 
 
@@ -292,41 +297,16 @@ def part_modules(part: Part) -> PartModules:
     transformers builds); the projector is LLaVA's Linear + GELU + Linear."""
     if part.spec is None:
         i, o = part.widths
-        return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], blocks=[], head=[])
+        return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], block_groups=(), head=[])
     sp = part.spec
     vision = sp.kind == "vision"
-    groups = tuple(sp.stack_groups)
     return PartModules(
         embed=sp.embed_modules(),
-        blocks=[mods for mods, n in groups for _ in range(n)],
-        block_groups=groups,
+        block_groups=tuple(sp.stack_groups),
         head=sp.head_modules(),
         embed_unit=vision,
         head_unit=vision and sp.pooling_head,
     )
-
-
-@lru_cache(maxsize=32)  # bounded: one entry holds a size per module (100,000 layers: ~1M)
-def module_sizes(part: Part) -> tuple[int, ...]:
-    """Elements of each module of a part, in forward order (cached: the planner asks per option)."""
-    counted: dict[int, int] = {}  # identical blocks share their module lists (TransformerSpec.stack): sum each once
-    return tuple(
-        counted.get(id(m)) or counted.setdefault(id(m), sum(n for n, _ in m))
-        for m in part_modules(part).forward_order()
-    )
-
-
-@lru_cache(maxsize=32)  # bounded: one entry holds a size per tensor (100,000 layers: ~1M)
-def tensor_sizes(part: Part) -> tuple[int, ...]:
-    """Elements of each tensor of a part, in forward order; identical blocks share their module
-    lists (TransformerSpec.stack), so each distinct module's sizes are read once."""
-    memo: dict[int, tuple[int, ...]] = {}
-    out: list[int] = []
-    for m in part_modules(part).forward_order():
-        if id(m) not in memo:
-            memo[id(m)] = tuple(n for n, _ in m)
-        out.extend(memo[id(m)])
-    return tuple(out)
 
 
 def module_groups(part: Part) -> list[tuple[list[list[Tensor]], int]]:

@@ -29,7 +29,7 @@ from prism_strategy.readers import (
     step_monitor,
     torchtitan,
 )
-from prism_strategy.readers.collective_log import CollectiveLog, Sample
+from prism_strategy.readers.collective_log import CollectiveLog, Sample, on_progress
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
 
@@ -53,6 +53,8 @@ __all__ = [
     "read_file",
     "read_run",
     "collective_format",
+    "named",
+    "on_progress",
 ]
 
 
@@ -126,6 +128,8 @@ def read_run(path: str | Path, fmt: str | None = None, **options: Any) -> Parsed
         log = read_file(reader, path, **options)
     if log.cut:
         raise SpecError(f"{log.cut}; import a complete log")
+    if log.records.note():
+        log.notes.append(log.records.note())
     if not log.windows:
         raise SpecError(f"{path}: a {log.format} file with no step times in it; nothing to import")
     return log

@@ -6,9 +6,10 @@ at the end of a truncated log) is bad input naming file:line, and nothing is sto
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from prism_strategy.specs.errors import SpecError
 
@@ -41,18 +42,40 @@ class CollectiveLog:
     a host-buffer curve is its own, never a device collective's (bench/results/curves.py)."""
 
 
+PROGRESS_EVERY = 1 << 16
+"""Lines between two progress reports (text_lines calls the `on_progress` callback)."""
+Progress = Callable[[Path, int, int], None]
+"""(file, characters read so far, its size in bytes): set by the CLI (report/console.py prints it)."""
+_progress: list[Progress] = []
+
+
+def on_progress(callback: Progress | None) -> None:
+    """Report the reading of every file from now on to `callback` (None: stop)."""
+    _progress[:] = [callback] if callback is not None else []
+
+
+MAX_LINE = 1 << 20
+"""Longest line read (characters); a longer one is not a log line (a binary file, a dump)."""
+
+
 def text_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text without newline, whether the line ended with a newline)."""
+    """(line number, text without newline, whether the line ended with a newline), read one line
+    at a time: memory is one line, whatever the file's size."""
     try:
-        text = path.read_text(errors="replace")
+        with open(path, errors="replace") as f:
+            i, done, size = 0, 0, os.fstat(f.fileno()).st_size
+            while line := f.readline(MAX_LINE + 1):
+                i, done = i + 1, done + len(line)
+                if _progress and not i % PROGRESS_EVERY:
+                    _progress[0](path, done, size)
+                ended = line.endswith("\n")
+                if not ended and len(line) > MAX_LINE:
+                    raise SpecError(f"{path}:{i}: a line longer than {MAX_LINE:,} characters; not a log: pass the log")
+                yield i, (line[:-1] if ended else line).rstrip("\r"), ended
+            if _progress and i >= PROGRESS_EVERY:
+                _progress[0](path, size, size)
     except OSError as e:
-        raise SpecError(f"{path}: cannot read ({e.strerror})") from None
-    lines = text.split("\n")
-    for i, line in enumerate(lines, 1):
-        last = i == len(lines)
-        if last and not line:
-            return
-        yield i, line.rstrip("\r"), not last
+        raise SpecError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
 def bad_line(path: Path, i: int, ended: bool, what: str, expected: str) -> SpecError:

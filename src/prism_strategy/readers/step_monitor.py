@@ -61,7 +61,6 @@ def _restart(log: ParsedLog, where: str, extras: list[Any]) -> None:
     if log.records or log.events:
         log.skipped.append(f"{where}: {len(log.records)} earlier step records (an earlier run) left out")
     log.records.clear()
-    log.wheres.clear()
     log.events.clear()
     log.closed.clear()
     extras.clear()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from prism_strategy.readers.collective_log import text_lines
-from prism_strategy.readers.steps import PHASES, Event, StepTimes
+from prism_strategy.readers.steps import PHASES, Event, Records, StepTimes
 from prism_strategy.specs.errors import SpecError
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -60,9 +60,8 @@ class ParsedLog:
     format: str
     files: list[Path]
     windows: list[Window] = field(default_factory=list)
-    records: list[StepTimes] = field(default_factory=list)
-    wheres: list[str] = field(default_factory=list)
-    """file:line of each record."""
+    records: Records = field(default_factory=Records)
+    """Per-rank step records, each with its file:line (bounded: readers/steps.py MAX_RECORDS)."""
     events: list[Event] = field(default_factory=list)
     meta: dict[int, dict[str, Any]] = field(default_factory=dict)
     closed: dict[int, int] = field(default_factory=dict)
@@ -97,8 +96,7 @@ class ParsedLog:
             setattr(self, attr, max(getattr(self, attr) or 0.0, float(value)))
 
     def record(self, rec: StepTimes, where: str) -> None:
-        self.records.append(rec)
-        self.wheres.append(where)
+        self.records.append(rec, where)
 
     def cut_off(self, path: Path, i: int, what: str) -> None:
         self.cut = (
@@ -109,8 +107,7 @@ class ParsedLog:
     def merge(self, other: ParsedLog) -> None:
         """Add another file of the same run (a StepMonitor rank file)."""
         self.files += other.files
-        self.records += other.records
-        self.wheres += other.wheres
+        self.records.extend(other.records)
         self.events += other.events
         self.meta |= other.meta
         self.closed |= other.closed
@@ -206,19 +203,35 @@ def window_records(log: ParsedLog, rank: int) -> None:
 
 def step_windows(log: ParsedLog) -> list[Window]:
     """Per-step records -> one window per step every rank logged: the slowest rank's step time
-    (the job moves at that pace), each phase the slowest rank's."""
-    by_step: dict[int, dict[int, tuple[StepTimes, str]]] = {}
-    for rec, where in zip(log.records, log.wheres):
-        by_step.setdefault(rec.step, {})[rec.rank] = (rec, where)
-    ranks = {rec.rank for rec in log.records}
-    out = []
-    for step in sorted(s for s, rows in by_step.items() if set(rows) == ranks):
-        rows = [by_step[step][r] for r in sorted(ranks)]
-        phases = {p: max(v) for p in PHASES if (v := [getattr(r, p) for r, _ in rows if math.isfinite(getattr(r, p))])}
-        out.append(
-            Window(last_step=step, steps=1, where=rows[0][1], step_s=max(r.step_s for r, _ in rows), phases=phases)
+    (the job moves at that pace), each phase the slowest rank's (of those it knows); the lowest
+    rank's file:line. A rank's later record of a step replaces its earlier one. Computed on the
+    record columns: no object per record (memory: the windows, bounded as the records are)."""
+    import numpy as np
+
+    if not log.records:
+        return []
+    c = log.records.columns()
+    n = len(c["step"])
+    last = n - 1 - np.unique(np.stack([c["step"], c["rank"]])[:, ::-1], axis=1, return_index=True)[1]
+    last = last[np.lexsort((c["rank"][last], c["step"][last]))]  # by step, then rank
+    steps = c["step"][last]
+    starts = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+    full = np.diff(np.r_[starts, len(last)]) == len(np.unique(c["rank"]))
+    step_s = np.maximum.reduceat(c["step_s"][last], starts)
+    phase = {p: np.fmax.reduceat(c[p][last], starts) for p in PHASES}
+    count = np.maximum.reduceat(c["count"][last], starts)
+    ends = np.maximum.reduceat(c["last"][last], starts)  # a window of several steps ends at its last
+    return [
+        Window(
+            last_step=int(ends[g]),
+            steps=int(count[g]),
+            where=log.records.where(int(last[k])),
+            step_s=float(step_s[g]),
+            phases={p: float(v[g]) for p, v in phase.items() if math.isfinite(v[g])},
         )
-    return out
+        for g, k in enumerate(starts)
+        if full[g]
+    ]
 
 
 def seconds(v: float) -> float:

@@ -9,7 +9,10 @@ drops its optional columns (their values stay in --json), lowest priority first.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -128,3 +131,28 @@ def print_json(data: Any) -> None:
     import json
 
     print(json.dumps(data, indent=2, default=str))
+
+
+PROGRESS_BYTES = 100 << 20
+"""A log larger than this reports its reading on stderr even when stderr is not a terminal."""
+
+
+def read_progress() -> Callable[[Path, int, int], None]:
+    """A readers.on_progress callback: on a terminal, one line updated in place; elsewhere, for
+    files above PROGRESS_BYTES, a line per tenth read. Only stderr, so --json stays clean."""
+    shown: dict[Path, int] = {}
+
+    def report(path: Path, done: int, size: int) -> None:
+        tty = sys.stderr.isatty()
+        if not tty and size <= PROGRESS_BYTES:
+            return
+        tenth = min(10, done * 10 // max(size, 1))
+        if not tty and shown.get(path, -1) >= tenth:
+            return
+        shown[path] = tenth
+        text = f"reading {path}: {min(100, done * 100 // max(size, 1))}% of {size / 1e6:,.0f} MB"
+        end = "\n" if not tty or done >= size else ""
+        sys.stderr.write(("\r" if tty else "") + text + end)
+        sys.stderr.flush()
+
+    return report

@@ -102,7 +102,7 @@ def _vision_spec(cfg: dict, *, name: str, source: str, model_type: str) -> Trans
         name=name,
         kind="vision",
         source=source or model_type,
-        layers=c.int("num_hidden_layers", 12),
+        layers=c.layers(12),
         hidden=hidden,
         heads=heads,
         kv_heads=heads,

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.model import MAX_LAYERS
 
 MAX_SIZE = 2**40
 """Largest layer count / width / vocabulary taken as real (larger is a mangled config)."""
@@ -61,6 +62,16 @@ class Config:
             raise SpecError(f"{self.where}: {key} must be between {minimum} and {MAX_SIZE}, got {v}")
         return v
 
+    def layers(self, default: Any = None) -> int:
+        """num_hidden_layers, at most MAX_LAYERS (more than any real model has)."""
+        v = self.cfg.get("num_hidden_layers")
+        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_LAYERS:
+            raise SpecError(
+                f"{self.where}: num_hidden_layers {v:,} is more than any real model has (at most {MAX_LAYERS:,} "
+                "taken, docs/model.md); check the config's layer count"
+            )
+        return self.int("num_hidden_layers", default)
+
     def bool(self, key: str, default: bool = False) -> bool:
         v = self.cfg.get(key)
         v = self.defaults.get(key, default) if v is None else v
@@ -84,7 +95,7 @@ class Config:
 def _sizes(c: Config, honours_head_dim: bool = True) -> dict[str, Any]:
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     return dict(
-        layers=c.int("num_hidden_layers"),
+        layers=c.layers(),
         hidden=hidden,
         heads=heads,
         kv_heads=c.int("num_key_value_heads", heads),
@@ -97,11 +108,13 @@ def _sizes(c: Config, honours_head_dim: bool = True) -> dict[str, Any]:
 
 
 def _dense_layers(c: Config, layers: int) -> int:
-    """Qwen MoE blocks that stay dense: in mlp_only_layers, or (i + 1) not a multiple of the step."""
+    """Qwen MoE blocks that stay dense: in mlp_only_layers, or (i + 1) not a multiple of the step.
+    Counted without a loop over the layers: the non-multiples, plus the listed multiples."""
     step, only = c.int("decoder_sparse_step", 1), c.cfg.get("mlp_only_layers") or []
     if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
         raise SpecError(f"{c.where}: mlp_only_layers must be a list of layer indices, got {only!r}")
-    return sum(1 for i in range(layers) if i in only or (i + 1) % step)
+    listed_sparse = {i for i in only if 0 <= i < layers and (i + 1) % step == 0}
+    return layers - layers // step + len(listed_sparse)
 
 
 def _moe(c: Config, layers: int, experts_key: str, ffn_key: str, sparse_step: bool = False) -> dict[str, Any]:
@@ -264,7 +277,7 @@ def _sliding(c: Config, model_type: str, layers: int) -> dict[str, Any]:
         n = sum(t == "sliding_attention" for t in types)
     elif model_type in SLIDING_PATTERN:
         pattern = c.int("sliding_window_pattern", SLIDING_PATTERN[model_type])
-        n = sum(1 for i in range(layers) if (i + 1) % pattern)
+        n = layers - layers // pattern  # the i with (i + 1) % pattern != 0
     elif model_type in ("mistral", "mixtral", "starcoder2", "phi3"):
         n = layers
     else:

@@ -24,6 +24,12 @@ Tensor = tuple[int, int]
 """One parameter tensor: (elements, rows of dim 0) (FSDP2 shards and pads dim 0)."""
 Module = list[Tensor]
 
+MAX_LAYERS = 100_000
+"""Most transformer blocks in one stack taken as a real model: the deepest trained transformer
+published has 1,000 layers (DeepNet, Wang et al. 2022, arXiv:2203.00555), 100x that is taken as a
+model, more as a mangled config. Every cost here is per group of identical blocks
+(`stack_groups`), not per block, so the bound is about honesty, not speed (docs/model.md)."""
+
 
 def _linear(out: int, inp: int, bias: bool) -> Module:
     return [(out * inp, out)] + ([(out, out)] if bias else [])
@@ -100,6 +106,11 @@ class TransformerSpec:
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn"):
             if getattr(self, f) <= 0:
                 raise SpecError(f"model {self.name!r}: {f} must be > 0, got {getattr(self, f)}")
+        if self.layers > MAX_LAYERS:
+            raise SpecError(
+                f"model {self.name!r}: {self.layers:,} layers is more than any real model has (at most "
+                f"{MAX_LAYERS:,} taken, docs/model.md); check the layer count (num_hidden_layers)"
+            )
         if self.heads % self.kv_heads:
             raise SpecError(
                 f"model {self.name!r}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
@@ -181,7 +192,8 @@ class TransformerSpec:
 
     @property
     def stack(self) -> list[list[Module]]:
-        """Each block's modules, bottom to top (an MoE stack's dense blocks first)."""
+        """Each block's modules, bottom to top (an MoE stack's dense blocks first): one entry per
+        block, for tests on small models; the estimators read `stack_groups`."""
         return [mods for mods, n in self.stack_groups for _ in range(n)]
 
     @property

@@ -235,12 +235,13 @@ def trace_option(
                 exact=found.exact,
                 points=found.points,
                 seconds=time.perf_counter() - t0,
-                method=_method(s, layout, spec),
+                method=_method(s, layout, spec) + getattr(session, "note", ""),
             )
         mb = micro_batch or max(1, search.micro_batch if search else 1)
         probe(mb)
     what = session.built.what if session.built is not None else name
-    memory = _from_peak(peaks[mb], s, mb, _method(s, layout, spec), time.perf_counter() - t0, what)
+    method = _method(s, layout, spec) + getattr(session, "note", "")
+    memory = _from_peak(peaks[mb], s, mb, method, time.perf_counter() - t0, what)
     return TracedOption(memory=memory, search=search)
 
 
@@ -348,13 +349,18 @@ def _session(
             "without a GPU); tensor bytes are the same on any device"
         )
     from prism_strategy.traced import model as traced_model
+    from prism_strategy.traced.depth import DepthSession, depth_plan
     from prism_strategy.traced.run import TraceSession
 
-    if spec is not None:
-        build = lambda: traced_model.build_from_spec(spec, training, init=False)  # noqa: E731
-    else:
+    def of_spec(sp: MultimodalSpec, ctx: Any = None) -> Any:
+        build = lambda: traced_model.build_from_spec(sp, training, init=False)  # noqa: E731
+        return TraceSession(build, training, layout, strategy, ctx)
+
+    if spec is None:
         build = lambda: traced_model.build_from_factory(factory, name, training)  # type: ignore[arg-type]  # noqa: E731
-    return TraceSession(build, training, layout, strategy)
+        return TraceSession(build, training, layout, strategy)
+    depths = depth_plan(spec, training)
+    return of_spec(spec) if depths is None else DepthSession(spec, depths, of_spec, strategy, layout)
 
 
 @contextlib.contextmanager

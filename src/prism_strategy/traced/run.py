@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,9 +193,10 @@ def mixed_precision_for(training: TrainingSpec) -> str | None:
     return "bf16" if training.compute_dtype == "bf16" and training.param_dtype == "fp32" else None
 
 
-def _fake_context(layout: Layout, hybrid: bool) -> DistContext:
+@contextlib.contextmanager
+def fake_process_group(layout: Layout, hybrid: bool) -> Iterator[DistContext]:
     """Fake process group of the target world, this process as rank 0; mesh built now,
-    outside fake mode."""
+    outside fake mode; destroyed on exit."""
     if dist.is_initialized():
         raise SpecError(
             "a process group already exists in this process; run the traced estimate "
@@ -211,8 +213,11 @@ def _fake_context(layout: Layout, hybrid: bool) -> DistContext:
         backend="fake",
         launcher="single",
     )
-    _ = ctx.mesh_2d if hybrid else ctx.mesh_1d
-    return ctx
+    try:
+        _ = ctx.mesh_2d if hybrid else ctx.mesh_1d
+        yield ctx
+    finally:
+        dist.destroy_process_group()
 
 
 def _materialise(model: torch.nn.Module) -> None:
@@ -240,12 +245,18 @@ class TraceSession:
         peak = s.measure(4)
     """
 
-    def __init__(self, build, training: TrainingSpec, layout: Layout, strategy: StrategySpec) -> None:
+    def __init__(
+        self, build, training: TrainingSpec, layout: Layout, strategy: StrategySpec, ctx: DistContext | None = None
+    ) -> None:
+        """ctx: a fake process group the caller holds (fake_process_group), shared by sessions
+        open side by side (traced/depth.py); None: the session makes its own."""
         if engine_of(strategy).traced_with == "analytic":
             raise SpecError(
                 f"{strategy.name}: {strategy.engine} cannot run under fake tensors; use the analytic estimate"
             )
         self._build, self.training, self.layout, self.strategy = build, training, layout, strategy
+        self._ctx = ctx
+        self._fake = FakeTensorMode(allow_non_fake_inputs=False)
         self._stack = contextlib.ExitStack()
         self.built: BuiltModel | None = None
         self.model: torch.nn.Module | None = None
@@ -264,17 +275,29 @@ class TraceSession:
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
+    @contextlib.contextmanager
+    def _modes(self) -> Iterator[None]:
+        """Fake mode and what the build and the steps run under, entered for each use (not held
+        between them), so sessions open side by side each step in their own fake mode."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
+            stack.enter_context(eager_hf_masks())
+            stack.enter_context(self._fake)
+            if self.training.param_dtype == "bf16":
+                stack.enter_context(default_dtype(torch.bfloat16))
+            yield
+
     def _setup(self) -> None:
         fake_pg = engine_of(self.strategy).traced_with == "fake_pg"
-        if fake_pg:
-            ctx = _fake_context(self.layout, self.strategy.hybrid)
-            self._stack.callback(dist.destroy_process_group)
-        self._stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("ignore")
-        self._stack.enter_context(eager_hf_masks())
-        self._stack.enter_context(FakeTensorMode(allow_non_fake_inputs=False))
-        if self.training.param_dtype == "bf16":
-            self._stack.enter_context(default_dtype(torch.bfloat16))
+        ctx = self._ctx
+        if fake_pg and ctx is None:
+            ctx = self._stack.enter_context(fake_process_group(self.layout, self.strategy.hybrid))
+        with self._modes():
+            self._build_and_wrap(fake_pg, ctx)
+            self._step(1)  # warm-up: optimizer state exists from here on
+
+    def _build_and_wrap(self, fake_pg: bool, ctx: DistContext | None) -> None:
         self.built = self._build()
         model, t = self.built.module, self.training
         if fake_pg:
@@ -301,7 +324,6 @@ class TraceSession:
             self.optimizer = optimizer_factory(t)(trainable)
             self.bucket_bytes = sum(p.numel() * p.element_size() for p in trainable)
         self.model = model
-        self._step(1)  # warm-up: optimizer state exists from here on
 
     # -- one step ------------------------------------------------------------------------
     def _step(self, micro_batch: int) -> None:
@@ -324,7 +346,7 @@ class TraceSession:
             tracker = _PlainPeakTracker()
             tracker.track_external(self.model, self.optimizer)
             tracker.bucket_bytes = self.bucket_bytes
-        with tracker:
+        with self._modes(), tracker:
             self._step(micro_batch)
         if tracker.best is None:
             raise RuntimeError("the tracker saw no tensor operation")

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.importers.scenario import resolve
+from prism_strategy.bench.importers.scenario import check_flags, resolve
 from prism_strategy.bench.importers.steady import Steady, steady_state
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.inputs.stored import row_values
-from prism_strategy.readers import read_run, torchtitan
+from prism_strategy.readers import named, read_run, torchtitan
 from prism_strategy.readers.steps import PHASES
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
@@ -72,7 +72,9 @@ def _dedup_key(files: list[Path]) -> str:
     """The run is its log's content: importing it again (even with corrected flags) updates the row."""
     h = hashlib.sha256()
     for f in files:
-        h.update(f.read_bytes())
+        with open(f, "rb") as fh:  # in blocks: a log may be larger than memory
+            while block := fh.read(1 << 20):
+                h.update(block)
     return "imported:" + h.hexdigest()[:32]
 
 
@@ -100,7 +102,11 @@ def import_fingerprint(log: ParsedLog, plat: Any) -> dict[str, Any]:
 def build_import(path: str | Path, flags: dict[str, Any]) -> Imported:
     """Read, resolve and check one run; nothing is written."""
     path, flags = Path(path), dict(flags)
-    log = read_log(path, flags.pop("timing", None) or "auto", flags.pop("format", None))
+    timing, fmt = flags.pop("timing", None) or "auto", flags.pop("format", None)
+    if fmt is not None:
+        named(fmt)
+    check_flags(flags, str(path))  # before the log is read: a long parse does not precede a flag error
+    log = read_log(path, timing, fmt)
     config, plat, origin = resolve(flags, log, str(path))
     if log.format == torchtitan.FORMAT:
         v = row_values(config)

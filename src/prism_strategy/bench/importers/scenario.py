@@ -108,6 +108,34 @@ def _ckpt(value: Any) -> int | str:
     return "sac" if policy == "sac" else k
 
 
+NEVER_IN_LOG = ("model", "platform", "ckpt_freq", "precision")
+"""Required fields no log format states (the readers' `state` calls): their flags are checked
+before the log is read, so a missing one is said at once, not after a long parse."""
+
+
+def check_flags(flags: dict[str, Any], where: str) -> None:
+    """What the flags alone decide, before the log is read: the fields no log states are given,
+    and each given value is one this tool knows (strategy, mode, precision, platform, model, sizes)."""
+    missing = [k for k in NEVER_IN_LOG if flags.get(k) is None]
+    if missing:
+        raise SpecError(f"{where}: a log does not say {', '.join(missing)}; pass {', '.join(flag(k) for k in missing)}")
+    s = {k: v for k, v in flags.items() if v is not None}
+    if "strategy" in s:
+        get_strategy(s["strategy"])
+    if "mode" in s and s["mode"] not in MODES:
+        raise SpecError(f"unknown mode {s['mode']!r}; choose one of {', '.join(MODES)}")
+    if s["precision"] not in PRECISIONS:
+        raise SpecError(f"unknown precision {s['precision']!r}; choose one of {', '.join(PRECISIONS)}")
+    for name in ("nodes", "micro_batch", "grad_accum", "seq_len"):
+        if name in s and int(s[name]) < 1:
+            raise SpecError(f"{flag(name)} must be >= 1, got {s[name]}")
+    _ckpt(s["ckpt_freq"])
+    load_platform(s["platform"])
+    for name in (s["model"], s.get("vision")):
+        if name is not None:
+            load_model(name)
+
+
 def resolve(flags: dict[str, Any], log: ParsedLog, where: str) -> tuple[dict[str, Any], PlatformSpec, dict[str, str]]:
     """(stored config, platform, where each field came from)."""
     s = {k: v for k, v in flags.items() if v is not None}

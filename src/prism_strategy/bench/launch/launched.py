@@ -65,7 +65,7 @@ def check_launched(environ: dict[str, str] | None = None) -> None:
 
 
 FAULT_VARIABLE = "PRISM_BENCH_FAULT"
-"""Testing: `hang:R:S` or `crash:R:S` makes rank R hang (or exit) at step S of every candidate, as the
+"""Testing: `hang:R:S` or `crash:R:S` (e.g. hang:1:2) makes rank R hang (or exit) at step S of every candidate, as the
 local bench worker's --fault does."""
 
 
@@ -76,7 +76,9 @@ def injected_fault(env: Any) -> dict[str, Any]:
     kind, _, rest = raw.partition(":")
     rank, _, step = rest.partition(":")
     if kind not in ("hang", "crash") or not rank.isdigit() or not step.isdigit():
-        raise SpecError(f"{FAULT_VARIABLE}={raw!r}: give hang:RANK:STEP or crash:RANK:STEP, or unset it")
+        raise SpecError(
+            f"{FAULT_VARIABLE}={raw!r}: give e.g. hang:1:2 (rank 1 hangs at step 2) or crash:1:2, or unset it"
+        )
     return {"fault": kind, "fault_rank": int(rank), "fault_step": int(step)}
 
 
