@@ -23,6 +23,7 @@ all_gather and reduce_scatter (FSDP2 gathers into a separate buffer). The collec
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -85,8 +86,8 @@ def _row(log: CollectiveLog, per_iter: bool, i: int, line: str, ended: bool) -> 
             )
     op = log.op or ""
     us = inp if op in IN_PLACE else oop
-    if size <= 0 or us <= 0:
-        raise SpecError(f"{log.path}:{i}: size {size} B in {us} us is not a measurement (both must be > 0)")
+    if size <= 0 or not 0 < us < math.inf:
+        raise SpecError(f"{log.path}:{i}: size {size} B in {us} us is not a measurement (both must be finite and > 0)")
     return t[2], t[3], Sample(bytes=float(size), seconds=us * 1e-6, where=f"{log.path}:{i}")
 
 
