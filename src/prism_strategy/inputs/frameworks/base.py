@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.safe_files import finite_int, parse, read_text_capped
+from prism_strategy.specs.safe_files import finite_float, finite_int, parse, read_text_capped
 
 FORMATS = ("torchtitan", "deepspeed", "accelerate", "hf-trainer")
 """What `plan --from` reads: torchtitan job TOML, DeepSpeed JSON, Accelerate YAML, HF
@@ -150,6 +150,10 @@ def bad(path: Path | str, name: str, problem: str, fix: str) -> SpecError:
 
 def integer(c: Collector, name: str, v: Any, minimum: int) -> int:
     return finite_int(v, name, f"--from {c.path}", minimum)
+
+
+def number(c: Collector, name: str, v: Any, minimum: float) -> float:
+    return finite_float(v, name, f"--from {c.path}", minimum)
 
 
 def boolean(c: Collector, name: str, v: Any) -> bool:
