@@ -269,7 +269,7 @@ def garbled_lines(draw: Callable, lines: list[str]) -> str:
         elif line.startswith("{"):
             try:
                 line = to_json(draw(mutated(json.loads(line))))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):  # a line made deep by an earlier draw
                 pass
         out[i] = line
     return "\n".join(out) + draw(st.sampled_from(["\n", ""]))
