@@ -358,6 +358,17 @@ def fuzz(edge: str, tmp: Path, cases: int, tally: Counter | None = None, **more:
     one()
 
 
+def check_edge(edge: str, tmp: Path, cases: int, deadline: Any = None) -> Counter:
+    """The suite's form: `cases` cases of one edge, failing on any traceback (its input shown), and
+    on a fuzz that never gets a case past the checks (nothing accepted: it would test only them)."""
+    tally: Counter = Counter()
+    fuzz(edge, tmp, cases, tally, deadline=deadline)
+    bad = {k: tally["example " + k] for k in tally if k.startswith("traceback")}
+    assert not bad, f"{edge}: {bad}"
+    assert tally["accepted"] > 0 and tally["refused"] > 0, f"{edge}: {dict(tally)}"
+    return tally
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=10_000, help="total cases, split evenly over the edges")
