@@ -28,6 +28,7 @@ from prism_strategy.readers.training_log import (
     step_windows,
 )
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import require_regular
 
 FORMAT = "stepmonitor"
 SUFFIXES = (".jsonl",)
@@ -40,7 +41,10 @@ def looks_like(path: Path) -> bool:
 
 
 def rank_files(folder: Path) -> list[Path]:
-    return sorted((p for p in folder.iterdir() if RANK_FILE.fullmatch(p.name)), key=lambda p: int(p.name[4:-6]))
+    files = sorted((p for p in folder.iterdir() if RANK_FILE.fullmatch(p.name)), key=lambda p: int(p.name[4:-6]))
+    for p in files:
+        require_regular(p)  # a FIFO named rank0.jsonl would block the read
+    return files
 
 
 def _event(obj: dict[str, Any], where: str) -> Event:

@@ -48,6 +48,23 @@ def _where(path: Path | str, label: str) -> str:
     return f"{label} {path}" if label else str(path)
 
 
+def require_regular(path: Path | str, label: str = "") -> None:
+    """SpecError unless `path` is a regular file, checked by stat (nothing opened: a FIFO would
+    block); for readers that stream a file too large to read whole (logs)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError) as e:
+        raise SpecError(f"{_where(path, label)}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if not stat.S_ISREG(mode):
+        raise SpecError(
+            f"{_where(path, label)}: cannot read it: {_kind(mode)}, not a regular file; pass the path of a file"
+        )
+
+
+def _kind(mode: int) -> str:
+    return "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+
+
 def read_bytes_capped(path: Path | str, label: str = "", cap: int = MAX_BYTES) -> bytes:
     """The file's bytes: refused (one line) if missing, not a regular file or over `cap` bytes.
     Opened non-blocking, so a FIFO without a writer is refused instead of waited on."""
@@ -63,8 +80,7 @@ def read_bytes_capped(path: Path | str, label: str = "", cap: int = MAX_BYTES) -
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise SpecError(f"{where}: cannot read it: {kind}, not a regular file; pass the path of a file")
+        raise SpecError(f"{where}: cannot read it: {_kind(mode)}, not a regular file; pass the path of a file")
     with os.fdopen(fd, "rb") as f:
         try:
             data = f.read(cap + 1)
