@@ -98,7 +98,7 @@ def _cases(d: Path) -> dict[str, list[str]]:
     head = 'name = "mine"\nbase = "dgx-a100-40"\n'
     for name, body in {
         "memory_gib = inf": "[hardware]\nmemory_gib = inf\n",
-        "bandwidth inf": "[links]\ninter_bw_gbps = inf\n",
+        "bandwidth inf": "[links]\nnic_bw_gbps = inf\n",
         "latency 1e308": "[links]\nintra_latency_us = 1e308\n",
         "sources as a list": 'sources = ["a"]\n',
         "platform nesting": "x = " + "[" * 2994 + "]" * 2994 + "\n",

@@ -31,7 +31,7 @@ def _platform(tmp_path, body: str, name: str = "p.toml"):
         ("[hardware]\nmemory_gib = inf\n", "memory_gib", "not a finite number"),
         ("[hardware]\nmemory_gib = nan\n", "memory_gib", "not a finite number"),
         ("[links]\nintra_bw_gbps = inf\n", "intra_bw_gbps", "not a finite number"),
-        ("[links]\ninter_bw_gbps = -inf\n", "inter_bw_gbps", "not a finite number"),
+        ("[links]\nnic_bw_gbps = -inf\n", "links.nic_bw_gbps = -inf", "not a finite number"),
         ("[links]\nintra_latency_us = 1e308\n", "intra_latency_us", "must be in [0, 1e+09], got 1e+308"),
         ("[hardware]\npeak_tflops_bf16 = 1e300\n", "peak_tflops_bf16", "must be in (0, 1e+09]"),
         ("[hardware]\ndevices_per_node = true\n", "devices_per_node", "valid integer, got True"),
