@@ -381,7 +381,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         for edge in edges:
             tally: Counter = Counter()
-            t = time.perf_counter()
             fuzz(edge, Path(d), per, tally)
             tb = sum(v for k, v in tally.items() if k.startswith("traceback"))
             n = tally["accepted"] + tally["refused"] + tb
@@ -393,7 +392,6 @@ def main() -> int:
                 if k.startswith("traceback"):
                     print(f"    {v} x {k}\n      e.g. {tally['example ' + k]!r}"[:600])
             sys.stdout.flush()
-            _ = time.perf_counter() - t
     print(f"tracebacks: {bad}")
     return 1 if bad else 0
 
