@@ -32,6 +32,7 @@ from pathlib import Path
 
 from prism_strategy.readers.collective_log import CollectiveLog, Sample, bad_line, head, text_lines
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import MAX_INT
 
 FORMAT = "oneccl-benchmark"
 OPS = {
@@ -117,8 +118,10 @@ def _row(log: CollectiveLog, cols: dict[str, int], i: int, line: str, ended: boo
         nbytes, us = int(t[cols["#bytes"]]), float(t[cols["t_avg[usec]"]])
     except (ValueError, IndexError):
         raise bad_line(log.path, i, ended, "a result row", expected) from None
-    if nbytes <= 0 or not 0 < us < math.inf:
-        raise SpecError(f"{log.path}:{i}: {nbytes} B in {us} us is not a measurement (both must be finite and > 0)")
+    if not 0 < nbytes <= MAX_INT or not 0 < us < math.inf:
+        raise SpecError(
+            f"{log.path}:{i}: {str(nbytes)[:24]} B in {us} us is not a measurement (both must be finite and > 0)"
+        )
     if any(x.bytes == nbytes for x in log.samples):
         raise SpecError(f"{log.path}:{i}: size {nbytes} B appears twice; import one run per log")
     return Sample(bytes=float(nbytes), seconds=us * 1e-6, where=f"{log.path}:{i}")

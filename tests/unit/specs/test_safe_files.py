@@ -14,9 +14,11 @@ from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.safe_files import (
     ALIAS_BUDGET,
     MAX_DEPTH,
+    MAX_YAML_BYTES,
     check_writable_folder,
     finite_float,
     finite_int,
+    flow_depth,
     load_json,
     load_toml,
     load_yaml,
@@ -186,3 +188,21 @@ def test_an_unwritable_folder_is_refused_without_creating_anything(tmp_path):
     assert "out_dir" in _one_line(e)
     check_writable_folder(tmp_path / "new" / "deeper")  # makeable: fine, and not made
     assert not (tmp_path / "new").exists()
+
+
+def test_yaml_flow_nesting_is_measured_before_parsing(tmp_path):
+    """PyYAML's scanner is quadratic in flow depth (1,200 levels took 2-3 s, 100,000 would take
+    hours): the depth is measured in one pass first; quotes and comments do not count."""
+    assert flow_depth("a: [1, {b: '[[[['}]  # [[[[\nc: \"{{{\"\n") == 2
+    f = tmp_path / "accelerate.yaml"
+    f.write_text("distributed_type: MULTI_GPU\nx: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(SpecError, match="nests deeper than") as e:
+        load_yaml(f, "--from")
+    assert str(f) in _one_line(e)
+
+
+def test_a_yaml_file_over_its_cap_is_refused_unparsed(tmp_path):
+    f = tmp_path / "accelerate.yaml"
+    f.write_text("k: v\n" * (MAX_YAML_BYTES // 5 + 1))
+    with pytest.raises(SpecError, match="KiB of YAML"):
+        load_yaml(f)
