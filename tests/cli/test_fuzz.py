@@ -14,6 +14,7 @@ exception out of the command, no traceback, and for exit 2 one ``error:`` line o
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -145,6 +146,32 @@ def _write_inputs(d: Path) -> dict[str, str]:
     }
     for name, change in families.items():
         put(f"cfg_{name}/config.json", json.dumps({**base, **change}))
+    # issue 38's hostile files: non-finite and huge numbers, wrong nested types, deep nesting, an
+    # alias bomb; they join the path pools, and `plan --from` draws from them
+    put("ds_nan.json", '{"zero_optimization": {"stage": NaN}, "train_micro_batch_size_per_gpu": Infinity}')
+    put("ds_huge.json", '{"zero_optimization": {"stage": 1}, "train_batch_size": 1' + "0" * 400 + "}")
+    put("ds_nested.json", '{"zero_optimization": 3, "bf16": 1}')
+    put("deep.json", '{"zero_optimization": {"stage": 1}, "x": ' + "[" * 975 + "]" * 975 + "}")
+    put("acc_fsdp1.yaml", "distributed_type: FSDP\nfsdp_config: 1\nnum_processes: .inf\n")
+    put(
+        "acc_bomb.yaml",
+        "".join(
+            [f"a: &a [{', '.join(['lol'] * 9)}]\n"]
+            + [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi")]
+        )
+        + "distributed_type: MULTI_GPU\n",
+    )
+    put("tt_inf.toml", "[model]\nname = 'llama3'\nflavor = '8B'\n[training]\nseq_len = inf\nlocal_batch_size = nan\n")
+    put(
+        "plat_inf.toml",
+        'name = "p"\nbase = "aurora"\n[hardware]\nmemory_gib = inf\n[links]\nintra_latency_us = 1e308\n',
+    )
+    put("plat_types.toml", 'name = "p"\nbase = "aurora"\nsources = ["a"]\n[hardware]\ndevices_per_node = true\n')
+    put("plat_deep.toml", 'name = "p"\nx = ' + "[" * 2994 + "]" * 2994 + "\n")
+    put("mt_list/config.json", json.dumps({**base, "model_type": ["llama"]}))
+    for fifo in ("fifo.toml", "fifo.json"):  # a FIFO without a writer: opening it must not block
+        os.mkfifo(d / fifo)
+        files[fifo] = str(d / fifo)
     put("bad.toml", "[[[ not toml")
     put("types.toml", 'name = 1\ndevices_per_node = "many"\npeak_tflops = -5\n')
     put("empty.toml", "")
@@ -266,6 +293,11 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
             "unicode_dir",
         )
     ]
+    # issue 38's files go to plan alone (the other commands' draws stay as they were)
+    hostile_configs = [
+        f[k] for k in ("ds_nan.json", "ds_huge.json", "ds_nested.json", "acc_fsdp1.yaml", "tt_inf.toml", "deep.json")
+    ] + [f["acc_bomb.yaml"], "/dev/zero", f["fifo.json"], f["fifo.toml"]]
+    hostile_platforms = [f[k] for k in ("plat_inf.toml", "plat_types.toml", "plat_deep.toml", "fifo.toml")]
     logs = [v for k, v in f.items() if k.startswith("a_")] + [
         str(Path(v).parent) for k, v in f.items() if k.startswith("a_") and "/" in k
     ]
@@ -297,6 +329,9 @@ def _pools(f: dict[str, str], out: Path) -> dict[str, dict[str, list[str]]]:
             "--db": db,
             "--json": [],
             "--script": paths + [f["bad_syntax.py"], f["train_ok.py"]],
+            "--from": paths + hostile_configs,
+            "--platform": platform + hostile_platforms + ["/dev/zero"],
+            "--model": model + [f["fifo.json"], f["mt_list/config.json"], "/dev/zero"],
         },
         "estimate": {
             k: [x for x in v if _must_fail_estimate(k, x)] for k, v in {**common_plan, "--strategy": names}.items()
@@ -458,7 +493,7 @@ def test_generation_is_deterministic_and_large(world):
     [
         (["plan", "--model", "{in}/cfg_heads0/config.json"], "num_attention_heads must be between 1"),
         (["plan", "--model", "{in}/cfg_heads_odd/config.json"], "not a multiple of num_attention_heads"),
-        (["plan", "--model", "{in}/cfg_huge/config.json"], "hidden_size must be between 1"),
+        (["plan", "--model", "{in}/cfg_huge/config.json"], "hidden_size = 100000000000...(31 digits): past any"),
         (["report", "--out", "{in}/text.txt", "--db", "{out}/fresh.db"], "is a file; give a folder"),
         (["plan", "--model", "x" * 500], "neither a preset nor a usable path"),
         (["plan", "--vision", "v" * 500], "neither a preset nor a usable path"),

@@ -4,13 +4,14 @@ for), platform, precision, micro-batch, grad accumulation and checkpointing."""
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from prism_strategy.emit.launch import EmitRequest
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import load_json
 from prism_strategy.specs.training import parse_ckpt, parse_loss
 
 
@@ -48,15 +49,16 @@ BENCH_CANDIDATES = 3
 
 
 def _load(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise SpecError(
             f"--from-plan {path}: no such file; write one with `prism-strategy plan ... --json > {path}` "
             "(your plan's own options in place of ...)"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SpecError(f"--from-plan {path}: not a `plan --json` file ({e})") from None
+        )
+    try:
+        data = load_json(path, "--from-plan")  # a regular file under the size cap, depth and numbers checked
+    except SpecError as e:
+        detail = str(e).removeprefix(f"--from-plan {path}: ")
+        raise SpecError(f"--from-plan {path}: not a `plan --json` file ({detail})") from None
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("inputs"), dict)

@@ -5,12 +5,13 @@ and strategy. What each call means comes from the library's source, named beside
 from __future__ import annotations
 
 import ast
-import json
 from pathlib import Path
 
 from prism_strategy.inputs.py_values import Symbol
 from prism_strategy.inputs.script_reader import Call
 from prism_strategy.inputs.script_reads import Found, Reader, prism_wraps, wrap_reads
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import load_json
 from prism_strategy.strategies import FSDP1_SHARDING, STRATEGY_NAMES
 
 AUTOCAST = {
@@ -128,8 +129,8 @@ def _json_beside(r: Reader, name: str) -> tuple[object, str]:
     for base in (r.s.path.parent, Path.cwd()):
         f = base / name
         try:
-            return json.loads(f.read_text()), f"{f}"
-        except (OSError, ValueError):
+            return load_json(f), f"{f}"
+        except SpecError:
             continue
     return name, f"{name}: not found or not JSON"
 

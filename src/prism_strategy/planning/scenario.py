@@ -3,6 +3,7 @@ environment: specs/policies.py), built and validated once at each edge from user
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,21 @@ def resolve_model(model: Any) -> TransformerSpec:
     )
 
 
+def resolve_platform(platform: Any) -> PlatformSpec:
+    """A PlatformSpec as given, else loaded from a preset name or a platform .toml path; any
+    other type (None, a dict) is bad input named here, not a TypeError deep in pathlib."""
+    if isinstance(platform, PlatformSpec):
+        return platform
+    if isinstance(platform, os.PathLike):
+        platform = os.fspath(platform)
+    if not isinstance(platform, str):
+        raise SpecError(
+            "platform must be a preset name (`prism-strategy platforms`), a platform .toml path or a "
+            f"PlatformSpec, got {type(platform).__name__}"
+        )
+    return load_platform(platform)
+
+
 def build_scenario(model: Any, **options: Any) -> Scenario:
     """Validated scenario; the keywords are `plan()`'s run options (see its docstring; ckpt_freq
     defaults to 0 here, "auto" there): SCENARIO_KEYS, the batch policy's and the memory policy's.
@@ -57,8 +73,7 @@ def build_scenario(model: Any, **options: Any) -> Scenario:
             mode=options.get("mode", "e2e"),
         )
     )  # type: ignore[arg-type]
-    platform = options.get("platform", "aurora")
-    plat = platform if isinstance(platform, PlatformSpec) else load_platform(platform)
+    plat = resolve_platform(options.get("platform", "aurora"))
     nodes, rpn = options.get("nodes", 1), options.get("ranks_per_node")
     checked_int("--nodes", nodes)
     rpn = plat.hardware.devices_per_node if rpn is None else checked_int("ranks per node", rpn)

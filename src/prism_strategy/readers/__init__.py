@@ -32,6 +32,7 @@ from prism_strategy.readers import (
 from prism_strategy.readers.collective_log import CollectiveLog, Sample, on_progress
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import require_regular
 
 READERS: tuple[ModuleType, ...] = (step_monitor, prism_perf, prism, torchtitan, hf_trainer, hang_report)
 """Tried in this order; the JSONL readers tell theirs apart by the first line's keys."""
@@ -117,6 +118,7 @@ def read_run(path: str | Path, fmt: str | None = None, **options: Any) -> Parsed
     if path.is_dir():
         log = _in_folder(path, fmt, options)
     else:
+        require_regular(path)  # a FIFO would block the reader's first read
         reader = reader_for(path, fmt)
         if reader is None:
             raise SpecError(

@@ -5,12 +5,12 @@ holds no step times: `analyze` reads it as a hang, `results import` has nothing 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import load_json
 
 FORMAT = "hang-report"
 SUFFIXES = (".json",)
@@ -37,10 +37,7 @@ def _check(rep: dict[str, Any], where: str) -> None:
 
 
 def read(path: Path) -> ParsedLog:
-    try:
-        rep = json.loads(path.read_text(errors="replace"))
-    except ValueError as e:
-        raise SpecError(f"{path}: malformed hang report ({e})") from None
+    rep = load_json(path, "hang report")  # regular, capped, depth and numbers checked
     if not isinstance(rep, dict):
         raise SpecError(f"{path}: a hang report is a JSON object, got {type(rep).__name__}")
     _check(rep, str(path))

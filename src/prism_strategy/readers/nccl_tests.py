@@ -23,11 +23,13 @@ all_gather and reduce_scatter (FSDP2 gathers into a separate buffer). The collec
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
 from prism_strategy.readers.collective_log import CollectiveLog, Sample, bad_line, head, text_lines
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import MAX_INT
 
 FORMAT = "nccl-tests"
 OPS = {
@@ -85,8 +87,10 @@ def _row(log: CollectiveLog, per_iter: bool, i: int, line: str, ended: bool) -> 
             )
     op = log.op or ""
     us = inp if op in IN_PLACE else oop
-    if size <= 0 or us <= 0:
-        raise SpecError(f"{log.path}:{i}: size {size} B in {us} us is not a measurement (both must be > 0)")
+    if not 0 < size <= MAX_INT or not 0 < us < math.inf:
+        raise SpecError(
+            f"{log.path}:{i}: size {str(size)[:24]} B in {us} us is not a measurement (both must be finite and > 0)"
+        )
     return t[2], t[3], Sample(bytes=float(size), seconds=us * 1e-6, where=f"{log.path}:{i}")
 
 

@@ -28,11 +28,13 @@ together (their times are summed), buf_count > 1 (buffers in flight at once), se
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
 from prism_strategy.readers.collective_log import CollectiveLog, Sample, bad_line, head, text_lines
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import MAX_INT
 
 FORMAT = "oneccl-benchmark"
 OPS = {
@@ -67,6 +69,8 @@ def _settings(log: CollectiveLog, key: str, value: str, where: str) -> None:
             raise SpecError(f"{where}: {names[0]} is not a collective the planner prices; one of {', '.join(OPS)}")
         log.op = OPS[names[0]]
     elif key == "#processes":
+        if not (value.strip().isascii() and value.strip().isdigit()):
+            raise SpecError(f"{where}: #processes {value.strip()!r} is not a count; import the benchmark's own output")
         log.ranks = int(value)
     elif key == "buf_count" and value.strip() != "1":
         raise SpecError(
@@ -121,8 +125,10 @@ def _row(log: CollectiveLog, cols: dict[str, int], i: int, line: str, ended: boo
         nbytes, us = int(t[cols["#bytes"]]), float(t[cols["t_avg[usec]"]])
     except (ValueError, IndexError):
         raise bad_line(log.path, i, ended, "a result row", expected) from None
-    if nbytes <= 0 or us <= 0:
-        raise SpecError(f"{log.path}:{i}: {nbytes} B in {us} us is not a measurement (both must be > 0)")
+    if not 0 < nbytes <= MAX_INT or not 0 < us < math.inf:
+        raise SpecError(
+            f"{log.path}:{i}: {str(nbytes)[:24]} B in {us} us is not a measurement (both must be finite and > 0)"
+        )
     if any(x.bytes == nbytes for x in log.samples):
         raise SpecError(f"{log.path}:{i}: size {nbytes} B appears twice; import one run per log")
     return Sample(bytes=float(nbytes), seconds=us * 1e-6, where=f"{log.path}:{i}")

@@ -71,7 +71,7 @@ def _num(obj: dict[str, Any], name: str) -> float:
         for k, scale in ((key, 1.0), (key + "_ms", 1e-3)):
             v = obj.get(k)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
-                return float(v) * scale
+                return float(v) * scale if abs(v) < 1e300 else math.inf  # an int past float's range: inf
     return math.nan
 
 

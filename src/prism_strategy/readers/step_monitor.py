@@ -28,6 +28,7 @@ from prism_strategy.readers.training_log import (
     step_windows,
 )
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import require_regular
 
 FORMAT = "stepmonitor"
 SUFFIXES = (".jsonl",)
@@ -40,7 +41,10 @@ def looks_like(path: Path) -> bool:
 
 
 def rank_files(folder: Path) -> list[Path]:
-    return sorted((p for p in folder.iterdir() if RANK_FILE.fullmatch(p.name)), key=lambda p: int(p.name[4:-6]))
+    files = sorted((p for p in folder.iterdir() if RANK_FILE.fullmatch(p.name)), key=lambda p: int(p.name[4:-6]))
+    for p in files:
+        require_regular(p)  # a FIFO named rank0.jsonl would block the read
+    return files
 
 
 def _event(obj: dict[str, Any], where: str) -> Event:
@@ -114,11 +118,15 @@ def _scenario(log: ParsedLog, meta: dict[str, Any], extras: list[Any]) -> None:
     on_cpu = str(meta.get("device", "cpu")).startswith("cpu")
     for _, _, _, peak in extras:
         log.peak("peak_rss_bytes" if on_cpu else "peak_allocated_bytes", peak)
-    if extras and extras[0][1]:
+    if extras and _count(extras[0][1]):  # NaN, inf or 10**400 samples say nothing (the fuzz found int(nan))
         where, samples, tokens, _ = extras[0]
         log.state("samples_per_rank_step", int(samples), where)
-        if tokens:
+        if _count(tokens):
             log.state("seq_len", int(tokens // samples), where)
+
+
+def _count(v: float | None) -> bool:
+    return v is not None and 1 <= v < 2**53
 
 
 def read_forensics(path: Path) -> list[dict[str, Any]]:

@@ -81,6 +81,10 @@ def read(path: Path) -> ParsedLog:
             log.state("micro_batch", local, where)
             log.state("grad_accum", accum, where)
             log.state("seq_len", seq, where)
+            if min(local, glob, accum, seq) < 1:
+                raise SpecError(
+                    f"{where}: batch sizes, accumulation and sequence length must be >= 1; import an unedited log"
+                )
             if glob % (local * accum):
                 raise SpecError(f"{where}: global batch {glob} is not local batch x accumulation x ranks")
             log.state("world_size", glob // (local * accum), where)

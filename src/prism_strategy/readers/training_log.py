@@ -25,6 +25,7 @@ from typing import Any, Iterator
 from prism_strategy.readers.collective_log import text_lines
 from prism_strategy.readers.steps import PHASES, Event, Records, StepTimes
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import MAX_INT
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 """Colour and cursor codes (torchtitan colours its metrics; rich / colorlog handlers colour levels)."""
@@ -186,8 +187,8 @@ def number(obj: dict[str, Any], key: str, where: str, *, required: bool = True) 
     v = obj.get(key)
     if v is None and not required:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise SpecError(f"{where}: field {key!r} must be a number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, int) and abs(v) > MAX_INT):
+        raise SpecError(f"{where}: field {key!r} must be a number, got {str(v)[:40]}")
     return float(v)
 
 
@@ -239,8 +240,8 @@ def seconds(v: float) -> float:
 
 
 def integer(v: Any, where: str, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise SpecError(f"{where}: {name} must be a number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v) > MAX_INT or not math.isfinite(v):
+        raise SpecError(f"{where}: {name} must be a number, got {str(v)[:40]}")
     return int(v)
 
 

@@ -7,7 +7,6 @@ chooses between engines.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import warnings
 from collections.abc import Callable, Iterable
@@ -22,6 +21,7 @@ from prism_strategy.runtime.blocks import BlockSlot
 from prism_strategy.runtime.dist import DistContext
 from prism_strategy.runtime.job import DDPJob, DeepSpeedJob, FSDPJob, Job, WrapSummary
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import load_json
 from prism_strategy.strategies import StrategySpec
 from prism_strategy.wrap_config import WrapConfig
 
@@ -278,12 +278,7 @@ def _load_ds_config(ds_config: dict[str, Any] | str | Path) -> dict[str, Any]:
         return ds_config
     if not isinstance(ds_config, (str, Path)):
         raise SpecError(f"ds_config must be a dict or a path to a JSON file, got {type(ds_config).__name__}")
-    try:
-        data = json.loads(Path(ds_config).read_text())
-    except OSError as e:
-        raise SpecError(f"cannot read ds_config {ds_config}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(f"ds_config {ds_config} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    data = load_json(ds_config, "ds_config")  # regular file, size cap, depth, finite numbers
     if not isinstance(data, dict):
         raise SpecError(f"ds_config {ds_config} must hold a JSON object")
     return data

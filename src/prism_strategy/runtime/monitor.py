@@ -78,6 +78,7 @@ from prism_strategy.runtime.forensics import Capture, ForensicsConfig
 from prism_strategy.runtime.monitor_state import StepHistory, rank_cpus, rank_identity, rank_placement
 from prism_strategy.runtime.watchdog import HANG_EXIT_CODE, Progress, Watchdog
 from prism_strategy.specs.libraries import library_of_backend
+from prism_strategy.specs.safe_files import check_writable_folder
 
 __all__ = ["StepMonitor", "HANG_EXIT_CODE", "DetectConfig", "Event", "ForensicsConfig"]
 
@@ -132,7 +133,8 @@ class StepMonitor:
     `out_dir` is shared by all ranks (one file each). `ctx` is anything with ``rank``,
     ``world_size`` and optionally ``device`` (e.g. `init_distributed()`'s result); None reads
     the process group or RANK / WORLD_SIZE. ``hang_timeout_s=None`` disables the watchdog.
-    Nothing is opened until `start()` (called by the first `step()`).
+    Nothing is opened until `start()` (called by the first `step()`), but a folder that cannot be
+    made or written (a file in its path, no write permission) is refused here, not at the first step.
 
     The watchdog counts from the first `step()` until `close()`, *between* steps too (a stuck
     data loader is a hang): wrap evaluation or checkpointing in ``with mon.paused():`` and call
@@ -156,6 +158,7 @@ class StepMonitor:
         forensics: ForensicsConfig | None = ForensicsConfig(),
     ) -> None:
         self.out_dir, self.ctx = Path(out_dir), ctx
+        check_writable_folder(self.out_dir, "StepMonitor out_dir")
         self.hang_timeout_s, self.summary_every = hang_timeout_s, max(1, int(summary_every))
         self.detect, self.gather, self.backstop, self.exit_fn = detect or DetectConfig(), gather, backstop, exit_fn
         self.events: list[Event] = []

@@ -194,7 +194,9 @@ def platform_error(e: pydantic.ValidationError, where: str) -> SpecError:
         return SpecError(f"{where}: {name} must be {allowed_range(loc)}, got {got!r}")
     if err["type"] == "missing":
         return SpecError(f'{where}: missing {name}; add it to the platform file or inherit it with base = "<preset>"')
-    return SpecError(f"{where}: field {name}: {err['msg']}, got {got!r}")
+    return SpecError(
+        f"{where}: field {name}: {err['msg']}, got {got!r}; fix it in the file (each field's type: docs/platform_files.md)"
+    )
 
 
 def allowed_range(loc: list[str]) -> str:

@@ -4,7 +4,6 @@ only `to_hf_config` / `build_meta_model` import it."""
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf_families import DECODERS, MAX_SIZE, Config, hf_kwargs, read_family
 from prism_strategy.specs.model import TransformerSpec
+from prism_strategy.specs.safe_files import load_json
 
 __all__ = [
     "MAX_SIZE",
@@ -46,14 +46,7 @@ def unsupported(where: str, model_type: Any) -> SpecError:
 
 
 def load_hf_config(path: Path) -> TransformerSpec:
-    try:
-        cfg = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read model config {path}: {getattr(e, 'strerror', None) or e}") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(
-            f"{path} is not valid JSON (line {e.lineno}: {e.msg}); pass a Hugging Face config.json"
-        ) from None
+    cfg = load_json(path, "model config")
     if not isinstance(cfg, dict):
         raise SpecError(f"{path} is not a Hugging Face config (expected a JSON object)")
     return spec_from_hf_dict(cfg, name=_model_name(cfg, Path(path)), source=str(path))
@@ -72,6 +65,11 @@ def _model_name(cfg: dict, path: Path) -> str:
 def spec_from_hf_dict(cfg: dict, *, name: str, source: str = "") -> TransformerSpec:
     mt = cfg.get("model_type")
     where = source or name
+    if mt is not None and not isinstance(mt, str):
+        raise SpecError(
+            f'{where}: model_type must be a string such as "llama", got a {type(mt).__name__}; '
+            "fix the config.json (transformers writes one name)"
+        )
     if mt in ("siglip", "siglip2", "clip") and isinstance(cfg.get("vision_config"), dict):
         cfg, mt = cfg["vision_config"], f"{mt}_vision_model"
     if mt in _TEXT_WRAPPERS and isinstance(cfg.get("text_config"), dict):

@@ -12,6 +12,8 @@ from functools import cache
 from importlib import resources
 from typing import Any, Callable
 
+import tomllib
+
 from prism_strategy.specs.cluster import FLAT_FIELDS, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.platform_groups import FIELD_GROUP, GROUPS
@@ -39,6 +41,11 @@ def flatten(raw: dict[str, Any], where: str) -> dict[str, Any]:
                 if FIELD_GROUP.get(kk) != k:
                     raise SpecError(f"{where}: [{k}] has no field {kk!r}{_placed(kk)}")
                 _put(out, kk, vv, where)
+        elif k == "sources" and not isinstance(v, dict):
+            raise SpecError(
+                f'{where}: sources must be a table of field = "where the value came from", got a '
+                f"{type(v).__name__}; write it as [sources] with one line per field"
+            )
         elif k in FLAT_FIELDS:
             _put(out, k, v, where)
         else:
@@ -63,8 +70,6 @@ def _placed(key: str) -> str:
 
 @cache
 def _fields() -> dict[str, Any]:
-    from prism_strategy.specs.presets import tomllib
-
     return tomllib.loads((resources.files("prism_strategy") / "data" / "platform_fields.toml").read_text())
 
 

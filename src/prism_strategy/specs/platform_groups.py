@@ -10,20 +10,27 @@ import dataclasses
 from typing import Annotated, Literal
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Strict, StrictBool
 from pydantic.dataclasses import dataclass
 
-GROUP_CONFIG = ConfigDict(use_attribute_docstrings=True, extra="forbid")
-"""Field docstrings become the fields' descriptions; an unknown field is an error, never dropped."""
+GROUP_CONFIG = ConfigDict(use_attribute_docstrings=True, extra="forbid", allow_inf_nan=False)
+"""Field docstrings become the fields' descriptions; an unknown field is an error, never dropped;
+NaN and infinities are refused (a TOML `inf` is a float)."""
+
+MAX_QUANTITY = 1e9
+"""Upper bound of every platform number: none is near a billion in its unit (GB/s, us, TFLOP/s,
+GiB, counts; the largest a preset holds is 4,800 GB/s), while a typo such as 1e308 overflows the
+models' arithmetic to inf and 0 (issue 38)."""
 
 NCCL_SCALES = ("base_latency", "intra_latency", "net_latency", "intra_bw", "inter_bw")
 """The factors NcclSpec.nccl_scale may hold."""
 
-Positive = Annotated[float, Gt(0)]
-NonNegative = Annotated[float, Ge(0)]
-Fraction = Annotated[float, Gt(0), Le(1)]
-Count = Annotated[int, Gt(0)]
-NonNegativeCount = Annotated[int, Ge(0)]
+Positive = Annotated[float, Strict(), Gt(0), Le(MAX_QUANTITY)]
+NonNegative = Annotated[float, Strict(), Ge(0), Le(MAX_QUANTITY)]
+Fraction = Annotated[float, Strict(), Gt(0), Le(1)]
+Count = Annotated[int, Strict(), Gt(0), Le(MAX_QUANTITY)]
+"""Strict: `devices_per_node = true` or `"8"` is refused, not read as 1 or 8 (docs/platform_files.md)."""
+NonNegativeCount = Annotated[int, Strict(), Ge(0), Le(MAX_QUANTITY)]
 
 
 def _group(cls: type) -> type:
@@ -87,7 +94,7 @@ class ComputeSpec:
     fraction for every FLOP."""
     kernel_launch_us: NonNegative = 5.0
     """Host time to launch one eager kernel (us)."""
-    compile_multinode_ok: bool = True
+    compile_multinode_ok: StrictBool = True
     """torch.compile works across nodes with this collective library (false where it deadlocked)."""
 
 
@@ -138,10 +145,10 @@ class CollectiveSpec:
     """Host cost per gradient tensor of an engine without its own grad_path_us_per_tensor (us)."""
     scaleout_overhead_us: NonNegative = 0.0
     """Extra fixed cost of each collective that crosses nodes (proxy / progress threads)."""
-    comm_overlap: Annotated[float, Ge(0), Le(1)] = 0.8
+    comm_overlap: Annotated[float, Strict(), Ge(0), Le(1)] = 0.8
     """Fraction of communication a backward pass can hide behind compute (0 when collectives block).
     Not read on NCCL platforms: there the engine's schedule sets it (estimate/overlap.py)."""
-    host_blocking_collectives: bool = False
+    host_blocking_collectives: StrictBool = False
     """Collectives hold the host until done (oneCCL CCL_OP_SYNC=1): no overlap with compute."""
 
 
@@ -160,7 +167,7 @@ class NcclSpec:
 class OnecclSpec:
     """oneCCL's settings as the env profile gives them (estimate/comm_oneccl.py)."""
 
-    ccl_worker_count: Annotated[int, Ge(1)] = 1
+    ccl_worker_count: Annotated[int, Strict(), Ge(1), Le(MAX_QUANTITY)] = 1
     """oneCCL progress workers per rank (CCL_WORKER_COUNT of the env profile): any count but 1 makes
     oneCCL refuse its GPU kernels for every collective (estimate/comm_oneccl.py gpu_kernel_route)."""
     ccl_algorithms: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -173,10 +180,10 @@ class OnecclSpec:
     (estimate/comm_oneccl.py scaleout_choice)."""
     ccl_transport: Literal["ofi", "mpi"] = "ofi"
     """CCL_ATL_TRANSPORT: `direct` scale-out needs MPI (selector_allreduce.cpp can_use)."""
-    ccl_gpu_rdma: bool = False
+    ccl_gpu_rdma: StrictBool = False
     """CCL_ATL_HMEM=1 (and a transport that takes GPU memory): the scale-out runs on device buffers,
     no host staging (coll_util.cpp add_scaleout); oneCCL's default is 0 (env.cpp)."""
-    ccl_topo_min_ppn: Annotated[int, Ge(1)] = 1
+    ccl_topo_min_ppn: Annotated[int, Strict(), Ge(1), Le(MAX_QUANTITY)] = 1
     """Ranks per node below which a multi-node collective does not take oneCCL's topo path but the
     flat host ring (platform [sources] says why)."""
     ccl_host_staging: Literal["scale-out part", "whole buffer"] = "scale-out part"
@@ -202,7 +209,7 @@ class AllocatorSpec:
     allocator_pinned_factor: NonNegative = 0.0
     """Of that, per byte of per-sample activations, what the allocator's flush and retry on a failed
     cudaMalloc cannot release (slivers in segments that hold live blocks): counts against the device."""
-    expandable_segments: bool = False
+    expandable_segments: StrictBool = False
     """The platform's env profile sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (checked
     against data/env_profiles in tests/unit/test_memory_runtime.py)."""
 
@@ -213,7 +220,7 @@ class CalibrationSpec:
 
     activation_factor: Positive = 1.0
     """Measured / predicted saved-activation bytes; 1.0 until `prism-strategy calibrate` fits it."""
-    rank_jitter: Annotated[float, Ge(0), Lt(1)] | None = None
+    rank_jitter: Annotated[float, Strict(), Ge(0), Lt(1)] | None = None
     """Measured per-rank spread of the work between synchronisations (std / mean, e.g. 0.02),
     from this cluster's StepMonitor logs or `plan --rank-jitter`: prices the late-rank term into
     the step (estimate/scale_loss.py late_ranks). None = unmeasured: the point takes the published

@@ -17,25 +17,21 @@ from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf import load_hf_config, spec_from_hf_dict
 from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.platform_file import check_required, defaulted_fields, fill_not_read, flatten, with_base
+from prism_strategy.specs.safe_files import load_toml
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover
-    import tomli as tomllib
+    pass
 
 T = TypeVar("T")
 DATA = resources.files("prism_strategy") / "data"
 
 
 def read_toml(path: Any) -> dict:
-    try:
-        return tomllib.loads(Path(str(path)).read_text())
-    except OSError as e:
-        raise SpecError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{path} is not a text file (expected TOML)") from None
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{path} is not valid TOML: {e}") from None
+    """A TOML file as a table, read through specs/safe_files.py (regular file, size cap, nesting,
+    finite numbers); one line naming the file otherwise."""
+    return load_toml(Path(str(path)))
 
 
 def build(cls: type[T], data: dict, where: str) -> T:

@@ -8,7 +8,6 @@ and `render(choice, base, header) -> text`."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from prism_strategy.emit.files import FileText
 from prism_strategy.emit.frameworks import accelerate, deepspeed, torchtitan
 from prism_strategy.emit.from_plan import PlanChoice, plan_choice
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import load_json
 
 WRITERS = {"torchtitan": torchtitan, "deepspeed": deepspeed, "accelerate": accelerate}
 
@@ -103,8 +103,8 @@ def write_with(req: Any, out: str, extra: FrameworkFile | None, *, force: bool =
 
 def _plan_data(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = load_json(path)
+    except SpecError:
         return {"inputs": {}, "options": []}  # plan_choice names the problem
     return data if isinstance(data, dict) and isinstance(data.get("inputs"), dict) else {"inputs": {}, "options": []}
 

@@ -22,6 +22,7 @@ from prism_strategy.inputs.frameworks.base import (
     refuse_non_dp,
     section,
 )
+from prism_strategy.specs.errors import SpecError
 
 NAME = "accelerate"
 SHARDING = {
@@ -203,15 +204,25 @@ def _fsdp(c: Collector, f: dict[str, Any]) -> None:
 
 def _deepspeed(c: Collector, d: dict[str, Any], path: Path) -> None:
     file = d.get("deepspeed_config_file")
+    name = "deepspeed_config.deepspeed_config_file"
     if file not in (None, "", "none"):
-        target = (path.parent / str(file)) if not Path(str(file)).is_absolute() else Path(str(file))
+        if not isinstance(file, str):
+            raise c.bad(name, f"must be a path, got {type(file).__name__}", "give the ds_config.json's path")
+        target = (path.parent / file) if not Path(file).is_absolute() else Path(file)
         if not target.is_file():
             raise c.bad(
-                "deepspeed_config.deepspeed_config_file",
-                f"= {file}: no such file (looked at {target})",
-                "put the ds_config.json there, or give its path",
+                name, f"= {file}: no such file (looked at {target})", "put the ds_config.json there, or give its path"
             )
-        _, ds = load(target)
+        try:
+            _, ds = load(target)
+        except SpecError as e:
+            raise c.bad(
+                name, f"= {file}: {str(e).removeprefix(f'--from {target}: ')}", "point it at a ds_config.json"
+            ) from None
+        if not isinstance(ds, dict):
+            raise c.bad(
+                name, f"= {file}: a {type(ds).__name__}, not a ds_config object", "point it at a ds_config.json"
+            )
         deepspeed.read_into(c, ds, prefix=f"{file}:")
         c.use("deepspeed_config.deepspeed_config_file", str(file), note="read with the DeepSpeed reader")
     else:

@@ -3,14 +3,12 @@ ignored with the reason), and one-line errors naming the file, the field and the
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.safe_files import finite_float, finite_int, parse, read_text_capped
 
 FORMATS = ("torchtitan", "deepspeed", "accelerate", "hf-trainer")
 """What `plan --from` reads: torchtitan job TOML, DeepSpeed JSON, Accelerate YAML, HF
@@ -151,9 +149,11 @@ def bad(path: Path | str, name: str, problem: str, fix: str) -> SpecError:
 
 
 def integer(c: Collector, name: str, v: Any, minimum: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < minimum:
-        raise c.bad(name, f"must be an integer >= {minimum}, got {v!r}", "fix the value in the file")
-    return int(v)
+    return finite_int(v, name, f"--from {c.path}", minimum)
+
+
+def number(c: Collector, name: str, v: Any, minimum: float) -> float:
+    return finite_float(v, name, f"--from {c.path}", minimum)
 
 
 def boolean(c: Collector, name: str, v: Any) -> bool:
@@ -185,19 +185,10 @@ def section(c: Collector, data: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def load(path: Path) -> tuple[str, Any]:
-    """(syntax, parsed data) by the file's suffix, else by trying JSON, TOML and YAML in turn."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError(f"--from {path}: no such file; pass the framework config's path") from None
-    except OSError as e:
-        raise SpecError(f"--from {path}: cannot read it ({e.strerror}); pass a readable config file") from None
-    if b"\0" in raw[:8192]:
-        raise SpecError(f"--from {path}: a binary file, not a config; pass a TOML, JSON or YAML config")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError(f"--from {path}: not UTF-8 text; pass a TOML, JSON or YAML config") from None
+    """(syntax, parsed data) by the file's suffix, else by trying JSON, TOML and YAML in turn; read
+    and checked by specs/safe_files.py (a regular file under its size cap, nesting, aliases, numbers)."""
+    where = f"--from {path}"
+    text = read_text_capped(path, "--from")
     suffix = path.suffix.lower()
     order = {".toml": ("toml",), ".json": ("json",), ".yaml": ("yaml",), ".yml": ("yaml",)}.get(
         suffix, ("json", "toml", "yaml")
@@ -205,16 +196,9 @@ def load(path: Path) -> tuple[str, Any]:
     errors = []
     for syntax in order:
         try:
-            return syntax, _PARSERS[syntax](text)
+            return syntax, parse(text, syntax, where)
+        except SpecError:
+            raise
         except Exception as e:  # each parser's own error class; the first line says where
             errors.append(f"{syntax}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    raise SpecError(f"--from {path}: not valid {' / '.join(order).upper()} ({'; '.join(errors)}); fix the syntax")
-
-
-def _yaml(text: str) -> Any:
-    import yaml
-
-    return yaml.safe_load(text)
-
-
-_PARSERS = {"json": json.loads, "toml": tomllib.loads, "yaml": _yaml}
+    raise SpecError(f"{where}: not valid {' / '.join(order).upper()} ({'; '.join(errors)}); fix the syntax")

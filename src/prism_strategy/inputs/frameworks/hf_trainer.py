@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.inputs.frameworks import deepspeed
-from prism_strategy.inputs.frameworks.base import Collector, ConfigInputs, boolean, integer, load, refuse_non_dp
+from prism_strategy.inputs.frameworks.base import Collector, ConfigInputs, boolean, integer, load, number, refuse_non_dp
 
 NAME = "hf-trainer"
 FSDP = {
@@ -84,7 +84,8 @@ def read(path: Path) -> ConfigInputs:
     else:
         c.ignore("optim", optim, "only torch's AdamW and SGD are modelled: planned as adamw")
     if data.get("ddp_bucket_cap_mb") is not None:
-        c.use("ddp_bucket_cap_mb", data["ddp_bucket_cap_mb"], "bucket_mb", float(data["ddp_bucket_cap_mb"]))
+        mb = number(c, "ddp_bucket_cap_mb", data["ddp_bucket_cap_mb"], 0.0)
+        c.use("ddp_bucket_cap_mb", data["ddp_bucket_cap_mb"], "bucket_mb", mb)
     if data.get("use_liger_kernel"):
         c.use("use_liger_kernel", True, "loss", "chunked", note="Liger's fused linear cross-entropy")
     read_keys = {
@@ -112,6 +113,10 @@ def read(path: Path) -> ConfigInputs:
 
 def _strategy(c: Collector, data: dict[str, Any], path: Path) -> None:
     ds, fsdp = data.get("deepspeed"), data.get("fsdp") or ""
+    if not isinstance(fsdp, str | list):
+        raise c.bad(
+            "fsdp", f"must be a string or a list of FSDP options, got {fsdp!r}", 'write e.g. "full_shard auto_wrap"'
+        )
     words = fsdp.split() if isinstance(fsdp, str) else [str(w) for w in fsdp]
     if ds and words:
         raise c.bad("deepspeed / fsdp", "are both set", "choose DeepSpeed or FSDP, as TrainingArguments requires")
@@ -121,6 +126,8 @@ def _strategy(c: Collector, data: dict[str, Any], path: Path) -> None:
             if not target.is_file():
                 raise c.bad("deepspeed", f"= {ds}: no such file (looked at {target})", "give the ds_config's path")
             _, ds = load(target)
+        if not isinstance(ds, dict):
+            raise c.bad("deepspeed", f"must be a ds_config path or object, got a {type(ds).__name__}", "fix the file")
         deepspeed.read_into(c, ds, prefix="deepspeed:")
         c.use("deepspeed", data["deepspeed"], note="read with the DeepSpeed reader")
     elif words:

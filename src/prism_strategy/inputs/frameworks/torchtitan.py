@@ -256,7 +256,12 @@ def _activation_checkpoint(c: Collector, sec: dict[str, Any]) -> None:
             default=d and d2,
         )
     elif mode == "selective":
-        k = integer(c, "activation_checkpoint.selective_ac_option", int(option) if str(option).isdigit() else option, 1)
+        k = integer(
+            c,
+            "activation_checkpoint.selective_ac_option",
+            int(option) if str(option).isascii() and str(option).isdigit() else option,
+            1,
+        )
         c.use(
             "activation_checkpoint.mode, activation_checkpoint.selective_ac_option",
             f"selective / {option}",
