@@ -358,3 +358,17 @@ def test_accelerate_parallelism_config_hsdp_and_its_mesh_note(tmp_path):
     )
     section = _plan("--from", str(f), "--model", "qwen3-0.6b", "--platform", "dgx-h100")["inputs"]["config"]
     assert section["strategy"] == "hsdp_full_shard" and "replicates over nodes" in section["notes"][0]
+
+
+def test_plan_from_lists_what_it_assumed(tmp_path):
+    # accelerate's own fp8 template: no sequence length (the data's) and fp8, which is not modelled
+    fixture = Path(__file__).parents[1] / "fixtures" / "configs" / "accelerate_fp8.yaml"
+    args = ["plan", "--from", str(fixture), "--model", "qwen3-0.6b", "--platform", "dgx-h100"]
+    r = CliRunner().invoke(app, args, terminal_width=100)
+    assert r.exit_code == 0, r.output
+    assert "assumed seq_len: not in the file" in r.output and "pass" in r.output and "--seq-len" in r.output
+    assert "assumed precision: the file says fp8" in r.output
+    r = CliRunner().invoke(app, [*args, "--seq-len", "2048", "--json"])
+    section = json.loads(r.output)["inputs"]["config"]
+    assert not [a for a in section["assumed"] if a.startswith("seq_len")]
+    assert json.loads(r.output)["inputs"]["ranks_per_node"] == 1
