@@ -160,6 +160,9 @@ def plan(
         precision=precision,
         reduce_dtype=reduce_dtype,
         compile=compile,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
+        global_batch=global_batch,
     )
     flags = {k for k in ctx.params if ctx.get_parameter_source(k).name == "COMMANDLINE"}
     given = flags & set(inputs)
@@ -173,9 +176,6 @@ def plan(
         nodes=nodes,
         seq_len=seq_len,
         mean_seq_len=mean_seq_len,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        grad_accum=grad_accum,
         vision=vision,
         image_tokens=image_tokens,
         ranks_per_node=ranks_per_node,
