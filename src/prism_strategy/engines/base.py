@@ -90,9 +90,10 @@ class Engine(ABC):
     grads_are_bucket_views: ClassVar[bool] = False
     """Gradients live inside the engine's communication buckets (DDP gradient_as_bucket_view):
     zeroing them in place keeps the buckets, set_to_none would not free them."""
-    bf16_keeps_fp32_master: ClassVar[bool] = False
-    """Its bf16 keeps fp32 master weights whatever is asked, so bf16-pure runs as bf16 mixed
-    (DeepSpeed's BF16_Optimizer); the others run bf16-pure on bf16 parameters (bench's worker)."""
+    bf16_pure_in_config: ClassVar[bool] = False
+    """Its bf16-pure is its bf16 mode plus keys of its own config (engine_config(precision=
+    "bf16-pure"): DeepSpeed's bf16 master weights and optimizer states), not a model cast to bf16;
+    the others run bf16-pure on bf16 parameters (bench's worker)."""
     declares_static_graph: ClassVar[bool] = False
     """The caller can declare the graph fixed (DDP static_graph=True): the plan and emit say when."""
     unit_wrapped: ClassVar[bool] = False

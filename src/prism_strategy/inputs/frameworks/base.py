@@ -185,7 +185,7 @@ def rest(c: "Collector", fmt: str, sec: dict[str, Any], table: str, read_keys: s
             c.ignore(f"{table}.{k}", v, reason if k in known else UNREAD)
 
 
-def renamed(c: "Collector", fmt: str, data: dict[str, Any]) -> dict[str, Any]:
+def renamed(c: "Collector", fmt: str, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """A copy of `data` with each older field name of data/framework_fields.toml moved to its
     current name (its value mapped where the meaning changed); the file's names stay in what is
     listed (Collector.named). Both names in one file: SpecError naming both."""
@@ -205,7 +205,7 @@ def renamed(c: "Collector", fmt: str, data: dict[str, Any]) -> dict[str, Any]:
         value = src.pop(old[-1])
         mapped = entry.get("values", {})
         dst[new[-1]] = mapped.get(str(value).lower(), value) if mapped else value
-        c.renamed[entry["new"]] = (entry["old"], entry["since"])
+        c.renamed[prefix + entry["new"]] = (prefix + entry["old"], entry["since"])
     return {k: v for k, v in out.items() if v != {} or data[k] == {}}  # a table emptied by the moves is gone
 
 
