@@ -291,6 +291,11 @@ def _linear(out: int, inp: int, bias: bool) -> list[Tensor]:
 def part_modules(part: Part) -> PartModules:
     """Every module of a part with its tensors: the spec's module lists (specs/model.py, the layouts
     transformers builds); the projector is LLaVA's Linear + GELU + Linear."""
+    if part.lora_blocks:  # LoRA adapters (specs/lora.py): lora_A (r, in) and lora_B (out, r) per adapted Linear
+        groups = tuple(
+            ([[(r * i, r)] for r, i, _ in mods] + [[(o * r, o)] for r, _, o in mods], n) for mods, n in part.lora_blocks
+        )
+        return PartModules(embed=[], blocks=[m for m, n in groups for _ in range(n)], block_groups=groups, head=[])
     if part.spec is None:
         i, o = part.widths
         return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], blocks=[], head=[])

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.inputs import script_batch as batch
+from prism_strategy.inputs import script_lora
 from prism_strategy.inputs import script_reads as reads
 from prism_strategy.inputs import script_wrapping as wrapping
 from prism_strategy.inputs.script_file import read_script
@@ -34,9 +35,10 @@ FLAGS = {
     "micro_batch": "--micro-batch",
     "grad_accum": "--grad-accum",
     "global_batch": "--global-batch",
+    "lora": "--lora",
 }
 """plan() keywords a script can set, with their flags."""
-QUIET = {"micro_batch", "grad_accum", "global_batch"}
+QUIET = {"micro_batch", "grad_accum", "global_batch", "lora"}
 """Inputs the plan searches or derives when the script does not fix them: not listed as untold."""
 ASSUMED = {
     "loss": "assumed upcast (HF default: transformers' ForCausalLMLoss casts the logits to fp32)",
@@ -48,6 +50,7 @@ ASSUMED = {
     "micro_batch": "searched (the largest that fits)",
     "grad_accum": "1, unless --global-batch says",
     "global_batch": "micro-batch x accumulation x ranks",
+    "lora": "full fine-tuning (every parameter trains)",
 }
 NOTHING = "nothing in the script sets it"
 READERS: dict[str, Callable[[Reader], list[Found]]] = {
@@ -60,6 +63,7 @@ READERS: dict[str, Callable[[Reader], list[Found]]] = {
     "micro_batch": batch.micro_batch,
     "grad_accum": batch.grad_accum,
     "global_batch": batch.global_batch,
+    "lora": script_lora.lora,
     "strategy": wrapping.strategy,
 }
 

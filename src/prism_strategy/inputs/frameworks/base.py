@@ -15,7 +15,7 @@ import tomllib
 
 from prism_strategy.specs.errors import SpecError
 
-FORMATS = ("torchtitan", "deepspeed", "accelerate", "hf-trainer")
+FORMATS = ("torchtitan", "deepspeed", "accelerate", "hf-trainer", "peft")
 """What `plan --from` reads: torchtitan job TOML, DeepSpeed JSON, Accelerate YAML, HF
 TrainingArguments JSON (a `to_json_string()` dump)."""
 
