@@ -3,12 +3,17 @@ data/framework_fields.toml (one mechanism for renames and deprecations, as DeepS
 DeepSpeedConfigModel does), unknown fields listed as unknown, assumed values listed.
 Fixtures: real files, sources in tests/fixtures/configs/SOURCE.md."""
 
+import json
 from pathlib import Path
 
 import pytest
+import tomllib
 
+from prism_strategy.emit.frameworks import framework_file
 from prism_strategy.inputs.frameworks import read_config
 from prism_strategy.inputs.frameworks.base import UNREAD, leaves
+from prism_strategy.inputs.frameworks.plan import plan_for_config
+from prism_strategy.report.plan_json import plan_dict
 from prism_strategy.specs.errors import SpecError
 
 CONFIGS = Path(__file__).parents[2] / "fixtures" / "configs"
@@ -98,3 +103,18 @@ def test_an_unknown_accelerate_distributed_type_is_bad_input(tmp_path, kind):
 def test_a_bare_yaml_no_is_accelerate_no(tmp_path):
     (tmp_path / "a.yaml").write_text("distributed_type: NO\nmixed_precision: bf16\n")  # YAML 1.1: false
     assert read_config(tmp_path / "a.yaml").options["ranks_per_node"] == 1
+
+
+@pytest.mark.parametrize("name", OLD)
+def test_an_older_file_round_trips_under_its_own_names(tmp_path, name):
+    # emit --format torchtitan from a plan of an older JobConfig's file writes that file's names back
+    # (an older torchtitan does not know local_batch_size; ours refuses both names in one file)
+    p = plan_for_config(CONFIGS / name, platform="dgx-h100", nodes=2, override=True)
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(plan_dict(p), default=str))
+    out = framework_file(plan_path, "torchtitan", "hsdp_shard_grad_op")
+    (tmp_path / name).write_text(out.file.text)
+    written = tomllib.loads(out.file.text)
+    assert "local_batch_size" not in written["training"] and written["training"]["batch_size"] == 1
+    back = read_config(tmp_path / name)
+    assert back.strategy == "hsdp_shard_grad_op" and back.options["micro_batch"] == 1

@@ -4,15 +4,14 @@ ignored with the reason), and one-line errors naming the file, the field and the
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
+from prism_strategy.emit.frameworks.models import framework_fields, renames
 from prism_strategy.specs.errors import SpecError
 
 FORMATS = ("torchtitan", "deepspeed", "accelerate", "hf-trainer", "peft")
@@ -91,6 +90,8 @@ class Collector:
     offload_engine: str = ""
     renamed: dict[str, tuple[str, str]] = field(default_factory=dict)
     """new dotted name -> (the file's older name, since when), filled by `renamed()`."""
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    """(old, new) names `renamed()` moved, for a writer to move back (emit/frameworks/models.file_names)."""
     assumed: list[str] = field(default_factory=list)
     """Values the plan needs that the file does not say, with what was assumed and the flag to say it."""
 
@@ -164,15 +165,10 @@ class Collector:
 UNREAD = "unknown: not a field this reader knows (a typo, a newer version's, or a custom module's); not modelled"
 
 
-@functools.cache
-def _fields_data() -> dict[str, Any]:
-    return tomllib.loads((resources.files("prism_strategy") / "data" / "framework_fields.toml").read_text())
-
-
 def known_fields(fmt: str, table: str) -> tuple[frozenset[str], str]:
     """(the fields of `table` the framework defines that do not change the plan, their reason):
     data/framework_fields.toml [<fmt>.known]."""
-    entry = _fields_data().get(fmt, {}).get("known", {}).get(table, {})
+    entry = framework_fields().get(fmt, {}).get("known", {}).get(table, {})
     return frozenset(entry.get("fields", ())), entry.get("reason", "")
 
 
@@ -190,7 +186,7 @@ def renamed(c: "Collector", fmt: str, data: dict[str, Any], prefix: str = "") ->
     current name (its value mapped where the meaning changed); the file's names stay in what is
     listed (Collector.named). Both names in one file: SpecError naming both."""
     out = copy.deepcopy(data)
-    for entry in _fields_data().get(fmt, {}).get("renamed", ()):
+    for entry in renames(fmt):
         old, new = entry["old"].split("."), entry["new"].split(".")
         src = _table(out, old[:-1])
         if src is None or old[-1] not in src:
@@ -206,6 +202,7 @@ def renamed(c: "Collector", fmt: str, data: dict[str, Any], prefix: str = "") ->
         mapped = entry.get("values", {})
         dst[new[-1]] = mapped.get(str(value).lower(), value) if mapped else value
         c.renamed[prefix + entry["new"]] = (prefix + entry["old"], entry["since"])
+        c.moved.append((entry["old"], entry["new"]))
     return {k: v for k, v in out.items() if v != {} or data[k] == {}}  # a table emptied by the moves is gone
 
 
