@@ -15,8 +15,8 @@ def line_of(name: str, text: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
-NO_BATCH = dict.fromkeys(("micro_batch", "grad_accum", "global_batch"))
-"""The batch inputs (inputs/script_batch.py): none of these fixtures sets them at module level."""
+NO_BATCH = dict.fromkeys(("micro_batch", "grad_accum", "global_batch", "lora"))
+"""The batch inputs (inputs/script_batch.py) and LoRA (inputs/script_lora.py): none of these fixtures sets them."""
 
 
 def told(path: Path) -> dict:

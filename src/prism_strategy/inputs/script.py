@@ -156,7 +156,7 @@ def plan_for_script(path: str | Path, **kw: Any):
     (planning.planner.plan's keywords; the result's `script` is the JSON section)."""
     from prism_strategy.planning.planner import plan
 
-    defaults = {k: plan_default(k) for k in FLAGS}
+    defaults = {k: _default(k) for k in FLAGS}
     read, section = read_plan_inputs(path).plan_inputs(defaults | kw, given=set(kw) & set(FLAGS), source="keyword")
     return plan(**(kw | read), script=section)
 
@@ -173,6 +173,14 @@ def plan_from_command_line(script: str | None, inputs: dict[str, Any], given: se
         return plan(**kw, **(inputs | read), script=section)
     except SpecError as e:
         raise script_error(e, section) from None
+
+
+def _default(keyword: str) -> Any:
+    """plan()'s default for a keyword a script can set (None: the scenario's, e.g. no LoRA)."""
+    try:
+        return plan_default(keyword)
+    except KeyError:
+        return None
 
 
 def _is_binary(path: Path) -> bool:
