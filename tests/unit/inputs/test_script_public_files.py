@@ -21,8 +21,10 @@ def test_a_script_with_no_cast_no_autocast_and_no_policy_is_fp32_from_its_backwa
 
 
 def test_a_script_that_may_cast_is_not_told_fp32():
-    # nanoGPT enters torch.amp.autocast with a dtype chosen at run time: never fp32 by elimination
-    assert read_plan_inputs(SCRIPTS / "nanogpt_train.py").get("precision").value != "fp32"
+    # nanoGPT enters torch.amp.autocast with ptdtype = {...}[dtype], dtype 'bfloat16' or 'float16'
+    # (both 2 bytes): bf16-mixed from the autocast line, never fp32 by elimination
+    r = read_plan_inputs(SCRIPTS / "nanogpt_train.py").get("precision")
+    assert r.value == "bf16-mixed" and r.line == _line("nanogpt_train.py", "torch.amp.autocast(")
     # the FSDP2 example's MixedPrecisionPolicy runs only under --mixed-precision: could not tell
     assert read_plan_inputs(SCRIPTS / "fsdp2_example.py").get("precision").value is None
 
