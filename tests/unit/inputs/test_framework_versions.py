@@ -118,3 +118,18 @@ def test_an_older_file_round_trips_under_its_own_names(tmp_path, name):
     assert "local_batch_size" not in written["training"] and written["training"]["batch_size"] == 1
     back = read_config(tmp_path / name)
     assert back.strategy == "hsdp_shard_grad_op" and back.options["micro_batch"] == 1
+
+
+def test_a_peft_adapter_beside_training_arguments_is_read_as_lora(tmp_path):
+    # a PEFT run's output folder: the TrainingArguments dump and the adapter_config.json peft saved
+    for src, dst in (
+        ("hf_training_args_fsdp.json", "training_args.json"),
+        ("peft_adapter_config_llama2_7b.json", "adapter_config.json"),
+    ):
+        (tmp_path / dst).write_text((CONFIGS / src).read_text())
+    cfg = read_config(tmp_path / "training_args.json")
+    assert cfg.options["lora"] == str(tmp_path / "adapter_config.json")
+    assert any("adapter_config.json beside" in a for a in cfg.assumed)
+    assert "lora" not in read_config(CONFIGS / "hf_training_args_fsdp.json").options
+    p = plan_for_config(tmp_path / "training_args.json", model="llama-2-7b", platform="dgx-a100-40")
+    assert p.scenario.model.lora.rank == 64 and p.scenario.inputs()["lora"]["targets"] == ["q_proj", "v_proj"]
