@@ -1,5 +1,6 @@
 """wrap() runs a peft LoRA model for real (one gloo rank, in a subprocess): DDP, FSDP2 and ZeRO-2
-step it, the optimizer gets only the adapters, and their count is the plan's (specs/lora.py).
+step it, the base weights do not change, the optimizer gets only the adapters, DDP's reducer
+registers only their gradients, and their count is the plan's (specs/lora.py).
 Skipped where peft is not installed."""
 
 import importlib.util
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from prism_strategy.specs.lora import LoraSpec, adapter_params
+from prism_strategy.specs.lora import LoraSpec, adapter_params, adapter_tensors
 from prism_strategy.specs.presets import load_model
 
 pytestmark = [
@@ -44,6 +45,9 @@ for strategy in sys.argv[1:]:
     unchanged = all(torch.equal(base[n].detach().full_tensor() if hasattr(base[n], "full_tensor") else base[n].detach(), v)
                     for n, v in frozen.items() if n in base)
     out[strategy] = {"optimizer_params": given[0], "base_unchanged": unchanged}
+    if strategy == "ddp":  # what DDP's reducer registered: the gradients it all-reduces
+        log = job.model._get_ddp_logging_data()
+        out[strategy] |= {"reduced_bytes": log["total_parameter_size_bytes"], "reduced_tensors": log["num_parameter_tensors"]}
 print("RESULT " + json.dumps(out))
 """
 
@@ -68,7 +72,12 @@ def test_wrap_steps_a_peft_lora_model_and_only_the_adapters_train(tmp_path):
     )
     line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line is not None, p.stderr[-3000:]
-    planned = adapter_params(load_model("tiny-llama"), LoraSpec(rank=4, targets=("q_proj", "v_proj")))
-    for strategy, r in json.loads(line.removeprefix("RESULT ")).items():
+    lora = LoraSpec(rank=4, targets=("q_proj", "v_proj"))
+    planned = adapter_params(load_model("tiny-llama"), lora)
+    results = json.loads(line.removeprefix("RESULT "))
+    for strategy, r in results.items():
         assert r["optimizer_params"] == planned, strategy
         assert r["base_unchanged"], strategy
+    # DDP reduces the adapters' fp32 gradients only (mixed_precision=None), in their 2 tensors per adapted Linear
+    assert results["ddp"]["reduced_bytes"] == 4 * planned
+    assert results["ddp"]["reduced_tensors"] == adapter_tensors(load_model("tiny-llama"), lora)
