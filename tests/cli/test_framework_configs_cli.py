@@ -358,3 +358,54 @@ def test_accelerate_parallelism_config_hsdp_and_its_mesh_note(tmp_path):
     )
     section = _plan("--from", str(f), "--model", "qwen3-0.6b", "--platform", "dgx-h100")["inputs"]["config"]
     assert section["strategy"] == "hsdp_full_shard" and "replicates over nodes" in section["notes"][0]
+
+
+def test_plan_from_lists_what_it_assumed(tmp_path):
+    # accelerate's own fp8 template: no sequence length (the data's) and fp8, which is not modelled
+    fixture = Path(__file__).parents[1] / "fixtures" / "configs" / "accelerate_fp8.yaml"
+    args = ["plan", "--from", str(fixture), "--model", "qwen3-0.6b", "--platform", "dgx-h100"]
+    r = CliRunner().invoke(app, args, terminal_width=100)
+    assert r.exit_code == 0, r.output
+    assert "assumed seq_len: not in the file" in r.output and "pass" in r.output and "--seq-len" in r.output
+    assert "assumed precision: the file says fp8" in r.output
+    r = CliRunner().invoke(app, [*args, "--seq-len", "2048", "--json"])
+    section = json.loads(r.output)["inputs"]["config"]
+    assert not [a for a in section["assumed"] if a.startswith("seq_len")]
+    assert json.loads(r.output)["inputs"]["ranks_per_node"] == 1
+
+
+LORA_QV_R64 = 32 * 2 * 64 * (4096 + 4096)
+"""LLaMA-2-7B, LoRA r=64 on q_proj and v_proj: r x (in + out) per adapted Linear, 2 per block, 32 blocks."""
+
+
+def test_plan_from_a_peft_adapter_config_trains_only_the_adapters():
+    fixture = Path(__file__).parents[1] / "fixtures" / "configs" / "peft_adapter_config_llama2_7b.json"
+    args = ["plan", "--from", str(fixture), "--model", "llama-2-7b", "--platform", "dgx-a100-40", "--seq-len", "1024"]
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    inputs = json.loads(r.output)["inputs"]
+    assert inputs["lora"]["params"] == LORA_QV_R64 and inputs["params"]["trainable"] == LORA_QV_R64
+    assert inputs["lora"]["targets"] == ["q_proj", "v_proj"]
+    # the same adapters given as --lora plan the same
+    r2 = CliRunner().invoke(app, ["plan", *args[3:], "--lora", str(fixture), "--json"])
+    assert json.loads(r2.output)["options"] == json.loads(r.output)["options"]
+    human = CliRunner().invoke(app, args, terminal_width=100).output
+    assert "LoRA r=64, base frozen" in human
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"peft_type": "LORA", "r": 0, "target_modules": ["q_proj"]}', "LoRA rank r must be an integer >= 1, got 0"),
+        ('{"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"', "not valid JSON"),
+    ],
+)
+def test_a_bad_adapter_config_exits_2_with_one_line(tmp_path, text, says):
+    (tmp_path / "adapter_config.json").write_text(text)
+    for how in (["--from"], ["--lora"]):
+        r = CliRunner().invoke(
+            app,
+            ["plan", *how, str(tmp_path / "adapter_config.json"), "--model", "llama-2-7b", "--platform", "dgx-a100-40"],
+        )
+        assert r.exit_code == 2 and says in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output

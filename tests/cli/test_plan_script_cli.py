@@ -145,3 +145,26 @@ def test_a_bad_value_read_from_the_script_is_one_line_naming_the_script(tmp_path
     assert f"--script {path} set ckpt_freq 7 (line 3)" in err[0]
     ok = runner.invoke(app, [*BASE, "--script", str(path), "--ckpt-freq", "1", "--json"])
     assert ok.exit_code == 0 and json.loads(ok.stdout)["inputs"]["ckpt_freq"] == 1
+
+
+def test_nanogpt_plans_its_own_global_batch():
+    # karpathy/nanoGPT train.py: batch_size 12 x gradient_accumulation_steps 40, divided by the
+    # world size (config/train_gpt2.py: 12 x 1024 x 5 accumulation x 8 GPUs = 491,520 tokens)
+    script = Path(__file__).parents[1] / "fixtures" / "scripts" / "nanogpt_train.py"
+    args = ["plan", "--script", str(script), "--model", "qwen3-0.6b", "--platform", "dgx-a100-40", "--json"]
+    r = CliRunner().invoke(app, [*args, "--seq-len", "1024"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["inputs"]["micro_batch"] == 12 and d["inputs"]["global_batch"] == 480
+    assert {(o["micro_batch"], o["grad_accum"]) for o in d["options"] if o["feasible"]} == {(12, 5)}
+
+
+def test_a_scripts_lora_config_is_planned_as_adapters():
+    # huggingface/peft's DeepSpeed ZeRO-3 example: LoraConfig(r=8), no target_modules (peft's llama default q, v)
+    script = Path(__file__).parents[1] / "fixtures" / "scripts" / "peft_lora_clm_ds_zero3.py"
+    args = ["plan", "--script", str(script), "--model", "llama-2-7b", "--platform", "dgx-a100-40", "--json"]
+    r = CliRunner().invoke(app, [*args, "--seq-len", "1024"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["inputs"]["params"]["trainable"] == 32 * 2 * 8 * (4096 + 4096)  # 4,194,304
+    assert d["inputs"]["script"]["inputs"]["lora"]["line"] == 114

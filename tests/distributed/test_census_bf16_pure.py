@@ -3,7 +3,8 @@
 model is cast to bf16 and wrapped without autocast, so DDP all-reduces and FSDP2 reduce-scatters
 bf16 gradients, where bf16-mixed reduces fp32 ones. One census launch on 4 gloo ranks (2 x 2):
 tiny Llama and a projector-mode VLM (bf16 pixels into a bf16 encoder), held against the engine
-model's collectives for bf16-pure; DeepSpeed keeps fp32 masters whatever is asked and runs so."""
+model's collectives for bf16-pure (DeepSpeed's bf16-pure, its bf16 master weights, is
+tests/distributed/test_census_bf16_master.py)."""
 
 from __future__ import annotations
 

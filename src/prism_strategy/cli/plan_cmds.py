@@ -144,6 +144,10 @@ def plan(
             "CCL variables price the collectives; default: the platform's own"
         ),
     ] = None,
+    lora: Annotated[
+        Optional[str],
+        typer.Option(help="A peft adapter_config.json: LoRA adapters (rank, target modules) train, the base is frozen"),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
@@ -160,6 +164,10 @@ def plan(
         precision=precision,
         reduce_dtype=reduce_dtype,
         compile=compile,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
+        global_batch=global_batch,
+        lora=lora,
     )
     flags = {k for k in ctx.params if ctx.get_parameter_source(k).name == "COMMANDLINE"}
     given = flags & set(inputs)
@@ -173,9 +181,6 @@ def plan(
         nodes=nodes,
         seq_len=seq_len,
         mean_seq_len=mean_seq_len,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        grad_accum=grad_accum,
         vision=vision,
         image_tokens=image_tokens,
         ranks_per_node=ranks_per_node,

@@ -89,9 +89,10 @@ class Engine(ABC):
     grads_are_bucket_views: ClassVar[bool] = False
     """Gradients live inside the engine's communication buckets (DDP gradient_as_bucket_view):
     zeroing them in place keeps the buckets, set_to_none would not free them."""
-    bf16_keeps_fp32_master: ClassVar[bool] = False
-    """Its bf16 keeps fp32 master weights whatever is asked, so bf16-pure runs as bf16 mixed
-    (DeepSpeed's BF16_Optimizer); the others run bf16-pure on bf16 parameters (bench's worker)."""
+    bf16_pure_in_config: ClassVar[bool] = False
+    """Its bf16-pure is its bf16 mode plus keys of its own config (engine_config(precision=
+    "bf16-pure"): DeepSpeed's bf16 master weights and optimizer states), not a model cast to bf16;
+    the others run bf16-pure on bf16 parameters (bench's worker)."""
     declares_static_graph: ClassVar[bool] = False
     """The caller can declare the graph fixed (DDP static_graph=True): the plan and emit say when."""
     unit_wrapped: ClassVar[bool] = False
@@ -295,6 +296,11 @@ def _linear(out: int, inp: int, bias: bool) -> list[Tensor]:
 def part_modules(part: Part) -> PartModules:
     """Every module of a part with its tensors: the spec's module lists (specs/model.py, the layouts
     transformers builds); the projector is LLaVA's Linear + GELU + Linear."""
+    if part.lora_blocks:  # LoRA adapters (specs/lora.py): lora_A (r, in) and lora_B (out, r) per adapted Linear
+        groups = tuple(
+            ([[(r * i, r)] for r, i, _ in mods] + [[(o * r, o)] for r, _, o in mods], n) for mods, n in part.lora_blocks
+        )
+        return PartModules(embed=[], block_groups=groups, head=[])
     if part.spec is None:
         i, o = part.widths
         return PartModules(embed=[_linear(o, i, True), _linear(o, o, True)], block_groups=(), head=[])

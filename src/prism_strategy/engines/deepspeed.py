@@ -111,6 +111,19 @@ def bucket_elements_text(s: "StrategySpec") -> str:
     return f"buckets {s.bucket_mb or DEFAULT_BUCKET_MB:g} MiB"
 
 
+LOW_PRECISION_MASTER = {"bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}
+"""The bf16 keys bf16-pure runs with (deepspeed/runtime/precision_config.py DeepSpeedBF16Config,
+deepspeedai/DeepSpeed #7700, in 0.18.3 and later): master weights, their gradients and the
+optimizer's moments in bf16. Without bf16_optimizer_states DeepSpeed requires ZeRO-Offload
+(base_optimizer.py _configure_master_weights), which is not modelled."""
+
+
+def master_bytes(t: TrainingSpec) -> int:
+    """Bytes per element of DeepSpeed's master partition and its gradients: bf16 under bf16-pure
+    (ZeRO's `master_weights_and_grads_dtype`, stage_1_and_2.py / stage3.py), else fp32."""
+    return t.param_bytes if t.precision == "bf16-pure" else FP32
+
+
 def _stage(s: "StrategySpec") -> int:
     if s.zero_stage not in (1, 2, 3):
         raise SpecError(f"strategy {s.name!r} runs on deepspeed but has zero_stage={s.zero_stage!r}; set 1, 2 or 3")
@@ -119,7 +132,7 @@ def _stage(s: "StrategySpec") -> int:
 
 class DeepSpeedEngine(Engine):
     name = "deepspeed"
-    bf16_keeps_fp32_master = True
+    bf16_pure_in_config = True  # bf16 enabled + LOW_PRECISION_MASTER (DeepSpeed >= 0.18.3)
     title = "DeepSpeed"
     traced_with = "analytic"
     config_file = "ds_config.json"
@@ -127,28 +140,32 @@ class DeepSpeedEngine(Engine):
     options = ("bucket_mb", "reduce_dtype")
 
     def states(self, parts, t, s, layout) -> Rows:
-        """bf16 keeps bf16 params/grads and fp32 master + fp32 moments, whatever the preset."""
+        """bf16 params/grads, and a master partition + Adam moments in fp32 (bf16-mixed) or bf16
+        (bf16-pure: DeepSpeed's bf16_master_weights_and_grads + bf16_optimizer_states; its example,
+        DeepSpeedExamples training/bf16_master_weight/README.md, counts 20 -> 12 bytes per param)."""
         pt, pf, n, st = trainable(parts), sum(p.frozen for p in parts), layout.world, _stage(s)
-        e = t.compute_bytes
+        e, m = t.compute_bytes, master_bytes(t)
+        moments = t.optim_state_dtype if t.precision == "bf16-pure" else "fp32"
         low = e < FP32
         dp = n if st == 3 else 1
-        grads = {1: pt * e + (pt * FP32 / n if low else 0), 2: pt * (e + (FP32 if low else 0)) / n, 3: pt * e / n}
-        # the fp32 master partition is a copy in fp32 too: stage_1_and_2.py clones it (.detach().clone());
-        # stage3.py _create_fp32_partitions would share an fp32 partition but compares its torch.device
+        grads = {1: pt * e + (pt * m / n if low else 0), 2: pt * (e + (m if low else 0)) / n, 3: pt * e / n}
+        # the master partition is a copy, also when it is bf16 like the params: stage_1_and_2.py clones it
+        # (.detach().clone()); stage3.py _create_fp32_partitions would share it but compares its torch.device
         # with the accelerator's device name, a str, which never equals it, so it clones as well
-        optim = pt * (adam_states(t) + 1) * FP32 / n
+        optim = pt * (adam_states(t) * (m if moments != "fp32" else FP32) + m) / n
+        master = "bf16" if m < FP32 else "fp32"
         return [
             ("params", f"params ({t.compute_dtype}{', 1/' + str(dp) if dp > 1 else ', full'})", (pt + pf) * e / dp),
             (
                 "grads",
                 f"grad partition flat buffer ({t.compute_dtype}, 1/{n}, allocated at init)"
                 if st == 3
-                else {1: "bf16 grads (full) + fp32 partition", 2: "grad partition (bf16 + fp32)"}[st]
+                else {1: f"bf16 grads (full) + {master} partition", 2: f"grad partition (bf16 + {master})"}[st]
                 if low
                 else f"fp32 grads (stage {st})",
                 grads[st],
             ),
-            ("optimizer", f"{t.optimizer} state (fp32 + fp32 master, 1/{n})", optim),
+            ("optimizer", f"{t.optimizer} state ({moments} + {master} master, 1/{n})", optim),
         ]
 
     def moments(
@@ -209,16 +226,17 @@ class DeepSpeedEngine(Engine):
         fp32 partition, the model's gradients freed, then optimizer.step()) or per sub-group of
         sub_group_size elements (ZeRO-3, stage3.py step: _prepare_sub_group flattens one sub-group's
         gradients to fp32, steps it, releases it). The ipg buckets stay allocated."""
-        n, st, pt = layout.world, _stage(s), trainable(parts)
+        n, st, pt, m = layout.world, _stage(s), trainable(parts), master_bytes(t)
+        master = "bf16" if m < FP32 else "fp32"
         part = -(-pt // n)
         if st == 1:
-            held: Rows = [("grads", f"fp32 flat gradient partition (1/{n})", part * FP32)]
+            held: Rows = [("grads", f"{master} flat gradient partition (1/{n})", part * m)]
         else:
             held = grads
         flat = min(part, SUB_GROUP_SIZE) if st == 3 else part
         if st == 3 and pt:
-            held = held + [("buffers", "one sub-group's gradients flattened to fp32", flat * FP32)]
-        step = step_transient([flat] if pt else [], t, impl, FP32, " (the flat fp32 partition)")
+            held = held + [("buffers", f"one sub-group's gradients flattened to {master}", flat * m)]
+        step = step_transient([flat] if pt else [], t, impl, m, f" (the flat {master} partition)")
         return Moment("optimizer step", no_grads + held + buckets + step + reserve, [])
 
     def buffers(self, parts: tuple[Part, ...], t: TrainingSpec, s: "StrategySpec") -> tuple[Rows, Rows]:
@@ -329,7 +347,7 @@ class DeepSpeedEngine(Engine):
         from prism_strategy.specs.training import TrainingSpec as T
 
         st = _stage(s)
-        t = T.from_precision("fp32" if precision == "fp32" else "bf16-mixed")
+        t = T.from_precision("fp32" if precision == "fp32" else "bf16-mixed")  # buckets in the model dtype
         b = bucket_elements(s, t)
         zero: dict[str, Any] = {
             "stage": st,
@@ -350,7 +368,7 @@ class DeepSpeedEngine(Engine):
         cfg: dict[str, Any] = {
             "train_micro_batch_size_per_gpu": micro_batch,
             "gradient_accumulation_steps": grad_accum,
-            "bf16": {"enabled": precision != "fp32"},
+            "bf16": {"enabled": precision != "fp32"} | (LOW_PRECISION_MASTER if precision == "bf16-pure" else {}),
             "zero_optimization": zero,
             "steps_per_print": 2**31 - 1,
             "wall_clock_breakdown": False,
@@ -369,7 +387,8 @@ class DeepSpeedEngine(Engine):
         if precision != "bf16-pure":
             return None
         return (
-            "DeepSpeed bf16 keeps fp32 master weights and fp32 Adam state: bf16-pure runs (and is estimated) that way"
+            "bf16-pure on DeepSpeed is bf16_master_weights_and_grads + bf16_optimizer_states (DeepSpeed >= 0.18.3): "
+            "a bf16 master copy and bf16 Adam moments"
         )
 
     def describe(self, s) -> str:

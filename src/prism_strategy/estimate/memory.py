@@ -170,7 +170,7 @@ def part_activation_bytes_per_sample(part: Part, training: TrainingSpec, residua
         i, o = part.widths
         return part.tokens * e * (i + 2 * o)
     spec = part.spec
-    a = saved_block_bytes_per_token(spec, training, part.trains, residual_bytes)
+    a = saved_block_bytes_per_token(spec, training, part.trains or part.adapted, residual_bytes)
     k = checkpointed_blocks(spec.layers, training.ckpt_freq)
     sac = training.ckpt_policy == "sac"
     kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if sac else residual_bytes * spec.hidden
@@ -218,7 +218,7 @@ def transient_bytes_per_sample(
             label, per_token = loss_bytes_per_token(p.spec, training)
             best = max(best, (label, p.tokens * per_token), key=lambda r: r[1])
         if training.ckpt_freq > 0:
-            a = saved_block_bytes_per_token(p.spec, training, p.trains, res)
+            a = saved_block_bytes_per_token(p.spec, training, p.trains or p.adapted, res)
             best = max(
                 best, (f"{p.name} block recomputed in backward{_compiled(training)}", p.tokens * a), key=lambda r: r[1]
             )
@@ -258,7 +258,7 @@ def late_backward_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec
     *below, top = parts
     rows = saved_activation_rows(tuple(below), t, s, platform)
     if top.backward and top.spec is not None:
-        a = saved_block_bytes_per_token(top.spec, t, top.trains, residual_bytes(s, t)) * top.tokens
+        a = saved_block_bytes_per_token(top.spec, t, top.trains or top.adapted, residual_bytes(s, t)) * top.tokens
         rows.append(
             (
                 "activations",

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prism_strategy.inputs import script_batch as batch
+from prism_strategy.inputs import script_lora
 from prism_strategy.inputs import script_reads as reads
 from prism_strategy.inputs import script_wrapping as wrapping
 from prism_strategy.inputs.script_file import read_script
@@ -30,8 +32,14 @@ FLAGS = {
     "precision": "--precision",
     "reduce_dtype": "--reduce-dtype",
     "compile": "--compile",
+    "micro_batch": "--micro-batch",
+    "grad_accum": "--grad-accum",
+    "global_batch": "--global-batch",
+    "lora": "--lora",
 }
 """plan() keywords a script can set, with their flags."""
+QUIET = {"micro_batch", "grad_accum", "global_batch", "lora"}
+"""Inputs the plan searches or derives when the script does not fix them: not listed as untold."""
 ASSUMED = {
     "loss": "assumed upcast (HF default: transformers' ForCausalLMLoss casts the logits to fp32)",
     "ckpt_freq": "assumed auto (each option searches none, every k-th block and sac)",
@@ -39,6 +47,10 @@ ASSUMED = {
     "precision": "assumed bf16-mixed (the plan's default)",
     "reduce_dtype": "assumed each engine's default",
     "compile": "assumed eager (no torch.compile read)",
+    "micro_batch": "searched (the largest that fits)",
+    "grad_accum": "1, unless --global-batch says",
+    "global_batch": "micro-batch x accumulation x ranks",
+    "lora": "full fine-tuning (every parameter trains)",
 }
 NOTHING = "nothing in the script sets it"
 READERS: dict[str, Callable[[Reader], list[Found]]] = {
@@ -48,6 +60,10 @@ READERS: dict[str, Callable[[Reader], list[Found]]] = {
     "precision": lambda r: wrapping.precision(r)[0],
     "reduce_dtype": lambda r: wrapping.precision(r)[1],
     "compile": reads.compile_,
+    "micro_batch": batch.micro_batch,
+    "grad_accum": batch.grad_accum,
+    "global_batch": batch.global_batch,
+    "lora": script_lora.lora,
     "strategy": wrapping.strategy,
 }
 
@@ -83,21 +99,22 @@ class ScriptInputs:
             if name in given:
                 said = (
                     f"; the script's {_shown(r.value)} (line {r.line}) is not used"
-                    if r.value not in (None, current[name])
+                    if r.value not in (None, current.get(name))
                     else ""
                 )
-                flag = "--no-compile" if current[name] is False else FLAGS[name]
+                flag = "--no-compile" if current.get(name) is False else FLAGS[name]
                 given_as = f"{flag} given on the command line" if source == "command line" else f"{name}= given"
-                entry |= {"planned": current[name], "by": source, "note": f"{given_as}{said}"}
+                entry |= {"planned": current.get(name), "by": source, "note": f"{given_as}{said}"}
             elif name not in FLAGS:
                 entry |= {"planned": "every strategy", "by": "script" if r.value is not None else "assumed"}
             elif r.value is not None:
                 entry |= {"planned": r.value, "by": "script"}
                 kwargs[name] = r.value
             else:
-                entry |= {"planned": current[name], "by": "assumed"}
+                entry |= {"planned": current.get(name), "by": "assumed"}
                 why = f" [{r.note}]" if r.note and r.note != NOTHING else ""
-                untold.append(f"{_label(name)}: could not tell; {ASSUMED[name]}{why}")
+                if name not in QUIET or r.note != NOTHING:
+                    untold.append(f"{_label(name)}: could not tell; {ASSUMED[name]}{why}")
             if r.note and "note" not in entry:
                 entry["note"] = r.note
             entries[name] = entry
@@ -139,7 +156,7 @@ def plan_for_script(path: str | Path, **kw: Any):
     (planning.planner.plan's keywords; the result's `script` is the JSON section)."""
     from prism_strategy.planning.planner import plan
 
-    defaults = {k: plan_default(k) for k in FLAGS}
+    defaults = {k: _default(k) for k in FLAGS}
     read, section = read_plan_inputs(path).plan_inputs(defaults | kw, given=set(kw) & set(FLAGS), source="keyword")
     return plan(**(kw | read), script=section)
 
@@ -156,6 +173,14 @@ def plan_from_command_line(script: str | None, inputs: dict[str, Any], given: se
         return plan(**kw, **(inputs | read), script=section)
     except SpecError as e:
         raise script_error(e, section) from None
+
+
+def _default(keyword: str) -> Any:
+    """plan()'s default for a keyword a script can set (None: the scenario's, e.g. no LoRA)."""
+    try:
+        return plan_default(keyword)
+    except KeyError:
+        return None
 
 
 def _is_binary(path: Path) -> bool:

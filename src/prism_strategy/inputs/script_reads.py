@@ -87,6 +87,37 @@ class Reader:
                 if a.value is not None and (a.line < line or scope == "<module>")
             ]
             return self.dtype_of(found[-1].value, scope, found[-1].line) if found else None
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict):
+            return self._dtype_table(node, scope, line)
+        return None
+
+    def _dtype_table(self, node: ast.Subscript, scope: str, line: int) -> str | None:
+        """`{'float32': torch.float32, 'bfloat16': torch.bfloat16, ...}[dtype]` (nanoGPT's ptdtype):
+        the entries every key the script can pick names; one answer when they agree on low
+        precision (bf16 and fp16 have the same bytes), None otherwise."""
+        table = {k.value: v for k, v in zip(node.value.keys, node.value.values) if isinstance(k, ast.Constant)}  # type: ignore[union-attr]
+        keys = self._constants(node.slice, scope, line)
+        got = {self.dtype_of(table[k], scope, line) for k in keys if k in table} if keys else {None}
+        if None in got or not got or (len(got) > 1 and "fp32" in got):
+            return None
+        return "bf16" if "bf16" in got else got.pop()
+
+    def _constants(self, node: ast.expr, scope: str, line: int, depth: int = 0) -> set[object] | None:
+        """The constants an expression can be: a literal, an `a if c else b` of them, a name bound to one."""
+        if depth > 4:
+            return None
+        if isinstance(node, ast.Constant):
+            return {node.value}
+        if isinstance(node, ast.IfExp):
+            a, b = (self._constants(x, scope, line, depth + 1) for x in (node.body, node.orelse))
+            return None if a is None or b is None else a | b
+        if isinstance(node, ast.Name):
+            found = [
+                a
+                for a in self.s.assigns.get((scope, node.id)) or self.s.assigns.get(("<module>", node.id), [])
+                if a.value is not None and (a.line < line or scope == "<module>")
+            ]
+            return self._constants(found[-1].value, scope, found[-1].line, depth + 1) if found else None
         return None
 
 

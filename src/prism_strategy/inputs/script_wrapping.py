@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from prism_strategy.inputs.py_values import Symbol
+from prism_strategy.inputs.py_values import UNKNOWN, Symbol
 from prism_strategy.inputs.script_reader import Call
 from prism_strategy.inputs.script_reads import Found, Reader, prism_wraps, wrap_reads
 from prism_strategy.specs.errors import SpecError
@@ -67,7 +67,58 @@ def precision(r: Reader) -> tuple[list[Found], list[Found]]:
             mixed.append(r.found(c, "bf16-mixed", f"{c.last}: autocast over fp32 parameters"))
     if pure:
         return [pure[0]], reduce
-    return mixed, reduce
+    return mixed or _fp32(r), reduce
+
+
+LOW_PRECISION_WORDS = frozenset(
+    {
+        "autocast",
+        "amp",
+        "bfloat16",
+        "bf16",
+        "float16",
+        "fp16",
+        "half",
+        "mixedprecision",
+        "mixedprecisionpolicy",
+        "mixed_precision",
+        "mp_policy",
+        "gradscaler",
+        "set_default_dtype",
+        "deepspeed",
+        "trainingarguments",
+        "accelerator",
+        "fp8",
+        "float8",
+        "te",
+        "transformer_engine",
+        "precision",
+        "dtype",
+        "torch_dtype",
+        "ptdtype",
+    }
+)
+"""Any of these in the script (a name, attribute or short string) may set a low precision the reader
+cannot follow: then fp32 is not told."""
+
+
+def _fp32(r: Reader) -> list[Found]:
+    """fp32, told from the backward call, when nothing in the script can lower the precision: no
+    autocast, no low-precision dtype or cast, no mixed-precision policy, no framework that owns it
+    (torch's default dtype is float32 and autocast is off unless entered: torch/amp/autocast_mode.py)."""
+    if r.s.words & LOW_PRECISION_WORDS:
+        return []
+    backward = r.calls(lambda c: c.last == "backward")
+    if not backward:
+        return []
+    return [
+        r.found(
+            backward[0],
+            "fp32",
+            "no autocast, low-precision dtype or mixed-precision policy anywhere in the script: "
+            "this backward runs on fp32 parameters",
+        )
+    ]
 
 
 def _low_params(r: Reader) -> list[Found]:
@@ -86,6 +137,41 @@ def _low_params(r: Reader) -> list[Found]:
         if c.node.args and r.dtype_of(c.node.args[0], c.scope, c.line) in ("bf16", "fp16"):
             out.append(r.found(c, "bf16-pure", "parameters are created in low precision"))
     return out
+
+
+def _spreads_lack(r: Reader, c: Call, key: str) -> bool:
+    """True when `key` is not written in the call and every `**name` it spreads is a dict the
+    script never gives `key`: built as a literal / dict(...) and filled only by `name["other"] = ...`
+    (pytorch/examples distributed/FSDP2/example.py: `fsdp_kwargs = {}`, then `fsdp_kwargs["mp_policy"]`)."""
+    if c.kwarg(key) is not None:
+        return False
+    spreads = [k.value for k in c.node.keywords if k.arg is None]
+    if not spreads or not all(isinstance(v, ast.Name) for v in spreads):
+        return False
+    names = {v.id for v in spreads if isinstance(v, ast.Name)}
+    for node in ast.walk(r.tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if isinstance(node.func.value, ast.Name) and node.func.value.id in names and node.func.attr != "get":
+                return False  # fsdp_kwargs.update(...), .setdefault(...)
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        )
+        for t in targets:
+            if isinstance(t, ast.Name) and t.id in names and not _dict_without(node, key):
+                return False
+            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in names:
+                if not (isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str) and t.slice.value != key):
+                    return False
+    return True
+
+
+def _dict_without(node: ast.AST, key: str) -> bool:
+    v = node.value if isinstance(node, ast.Assign) else None
+    if isinstance(v, ast.Dict):
+        return all(isinstance(k, ast.Constant) and k.value != key for k in v.keys)
+    if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "dict" and not v.args:
+        return all(k.arg is not None and k.arg != key for k in v.keywords)
+    return False
 
 
 def _mesh_dims(r: Reader) -> set[int]:
@@ -156,6 +242,8 @@ def strategy(r: Reader) -> list[Found]:
     shards = r.calls(lambda c: c.last == "fully_shard")
     if shards:
         reshard = r.kwarg(shards[-1], "reshard_after_forward", True)
+        if reshard is UNKNOWN and _spreads_lack(r, shards[-1], "reshard_after_forward"):
+            reshard = True  # fully_shard's default (torch/distributed/fsdp/_fully_shard/_fully_shard.py)
         dims = _mesh_dims(r)
         flat, hybrid = ("fsdp_full_shard", "fsdp_shard_grad_op"), ("hsdp_full_shard", "hsdp_shard_grad_op")
         names = dict(zip((True, False), hybrid if dims == {2} else flat))

@@ -12,6 +12,7 @@ from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.env_profile import load_env_profile, profile_names
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.libraries import collective_prefixes
+from prism_strategy.specs.lora import resolve_lora
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.policies import (
     BATCH_KEYS,
@@ -71,6 +72,7 @@ def build_scenario(model: Any, **options: Any) -> Scenario:
             backbone=resolve_model(model),
             vision=resolve_model(options["vision"]) if options.get("vision") is not None else None,
             mode=options.get("mode", "e2e"),
+            lora=resolve_lora(options.get("lora")),
         )
     )  # type: ignore[arg-type]
     plat = resolve_platform(options.get("platform", "aurora"))

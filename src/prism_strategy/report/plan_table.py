@@ -51,8 +51,9 @@ def plan_title(p: Plan) -> str:
     run = f", {t.optimizer} ({t.optimizer_impl_on(sc.platform.device)})" + (
         f", loss {t.loss}" if t.loss != "upcast" else ""
     )
+    mode = sc.model.mode if sc.model.lora is None else f"LoRA r={sc.model.lora.rank}, base frozen"
     return (
-        f"{sc.model.name} ({sc.model.mode}) on {sc.layout.nodes} x {sc.platform.name} ({sc.layout.world} ranks), "
+        f"{sc.model.name} ({mode}) on {sc.layout.nodes} x {sc.platform.name} ({sc.layout.world} ranks), "
         f"{seq}, {t.precision}{batch}, {ckpt}{run}{_env(sc)}"
     )
 

@@ -184,7 +184,8 @@ def wrap_deepspeed(
     bf16 = bool(cfg.get("bf16", {}).get("enabled"))
     if bf16:  # DeepSpeed keeps bf16 params but leaves inputs alone; FSDP2 casts them: do the same
         engine.module.register_forward_pre_hook(_cast_floats_hook(torch.bfloat16), with_kwargs=True)
-    precision = "bf16 params with fp32 master weights, float inputs cast to bf16" if bf16 else "fp32"
+    master = "bf16" if cfg.get("bf16", {}).get("bf16_master_weights_and_grads") else "fp32"
+    precision = f"bf16 params with {master} master weights, float inputs cast to bf16" if bf16 else "fp32"
     return DeepSpeedJob(
         model=engine,
         optimizer=engine.optimizer,

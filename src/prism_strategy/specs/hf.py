@@ -55,11 +55,43 @@ def load_hf_config(path: Path) -> TransformerSpec:
 def _model_name(cfg: dict, path: Path) -> str:
     """The model's own name when its config records one (`_name_or_path`, as save_pretrained
     writes it: "Qwen/Qwen2.5-7B" names it Qwen2.5-7B), else its folder's name, as written (any
-    script); a bare config.json in the working folder takes that folder's name."""
+    script); a bare config.json in the working folder takes that folder's name. A folder whose
+    name says nothing (GENERIC_FOLDERS: hf, model, checkpoint, ...) gives way to the config's own
+    model_type and shape (`llama-32x4096`)."""
     recorded = cfg.get("_name_or_path")
     if isinstance(recorded, str) and recorded.strip("/ "):
         return recorded.rstrip("/").rsplit("/", 1)[-1]
-    return path.absolute().parent.name or path.stem
+    folder = path.absolute().parent.name
+    if folder and folder.lower() not in GENERIC_FOLDERS:
+        return folder
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    kind, layers, hidden = (text.get(k) for k in ("model_type", "num_hidden_layers", "hidden_size"))
+    if isinstance(kind, str) and isinstance(layers, int) and isinstance(hidden, int):
+        return f"{kind}-{layers}x{hidden}"  # the config's own shape, not a folder that names nothing
+    return folder or path.stem
+
+
+GENERIC_FOLDERS = frozenset(
+    {
+        "hf",
+        "model",
+        "models",
+        "config",
+        "configs",
+        "checkpoint",
+        "checkpoints",
+        "ckpt",
+        "assets",
+        "weights",
+        "pretrained",
+        "base",
+        "output",
+        "outputs",
+        "tmp",
+        ".",
+    }
+)
+"""Folder names that say nothing about the model (torchtitan's assets/hf/, a run's checkpoint/)."""
 
 
 def spec_from_hf_dict(cfg: dict, *, name: str, source: str = "") -> TransformerSpec:

@@ -12,7 +12,9 @@ import functools
 from dataclasses import dataclass
 from typing import Literal
 
+from prism_strategy.specs import lora
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.lora import LoraSpec
 
 Norm = Literal["rmsnorm", "layernorm", "layernorm_noparam"]
 QKNorm = Literal["none", "per_head", "full"]
@@ -347,6 +349,8 @@ class MultimodalSpec:
     backbone: TransformerSpec
     vision: TransformerSpec | None = None
     mode: Mode = "e2e"
+    lora: LoraSpec | None = None
+    """LoRA adapters on the backbone (specs/lora.py): its base weights frozen, the adapters train."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -359,6 +363,10 @@ class MultimodalSpec:
             raise SpecError(f"backbone {self.backbone.name!r} is a {self.backbone.kind} model; use a decoder")
         if self.vision is not None and self.vision.kind != "vision":
             raise SpecError(f"--vision {self.vision.name!r} is not a vision encoder")
+        if self.lora is not None:
+            if self.mode != "e2e":
+                raise SpecError(f"LoRA with mode {self.mode!r} is not modelled; LoRA adapts the backbone in mode e2e")
+            lora.adapted(self.backbone, self.lora)  # a target that is no Linear of the model: SpecError now
 
     @property
     def projector(self) -> ProjectorSpec | None:
@@ -373,7 +381,7 @@ class MultimodalSpec:
     # Which parts train, by mode.
     @property
     def backbone_trains(self) -> bool:
-        return self.mode == "e2e"
+        return self.mode == "e2e" and self.lora is None
 
     @property
     def vision_trains(self) -> bool:
@@ -390,7 +398,8 @@ class MultimodalSpec:
     @property
     def frozen_or_trainable_extra(self) -> int:
         p = self.projector
-        return (self.vision.total_params if self.vision else 0) + (p.params if p else 0)
+        extra = lora.adapter_params(self.backbone, self.lora) if self.lora else 0
+        return (self.vision.total_params if self.vision else 0) + (p.params if p else 0) + extra
 
     @property
     def trainable_params(self) -> int:
@@ -399,7 +408,7 @@ class MultimodalSpec:
             n += self.vision.total_params  # type: ignore[union-attr]
         if self.projector is not None:
             n += self.projector.params
-        return n
+        return n + (lora.adapter_params(self.backbone, self.lora) if self.lora else 0)
 
     @property
     def frozen_params(self) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prism_strategy.specs import lora
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
 
@@ -25,6 +26,11 @@ class Part:
     """Parameter tensors (per-tensor hooks, AccumulateGrad, DDP buckets)."""
     widths: tuple[int, int] = (0, 0)
     """Projector only: (input width, output width)."""
+    lora_blocks: tuple[tuple[tuple[tuple[int, int, int], ...], int], ...] = ()
+    """LoRA adapters only: per group of identical blocks, ((r, in, out) per adapted Linear, blocks)."""
+    adapted: bool = False
+    """LoRA adapters on its Linear layers (specs/lora.py): frozen weights, but the adapted Linears
+    keep their inputs for the adapters' weight gradients, as a part that trains does."""
 
     @property
     def trainable(self) -> int:
@@ -91,11 +97,25 @@ def model_parts(model: MultimodalSpec, training: TrainingSpec) -> tuple[Part, ..
             spec=b,
             params=b.total_params,
             trains=model.backbone_trains,
-            backward=model.backbone_trains or below_trains,
+            backward=model.backbone_trains or below_trains or model.lora is not None,
             tokens=backbone_tokens(model, training),
             tensors=transformer_tensors(b),
+            adapted=model.lora is not None,
         )
     )
+    if model.lora is not None:
+        parts.append(
+            Part(
+                name="adapters",
+                spec=None,
+                params=lora.adapter_params(b, model.lora),
+                trains=True,
+                backward=True,
+                tokens=0,  # their saved inputs are the backbone's (adapted=True); r-wide middles not counted
+                tensors=lora.adapter_tensors(b, model.lora),
+                lora_blocks=lora.adapter_blocks(b, model.lora),
+            )
+        )
     return tuple(parts)
 
 

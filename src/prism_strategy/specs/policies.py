@@ -145,7 +145,7 @@ class PlanOptions:
 BATCH_KEYS = tuple(f.name for f in fields(BatchPolicy))
 MEMORY_KEYS = ("ckpt_freq", *(f.name for f in fields(MemoryPolicy) if f.name != "checkpointing"))
 """The keyword (and flag) names of MemoryPolicy's fields: ckpt_freq is `checkpointing`."""
-SCENARIO_KEYS = ("mode", "vision", "platform", "nodes", "ranks_per_node", "precision", "env_profile")
+SCENARIO_KEYS = ("mode", "vision", "lora", "platform", "nodes", "ranks_per_node", "precision", "env_profile")
 """build_scenario's keywords outside the two policies (the model comes first, by position)."""
 PLAN_KEYS = tuple(f.name for f in fields(PlanOptions))
 

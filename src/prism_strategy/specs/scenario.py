@@ -71,6 +71,7 @@ class Scenario:
             "model": m.backbone.name,
             "vision": m.vision.name if m.vision else None,
             "mode": m.mode,
+            "lora": lora_inputs(m) if m.lora else None,
             "platform": self.platform.name,
             "env_profile": self.environment.profile,
             "nodes": self.layout.nodes,
@@ -160,3 +161,17 @@ def model_label(spec: TransformerSpec) -> str:
     row keeps the architecture itself too: files move)."""
     arg = model_argument(spec)
     return arg if arg in model_names() or not Path(arg).exists() else str(Path(arg).resolve())
+
+
+def lora_inputs(m: Any) -> dict[str, Any]:
+    """`inputs.lora` of plan --json: rank, the adapted Linear layers, trainable parameters, the source."""
+    from prism_strategy.specs import lora
+
+    names = sorted({a[0] for a in lora.adapted(m.backbone, m.lora)})
+    return {
+        "rank": m.lora.rank,
+        "targets": names,
+        "params": lora.adapter_params(m.backbone, m.lora),
+        "source": m.lora.source,
+        "note": lora.describe(m.backbone, m.lora) + " (r x (in + out) per adapted Linear); the base is frozen",
+    }

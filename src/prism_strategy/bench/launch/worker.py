@@ -222,16 +222,28 @@ def engine_options(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in opts.items() if v is not None}
 
 
+def engine_config_for(config: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """wrap()'s engine config keyword where the engine's bf16-pure lives in its own config
+    (Engine.bf16_pure_in_config), else nothing."""
+    spec = get_strategy(config["strategy"])
+    engine = engine_of(spec)
+    if config.get("precision") != "bf16-pure" or not engine.bf16_pure_in_config:
+        return {}
+    spec = spec.with_options(**engine_options(config))
+    return {"ds_config": engine.engine_config(spec, micro_batch=1, world_size=world_size, precision="bf16-pure")}
+
+
 def precision_setup(config: dict[str, Any]) -> tuple[torch.dtype | None, str | None]:
     """(dtype the model is cast to before wrapping, wrap's mixed_precision) for the config's precision.
     bf16-pure: parameters, gradients and AdamW state in bf16, no fp32 master copy (specs/training.py
     from_precision): the model is cast and wrapped without autocast, so DDP all-reduces and FSDP2
-    reduce-scatters the bf16 gradients. An engine whose bf16 keeps fp32 master weights whatever is
-    asked (Engine.bf16_keeps_fp32_master: DeepSpeed) runs, as it is estimated, with bf16 enabled."""
+    reduce-scatters the bf16 gradients. An engine whose bf16-pure is a setting of its own config
+    (Engine.bf16_pure_in_config: DeepSpeed's bf16 master weights) runs with bf16 enabled and that
+    config (engine_config_for)."""
     precision = config.get("precision", "fp32")
     if precision == "fp32":
         return None, None
-    if precision == "bf16-pure" and not engine_of(get_strategy(config["strategy"])).bf16_keeps_fp32_master:
+    if precision == "bf16-pure" and not engine_of(get_strategy(config["strategy"])).bf16_pure_in_config:
         return torch.bfloat16, None
     return None, "bf16"
 
@@ -265,6 +277,7 @@ def run(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         block_types=built.block_types if built else None,
         loss=sc.memory.loss,
         **engine_options(config),
+        **engine_config_for(config, ctx.world_size),
     )
     runner = Runner(config, sc, job, ctx, args, built)
     warmup, steps = int(config.get("warmup", 1)), int(config.get("steps", 3))

@@ -7,12 +7,11 @@ other field. TOML comments are not kept (the file is parsed, then written back w
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
-from prism_strategy.emit.frameworks.models import model_for
+from prism_strategy.emit.frameworks.models import current_names, file_names, model_for
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import get_strategy
 
@@ -43,7 +42,8 @@ DEFAULTS = {
 
 
 def render(choice: "FrameworkChoice", base: dict[str, Any] | None, header: str) -> str:
-    cfg = copy.deepcopy(base) if base is not None else {}
+    # an older JobConfig's file is edited under today's names and written back under its own
+    cfg, moved = current_names("torchtitan", base) if base is not None else ({}, [])
     p = choice.pick
     if base is None:
         named = model_for("torchtitan", choice.model)
@@ -59,7 +59,7 @@ def render(choice: "FrameworkChoice", base: dict[str, Any] | None, header: str) 
     _set(cfg, "compile", "enable", p.compile)
     if p.compile and ("loss" in _get(cfg, "compile", "components")) != choice.compile_loss:
         _set(cfg, "compile", "components", ["model", "loss"] if choice.compile_loss else ["model"])
-    return "".join(f"# {line}\n" for line in header.split("\n")) + tomli_w.dumps(cfg)
+    return "".join(f"# {line}\n" for line in header.split("\n")) + tomli_w.dumps(file_names(cfg, moved))
 
 
 def _get(cfg: dict[str, Any], table: str, key: str) -> Any:

@@ -7,12 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.inputs.frameworks import accelerate, deepspeed, hf_trainer, torchtitan
+from prism_strategy.inputs.frameworks import accelerate, deepspeed, hf_trainer, peft, torchtitan
 from prism_strategy.inputs.frameworks.base import ConfigInputs, load
 from prism_strategy.specs.errors import SpecError
 
-READERS = (torchtitan, deepspeed, accelerate, hf_trainer)
-READS = "a torchtitan job TOML, a DeepSpeed ds_config JSON, an Accelerate config YAML or an HF TrainingArguments JSON"
+READERS = (torchtitan, deepspeed, accelerate, hf_trainer, peft)
+READS = (
+    "a torchtitan job TOML, a DeepSpeed ds_config JSON, an Accelerate config YAML, an HF TrainingArguments JSON "
+    "or a peft adapter_config.json"
+)
 OTHERS: tuple[tuple[str, Any, str], ...] = (
     (
         "json",

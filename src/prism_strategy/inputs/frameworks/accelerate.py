@@ -48,6 +48,9 @@ DATA_PARALLEL = {
     "MULTI_HPU",
     "NO",
 }
+NOT_DATA_PARALLEL = {"XLA", "MEGATRON_LM", "MULTI_NEURON", "TP"}
+"""accelerate's DistributedType (utils/dataclasses.py at 16cb6eb) members that are not data
+parallelism (TP: older accelerate's tensor-parallel type)."""
 PRECISION = {"no": "fp32", "bf16": "bf16-mixed", "fp16": "bf16-mixed", "fp8": "bf16-mixed"}
 LAUNCH = "how the job is launched (machine rank, addresses, backend): not the step's memory or communication"
 FSDP_IGNORED = {
@@ -70,22 +73,34 @@ def looks_like(syntax: str, data: Any) -> bool:
 def read(path: Path) -> ConfigInputs:
     _, data = load(path)
     c = Collector(path=path)
-    kind = str(data.get("distributed_type", "NO")).upper()
-    c.use("distributed_type", kind)
+    raw = data.get("distributed_type", "NO")
+    kind = "NO" if raw is False else str(raw).upper()  # YAML 1.1 reads a bare NO as false
     if kind == "FSDP":
+        c.use("distributed_type", kind)
         _fsdp(c, section(c, data, "fsdp_config"))
     elif kind == "DEEPSPEED":
+        c.use("distributed_type", kind)
         _deepspeed(c, section(c, data, "deepspeed_config"), path)
+    elif kind == "NO":
+        _one_process(c, data)
     elif kind in DATA_PARALLEL:
+        c.use("distributed_type", kind)
         c.strategy = "ddp"
-    else:
+    elif kind in NOT_DATA_PARALLEL:
         raise c.bad(
             "distributed_type",
             f"= {kind}: not data parallelism (TP, Megatron-LM and XLA are outside what prism-strategy plans)",
             "use MULTI_GPU, FSDP or DEEPSPEED",
         )
+    else:
+        raise c.bad(
+            "distributed_type",
+            f"= {kind}: not one of accelerate's distributed types",
+            f"use one of {', '.join(sorted(DATA_PARALLEL | {'FSDP', 'DEEPSPEED'}))}",
+        )
     _parallelism_config(c, section(c, data, "parallelism_config"))
-    _layout(c, data)
+    if kind != "NO":
+        _layout(c, data)
     raw_mp = data.get("mixed_precision", "no")
     mp = "no" if raw_mp is False else str(raw_mp).lower()  # YAML 1.1 reads a bare `no` as false
     if mp not in PRECISION:
@@ -93,14 +108,20 @@ def read(path: Path) -> ConfigInputs:
     if "mixed_precision" in data or "precision" not in c.options:
         note = {
             "fp16": "fp16 has bf16's bytes: planned as bf16-mixed",
-            "fp8": "fp8 matmuls are not modelled: planned as bf16-mixed",
+            "fp8": "fp8 matmuls (Transformer Engine / MS-AMP / torchao) are not modelled: planned as bf16-mixed, "
+            "so the plan overstates matmul time and activation memory",
         }.get(mp, "")
+        if mp == "fp8":
+            c.assume("precision: the file says fp8, which is not modelled; planned as bf16-mixed")
         c.use("mixed_precision", mp, "precision", PRECISION[mp], note=note, default="mixed_precision" not in data)
     dyn = section(c, data, "dynamo_config")
     if dyn:
         backend = str(dyn.get("dynamo_backend", "NO")).upper()
         c.use("dynamo_config.dynamo_backend", backend, "compile", backend != "NO")
+    if "fp8_config" in data:
+        c.ignore("fp8_config", data["fp8_config"], "fp8 recipe details: fp8 is not modelled (planned as bf16-mixed)")
     read_keys = {
+        "fp8_config",
         "distributed_type",
         "fsdp_config",
         "deepspeed_config",
@@ -114,6 +135,18 @@ def read(path: Path) -> ConfigInputs:
         if k not in read_keys:
             c.ignore(k, v, LAUNCH)
     return c.result(NAME, data)
+
+
+def _one_process(c: Collector, data: dict[str, Any]) -> None:
+    """distributed_type NO: accelerate launches one process (commands/launch.py simple_launcher),
+    whatever num_processes says; the plan is one rank on one node."""
+    c.use("distributed_type", "NO", note="one process: no data parallelism, planned as 1 rank on 1 node")
+    c.use("distributed_type", "NO", "nodes", 1)
+    c.use("distributed_type", "NO", "ranks_per_node", 1)
+    c.strategy = "ddp"
+    for k in ("num_machines", "num_processes"):
+        if k in data:
+            c.ignore(k, data[k], "distributed_type NO runs one process: accelerate does not read it")
 
 
 def _parallelism_config(c: Collector, pc: dict[str, Any]) -> None:

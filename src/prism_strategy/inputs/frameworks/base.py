@@ -3,14 +3,16 @@ ignored with the reason), and one-line errors naming the file, the field and the
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prism_strategy.emit.frameworks.models import framework_fields, renames
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.safe_files import finite_float, finite_int, parse, read_text_capped
 
-FORMATS = ("torchtitan", "deepspeed", "accelerate", "hf-trainer")
+FORMATS = ("torchtitan", "deepspeed", "accelerate", "hf-trainer", "peft")
 """What `plan --from` reads: torchtitan job TOML, DeepSpeed JSON, Accelerate YAML, HF
 TrainingArguments JSON (a `to_json_string()` dump)."""
 
@@ -61,6 +63,8 @@ class ConfigInputs:
     dp_degrees: tuple[int, int] | None = None
     """(replicate, shard) data-parallel degrees the file fixes (shard -1: the ranks left), checked
     against the layout the plan gets."""
+    assumed: tuple[str, ...] = ()
+    """Values the plan needs that the file does not say: what was assumed, and the flag that says it."""
     content: dict[str, Any]
     """The parsed file, kept so `emit --format` can write it back with only the plan's fields changed."""
 
@@ -82,6 +86,22 @@ class Collector:
     dp_fields: str = ""
     offload: set[str] = field(default_factory=set)
     offload_engine: str = ""
+    renamed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """new dotted name -> (the file's older name, since when), filled by `renamed()`."""
+    moved: list[tuple[str, str]] = field(default_factory=list)
+    """(old, new) names `renamed()` moved, for a writer to move back (emit/frameworks/models.file_names)."""
+    assumed: list[str] = field(default_factory=list)
+    """Values the plan needs that the file does not say, with what was assumed and the flag to say it."""
+
+    def named(self, name: str) -> tuple[str, str]:
+        """(the field as the file names it, a note on the rename; "" when not renamed)."""
+        parts = [self.renamed.get(n.strip(), (n.strip(), "")) for n in name.split(", ")]
+        notes = [
+            f"`{old}` is read as `{new.strip()}`: {since}"
+            for (old, since), new in zip(parts, name.split(", "))
+            if since
+        ]
+        return ", ".join(p[0] for p in parts), "; ".join(notes)
 
     def use(
         self,
@@ -93,6 +113,8 @@ class Collector:
         note: str = "",
         default: bool = False,
     ) -> None:
+        name, renamed = self.named(name)
+        note = "; ".join(n for n in (note, renamed) if n)
         self.used.append(
             ConfigField(field=name, value=value, keyword=keyword, planned=planned, note=note, default=default)
         )
@@ -102,7 +124,12 @@ class Collector:
                 self.stated.add(keyword)
 
     def ignore(self, name: str, value: Any, reason: str) -> None:
-        self.ignored.append(ConfigField(field=name, value=value, note=reason))
+        name, renamed = self.named(name)
+        self.ignored.append(ConfigField(field=name, value=value, note="; ".join(n for n in (reason, renamed) if n)))
+
+    def assume(self, what: str) -> None:
+        """A value the plan needs that the file does not say: `seq_len: not in the file, assumed 1024 - pass --seq-len`."""
+        self.assumed.append(what)
 
     def result(self, fmt: str, content: dict[str, Any]) -> ConfigInputs:
         self.account(content)
@@ -118,6 +145,7 @@ class Collector:
             offload_engine=self.offload_engine,
             used=tuple(self.used),
             ignored=tuple(self.ignored),
+            assumed=tuple(self.assumed),
             content=content,
         )
 
@@ -132,7 +160,58 @@ class Collector:
         return bad(self.path, name, problem, fix)
 
 
-UNREAD = "not a field this reader knows: not modelled"
+UNREAD = "unknown: not a field this reader knows (a typo, a newer version's, or a custom module's); not modelled"
+
+
+def known_fields(fmt: str, table: str) -> tuple[frozenset[str], str]:
+    """(the fields of `table` the framework defines that do not change the plan, their reason):
+    data/framework_fields.toml [<fmt>.known]."""
+    entry = framework_fields().get(fmt, {}).get("known", {}).get(table, {})
+    return frozenset(entry.get("fields", ())), entry.get("reason", "")
+
+
+def rest(c: "Collector", fmt: str, sec: dict[str, Any], table: str, read_keys: set[str]) -> None:
+    """The section's fields the reader did not read: a known one ignored with its true reason,
+    any other listed as unknown."""
+    known, reason = known_fields(fmt, table)
+    for k, v in sec.items():
+        if k not in read_keys:
+            c.ignore(f"{table}.{k}", v, reason if k in known else UNREAD)
+
+
+def renamed(c: "Collector", fmt: str, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A copy of `data` with each older field name of data/framework_fields.toml moved to its
+    current name (its value mapped where the meaning changed); the file's names stay in what is
+    listed (Collector.named). Both names in one file: SpecError naming both."""
+    out = copy.deepcopy(data)
+    for entry in renames(fmt):
+        old, new = entry["old"].split("."), entry["new"].split(".")
+        src = _table(out, old[:-1])
+        if src is None or old[-1] not in src:
+            continue
+        dst = _table(out, new[:-1], create=True)
+        if dst is None:
+            raise c.bad(".".join(new[:-1]), "must be a table/object", "write it as a section of keys")
+        if new[-1] in dst:
+            raise c.bad(
+                entry["old"], f"and {entry['new']} are both set ({entry['since']})", f"keep {entry['new']} only"
+            )
+        value = src.pop(old[-1])
+        mapped = entry.get("values", {})
+        dst[new[-1]] = mapped.get(str(value).lower(), value) if mapped else value
+        c.renamed[prefix + entry["new"]] = (prefix + entry["old"], entry["since"])
+        c.moved.append((entry["old"], entry["new"]))
+    return {k: v for k, v in out.items() if v != {} or data[k] == {}}  # a table emptied by the moves is gone
+
+
+def _table(d: dict[str, Any], path: list[str], create: bool = False) -> dict[str, Any] | None:
+    for k in path:
+        if create and k not in d:
+            d[k] = {}
+        d = d.get(k)  # type: ignore[assignment]
+        if not isinstance(d, dict):
+            return None
+    return d
 
 
 def leaves(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

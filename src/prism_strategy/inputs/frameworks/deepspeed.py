@@ -12,8 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.engines.deepspeed import MAX_REUSE_DISTANCE, OVERLAP_COMM, PERSISTENCE_THRESHOLD, SUB_GROUP_SIZE
-from prism_strategy.inputs.frameworks.base import Collector, ConfigInputs, boolean, integer, load, section
+from prism_strategy.engines.deepspeed import (
+    LOW_PRECISION_MASTER,
+    MAX_REUSE_DISTANCE,
+    OVERLAP_COMM,
+    PERSISTENCE_THRESHOLD,
+    SUB_GROUP_SIZE,
+)
+from prism_strategy.inputs.frameworks.base import Collector, ConfigInputs, boolean, integer, load, renamed, section
 
 NAME = "deepspeed"
 MiB = 2**20
@@ -59,6 +65,7 @@ def read(path: Path) -> ConfigInputs:
 
 def read_into(c: Collector, data: dict[str, Any], prefix: str = "") -> None:
     """Read a ds_config dict into `c` (also Accelerate's and HF Trainer's deepspeed file)."""
+    data = renamed(c, NAME, data, prefix)  # deprecated names as DeepSpeed reads them (data/framework_fields.toml)
     bytes_per = _precision(c, data, prefix)
     _batch(c, data, prefix)
     _zero(c, section(c, data, "zero_optimization"), bytes_per, prefix + "zero_optimization.")
@@ -77,7 +84,9 @@ def read_into(c: Collector, data: dict[str, Any], prefix: str = "") -> None:
                 opt.get("type"),
                 "optimizer",
                 "adamw",
-                note="DeepSpeed builds it: fp32 moments on its flat partition",
+                note="DeepSpeed builds it: "
+                + ("bf16" if c.options.get("precision") == "bf16-pure" else "fp32")
+                + " moments on its flat partition",
             )
             if "params" in opt:
                 c.ignore(prefix + "optimizer.params", opt["params"], "hyperparameters: not memory or communication")
@@ -111,7 +120,15 @@ def _precision(c: Collector, data: dict[str, Any], prefix: str) -> int:
     bf16, fp16 = _enabled(c, data, "bf16", prefix), _enabled(c, data, "fp16", prefix)
     if bf16 and fp16:
         raise c.bad(prefix + "bf16/fp16", "are both enabled", "enable one of them")
-    if bf16:
+    if bf16 and _low_precision_master(c, data.get("bf16") or {}, prefix):
+        c.use(
+            f"{prefix}bf16.enabled, {prefix}bf16.bf16_master_weights_and_grads, {prefix}bf16.bf16_optimizer_states",
+            True,
+            "precision",
+            "bf16-pure",
+            note="bf16 params and grads, bf16 master copy and bf16 Adam moments (DeepSpeed >= 0.18.3, #7700)",
+        )
+    elif bf16:
         c.use(
             prefix + "bf16.enabled",
             True,
@@ -131,11 +148,34 @@ def _precision(c: Collector, data: dict[str, Any], prefix: str) -> int:
         c.use(prefix + "bf16, " + prefix + "fp16", "off", "precision", "fp32", note="neither enabled: fp32 throughout")
     for key in ("bf16", "fp16"):
         for k, v in (data.get(key) or {}).items():
+            if key == "bf16" and k in LOW_PRECISION_MASTER and bf16:
+                continue  # read with bf16.enabled
             if k != "enabled":
                 c.ignore(f"{prefix}{key}.{k}", v, "loss-scaling and casting details: not memory or communication")
             elif key != ("bf16" if bf16 else "fp16" if fp16 else None):
                 c.use(f"{prefix}{key}.enabled", v, note="off")
     return 2 if bf16 or fp16 else 4
+
+
+def _low_precision_master(c: Collector, sec: dict[str, Any], prefix: str) -> bool:
+    """bf16_master_weights_and_grads + bf16_optimizer_states, as DeepSpeed checks them
+    (runtime/config.py and base_optimizer.py _configure_master_weights): optimizer states in bf16
+    need bf16 master weights; bf16 master weights alone need ZeRO-Offload, not modelled."""
+    master, states = (boolean(c, f"{prefix}bf16.{k}", sec.get(k, False)) for k in LOW_PRECISION_MASTER)
+    if states and not master:
+        raise c.bad(
+            prefix + "bf16.bf16_optimizer_states",
+            "is true without bf16_master_weights_and_grads (DeepSpeed refuses it)",
+            "set bf16_master_weights_and_grads true as well",
+        )
+    if master and not states:
+        c.ignore(
+            prefix + "bf16.bf16_master_weights_and_grads",
+            True,
+            "without bf16_optimizer_states DeepSpeed needs ZeRO-Offload (base_optimizer.py), "
+            "and offload is not modelled: planned with fp32 master weights, which overstates device memory",
+        )
+    return master and states
 
 
 def _batch(c: Collector, data: dict[str, Any], prefix: str) -> None:

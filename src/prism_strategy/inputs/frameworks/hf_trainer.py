@@ -108,7 +108,23 @@ def read(path: Path) -> ConfigInputs:
             c.ignore(k, v, OTHER)
         elif k not in named:
             c.use(k, v, note="unset or off: nothing to plan")
+    _adapter_beside(c, path)
     return c.result(NAME, data)
+
+
+def _adapter_beside(c: Collector, path: Path) -> None:
+    """TrainingArguments has no LoRA fields: a PEFT run's output folder holds the adapter's
+    adapter_config.json beside them (Trainer.save_model on a PeftModel), read as `lora`."""
+    adapter = path.parent / "adapter_config.json"
+    if adapter.is_file() and adapter != path:
+        c.assume(f"lora: read from {adapter} beside the file (TrainingArguments does not say it)")
+        c.use(
+            "adapter_config.json (beside the file)",
+            str(adapter),
+            "lora",
+            str(adapter),
+            note="the PEFT adapter saved with the run: the base frozen, the adapters train",
+        )
 
 
 def _strategy(c: Collector, data: dict[str, Any], path: Path) -> None:

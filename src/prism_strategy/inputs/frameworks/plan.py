@@ -108,7 +108,24 @@ def configured(
             "pass --model with a preset name (`prism-strategy models`) or a config.json path"
         )
     note = _check_degrees(cfg, merged)
-    return merged, section_of(cfg, overridden) | ({"notes": [note]} if note else {})
+    section = section_of(cfg, overridden) | ({"notes": [note]} if note else {})
+    section["assumed"] = [*cfg.assumed, *_assumed(cfg, merged, given_flags)]
+    return merged, section
+
+
+ASSUMED = {"seq_len": "the sequence length is the data's"}
+"""Keywords a plan needs that a config may not say, and why the file does not."""
+
+
+def _assumed(cfg: ConfigInputs, merged: dict[str, Any], given_flags: set[str]) -> list[str]:
+    """What the plan had to assume because neither the file nor a flag says it."""
+    from prism_strategy.specs.policies import plan_default
+
+    return [
+        f"{k}: not in the file ({why}), assumed {merged.get(k) or plan_default(k)} - pass {flag(k)}"
+        for k, why in ASSUMED.items()
+        if k not in cfg.options and k not in given_flags
+    ]
 
 
 def _check_degrees(cfg: ConfigInputs, merged: dict[str, Any]) -> str | None:
@@ -182,6 +199,8 @@ def config_lines(section: dict[str, Any]) -> list[str]:
             else f"not feasible: {v.get('why_not')}"
         )
         lines.append(f"  the config runs {v['strategy']}: {fate}")
+    for a in section.get("assumed", ()):
+        lines += textwrap.wrap(f"assumed {a}", 96, initial_indent="  ", subsequent_indent="    ")
     for o in section["overridden"]:
         lines.append(f"  {o['field']} = {o['value']!r}: {o['flag']} {o['planned']!r} wins")
     for f in section["ignored"]:

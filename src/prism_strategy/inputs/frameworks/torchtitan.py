@@ -16,12 +16,15 @@ from typing import Any
 
 from prism_strategy.emit.frameworks.models import preset_for
 from prism_strategy.inputs.frameworks.base import (
+    UNREAD,
     Collector,
     ConfigInputs,
     boolean,
     integer,
     load,
     refuse_non_dp,
+    renamed,
+    rest,
     section,
 )
 
@@ -74,8 +77,9 @@ def looks_like(syntax: str, data: Any) -> bool:
 
 
 def read(path: Path) -> ConfigInputs:
-    _, data = load(path)
+    _, content = load(path)
     c = Collector(path=path)
+    data = renamed(c, NAME, content)  # older JobConfig names read as today's (data/framework_fields.toml)
     _model(c, section(c, data, "model"), path)
     training = section(c, data, "training")
     _training(c, training)
@@ -88,9 +92,7 @@ def read(path: Path) -> ConfigInputs:
             c.ignore(
                 name,
                 value,
-                OTHER_SECTIONS.get(
-                    name, "not a JobConfig section this reader knows (a custom config module's?): not modelled"
-                ),
+                OTHER_SECTIONS.get(name, UNREAD),
             )
     if "quantize" in data:
         c.ignore(
@@ -100,7 +102,7 @@ def read(path: Path) -> ConfigInputs:
             if _converters(data)
             else "applies only when [model] converters name it (none here)",
         )
-    return c.result(NAME, data)
+    return c.result(NAME, content)
 
 
 def _get(c: Collector, sec: dict[str, Any], table: str, key: str) -> tuple[Any, bool]:
@@ -110,10 +112,8 @@ def _get(c: Collector, sec: dict[str, Any], table: str, key: str) -> tuple[Any, 
     return DEFAULTS[table][key], True
 
 
-def _rest(c: Collector, sec: dict[str, Any], table: str, read_keys: set[str], reason: str) -> None:
-    for k, v in sec.items():
-        if k not in read_keys:
-            c.ignore(f"{table}.{k}", v, reason)
+def _rest(c: Collector, sec: dict[str, Any], table: str, read_keys: set[str]) -> None:
+    rest(c, NAME, sec, table, read_keys)
 
 
 def _model(c: Collector, sec: dict[str, Any], path: Path) -> None:
@@ -139,7 +139,7 @@ def _model(c: Collector, sec: dict[str, Any], path: Path) -> None:
             f"the {conv} converter (low-precision matmuls) is not modelled: "
             "the plan prices bf16 matmuls and bf16 gathers",
         )
-    _rest(c, sec, "model", {"name", "flavor", "converters"}, "tokenizer and weights paths: not the step's cost")
+    _rest(c, sec, "model", {"name", "flavor", "converters"})
 
 
 def _converters(data: dict[str, Any]) -> list[str]:
@@ -198,7 +198,7 @@ def _training(c: Collector, sec: dict[str, Any]) -> None:
             "CPU offload of FSDP states is not modelled: the plan's device memory holds them on the device",
         )
     read_keys = {*DEFAULTS[t], "enable_cpu_offload"}
-    _rest(c, sec, t, read_keys, "data, steps, clipping, gc: not the step's memory or communication")
+    _rest(c, sec, t, read_keys)
 
 
 def _parallelism(c: Collector, sec: dict[str, Any]) -> None:
@@ -218,6 +218,16 @@ def _parallelism(c: Collector, sec: dict[str, Any]) -> None:
     if reshard not in ("default", "always", "never"):
         raise c.bad("parallelism.fsdp_reshard_after_forward", f"= {reshard!r}", "use default, always or never")
     kind = "shard_grad_op" if reshard == "never" else "full_shard"
+    if not d:
+        c.use(
+            "parallelism.fsdp_reshard_after_forward",
+            reshard,
+            note={
+                "default": "torchtitan's default: reshard after forward unless pipeline parallel (none here): full_shard",
+                "always": "reshard after every forward: full_shard",
+                "never": "keep params gathered after forward: shard_grad_op",
+            }[reshard],
+        )
     if shard == 1:
         c.strategy = "ddp"
     else:
@@ -230,13 +240,7 @@ def _parallelism(c: Collector, sec: dict[str, Any]) -> None:
     if rep > 1 or shard > 1:
         c.dp_degrees = (rep, shard)
         c.dp_fields = "parallelism.data_parallel_replicate_degree x data_parallel_shard_degree"
-    _rest(
-        c,
-        sec,
-        p,
-        {*DEFAULTS[p], *NON_DP},
-        "applies only with tensor, pipeline or context parallelism (all degree 1 here)",
-    )
+    _rest(c, sec, p, {*DEFAULTS[p], *NON_DP})
 
 
 def _activation_checkpoint(c: Collector, sec: dict[str, Any]) -> None:
@@ -278,7 +282,13 @@ def _activation_checkpoint(c: Collector, sec: dict[str, Any]) -> None:
         )
     else:
         raise c.bad("activation_checkpoint.mode", f"= {mode!r}", "use none, full, selective or memory_budget")
-    _rest(c, sec, a, set(DEFAULTS[a]), "recompute details (RNG state, determinism checks) do not change memory")
+    if mode != "selective" and "selective_ac_option" in sec:
+        c.use(
+            "activation_checkpoint.selective_ac_option",
+            option,
+            note=f"applies only with mode = selective; mode = {mode} decides",
+        )
+    _rest(c, sec, a, set(DEFAULTS[a]))
 
 
 def _compile(c: Collector, sec: dict[str, Any]) -> None:
@@ -290,7 +300,7 @@ def _compile(c: Collector, sec: dict[str, Any]) -> None:
         c.use("compile.components", parts, "compile_loss", "loss" in parts, default=d2)
     elif "components" in sec:
         c.ignore("compile.components", parts, "compile is off")
-    _rest(c, sec, "compile", set(DEFAULTS["compile"]), "the compiler backend: the plan models inductor")
+    _rest(c, sec, "compile", set(DEFAULTS["compile"]))
 
 
 def _optimizer(c: Collector, sec: dict[str, Any]) -> None:
@@ -308,10 +318,4 @@ def _optimizer(c: Collector, sec: dict[str, Any]) -> None:
             IMPLEMENTATION[impl],
             default=d2,
         )
-    _rest(
-        c,
-        sec,
-        "optimizer",
-        set(DEFAULTS["optimizer"]),
-        "learning rate, betas, eps, weight decay: no effect on memory or communication",
-    )
+    _rest(c, sec, "optimizer", set(DEFAULTS["optimizer"]))
