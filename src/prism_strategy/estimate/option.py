@@ -26,7 +26,7 @@ from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_
 from prism_strategy.estimate.provenance import provenance
 from prism_strategy.estimate.range_parts import part_range
 from prism_strategy.estimate.ranges import PredictionRange, max_measured_nodes, prediction_range
-from prism_strategy.estimate.scale_loss import LateRanks, late_ranks
+from prism_strategy.estimate.scale_loss import LateRanks, SyncWait, late_ranks, ring_steps, sync_wait
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.specs.scenario import Scenario
@@ -55,6 +55,8 @@ class StepEstimate:
     """What the compute does not hide (estimate/overlap.py, through host_terms)."""
     optimizer_s: float
     late_ranks: LateRanks
+    sync_wait: SyncWait
+    """The wait for the last rank at each cross-node collective (estimate/scale_loss.py sync_wait)."""
     step_time_s: float
     samples_per_s: float
     tokens_per_s_per_device: float
@@ -125,17 +127,22 @@ def estimate_step(
     tensors = sum(x.tensors for x in parts if x.trains)  # FSDP2 shards every tensor: each rank steps them all
     optimizer_s = optimizer_time_s(trainable, opt_bytes, p, tensors)
     late = _late_ranks(phases.total, comm, lay, p)
-    step = phases.total + host.exposed_s + optimizer_s + late.seconds
+    cal = p.calibration
+    launch = phases.forward_launch + phases.backward_launch
+    host_share = min(1.0, launch / phases.total) if phases.total > 0 else 0.0
+    wait = sync_wait(_spans(comm, lay), cal.sync_wait_us_per_node, cal.sync_wait_max_us, host_share)
+    step = phases.total + host.exposed_s + optimizer_s + late.seconds + wait.seconds
     samples = mb * ga * lay.world / step
     tokens, mfu = per_device_rates(parts, t, p, samples / lay.world)
-    comm_s = comm.total_s + host.grad_path_s
+    comm_s = comm.total_s + host.grad_path_s + wait.seconds
     return StepEstimate(
         comm=comm,
         compute_s=phases.total,
         comm_s=comm_s,
-        exposed_comm_s=host.exposed_s,
+        exposed_comm_s=host.exposed_s + wait.seconds,
         optimizer_s=optimizer_s,
         late_ranks=late,
+        sync_wait=wait,
         step_time_s=step,
         samples_per_s=samples,
         tokens_per_s_per_device=tokens,
@@ -150,6 +157,14 @@ def _late_ranks(compute_s: float, comm: CommEstimate, layout: Layout, p: Platfor
     syncs = sum(c.calls_per_step for c in comm.collectives)
     measured = max_measured_nodes(p) * layout.ranks_per_node
     return late_ranks(layout.world, measured, compute_s, syncs, p.calibration.rank_jitter)
+
+
+def _spans(comm: CommEstimate, layout: Layout) -> list[tuple[int, int, int]]:
+    """(calls per step, nodes spanned, dependent cross-node steps) of each collective of the step."""
+    from prism_strategy.estimate.comm import group_geometry
+
+    spans = [(c.calls_per_step, group_geometry(c.group, layout)[1], c.op) for c in comm.collectives]
+    return [(k, n, ring_steps(op, n)) for k, n, op in spans]
 
 
 def per_device_rates(
