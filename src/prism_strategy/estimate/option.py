@@ -163,8 +163,8 @@ def _spans(comm: CommEstimate, layout: Layout) -> list[tuple[int, int, int]]:
     """(calls per step, nodes spanned, dependent cross-node steps) of each collective of the step."""
     from prism_strategy.estimate.comm import group_geometry
 
-    spans = [(c.calls_per_step, group_geometry(c.group, layout)[1], c.op) for c in comm.collectives]
-    return [(k, n, ring_steps(op, n)) for k, n, op in spans]
+    spans = [(c.calls_per_step, group_geometry(c.group, layout)[1], c) for c in comm.collectives]
+    return [(k, n, ring_steps(c.op, n, c.algorithm)) for k, n, c in spans]
 
 
 def per_device_rates(
@@ -205,6 +205,8 @@ def estimate_option(
     step = estimate_step(timed, s, at, parts=tparts)
     if p.measured_collectives:
         prov["communication"] = _measured_provenance(step.comm, lay, p, prov["communication"])
+    if step.sync_wait.seconds > 0:
+        prov["sync_wait"] = f"{step.sync_wait.basis} ({p.source('sync_wait_us_per_node')[:60]}...)"
     readings = _readings(timed, tparts, s, at, prov)
     r = _range(step, readings, p, lay, prov, reprice_collectives(timed, s, at, tparts))
     one = None

@@ -158,11 +158,22 @@ class SyncWait:
         )
 
 
-def ring_steps(op: str, nodes: int) -> int:
-    """Dependent cross-node steps of one call over `nodes` nodes as a ring runs it (the scale-out of
-    PRISM's profile: CCL_ALLREDUCE=ring, topo's ring all-gather and naive reduce-scatter, one
-    message per peer; estimate/comm_oneccl_phases.py): all-reduce 2 (n - 1), the others n - 1."""
-    return (2 if op == "all_reduce" else 1) * max(0, nodes - 1)
+LOG_STEP_ALGORITHMS = ("rabenseifner", "recursive_doubling", "double_tree", "direct", "tree")
+"""Scale-out algorithms whose dependent steps grow as log2 of the nodes (Thakur, Rabenseifner and
+Gropp 2005; estimate/comm_oneccl_phases.py scaleout_seconds), named in a call's algorithm."""
+
+
+def ring_steps(op: str, nodes: int, algorithm: str = "") -> int:
+    """Dependent cross-node steps of one call over `nodes` nodes: a ring (the scale-out of PRISM's
+    profile: CCL_ALLREDUCE=ring, topo's ring all-gather and naive reduce-scatter, one message per
+    peer; estimate/comm_oneccl_phases.py) takes all-reduce 2 (n - 1), the others n - 1; an
+    algorithm of LOG_STEP_ALGORITHMS named in `algorithm` 2 or 1 x ceil(log2 n)."""
+    factor = 2 if op == "all_reduce" else 1
+    if nodes <= 1:
+        return 0
+    if any(a in algorithm for a in LOG_STEP_ALGORITHMS):
+        return factor * (nodes - 1).bit_length()
+    return factor * (nodes - 1)
 
 
 def step_wait_us(nodes: int, us_per_node: float, max_us: float) -> float:
