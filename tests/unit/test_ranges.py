@@ -177,7 +177,11 @@ def test_the_training_part_takes_the_stored_part_errors_and_the_collectives_thei
     held = [r for r in load_published("aurora-prism") if ft.fit_reason(r) is None and r.id not in ft.PRIOR_RECORDS]
     assert training.errors_ln == fit_errors()["aurora"].part_errors_ln and len(training.errors_ln) == len(held)
     assert [p.label for p in colls] == ["collectives (bandwidth rows at 12 per node, 5-20 nodes)"]
-    rows = [r.loo_err_pct for r in collective_fits()["aurora"].rows if r.per_node == 12 and 5 <= r.nodes <= 20]
+    rows = [
+        r.loo_err_pct
+        for r in collective_fits()["aurora"].rows
+        if r.per_node == 12 and 5 <= r.nodes <= 20 and r.regime == "bandwidth"
+    ]
     assert sorted(colls[0].errors_ln) == pytest.approx(sorted(math.log1p(e / 100) for e in rows))
 
 
