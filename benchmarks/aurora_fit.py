@@ -378,6 +378,10 @@ def main() -> None:
                 f"{r['hsdp_shard_grad_op']:9.1f}"
             )
     _print_at_scale(at_scale)
+    _print_memory(mem)
+
+
+def _print_memory(mem: list[dict]) -> None:
     print(
         f"\n{'record':10s} {'measured GiB: peak / allocated / reserved':44s} {'predicted alloc':>15s} {'reserved':>9s}"
     )

@@ -121,8 +121,8 @@ def plan(
         bool,
         typer.Option(
             "--length-bucketing/--no-length-bucketing",
-            help="Batches drawn from one length bucket (a rank pads to about one sample's length) / "
-            "random batches (each rank pads to its longest sample)",
+            help="Length bucketing: batches drawn from one length bucket (a rank pads to about one sample's "
+            "length) / random batches (each rank pads to its longest sample)",
         ),
     ] = True,
     varying_lengths: Annotated[
