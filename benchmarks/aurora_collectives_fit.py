@@ -80,15 +80,34 @@ def write_fit_errors(res: dict) -> None:
     path.write_text("\n".join(lines))
 
 
+def every_row_fit(start, rows, bounds) -> dict:
+    """The fit over every row, the checks too: its terms and leave-one-node-count-out errors (what
+    fitting the check rows would do; the shipped fit holds them out, their `check` says why)."""
+    pts = row_points(rows)
+    fitted, _, _ = fit(start, pts, bounds)
+    loo, _ = fold_errors(start, pts, bounds)
+    return {
+        "terms": {k: value(fitted, k) for k in COMM_PRIORS},
+        "loo_err_pct": loo,
+        "fitted_err_pct": dict(zip((r.id for r in rows), errors_pct(fitted, pts))),
+        "median_abs_err_loo_nodes_pct": _med(loo.values()),
+    }
+
+
 def run() -> dict:
     base = load_platform("aurora")
     start = prior_platform(base)
-    _, rows = load_rows()
+    _, every = load_rows()
+    rows, checks = [r for r in every if not r.check], [r for r in every if r.check]
     pts = row_points(rows)
     bounds = lambda n: bounds_for(base, n)  # noqa: E731
     fitted, decided, held = fit(start, pts, bounds)
     loo, folds = fold_errors(start, pts, bounds)
     prior_e, fit_e = errors_pct(start, pts), errors_pct(fitted, pts)
+    check_e = errors_pct(fitted, row_points(checks))
+    loo |= {r.id: e for r, e in zip(checks, check_e)}  # held out at every node count
+    rows, pts = rows + checks, pts + row_points(checks)
+    prior_e, fit_e = prior_e + errors_pct(start, row_points(checks)), fit_e + check_e
     out = []
     for r, x, e0, e1 in zip(rows, pts, prior_e, fit_e):
         q = point_platform(fitted, x)
@@ -111,6 +130,7 @@ def run() -> dict:
                 "algorithm": algo,
                 "other_staging_err_pct": 100 * (alt * 1e3 / r.ms - 1),
                 "decides": [k for k, why in decided.items() if r.id + ":" in why],
+                "check": r.check,
             }
         )
     terms = {
@@ -118,7 +138,11 @@ def run() -> dict:
         | ({"decided_by": decided[k]} if k in decided else {"held": held.get(k, "")})
         for k in COMM_PRIORS
     }
-    return {"rows": out, "terms": terms, "folds": folds, "summary": _summary(out), "undecided": list(UNDECIDED)}
+    summary = _summary([r for r in out if not r["check"]])
+    res = {"rows": out, "terms": terms, "folds": folds, "summary": summary, "undecided": list(UNDECIDED)}
+    res["every_row"] = every_row_fit(start, every, bounds)
+    res["checks_summary"] = _summary([r for r in out if r["check"]])
+    return res
 
 
 def _short(algo: str) -> str:
@@ -159,13 +183,14 @@ def _print(res: dict) -> None:
         print(
             f"{r['id']:15s} {r['layout']:14s} {r['measured_ms']:9.3f} {r['prior_err_pct']:+7.0f} {r['fitted_ms']:9.3f} "
             f"{r['fitted_err_pct']:+6.0f} {r['loo_err_pct']:+6.0f}  {_short(r['algorithm'])}"
+            + ("  check" if r["check"] else "")
         )
     print("\nterms each row decided (the fit's sensitivities; none: the row is priced, not deciding):")
     for r in res["rows"]:
         print(f"  {r['id']:15s} {', '.join(r['decides']) or 'none'}")
     s = res["summary"]
     print(
-        f"\nmedian |error| over {len(res['rows'])} rows: priors {s['median_abs_err_prior_pct']:.1f}%, fitted "
+        f"\nmedian |error| over the {sum(not r['check'] for r in res['rows'])} fitted rows: priors {s['median_abs_err_prior_pct']:.1f}%, fitted "
         f"{s['median_abs_err_fitted_pct']:.1f}%, leave-one-node-count-out {s['median_abs_err_loo_nodes_pct']:.1f}% "
         "(goal <= 25%)"
     )
@@ -173,6 +198,22 @@ def _print(res: dict) -> None:
         print(f"  {k:24s} {v['rows']:3d} rows: fitted {v['fitted']:5.1f}%, leave-nodes-out {v['loo']:5.1f}%")
     inside, n = coverage({r["id"]: r["loo_err_pct"] for r in res["rows"]})
     print(f"  80% half-width of the others' leave-nodes-out errors holds {inside} of {n} rows (coverage)")
+    c = res["checks_summary"]
+    print(
+        f"  the {sum(1 for r in res['rows'] if r['check'])} "
+        f"check rows ([CD] [CS] [CW] [CL], shared/data/aurora_prism_scale.md 3, held out at every node count): "
+        f"{c['median_abs_err_loo_nodes_pct']:.1f}% (LOO% column: the shipped fit's error on them)"
+    )
+    e = res["every_row"]
+    checks = [r["id"] for r in res["rows"] if r["check"]]
+    print(
+        f"  the fit over every row instead: leave-one-node-count-out median {e['median_abs_err_loo_nodes_pct']:.1f}% "
+        f"(the check rows {_med(e['loo_err_pct'][k] for k in checks):.1f}%); XL-5 {e['fitted_err_pct']['XL-5']:+.0f}% "
+        "fitted; terms: "
+        + ", ".join(f"{k} {v:.4g}" for k, v in e["terms"].items() if "latency" in k or "overhead" in k)
+    )
+    for i in range(0, len(checks), 6):
+        print("    " + ", ".join(f"{k} {e['loo_err_pct'][k]:+.0f}%" for k in checks[i : i + 6]))
     print("\nfolds (fit on the rest, predict the left-out node count):")
     for f in res["folds"]:
         print(f"  {f['fold']:38s} median {f['median_abs_err_pct']:5.1f}% over {len(f['predicted'])} rows")

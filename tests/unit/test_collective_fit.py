@@ -25,14 +25,33 @@ GOAL_LOO_PCT = 25.0
 def setup():
     base = load_platform("aurora")
     _, rows = load_rows()
-    return base, prior_platform(base), row_points(rows), lambda n: bounds_for(base, n)
+    fitted = [r for r in rows if not r.check]
+    return base, prior_platform(base), row_points(fitted), lambda n: bounds_for(base, n)
 
 
 def test_every_row_has_its_source_and_a_known_layout():
     head, rows = load_rows()
-    assert len(rows) == 29 and head["platform"] == "aurora"
+    fitted, checks = [r for r in rows if not r.check], [r for r in rows if r.check]
+    assert len(fitted) == 29 and head["platform"] == "aurora"
     assert all(r.source in head["sources"] and r.stack in head["stacks"] for r in rows)
-    assert {r.nodes for r in rows} == {1, 2, 4, 8, 16, 8192}
+    assert {r.nodes for r in fitted} == {1, 2, 4, 8, 16, 8192}
+    # issue 34's rows (shared/data/aurora_prism_scale.md 3a-3d), held out as checks
+    assert {r.source for r in checks} == {"CD", "CS", "CW", "CL"} and len(checks) == 32
+    assert {r.nodes for r in checks if r.source == "CD"} == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: the per-step scale-out latency the fitted rows set (XL-5's ring at 8,192 nodes, SM-1) "
+    "over-prices oneCCL's small all-reduces at 2-64 nodes 2-7x ([CS] 3c: 16 B 478 us at 2 nodes, 1,242 at 64); "
+    "fitting them too moves inter_latency_us from 64 to 9 us and leaves XL-5 82% short: decided by a "
+    "per-algorithm latency form fitted to [CS], [CD] and XL-5 together (benchmarks/aurora_collectives_fit.py)",
+)
+def test_the_shipped_fit_prices_small_all_reduces_across_2_to_64_nodes():
+    _, rows = load_rows()
+    cs = [r for r in rows if r.source == "CS"]
+    errs = [p / (r.ms / 1e3) - 1 for r, p in zip(cs, predict(load_platform("aurora"), row_points(cs)))]
+    assert statistics.median(abs(e) for e in errs) <= GOAL_LOO_PCT / 100
 
 
 @pytest.mark.parametrize(

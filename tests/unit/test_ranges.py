@@ -171,43 +171,49 @@ def test_the_training_part_takes_the_stored_part_errors_and_the_collectives_thei
     from prism_strategy.estimate.ranges import collective_fits
 
     training, *colls = _parts(10, "fsdp_full_shard")
-    assert training.errors_ln == fit_errors()["aurora"].part_errors_ln and len(training.errors_ln) == 7
+    from prism_strategy.bench.fit import fit_terms as ft
+    from prism_strategy.bench.fit.published import load_published
+
+    held = [r for r in load_published("aurora-prism") if ft.fit_reason(r) is None and r.id not in ft.PRIOR_RECORDS]
+    assert training.errors_ln == fit_errors()["aurora"].part_errors_ln and len(training.errors_ln) == len(held)
     assert [p.label for p in colls] == ["collectives (bandwidth rows at 12 per node, 5-20 nodes)"]
-    rows = [r.loo_err_pct for r in collective_fits()["aurora"].rows if r.per_node == 12 and 5 <= r.nodes <= 20]
+    rows = [
+        r.loo_err_pct
+        for r in collective_fits()["aurora"].rows
+        if r.per_node == 12 and 5 <= r.nodes <= 20 and r.regime == "bandwidth"
+    ]
     assert sorted(colls[0].errors_ln) == pytest.approx(sorted(math.log1p(e / 100) for e in rows))
 
 
-TARGET_WIDTH = 2.0
-"""Issue 25: the 80% range high / low at 10 nodes on the shared scenarios."""
-KNOWN_WIDTH = {"ddp": 2.05, "hsdp_full_shard": 2.13}
-"""Today's widths over the target (the range composed from the step's parts): the training part
-(compute, host, and under PRISM's profile the 12-rank host ring's rate) is most of these steps,
-and its held-out errors span E1 -36.5% to A2 +64.5% (laid on that part). What would decide it: a
-12-rank-per-node host-ring all-reduce measured at 2-16 nodes (commbench under aurora-prism-2026.11)
-for DDP's ring; for both, the launch cost of one rank against twelve (A2) and attention's rate on
-XPU at long sequences (E1; docs/aurora_comm.md)."""
+TARGET_WIDTH = 2.5
+"""Issue 34: the 80% range high / low at 10 nodes on the shared scenarios at most 2.5x (issue 25's
+2x was met by narrowing the ranges without moving the point: they excluded PRISM's 10-node rows,
+shared/data/aurora_prism_scale.md P10; the rows' own ranges: tests/unit/estimate/test_prism_scale.py)."""
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: x2.05 (ddp), x2.13 (hsdp_full_shard) wide at 10 nodes (target 2x)")
-@pytest.mark.parametrize("strategy", sorted(KNOWN_WIDTH))
-def test_aurora_ranges_at_10_nodes_meet_the_2x_target(strategy):
-    lo, hi = _qwen_vlm_at(10, strategy).samples_per_s_range
-    assert hi / lo <= TARGET_WIDTH
-
-
-def test_aurora_fsdp_range_at_10_nodes_meets_the_2x_target():
-    """Composed from the step's parts: the training part with the training fit's held-out errors,
-    the topo collectives (31% of the step) with the collective fit's leave-one-node-count-out
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp_full_shard", "hsdp_full_shard"])
+def test_aurora_ranges_at_10_nodes_meet_the_width_target(strategy):
+    """Composed from the step's parts: the training part with the training fit's held-out errors
+    (now 1-10 nodes), the topo collectives with the collective fit's leave-one-node-count-out
     errors at 10 nodes; its coverage on the held-out records is benchmarks/aurora_fit.py's."""
-    o = _qwen_vlm_at(10, "fsdp_full_shard")
+    o = _qwen_vlm_at(10, strategy)
     lo, hi = o.samples_per_s_range
     assert lo < o.samples_per_s < hi and hi / lo <= TARGET_WIDTH
 
 
-@pytest.mark.parametrize("strategy", sorted(KNOWN_WIDTH))
-def test_aurora_range_width_at_10_nodes_stays_within_its_known_size(strategy):
-    lo, hi = _qwen_vlm_at(10, strategy).samples_per_s_range
-    assert TARGET_WIDTH < hi / lo <= KNOWN_WIDTH[strategy] * 1.02
+def test_aurora_ranges_widen_beyond_the_fits_nodes_by_its_scale_error():
+    """16 nodes, beyond the 10 the fit saw: the slow side adds the leave-one-scale-out term
+    (estimate/ranges.scale_widening: the 1-2 node fit's error on the 10-node rows, per doubling)."""
+    from prism_strategy.estimate.ranges import SCALE
+
+    at10, at16 = _qwen_vlm_at(10, "fsdp_full_shard"), _qwen_vlm_at(16, "fsdp_full_shard")
+    assert SCALE not in at10.range.terms and at16.range.terms[SCALE] > 0
+    lo, hi = at16.samples_per_s_range
+    assert hi / lo > _ratio(at10.samples_per_s_range)
+
+
+def _ratio(r: list[float]) -> float:
+    return r[1] / r[0]
 
 
 @pytest.mark.out_of_sample

@@ -29,6 +29,11 @@ REQUIRED_MODELS = {
     "auroragpt-2b",
     "siglip2-base-patch16-224",
     "siglip2-so400m-patch14-384",
+    # PRISM's production encoders (issue 34; huggingface/transformers@f9dc3e13 convert_siglip2_to_hf.py)
+    "siglip2-base-patch16-256",
+    "siglip2-large-patch16-256",
+    "siglip2-so400m-patch16-256",
+    "siglip2-giant-opt-patch16-256",
 }
 REQUIRED_PLATFORMS = {"aurora", "aurora-composite", "polaris", "dgx-h100", "dgx-h200", "cpu"}
 

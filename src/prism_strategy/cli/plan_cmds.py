@@ -110,6 +110,21 @@ def plan(
             "late-rank cost at scale into the step"
         ),
     ] = None,
+    length_histogram: Annotated[
+        Optional[str],
+        typer.Option(
+            help="File of the samples' text lengths, one 'tokens count' pair per line: prices the slowest "
+            "rank's padded batch at scale (and step time at the mean padded length)"
+        ),
+    ] = None,
+    length_bucketing: Annotated[
+        bool,
+        typer.Option(
+            "--length-bucketing/--no-length-bucketing",
+            help="Length bucketing: batches drawn from one length bucket (a rank pads to about one sample's "
+            "length) / random batches (each rank pads to its longest sample)",
+        ),
+    ] = True,
     varying_lengths: Annotated[
         Optional[bool],
         typer.Option(
@@ -153,6 +168,7 @@ def plan(
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
     from prism_strategy.bench.results.curves import curves_for_platform
     from prism_strategy.inputs.frameworks.plan import with_config
+    from prism_strategy.inputs.length_histogram import read_length_histogram
     from prism_strategy.inputs.script import plan_from_command_line
     from prism_strategy.planning.rank_jitter import rank_jitter_from
     from prism_strategy.report.plan_table import show_plan
@@ -181,6 +197,8 @@ def plan(
         nodes=nodes,
         seq_len=seq_len,
         mean_seq_len=mean_seq_len,
+        length_histogram=None if length_histogram is None else read_length_histogram(length_histogram),
+        length_bucketing=length_bucketing,
         vision=vision,
         image_tokens=image_tokens,
         ranks_per_node=ranks_per_node,

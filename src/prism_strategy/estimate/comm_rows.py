@@ -41,6 +41,8 @@ class CollectiveRow:
     note: str
     stack_values: tuple[tuple[str, Any], ...] = ()
     """The platform values the row's stack takes (the file's [stacks.NAME], e.g. ccl_host_staging)."""
+    check: str = ""
+    """Why the row is a check, not fitted (the file's `check`); empty: fitted."""
 
     @property
     def ranks(self) -> int:
@@ -99,6 +101,7 @@ def _row(d: dict[str, Any], where: str, stacks: dict[str, Any]) -> CollectiveRow
         stack=stack,
         note=str(d.get("note", "")),
         stack_values=tuple((k, v) for k, v in stacks.get(stack, {}).items() if k in STACK_VALUES),
+        check=str(d.get("check", "")),
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from prism_strategy.estimate import length_spread as ls
 from prism_strategy.estimate.batch import BatchChoice, resolve_batch
 from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
 from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
@@ -26,7 +27,7 @@ from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_
 from prism_strategy.estimate.provenance import provenance
 from prism_strategy.estimate.range_parts import part_range
 from prism_strategy.estimate.ranges import PredictionRange, max_measured_nodes, prediction_range
-from prism_strategy.estimate.scale_loss import LateRanks, late_ranks
+from prism_strategy.estimate.scale_loss import LateRanks, SyncWait, late_ranks, ring_steps, sync_wait
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.specs.scenario import Scenario
@@ -55,12 +56,18 @@ class StepEstimate:
     """What the compute does not hide (estimate/overlap.py, through host_terms)."""
     optimizer_s: float
     late_ranks: LateRanks
+    sync_wait: SyncWait
+    """The wait for the last rank at each cross-node collective (estimate/scale_loss.py sync_wait)."""
     step_time_s: float
     samples_per_s: float
     tokens_per_s_per_device: float
     mfu: float
     bound: str
     """"comm" when the collectives take longer than the compute, else "compute"."""
+    flops_s: float = 0.0
+    """The compute's FLOPs-bound seconds (compute_s is per phase max(FLOPs, launches))."""
+    launch_s: float = 0.0
+    """The compute's kernel-launch seconds."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,14 +98,64 @@ def with_run_options(s: StrategySpec, t: TrainingSpec) -> StrategySpec:
     return s.with_options(bucket_mb=t.bucket_mb)
 
 
-def timed_view(sc: Scenario, parts: tuple[Part, ...]) -> tuple[Scenario, tuple[Part, ...]]:
-    """The scenario and parts step time is predicted at: the mean sequence length when given
-    (peak memory stays at the longest, sc.training.seq_len)."""
+def timed_view(sc: Scenario, parts: tuple[Part, ...], micro_batch: int = 1) -> tuple[Scenario, tuple[Part, ...]]:
+    """The scenario and parts step time is predicted at: the mean sequence length when given, else
+    a length histogram's mean padded length at this micro-batch (peak memory stays at the longest,
+    sc.training.seq_len)."""
     t = sc.training
-    if t.mean_seq_len is None or t.mean_seq_len == t.seq_len:
+    mean = t.mean_seq_len
+    if mean is None and t.length_histogram:
+        dist = ls.padded(ls.normalised(t.length_histogram), t.micro_batch or micro_batch, t.length_bucketing)
+        mean = max(1, min(t.seq_len, round(ls.moments(dist)[0])))
+    if mean is None or mean == t.seq_len:
         return sc, parts
-    timed = sc.with_training(replace(t, seq_len=t.mean_seq_len, mean_seq_len=None))
+    timed = sc.with_training(replace(t, seq_len=mean, mean_seq_len=None, length_histogram=None))
     return timed, model_parts(timed.model, timed.training)
+
+
+def length_stragglers(sc: Scenario, step: StepEstimate, at: BatchAt) -> ls.LengthStragglers | None:
+    """The slowest rank's padded batch (estimate/length_spread.py) when the lengths are given: a
+    histogram, or a mean alone (its max-entropy shape); None without either."""
+    t, lay = sc.training, sc.layout
+    if t.length_histogram:
+        samples, source = ls.normalised(t.length_histogram), f"--length-histogram, {len(t.length_histogram)} lengths"
+    elif t.mean_seq_len is not None and t.mean_seq_len < t.seq_len:
+        samples = ls.max_entropy_lengths(t.mean_seq_len, t.seq_len)
+        source = f"lengths assumed max-entropy on 1-{t.seq_len} with mean {t.mean_seq_len} (give --length-histogram)"
+    else:
+        return None
+    tokens = max(
+        (x.tokens for x in model_parts(sc.model, t) if x.spec is not None and x.spec.kind == "decoder"), default=0
+    )
+    image = max(0, tokens - t.seq_len)
+    return ls.length_stragglers(
+        samples,
+        image_tokens=image,
+        micro_batch=at.micro_batch,
+        bucketing=t.length_bucketing,
+        ranks=lay.world,
+        measured_ranks=max_measured_nodes(sc.platform) * lay.ranks_per_node,
+        flops_s=step.flops_s,
+        launch_s=step.launch_s,
+        per_micro_batch=any(c.phase == "forward" for c in step.comm.collectives),
+        grad_accum=at.grad_accum,
+        source=source + (", length bucketing" if t.length_bucketing else ", no bucketing"),
+    )
+
+
+def with_stragglers(step: StepEstimate, extra_s: float, world: int, at: BatchAt) -> StepEstimate:
+    """The step with the slowest rank's extra seconds added (rates follow)."""
+    if extra_s <= 0:
+        return step
+    t = step.step_time_s + extra_s
+    scale = step.step_time_s / t
+    return replace(
+        step,
+        step_time_s=t,
+        samples_per_s=at.micro_batch * at.grad_accum * world / t,
+        tokens_per_s_per_device=step.tokens_per_s_per_device * scale,
+        mfu=step.mfu * scale,
+    )
 
 
 def estimate_step(
@@ -125,22 +182,29 @@ def estimate_step(
     tensors = sum(x.tensors for x in parts if x.trains)  # FSDP2 shards every tensor: each rank steps them all
     optimizer_s = optimizer_time_s(trainable, opt_bytes, p, tensors)
     late = _late_ranks(phases.total, comm, lay, p)
-    step = phases.total + host.exposed_s + optimizer_s + late.seconds
+    cal = p.calibration
+    launch = phases.forward_launch + phases.backward_launch
+    host_share = min(1.0, launch / phases.total) if phases.total > 0 else 0.0
+    wait = sync_wait(_spans(comm, lay), cal.sync_wait_us_per_node, cal.sync_wait_max_us, host_share)
+    step = phases.total + host.exposed_s + optimizer_s + late.seconds + wait.seconds
     samples = mb * ga * lay.world / step
     tokens, mfu = per_device_rates(parts, t, p, samples / lay.world)
-    comm_s = comm.total_s + host.grad_path_s
+    comm_s = comm.total_s + host.grad_path_s + wait.seconds
     return StepEstimate(
         comm=comm,
         compute_s=phases.total,
         comm_s=comm_s,
-        exposed_comm_s=host.exposed_s,
+        exposed_comm_s=host.exposed_s + wait.seconds,
         optimizer_s=optimizer_s,
         late_ranks=late,
+        sync_wait=wait,
         step_time_s=step,
         samples_per_s=samples,
         tokens_per_s_per_device=tokens,
         mfu=mfu,
         bound="comm" if comm_s > phases.total else "compute",
+        flops_s=phases.forward_flops + phases.backward_flops,
+        launch_s=phases.forward_launch + phases.backward_launch,
     )
 
 
@@ -150,6 +214,14 @@ def _late_ranks(compute_s: float, comm: CommEstimate, layout: Layout, p: Platfor
     syncs = sum(c.calls_per_step for c in comm.collectives)
     measured = max_measured_nodes(p) * layout.ranks_per_node
     return late_ranks(layout.world, measured, compute_s, syncs, p.calibration.rank_jitter)
+
+
+def _spans(comm: CommEstimate, layout: Layout) -> list[tuple[int, int, int]]:
+    """(calls per step, nodes spanned, dependent cross-node steps) of each collective of the step."""
+    from prism_strategy.estimate.comm import group_geometry
+
+    spans = [(c.calls_per_step, group_geometry(c.group, layout)[1], c) for c in comm.collectives]
+    return [(k, n, ring_steps(c.op, n, c.algorithm)) for k, n, c in spans]
 
 
 def per_device_rates(
@@ -185,12 +257,18 @@ def estimate_option(
     if device > p.usable_bytes:
         oom = oom_reason(mem, p.usable_bytes, mb, chosen.max_micro_batch, _searched_batch(t), device)
     prov = provenance(sc)
-    timed, tparts = timed_view(sc, parts)
+    timed, tparts = timed_view(sc, parts, mb)
     at = BatchAt(micro_batch=mb, grad_accum=ga)
     step = estimate_step(timed, s, at, parts=tparts)
+    extra = 0.0
+    if (lengths := length_stragglers(sc, step, at)) is not None:
+        step, extra = with_stragglers(step, lengths.seconds, lay.world, at), lengths.seconds
+        prov["length_stragglers"] = lengths.basis
     if p.measured_collectives:
         prov["communication"] = _measured_provenance(step.comm, lay, p, prov["communication"])
-    readings = _readings(timed, tparts, s, at, prov)
+    if step.sync_wait.seconds > 0:
+        prov["sync_wait"] = f"{step.sync_wait.basis} ({p.source('sync_wait_us_per_node')[:60]}...)"
+    readings = {k: v + extra for k, v in _readings(timed, tparts, s, at, prov).items()}
     r = _range(step, readings, p, lay, prov, reprice_collectives(timed, s, at, tparts))
     one = None
     if lay.nodes > 1:

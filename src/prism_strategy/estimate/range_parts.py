@@ -32,11 +32,13 @@ from prism_strategy.estimate.calibration import platform_value, with_value
 from prism_strategy.estimate.ranges import (
     LATE,
     QUANTILE,
+    SCALE,
     CollectiveFit,
     PredictionRange,
     collective_fits,
     collective_rows,
     fit_errors,
+    scale_widening,
     scaleout_bytes,
 )
 from prism_strategy.specs.cluster import PlatformSpec
@@ -198,4 +200,8 @@ def part_range(
             f"; slower side: {late_basis} (x{math.exp(terms[LATE]):.3f}; measure the per-rank spread: "
             "--rank-jitter FOLDER of StepMonitor logs)"
         )
-    return PredictionRange(fast=fast, slow=slow + terms.get(LATE, 0.0), terms=terms, basis=why, slow_base=slow)
+    if (w := scale_widening(platform, nodes))[0] > 0:
+        terms[SCALE] = w[0]
+        why += f"; slower side: {w[1]}"
+    extra = terms.get(LATE, 0.0) + terms.get(SCALE, 0.0)
+    return PredictionRange(fast=fast, slow=slow + extra, terms=terms, basis=why, slow_base=slow)

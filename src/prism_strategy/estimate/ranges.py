@@ -68,6 +68,11 @@ class FitErrors:
     (estimate/range_parts.py); empty when the fit did not store them."""
     comm_knobs: tuple[str, ...] = ()
     """The fit's knobs that price collectives (their share of a collective is the training part's)."""
+    scale_errors_ln: tuple[float, ...] = ()
+    """ln(1 + e) of the leave-one-scale-out errors: the fit on scale_fit_nodes or fewer nodes on
+    the fitted records at scale_check_nodes (benchmarks/aurora_fit.py); empty when not stored."""
+    scale_span: float = 0.0
+    """log2(scale_check_nodes / scale_fit_nodes): how far in nodes those errors extrapolated."""
 
 
 def halfwidth(errors_pct: list[float], quantile: float = QUANTILE) -> float:
@@ -197,6 +202,8 @@ def fit_errors() -> dict[str, FitErrors]:
                 device=str(d.get("device", "")),
                 part_errors_ln=tuple(math.log1p(float(v) / 100) for v in d.get("part_err_pct", {}).values()),
                 comm_knobs=tuple(d.get("comm_knobs", ())),
+                scale_errors_ln=tuple(math.log1p(float(v) / 100) for v in d.get("scale_err_pct", {}).values()),
+                scale_span=math.log2(d["scale_check_nodes"] / d["scale_fit_nodes"]) if "scale_fit_nodes" in d else 0.0,
             )
     return out
 
@@ -219,6 +226,23 @@ def max_measured_nodes(platform: PlatformSpec) -> int:
     """The largest node count the platform's fit measured (1 for a preset no fit covers)."""
     fit = fit_errors().get(platform.calibration.fit_platform or platform.name)
     return 1 if fit is None else fit.max_nodes
+
+
+def scale_widening(platform: PlatformSpec, nodes: int) -> tuple[float, str]:
+    """(ln widening of the slow side, why) beyond the nodes the platform's fit saw: the QUANTILE of
+    the fit's leave-one-scale-out |ln errors| (a fit on fewer nodes predicting more), times the
+    distance in log2 nodes over the distance those errors were made at: a 1-2 node fit missed the
+    10-node rows by that much, so a 1-10 node fit is held to the same per doubling beyond 10."""
+    fit = fit_errors().get(platform.calibration.fit_platform or platform.name)
+    if fit is None or not fit.scale_errors_ln or nodes <= fit.max_nodes or fit.scale_span <= 0:
+        return 0.0, ""
+    q = halfwidth([100 * math.expm1(e) for e in fit.scale_errors_ln])
+    w = q * math.log2(nodes / fit.max_nodes) / fit.scale_span
+    return w, (
+        f"{nodes} nodes beyond the {fit.max_nodes} the fit saw: its leave-one-scale-out error "
+        f"(x{math.exp(q):.2f} over x{2**fit.scale_span:.0f} the nodes, {len(fit.scale_errors_ln)} records) "
+        f"per doubling: x{math.exp(w):.2f}"
+    )
 
 
 def comm_widening(nodes: int, max_nodes: int, comm_share: float) -> float:
@@ -282,6 +306,7 @@ class PredictionRange:
 
 
 COMM, LATE, READINGS = "communication beyond the measured nodes", "late ranks", "comm readings"
+SCALE = "beyond the fit's nodes (leave-one-scale-out)"
 
 
 def _base(platform: PlatformSpec) -> tuple[float, int, str]:
@@ -344,6 +369,9 @@ def prediction_range(
             f"; slower side: {late_basis} (x{math.exp(terms[LATE]):.3f}; measure the per-rank spread: "
             "--rank-jitter FOLDER of StepMonitor logs)"
         )
+    if (w := scale_widening(platform, nodes))[0] > 0:
+        terms[SCALE] = w[0]
+        why += f"; slower side: {w[1]}"
     return PredictionRange(fast=base, slow=base + sum(terms.values()), terms=terms, basis=why)
 
 

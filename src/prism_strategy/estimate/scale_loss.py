@@ -134,3 +134,86 @@ def late_ranks(ranks: int, measured_ranks: int, compute_s: float, sync_points: i
         ranks=ranks,
         measured_ranks=measured_ranks,
     )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SyncWait:
+    seconds: float
+    calls: int
+    """Calls per step whose group spans nodes."""
+    node_steps: int
+    """Sum over those calls of their dependent cross-node steps."""
+    us_per_node: float
+    max_us: float = 0.0
+    host_share: float = 1.0
+    """The share of the step's compute on which the host is the critical path (launch time / compute)."""
+
+    @property
+    def basis(self) -> str:
+        return (
+            f"sync wait: {self.calls} cross-node blocking calls, {self.node_steps} dependent cross-node steps, "
+            f"each waiting for the last of its nodes ({self.us_per_node:.4g} us per node per step"
+            + (f", at most {self.max_us:.4g} us" if self.max_us > 0 else "")
+            + f"; the host the critical path for {self.host_share:.0%} of the compute): +{self.seconds:.3g} s"
+        )
+
+
+LOG_STEP_ALGORITHMS = ("rabenseifner", "recursive_doubling", "double_tree", "direct", "tree")
+"""Scale-out algorithms whose dependent steps grow as log2 of the nodes (Thakur, Rabenseifner and
+Gropp 2005; estimate/comm_oneccl_phases.py scaleout_seconds), named in a call's algorithm."""
+
+
+def ring_steps(op: str, nodes: int, algorithm: str = "") -> int:
+    """Dependent cross-node steps of one call over `nodes` nodes: a ring (the scale-out of PRISM's
+    profile: CCL_ALLREDUCE=ring, topo's ring all-gather and naive reduce-scatter, one message per
+    peer; estimate/comm_oneccl_phases.py) takes all-reduce 2 (n - 1), the others n - 1; an
+    algorithm of LOG_STEP_ALGORITHMS named in `algorithm` 2 or 1 x ceil(log2 n)."""
+    factor = 2 if op == "all_reduce" else 1
+    if nodes <= 1:
+        return 0
+    if any(a in algorithm for a in LOG_STEP_ALGORITHMS):
+        return factor * (nodes - 1).bit_length()
+    return factor * (nodes - 1)
+
+
+def step_wait_us(nodes: int, us_per_node: float, max_us: float) -> float:
+    """One dependent step's expected wait for the last of `nodes` nodes: D (1 - (1 - q)^n), D =
+    max_us, q = us_per_node / D (the slope at few nodes); n x slope when max_us is 0."""
+    if max_us <= 0:
+        return nodes * us_per_node
+    return max_us * (1 - (1 - min(1.0, us_per_node / max_us)) ** nodes)
+
+
+def sync_wait(
+    spans: list[tuple[int, int, int]], us_per_node: float, max_us: float = 0.0, host_share: float = 1.0
+) -> SyncWait:
+    """The wait for the last node at each dependent step of the collectives that cross nodes, per step.
+
+    spans: (calls per step, nodes the call's group spans, its dependent cross-node steps:
+    ring_steps) for each collective of the step. Mechanism: a rank (its host, its NIC) is late
+    now and then by far more than the work's spread (PRISM's backward spikes of 6-10 s against
+    0.35-0.5 s typical, straggler ratios 3-7x: shared/data/aurora_prism_scale.md S-bwd, S-abl).
+    A ring's step ends when its last node has sent; with each of the n nodes late at a step with a
+    small chance q by D, the step waits E = D (1 - (1 - q)^n) ~ D q n, and a call's (n - 1) or
+    2 (n - 1) dependent steps add up: ~ n (n - 1) per call, so 2 nodes pay 2 units and 10 nodes 90
+    (PRISM's FSDP step tripled from 2 to 10 nodes, P10), unlike the normal spread's e_N above
+    (which grows as sqrt(2 ln N)). The slope D q is the platform's sync_wait_us_per_node, fitted to
+    step times (benchmarks/aurora_fit.py), and D its sync_wait_max_us; no record decides D (the
+    records at 1-10 nodes fit as well from D = 1.5 ms to no cap): the other reading, linear through
+    the same wait at the fit's largest node count, is in every range beyond it (backends/oneccl.py
+    readings), which also widens by the error the fits made in scale (ranges.py scale_widening).
+    A late host delays its rank only where the host is the critical path: host_share, the launch
+    time over the compute of the step's phases (estimate/compute.py phase_times; 1 when launch-bound,
+    as PRISM's eager E2E runs: ~7,400 launches, GPU busy 31-61%, aurora_measurements.md A1/A2);
+    where the GPU's queue holds more work than the host's enqueueing, a hiccup shorter than that
+    slack delays no one, and this term takes the share."""
+    crossing = [(k, n, m) for k, n, m in spans if n > 1 and k > 0 and m > 0]
+    us = sum(k * m * step_wait_us(n, us_per_node, max_us) for k, n, m in crossing)
+    return SyncWait(
+        seconds=host_share * us * 1e-6,
+        max_us=max_us,
+        host_share=host_share,
+        calls=sum(k for k, _, _ in crossing),
+        node_steps=sum(k * m for k, _, m in crossing),
+        us_per_node=us_per_node,
+    )

@@ -101,6 +101,10 @@ def plan(model: Any = "qwen3-0.6b", **options: Any) -> Plan:
     seq_len: text tokens per sample, the longest (peak memory is predicted there).
     mean_seq_len: mean text tokens per sample (each batch padded to its longest); step time is
         predicted there. None = seq_len.
+    length_histogram: the samples' text lengths as (tokens, count) pairs: the slowest rank's padded
+        batch at scale (estimate/length_spread.py) and, without mean_seq_len, the mean padded length.
+    length_bucketing: batches drawn from one length bucket (default True): a rank pads to about one
+        sample's length; False: to the longest of its micro-batch.
     micro_batch: samples per device per forward; None = each option's largest that fits.
     global_batch: samples per optimizer step; every option runs exactly
         micro_batch x grad_accum x world = global_batch (a global batch that is not a multiple of

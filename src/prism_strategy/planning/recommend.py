@@ -92,6 +92,8 @@ def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
             f"{o.bound}-bound: communication {o.comm_s:.3f} s ({', '.join(links) or 'none'}) vs compute "
             f"{o.compute_s:.3f} s per step; {o.exposed_comm_s:.3f} s exposed"
         )
+    if (wait := o.provenance.get("sync_wait")) is not None:
+        notes.append(wait.split(" (fitted", 1)[0])
     return notes
 
 

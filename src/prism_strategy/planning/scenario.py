@@ -146,10 +146,12 @@ def scenario_of(
         optimizer=algo,
         optimizer_impl=impl,
         image_tokens=b.image_tokens,
+        length_histogram=b.length_histogram,
+        length_bucketing=b.length_bucketing,
         compile=bool(m.compile),
         bucket_mb=m.bucket_mb,
         loss=m.loss,
-        varying_lengths=(b.mean_seq_len is not None and b.mean_seq_len < b.seq_len)
+        varying_lengths=((b.mean_seq_len is not None and b.mean_seq_len < b.seq_len) or b.length_histogram is not None)
         if m.varying_lengths is None
         else bool(m.varying_lengths),
         expandable_segments=m.expandable_segments,

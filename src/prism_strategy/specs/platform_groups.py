@@ -227,6 +227,14 @@ class CalibrationSpec:
     average spread (data/scale_loss.toml [rank_jitter]: Sinha et al. SC22, 8% variation across a
     cluster's GPUs, cv ~1.0%) and the range's slow side the rest of the way to the worst cluster's
     22% (cv ~2.7%)."""
+    sync_wait_us_per_node: NonNegative = 0.0
+    """Per dependent cross-node step of a blocking collective and per node it spans, the expected
+    wait for the last node (estimate/scale_loss.py sync_wait): rare per-node delays make the chance
+    that one of them is late grow with the nodes. Fitted (benchmarks/aurora_fit.py); 0 = not
+    modelled on this platform."""
+    sync_wait_max_us: NonNegative = 0.0
+    """D, the most one such step waits (the late node's delay): the wait saturates as q n nears 1;
+    0 = no cap (linear in the nodes, the upper reading)."""
     fit_platform: str = ""
     """The fitted platform whose leave-one-out errors set this one's prediction ranges (data/fits);
     empty = its own name. Another name means another GPU than the fit's (the range widens)."""

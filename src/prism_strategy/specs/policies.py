@@ -45,6 +45,10 @@ class BatchPolicy:
     """Micro-batches per optimizer step; None = 1, or what global_batch needs."""
     image_tokens: int | None = None
     """Image tokens per sample (needs a vision encoder); None = the encoder's patch count."""
+    length_histogram: tuple[tuple[int, float], ...] | None = None
+    """Text lengths of the samples, (tokens, count) pairs: the slowest rank's padded batch."""
+    length_bucketing: bool = True
+    """Batches drawn from one length bucket (a rank's padded length ~ one sample's)."""
 
     def __post_init__(self) -> None:
         checked_int("--seq-len", self.seq_len)

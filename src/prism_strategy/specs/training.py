@@ -79,6 +79,19 @@ OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
 (SGD without momentum keeps none: the estimate assumes momentum is on)."""
 
 
+def check_histogram(hist: tuple[tuple[int, float], ...] | None, seq_len: int) -> None:
+    """A length histogram's rules: some samples, lengths 1..seq_len, counts >= 0 (SpecError)."""
+    if hist is None:
+        return
+    if not hist or sum(c for _, c in hist) <= 0:
+        raise SpecError("--length-histogram holds no samples: give 'tokens count' lines with counts > 0")
+    for v, c in hist:
+        if not 1 <= v <= seq_len or c < 0:
+            raise SpecError(
+                f"--length-histogram: length {v} count {c}: lengths must be 1..--seq-len {seq_len}, counts >= 0"
+            )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainingSpec:
     seq_len: int = 1024
@@ -94,6 +107,12 @@ class TrainingSpec:
     peak memory follows seq_len. None = every sample is seq_len long."""
     image_tokens: int | None = None
     """Image tokens per sample added to the sequence; None = the encoder's patch count."""
+    length_histogram: tuple[tuple[int, float], ...] | None = None
+    """Text lengths of the samples as (tokens, count) pairs (`--length-histogram`): the slowest
+    rank's padded batch (estimate/length_spread.py) and the mean padded length step time is at."""
+    length_bucketing: bool = True
+    """Batches drawn from one length bucket (PRISM's collator): a rank's padded length is about one
+    sample's; off: the longest of its micro-batch's samples."""
     varying_lengths: bool = False
     """Batch shapes change from step to step (each batch padded to its longest sample, as PRISM):
     the caching allocator keeps more beyond allocated (estimate/memory_runtime.py). build_scenario
@@ -139,6 +158,7 @@ class TrainingSpec:
             raise SpecError(f"--grad-accum must be > 0, got {self.grad_accum}")
         if self.mean_seq_len is not None and not 0 < self.mean_seq_len <= self.seq_len:
             raise SpecError(f"--mean-seq-len must be between 1 and --seq-len {self.seq_len}, got {self.mean_seq_len}")
+        check_histogram(self.length_histogram, self.seq_len)
         if self.image_tokens is not None and self.image_tokens < 0:
             raise SpecError(f"--image-tokens must be >= 0, got {self.image_tokens}")
         check_options(self.bucket_mb, None)

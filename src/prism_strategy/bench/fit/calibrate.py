@@ -429,7 +429,7 @@ def shipped_collective_points(platform: str) -> list[Any]:
     for name in collective_row_files():
         head, rows = load_rows(name)
         if head.get("platform") == platform:
-            out += row_points(rows)
+            out += row_points([r for r in rows if not r.check])
     return out
 
 

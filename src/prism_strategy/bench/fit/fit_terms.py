@@ -6,6 +6,8 @@ runs stored in the results DB. Few, physical constants (each one a named platfor
   grad_path_us_per_tensor.E    host time per trainable tensor of engine E's gradient path
   host_ring_node_gbps          what a node's 12 ranks move together through the flat host ring
                                (CCL_ALLREDUCE=ring): no collective row has 12 ranks on that path
+  sync_wait_us_per_node        the wait for the last node per dependent cross-node step of a
+                               blocking collective, per node (estimate/scale_loss.py sync_wait)
 
 The communication terms are not fitted here: they come from the collective fit (data/measurements/
 aurora-collectives.toml, benchmarks/aurora_collectives_fit.py), which sees 1 to 8,192 nodes and
@@ -18,6 +20,12 @@ Priors (where the fit starts and what it is pulled toward) and the records they 
 - grad_path ddp 57 us: A1's profile (AccumulateGrad 1.49 s less its nested all-reduce 1.46 s);
 - achievable_fraction 0.5, host_ring_node_gbps 12 x the per-rank host ring of the collective rows:
   assumptions (no record).
+- sync_wait_us_per_node 144 us: PRISM's P10-probe (a 1-element all-reduce during E2E training at
+  10 nodes, 22-30 ms, over its 2 x 9 ring steps x 10 nodes): a 10-node figure, not a step time;
+  sync_wait_max_us (not a knob: no record decides it) 1.44 ms, the probe's wait per ring step,
+  read as where a step's wait saturates; the linear reading is in every range beyond the fit;
+  SCALE_PRIORS holds the reading without it (the collective rows' latency growth) for the scale
+  held out.
 A1 and B1 therefore informed the priors: their leave-one-out errors are not held-out claims
 (PRIOR_RECORDS; benchmarks/aurora_fit.py reports them apart and data/fits leaves them out).
 
@@ -44,6 +52,7 @@ KNOBS: tuple[str, ...] = (
     "grad_path_us_per_tensor.ddp",
     "grad_path_us_per_tensor.fsdp2",
     "host_ring_node_gbps",
+    "sync_wait_us_per_node",
 )
 COMM_KNOBS: tuple[str, ...] = ("host_ring_node_gbps",)
 """The knobs that price collectives: their share of a collective's seconds is judged by this fit's
@@ -54,6 +63,8 @@ PRIORS = {
     "achievable_fraction": 0.5,
     "grad_path_us_per_tensor.ddp": 57.0,
     "grad_path_us_per_tensor.fsdp2": 45.0,
+    "sync_wait_us_per_node": 144.0,
+    "sync_wait_max_us": 1440.0,
 }
 """Where the fit starts and what it is pulled toward (module docstring: their sources); the
 host-ring prior is set from the platform's own per-rank figure (prior_platform). Starting here
@@ -223,6 +234,34 @@ def leave_one_out(
     fits: leave_one_out_fits' answer when already made."""
     fits = leave_one_out_fits(base, obs, knobs) if fits is None else fits
     return {rid: errors(p, [o for o in obs if o.id == rid and o.what == "step_s"])[rid] for rid, p in fits.items()}
+
+
+SCALE_PRIORS = {"sync_wait_us_per_node": 0.095}
+"""The priors a fit that sees no 10-node figure at all starts from (the scale held out entirely): the
+sync wait from the collective rows' latency growth alone ([CS], shared/data/aurora_prism_scale.md
+3c: a 16 B all-reduce 478 us at 2 nodes, 1,242 at 64, over 2(n - 1) x n node-steps: 764 / 8,060)."""
+SCALE_FIT_NODES = 2
+"""The scale held out (#34): a fit on the records at up to this many nodes (PRISM's 1-2 node rows)
+predicts the fitted records beyond it (the P10 rows) before they are fitted."""
+
+
+def scale_holdout(
+    prior: PlatformSpec,
+    records: list[PublishedRecord],
+    within: int = SCALE_FIT_NODES,
+    priors: dict[str, float] | None = None,
+) -> tuple[PlatformSpec, dict[str, float]]:
+    """(the fit on the fitted records at <= `within` nodes, its signed step error in percent on
+    each fitted record beyond them): the leave-one-scale-out error, what extrapolating in nodes
+    costs (estimate/ranges.py widens beyond the fit's nodes by it). priors: knobs started elsewhere
+    (SCALE_PRIORS: no figure from beyond `within` at all)."""
+    fitted = [r for r in records if fit_reason(r) is None]
+    for k, v in (priors or {}).items():
+        prior = set_value(prior, k, v)
+    near = [o for r in fitted if r.scenario.nodes <= within for o in record_observations(r)]
+    far = [o for r in fitted if r.scenario.nodes > within for o in record_observations(r)]
+    p = fit(prior, near)
+    return p, errors(p, far)
 
 
 def median_abs(errs: dict[str, float]) -> float:

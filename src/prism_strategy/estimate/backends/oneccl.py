@@ -47,12 +47,29 @@ class OneCcl(BackendDefaults):
         only the scale-out part (as add_scaleout in 2021.14's source): which one a user's stack
         does is not measured."""
         other = "scale-out part" if p.oneccl.ccl_host_staging == "whole buffer" else "whole buffer"
-        if p.oneccl.ccl_gpu_rdma or p.links.host_copy_gbps <= 0:
-            return {"shipped": p}
-        return {"shipped": p, f"host staging of the {other}": p.with_values(ccl_host_staging=other)}
+        out = {"shipped": p}
+        if not (p.oneccl.ccl_gpu_rdma or p.links.host_copy_gbps <= 0):
+            out[f"host staging of the {other}"] = p.with_values(ccl_host_staging=other)
+        if (linear := linear_sync_wait(p)) is not None:
+            out["sync wait linear in nodes"] = linear
+        return out
 
     def with_env(self, p: PlatformSpec, env: Mapping[str, str]) -> PlatformSpec:
         return ccl.with_ccl_env(p, env)
+
+
+def linear_sync_wait(p: PlatformSpec) -> PlatformSpec | None:
+    """The other reading of the sync wait (estimate/scale_loss.py sync_wait): no cap, through the
+    same per-step wait at the fit's largest node count; None where the wait has no cap."""
+    from prism_strategy.estimate.ranges import max_measured_nodes
+    from prism_strategy.estimate.scale_loss import step_wait_us
+
+    cal = p.calibration
+    if cal.sync_wait_max_us <= 0 or cal.sync_wait_us_per_node <= 0:
+        return None
+    m = max(2, max_measured_nodes(p))
+    slope = step_wait_us(m, cal.sync_wait_us_per_node, cal.sync_wait_max_us) / m
+    return p.with_values(sync_wait_us_per_node=slope, sync_wait_max_us=0.0)
 
 
 BACKEND = OneCcl()
