@@ -41,7 +41,10 @@ def test_at_the_measured_scale_the_range_is_the_fits_own():
     p = plan("llama-2-7b", platform="dgx-h100", nodes=1, seq_len=2048)
     for o in p.options:
         assert _halfwidth(o) == pytest.approx(fit_errors()["dgx-h100"].halfwidth)
-        assert _slow(o) == pytest.approx(_halfwidth(o))  # nothing beyond what was measured: symmetric
+        if "eager host ops" in o.provenance["range"]:  # the per-op host cost's bounds (estimate/host_range.py)
+            assert _slow(o) > _halfwidth(o)
+        else:
+            assert _slow(o) == pytest.approx(_halfwidth(o))  # nothing beyond what was measured: symmetric
 
 
 def test_beyond_the_measured_nodes_the_range_widens_with_the_comm_share():

@@ -53,6 +53,21 @@ OPTIMIZER_FOREACH_OPS = 8
 """AdamW (foreach): lerp, mul, addcmul, weight decay, sqrt, div, add, addcdiv over tensor lists."""
 FOREACH_TENSORS_PER_KERNEL = 36
 """multi_tensor_apply packs at most 36 tensors of a 4-list op into one launch (PyTorch ForeachFunctors)."""
+SHAPE_OPS_PER_DECODER_BLOCK = 15
+"""Aten ops of an HF decoder block's forward that launch no kernel yet pass the dispatcher (and
+autograd) like any other: q, k, v `view` to heads and `transpose` (6), the output's transpose back
+and `reshape` (2), the attention mask's transpose (1), rope's cos/sin `unsqueeze` (2) and
+rotate_half's two slices of q and of k (4) (transformers modeling_llama.py). Backward runs the
+view's backward for each (counted once more)."""
+DECODER_ROOT_HOST_OPS = 14
+"""Ops of a decoder's root outside the blocks that step_kernels leaves out: the rotary table
+(position arange, 2 unsqueezes, 2 casts to fp32, the frequency product, cat, cos, sin, 2 scaling
+muls, 2 casts back) and the labels' shifting pad (transformers modeling_llama.py, loss_utils.py)."""
+SHAPE_OPS_PER_BLOCK = 8
+"""Encoder (vision) blocks: the head split and merge of q, k, v and the output, no rope."""
+SHAPE_OPS_PER_BACKWARD_GEMM = 2
+"""Each backward GEMM of an nn.Linear transposes its weight or gradient (`t`) and flattens the
+3-D activation to 2-D (`reshape`) before `mm` (autograd's linear backward formula)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,6 +141,39 @@ def step_kernels(
     tensors = sum(p.tensors for p in parts if p.trains) if trainable_tensors is None else trainable_tensors
     opt = OPTIMIZER_FOREACH_OPS * math.ceil(tensors / FOREACH_TENSORS_PER_KERNEL)
     return PhaseKernels(forward=f * grad_accum, backward=b * grad_accum, optimizer=opt, gemms=g * grad_accum)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostOps:
+    """Aten ops one rank dispatches per optimizer step, each a trip through Python, the
+    dispatcher and autograd before any launch: kernels plus the shape ops that launch none."""
+
+    forward: int
+    backward: int
+
+
+def step_host_ops(parts: tuple[Part, ...], training: TrainingSpec, grad_accum: int = 1) -> HostOps:
+    """Eager: the step's kernels (step_kernels) plus each block's shape ops in forward and again
+    in backward, a decoder root's rotary table, and the transposes and reshapes around each
+    backward GEMM. Checked against torch.profiler's count of top-level aten ops of a real HF Llama
+    step (tests/unit/estimate/test_cuda_host_bound.py). Compiled: the kernels
+    (the graph replays without the per-op shape ops)."""
+    k = step_kernels(parts, training, grad_accum)
+    if training.compile:
+        return HostOps(forward=k.forward, backward=k.backward)
+    fwd = bwd = gemms_fwd = 0
+    for p in parts:
+        gemms_fwd += _part_kernels(p, training)[2]
+        if p.spec is None:
+            continue
+        decoder = p.spec.kind == "decoder"
+        shape = p.spec.layers * (SHAPE_OPS_PER_DECODER_BLOCK if decoder else SHAPE_OPS_PER_BLOCK)
+        fwd, bwd = fwd + shape + (DECODER_ROOT_HOST_OPS if decoder else 0), bwd + (shape if p.backward else 0)
+    gemms_bwd = k.gemms - gemms_fwd * grad_accum
+    return HostOps(
+        forward=k.forward + fwd * grad_accum,
+        backward=k.backward + bwd * grad_accum + SHAPE_OPS_PER_BACKWARD_GEMM * gemms_bwd,
+    )
 
 
 def selective_ac(training: TrainingSpec) -> bool:
@@ -230,16 +278,34 @@ def phase_times(
         fl = [part_flops_per_sample(p, training) for p in parts]
         f_fwd = micro_batch * grad_accum * sum(x.forward for x in fl) / rate
         f_bwd = micro_batch * grad_accum * sum(x.backward + x.recompute for x in fl) / rate
-    k = step_kernels(parts, training, grad_accum)
-    launch = platform.compute.kernel_launch_us * 1e-6
+    f_host, b_host = phase_host_s(parts, training, platform, grad_accum)
     return PhaseTimes(
-        forward=max(f_fwd, k.forward * launch),
-        backward=max(f_bwd, k.backward * launch),
-        forward_launch=k.forward * launch,
-        backward_launch=k.backward * launch,
+        forward=max(f_fwd, f_host),
+        backward=max(f_bwd, b_host),
+        forward_launch=f_host,
+        backward_launch=b_host,
         forward_flops=f_fwd,
         backward_flops=f_bwd,
     )
+
+
+def phase_host_s(
+    parts: tuple[Part, ...],
+    training: TrainingSpec,
+    platform: PlatformSpec,
+    grad_accum: int = 1,
+    op_us: float | None = None,
+) -> tuple[float, float]:
+    """(forward, backward) host seconds: host ops x host_op_us where the platform has it (the host
+    time of each eager op, which the device overlaps: a phase takes the longer of the two), else
+    kernels x kernel_launch_us. op_us: another per-op figure (the range's ends)."""
+    us = platform.compute.host_op_us if op_us is None else op_us
+    if us is None:
+        k = step_kernels(parts, training, grad_accum)
+        launch = platform.compute.kernel_launch_us * 1e-6
+        return k.forward * launch, k.backward * launch
+    h = step_host_ops(parts, training, grad_accum)
+    return h.forward * us * 1e-6, h.backward * us * 1e-6
 
 
 def optimizer_time_s(

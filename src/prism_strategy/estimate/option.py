@@ -22,6 +22,7 @@ from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_c
 from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
 from prism_strategy.estimate.environment import platform_under
 from prism_strategy.estimate.host import host_terms
+from prism_strategy.estimate.host_range import host_widening, widened
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, moments
 from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_reserved, memory_fields
 from prism_strategy.estimate.provenance import provenance
@@ -270,6 +271,9 @@ def estimate_option(
         prov["sync_wait"] = f"{step.sync_wait.basis} ({p.source('sync_wait_us_per_node')[:60]}...)"
     readings = {k: v + extra for k, v in _readings(timed, tparts, s, at, prov).items()}
     r = _range(step, readings, p, lay, prov, reprice_collectives(timed, s, at, tparts))
+    at_p = lambda q: estimate_step(timed.with_platform(q), s, at, parts=tparts).step_time_s + extra  # noqa: E731
+    r = widened(r, host_widening(p, step.step_time_s, step.launch_s, at_p))
+    prov["range"] = r.basis
     one = None
     if lay.nodes > 1:
         single = Layout(nodes=1, ranks_per_node=lay.ranks_per_node)

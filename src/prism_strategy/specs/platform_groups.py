@@ -94,6 +94,14 @@ class ComputeSpec:
     fraction for every FLOP."""
     kernel_launch_us: NonNegative = 5.0
     """Host time to launch one eager kernel (us)."""
+    host_op_us: NonNegative | None = None
+    """Host time of one eager aten op, launch included (Python, dispatcher, autograd, launch; us):
+    a phase's host time is then its host ops x this (estimate/compute.py step_host_ops); None:
+    its kernels x kernel_launch_us (the Aurora fit's form)."""
+    host_op_us_low: NonNegative | None = None
+    """The least per-op host time its source allows (us): a host-bound step's range widens to it."""
+    host_op_us_high: NonNegative | None = None
+    """The most per-op host time its source allows (us): a host-bound step's range widens to it."""
     compile_multinode_ok: StrictBool = True
     """torch.compile works across nodes with this collective library (false where it deadlocked)."""
 
