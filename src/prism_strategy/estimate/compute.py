@@ -18,6 +18,12 @@ ops as eager PyTorch (HF modelling code) runs them: see `block_kernels`. Backwar
 kernels per forward elementwise op and two GEMMs (input and weight gradients) per forward GEMM
 of a trainable block, one of a frozen block; checkpointed blocks launch their forward again.
 Eager counts; torch.compile fuses the elementwise ops (counted as GEMMs + attention only).
+
+Host time per phase: kernels x kernel_launch_us (Aurora's fitted all-in figure), or, where the
+platform gives `host_op_us` (the CUDA presets, issue 36), every aten op the host dispatches x that:
+the kernels plus the shape ops that launch none yet pass Python, the dispatcher and autograd
+(`step_host_ops`, checked against torch.profiler's count of a real HF Llama step). The device
+runs behind the host, so a phase takes the longer of the two: a small model's step is the host's.
 """
 
 from __future__ import annotations
