@@ -1,6 +1,6 @@
 """Collective backends as a registry (as engines/ is for engines): one module and one entry each,
 chosen by the platform's `backend` name. A new backend (RCCL) is one module here and one entry in
-BACKENDS; nothing outside this package compares backend names (tests/unit/test_layers.py)."""
+BACKENDS; nothing outside this package compares backend names (tests/unit/house/test_layers.py)."""
 
 from __future__ import annotations
 
