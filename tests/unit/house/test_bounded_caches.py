@@ -9,6 +9,7 @@ from prism_strategy.estimate.memory import moments
 from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.model import _param_counts
 from prism_strategy.specs.parts import model_parts
+from prism_strategy.specs.presets import type_adapter
 from prism_strategy.strategies import get_strategy
 
 
@@ -25,3 +26,8 @@ def test_per_model_caches_stay_within_their_bounds():
     for cache in (module_sizes, _local_shards, _param_counts):
         info = cache.cache_info()
         assert info.currsize <= info.maxsize, cache
+
+
+def test_the_spec_validators_cache_is_bounded():
+    # one TypeAdapter per spec class (specs/presets.py build); a bound all the same
+    assert type_adapter.cache_info().maxsize is not None
