@@ -204,8 +204,13 @@ def test_zero_strategy_toml_points_at_its_ds_config(tmp_path):
 _DS_CHECK = """
 import os, sys
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+import importlib
 import deepspeed
 from deepspeed.runtime.config import DeepSpeedConfig
+# DeepSpeedConfig reads only the rank and world from deepspeed.comm; its CPU shm all-reduce op is a
+# C++ JIT build (minutes on a fresh checkout) that reading a config never uses: not built here
+# (tests/distributed builds it once, for the ZeRO ranks that use it).
+importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None  # the module, not torch
 deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
 
 class DataParallelGroup:  # DeepSpeed's mpu interface: the data-parallel size the file is sized for
