@@ -49,7 +49,7 @@ def test_baseline_window_records_collectives_gc_allocator_and_env(tmp_path, one_
                 dist.reduce_scatter_single(torch.empty(16), torch.ones(16))
                 dist.all_reduce(torch.ones(100))
                 dist.all_reduce(torch.ones(10))
-                gc.collect()
+                gc.collect(0)  # a youngest-generation pass: gc.callbacks see it as any other, in microseconds
             patched.append(dist.all_reduce is not original)
     mon.close()
     assert patched == [False, False, True, True, True, False, False, False]  # steps 2-4 only
