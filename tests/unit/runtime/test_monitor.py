@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,7 +15,6 @@ from prism_strategy.runtime.monitor import HANG_EXIT_CODE, StepMonitor
 from prism_strategy.runtime.monitor_state import StepHistory
 from prism_strategy.runtime.watchdog import merge_reports
 
-ROOT = Path(__file__).resolve().parents[3]
 FAST = DetectConfig(warmup_skip=1, warmup_steps=4, collapse_steps=3)
 
 
@@ -166,26 +160,3 @@ def test_merge_reports_names_stuck_phase_and_missing_rank(tmp_path):
     rep = merge_reports(tmp_path, world_size=4)
     assert rep["phase"] == "backward" and rep["ranks_reached"] == [0, 1]
     assert rep["ranks_not_reached"] == {"2": {"step": 5, "phase": "forward"}} and rep["ranks_unknown"] == [3]
-
-
-def test_hang_exits_the_process_with_the_hang_code(tmp_path):
-    script = textwrap.dedent(f"""
-        import time
-        from prism_strategy.runtime.monitor import StepMonitor
-        mon = StepMonitor({str(tmp_path)!r}, hang_timeout_s=1.0)
-        with mon.step():
-            with mon.phase("forward"):
-                time.sleep(60)
-    """)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    for k in ("RANK", "WORLD_SIZE"):
-        env.pop(k, None)
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == HANG_EXIT_CODE, proc.stderr
-    rep = json.loads((tmp_path / "hang_report.json").read_text())
-    # it waited out the timeout before firing (a lower bound holds on a loaded host; how soon after
-    # the timeout it fires is the watchdog tick's, not a test's to time)
-    assert rep["written"] - rep["per_rank"]["0"]["last_progress"] >= 1.0
-    assert "hang: rank 0 saw no progress" in proc.stderr
-    assert json.loads((tmp_path / "hang_report.json").read_text())["phase"] == "forward"
-    assert not (tmp_path / "stacks" / "rank0.gil_stall.txt").exists()
