@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from _traced_factory import TINY
 from torch import nn
 
 from prism_strategy.estimate.memory import KEYS, estimate_memory
@@ -26,18 +27,6 @@ from prism_strategy.traced.estimate import (
     traced_fields,
 )
 
-TINY = TransformerSpec(
-    name="tiny",
-    hf_model_type="llama",
-    layers=2,
-    hidden=128,
-    heads=4,
-    kv_heads=2,
-    head_dim=32,
-    ffn=256,
-    vocab=1024,
-    max_positions=512,
-)
 VISION = TransformerSpec(
     name="tiny-siglip",
     kind="vision",
@@ -172,15 +161,6 @@ def test_projector_mode_trains_only_the_projector():
     assert "vision + projector + backbone built whole" in t.method
 
 
-def make_tiny() -> nn.Module:
-    """A `module:function` factory the tests name as 'test_traced:make_tiny'."""
-    import transformers
-
-    from prism_strategy.specs.hf import to_hf_config
-
-    return transformers.AutoModelForCausalLM.from_config(to_hf_config(TINY))
-
-
 class _Plain(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -214,8 +194,8 @@ def make_untraceable() -> nn.Module:
 
 
 def test_factory_string_builds_the_same_model_as_the_spec(ddp):
-    t = trace_memory("test_traced:make_tiny", FP32, WORLD4, "ddp", 2)
-    assert t.peak_bytes == ddp.peak_bytes and "from factory test_traced:make_tiny" in t.model
+    t = trace_memory("_traced_factory:make_tiny", FP32, WORLD4, "ddp", 2)
+    assert t.peak_bytes == ddp.peak_bytes and "from factory _traced_factory:make_tiny" in t.model
 
 
 def test_factory_without_hf_interface_gets_logits_loss():
@@ -232,10 +212,10 @@ def test_factory_built_on_meta_keeps_tied_weights_tied():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("test_traced:", "must look like 'package.module:function'"),
+        ("_traced_factory:", "must look like 'package.module:function'"),
         ("prism_strategy_no_such_mod:f", "cannot import 'prism_strategy_no_such_mod'"),
-        ("test_traced:no_such_fn", "has no 'no_such_fn'"),
-        ("test_traced:TINY", "is a TransformerSpec, not a function"),
+        ("_traced_factory:no_such_fn", "has no 'no_such_fn'"),
+        ("_traced_factory:TINY", "is a TransformerSpec, not a function"),
     ],
 )
 def test_bad_factory_strings_are_one_line_spec_errors(text, message):
