@@ -30,22 +30,26 @@ def fit():
     return prior, obs
 
 
-def test_held_out_leave_one_out_median_meets_the_goal(fit):
-    prior, obs = fit
-    loo = ft.leave_one_out(prior, obs)
+@pytest.fixture(scope="module")
+def loo(fit):
+    """Each record's leave-one-out error on the unpoisoned records: one refit per record, made once."""
+    return ft.leave_one_out(*fit)
+
+
+def test_held_out_leave_one_out_median_meets_the_goal(fit, loo):
     assert set(loo) == {r.id for r in RECORDS if ft.fit_reason(r) is None and r.step_time_s()}
     held_out = {k: v for k, v in loo.items() if k not in ft.PRIOR_RECORDS}
     assert set(ft.PRIOR_RECORDS) <= set(loo) and len(held_out) == len(loo) - len(ft.PRIOR_RECORDS)
     assert ft.median_abs(held_out) <= GOAL_LOO_MEDIAN_PCT
 
 
-def test_leave_one_out_does_not_see_the_record_it_predicts(fit):
+def test_leave_one_out_does_not_see_the_record_it_predicts(fit, loo):
     """A3-fsdp's measured time x10: the fit without it predicts it the same; a fit with it does not."""
     prior, obs = fit
     rest = [o for o in obs if o.id != "A3-fsdp"]
     (mine,) = [o for o in obs if o.id == "A3-fsdp" and o.what == "step_s"]
     poisoned = [dataclasses.replace(o, measured=o.measured * 10) if o.id == "A3-fsdp" else o for o in obs]
-    clean_err = ft.leave_one_out(prior, obs)["A3-fsdp"]
+    clean_err = loo["A3-fsdp"]
     poisoned_err = ft.leave_one_out(prior, poisoned)["A3-fsdp"]
     assert (1 + poisoned_err / 100) * 10 == pytest.approx(1 + clean_err / 100, rel=1e-9)
     seen = ft.fit(prior, poisoned)
