@@ -54,10 +54,10 @@ class Mutation:
 
 U = "tests/unit/"
 AURORA_FIT_TESTS = (
-    U + "test_planner_decisions.py",
-    U + "test_out_of_sample.py",
-    U + "test_aurora_fit_holdout.py",
-    U + "test_host_terms.py",
+    U + "planning/test_planner_decisions.py",
+    U + "bench/test_out_of_sample.py",
+    U + "bench/test_aurora_fit_holdout.py",
+    U + "estimate/test_host_terms.py",
 )
 MUTATIONS = (
     # Since the collective fit (issue 25) a rank's scale-out rate is min(NIC share, the fitted
@@ -68,13 +68,17 @@ MUTATIONS = (
         "aurora-scaleout-half",
         "aurora's fitted per-rank scale-out injection (scaleout_rank_bw_gbps) x0.5",
         (Patch(f"{PLATFORMS}/aurora.toml", rf"^scaleout_rank_bw_gbps = {NUMBER}$", "x0.5"),),
-        AURORA_FIT_TESTS + (U + "test_comm_models.py", U + "test_collective_fit.py"),
+        AURORA_FIT_TESTS + (U + "estimate/test_comm_models.py", U + "estimate/test_collective_fit.py"),
     ),
     Mutation(
         "dgx-h100-nic-half",
         "dgx-h100's NIC bandwidth x0.5",
         (Patch(f"{PLATFORMS}/dgx-h100.toml", rf"^nic_bw_gbps = {NUMBER}$", "x0.5"),),
-        (U + "test_nccl_presets_measured.py", U + "test_comm_models.py", U + "test_overlap.py"),
+        (
+            U + "estimate/test_nccl_presets_measured.py",
+            U + "estimate/test_comm_models.py",
+            U + "estimate/test_overlap.py",
+        ),
     ),
     Mutation(
         "loo-holds-nothing",
@@ -91,7 +95,12 @@ MUTATIONS = (
                 "rest = list(obs)",
             ),
         ),
-        (U + "test_loo_poison.py", U + "test_aurora_fit_holdout.py", U + "test_cuda_fit.py", U + "test_host_terms.py"),
+        (
+            U + "bench/test_loo_poison.py",
+            U + "bench/test_aurora_fit_holdout.py",
+            U + "bench/test_cuda_fit.py",
+            U + "estimate/test_host_terms.py",
+        ),
     ),
     Mutation(
         "nccl-schedule-hidden",
@@ -103,13 +112,17 @@ MUTATIONS = (
                 "return Exposed(seconds=fixed, fixed_s=fixed)",
             ),
         ),
-        (U + "test_cuda_fit.py", U + "test_overlap.py", U + "test_nccl_presets_measured.py"),
+        (U + "bench/test_cuda_fit.py", U + "estimate/test_overlap.py", U + "estimate/test_nccl_presets_measured.py"),
     ),
     Mutation(
         "loss-fp32-8-bytes",
         "the upcast loss holds 8 bytes per logit instead of 12",
         (Patch("src/prism_strategy/estimate/memory.py", r"^CE_BYTES = 3 \* FP32", "CE_BYTES = 2 * FP32"),),
-        (U + "test_published_memory.py", U + "test_planner_decisions.py", U + "test_memory_runtime.py"),
+        (
+            U + "estimate/test_published_memory.py",
+            U + "planning/test_planner_decisions.py",
+            U + "estimate/test_memory_runtime.py",
+        ),
     ),
     Mutation(
         "attention-flops-half",
@@ -121,13 +134,13 @@ MUTATIONS = (
                 "block_attn = 2.0 * t * t * spec.q_width * causal",
             ),
         ),
-        (U + "test_cuda_fit.py", U + "test_out_of_sample.py", U + "test_planner_decisions.py"),
+        (U + "bench/test_cuda_fit.py", U + "bench/test_out_of_sample.py", U + "planning/test_planner_decisions.py"),
     ),
     Mutation(
         "aurora-intra-bw-x2",
         "aurora's intra-node host-staged ring bandwidth (collective fit; host ring prior) x2",
         (Patch(f"{PLATFORMS}/aurora.toml", rf"^intra_ring_bw_gbps = {NUMBER}$", "x2"),),
-        AURORA_FIT_TESTS + (U + "test_preset_provenance.py", U + "test_collective_fit.py"),
+        AURORA_FIT_TESTS + (U + "specs/test_preset_provenance.py", U + "estimate/test_collective_fit.py"),
     ),
     Mutation(
         "aurora-host-blocking-off",
@@ -140,7 +153,7 @@ MUTATIONS = (
             # blocks) already exposes every collective (CommEstimate.exposed_s), so let them overlap
             Patch(f"{PLATFORMS}/aurora.toml", r"^comm_overlap = 0\.0$", "comm_overlap = 1.0"),
         ),
-        AURORA_FIT_TESTS + (U + "test_oneccl_routing.py",),
+        AURORA_FIT_TESTS + (U + "estimate/test_oneccl_routing.py",),
     ),
     Mutation(
         "zero3-rs-as-all-reduce",
@@ -152,7 +165,11 @@ MUTATIONS = (
                 'add(\n\\1"all_reduce",\n\\2cd,\n\\3padded * grad_accum,',
             ),
         ),
-        (U + "test_planner_decisions.py", U + "test_engines.py", U + "test_engine_decisions.py"),
+        (
+            U + "planning/test_planner_decisions.py",
+            U + "engines/test_engines.py",
+            U + "planning/test_engine_decisions.py",
+        ),
     ),
 )
 

@@ -10,34 +10,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from _bench_rows import cpu_runs
 from typer.testing import CliRunner
 
-from prism_strategy.bench.launch.run import base_config
-from prism_strategy.bench.results.predict import predict
-from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.cli import app
-from prism_strategy.specs.presets import load_platform
 
 runner = CliRunner()
 
 
 def _store(tmp_path, shapes) -> str:
-    """Bench rows on one CPU node; measured = the preset's prediction x a factor per row (what
-    the fit must explain), with a fingerprint as bench records it."""
     db = str(tmp_path / "r.db")
-    store, cpu = Store(db), load_platform("cpu")
-    for i, (strategy, nproc, mb) in enumerate(shapes):
-        cfg = base_config(
-            model="tiny-llama", nproc=nproc, ranks_per_node=None, micro_batch=mb, seq_len=64, steps=3,
-            warmup=1, precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=60,
-        ) | {"strategy": strategy}  # fmt: skip
-        t = predict(cfg, cpu)["step_time_s"] * (1.3 + 0.07 * i)
-        store.add(
-            Result(
-                kind="bench", status="ok", strategy=strategy, platform="cpu", config=cfg,
-                measured={"step_time_s": t}, fingerprint={"host": "h", "torch": "2.13.0", "date": "2026-12-01"},
-            )
-        )  # fmt: skip
+    cpu_runs(db, shapes)
     return db
 
 

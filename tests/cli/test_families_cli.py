@@ -10,7 +10,7 @@ from prism_strategy.cli import app
 
 runner = CliRunner()
 HF = Path(__file__).parent.parent / "fixtures" / "hf"
-GEMMA2_9B = 9_241_705_984  # transformers' Gemma2ForCausalLM on the meta device (tests/unit/test_hf_families.py)
+GEMMA2_9B = 9_241_705_984  # transformers' Gemma2ForCausalLM on the meta device (tests/unit/specs/test_hf_families.py)
 CLIP_L14_336 = 303_507_456  # transformers' CLIPVisionModel on the meta device (same test)
 
 

@@ -267,7 +267,7 @@ def test_strategy_names_pinned():
 
 BAD = [
     (["--model", "gpt-17"], "unknown model"),
-    (["--platform", "frontier"], "unknown platform"),
+    (["--platform", "summit"], "unknown platform"),
     (["--mode", "lora"], "unknown mode"),
     (["--nodes", "0"], "--nodes"),
     (["--micro-batch", "-2"], "--micro-batch"),

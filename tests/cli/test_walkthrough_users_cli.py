@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from _bench_rows import cpu_runs
 from typer.testing import CliRunner
 
-from prism_strategy.bench.launch.run import base_config
-from prism_strategy.bench.results.predict import predict
-from prism_strategy.bench.results.store import Result, Store
+from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
 from prism_strategy.inputs.stored import row_values
-from prism_strategy.specs.presets import load_platform
 
 runner = CliRunner()
 FIX = Path(__file__).parents[1] / "fixtures"
@@ -23,23 +21,6 @@ TITAN_FLAGS = [
     "--model", "llama-3.1-8b", "--platform", "dgx-h100", "--strategy", "fsdp_full_shard", "--ckpt-freq", "0",
     "--precision", "bf16-mixed", "--micro-batch", "2", "--seq-len", "8192",
 ]  # fmt: skip
-
-
-def _cpu_runs(db: str, shapes, factor: float = 1.3) -> None:
-    """CPU bench rows, measured = the preset's prediction x a factor per row, as bench stores them."""
-    store, cpu = Store(db), load_platform("cpu")
-    for i, (strategy, nproc, mb) in enumerate(shapes):
-        cfg = base_config(
-            model="tiny-llama", nproc=nproc, ranks_per_node=None, micro_batch=mb, seq_len=64, steps=3,
-            warmup=1, precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=60,
-        ) | {"strategy": strategy}  # fmt: skip
-        t = predict(cfg, cpu)["step_time_s"] * (factor + 0.07 * i)
-        store.add(
-            Result(
-                kind="bench", status="ok", strategy=strategy, platform="cpu", config=cfg,
-                measured={"step_time_s": t, "samples_per_s": mb * nproc / t}, fingerprint={"host": "h", "torch": "2.13.0", "date": "2026-12-01"},
-            )
-        )  # fmt: skip
 
 
 def _write(path: Path, text: str) -> Path:
@@ -185,7 +166,7 @@ def test_an_imported_run_shows_its_reserved_peak_and_the_model_figure_of_that_co
 
 def test_compare_applies_a_calibration_file_to_its_own_platform_and_says_which_rows_are_not(tmp_path):
     db = str(tmp_path / "r.db")
-    _cpu_runs(db, [("ddp", 2, 1), ("ddp", 4, 2), ("ddp", 4, 8), ("fsdp_full_shard", 4, 2), ("fsdp_full_shard", 2, 8)])
+    cpu_runs(db, [("ddp", 2, 1), ("ddp", 4, 2), ("ddp", 4, 8), ("fsdp_full_shard", 4, 2), ("fsdp_full_shard", 2, 8)])
     cal = tmp_path / "cal.toml"
     res = runner.invoke(app, ["calibrate", "--platform", "cpu", "--fit", "steps", "--db", db, "--out", str(cal)])
     assert res.exit_code == 0 and cal.exists(), res.output
@@ -215,7 +196,7 @@ def test_calibrate_says_a_missing_db_fitted_no_stored_run_and_a_refusal_fitted_n
                               "--out", str(tmp_path / "c.toml")])  # fmt: skip
     assert res.exit_code == 0 and "typo.db does not exist: no stored runs were fitted" in res.output
     db = str(tmp_path / "r.db")
-    _cpu_runs(db, [("ddp", 2, 1), ("ddp", 4, 2), ("ddp", 4, 4)])
+    cpu_runs(db, [("ddp", 2, 1), ("ddp", 4, 2), ("ddp", 4, 4)])
     res = runner.invoke(app, ["calibrate", "--platform", "cpu", "--fit", "steps", "--db", db,
                               "--out", str(tmp_path / "cal.toml")])  # fmt: skip
     assert res.exit_code == 1 and "not written" in res.output
@@ -238,7 +219,7 @@ def test_reports_scaling_curve_draws_the_measured_runs_at_its_scenario(tmp_path,
     from prism_strategy.report import plots
 
     db = str(tmp_path / "r.db")
-    _cpu_runs(db, [("ddp", 4, 8), ("ddp", 4, 2), ("fsdp_full_shard", 4, 2)])  # the curve is the latest's: mb 2
+    cpu_runs(db, [("ddp", 4, 8), ("ddp", 4, 2), ("fsdp_full_shard", 4, 2)])  # the curve is the latest's: mb 2
     figs = {}
     monkeypatch.setattr(plots, "_save", lambda fig, path: figs.setdefault(path.name, fig) and path)
     res = runner.invoke(app, ["report", "--db", db, "--out", str(tmp_path / "rep"), "--calibration", "none"])

@@ -106,12 +106,12 @@ def _orphans(tag: str) -> list[str]:
 
 @pytest.mark.parametrize("fault, status", [("crash", "failed"), ("hang", "timeout")])
 def test_crash_or_hang_is_reported_and_nothing_is_left(store, fault, status):
-    cfg = base(model="tiny-llama", timeout_s=60) | {"tag": f"prism-fault-{fault}"}
+    cfg = base(model="tiny-llama", timeout_s=30) | {"tag": f"prism-fault-{fault}"}
     [r] = run_bench(cfg, ["ddp"], "cpu", store, extra_args=["--fault", fault, "--fault-rank", "2", "--fault-step", "2"])
     assert r.status == status, r.measured
     if fault == "crash":
         assert "2" in r.measured["error"]
-    assert r.measured["seconds"] < 60 + 15
+    assert r.measured["seconds"] < 30 + 15
     assert _orphans(f"prism-fault-{fault}") == []
     with sqlite3.connect(store.path) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

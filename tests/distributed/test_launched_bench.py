@@ -217,12 +217,12 @@ def test_tune_launched_under_mpich_stores_every_run_it_measured(tmp_path):
     """tune's search, every rank timing each candidate: rank 0 reports, each measured run is stored."""
     db = tmp_path / "results.db"
     cmd = [_launcher("mpiexec.mpich"), "-n", "4", sys.executable, "-m", "prism_strategy.cli", "tune", "--launched"]
-    cmd += [*BENCH[:8], "--strategies", "ddp,fsdp_full_shard", "--micro-batches", "1,2", "--db", str(db), "--json"]
+    cmd += [*BENCH[:8], "--strategies", "ddp,fsdp_full_shard", "--micro-batches", "2", "--db", str(db), "--json"]
     proc = subprocess.run(cmd, env=_env(db), cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout)
     stored = Store(db).query()
-    assert report["grid_size"] == 4 and 2 <= report["runs"] == len(stored) <= 4 and report["stop_reason"]
+    assert report["grid_size"] == 2 and report["runs"] == len(stored) == 2 and report["stop_reason"]
     assert {r.strategy for r in stored} == {"ddp", "fsdp_full_shard"}  # the best-predicted of each, first
     best = max(report["measured"], key=lambda m: m["samples_per_s"])
     assert report["best"]["samples_per_s"] == best["samples_per_s"]

@@ -3,7 +3,7 @@ option, and the few questions the planner asks beside it, each taking the Scenar
 (never estimate's own argument lists): the platform as the run prices it, memory at a given batch
 without timing (the advice when nothing fits, the notes), the scale the fit measured, and the
 environment's collective variables. planning/ imports estimate/ only here and the types these
-return (tests/unit/test_layers.py)."""
+return (tests/unit/house/test_layers.py)."""
 
 from __future__ import annotations
 

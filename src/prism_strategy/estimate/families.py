@@ -21,7 +21,7 @@ the stack (an MoE stack may mix dense and sparse blocks), and 0 for a Llama-like
   `self.weight * hidden_states.to(input_dtype)`, a copy in the norm's input dtype; Olmo2/Olmo3RMSNorm:
   `(self.weight * hidden_states).to(input_dtype)`, GemmaRMSNorm: `output * (1.0 + self.weight.float())`,
   an fp32 copy (transformers models/*/modeling_*.py, the installed 4.x/5.x). Measured on CPU
-  (tests/unit/test_compile_memory.py: a bf16 LlamaDecoderLayer saves per norm its fp32 input, the
+  (tests/unit/estimate/test_compile_memory.py: a bf16 LlamaDecoderLayer saves per norm its fp32 input, the
   (tokens, 1) rsqrt and the (tokens, hidden) bf16 copy).
 """
 

@@ -100,7 +100,7 @@ def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool
     Attention (flash / memory-efficient SDPA) saves q, k, v, its output and the fp32 logsumexp
     per head; the output is o_proj's input too (the kernel stores it (b, s, heads, d), HF's
     transpose + reshape is a view of it: one storage, as measured on CPU in
-    tests/unit/test_compile_memory.py). Each RMSNorm saves its fp32 input, its rsqrt and, when
+    tests/unit/estimate/test_compile_memory.py). Each RMSNorm saves its fp32 input, its rsqrt and, when
     its weight trains, the normalised copy (families.rms_norm_saved_bytes_per_token)."""
     h, q, kv, f = spec.hidden, spec.q_width, spec.kv_width, spec.active_ffn  # MoE: top-k x expert width
     n = 2 * FP32 * h + families.extra_activation_bytes_per_token(spec, e, trains)  # fp32 inputs of the two norms

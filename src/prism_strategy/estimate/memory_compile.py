@@ -27,11 +27,11 @@ What one block saves fewer, per token, than the eager count (estimate/memory.py)
   logits saves the low-precision logits (the graph's input) and the per-token max and logsumexp,
   recomputing the fp32 upcast and exp in one backward kernel: logits + their grad in the compute
   dtype, no fp32 buffers (as the fused kernel, estimate/memory.py loss_bytes_per_token).
-Checked against torch's own partitioner on CPU (tests/unit/test_compile_memory.py: a bf16 HF
+Checked against torch's own partitioner on CPU (tests/unit/estimate/test_compile_memory.py: a bf16 HF
 LlamaDecoderLayer, hidden 64, SwiGLU 176, saved tensors caught by saved_tensors_hooks): eager keeps
 both fp32 norm inputs and four (tokens, ffn) tensors, compiled none and three; compiled it saved
 2008 bytes per token where this count gives 1976 (-1.6%; eager 2872 measured, 2840 counted: the rest
-is the rotary cos/sin tables, per position, tests/unit/test_estimates.py). The norms' normalised
+is the rotary cos/sin tables, per position, tests/unit/estimate/test_estimates.py). The norms' normalised
 copies (RMSNorm's weight product, estimate/families.py) are recomputed from the saved input.
 Unchanged: attention's q, k, v, output and logsumexp, matmul inputs, the checkpoint's inputs, the
 MoE routing tensors (not derived here: kept at the eager count). wrap() compiles each block, the

@@ -106,6 +106,8 @@ def plan(model: Any = "qwen3-0.6b", **options: Any) -> Plan:
     length_bucketing: batches drawn from one length bucket (default True): a rank pads to about one
         sample's length; False: to the longest of its micro-batch.
     micro_batch: samples per device per forward; None = each option's largest that fits.
+    lora: LoRA adapters (specs/lora.py): an adapter_config.json path, LoraConfig fields as a dict, or a
+        LoraSpec; the base is frozen and only the adapters train. None = full training.
     global_batch: samples per optimizer step; every option runs exactly
         micro_batch x grad_accum x world = global_batch (a global batch that is not a multiple of
         the world is a SpecError naming the nearest valid values).

@@ -219,7 +219,7 @@ class AllocatorSpec:
     cudaMalloc cannot release (slivers in segments that hold live blocks): counts against the device."""
     expandable_segments: StrictBool = False
     """The platform's env profile sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (checked
-    against data/env_profiles in tests/unit/test_memory_runtime.py)."""
+    against data/env_profiles in tests/unit/estimate/test_memory_runtime.py)."""
 
 
 @_group

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from difflib import get_close_matches
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,10 +34,17 @@ def read_toml(path: Any) -> dict:
     return load_toml(Path(str(path)))
 
 
+@lru_cache(maxsize=64)
+def type_adapter(cls: type) -> pydantic.TypeAdapter:
+    """One validator per spec class: building a TypeAdapter generates its whole schema (~30 ms for
+    a platform), which a calibration grid paid on every stored row it re-read."""
+    return pydantic.TypeAdapter(cls)
+
+
 def build(cls: type[T], data: dict, where: str) -> T:
     """Validate a data-file table into a spec dataclass, one clear line on failure."""
     try:
-        return pydantic.TypeAdapter(cls).validate_python(data, strict=False)
+        return type_adapter(cls).validate_python(data, strict=False)
     except pydantic.ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"]) or "(file)"

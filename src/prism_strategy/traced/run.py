@@ -17,7 +17,7 @@ Order (each step avoids a pitfall seen with torch 2.13 on CPU):
 
 The trackers are torch's, subclassed where they fall short; the subclasses touch their private
 state (_update_peak_stats, _curr_mem_snap, _WINFO, _in_opt, _mod_tracker, _fsdp_state,
-_param_to_grad_hook_handles as of torch 2.13): tests/unit/test_traced.py pins the numbers.
+_param_to_grad_hook_handles as of torch 2.13): tests/unit/traced/test_traced.py pins the numbers.
 """
 
 from __future__ import annotations

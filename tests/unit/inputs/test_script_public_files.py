@@ -6,9 +6,11 @@ from pathlib import Path
 from prism_strategy.inputs.script import read_plan_inputs
 
 SCRIPTS = Path(__file__).parents[2] / "fixtures" / "scripts"
+FSDP2 = Path(__file__).parents[2] / "fixtures" / "doctor" / "official" / "pytorch_examples_fsdp2_example.py"
+"""pytorch/examples distributed/FSDP2/example.py (source beside it), shared with the doctor's official files."""
 
 
-def _line(name: str, text: str) -> int:
+def _line(name: str | Path, text: str) -> int:
     lines = (SCRIPTS / name).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
 
@@ -26,7 +28,7 @@ def test_a_script_that_may_cast_is_not_told_fp32():
     r = read_plan_inputs(SCRIPTS / "nanogpt_train.py").get("precision")
     assert r.value == "bf16-mixed" and r.line == _line("nanogpt_train.py", "torch.amp.autocast(")
     # the FSDP2 example's MixedPrecisionPolicy runs only under --mixed-precision: could not tell
-    assert read_plan_inputs(SCRIPTS / "fsdp2_example.py").get("precision").value is None
+    assert read_plan_inputs(FSDP2).get("precision").value is None
 
 
 def test_nanogpt_module_level_batch_constants_fix_the_global_batch():
@@ -51,13 +53,13 @@ def test_an_accumulation_constant_no_one_divides_is_each_ranks(tmp_path):
 
 
 def test_fully_shard_through_a_kwargs_dict_that_never_sets_reshard_is_full_shard():
-    r = read_plan_inputs(SCRIPTS / "fsdp2_example.py").get("strategy")
-    assert r.value == "fsdp_full_shard" and r.line == _line("fsdp2_example.py", "fully_shard(model, **fsdp_kwargs)")
+    r = read_plan_inputs(FSDP2).get("strategy")
+    assert r.value == "fsdp_full_shard" and r.line == _line(FSDP2, "fully_shard(model, **fsdp_kwargs)")
 
 
 def test_fully_shard_whose_kwargs_set_reshard_is_not_guessed(tmp_path):
     text = (
-        (SCRIPTS / "fsdp2_example.py")
+        (FSDP2)
         .read_text()
         .replace(
             "    for layer in model.layers:\n",

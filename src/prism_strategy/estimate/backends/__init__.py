@@ -1,7 +1,7 @@
 """The collective libraries' cost models as a registry (as engines/ is for engines): one module and
 one entry each, keyed by the library's name (specs/libraries.py; a platform's `collective_library`).
 A new library is one module here, one entry in BACKENDS and its data/libraries/<name>.toml;
-nothing outside this package compares library names (tests/unit/test_layers.py)."""
+nothing outside this package compares library names (tests/unit/house/test_layers.py)."""
 
 from __future__ import annotations
 
