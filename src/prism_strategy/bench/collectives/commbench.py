@@ -374,6 +374,8 @@ def run_launched(base: dict[str, Any], strategies: list[str], platform: Any, sto
                 error="; ".join(f"rank {r['rank']}: {r.get('error', '?')}" for r in bad),
             )
         )
-    if dist.get_rank() != 0:
-        return None
-    return _report(base, planned, outcomes, platform, store)
+    from prism_strategy.bench.launch.worker import finish_group
+
+    report = _report(base, planned, outcomes, platform, store) if dist.get_rank() == 0 else None
+    finish_group()  # after rank 0 stored: the others wait for it here
+    return report

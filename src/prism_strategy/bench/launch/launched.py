@@ -202,6 +202,10 @@ def run_launched_bench(
         if outcome.status == "failed":
             skipped = [(s, f"not started: {name} failed and ended the job") for s in strategies[i + 1 :]]
             break
+    if not any(r.status == "failed" for r in results):  # a failed group cannot end cleanly: rank 0 ends the job
+        from prism_strategy.bench.launch.worker import finish_group
+
+        finish_group()
     return LaunchedReport(results=results, skipped=skipped) if ctx.rank == 0 else None
 
 
@@ -267,4 +271,8 @@ def run_launched_tune(
         best = max(done, key=lambda m: m[1], default=(None, 0.0))
         res = TuneResult(best=best[0] if best[1] > 0 else None, best_samples_per_s=best[1], measured=done)
         res.grid_size, res.stop_reason, failed = len(grid), str(e), "failed" in str(e)
+    if not failed:
+        from prism_strategy.bench.launch.worker import finish_group
+
+        finish_group()
     return LaunchedTune(tune=res, results=results, failed=failed) if ctx.rank == 0 else None

@@ -209,6 +209,17 @@ def worker_context(config: dict[str, Any]) -> Any:
     return _CTX
 
 
+def finish_group() -> None:
+    """End a launched run's process group on every rank: a barrier, then destroy it, so no rank's
+    interpreter exits with gloo's threads still joinable (`terminate called without an active
+    exception`, an abort after the report was printed)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def _ckpt(value: Any) -> int | str:
     return "sac" if value == "sac" else int(value)
 
