@@ -36,9 +36,7 @@ test: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check --output-format concise .
 	$(VENV)/bin/ruff format --check --quiet .
-	# one rerun only for torch's own teardown abort after a profiled run (kineto's handler thread at
-	# interpreter exit, torch 2.13: docs/testing.md); any other failure fails at once
-	$(PY) -m pytest -q -x --durations=15 --reruns 1 --only-rerun "terminate called without an active exception" tests
+	$(PY) -m pytest -q -x --durations=15 tests
 
 bench: setup
 	$(PY) benchmarks/plan_latency.py

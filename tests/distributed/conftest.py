@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 from _harness import prebuild_deepspeed_ops, run_ranks, run_torchrun
@@ -32,3 +33,13 @@ def ds_run(tmp_path_factory) -> list[dict]:
 def run_of(request):
     """run_of(strategy) -> the per-rank results of the launch that ran it."""
     return lambda strategy: request.getfixturevalue("ds_run" if strategy.startswith(ZERO) else "torch_run")
+
+
+def pytest_collection_modifyitems(items):
+    """Every multi-process test here may run once more after a failure (pytest-rerunfailures): ranks
+    that ran torch.profiler sometimes abort at interpreter exit after writing their results
+    (docs/testing.md); a failure that repeats fails the suite."""
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.flaky(reruns=1))
