@@ -26,8 +26,8 @@ from prism_strategy.estimate.host_range import host_widening, widened
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, moments
 from prism_strategy.estimate.memory_runtime import device_peak, max_micro_batch_reserved, memory_fields
 from prism_strategy.estimate.provenance import provenance
-from prism_strategy.estimate.range_parts import part_range
-from prism_strategy.estimate.ranges import PredictionRange, max_measured_nodes, prediction_range
+from prism_strategy.estimate.range_parts import step_range
+from prism_strategy.estimate.ranges import PredictionRange, max_measured_nodes
 from prism_strategy.estimate.scale_loss import LateRanks, SyncWait, late_ranks, ring_steps, sync_wait
 from prism_strategy.specs.cluster import GiB, Layout, PlatformSpec
 from prism_strategy.specs.parts import Part, model_parts
@@ -341,20 +341,10 @@ def reprice_collectives(sc: Scenario, s: StrategySpec, at: BatchAt, parts: tuple
 def _range(
     step: StepEstimate, readings: dict[str, float], platform: PlatformSpec, lay: Layout, prov: dict[str, str], reprice
 ) -> PredictionRange:
-    """After the readings: the range holds every reading the fit cannot rule out. Where a collective
-    fit covers the platform, composed from the step's parts (estimate/range_parts.py)."""
+    """After the readings: the range holds every reading the fit cannot rule out. Composed from the
+    step's parts, each with its fit's errors (estimate/range_parts.py step_range)."""
     late = step.late_ranks
-    late_basis = late.basis if late.slow_seconds > 0 else ""
-    r = part_range(step, platform, lay.nodes, lay.ranks_per_node, reprice, late_basis) or prediction_range(
-        platform,
-        lay.nodes,
-        step.compute_s,
-        step.comm_s,
-        late_s=late.slow_seconds,
-        step_s=step.step_time_s,
-        late_basis=late_basis,
-        collectives=step.comm.collectives,
-    )
+    r = step_range(step, platform, lay, reprice)
     r = r.with_readings(step.step_time_s, readings)
     prov["range"] = r.basis
     if late.seconds > 0:

@@ -1,5 +1,6 @@
-"""How far to trust a predicted step time: a [low, high] range from the fit's own leave-one-out
-errors, widened on the slow side with what scale adds beyond what was measured.
+"""How far to trust a predicted step time: the stored fit errors a range is made of, the slow
+side's terms for what scale adds beyond what was measured, and PredictionRange (the plan JSON's
+range). One function composes a range: estimate/range_parts.py step_range.
 
 The fit benchmarks (benchmarks/cuda_fit.py, benchmarks/aurora_fit.py, `--write`) store each fit's
 error summary in data/fits/NAME.toml; nothing is fitted at plan time. For an option, in log space:
@@ -25,10 +26,11 @@ error summary in data/fits/NAME.toml; nothing is fitted at plan time. For an opt
   readings: each reading of the comm terms the records cannot rule out (estimate/comm.comm_readings)
          lies inside: the slow side reaches the slowest reading's step x e^base.
 
-Where a collective fit covers the platform and its training fit stored the errors of the step's
-training part (Aurora), estimate/range_parts.py composes the range from the step's parts instead,
-each with the held-out errors of the fit that decided it (its docstring); late ranks and readings
-then widen its slow side the same way.
+The step is one part with errors +-base (step_range composes it to base on each side), except
+where a collective fit covers the platform and its training fit stored the errors of the step's
+training part (Aurora): then the step splits into parts, each with the held-out errors of the fit
+that decided it (estimate/range_parts.py docstring), its collectives judged by the collective
+rows at their layout in place of comm; late ranks and readings widen its slow side the same way.
 
 Scale only ever slows a step (more ranks to wait for, more hops), so the fast side stays the fit's
 (step x e^-base) and the slow side is step x e^(base + max(comm + late, readings)).
@@ -307,72 +309,6 @@ class PredictionRange:
 
 COMM, LATE, READINGS = "communication beyond the measured nodes", "late ranks", "comm readings"
 SCALE = "beyond the fit's nodes (leave-one-scale-out)"
-
-
-def _base(platform: PlatformSpec) -> tuple[float, int, str]:
-    fit = fit_errors().get(platform.calibration.fit_platform or platform.name)
-    if fit is None:
-        base = uncalibrated_halfwidth(platform.device)
-        calibrated = any(v.startswith("calibrated") for v in platform.sources.values())
-        what = "calibrated (provenance.calibration), its width still" if calibrated else "uncalibrated preset,"
-        return (
-            base,
-            1,
-            f"predicted range: {what} the pre-fit error of the {platform.device} fits (x{math.exp(base):.2f})",
-        )
-    other = bool(platform.calibration.fit_platform) and platform.calibration.fit_platform != platform.name
-    base = math.hypot(fit.halfwidth, gpu_widening() if other else 0.0)
-    why = (
-        f"predicted range: {fit.measurements} leave-one-out {QUANTILE:.0%} range (x{math.exp(fit.halfwidth):.2f}, "
-        f"{fit.records} records)"
-        + (f", another GPU than {fit.platform}'s (x{math.exp(gpu_widening()):.2f})" if other else "")
-    )
-    return base, fit.max_nodes, why
-
-
-def prediction_range(
-    platform: PlatformSpec,
-    nodes: int,
-    compute_s: float,
-    comm_s: float,
-    late_s: float = 0.0,
-    step_s: float = 0.0,
-    late_basis: str = "",
-    collectives: tuple = (),
-) -> PredictionRange:
-    """late_s: the late-rank seconds the slow side takes (estimate/scale_loss.LateRanks.slow_seconds),
-    against the predicted step_s; collectives: the option's priced collectives (estimate/comm.py
-    CollectiveCost), for the collective fit's per-regime widening."""
-    share = comm_s / (comm_s + compute_s) if comm_s + compute_s > 0 else 0.0
-    base, max_nodes, why = _base(platform)
-    terms = {}
-    coll = collective_fits().get(platform.calibration.fit_platform or platform.name)
-    if nodes > max_nodes and coll is not None and nodes <= coll.max_nodes and collectives:
-        per_node = next(
-            (c.ranks // nodes for c in collectives if c.link == "spans nodes"), platform.hardware.devices_per_node
-        )
-        terms[COMM], groups = collective_widening(coll, collectives, nodes, comm_s + compute_s, per_node)
-        why += (
-            f"; slower side: {nodes} nodes beyond the {max_nodes} the step fit measured, each cross-node collective "
-            f"widened by its share x the {coll.measurements} leave-one-node-count-out error ({groups}; "
-            f"x{math.exp(terms[COMM]):.2f})"
-        )
-    elif (comm := comm_widening(nodes, max_nodes, share)) > 0:
-        terms[COMM] = comm
-        why += (
-            f"; slower side: {nodes} nodes beyond the {max_nodes} measured, communication {share:.0%} of the work "
-            f"(x{math.exp(comm):.2f}; measure it: prism-strategy commbench at {nodes} nodes)"
-        )
-    if late_s > 0 and step_s > 0:
-        terms[LATE] = math.log1p(late_s / step_s)
-        why += (
-            f"; slower side: {late_basis} (x{math.exp(terms[LATE]):.3f}; measure the per-rank spread: "
-            "--rank-jitter FOLDER of StepMonitor logs)"
-        )
-    if (w := scale_widening(platform, nodes))[0] > 0:
-        terms[SCALE] = w[0]
-        why += f"; slower side: {w[1]}"
-    return PredictionRange(fast=base, slow=base + sum(terms.values()), terms=terms, basis=why)
 
 
 def coverage(loo_pct: dict[str, float], slow_extra: dict[str, float] | None = None) -> tuple[int, int]:

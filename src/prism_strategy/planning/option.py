@@ -48,8 +48,9 @@ class Option:
     memory_runtime: dict[str, Any] = field(default_factory=dict)
     """Which figure memory.total is, and the allocator's reserved figure (estimate/memory_runtime.py)."""
     step_time_s_range: list[float] | None = None
-    """[low, high]: the fit's leave-one-out range, or one composed from the step's parts (estimate/range_parts.py), the
-    high side widened by scale beyond what was measured (estimate/ranges.py)."""
+    """[low, high]: composed from the step's parts (estimate/range_parts.py step_range; one part, the fit's
+    leave-one-out band, where no collective fit covers the platform), the high side widened by scale beyond
+    what was measured (estimate/ranges.py)."""
     samples_per_s_range: list[float] | None = None
     """[low, high]: the low side carries the scale terms (scale only slows a step), the high the fit's."""
     range: PredictionRange | None = None

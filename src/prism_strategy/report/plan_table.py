@@ -187,9 +187,9 @@ def caption(p: Plan) -> str:
 
 
 def range_how(p: Plan) -> str:
-    """How the plan's ranges were made: composed from the step's parts where a collective fit
-    covers the platform (estimate/range_parts.py: Aurora), else the fit's leave-one-out half-width
-    (estimate/ranges.py); docs/fits.md."""
+    """How the plan's ranges were made (estimate/range_parts.py step_range): composed from the
+    step's parts where a collective fit covers the platform (Aurora), else the step as one part
+    with the fit's leave-one-out half-width (estimate/ranges.py); docs/fits.md."""
     composed = any(o.range is not None and o.range.slow_base is not None for o in p.options)
     if composed:
         return (

@@ -13,12 +13,15 @@ from __future__ import annotations
 import math
 
 import pytest
+from _steps import step_of
 
 from prism_strategy.bench.fit import cuda_fit as cf
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.compute import part_flops_per_sample
-from prism_strategy.estimate.ranges import fit_errors, halfwidth, prediction_range
+from prism_strategy.estimate.range_parts import step_range
+from prism_strategy.estimate.ranges import fit_errors, halfwidth
 from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.presets import load_model, load_platform
 
@@ -162,15 +165,19 @@ def test_sac_recomputes_every_second_matmul_of_each_block():
 def test_ranges_widen_with_distance_from_what_was_measured():
     h100, h200, cpu = (load_platform(n) for n in ("dgx-h100", "dgx-h200", "cpu"))
     fitted = fit_errors()["dgx-h100"]
-    at_home = prediction_range(h100, 1, compute_s=1.0, comm_s=0.5)
+
+    def band(platform, nodes):  # compute 1 s, communication 0.5 s
+        return step_range(step_of(1.0, 0.5), platform, Layout.for_platform(platform, nodes), None)
+
+    at_home = band(h100, 1)
     assert at_home.fast == at_home.slow == pytest.approx(fitted.halfwidth)  # one node: what the fit measured
-    far = prediction_range(h100, 64, compute_s=1.0, comm_s=0.5)
+    far = band(h100, 64)
     # 64 nodes beyond the 1 measured: comm share 1/3 x ln(1 + log2 64), on the slow side only
     assert far.slow == pytest.approx(fitted.halfwidth + math.log(7) / 3)
     assert far.fast == pytest.approx(fitted.halfwidth)
     assert "commbench at 64 nodes" in far.basis
-    assert prediction_range(h200, 1, 1.0, 0.5).fast > at_home.fast  # another GPU than the fit's
-    assert prediction_range(cpu, 1, 1.0, 0.5).fast > at_home.fast  # uncalibrated
+    assert band(h200, 1).fast > at_home.fast  # another GPU than the fit's
+    assert band(cpu, 1).fast > at_home.fast  # uncalibrated
 
 
 def test_neutral_shape_terms_give_back_the_flops_model():

@@ -164,7 +164,7 @@ def _parts(nodes: int, strategy: str):
     timed, parts = timed_view(sc, model_parts(sc.model, sc.training))
     s, at = get_strategy(strategy), BatchAt(micro_batch=8)
     step = estimate_step(timed, s, at, parts=parts)
-    return parts_of_step(step, sc.platform, nodes, 12, reprice_collectives(timed, s, at, parts))
+    return parts_of_step(step, sc.platform, sc.layout, reprice_collectives(timed, s, at, parts))
 
 
 def test_the_training_part_takes_the_stored_part_errors_and_the_collectives_their_rows():
@@ -244,3 +244,18 @@ def test_aurora_part_errors_are_the_refits_and_their_ranges_cover_80_percent(ref
     cov = part_coverage(records, fits, errs, ft.COMM_KNOBS)
     n = len(cov)
     assert sum(x["inside"] for x in cov) >= QUANTILE * n - 2 * math.sqrt(n * QUANTILE * (1 - QUANTILE))
+
+
+def test_the_fits_band_is_the_one_part_case_of_the_composer():
+    """Where no collective fit covers the platform (the CUDA fit), the step is one part with the
+    training fit's leave-one-out half-width on both sides, and composing it gives that back exactly."""
+    from _steps import step_of
+
+    from prism_strategy.estimate.range_parts import compose, parts_of_step
+    from prism_strategy.specs.cluster import Layout
+    from prism_strategy.specs.presets import load_platform
+
+    h100 = load_platform("dgx-h100")
+    parts = parts_of_step(step_of(1.0, 0.5, step_s=1.5), h100, Layout.for_platform(h100, 1), None)
+    assert [p.seconds for p in parts] == [1.5]
+    assert compose(parts) == (fit_errors()["dgx-h100"].halfwidth,) * 2

@@ -11,13 +11,16 @@ import statistics
 
 import numpy as np
 import pytest
+from _steps import step_of
 
 from prism_strategy.bench.fit.published import load_published
-from prism_strategy.estimate.ranges import COMM, LATE, prediction_range
+from prism_strategy.estimate.range_parts import step_range
+from prism_strategy.estimate.ranges import COMM, LATE
 from prism_strategy.estimate.scale_loss import default_jitter, expected_max_normal, late_rank_seconds, late_ranks
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.rank_jitter import rank_jitter_from
 from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.strategies import get_strategy
@@ -82,9 +85,10 @@ def test_default_spread_is_the_published_variation_over_twice_the_expected_max()
 
 def test_late_ranks_dominating_names_its_measurement():
     h100 = load_platform("dgx-h100")
-    r = prediction_range(h100, 64, compute_s=1.0, comm_s=0.001, late_s=0.2, step_s=1.0, late_basis="late ranks")
+    r = step_range(step_of(1.0, 0.001, late_s=0.2, step_s=1.0), h100, Layout.for_platform(h100, 64), None)
     assert r.to_measure() == [LATE] and r.slow == pytest.approx(r.fast + r.terms[COMM] + math.log(1.2))
-    assert prediction_range(h100, 1, 1.0, 0.5).to_measure() == []  # at home: nothing beyond the fit
+    at_home = step_range(step_of(1.0, 0.5), h100, Layout.for_platform(h100, 1), None)
+    assert at_home.to_measure() == []  # at home: nothing beyond the fit
 
 
 def _aurora_a3(nodes: int):
@@ -207,8 +211,8 @@ def test_coverage_widens_only_the_slow_side():
 def test_readings_replace_the_scale_terms_when_wider_never_add_to_them():
     from prism_strategy.estimate.ranges import READINGS
 
-    aurora = load_platform("aurora")
-    r = prediction_range(aurora, 20, compute_s=0.5, comm_s=0.4)  # comm share 4/9 x ln(1 + log2 (20 / 10))
+    h100 = load_platform("dgx-h100")  # its fit measured 1 node: at 2, comm share 4/9 x ln(1 + log2 (2 / 1))
+    r = step_range(step_of(0.5, 0.4), h100, Layout.for_platform(h100, 2), None)
     assert r.terms[COMM] == pytest.approx(4 / 9 * math.log1p(1.0))
     assert r.slow - r.fast == pytest.approx(sum(r.terms.values()))  # + the leave-one-scale-out term
     wide = r.with_readings(1.0, {"per operation": 1.0, "per peer node": 3.0})
