@@ -1,9 +1,9 @@
 """The oneCCL model fitted to the published Aurora collective rows (2 to 8,192 nodes), and checked
-across node counts (data/measurements/aurora-collectives.toml; estimate/comm_fit.py, the fit
-`calibrate --fit comm` runs; estimate/comm_fit_nodes.py, the folds).
+across node counts (data/measurements/aurora-collectives.toml; bench/fit/comm_fit.py, the fit
+`calibrate --fit comm` runs; bench/fit/comm_fit_nodes.py, the folds).
 
 For every row: measured, predicted from the priors (vendor and ALCF link figures, oneCCL's source:
-estimate/comm_fit_nodes.COMM_PRIORS), fitted, and leave-one-node-count-out (the fit that saw no
+bench/fit/comm_fit_nodes.COMM_PRIORS), fitted, and leave-one-node-count-out (the fit that saw no
 row at its node count), the algorithm the model runs for it, and the other staging reading. Then
 the folds (fit 1-8 nodes -> 16; without 8,192 -> 8,192), medians per op and size regime, which
 rows decided each term, what the data cannot decide. Goal: median leave-one-node-count-out
@@ -24,10 +24,10 @@ import textwrap
 from dataclasses import replace
 
 from prism_strategy.bench.fit.calibrate import bounds_for
+from prism_strategy.bench.fit.comm_fit import errors_pct, fit, point_platform, predict, value
+from prism_strategy.bench.fit.comm_fit_nodes import COMM_PRIORS, fold_errors, prior_platform
+from prism_strategy.bench.fit.comm_rows import load_rows, row_points
 from prism_strategy.estimate.comm import collective_call
-from prism_strategy.estimate.comm_fit import errors_pct, fit, point_platform, predict, value
-from prism_strategy.estimate.comm_fit_nodes import COMM_PRIORS, fold_errors, prior_platform
-from prism_strategy.estimate.comm_rows import load_rows, row_points
 from prism_strategy.estimate.ranges import LATENCY_BOUND_BYTES, QUANTILE, coverage
 from prism_strategy.specs.presets import load_platform
 

@@ -68,7 +68,7 @@ MUTATIONS = (
         "aurora-scaleout-half",
         "aurora's fitted per-rank scale-out injection (scaleout_rank_bw_gbps) x0.5",
         (Patch(f"{PLATFORMS}/aurora.toml", rf"^scaleout_rank_bw_gbps = {NUMBER}$", "x0.5"),),
-        AURORA_FIT_TESTS + (U + "estimate/test_comm_models.py", U + "estimate/test_collective_fit.py"),
+        AURORA_FIT_TESTS + (U + "estimate/test_comm_models.py", U + "bench/test_collective_fit.py"),
     ),
     Mutation(
         "dgx-h100-nic-half",
@@ -140,7 +140,7 @@ MUTATIONS = (
         "aurora-intra-bw-x2",
         "aurora's intra-node host-staged ring bandwidth (collective fit; host ring prior) x2",
         (Patch(f"{PLATFORMS}/aurora.toml", rf"^intra_ring_bw_gbps = {NUMBER}$", "x2"),),
-        AURORA_FIT_TESTS + (U + "specs/test_preset_provenance.py", U + "estimate/test_collective_fit.py"),
+        AURORA_FIT_TESTS + (U + "specs/test_preset_provenance.py", U + "bench/test_collective_fit.py"),
     ),
     Mutation(
         "aurora-host-blocking-off",

@@ -10,7 +10,7 @@ speed of the generation's list that the links carry (one channel per NIC across 
 ncclTopoDupChannels' doubling. Left out, so a plan prices what remains: NVLS / NVLS-Tree
 (NVSwitch multicast), CollNet (SHARP), PAT (one GPU per node), tuner plugins, the Tree
 graph's own search (its channels are taken as the ring's).
-A platform's `nccl_scale` (fitted by `calibrate` to measured curves, estimate/comm_fit.py)
+A platform's `nccl_scale` (fitted by `calibrate` to measured curves, bench/fit/comm_fit.py)
 multiplies the base latencies, the NVLink/PCI and network hop latencies, and every bandwidth of a
 one-node or a multi-node group: what a fabric NCCL's constants do not describe (a TCP-based NIC
 path, a slower switch) shows up there, and the algorithm choice follows the scaled costs.

@@ -302,7 +302,7 @@ def calibrate_lines(report: dict[str, Any]) -> list[str]:
 
 
 def comm_lines(c: dict[str, Any]) -> list[str]:
-    """calibrate's communication fit (estimate/comm_fit.py): each term and what decided or held it,
+    """calibrate's communication fit (bench/fit/comm_fit.py): each term and what decided or held it,
     fitted and leave-one-out errors, busbw measured vs fitted at each curve's largest size."""
     lines = [
         f"  collectives: {c['points']} points of {', '.join(c['curves'])}; median error "

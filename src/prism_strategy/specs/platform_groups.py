@@ -168,7 +168,7 @@ class NcclSpec:
     """Measured / NCCL-modelled factors over data/nccl_tuning.toml's per-generation constants
     (estimate/comm_nccl.py): base_latency, intra_latency (NVLink/PCI hop), net_latency (network
     hop), intra_bw (one-node bus bandwidth), inter_bw (across nodes); 1.0 when absent. Only
-    `prism-strategy calibrate` sets them, from measured collective curves (estimate/comm_fit.py)."""
+    `prism-strategy calibrate` sets them, from measured collective curves (bench/fit/comm_fit.py)."""
 
 
 @_group

@@ -12,9 +12,9 @@ import dataclasses
 import pytest
 
 from prism_strategy.bench.fit import fit_terms as ft
+from prism_strategy.bench.fit.comm_fit_nodes import COMM_PRIORS
 from prism_strategy.bench.fit.cuda_fit import record_range
 from prism_strategy.bench.fit.published import load_published
-from prism_strategy.estimate.comm_fit_nodes import COMM_PRIORS
 from prism_strategy.specs import load_platform
 
 GOAL_LOO_MEDIAN_PCT = 25.0

@@ -8,11 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 from prism_strategy.bench.fit import calibrate as calibrate_mod
+from prism_strategy.bench.fit import comm_fit
 from prism_strategy.bench.fit.calibrate import bounds_for, calibration_bounds, errors_pct, fit_time, held_in_bounds
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.cli import app
-from prism_strategy.estimate import comm_fit
 from prism_strategy.specs import load_platform
 from prism_strategy.specs.presets import platform_names
 
@@ -187,7 +187,7 @@ def test_a_worse_memory_refit_keeps_the_memory_values_it_would_replace(tmp_path,
 
 @pytest.mark.parametrize("name", platform_names())
 def test_every_comm_term_a_preset_can_fit_has_bounds_around_the_preset(name):
-    """calibrate --fit comm moves only these terms (estimate/comm_fit.py); each needs a bound with
+    """calibrate --fit comm moves only these terms (bench/fit/comm_fit.py); each needs a bound with
     its source, and the shipped value must lie inside it or the fit would start outside."""
     base = load_platform(name)
     for t in comm_fit.terms_of(base):

@@ -17,7 +17,7 @@ from _holdout import RECORDS
 
 from prism_strategy.bench.fit import cuda_fit as cf
 from prism_strategy.bench.fit import fit_terms as ft
-from prism_strategy.estimate.comm_fit_nodes import COMM_PRIORS
+from prism_strategy.bench.fit.comm_fit_nodes import COMM_PRIORS
 from prism_strategy.specs import load_platform
 
 ABSURD = (1e3, 1e-3)

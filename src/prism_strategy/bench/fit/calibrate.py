@@ -7,7 +7,7 @@ over all runs (the model is not linear once overlap is capped by compute, so no 
 Memory: least squares for measured = states_and_buffers + factor x activations + reserve.
 Communication (when the store holds collective curves: commbench, imported nccl-tests / oneCCL
 logs): the latency and bandwidth terms of the model that prices the plan, fitted to seconds per
-call (estimate/comm_fit.py); `--fit comm` fits them alone over what the file replaces.
+call (bench/fit/comm_fit.py); `--fit comm` fits them alone over what the file replaces.
 
 Every fitted value stays inside physical bounds (data/calibration_bounds.toml, each with its
 source): a step that would leave them is not taken, and a value a fit still puts outside is held
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from prism_strategy.bench.fit import comm_fit, comm_fit_report
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result
-from prism_strategy.estimate import comm_fit, comm_fit_report
 from prism_strategy.estimate.calibration import with_value
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
@@ -374,7 +374,7 @@ def worse_than(after: dict[str, float], replaced: dict[str, float]) -> str | Non
 
 FITS = ("all", "steps", "comm")
 """`calibrate --fit`: every part the stored rows allow; the step-time (and memory) terms only; the
-communication terms only, from collective curve rows (estimate/comm_fit.py)."""
+communication terms only, from collective curve rows (bench/fit/comm_fit.py)."""
 
 
 def _step_fit(base: PlatformSpec, stored: list[Result], names: list[str]) -> tuple[PlatformSpec, dict[str, Any], dict]:
@@ -421,9 +421,9 @@ def _comm_only(replaced: PlatformSpec, stored: list[Result], curves) -> tuple[Pl
 
 def shipped_collective_points(platform: str) -> list[Any]:
     """The published collective rows shipped for this platform (data/measurements/*.toml with
-    [[row]] tables, estimate/comm_rows.py) as comm-fit points: `--fit comm` fits them with the
+    [[row]] tables, bench/fit/comm_rows.py) as comm-fit points: `--fit comm` fits them with the
     store's curves."""
-    from prism_strategy.estimate.comm_rows import collective_row_files, load_rows, row_points
+    from prism_strategy.bench.fit.comm_rows import collective_row_files, load_rows, row_points
 
     out: list[Any] = []
     for name in collective_row_files():

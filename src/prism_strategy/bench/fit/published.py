@@ -203,7 +203,7 @@ def torchtitan_flops_per_token(spec: Any, seq_len: int) -> float:
 
 
 def published_names() -> list[str]:
-    """Shipped training-run record files ([[record]]); collective rows ([[row]], estimate/comm_rows.py) are not."""
+    """Shipped training-run record files ([[record]]); collective rows ([[row]], bench/fit/comm_rows.py) are not."""
     files = (p for p in (DATA / "measurements").iterdir() if p.name.endswith(".toml"))
     return sorted(p.name[:-5] for p in files if "[[record]]" in p.read_text())
 

@@ -30,7 +30,7 @@ NO_CALL = Call(0.0, "none")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Term:
-    """A platform value a collective fit may move (estimate/comm_fit.py)."""
+    """A platform value a collective fit may move (bench/fit/comm_fit.py)."""
 
     name: str
     kind: str

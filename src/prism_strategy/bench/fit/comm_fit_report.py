@@ -1,4 +1,4 @@
-"""The comm fit's report (estimate/comm_fit.py fits; `prism-strategy calibrate` reports): each term
+"""The comm fit's report (bench/fit/comm_fit.py fits; `prism-strategy calibrate` reports): each term
 before / after and which points decided it, fitted and leave-one-out errors (one rank count or one
 op left out), nccl-tests' bus bandwidth at each curve's largest size."""
 
@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from prism_strategy.estimate.comm import collective_seconds
-from prism_strategy.estimate.comm_fit import (
+from prism_strategy.bench.fit.comm_fit import (
     CommPoint,
     at_bound,
     bound_points,
@@ -20,6 +19,7 @@ from prism_strategy.estimate.comm_fit import (
     terms_of,
     value,
 )
+from prism_strategy.estimate.comm import collective_seconds
 from prism_strategy.estimate.ring import bus_factor
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
@@ -68,7 +68,7 @@ def calibrate_comm(
     extra: list[CommPoint] | tuple[CommPoint, ...] = (),
 ) -> tuple[PlatformSpec, dict[str, Any]]:
     """Fit start's comm terms to the curves (and `extra` points: published collective rows,
-    estimate/comm_rows.py); the report: each term before / after and which points decided it (or
+    bench/fit/comm_rows.py); the report: each term before / after and which points decided it (or
     why it is held), fitted and leave-one-out errors, bus bandwidth at the largest size."""
     pts = points_of(curves) + list(extra)
     if len({x.bytes for x in pts}) < 2:

@@ -78,7 +78,7 @@ class CommPoint:
     """The CCL / NCCL variables the point ran under, the backend's defaults for the rest (with_env
     prices it so; () = all defaults); None = as the platform is (a curve measured under its profile)."""
     overrides: tuple[tuple[str, Any], ...] = ()
-    """Platform values the point's placement or software stack changes (estimate/comm_rows.py)."""
+    """Platform values the point's placement or software stack changes (bench/fit/comm_rows.py)."""
 
 
 def curve_label(c: MeasuredCurve) -> str:

@@ -11,9 +11,9 @@ import statistics
 import pytest
 
 from prism_strategy.bench.fit.calibrate import bounds_for, run_calibrate
-from prism_strategy.estimate.comm_fit import fit, predict, value
-from prism_strategy.estimate.comm_fit_nodes import COMM_PRIORS, fold_errors, prior_platform
-from prism_strategy.estimate.comm_rows import load_rows, row_points
+from prism_strategy.bench.fit.comm_fit import fit, predict, value
+from prism_strategy.bench.fit.comm_fit_nodes import COMM_PRIORS, fold_errors, prior_platform
+from prism_strategy.bench.fit.comm_rows import load_rows, row_points
 from prism_strategy.specs import load_platform
 from prism_strategy.specs.errors import SpecError
 

@@ -1,5 +1,5 @@
 """Published collective measurements as data (data/measurements/<name>.toml, [[row]] per figure):
-loaded, checked, and turned into the points the comm fit takes (estimate/comm_fit.py CommPoint).
+loaded, checked, and turned into the points the comm fit takes (bench/fit/comm_fit.py CommPoint).
 
 A row is one measured call: op, payload bytes (census convention), nodes x ranks per node of one
 group, groups at once per node, the CCL environment it ran under and, where the ranks were not on
@@ -139,8 +139,8 @@ def row_platform(p: Any, row: CollectiveRow) -> Any:
 
 
 def row_points(rows: list[CollectiveRow]) -> list[Any]:
-    """The rows as the comm fit's points (estimate/comm_fit.py CommPoint), curve = the row id."""
-    from prism_strategy.estimate.comm_fit import CommPoint
+    """The rows as the comm fit's points (bench/fit/comm_fit.py CommPoint), curve = the row id."""
+    from prism_strategy.bench.fit.comm_fit import CommPoint
 
     return [
         CommPoint(

@@ -1,6 +1,6 @@
 """The comm fit checked across node counts: fit on some node counts, predict the others.
 
-Folds (estimate/comm_fit.py `fit` on the rest, terms re-decided each time):
+Folds (bench/fit/comm_fit.py `fit` on the rest, terms re-decided each time):
 - leave one node count out: every row predicted by the fit that saw no row at its node count;
 - fit 2-8 nodes (and one node), predict 16;
 - fit without the 8,192-node rows, predict them.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable
 
-from prism_strategy.estimate.comm_fit import CommPoint, errors_pct, fit
+from prism_strategy.bench.fit.comm_fit import CommPoint, errors_pct, fit
 from prism_strategy.specs.cluster import PlatformSpec
 
 COMM_PRIORS: dict[str, tuple[float, str]] = {
