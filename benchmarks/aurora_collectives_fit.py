@@ -27,8 +27,9 @@ from prism_strategy.bench.fit.calibrate import bounds_for
 from prism_strategy.bench.fit.comm_fit import errors_pct, fit, point_platform, predict, value
 from prism_strategy.bench.fit.comm_fit_nodes import COMM_PRIORS, fold_errors, prior_platform
 from prism_strategy.bench.fit.comm_rows import load_rows, row_points
+from prism_strategy.bench.fit.cuda_fit import range_coverage
 from prism_strategy.estimate.comm import collective_call
-from prism_strategy.estimate.ranges import LATENCY_BOUND_BYTES, QUANTILE, coverage
+from prism_strategy.estimate.ranges import LATENCY_BOUND_BYTES, QUANTILE
 from prism_strategy.specs.presets import load_platform
 
 UNDECIDED = (
@@ -196,7 +197,7 @@ def _print(res: dict) -> None:
     )
     for k, v in s["by_op_and_regime"].items():
         print(f"  {k:24s} {v['rows']:3d} rows: fitted {v['fitted']:5.1f}%, leave-nodes-out {v['loo']:5.1f}%")
-    inside, n = coverage({r["id"]: r["loo_err_pct"] for r in res["rows"]})
+    inside, n = range_coverage({r["id"]: r["loo_err_pct"] for r in res["rows"]})
     print(f"  80% half-width of the others' leave-nodes-out errors holds {inside} of {n} rows (coverage)")
     c = res["checks_summary"]
     print(

@@ -229,12 +229,11 @@ def write_fit_errors(steps: dict, parts: dict, scale: dict | None = None) -> Non
 def _print_ranges(steps: dict) -> None:
     """Coverage of plan's 80% ranges: on the leave-one-out rows, and on the records kept out."""
     from prism_strategy.bench.fit.cuda_fit import range_coverage, record_range
-    from prism_strategy.estimate.ranges import coverage
 
     fitted = {x["id"]: x["loo_err_pct"] for x in steps["rows"] if x["fitted"] and x["id"] not in ft.PRIOR_RECORDS}
     inside, n = range_coverage(fitted)
     by_id = {r.id: r for r in load_published("aurora-prism")}
-    now, _ = coverage(fitted, {rid: _slow_extra(by_id[rid]) for rid in fitted})
+    now, _ = range_coverage(fitted, {rid: _slow_extra(by_id[rid]) for rid in fitted})
     print(
         f"80% ranges on the leave-one-out rows: {inside} of {n} inside (symmetric); {now} of {n} with the one-sided "
         "scale terms plan states"

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from prism_strategy.bench.fit import cuda_fit as cf
 from prism_strategy.bench.fit.published import load_published
-from prism_strategy.estimate.ranges import coverage
 from prism_strategy.specs.presets import load_model, load_platform
 
 FITS = Path(__file__).resolve().parents[1] / "src" / "prism_strategy" / "data" / "fits" / "cuda-published.toml"
@@ -81,7 +80,7 @@ def rows() -> dict:
         out.append(row)
     fit_rows = [x for x in out if x["fitted"]]
     inside, n = cf.range_coverage(loo)
-    inside_now, _ = coverage(loo, {r.id: slow_extra(r) for r in fitted_records})
+    inside_now, _ = cf.range_coverage(loo, {r.id: slow_extra(r) for r in fitted_records})
     half_dim = {}
     for d in (32.0, 512.0):  # what the rows say about the matmul half-dimension: refit at other values
         plats = {

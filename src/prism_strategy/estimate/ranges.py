@@ -309,16 +309,3 @@ class PredictionRange:
 
 COMM, LATE, READINGS = "communication beyond the measured nodes", "late ranks", "comm readings"
 SCALE = "beyond the fit's nodes (leave-one-scale-out)"
-
-
-def coverage(loo_pct: dict[str, float], slow_extra: dict[str, float] | None = None) -> tuple[int, int]:
-    """(inside, records) of the leave-one-out rows: each record's measured step against the range
-    around its leave-one-out prediction, base from the other records' leave-one-out errors, the
-    slow side widened by the record's own scale terms (slow_extra, ln; 0 where it was measured).
-    err = predicted / measured - 1, so inside when -(base + extra) <= ln(1 + err) <= base."""
-    extra = slow_extra or {}
-    inside = 0
-    for rid, e in loo_pct.items():
-        w = halfwidth([v for k, v in loo_pct.items() if k != rid])
-        inside += -(w + extra.get(rid, 0.0)) <= math.log1p(e / 100) <= w
-    return inside, len(loo_pct)

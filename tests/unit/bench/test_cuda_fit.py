@@ -215,3 +215,13 @@ def test_eager_kernels_cost_their_bytes_at_hbm_bandwidth():
     per_kernel = 4096 * 2 * 4 * 2048 / (base.hardware.hbm_bw_gbps * 1e9)  # hidden x bf16 x tokens / bandwidth
     fwd = shaped_seconds(parts, sc.training, on, 4)[0] - shaped_seconds(parts, sc.training, off, 4)[0]
     assert fwd == pytest.approx(32 * (blk.kernels - blk.gemms - 1) * per_kernel)
+
+
+def test_range_coverage_widens_only_the_slow_side():
+    # err = predicted / measured - 1. With 2 others, the 80% nearest-rank half-width is the larger
+    # of their |ln(1 + err)|: d's is max(ln 1.1, |ln 0.7|) = 0.357, and |ln 0.5| = 0.693 is outside
+    slow = {"a": 10.0, "b": -30.0, "d": -50.0}  # d predicted too fast (measured slower)
+    assert cf.range_coverage(slow) == (2, 3)
+    assert cf.range_coverage(slow, {"d": 0.4}) == (3, 3)  # 0.357 + 0.4 >= 0.693: the slow side reaches it
+    fast = {"a": 10.0, "b": -30.0, "d": 100.0}  # d predicted too slow: scale terms cannot explain it
+    assert cf.range_coverage(fast, {"d": 0.4}) == (2, 3)

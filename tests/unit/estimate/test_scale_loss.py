@@ -196,18 +196,6 @@ def test_plan_cli_takes_the_spread_from_a_stepmonitor_folder_and_refuses_bad_inp
     assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1 and "--rank-jitter" in bad.output
 
 
-def test_coverage_widens_only_the_slow_side():
-    from prism_strategy.estimate.ranges import coverage
-
-    # err = predicted / measured - 1. With 2 others, the 80% nearest-rank half-width is the larger
-    # of their |ln(1 + err)|: d's is max(ln 1.1, |ln 0.7|) = 0.357, and |ln 0.5| = 0.693 is outside
-    slow = {"a": 10.0, "b": -30.0, "d": -50.0}  # d predicted too fast (measured slower)
-    assert coverage(slow) == (2, 3)
-    assert coverage(slow, {"d": 0.4}) == (3, 3)  # 0.357 + 0.4 >= 0.693: the slow side reaches it
-    fast = {"a": 10.0, "b": -30.0, "d": 100.0}  # d predicted too slow: scale terms cannot explain it
-    assert coverage(fast, {"d": 0.4}) == (2, 3)
-
-
 def test_readings_replace_the_scale_terms_when_wider_never_add_to_them():
     from prism_strategy.estimate.ranges import READINGS
 

@@ -189,15 +189,18 @@ def gpu_spread(knobs: Knobs) -> float:
     return abs(math.log(knobs["fraction.dgx-h100"] / knobs["fraction.h100-96gb-500w"]))
 
 
-def range_coverage(loo_pct: dict[str, float]) -> tuple[int, int]:
-    """(inside, records): each record's measured value against the range around its leave-one-out
-    prediction, the range's half-width taken from the other records' leave-one-out errors."""
+def range_coverage(loo_pct: dict[str, float], slow_extra: dict[str, float] | None = None) -> tuple[int, int]:
+    """(inside, records) of the leave-one-out rows: each record's measured step against the range
+    around its leave-one-out prediction, base from the other records' leave-one-out errors, the
+    slow side widened by the record's own scale terms (slow_extra, ln; 0 where it was measured).
+    err = predicted / measured - 1, so inside when -(base + extra) <= ln(1 + err) <= base."""
     from prism_strategy.estimate.ranges import halfwidth
 
+    extra = slow_extra or {}
     inside = 0
     for rid, e in loo_pct.items():
         w = halfwidth([v for k, v in loo_pct.items() if k != rid])
-        inside += abs(math.log1p(e / 100)) <= w
+        inside += -(w + extra.get(rid, 0.0)) <= math.log1p(e / 100) <= w
     return inside, len(loo_pct)
 
 
