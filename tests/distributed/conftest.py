@@ -29,6 +29,29 @@ def ds_run(tmp_path_factory) -> list[dict]:
     return run_ranks("pals", ["deepspeed", str(out)], world=4, out=out, local_size=False)[0]
 
 
+@pytest.fixture(scope="session")
+def memory_bench(request, tmp_path_factory) -> dict[str, dict]:
+    """ONE bench launch (MemTracker peaks; DeepSpeed imported once per rank) for every collected
+    test file that names its runs in MEMORY_RUNS() (name -> bench config, same nproc):
+    test_census_memory.py and test_census_bf16_master.py. {file stem: {name: Result}}; a file
+    run alone launches its own runs only."""
+    from prism_strategy.bench.launch.run import run_many
+    from prism_strategy.bench.results.store import Store
+    from prism_strategy.specs.presets import load_platform
+
+    modules = {getattr(item, "module", None) for item in request.session.items}
+    runs = {
+        (Path(m.__file__).stem, name): config
+        for m in sorted((m for m in modules if hasattr(m, "MEMORY_RUNS")), key=lambda m: m.__file__)
+        for name, config in m.MEMORY_RUNS().items()
+    }
+    store = Store(tmp_path_factory.mktemp("memory_db") / "results.db")
+    out: dict[str, dict] = {}
+    for (stem, name), r in zip(runs, run_many(list(runs.values()), load_platform("cpu"), store)):
+        out.setdefault(stem, {})[name] = r
+    return out
+
+
 @pytest.fixture
 def run_of(request):
     """run_of(strategy) -> the per-rank results of the launch that ran it."""

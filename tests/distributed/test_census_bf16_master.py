@@ -1,8 +1,8 @@
 """DeepSpeed's bf16 master weights and optimizer states (bf16-pure on DeepSpeed: ds_config bf16 with
 bf16_master_weights_and_grads + bf16_optimizer_states, deepspeedai/DeepSpeed #7700), measured.
 
-Bench launches of 4 gloo ranks as 2 nodes x 2 (the test_census_memory.py pattern), ZeRO-2 and
-ZeRO-3 at bf16-mixed and bf16-pure, each step's peak under torch's MemTracker with DeepSpeed's
+One bench launch of 4 gloo ranks as 2 nodes x 2, shared with test_census_memory.py (conftest's
+memory_bench), ZeRO-2 and ZeRO-3 at bf16-mixed and bf16-pure, each step's peak under torch's MemTracker with DeepSpeed's
 partitions handed to it:
 - tiny Llama (micro-batch 4, seq 128): every peak within 10% of the planner's prediction;
 - small Llama (5.0M parameters, micro-batch 1, seq 32), where model states are most of the peak:
@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from prism_strategy.bench.launch.run import base_config, run_many
-from prism_strategy.bench.results.store import Store
+from prism_strategy.bench.launch.run import base_config
 from prism_strategy.inputs.stored import row_with
-from prism_strategy.specs.presets import load_platform
 
 pytestmark = pytest.mark.distributed
 TOLERANCE = 0.10
@@ -31,11 +29,10 @@ SHAPES = {
 }
 
 
-@pytest.fixture(scope="module")
-def benched(tmp_path_factory):
-    store = Store(tmp_path_factory.mktemp("db") / "results.db")
-    configs = []
-    for kw in SHAPES.values():
+def MEMORY_RUNS() -> dict[str, dict]:
+    """Both shapes x CASES, launched by conftest's memory_bench with test_census_memory.py's."""
+    runs = {}
+    for shape, kw in SHAPES.items():
         base = base_config(
             nproc=4,
             ranks_per_node=2,
@@ -47,9 +44,14 @@ def benched(tmp_path_factory):
             timeout_s=240,
             **kw,
         )
-        configs += [row_with(base, **c) for c in CASES.values()]
-    results = iter(run_many(configs, load_platform("cpu"), store))  # one launch for both shapes
-    return {shape: {case: next(results) for case in CASES} for shape in SHAPES}
+        runs |= {f"{shape}/{case}": row_with(base, **c) for case, c in CASES.items()}
+    return runs
+
+
+@pytest.fixture(scope="module")
+def benched(memory_bench):
+    runs = memory_bench["test_census_bf16_master"]
+    return {shape: {case: runs[f"{shape}/{case}"] for case in CASES} for shape in SHAPES}
 
 
 def _peaks(r) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """Peak memory of all 8 strategies, measured, against the model's prediction (issue 10, item 6).
 
-One bench launch (4 gloo ranks as 2 nodes x 2, tiny Llama): each strategy runs a warm-up step,
+One bench launch (4 gloo ranks as 2 nodes x 2, tiny Llama; shared with test_census_bf16_master.py): each strategy runs a warm-up step,
 a timed step, then one step under torch's MemTracker (tensor memory of the rank: parameters,
 gradients, optimizer state, activations, the engine's own buffers). The prediction is the
 planner's (`bench.results.predict.predict` -> `planner.evaluate` -> the memory model) for the same
@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from prism_strategy.bench.launch.run import base_config, run_many
-from prism_strategy.bench.results.store import Store
+from prism_strategy.bench.launch.run import base_config
 from prism_strategy.inputs.stored import row_with
-from prism_strategy.specs.presets import load_platform
 from prism_strategy.strategies import STRATEGY_NAMES
 
 pytestmark = pytest.mark.distributed
@@ -35,8 +33,8 @@ measurement missed DeepSpeed's init-time buffers, bench/launch/worker.optimizer_
 and ZeRO-3's persistent params and grad partition buffer modelled, 0.1%: issue 25 item 8)."""
 
 
-@pytest.fixture(scope="module")
-def benched(tmp_path_factory):
+def MEMORY_RUNS() -> dict[str, dict]:
+    """Every strategy and VARIANTS, launched by conftest's memory_bench with test_census_bf16_master.py's."""
     base = base_config(
         model="tiny-llama",
         nproc=4,
@@ -50,10 +48,13 @@ def benched(tmp_path_factory):
         grad_accum=1,
         timeout_s=240,
     )
-    store = Store(tmp_path_factory.mktemp("db") / "results.db")
     cases = {s: {"strategy": s} for s in STRATEGY_NAMES} | VARIANTS
-    results = run_many([row_with(base, **c) for c in cases.values()], load_platform("cpu"), store)
-    return dict(zip(cases, results))
+    return {name: row_with(base, **c) for name, c in cases.items()}
+
+
+@pytest.fixture(scope="module")
+def benched(memory_bench):
+    return memory_bench["test_census_memory"]
 
 
 @pytest.mark.parametrize("strategy", [*STRATEGY_NAMES, *VARIANTS])

@@ -1,10 +1,11 @@
 """StepMonitor under torchrun: 4 ranks, real gloo process group, DDP, injected faults.
 
-Four launches: one runs clean x3, collapse, slow rank 2 (compute, then waiting in a sleep, then
+Five launches: one runs clean x3, collapse, slow rank 2 (compute, then waiting in a sleep, then
 a slow data phase) and input skew one after another in the same process group (saves process
-starts); one hangs rank 2 before a collective; one SIGKILLs rank 2 mid-step; and one runs the
-collapse forensics' scenarios under HSDP on a 2 x 2 mesh (monitor_worker.py --hsdp; the
-all-ranks reduce-scatter collapse runs through examples/train.py in test_example_train.py). The capture
+starts); one hangs rank 2 before a collective; one SIGKILLs rank 2 mid-step; and two run the
+collapse forensics' scenarios under HSDP on a 2 x 2 mesh, the collective ones and the host ones
+(monitor_worker.py --hsdp; two, so neither passes a minute; the all-ranks reduce-scatter collapse
+runs through examples/train.py in test_example_train.py). The capture
 is on (StepMonitor's default) in all of them: the straggler, hang and kill verdicts are read with it.
 """
 
@@ -259,25 +260,31 @@ def torch_version() -> str:
     return torch.__version__
 
 
-# -- collapse forensics (one launch: HSDP on 2 x 2, every scenario after the other) -----------------
-FX_SCENARIOS = (
-    "clean-nofx",
-    "clean",
-    "collective-collapse-node",
-    "host-stall",
-    "gc-pause",
-    "kill-capture",
-)
-FX_FAULT_STEP, FX_KILL_AFTER = 10, 2
+# -- collapse forensics (two launches: HSDP on 2 x 2, scenarios one after the other) -------------
+FX_COLLECTIVE = ("clean-nofx", "clean", "collective-collapse-node")
+FX_HOST = ("host-stall", "gc-pause", "kill-capture")  # kill-capture ends its launch: it comes last
+FX_FAULT_STEP, FX_KILL_AFTER, FX_STEPS = 10, 2, 22
+"""The growing faults add 0.08-0.15 s more per step from FX_FAULT_STEP: the collapse is seen at step
+14 and its 5-step capture window (ForensicsConfig.steps) is steps 15-19 (measured); two steps spare."""
+
+
+def _fx_launch(out: Path, scenarios: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, dict[str, Path]]:
+    args = ["--hsdp", "--scenarios", ",".join(scenarios), "--steps", str(FX_STEPS), "--fault-step", str(FX_FAULT_STEP)]
+    res = torchrun(out, *args, "--kill-after", str(FX_KILL_AFTER), "--seq", "32", "--batch", "4", timeout=300)
+    return res, {name: out / f"{i}_{name}" for i, name in enumerate(scenarios)}
 
 
 @pytest.fixture(scope="module")
-def fx_runs(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("forensics")
-    args = ["--hsdp", "--scenarios", ",".join(FX_SCENARIOS), "--steps", "25", "--fault-step", str(FX_FAULT_STEP)]
-    res = torchrun(out, *args, "--kill-after", str(FX_KILL_AFTER), "--seq", "32", "--batch", "4", timeout=540)
+def fx_collective(tmp_path_factory) -> dict[str, Path]:
+    res, runs = _fx_launch(tmp_path_factory.mktemp("forensics"), FX_COLLECTIVE)
+    assert res.returncode == 0, res.stdout[-4000:]
+    return runs
+
+
+@pytest.fixture(scope="module")
+def fx_host(tmp_path_factory) -> dict[str, Path]:
+    res, runs = _fx_launch(tmp_path_factory.mktemp("forensics_host"), FX_HOST)
     assert res.returncode != 0  # the last scenario SIGKILLs rank 2
-    runs = {name: out / f"{i}_{name}" for i, name in enumerate(FX_SCENARIOS)}
     assert (runs["gc-pause"] / "losses.json").exists(), res.stdout[-4000:]  # every other scenario finished
     return runs
 
@@ -288,8 +295,8 @@ def forensics_of(run: Path) -> dict:
     return json.loads(out.output)
 
 
-def test_one_slow_node_is_named(fx_runs):
-    v = forensics_of(fx_runs["collective-collapse-node"])
+def test_one_slow_node_is_named(fx_collective):
+    v = forensics_of(fx_collective["collective-collapse-node"])
     fx = v["forensics"]
     assert v["verdict"] == "collapse" and "straggler" not in {e["event"] for e in v["events"]}
     assert fx["kind"] == "collective" and fx["op"] == "reduce_scatter", fx.get("message")
@@ -297,29 +304,29 @@ def test_one_slow_node_is_named(fx_runs):
     assert "leaving out node 1" in fx["experiment"]
 
 
-def test_host_stall_is_host_bound_not_collective(fx_runs):
-    fx = forensics_of(fx_runs["host-stall"])["forensics"]
+def test_host_stall_is_host_bound_not_collective(fx_host):
+    fx = forensics_of(fx_host["host-stall"])["forensics"]
     assert fx["kind"] == "host" and fx["cause"] == "cpu", (fx.get("message"), fx.get("shares"))
 
 
-def test_gc_pauses_are_host_bound_gc(fx_runs):
-    fx = forensics_of(fx_runs["gc-pause"])["forensics"]
+def test_gc_pauses_are_host_bound_gc(fx_host):
+    fx = forensics_of(fx_host["gc-pause"])["forensics"]
     assert fx["kind"] == "host" and fx["cause"] == "gc", (fx.get("message"), fx.get("shares"))
     assert any(g.get("name") == "GC pauses" and g["phase"] == "backward" for g in fx["grew"])
 
 
-def test_the_capture_never_changes_the_loss(fx_runs):
+def test_the_capture_never_changes_the_loss(fx_collective):
     """Same seed, with the baseline capture on (steps 2-6) and with no capture at all."""
-    plain = json.loads((fx_runs["clean-nofx"] / "losses.json").read_text())
-    captured = json.loads((fx_runs["clean"] / "losses.json").read_text())
-    assert len(plain) == 25 and captured == plain
-    recs = [json.loads(x) for x in (fx_runs["clean"] / "rank0.jsonl").read_text().splitlines()]
+    plain = json.loads((fx_collective["clean-nofx"] / "losses.json").read_text())
+    captured = json.loads((fx_collective["clean"] / "losses.json").read_text())
+    assert len(plain) == FX_STEPS and captured == plain
+    recs = [json.loads(x) for x in (fx_collective["clean"] / "rank0.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs if r["kind"] == "forensic"] == [2, 3, 4, 5, 6]
-    assert analyze(fx_runs["clean"], CFG).verdict == "healthy"
+    assert analyze(fx_collective["clean"], CFG).verdict == "healthy"
 
 
-def test_a_run_killed_mid_capture_still_analyses(fx_runs):
-    run = fx_runs["kill-capture"]
+def test_a_run_killed_mid_capture_still_analyses(fx_host):
+    run = fx_host["kill-capture"]
     v = analyze(run, CFG)
     assert v.verdict == "incomplete" and v.forensics["kind"] == "collective", v.forensics
     rank2 = [json.loads(x) for x in (run / "rank2.jsonl").read_text().splitlines() if x.strip()]
