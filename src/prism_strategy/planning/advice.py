@@ -25,7 +25,7 @@ from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
-    from prism_strategy.planning.scenario import Scenario
+    from prism_strategy.specs.scenario import Scenario
 
 
 def _states(parts: tuple[Part, ...], sc: "Scenario", s: StrategySpec, nodes: int) -> float:

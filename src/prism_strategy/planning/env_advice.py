@@ -26,7 +26,7 @@ from prism_strategy.specs.presets import DATA
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
-    from prism_strategy.planning.scenario import Scenario
+    from prism_strategy.specs.scenario import Scenario
 
 CHANGE = 0.10
 """A profile is worth naming when it moves the pick's step time by more than 10% (the band the

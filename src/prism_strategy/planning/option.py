@@ -10,7 +10,7 @@ from prism_strategy.estimate.comm import CommEstimate
 from prism_strategy.estimate.memory import MemoryEstimate
 from prism_strategy.estimate.ranges import PredictionRange
 from prism_strategy.estimate.scale_loss import LateRanks
-from prism_strategy.planning.scenario import Scenario
+from prism_strategy.specs.scenario import Scenario
 
 
 @dataclass(kw_only=True)
