@@ -43,35 +43,13 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     e = estimate_option(sc, s, parts=parts)
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
     why_not = f"not viable: {blocked[0].message}" if blocked else e.oom
-    step = e.step
     return Option(
         strategy=s.name,
         feasible=why_not is None,
         why_not=why_not,
-        memory=e.memory,
-        max_micro_batch=e.batch.max_micro_batch,
-        micro_batch=e.batch.micro_batch,
-        grad_accum=e.batch.grad_accum,
+        estimate=e,
         global_batch=e.batch.micro_batch * e.batch.grad_accum * sc.layout.world,
         ckpt_freq=sc.training.ckpt_name,
-        compute_s=step.compute_s,
-        comm_s=step.comm_s,
-        exposed_comm_s=step.exposed_comm_s,
-        optimizer_s=step.optimizer_s,
-        step_time_s=step.step_time_s,
-        samples_per_s=step.samples_per_s,
-        tokens_per_s_per_device=step.tokens_per_s_per_device,
-        mfu=step.mfu,
-        bound=step.bound,
-        scaling_efficiency=e.scaling_efficiency,
-        comm=step.comm,
-        provenance=dict(e.provenance),
-        memory_runtime=dict(e.memory_runtime),
-        step_time_s_range=e.step_time_s_range,
-        samples_per_s_range=e.samples_per_s_range,
-        range=e.range,
-        late_ranks=step.late_ranks,
-        step_time_s_readings=dict(e.readings),
     )
 
 
