@@ -16,11 +16,8 @@ import inspect
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prism_strategy.inputs.frameworks import read_config
-from prism_strategy.inputs.frameworks.base import ConfigInputs
-from prism_strategy.inputs.frameworks.plan import configured, strategy_verdict
 from prism_strategy.inputs.scenario import (
     build_scenario,
     check_ranks_per_node,
@@ -28,8 +25,6 @@ from prism_strategy.inputs.scenario import (
     platform_as_measured,
     resolve_platform,
 )
-from prism_strategy.inputs.script import FLAGS as SCRIPT_FLAGS
-from prism_strategy.inputs.script import read_plan_inputs, script_error
 from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.planner import estimate_traced
 from prism_strategy.planning.planner import plan as plan_scenario
@@ -37,6 +32,11 @@ from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.policies import BatchPolicy, MeasuredPolicy, MemoryPolicy, PlanOptions, checked_int
 from prism_strategy.specs.scenario import Scenario
 
+if TYPE_CHECKING:
+    from prism_strategy.inputs.frameworks.base import ConfigInputs
+
+# --script and --from's readers (inputs/script.py, inputs/frameworks/) are imported where used:
+# `from prism_strategy import plan` stays as light as the planner
 CKPT_FLAG = "ckpt_freq"
 """The flag of MemoryPolicy.checkpointing."""
 PLAN_DEFAULTS = {CKPT_FLAG: "auto", "calibration": "auto"}
@@ -193,6 +193,8 @@ def estimate(model: Any, strategy: str, **flags: Any) -> Option | dict[str, Any]
 
 def config_of(path: str | None, override: bool) -> ConfigInputs | None:
     """`plan --from`'s config, read (None without one); --override needs it."""
+    from prism_strategy.inputs.frameworks import read_config
+
     if path is None:
         if override:
             raise SpecError("--override needs --from FILE: it lets a flag win over what the config says")
@@ -208,6 +210,9 @@ def plan_from_command_line(
     configured: a contradiction with a given flag is bad input unless override), then what --script
     says where neither a flag nor the config did (inputs/script.py); a bad input names what the
     script set."""
+    from prism_strategy.inputs.frameworks.plan import configured, strategy_verdict
+    from prism_strategy.inputs.script import FLAGS as SCRIPT_FLAGS
+
     section = None
     told = given & set(SCRIPT_FLAGS)
     if config is not None:
@@ -220,6 +225,9 @@ def plan_from_command_line(
 
 
 def _with_script(values: dict[str, Any], told: set[str], script: str | None) -> Plan:
+    from prism_strategy.inputs.script import FLAGS as SCRIPT_FLAGS
+    from prism_strategy.inputs.script import read_plan_inputs, script_error
+
     if script is None:
         return plan(**values)
     inputs = {k: values[k] for k in SCRIPT_FLAGS}
@@ -233,6 +241,9 @@ def _with_script(values: dict[str, Any], told: set[str], script: str | None) -> 
 def plan_for_script(path: str | Path, **flags: Any) -> Plan:
     """`plan --script` from Python: plan() with what the script says, flags given here winning
     (the result's `script` is the JSON section)."""
+    from prism_strategy.inputs.script import FLAGS as SCRIPT_FLAGS
+    from prism_strategy.inputs.script import read_plan_inputs
+
     defaults = flag_defaults()
     current = {k: defaults.get(k) for k in SCRIPT_FLAGS} | flags
     read, section = read_plan_inputs(path).plan_inputs(current, given=set(flags) & set(SCRIPT_FLAGS), source="keyword")
@@ -243,6 +254,9 @@ def plan_for_config(path: str | Path, *, override: bool = False, **flags: Any) -
     """`plan --from` from Python: plan() with the config's fields; the flags given here act as
     command-line flags (a contradiction is a SpecError unless `override`). The result's `config` is
     the JSON section."""
+    from prism_strategy.inputs.frameworks import read_config
+    from prism_strategy.inputs.frameworks.plan import configured, strategy_verdict
+
     cfg = read_config(path)
     merged, section = configured(cfg, flag_defaults() | flags, set(flags), override)
     result = plan(**{k: v for k, v in merged.items() if k in flags or k in cfg.options})

@@ -37,7 +37,7 @@ FLAGS = {
     "global_batch": "--global-batch",
     "lora": "--lora",
 }
-"""plan() keywords a script can set, with their flags."""
+"""plan()'s flags a script can set, with their command-line spelling."""
 QUIET = {"micro_batch", "grad_accum", "global_batch", "lora"}
 """Inputs the plan searches or derives when the script does not fix them: not listed as untold."""
 ASSUMED = {
