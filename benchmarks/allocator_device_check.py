@@ -32,8 +32,8 @@ if (ROOT / "src" / "prism_strategy").is_dir():
     sys.path.insert(0, str(ROOT / "src"))
 
 from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes  # noqa: E402
+from prism_strategy.flags import scenario_from_flags  # noqa: E402
 from prism_strategy.planning.planner import evaluate  # noqa: E402
-from prism_strategy.planning.scenario import build_scenario  # noqa: E402
 from prism_strategy.specs.cluster import GiB  # noqa: E402
 from prism_strategy.specs.errors import SpecError  # noqa: E402
 from prism_strategy.strategies import get_strategy  # noqa: E402
@@ -58,7 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def predict(a: argparse.Namespace, lengths: str, expandable: bool) -> dict[str, float]:
-    sc = build_scenario(
+    sc = scenario_from_flags(
         a.model,
         platform=a.platform,
         nodes=1,

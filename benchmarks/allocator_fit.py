@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.memory_runtime import transient_bytes
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.strategies import get_strategy
 
@@ -35,7 +35,7 @@ def option(rid: str, platform=None, **changes):
     s = get_strategy(r.planner_strategy)
     if r.scenario.reduce_dtype:
         s = s.with_options(reduce_dtype=r.scenario.reduce_dtype)
-    sc = build_scenario(**kw)
+    sc = scenario_from_flags(**kw)
     return sc, evaluate(sc, s)
 
 

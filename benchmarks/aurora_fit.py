@@ -88,8 +88,8 @@ def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
     """A3's scenario (Qwen3-0.6B + SigLIP2, micro-batch 4) and E2 beyond the fitted 1-2 nodes, under
     each reading of the cross-node cost the records cannot tell apart (estimate/comm.comm_readings):
     (the collective rows' two host-staging readings). Predictions only; nothing here is measured but E2."""
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.planning.planner import evaluate
-    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
     records = {r.id: r for r in load_published(name)}
@@ -99,7 +99,7 @@ def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
         rows = []
         for n in SCALE_NODES:
             kw = dict(a3.scenario_kwargs(), platform=p, nodes=n, global_batch=a3.scenario.micro_batch * 12 * n)
-            sc = build_scenario(**kw)
+            sc = scenario_from_flags(**kw)
             rows.append(
                 {"nodes": n}
                 | {
@@ -114,8 +114,8 @@ def scale_rows(name: str = "aurora-prism", platform: str = "aurora") -> dict:
 
 def memory_rows(name: str = "aurora-prism") -> list[dict]:
     from prism_strategy.estimate.memory_runtime import runtime_memory
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.planning.planner import evaluate
-    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.specs.cluster import GiB
     from prism_strategy.strategies import get_strategy
 
@@ -124,7 +124,7 @@ def memory_rows(name: str = "aurora-prism") -> list[dict]:
         measured = {k: r.peak_bytes(k) for k in ("peak", "allocated", "reserved")}
         if not any(measured.values()):
             continue
-        sc = build_scenario(**r.scenario_kwargs())
+        sc = scenario_from_flags(**r.scenario_kwargs())
         o = evaluate(sc, get_strategy(r.planner_strategy))
         rt = runtime_memory(o.memory, sc.platform, sc.training)
         out.append(
@@ -264,11 +264,11 @@ def _print_part_ranges(parts: dict) -> None:
 
 def _slow_extra(r) -> float:
     """ln widening of a record's slow side beyond the fit's (0 at the nodes the fit measured)."""
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.planning.planner import evaluate
-    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
-    o = evaluate(build_scenario(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
+    o = evaluate(scenario_from_flags(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
     return o.range.slow - o.range.fast if o.range else 0.0
 
 
@@ -278,14 +278,14 @@ AT_SCALE_NODES = 16
 def a3_at_scale(name: str = "aurora-prism", platform: str = "aurora") -> dict:
     """A3's scenario (fsdp full_shard, micro-batch 4) at 16 nodes (PRISM's production) as plan states it: the point (per
     operation, shipped), the step under each reading, and the range that must hold both."""
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.planning.planner import evaluate
-    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
     a3 = next(r for r in load_published(name) if r.id == "A3-fsdp")
     n = AT_SCALE_NODES
     kw = dict(a3.scenario_kwargs(), platform=platform, nodes=n, global_batch=a3.scenario.micro_batch * 12 * n)
-    o = evaluate(build_scenario(**kw), get_strategy("fsdp_full_shard"))
+    o = evaluate(scenario_from_flags(**kw), get_strategy("fsdp_full_shard"))
     world = 12 * n
     readings = {k: o.micro_batch * o.grad_accum * world / v for k, v in o.step_time_s_readings.items()}
     return {

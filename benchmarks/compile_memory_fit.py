@@ -13,8 +13,8 @@ from __future__ import annotations
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate import memory_compile
 from prism_strategy.estimate.memory_runtime import runtime_memory
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.strategies import get_strategy
 
@@ -29,7 +29,7 @@ def _evaluate(rid: str, counter: str, k: float) -> tuple[float, str]:
     if (rid, counter, k) not in _CACHE:
         memory_compile.REMAINING_FACTOR = k
         r = RECORDS[rid]
-        sc = build_scenario(**r.scenario_kwargs())
+        sc = scenario_from_flags(**r.scenario_kwargs())
         strategy = get_strategy(r.planner_strategy).with_options(reduce_dtype=r.scenario.reduce_dtype)
         mem = evaluate(sc, strategy).memory
         rt = runtime_memory(mem, sc.platform)
@@ -94,7 +94,7 @@ def main() -> None:
     ac_eager = 0.3264 * 95.04 * GiB
     memory_compile.REMAINING_FACTOR = 1.0
     r = RECORDS["TT-21"]
-    sc = build_scenario(**(r.scenario_kwargs() | {"compile": False}))
+    sc = scenario_from_flags(**(r.scenario_kwargs() | {"compile": False}))
     eager_pred = runtime_memory(evaluate(sc, get_strategy(r.planner_strategy)).memory, sc.platform).reserved
     tt21 = predicted("TT-21", "reserved", 1.0) / eager_pred
     print(

@@ -113,11 +113,11 @@ def rows() -> dict:
 
 
 def _evaluate(r, **over):
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.planning.planner import evaluate
-    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
-    return evaluate(build_scenario(**(r.scenario_kwargs() | over)), get_strategy(r.planner_strategy))
+    return evaluate(scenario_from_flags(**(r.scenario_kwargs() | over)), get_strategy(r.planner_strategy))
 
 
 def slow_extra(r) -> float:

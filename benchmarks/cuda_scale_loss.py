@@ -19,7 +19,7 @@ import dataclasses
 import json
 
 from prism_strategy.estimate.option import estimate_option
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.presets import load_model
 from prism_strategy.strategies import get_strategy
 
@@ -45,7 +45,7 @@ def rows() -> list[dict]:
     out = []
     for model, seq, mb in models():
         for nodes in NODES:
-            sc = build_scenario(
+            sc = scenario_from_flags(
                 model, platform="dgx-h100", nodes=nodes, seq_len=seq, micro_batch=mb, ckpt_freq="sac", loss="fused"
             )
             o = estimate_option(sc, get_strategy("fsdp_full_shard"))

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if (ROOT / "src" / "prism_strategy").is_dir():
     sys.path.insert(0, str(ROOT / "src"))
 
-from prism_strategy.planning.planner import plan  # noqa: E402
+from prism_strategy.flags import plan  # noqa: E402
 
 CONFIG = {
     "model_type": "llama",

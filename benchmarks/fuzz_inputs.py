@@ -204,12 +204,12 @@ def config_case(fmt: str) -> st.SearchStrategy[tuple[str, str]]:
 
 def check_config(path: Path) -> str:
     """read_config, then the scenario its keywords build."""
+    from prism_strategy.flags import flag_groups, scenario_from_flags
     from prism_strategy.inputs.frameworks import read_config
-    from prism_strategy.planning.scenario import build_scenario, split_options
 
     cfg = read_config(path)
-    run, _ = split_options(cfg.options)
-    build_scenario("qwen3-0.6b", **run)
+    options = {"model", *flag_groups()["options"]}
+    scenario_from_flags("qwen3-0.6b", **{k: v for k, v in cfg.options.items() if k not in options})
     return "accepted"
 
 
@@ -219,10 +219,10 @@ def platform_case() -> st.SearchStrategy[tuple[str, str]]:
 
 
 def check_platform(path: Path) -> str:
-    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.specs.presets import load_platform
 
-    build_scenario("qwen3-0.6b", platform=load_platform(str(path)))
+    scenario_from_flags("qwen3-0.6b", platform=load_platform(str(path)))
     return "accepted"
 
 

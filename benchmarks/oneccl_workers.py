@@ -21,8 +21,8 @@ from prism_strategy.bench.fit.published import load_published
 from prism_strategy.emit.env import load_env_profile
 from prism_strategy.estimate.comm import collective_call
 from prism_strategy.estimate.comm_oneccl import with_ccl_env
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.strategies import get_strategy
 
@@ -58,7 +58,7 @@ def main() -> None:
     for label, kw, strat, measured in cases():
         cells = []
         for w in WORKERS:
-            o = evaluate(build_scenario(**(kw | {"platform": ps[w]})), get_strategy(strat))
+            o = evaluate(scenario_from_flags(**(kw | {"platform": ps[w]})), get_strategy(strat))
             cells.append(f"{o.samples_per_s:7.2f} ({o.step_time_s:6.2f}, {o.comm_s:6.2f})")
         m = "-".join(f"{x:g}" for x in measured) if isinstance(measured, tuple) else f"{measured:g}"
         print(f"{label:26s} {m:>12s}  " + "           ".join(cells))

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from prism_strategy.planning.planner import plan
+from prism_strategy.flags import plan
 from prism_strategy.specs.presets import load_model
 
 TARGET_S = 0.5

@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 __all__ = ["plan", "init_distributed", "wrap", "wrap_from_file", "WrapConfig", "read_strategy_file", "StepMonitor"]
 
 _LAZY = {
-    "plan": ("prism_strategy.planning.planner", "plan"),
+    "plan": ("prism_strategy.flags", "plan"),
     "init_distributed": ("prism_strategy.runtime.dist", "init_distributed"),
     "wrap": ("prism_strategy.runtime.wrap", "wrap"),
     "wrap_from_file": ("prism_strategy.runtime.wrap", "wrap_from_file"),

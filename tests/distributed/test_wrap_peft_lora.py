@@ -25,12 +25,12 @@ import json, os, sys, torch
 from peft import LoraConfig, get_peft_model
 from prism_strategy import init_distributed, wrap
 from prism_strategy.bench.launch.worker import build_model
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 
 ctx = init_distributed()
 out = {}
 for strategy in sys.argv[1:]:
-    model = build_model(build_scenario("tiny-llama", platform="cpu", seq_len=32, micro_batch=2))
+    model = build_model(scenario_from_flags("tiny-llama", platform="cpu", seq_len=32, micro_batch=2))
     frozen = {n: p.detach().clone() for n, p in model.named_parameters()}
     model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     given = []

@@ -11,8 +11,8 @@ import pytest
 from _holdout import Gap, refit_without
 
 from prism_strategy.bench.fit.published import load_published
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.strategies import get_strategy
 
 RECORDS = {r.id: r for r in load_published("aurora-prism")}
@@ -29,7 +29,7 @@ def at(record_id: str, strategy: str | None = None, *, held_out: tuple[str, ...]
     if "nodes" in changes:  # same micro-batch and accumulation per rank at the new scale
         s = r.scenario
         kw["global_batch"] = s.micro_batch * s.grad_accum * s.ranks_per_node * changes["nodes"]
-    return evaluate(build_scenario(**kw), get_strategy(strategy or r.planner_strategy))
+    return evaluate(scenario_from_flags(**kw), get_strategy(strategy or r.planner_strategy))
 
 
 def per_rank(o) -> float:

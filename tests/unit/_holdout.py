@@ -37,8 +37,8 @@ from prism_strategy.bench.fit import cuda_fit as cf
 from prism_strategy.bench.fit import fit_terms as ft
 from prism_strategy.bench.fit.published import PublishedRecord, load_published
 from prism_strategy.estimate.memory_runtime import transient_bytes
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.presets import load_platform, platform_names
 from prism_strategy.strategies import get_strategy
@@ -90,7 +90,7 @@ def _option(rid: str, platform: PlatformSpec | None = None, **changes):
     s = get_strategy(r.planner_strategy)
     if r.scenario.reduce_dtype:
         s = s.with_options(reduce_dtype=r.scenario.reduce_dtype)
-    return evaluate(build_scenario(**kw), s)
+    return evaluate(scenario_from_flags(**kw), s)
 
 
 def _allocated(o) -> float:

@@ -167,52 +167,20 @@ def plan(
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""
     from prism_strategy.bench.results.curves import curves_for_platform
-    from prism_strategy.inputs.frameworks.plan import with_config
+    from prism_strategy.flags import config_of, plan_from_command_line
     from prism_strategy.inputs.length_histogram import read_length_histogram
-    from prism_strategy.inputs.script import plan_from_command_line
     from prism_strategy.planning.rank_jitter import rank_jitter_from
     from prism_strategy.report.plan_table import show_plan
 
-    inputs = dict(
-        loss=loss,
-        ckpt_freq=ckpt_freq,
-        optimizer=optimizer,
-        precision=precision,
-        reduce_dtype=reduce_dtype,
-        compile=compile,
-        micro_batch=micro_batch,
-        grad_accum=grad_accum,
-        global_batch=global_batch,
-        lora=lora,
-    )
-    flags = {k for k in ctx.params if ctx.get_parameter_source(k).name == "COMMANDLINE"}
-    given = flags & set(inputs)
-    p = with_config(from_config, override, flags, plan_from_command_line)(
-        script,
-        inputs,
-        given,
-        model=model,
-        mode=mode,
-        platform=platform,
-        nodes=nodes,
-        seq_len=seq_len,
-        mean_seq_len=mean_seq_len,
+    config = config_of(from_config, override)  # read first: a bad config is said before anything else
+    given = {k for k in ctx.params if ctx.get_parameter_source(k).name == "COMMANDLINE"}
+    not_flags = ("markdown", "script", "db", "from_config", "override", "json_out")
+    values = {k: v for k, v in ctx.params.items() if k not in not_flags} | dict(
         length_histogram=None if length_histogram is None else read_length_histogram(length_histogram),
-        length_bucketing=length_bucketing,
-        vision=vision,
-        image_tokens=image_tokens,
-        ranks_per_node=ranks_per_node,
-        calibration=calibration,
-        traced=traced,
-        sweep_nodes=sweep_nodes,
-        bucket_mb=bucket_mb,
         comm_curves=curves_for_platform(db, platform),
         rank_jitter=None if rank_jitter is None else rank_jitter_from(rank_jitter),
-        varying_lengths=varying_lengths,
-        expandable_segments=expandable_segments,
-        compile_loss=compile_loss,
-        env_profile=env_profile,
     )
+    p = plan_from_command_line(values, given, script=script, config=config, override=override)
     show_plan(p, markdown=markdown, json_out=json_out, measured=_measured(p, db, platform))
     if p.recommended is None:  # a valid question, answered "nothing fits / nothing viable": a finding
         raise typer.Exit(1)
@@ -247,7 +215,7 @@ def estimate(
     json_out: JsonOut = False,
 ) -> None:
     """Memory of the real training step traced on fake tensors, beside the analytic estimate."""
-    from prism_strategy.planning.planner import estimate_traced
+    from prism_strategy.flags import estimate as estimate_traced
     from prism_strategy.report.plan_table import show_estimate
 
     traced = show_estimate(

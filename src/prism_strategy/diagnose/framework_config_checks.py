@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import tomllib
 
@@ -161,38 +160,36 @@ class FrameworkConfigFile:
         cfg = self.config
         if "micro_batch" not in cfg.options or cfg.strategy is None or ctx.platform is None:
             return None
+        from prism_strategy.inputs.scenario import build_scenario
         from prism_strategy.planning.planner import evaluate
-        from prism_strategy.planning.scenario import build_scenario
+        from prism_strategy.specs.policies import BatchPolicy, MemoryPolicy
 
-        keys = (
-            "seq_len",
-            "micro_batch",
-            "grad_accum",
-            "ckpt_freq",
-            "precision",
-            "optimizer",
-            "compile",
-            "loss",
-            "ranks_per_node",
-            "bucket_mb",
-            "compile_loss",
-        )
-        kw: dict[str, Any] = {k: cfg.options[k] for k in keys if k in cfg.options}
-        kw["ckpt_freq"] = kw.get("ckpt_freq", 0)
+        said = cfg.options
         try:
-            sc = build_scenario(self.model, platform=ctx.platform, nodes=ctx.nodes or cfg.options.get("nodes", 1), **kw)
+            sc = build_scenario(
+                self.model,
+                ctx.platform,
+                nodes=ctx.nodes or said.get("nodes", 1),
+                ranks_per_node=said.get("ranks_per_node"),
+                batch=BatchPolicy(**{k: said[k] for k in ("seq_len", "micro_batch", "grad_accum") if k in said}),
+                memory=MemoryPolicy(
+                    checkpointing=said.get("ckpt_freq", 0),
+                    **{k: said[k] for k in ("optimizer", "compile", "loss", "bucket_mb", "compile_loss") if k in said},
+                ),
+                precision=said.get("precision", "bf16-mixed"),
+            )
         except SpecError as e:
             return False, f"the plan cannot run it: {e}"
-        o = evaluate(sc, get_strategy(cfg.strategy).with_options(bucket_mb=kw.get("bucket_mb")))
+        o = evaluate(sc, get_strategy(cfg.strategy).with_options(bucket_mb=said.get("bucket_mb")))
         if o.feasible or not o.why_not or o.why_not.startswith("not viable"):
             return True, "fits"
         return False, f"{cfg.strategy} at micro-batch {o.micro_batch} on {ctx.platform.name}: {o.why_not}"
 
 
 def _scenario(model: str | None):
-    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.inputs.scenario import build_scenario
 
-    return build_scenario(model, platform="cpu")
+    return build_scenario(model, "cpu")
 
 
 def _parts(model: str | None):

@@ -1,6 +1,6 @@
 """The one way into the estimates for planning/: `estimate_option` (estimate/option.py) for an
 option, and the few questions the planner asks beside it, each taking the Scenario and a strategy
-(never estimate's own argument lists): the platform as the run prices it, memory at a given batch
+(never estimate's own argument lists): memory at a given batch
 without timing (the advice when nothing fits, the notes), the scale the fit measured, and the
 environment's collective variables. planning/ imports estimate/ only here and the types these
 return (tests/unit/house/test_layers.py)."""
@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from prism_strategy.estimate.calibration import calibrated_platform
 from prism_strategy.estimate.comm_oneccl import SCALEOUT_VARS, with_ccl_env
-from prism_strategy.estimate.environment import MODEL_VARIABLES, platform_under
+from prism_strategy.estimate.environment import MODEL_VARIABLES
 from prism_strategy.estimate.families import assumptions as family_assumptions
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, model_state_rows, moments
 from prism_strategy.estimate.memory import gathered_model_bytes as _gathered
@@ -50,7 +49,6 @@ __all__ = [
     "measured_nodes",
     "memory_at",
     "model_state_bytes",
-    "platform_as_run",
     "platform_under_variables",
     "timed_view",
 ]
@@ -70,12 +68,6 @@ class MemoryAt:
 
 def _parts(sc: Scenario, parts: tuple[Part, ...] | None) -> tuple[Part, ...]:
     return parts or model_parts(sc.model, sc.training)
-
-
-def platform_as_run(sc: Scenario, calibration: str | None) -> PlatformSpec:
-    """sc's platform under its env profile (estimate/environment.py platform_under), calibrated
-    (estimate/calibration.py: a file, "auto" or "none")."""
-    return calibrated_platform(platform_under(sc.platform, sc.environment), calibration)
 
 
 def platform_under_variables(p: PlatformSpec, variables: Mapping[str, str]) -> PlatformSpec:

@@ -20,7 +20,6 @@ from prism_strategy.estimate import length_spread as ls
 from prism_strategy.estimate.batch import BatchChoice, resolve_batch
 from prism_strategy.estimate.comm import CommEstimate, comm_readings, estimate_comm
 from prism_strategy.estimate.compute import optimizer_time_s, part_flops_per_sample, phase_times
-from prism_strategy.estimate.environment import platform_under
 from prism_strategy.estimate.host import host_terms
 from prism_strategy.estimate.host_range import host_widening, widened
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, moments
@@ -241,7 +240,6 @@ def estimate_option(
 ) -> OptionEstimate:
     """The option's estimate. batch: None = the scenario's batch policy resolved against this
     option's memory ceiling (estimate/batch.py); parts: sc's model parts when already built."""
-    sc = sc.with_platform(platform_under(sc.platform, sc.environment))  # a no-op once the planner applied it
     parts = parts or model_parts(sc.model, sc.training)
     t, p, lay = sc.training, sc.platform, sc.layout
     s = with_run_options(s, t)

@@ -4,8 +4,9 @@ The script is read statically (inputs/script_reads.py, one reader per input); ea
 told when every candidate that can run agrees, and otherwise is "could not tell" with the plan's
 assumption named. A flag given on the command line wins over what the script says; the JSON
 section (`inputs.script` of plan --json) records, per input, the value read, its line and code,
-what was planned and by whom (script, command line or assumption). planning/ never sees this
-module: the CLI passes plain keywords and the section down to plan().
+what was planned and by whom (script, command line or assumption). It plans nothing: flags.py
+merges what it read into the flags, builds the Scenario and plans it (the CLI's plan,
+`plan_for_script`); planning/ never sees this module.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from prism_strategy.inputs import script_wrapping as wrapping
 from prism_strategy.inputs.script_file import read_script
 from prism_strategy.inputs.script_reads import Found, Reader
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.policies import plan_default
 
 FLAGS = {
     "loss": "--loss",
@@ -37,7 +37,7 @@ FLAGS = {
     "global_batch": "--global-batch",
     "lora": "--lora",
 }
-"""plan() keywords a script can set, with their flags."""
+"""plan()'s flags a script can set, with their command-line spelling."""
 QUIET = {"micro_batch", "grad_accum", "global_batch", "lora"}
 """Inputs the plan searches or derives when the script does not fix them: not listed as untold."""
 ASSUMED = {
@@ -149,38 +149,6 @@ def script_error(e: SpecError, section: dict[str, Any]) -> SpecError:
     if not by_script:
         return e
     return SpecError(f"{e} [--script {section['file']} set {', '.join(by_script)}; a flag given overrides it]")
-
-
-def plan_for_script(path: str | Path, **kw: Any):
-    """`plan --script` from Python: plan() with what the script says, keywords given here winning
-    (planning.planner.plan's keywords; the result's `script` is the JSON section)."""
-    from prism_strategy.planning.planner import plan
-
-    defaults = {k: _default(k) for k in FLAGS}
-    read, section = read_plan_inputs(path).plan_inputs(defaults | kw, given=set(kw) & set(FLAGS), source="keyword")
-    return plan(**(kw | read), script=section)
-
-
-def plan_from_command_line(script: str | None, inputs: dict[str, Any], given: set[str], **kw: Any):
-    """`plan` as the command line asks: inputs (FLAGS' keywords as the command line has them)
-    completed from --script where its flag was not given; a bad input names what the script set."""
-    from prism_strategy.planning.planner import plan
-
-    if script is None:
-        return plan(**kw, **inputs)
-    read, section = read_plan_inputs(script).plan_inputs(inputs, given)
-    try:
-        return plan(**kw, **(inputs | read), script=section)
-    except SpecError as e:
-        raise script_error(e, section) from None
-
-
-def _default(keyword: str) -> Any:
-    """plan()'s default for a keyword a script can set (None: the scenario's, e.g. no LoRA)."""
-    try:
-        return plan_default(keyword)
-    except KeyError:
-        return None
 
 
 def _is_binary(path: Path) -> bool:

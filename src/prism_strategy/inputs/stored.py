@@ -18,13 +18,13 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from prism_strategy.planning.scenario import Scenario, resolve_model, scenario_of
+from prism_strategy.inputs.scenario import resolve_model, scenario_of
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
 from prism_strategy.specs.presets import build, load_platform
-from prism_strategy.specs.scenario import ROW_KEYS, ROW_SCHEMA, scenario_to_row
+from prism_strategy.specs.scenario import ROW_KEYS, ROW_SCHEMA, Scenario, scenario_to_row
 
 V0_KEYS = (
     "model",

@@ -25,7 +25,7 @@ from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
-    from prism_strategy.planning.scenario import Scenario
+    from prism_strategy.specs.scenario import Scenario
 
 
 def _states(parts: tuple[Part, ...], sc: "Scenario", s: StrategySpec, nodes: int) -> float:
@@ -148,17 +148,7 @@ def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: f
         f"out of memory: needs {device / GiB:.1f} GiB at micro-batch 1 > {usable / GiB:.1f} GiB usable ({top} GiB; "
         f"model states alone {states / GiB:.1f} GiB {states_say}); judged before timing, so no step time is predicted"
     )
-    o = Option(
-        strategy=s.name,
-        feasible=False,
-        why_not=why,
-        memory=mem,
-        max_micro_batch=0,
-        micro_batch=1,
-        grad_accum=1,
-        ckpt_freq=t.ckpt_name,
-        memory_runtime=dict(at.memory_runtime),
-    )
+    o = Option(strategy=s.name, feasible=False, why_not=why, untimed=at, ckpt_freq=t.ckpt_name)
     return o, device <= usable
 
 

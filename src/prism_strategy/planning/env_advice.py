@@ -14,7 +14,7 @@ the pick under the other profile is made by the same rule (planning/recommend.pi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import tomllib
@@ -26,7 +26,7 @@ from prism_strategy.specs.presets import DATA
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
-    from prism_strategy.planning.scenario import Scenario
+    from prism_strategy.specs.scenario import Scenario
 
 CHANGE = 0.10
 """A profile is worth naming when it moves the pick's step time by more than 10% (the band the
@@ -123,8 +123,7 @@ def env_advice(
         if not _differ(base.variables, other.variables):
             continue
         there = sc.with_platform(platform_under_variables(p, other.variables))
-        timed = [replace(o, samples_per_s=retime(there, o)) for o in feasible]
-        timed = [replace(t, step_time_s=t.global_batch / t.samples_per_s) for t in timed if t.samples_per_s > 0]
+        timed = [o.retimed(rate) for o in feasible if (rate := retime(there, o)) > 0]
         new = pick(timed)
         there_chosen = next(t for t in timed if t.strategy == recommended)
         step = there_chosen.step_time_s

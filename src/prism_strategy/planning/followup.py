@@ -14,7 +14,7 @@ from prism_strategy.specs.presets import model_argument, platform_argument
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
-    from prism_strategy.planning.scenario import Scenario
+    from prism_strategy.specs.scenario import Scenario
 
 
 def _scenario_args(sc: "Scenario", pick: "Option | None") -> list[str]:

@@ -10,21 +10,19 @@ from prism_strategy.estimate.entry import (
     assumptions,
     estimate_option,
     estimate_step,
-    platform_as_run,
     timed_view,
 )
 from prism_strategy.planning.advice import states_never_fit
 from prism_strategy.planning.env_advice import advice_line, env_advice
 from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.recommend import annotate, recommend
-from prism_strategy.planning.scenario import Scenario, build_scenario, split_options
 from prism_strategy.planning.search import evaluate_searched, with_ckpt
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB, Layout
-from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.specs.platform_file import defaults_note
-from prism_strategy.specs.policies import PLAN_KEYS, PlanOptions, batch_problem, check_keywords, plan_options
+from prism_strategy.specs.policies import PlanOptions, batch_problem
+from prism_strategy.specs.scenario import Scenario
 from prism_strategy.specs.values import int_list
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
@@ -45,35 +43,13 @@ def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = Non
     e = estimate_option(sc, s, parts=parts)
     blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
     why_not = f"not viable: {blocked[0].message}" if blocked else e.oom
-    step = e.step
     return Option(
         strategy=s.name,
         feasible=why_not is None,
         why_not=why_not,
-        memory=e.memory,
-        max_micro_batch=e.batch.max_micro_batch,
-        micro_batch=e.batch.micro_batch,
-        grad_accum=e.batch.grad_accum,
+        estimate=e,
         global_batch=e.batch.micro_batch * e.batch.grad_accum * sc.layout.world,
         ckpt_freq=sc.training.ckpt_name,
-        compute_s=step.compute_s,
-        comm_s=step.comm_s,
-        exposed_comm_s=step.exposed_comm_s,
-        optimizer_s=step.optimizer_s,
-        step_time_s=step.step_time_s,
-        samples_per_s=step.samples_per_s,
-        tokens_per_s_per_device=step.tokens_per_s_per_device,
-        mfu=step.mfu,
-        bound=step.bound,
-        scaling_efficiency=e.scaling_efficiency,
-        comm=step.comm,
-        provenance=dict(e.provenance),
-        memory_runtime=dict(e.memory_runtime),
-        step_time_s_range=e.step_time_s_range,
-        samples_per_s_range=e.samples_per_s_range,
-        range=e.range,
-        late_ranks=step.late_ranks,
-        step_time_s_readings=dict(e.readings),
     )
 
 
@@ -90,82 +66,13 @@ def _retimer(parts: tuple[Part, ...], specs: list[StrategySpec]):
     return retime
 
 
-def plan(model: Any = "qwen3-0.6b", **options: Any) -> Plan:
-    """Evaluate every strategy for this scenario: the options ranked, the pick and why.
-    The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
-    is `report.markdown.write_markdown(result, FILE)`).
-
-    model: preset name, config.json path, TransformerSpec or nn.Module.
-    mode: "e2e" | "projector" | "encoder-projector" (what trains; the last two need `vision`).
-    platform: preset name, platform .toml path or PlatformSpec.  nodes: node count.
-    seq_len: text tokens per sample, the longest (peak memory is predicted there).
-    mean_seq_len: mean text tokens per sample (each batch padded to its longest); step time is
-        predicted there. None = seq_len.
-    length_histogram: the samples' text lengths as (tokens, count) pairs: the slowest rank's padded
-        batch at scale (estimate/length_spread.py) and, without mean_seq_len, the mean padded length.
-    length_bucketing: batches drawn from one length bucket (default True): a rank pads to about one
-        sample's length; False: to the longest of its micro-batch.
-    micro_batch: samples per device per forward; None = each option's largest that fits.
-    lora: LoRA adapters (specs/lora.py): an adapter_config.json path, LoraConfig fields as a dict, or a
-        LoraSpec; the base is frozen and only the adapters train. None = full training.
-    global_batch: samples per optimizer step; every option runs exactly
-        micro_batch x grad_accum x world = global_batch (a global batch that is not a multiple of
-        the world is a SpecError naming the nearest valid values).
-    grad_accum: micro-batches per optimizer step; None = 1, or what global_batch needs.
-    ckpt_freq: "auto" (each option searches none / every block / every 2nd / small divisors and
-        keeps the fastest that fits) or k: checkpoint every k-th block, 0 = none.
-    precision: "bf16-mixed" | "bf16-pure" | "fp32".  optimizer: "adamw" | "sgd".
-    vision: vision encoder preset (adds it and a projector).  image_tokens: per sample (default:
-        the encoder's patch count).  compile: torch.compile on (estimate/memory_compile.py).
-    compile_loss: with compile, the loss compiled too (torchtitan's default since 2025-08): no fp32
-        logits held; wrap() leaves the loss eager.
-    ranks_per_node: default the platform's devices per node.
-    sweep_nodes: node counts for a scaling table (a list, or "1,2,4" as on the command line).
-    calibration: a calibration file, "auto" (the cached one when it matches) or "none".
-    traced: also trace each option's real training step on fake tensors (slow).
-    bucket_mb: gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket).
-    reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
-    loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
-    comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
-        CLI loads them from the results store: bench/results/curves.py); a matching one prices its collective.
-    rank_jitter: the measured per-rank spread of the work between synchronisations (std / mean; the
-        CLI also reads it from a StepMonitor folder: planning/rank_jitter.py); it prices the late-rank
-        term into the step (estimate/scale_loss.py). None: the platform's `rank_jitter`; unmeasured, the
-        published average (data/scale_loss.toml) in the step and its top on the range's slow side.
-    script: what a training script said about these inputs, kept as given for `inputs.script` of the
-        JSON (`plan --script` reads it: inputs/script.py; the values arrive as the keywords above).
-    varying_lengths: batch shapes change step to step (padded per batch); None = when mean_seq_len < seq_len.
-    expandable_segments: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = the
-        platform's env profile (both: estimate/memory_runtime.py, the allocator's reserve).
-    env_profile: the env profile the ranks run under: a name (data/env_profiles), a profile .toml path
-        or a specs.policies.EnvironmentPolicy; its CCL variables price the collectives
-        (estimate/environment.py; a platform file's own CCL keys stay overrides). None = the
-        platform's own `env_profile`, the platform as it is.
-    model may also be a Scenario (planning/scenario.py build_scenario): then only the plan's own
-        options (sweep_nodes, calibration, traced, reduce_dtype, comm_curves, script, rank_jitter) go beside it.
-    """
-    run, rest = split_options(options)
-    check_keywords("plan", rest, PLAN_KEYS)
-    o = plan_options(rest)
-    if isinstance(model, Scenario):
-        check_keywords("plan", run, ())  # a Scenario carries the run; only PlanOptions' keywords go beside it
-        sc = model
-    else:
-        sc = build_scenario(model, **({"ckpt_freq": "auto"} | run))
-        check_ranks_per_node(sc, run.get("ranks_per_node"))
-    return plan_scenario(sc, o)
-
-
-def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
-    """plan() for a built scenario: every strategy evaluated, ranked and explained."""
+def plan(sc: Scenario, o: PlanOptions = PlanOptions()) -> Plan:
+    """Every strategy evaluated on the scenario (built by inputs/scenario.py, its platform already
+    under the env profile and calibrated), ranked and explained. `prism_strategy.plan(model, **flags)`
+    (flags.py) is the convenience from keywords."""
     bucket_mb = sc.training.bucket_mb
     specs = [s.with_options(bucket_mb=bucket_mb, reduce_dtype=o.reduce_dtype) for s in all_strategies()]
     sweep = int_list(o.sweep_nodes, "--sweep-nodes")
-    sc = sc.with_platform(platform_as_run(sc, o.calibration))
-    if o.comm_curves:
-        sc = sc.with_platform(sc.platform.with_values(measured_collectives=tuple(o.comm_curves)))
-    if o.rank_jitter is not None:
-        sc = sc.with_platform(sc.platform.with_values(rank_jitter=o.rank_jitter))
     parts = model_parts(sc.model, sc.training)
     early = states_never_fit(sc, parts, specs)  # nothing's model states fit: judged before any timing
     options = early or [evaluate_searched(sc, s, parts, evaluate) for s in specs]
@@ -189,16 +96,6 @@ def plan_scenario(sc: Scenario, o: PlanOptions) -> Plan:
     if sweep:
         result.sweep = sweep_rows(sc, parts, options, sweep, recommended, specs)
     return result
-
-
-def check_ranks_per_node(sc: Scenario, asked: int | None) -> None:
-    """A planned job places one rank per device: more ranks per node than devices is bad input."""
-    dev = sc.platform.hardware.devices_per_node
-    if asked is not None and asked > dev:
-        raise SpecError(
-            f"--ranks-per-node {asked} exceeds {sc.platform.name}'s {dev} devices per node "
-            f"(one rank per device); use 1..{dev}"
-        )
 
 
 def trace_options(sc: Scenario, options: list[Option]) -> None:
@@ -296,18 +193,18 @@ def row_efficiency(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def estimate_traced(model: Any, strategy: str, **kw: Any) -> Option | dict[str, Any]:
+def estimate_traced(sc: Scenario, strategy: str, factory: str | None = None) -> Option | dict[str, Any]:
     """`prism-strategy estimate`: analytic and traced memory of one strategy side by side: the
-    Option, its traced fields set (report/plan_json.estimate_dict is its JSON). model may also be a
-    "pkg.mod:make_model" factory: then the traced fields alone (no spec to model analytically)."""
+    Option, its traced fields set (report/plan_json.estimate_dict is its JSON). factory: a
+    "pkg.mod:make_model" to trace instead of sc's model: then the traced fields alone (no spec to
+    model analytically; sc gives the layout, training and platform)."""
     from prism_strategy.traced.estimate import trace_option, traced_fields
 
     s = get_strategy(strategy)
-    if isinstance(model, str) and ":" in model and not model.endswith(".json"):
-        sc = build_scenario("tiny-llama", **kw)  # layout, training and platform only
+    if factory is not None:
         mb = sc.training.micro_batch or 1
         t = trace_option(
-            model,
+            factory,
             sc.training,
             sc.layout,
             s,
@@ -321,8 +218,6 @@ def estimate_traced(model: Any, strategy: str, **kw: Any) -> Option | dict[str, 
             "memory_gib": None,
             **traced_fields(t.memory, reserve_bytes=sc.platform.allocator.framework_reserve_gib * GiB, search=t.search),
         }
-    sc = build_scenario(model, **kw)
-    check_ranks_per_node(sc, kw.get("ranks_per_node"))
     if (early := states_never_fit(sc, model_parts(sc.model, sc.training), [s], at_batch_1=False)) is not None:
         return early[0]  # model states alone cannot fit: nothing to trace (planning/advice.py)
     o = evaluate(sc, s)

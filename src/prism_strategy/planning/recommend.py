@@ -16,7 +16,7 @@ from prism_strategy.strategies import all_strategies, get_strategy
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
-    from prism_strategy.planning.scenario import Scenario
+    from prism_strategy.specs.scenario import Scenario
 
 TIE = 0.10
 """The uncertainty band: an option is tied with the fastest when the fastest is at most 10% faster

@@ -250,7 +250,7 @@ def write_store_report(
     The predictions (compare's and the curve's) are calibrated as `compare --calibration C` is; a
     calibration file applies to the curve when it is of the curve's platform."""
     from prism_strategy.bench.launch.requests import compare_rows, existing_store
-    from prism_strategy.planning.planner import plan
+    from prism_strategy.flags import plan
     from prism_strategy.report.plots import check_out_dir, write_report
 
     outdir = check_out_dir(out)

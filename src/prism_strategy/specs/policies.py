@@ -6,8 +6,8 @@ strategy.toml, a framework config) fills the same fields."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prism_strategy.specs.errors import SpecError
@@ -127,65 +127,30 @@ class EnvironmentPolicy:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class PlanOptions:
-    """plan()'s knobs that are not the run itself: what is searched, measured or traced beside it."""
+class MeasuredPolicy:
+    """What was measured on this platform that prices the run: applied to the Scenario's platform
+    once, where inputs/scenario.py builds it."""
 
-    sweep_nodes: Sequence[int] | str | None = None
-    """Node counts for a scaling table (a list, or "1,2,4" as on the command line)."""
-    calibration: str | None = "auto"
-    """A calibration file, "auto" (the cached one when it matches) or "none"."""
-    traced: bool = False
-    """Also trace each option's real training step on fake tensors (slow)."""
-    reduce_dtype: str | None = None
-    """fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed communication_data_type; None = each engine's."""
+    calibration: str | None = "none"
+    """A calibration file, "auto" (the cached one when it matches) or "none" (plan()'s default: auto)."""
     comm_curves: Sequence[Any] = ()
     """Measured collective curves for this platform (specs/measured.MeasuredCurve)."""
-    script: dict[str, Any] | None = None
-    """What a training script said about the inputs (inputs/script.py), for `inputs.script`."""
     rank_jitter: float | None = None
     """Measured per-rank spread of the work between synchronisations (std / mean)."""
 
 
-BATCH_KEYS = tuple(f.name for f in fields(BatchPolicy))
-MEMORY_KEYS = ("ckpt_freq", *(f.name for f in fields(MemoryPolicy) if f.name != "checkpointing"))
-"""The keyword (and flag) names of MemoryPolicy's fields: ckpt_freq is `checkpointing`."""
-SCENARIO_KEYS = ("mode", "vision", "lora", "platform", "nodes", "ranks_per_node", "precision", "env_profile")
-"""build_scenario's keywords outside the two policies (the model comes first, by position)."""
-PLAN_KEYS = tuple(f.name for f in fields(PlanOptions))
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanOptions:
+    """plan()'s knobs that are not the run itself: what is searched or traced beside it."""
 
-
-def check_keywords(fn: str, given: Mapping[str, Any], allowed: Sequence[str]) -> None:
-    """TypeError for a keyword `fn` does not take, as Python says it for a signature."""
-    for k in given:
-        if k not in allowed:
-            raise TypeError(f"{fn}() got an unexpected keyword argument {k!r}")
-
-
-def batch_policy(options: Mapping[str, Any]) -> BatchPolicy:
-    return BatchPolicy(**{k: options[k] for k in BATCH_KEYS if k in options})
-
-
-def memory_policy(options: Mapping[str, Any]) -> MemoryPolicy:
-    kw = {k: options[k] for k in MEMORY_KEYS if k in options and k != "ckpt_freq"}
-    return MemoryPolicy(checkpointing=options.get("ckpt_freq", 0), **kw)
-
-
-def plan_options(options: Mapping[str, Any]) -> PlanOptions:
-    return PlanOptions(**{k: options[k] for k in PLAN_KEYS if k in options})
-
-
-def plan_default(name: str) -> Any:
-    """plan()'s default for a keyword: the policies' field defaults, and checkpointing searched
-    ("auto"; build_scenario's default is 0, no checkpointing)."""
-    if name == "ckpt_freq":
-        return "auto"
-    if name == "precision":
-        return "bf16-mixed"
-    for cls in (BatchPolicy, MemoryPolicy, PlanOptions):
-        f = next((f for f in fields(cls) if f.name == name), None)
-        if f is not None:
-            return f.default
-    raise KeyError(name)
+    sweep_nodes: Sequence[int] | str | None = None
+    """Node counts for a scaling table (a list, or "1,2,4" as on the command line)."""
+    traced: bool = False
+    """Also trace each option's real training step on fake tensors (slow)."""
+    reduce_dtype: str | None = None
+    """fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed communication_data_type; None = each engine's."""
+    script: dict[str, Any] | None = None
+    """What a training script said about the inputs (inputs/script.py), for `inputs.script`."""
 
 
 def divisors(n: int) -> list[int]:

@@ -1,5 +1,5 @@
 """A scenario = model + platform + layout + the run's policies (batch, precision, memory,
-environment: specs/policies.py). Built and validated once at each edge (planning/scenario.py
+environment: specs/policies.py). Built and validated once at each edge (inputs/scenario.py
 scenario_of, from inputs/); the estimates and the planner read it, never keyword lists."""
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ class TrainingSpec:
     sample's; off: the longest of its micro-batch's samples."""
     varying_lengths: bool = False
     """Batch shapes change from step to step (each batch padded to its longest sample, as PRISM):
-    the caching allocator keeps more beyond allocated (estimate/memory_runtime.py). build_scenario
+    the caching allocator keeps more beyond allocated (estimate/memory_runtime.py). inputs/scenario.py
     sets it when a mean length below seq_len is given; fixed-length packing (torchtitan) leaves it off."""
     expandable_segments: bool | None = None
     """The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = what the platform's

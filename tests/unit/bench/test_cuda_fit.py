@@ -20,7 +20,7 @@ from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.compute import part_flops_per_sample
 from prism_strategy.estimate.range_parts import step_range
 from prism_strategy.estimate.ranges import fit_errors, halfwidth
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.presets import load_model, load_platform
@@ -156,7 +156,7 @@ def test_sac_recomputes_every_second_matmul_of_each_block():
         def __getattr__(self, k):
             return getattr(self._t, k)
 
-    sc = build_scenario("llama-3.1-8b", platform="dgx-h100", seq_len=1024, micro_batch=1)
+    sc = scenario_from_flags("llama-3.1-8b", platform="dgx-h100", seq_len=1024, micro_batch=1)
     (part,) = model_parts(sc.model, sc.training)
     f = part_flops_per_sample(part, Sac(sc.training))  # type: ignore[arg-type]
     assert f.recompute == pytest.approx(32 * 2 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336) * 1024)
@@ -192,7 +192,7 @@ def test_neutral_shape_terms_give_back_the_flops_model():
         compute_terms=ComputeTerms(gemm_half_dim=0.0, attention_ratio=1.0, elementwise_bytes=0.0)
     )
     for model, ckpt in (("llama-3.1-8b", 0), ("mpt-7b", 1)):
-        sc = build_scenario(model, platform=flat, seq_len=2048, micro_batch=2, ckpt_freq=ckpt)
+        sc = scenario_from_flags(model, platform=flat, seq_len=2048, micro_batch=2, ckpt_freq=ckpt)
         parts = model_parts(sc.model, sc.training)
         a, b = phase_times(parts, sc.training, flat, 2), phase_times(parts, sc.training, neutral, 2)
         assert b.forward_flops == pytest.approx(a.forward_flops) and b.backward_flops == pytest.approx(a.backward_flops)
@@ -209,7 +209,7 @@ def test_eager_kernels_cost_their_bytes_at_hbm_bandwidth():
     base = load_platform("dgx-h100")
     off = base.with_values(compute_terms=ComputeTerms(elementwise_bytes=0.0))
     on = base.with_values(compute_terms=ComputeTerms(elementwise_bytes=1.0))
-    sc = build_scenario("llama-2-7b", platform=base, seq_len=2048, micro_batch=4)
+    sc = scenario_from_flags("llama-2-7b", platform=base, seq_len=2048, micro_batch=4)
     parts = model_parts(sc.model, sc.training)
     blk = block_kernels(sc.model.backbone)
     per_kernel = 4096 * 2 * 4 * 2048 / (base.hardware.hbm_bw_gbps * 1e9)  # hidden x bf16 x tokens / bandwidth

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from prism_strategy.bench.fit.published import load_published, published_names
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.errors import SpecError
 
 GOOD = """
@@ -33,7 +33,7 @@ def test_shipped_records_build_scenarios_with_their_source():
     ids = [r.id for r in records]
     assert {"A1", "A2", "B1", "C3", "D1", "E1", "E2"} <= set(ids) and len(ids) == len(set(ids))
     for r in records:
-        sc = build_scenario(**r.scenario_kwargs())
+        sc = scenario_from_flags(**r.scenario_kwargs())
         assert sc.layout.world == r.scenario.world and r.source
     a1 = next(r for r in records if r.id == "A1")
     assert a1.step_time_s() == 2.50 and a1.measured.host_s["AccumulateGrad"] == 1.49

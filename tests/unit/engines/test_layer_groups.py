@@ -21,7 +21,7 @@ import prism_strategy.estimate.comm as comm
 from prism_strategy.engines import step_collectives
 from prism_strategy.estimate.option import estimate_option
 from prism_strategy.estimate.overlap import _runs, _slots
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import STRATEGY_NAMES, get_strategy
 
@@ -81,7 +81,7 @@ def _both_ways(monkeypatch, compute):
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_grouped_collectives_equal_the_layer_by_layer_ones(monkeypatch, name):
-    sc = build_scenario(**SCENARIOS[name])
+    sc = scenario_from_flags(**SCENARIOS[name])
 
     def every_strategy():
         parts = model_parts(sc.model, sc.training)
@@ -94,7 +94,7 @@ def test_grouped_collectives_equal_the_layer_by_layer_ones(monkeypatch, name):
 
 @pytest.mark.parametrize("name", ["llama", "moe"])
 def test_grouped_step_time_and_memory_equal_the_layer_by_layer_ones(monkeypatch, name):
-    sc = build_scenario(**SCENARIOS[name])
+    sc = scenario_from_flags(**SCENARIOS[name])
 
     def estimates():
         return [estimate_option(sc, get_strategy(s)) for s in STRATEGY_NAMES]

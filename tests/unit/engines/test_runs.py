@@ -14,7 +14,7 @@ import prism_strategy.engines.deepspeed as ds
 import prism_strategy.engines.fsdp2 as fsdp2
 from prism_strategy.engines import step_collectives
 from prism_strategy.engines.runs import Runs
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 
@@ -39,7 +39,7 @@ def test_runs_read_as_the_tuple_they_encode():
 def test_a_deep_stack_s_per_block_calls_are_a_few_runs(tmp_path):
     config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4}
     (tmp_path / "config.json").write_text(json.dumps(config | {"num_hidden_layers": 20_000, "vocab_size": 256}))
-    sc = build_scenario(model=str(tmp_path), platform="dgx-h100", nodes=2, seq_len=64)
+    sc = scenario_from_flags(model=str(tmp_path), platform="dgx-h100", nodes=2, seq_len=64)
     parts = model_parts(sc.model, sc.training)
     cs = step_collectives(get_strategy("fsdp_full_shard"), parts, sc.training, sc.layout, 1)
     gather = next(c for c in cs if c.op == "all_gather" and c.phase == "forward")
@@ -50,7 +50,7 @@ def test_a_deep_stack_s_per_block_calls_are_a_few_runs(tmp_path):
 def _deep_parts(tmp_path, layers, hidden):
     config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_attention_heads": 4}
     (tmp_path / "config.json").write_text(json.dumps(config | {"num_hidden_layers": layers, "vocab_size": 256}))
-    sc = build_scenario(model=str(tmp_path), platform="dgx-h100", nodes=2, seq_len=64)
+    sc = scenario_from_flags(model=str(tmp_path), platform="dgx-h100", nodes=2, seq_len=64)
     return model_parts(sc.model, sc.training)
 
 
@@ -127,7 +127,9 @@ def test_zero3_buffers_count_every_part_s_own_modules():
     (all kept alive). Its per-module memo keyed by id() summed a freed part's modules for the next
     part's new lists (ids are reused after a free): a SigLIP2 + Qwen3 model counted 350 small
     persistent tensors, not its 238."""
-    sc = build_scenario(model="qwen3-0.6b", vision="siglip2-base-patch16-224", mode="projector", platform="dgx-a100-40")
+    sc = scenario_from_flags(
+        model="qwen3-0.6b", vision="siglip2-base-patch16-224", mode="projector", platform="dgx-a100-40"
+    )
     parts = model_parts(sc.model, sc.training)
     modules = [m for pm in [base.part_modules(p) for p in parts] for m in pm.forward_order()]
     small = [n for m in modules for n, _ in m if ds.is_persistent(n)]

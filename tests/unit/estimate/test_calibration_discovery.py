@@ -13,7 +13,7 @@ from prism_strategy.estimate.calibration import (
     find_calibration,
     write_calibration,
 )
-from prism_strategy.planning.planner import plan
+from prism_strategy.flags import plan
 from prism_strategy.specs import load_platform
 
 TORCH = metadata.version("torch")

@@ -151,7 +151,7 @@ def test_plan_beyond_the_measured_nodes_prices_every_reading():
     """At 16 Aurora nodes (the training fit measured 10: PRISM's P10 rows) each option carries its
     step under each reading of the comm terms (the other host staging, the sync wait's linear
     reading); at 10 nodes none."""
-    from prism_strategy.planning.planner import plan
+    from prism_strategy.flags import plan
 
     far = plan("qwen3-0.6b", platform="aurora", nodes=16, seq_len=512, micro_batch=8).option("fsdp_full_shard")
     r = far.step_time_s_readings

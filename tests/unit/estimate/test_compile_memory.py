@@ -19,8 +19,9 @@ from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate import memory_compile
 from prism_strategy.estimate.memory import sac_linears, saved_block_bytes_per_token
 from prism_strategy.estimate.memory_runtime import runtime_memory
+from prism_strategy.flags import scenario_from_flags
+from prism_strategy.inputs.scenario import resolve_model
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario, resolve_model
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.training import TrainingSpec
@@ -74,7 +75,7 @@ def test_compiled_sac_drops_the_down_projection_output():
 
 def _reserved(rid: str, **changes) -> float:
     r = CUDA[rid]
-    sc = build_scenario(**(r.scenario_kwargs() | changes))
+    sc = scenario_from_flags(**(r.scenario_kwargs() | changes))
     s = get_strategy(r.planner_strategy).with_options(reduce_dtype=r.scenario.reduce_dtype)
     return runtime_memory(evaluate(sc, s).memory, sc.platform).reserved
 
@@ -94,7 +95,7 @@ def test_a_compiled_loss_holds_low_precision_logits_and_their_grad():
     """E1 (torchtitan compiles the loss too): 2 x 8192 tokens x 256128 vocab x (bf16 logits +
     bf16 grad) on each device, no fp32 buffers."""
     r = AURORA["E1"]
-    o = evaluate(build_scenario(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
+    o = evaluate(scenario_from_flags(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
     [loss] = [b for k, label, b in o.memory.items if label.startswith("loss:")]
     assert loss == 2 * 8192 * 256128 * 2 * 2
     assert "compiled cross-entropy" in next(label for _, label, _ in o.memory.items if label.startswith("loss:"))
@@ -102,12 +103,12 @@ def test_a_compiled_loss_holds_low_precision_logits_and_their_grad():
 
 def test_compile_loss_needs_compile():
     with pytest.raises(SpecError, match="--compile-loss needs --compile"):
-        build_scenario("llama-2-7b", platform="h100-96gb-500w", compile=False, compile_loss=True, micro_batch=1)
+        scenario_from_flags("llama-2-7b", platform="h100-96gb-500w", compile=False, compile_loss=True, micro_batch=1)
 
 
 def test_the_estimate_names_the_compile_term_and_its_source():
     r = CUDA["TT-22"]
-    o = evaluate(build_scenario(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
+    o = evaluate(scenario_from_flags(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
     assert any("partitioners.py" in label for key, label, _ in o.memory.items if key == "activations")
     assert "estimate/memory_compile.py" in o.provenance["memory"]
 

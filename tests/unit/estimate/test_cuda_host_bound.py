@@ -12,7 +12,7 @@ import torch
 
 from prism_strategy.estimate.compute import phase_host_s, step_host_ops, step_kernels
 from prism_strategy.estimate.option import estimate_option
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.strategies import get_strategy
 
@@ -22,7 +22,7 @@ the model's kernels do not list): it may sit within 20% of the profiled count.""
 
 
 def _scenario(model: str, platform: str, seq: int = 64):
-    return build_scenario(model, platform=platform, seq_len=seq, micro_batch=1, ranks_per_node=1)
+    return scenario_from_flags(model, platform=platform, seq_len=seq, micro_batch=1, ranks_per_node=1)
 
 
 def _profiled_ops(model: str) -> int:

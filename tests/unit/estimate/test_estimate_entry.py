@@ -13,7 +13,7 @@ from prism_strategy.estimate.entry import (
     memory_at,
     model_state_bytes,
 )
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.strategies import get_strategy
 
@@ -21,7 +21,7 @@ from prism_strategy.strategies import get_strategy
 @pytest.mark.parametrize("name", ["ddp", "zero3", "hsdp_full_shard"])
 @pytest.mark.parametrize("grad_accum", [1, 2])
 def test_memory_at_is_what_estimate_option_judges_feasibility_on(name, grad_accum):
-    sc = build_scenario("qwen3-0.6b", platform="dgx-h100", nodes=2, seq_len=512, bucket_mb=50)
+    sc = scenario_from_flags("qwen3-0.6b", platform="dgx-h100", nodes=2, seq_len=512, bucket_mb=50)
     s = get_strategy(name)
     at = BatchAt(micro_batch=3, grad_accum=grad_accum)
     e = estimate_option(sc, s, at)
@@ -32,7 +32,7 @@ def test_memory_at_is_what_estimate_option_judges_feasibility_on(name, grad_accu
 
 
 def test_model_states_divide_over_the_ranks_a_strategy_shards_them_on():
-    sc = build_scenario("qwen3-0.6b", platform="dgx-h100", nodes=1)
+    sc = scenario_from_flags("qwen3-0.6b", platform="dgx-h100", nodes=1)
     wide = sc.with_layout(Layout(nodes=4, ranks_per_node=sc.layout.ranks_per_node))
     ddp, zero3 = get_strategy("ddp"), get_strategy("zero3")
     assert model_state_bytes(wide, ddp) == model_state_bytes(sc, ddp)  # replicated: no change with nodes

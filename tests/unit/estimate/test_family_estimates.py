@@ -8,7 +8,7 @@ import pytest
 
 from prism_strategy.estimate.compute import block_kernels, part_flops_per_sample
 from prism_strategy.estimate.memory import block_activation_bytes_per_token, estimate_memory
-from prism_strategy.planning.planner import plan
+from prism_strategy.flags import plan
 from prism_strategy.specs import Layout, MultimodalSpec, TrainingSpec, load_model, load_platform
 from prism_strategy.specs.model import TransformerSpec
 from prism_strategy.specs.parts import model_parts

@@ -13,8 +13,8 @@ from prism_strategy.estimate.comm import estimate_comm
 from prism_strategy.estimate.compute import block_kernels, phase_times, step_kernels
 from prism_strategy.estimate.host import grad_path_s, host_terms
 from prism_strategy.estimate.memory_runtime import runtime_memory
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.report.plan_json import option_dict
 from prism_strategy.specs import load_model, load_platform
 from prism_strategy.specs.cluster import Layout
@@ -25,7 +25,7 @@ RECORDS = {r.id: r for r in load_published("aurora-prism")}
 
 
 def _parts(record_id: str, **over):
-    sc = build_scenario(**(RECORDS[record_id].scenario_kwargs() | over))
+    sc = scenario_from_flags(**(RECORDS[record_id].scenario_kwargs() | over))
     return sc, model_parts(sc.model, sc.training)
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from prism_strategy.emit.env import load_env_profile
 from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.presets import load_platform, platform_names
 from prism_strategy.strategies import get_strategy
@@ -35,7 +35,7 @@ def _c6(**changes):
         )
         | changes
     )
-    sc = build_scenario(**kw)
+    sc = scenario_from_flags(**kw)
     return sc, evaluate(sc, get_strategy("ddp"))
 
 
@@ -59,9 +59,11 @@ def test_varying_lengths_add_the_varying_term_and_expandable_segments_remove_it(
 
 
 def test_a_mean_length_below_the_max_means_varying_shapes():
-    assert build_scenario("qwen3-0.6b", platform="aurora", seq_len=512, mean_seq_len=300).training.varying_lengths
-    assert not build_scenario("qwen3-0.6b", platform="aurora", seq_len=512, mean_seq_len=512).training.varying_lengths
-    assert not build_scenario("qwen3-0.6b", platform="aurora", seq_len=512).training.varying_lengths
+    assert scenario_from_flags("qwen3-0.6b", platform="aurora", seq_len=512, mean_seq_len=300).training.varying_lengths
+    assert not scenario_from_flags(
+        "qwen3-0.6b", platform="aurora", seq_len=512, mean_seq_len=512
+    ).training.varying_lengths
+    assert not scenario_from_flags("qwen3-0.6b", platform="aurora", seq_len=512).training.varying_lengths
 
 
 def test_feasibility_counts_the_slivers_a_flush_cannot_release():
@@ -85,7 +87,7 @@ def test_max_micro_batch_is_the_last_batch_whose_reserved_at_the_limit_fits():
     usable = sc.platform.usable_bytes
     for b, fits in ((mb, True), (mb + 1, False)):
         x = evaluate(
-            build_scenario(
+            scenario_from_flags(
                 **dict(
                     model="olmo-7b",
                     vision="siglip2-base-patch16-224",
@@ -107,7 +109,7 @@ def test_fixed_shape_cache_is_reported_but_not_held_against_the_device():
     """llm-foundry MF-06 (MPT-7b, micro-batch 6, seq 2048, no checkpointing, 8 H100 80 GB) ran; its
     unpressed reserved figure exceeds the device, which the allocator's flush and retry
     (memory_stats num_alloc_retries) gives back: the plan reports both and judges the limit."""
-    sc = build_scenario(
+    sc = scenario_from_flags(
         "mpt-7b",
         platform="dgx-h100",
         seq_len=2048,

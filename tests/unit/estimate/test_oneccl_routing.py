@@ -11,8 +11,8 @@ from prism_strategy.bench.fit.published import load_published
 from prism_strategy.emit.env import load_env_profile
 from prism_strategy.estimate.comm import collective_call
 from prism_strategy.estimate.comm_oneccl import gpu_kernel_route, host_ring_seconds, with_ccl_env
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs import load_platform
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.strategies import get_strategy
@@ -83,7 +83,7 @@ def test_four_workers_slow_fsdp_and_leave_ddp_ring_all_reduce_alone(aurora, pris
     kw = {r.id: r for r in load_published("aurora-prism")}["A3-fsdp"].scenario_kwargs()
     out = {}
     for workers in ("1", "4"):
-        sc = build_scenario(**(kw | {"platform": with_ccl_env(aurora, prism_env | {"CCL_WORKER_COUNT": workers})}))
+        sc = scenario_from_flags(**(kw | {"platform": with_ccl_env(aurora, prism_env | {"CCL_WORKER_COUNT": workers})}))
         out[workers] = {s: evaluate(sc, get_strategy(s)) for s in ("ddp", "fsdp_full_shard")}
     ar = {w: [c.seconds_per_step for c in o["ddp"].comm.collectives if c.op == "all_reduce"] for w, o in out.items()}
     assert ar["1"] and ar["4"] == pytest.approx(ar["1"])

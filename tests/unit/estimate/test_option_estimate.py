@@ -11,8 +11,8 @@ import pytest
 
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.estimate.option import BatchAt, estimate_option, estimate_step
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.strategies import get_strategy
 
@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[3] / "src" / "prism_strategy"
 
 
 def test_the_planners_option_is_the_estimate_as_it_came_back():
-    sc = build_scenario("llama-3.1-8b", nodes=4, seq_len=2048, global_batch=192)
+    sc = scenario_from_flags("llama-3.1-8b", nodes=4, seq_len=2048, global_batch=192)
     s = get_strategy("hsdp_full_shard")
     e, o = estimate_option(sc, s), evaluate(sc, s)
     assert (o.micro_batch, o.grad_accum, o.max_micro_batch) == (
@@ -37,7 +37,7 @@ def test_the_planners_option_is_the_estimate_as_it_came_back():
 
 
 def test_a_given_batch_is_priced_as_given_and_one_node_scales_perfectly():
-    sc = build_scenario("qwen3-0.6b", platform="dgx-h100", seq_len=512, micro_batch=2)
+    sc = scenario_from_flags("qwen3-0.6b", platform="dgx-h100", seq_len=512, micro_batch=2)
     e = estimate_option(sc, get_strategy("ddp"), BatchAt(micro_batch=3, grad_accum=2))
     assert (e.batch.micro_batch, e.batch.grad_accum, e.scaling_efficiency) == (3, 2, 1.0)
     alone = estimate_step(sc, get_strategy("ddp"), BatchAt(micro_batch=3, grad_accum=2))

@@ -14,7 +14,7 @@ from prism_strategy.engines.fsdp2 import fsdp_units
 from prism_strategy.estimate.comm import CollectiveCost, CommEstimate, estimate_comm, schedules_overlap
 from prism_strategy.estimate.comm_nccl import call_channels, channels, compute_channels
 from prism_strategy.estimate.overlap import Phase, Slot, exposed_collectives, phase_wall_s, schedule
-from prism_strategy.planning.planner import plan
+from prism_strategy.flags import plan
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.model import MultimodalSpec
 from prism_strategy.specs.parts import model_parts

@@ -20,8 +20,8 @@ from prism_strategy.bench.fit import fit_terms as ft
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.backends.oneccl import linear_sync_wait
 from prism_strategy.estimate.scale_loss import ring_steps, step_wait_us, sync_wait
-from prism_strategy.planning.planner import evaluate, plan
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import plan, scenario_from_flags
+from prism_strategy.planning.planner import evaluate
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.strategies import get_strategy
 
@@ -43,7 +43,7 @@ def test_the_records_carry_the_shared_files_numbers():
 
 def _option(rid: str):
     r = RECORDS[rid]
-    return evaluate(build_scenario(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
+    return evaluate(scenario_from_flags(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
 
 
 @pytest.mark.parametrize("rid", sorted(MEASURED))

@@ -31,8 +31,8 @@ from _holdout import known_gap, refit_memory_without
 
 from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.memory_runtime import runtime_memory
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.strategies import get_strategy
 
@@ -154,7 +154,7 @@ AURORA_CASES = [
 
 def _aurora_memory(rid: str):
     r = AURORA[rid.removesuffix("-allocated")]
-    sc = build_scenario(**refit_memory_without(r.id).kwargs(r.id))
+    sc = scenario_from_flags(**refit_memory_without(r.id).kwargs(r.id))
     return r, sc, evaluate(sc, get_strategy(r.planner_strategy))
 
 
@@ -218,7 +218,7 @@ def test_prism_7b_ddp_on_one_aurora_node_dies_at_the_optimizer_step():
     """Issue 17: PRISM found OLMo-3 7B end-to-end under DDP does not fit one Aurora node (section D
     runs FSDP instead). Every rank holds bf16 params, grads and both moments (54.4 GiB) and
     foreach AdamW's _foreach_sqrt of the second moment (13.8 GiB) at the step."""
-    sc = build_scenario(
+    sc = scenario_from_flags(
         "olmo-3-7b",
         vision="siglip2-base-patch16-224",
         platform="aurora",
@@ -295,7 +295,7 @@ CUDA_CASES = [
 
 def _cuda_memory(rid: str):
     r = CUDA[rid.removesuffix("-reserved")]
-    sc = build_scenario(**refit_memory_without(r.id).kwargs(r.id))
+    sc = scenario_from_flags(**refit_memory_without(r.id).kwargs(r.id))
     return r, sc, evaluate(sc, get_strategy(r.planner_strategy).with_options(reduce_dtype=r.scenario.reduce_dtype))
 
 

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from prism_strategy.estimate.ranges import fit_errors, uncalibrated_halfwidth
-from prism_strategy.planning.planner import plan
+from prism_strategy.flags import plan
 from prism_strategy.report.plan_json import plan_dict
 from prism_strategy.report.plan_table import print_plan
 
@@ -85,13 +85,13 @@ def test_table_shows_the_range_within_100_columns():
 # --- Aurora beyond the training fit's nodes: the collective fit's errors widen the range ----------
 def _qwen_vlm_at(nodes: int, strategy: str):
     from prism_strategy.bench.fit.published import load_published
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.planning.planner import evaluate
-    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
     a3 = next(r for r in load_published("aurora-prism") if r.id == "A3-fsdp")
     kw = dict(a3.scenario_kwargs(), nodes=nodes, micro_batch=8, global_batch=8 * 12 * nodes)
-    return evaluate(build_scenario(**kw), get_strategy(strategy))
+    return evaluate(scenario_from_flags(**kw), get_strategy(strategy))
 
 
 def test_collective_halfwidth_takes_the_rows_covering_the_layout():
@@ -155,12 +155,12 @@ def _parts(nodes: int, strategy: str):
     from prism_strategy.bench.fit.published import load_published
     from prism_strategy.estimate.option import BatchAt, estimate_step, reprice_collectives, timed_view
     from prism_strategy.estimate.range_parts import parts_of_step
-    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
 
     a3 = next(r for r in load_published("aurora-prism") if r.id == "A3-fsdp")
-    sc = build_scenario(**dict(a3.scenario_kwargs(), nodes=nodes, micro_batch=8, global_batch=8 * 12 * nodes))
+    sc = scenario_from_flags(**dict(a3.scenario_kwargs(), nodes=nodes, micro_batch=8, global_batch=8 * 12 * nodes))
     timed, parts = timed_view(sc, model_parts(sc.model, sc.training))
     s, at = get_strategy(strategy), BatchAt(micro_batch=8)
     step = estimate_step(timed, s, at, parts=parts)

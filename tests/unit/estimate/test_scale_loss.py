@@ -17,9 +17,9 @@ from prism_strategy.bench.fit.published import load_published
 from prism_strategy.estimate.range_parts import step_range
 from prism_strategy.estimate.ranges import COMM, LATE
 from prism_strategy.estimate.scale_loss import default_jitter, expected_max_normal, late_rank_seconds, late_ranks
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
 from prism_strategy.planning.rank_jitter import rank_jitter_from
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
@@ -94,7 +94,9 @@ def test_late_ranks_dominating_names_its_measurement():
 def _aurora_a3(nodes: int):
     """A3's published scenario (data/measurements/aurora-prism.toml) at another node count."""
     a3 = next(r for r in load_published("aurora-prism") if r.id == "A3-fsdp")
-    return build_scenario(**dict(a3.scenario_kwargs(), nodes=nodes, global_batch=a3.scenario.micro_batch * 12 * nodes))
+    return scenario_from_flags(
+        **dict(a3.scenario_kwargs(), nodes=nodes, global_batch=a3.scenario.micro_batch * 12 * nodes)
+    )
 
 
 def test_aurora_at_16_nodes_the_range_holds_every_reading():
@@ -110,7 +112,9 @@ def test_aurora_at_16_nodes_the_range_holds_every_reading():
 
 
 def test_a_measured_spread_prices_the_late_ranks_into_the_step():
-    sc = build_scenario("llama-3.1-8b", platform="h100-96gb-500w", nodes=64, seq_len=8192, micro_batch=2, ckpt_freq=1)
+    sc = scenario_from_flags(
+        "llama-3.1-8b", platform="h100-96gb-500w", nodes=64, seq_len=8192, micro_batch=2, ckpt_freq=1
+    )
     base = evaluate(sc, get_strategy("fsdp_full_shard"))
     jit = evaluate(sc.with_platform(sc.platform.with_values(rank_jitter=0.02)), get_strategy("fsdp_full_shard"))
     gap = base.compute_s * (_pdf_integral(512) - _pdf_integral(8))
@@ -129,7 +133,9 @@ def test_one_node_pays_no_late_ranks_and_more_nodes_pay_more():
     point's late-rank seconds grow with E[max of N] at fixed work per GPU."""
     fsdp = get_strategy("fsdp_full_shard")
     late = {
-        n: evaluate(build_scenario("llama-3.1-8b", platform="dgx-h100", nodes=n, seq_len=8192, micro_batch=2), fsdp)
+        n: evaluate(
+            scenario_from_flags("llama-3.1-8b", platform="dgx-h100", nodes=n, seq_len=8192, micro_batch=2), fsdp
+        )
         for n in (1, 16, 64)
     }
     assert late[1].late_ranks.seconds == 0.0

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from prism_strategy.engines.fsdp2 import _local_shards
 from prism_strategy.estimate.memory import moments
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.model import _param_counts
 from prism_strategy.specs.parts import model_parts
 from prism_strategy.specs.presets import type_adapter
@@ -13,7 +13,7 @@ from prism_strategy.strategies import get_strategy
 
 
 def test_per_model_caches_stay_within_their_bounds():
-    sc = build_scenario("tiny-llama", platform="cpu", nodes=1)
+    sc = scenario_from_flags("tiny-llama", platform="cpu", nodes=1)
     for cache in (_local_shards, _param_counts):
         assert cache.cache_info().maxsize is not None, cache
     for layers in range(1, 60):

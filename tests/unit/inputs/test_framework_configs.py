@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from prism_strategy.emit.frameworks import framework_file
+from prism_strategy.flags import plan, plan_for_config
 from prism_strategy.inputs.frameworks import read_config
 from prism_strategy.inputs.frameworks.base import UNREAD, leaves, load
-from prism_strategy.inputs.frameworks.plan import configured, plan_for_config
-from prism_strategy.planning.planner import plan
+from prism_strategy.inputs.frameworks.plan import configured
 from prism_strategy.report.plan_json import plan_dict
 from prism_strategy.specs.errors import SpecError
 

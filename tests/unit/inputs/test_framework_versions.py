@@ -10,9 +10,9 @@ import pytest
 import tomllib
 
 from prism_strategy.emit.frameworks import framework_file
+from prism_strategy.flags import plan_for_config
 from prism_strategy.inputs.frameworks import read_config
 from prism_strategy.inputs.frameworks.base import UNREAD, leaves
-from prism_strategy.inputs.frameworks.plan import plan_for_config
 from prism_strategy.report.plan_json import plan_dict
 from prism_strategy.specs.errors import SpecError
 

@@ -299,7 +299,7 @@ def test_nothing_told_plans_the_defaults_and_says_so():
 
 
 def test_plan_for_script_from_python_keywords_win():
-    from prism_strategy.inputs.script import plan_for_script
+    from prism_strategy.flags import plan_for_script
 
     p = plan_for_script(SCRIPTS / "liger_sac.py", model="tiny-llama", platform="cpu", seq_len=256, loss="fused")
     t = p.scenario.training

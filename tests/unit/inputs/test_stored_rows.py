@@ -17,8 +17,8 @@ from prism_strategy.bench.launch.run import base_config
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.cli.app import app
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.inputs.stored import row_key, row_values, row_with, scenario_from_row
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.specs.scenario import ROW_SCHEMA, scenario_to_row
@@ -61,7 +61,7 @@ A1 = dict(
     ],
 )
 def test_a_scenario_reads_back_from_its_row_exactly(model, options):
-    sc = build_scenario(model, **options)
+    sc = scenario_from_flags(model, **options)
     row = json.loads(json.dumps(scenario_to_row(sc)))  # as the store keeps it: JSON
     assert row["schema"] == ROW_SCHEMA
     assert scenario_from_row(row, sc.platform) == sc

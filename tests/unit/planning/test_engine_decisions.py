@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prism_strategy.planning.planner import plan
+from prism_strategy.flags import plan
 
 
 def test_make_run_scenario_no_longer_favours_zero1_from_a_reduce_scatter_it_does_not_issue():

@@ -91,14 +91,14 @@ def test_another_pick_is_quoted_in_samples_per_s_with_its_global_batch(advised):
 def test_the_one_entry_prices_the_scenarios_own_env_profile():
     """estimate_option (through planner.evaluate) prices a Scenario under its environment policy,
     as plan() does: a caller holding a Scenario built with env_profile gets that profile's route."""
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.planning.planner import evaluate
-    from prism_strategy.planning.scenario import build_scenario
     from prism_strategy.strategies import get_strategy
 
     run = AURORA | {"nodes": 10, "ckpt_freq": 0}  # plan() searches checkpointing only when "auto"
     steps = {}
     for profile in ("aurora-prism-2026.11", "aurora-alcf-minimal"):
-        sc = build_scenario(**run, env_profile=profile)
+        sc = scenario_from_flags(**run, env_profile=profile)
         steps[profile] = evaluate(sc, get_strategy("ddp")).step_time_s
         planned = plan(**run, env_profile=profile, calibration="none").option("ddp").step_time_s
         assert steps[profile] == pytest.approx(planned, rel=1e-9)

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prism_strategy.cli import app
-from prism_strategy.planning.planner import plan
+from prism_strategy.flags import plan
 from prism_strategy.specs import load_model, load_platform
 
 runner = CliRunner()

@@ -5,8 +5,7 @@ import inspect
 import pytest
 
 from prism_strategy.estimate.batch import resolve_batch
-from prism_strategy.planning.planner import plan
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import plan, scenario_from_flags
 from prism_strategy.planning.search import ckpt_candidates
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.policies import batch_problem, nearest_multiples
@@ -80,13 +79,13 @@ def test_mean_seq_len_must_not_exceed_seq_len():
 
 def test_plan_takes_every_cli_option_by_name():
     from prism_strategy.cli import app
-    from prism_strategy.specs.policies import BATCH_KEYS, MEMORY_KEYS, PLAN_KEYS, SCENARIO_KEYS
+    from prism_strategy.flags import flag_groups
 
     cmd = next(c for c in app.registered_commands if c.callback.__name__ == "plan")
     # ctx: typer's context (which flags the command line gave: plan --script lets those win)
     cli_names = set(inspect.signature(cmd.callback).parameters) - {"json_out", "markdown", "ctx"}
-    # plan(model, **options): the options are the policies' fields and PlanOptions'
-    params = {"model", *SCENARIO_KEYS, *BATCH_KEYS, *MEMORY_KEYS, *PLAN_KEYS}
+    # plan(model, **flags): the flags are the builder's arguments, the policies' fields and PlanOptions'
+    params = {"model", *(name for names in flag_groups().values() for name in names)}
     # --db names the results store, which planning never opens (bench sits above it): the CLI reads
     # the measured curves from it and passes them as plan(comm_curves=...)
     assert "db" in cli_names and "comm_curves" in params and "comm_curves:" in plan.__doc__
@@ -112,4 +111,4 @@ def test_plan_accepts_grad_accum_and_a_sweep_string():
 @pytest.mark.parametrize("kw", [{"nodes": 2**31}, {"micro_batch": 10**20}, {"grad_accum": 2**30}])
 def test_absurd_counts_fail_at_once_naming_the_limit(kw):
     with pytest.raises(SpecError, match="no real job is larger"):
-        build_scenario("tiny-llama", **kw)
+        scenario_from_flags("tiny-llama", **kw)

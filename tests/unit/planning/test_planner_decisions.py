@@ -42,8 +42,8 @@ from _decision_gaps import (
 from _holdout import refit_without
 
 from prism_strategy.estimate.calibration import with_value
-from prism_strategy.planning.planner import evaluate, plan
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import plan, scenario_from_flags
+from prism_strategy.planning.planner import evaluate
 from prism_strategy.specs import load_platform
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.strategies import get_strategy
@@ -78,7 +78,7 @@ def test_one_node_ddp_of_the_0_6b_is_comm_bound():
     assert at("A1", held_out=("A1", "A2")).bound == "comm"
     refit = refit_without("A1", "A2")
     no_prior = with_value(refit.platform("aurora"), "grad_path_us_per_tensor.ddp", 0.0)
-    o = evaluate(build_scenario(**refit.kwargs("A1", platform=no_prior)), get_strategy("ddp"))
+    o = evaluate(scenario_from_flags(**refit.kwargs("A1", platform=no_prior)), get_strategy("ddp"))
     assert o.bound == "comm" and o.comm_s < at("A1", held_out=("A1", "A2")).comm_s
 
 
@@ -251,7 +251,7 @@ def test_the_plan_fits_where_the_run_fit_and_not_where_it_ran_out(record_id):
     C6-b4 with no pinned factor (its only record). D2 and D3 fit though their allocated figures stay
     above the measured ones (test_published_memory)."""
     o = at(record_id, held_out=(record_id,))
-    usable = build_scenario(**refit_without(record_id).kwargs(record_id)).platform.usable_bytes
+    usable = scenario_from_flags(**refit_without(record_id).kwargs(record_id)).platform.usable_bytes
     fits = o.memory_runtime["memory_at_limit_gib"] * GiB <= usable
     assert fits is not RECORDS[record_id].measured.oom
 

@@ -7,9 +7,8 @@ import dataclasses
 
 import pytest
 
+from prism_strategy.flags import plan, scenario_from_flags
 from prism_strategy.inputs.stored import scenario_from_row, scenario_record
-from prism_strategy.planning.planner import plan
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
 
@@ -42,7 +41,7 @@ def test_policies_are_frozen():
 
 
 def test_scenario_shows_the_policies_it_was_built_from():
-    sc = build_scenario("qwen3-0.6b", seq_len=2048, mean_seq_len=1000, ckpt_freq="sac", optimizer="adamw-fused")
+    sc = scenario_from_flags("qwen3-0.6b", seq_len=2048, mean_seq_len=1000, ckpt_freq="sac", optimizer="adamw-fused")
     assert sc.batch == BatchPolicy(seq_len=2048, mean_seq_len=1000)
     assert sc.memory == MemoryPolicy(checkpointing="sac", optimizer="adamw-fused", varying_lengths=True)
     assert sc.precision == "bf16-mixed" and sc.environment.profile == sc.platform.env_profile
@@ -51,17 +50,17 @@ def test_scenario_shows_the_policies_it_was_built_from():
 def test_plan_takes_a_scenario_and_answers_as_for_its_keywords():
     kw = dict(platform="dgx-h100", seq_len=512, global_batch=64, ckpt_freq=0)
     by_keywords = plan("qwen3-0.6b", **kw)
-    by_scenario = plan(build_scenario("qwen3-0.6b", **kw))
+    by_scenario = plan(scenario_from_flags("qwen3-0.6b", **kw))
     assert [(o.strategy, o.step_time_s) for o in by_scenario.options] == [
         (o.strategy, o.step_time_s) for o in by_keywords.options
     ]
     with pytest.raises(TypeError, match="'seq_len'"):
-        plan(build_scenario("qwen3-0.6b"), seq_len=512)  # the scenario carries the run
+        plan(scenario_from_flags("qwen3-0.6b"), seq_len=512)  # the scenario carries the run
 
 
-def test_build_scenario_names_an_unknown_keyword():
-    with pytest.raises(TypeError, match="build_scenario.*'sequence'"):
-        build_scenario("qwen3-0.6b", sequence=5)
+def test_scenario_from_flags_names_an_unknown_keyword():
+    with pytest.raises(TypeError, match="scenario_from_flags.*'sequence'"):
+        scenario_from_flags("qwen3-0.6b", sequence=5)
 
 
 FLAT = dict(

@@ -20,8 +20,8 @@ from __future__ import annotations
 import pytest
 
 from prism_strategy.bench.fit.published import load_published
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.planning.planner import evaluate
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.strategies import get_strategy
 
 D1 = {r.id: r for r in load_published("aurora-prism")}["D1"]
@@ -37,7 +37,7 @@ TOLERANCE = 0.1
 
 def _predicted(**override) -> float:
     kw = D1.scenario_kwargs() | override
-    return evaluate(build_scenario(**kw), get_strategy(D1.planner_strategy)).samples_per_s
+    return evaluate(scenario_from_flags(**kw), get_strategy(D1.planner_strategy)).samples_per_s
 
 
 @pytest.mark.xfail(strict=True, reason="known gap: 6.8x too fast (2.8x at the 1,024 cap), record D1")

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prism_strategy.cli import app
-from prism_strategy.planning.planner import plan
+from prism_strategy.flags import plan
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf import spec_from_hf_dict
 from prism_strategy.specs.model import MAX_LAYERS

@@ -98,7 +98,7 @@ def test_the_library_name_given_as_torchs_backend_says_which_names_torch_has(tmp
 def test_the_readers_of_the_environment_take_the_registrys_prefixes():
     from prism_strategy.bench.launch import fingerprint, rank_env
     from prism_strategy.diagnose import live_checks
-    from prism_strategy.planning import scenario
+    from prism_strategy.inputs import scenario
     from prism_strategy.runtime import forensics_probes
 
     collective = set(collective_prefixes())

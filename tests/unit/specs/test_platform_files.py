@@ -102,11 +102,11 @@ def test_a_field_listed_as_not_modelled_leaves_that_backends_estimates_unchanged
     """data/platform_fields.toml [not_modelled] is what the plan's defaults note leaves out: each
     listed field, changed, must not move a step time, a range or a memory figure on that backend."""
     from prism_strategy.estimate.option import estimate_option
-    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.specs.platform_file import not_modelled
     from prism_strategy.strategies import get_strategy
 
-    sc = build_scenario("qwen3-0.6b", platform=preset, nodes=2, seq_len=256, micro_batch=2)
+    sc = scenario_from_flags("qwen3-0.6b", platform=preset, nodes=2, seq_len=256, micro_batch=2)
     fields = sorted(not_modelled(sc.platform.collective_library))
     assert fields and set(fields) <= set(_CHANGED)
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from prism_strategy import plan
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.hf import load_hf_config
 from prism_strategy.specs.platform_groups import MAX_QUANTITY
@@ -107,4 +107,4 @@ def test_plan_with_a_platform_of_the_wrong_type_is_a_clear_error(platform):
 
 def test_a_platform_path_object_is_a_platform(tmp_path):
     f, _ = _platform(tmp_path, "")
-    assert build_scenario("qwen3-0.6b", platform=f).platform.name == "mine"
+    assert scenario_from_flags("qwen3-0.6b", platform=f).platform.name == "mine"

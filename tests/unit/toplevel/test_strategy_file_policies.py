@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from prism_strategy.cli.app import app
-from prism_strategy.planning.scenario import build_scenario
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.runtime.strategy_file import read_strategy_file
 from prism_strategy.specs.cluster import Layout
 from prism_strategy.specs.errors import SpecError
@@ -40,7 +40,7 @@ def test_a_strategy_file_emitted_from_a_plan_reads_back_as_the_plan_s_policies(t
     assert res.exit_code == 0, res.output
 
     read = read_strategy_file(out / "strategy.toml").policies
-    sc = build_scenario(FLAGS["model"], **{k: v for k, v in FLAGS.items() if k != "model"}, **run)
+    sc = scenario_from_flags(FLAGS["model"], **{k: v for k, v in FLAGS.items() if k != "model"}, **run)
     assert read == RunPolicies.of(sc, micro_batch=option["micro_batch"], grad_accum=option["grad_accum"])
     assert read.layout == Layout(nodes=2, ranks_per_node=2) and read.memory.checkpointing == run["ckpt_freq"]
 

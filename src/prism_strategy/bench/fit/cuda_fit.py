@@ -103,13 +103,13 @@ def record_observation(r: PublishedRecord) -> StepObservation:
     from prism_strategy.estimate.compute import selective_ac
     from prism_strategy.estimate.compute_shape import sac_recompute_s
     from prism_strategy.estimate.option import BatchAt, estimate_step
-    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
 
     sac = r.scenario.ckpt_policy == "sac"
     kw = r.scenario_kwargs() | ({"ckpt_freq": 0} if sac else {})
-    sc = build_scenario(**kw)
+    sc = scenario_from_flags(**kw)
     parts = model_parts(sc.model, sc.training)
     s = get_strategy(r.planner_strategy)
     if r.scenario.reduce_dtype:
@@ -246,12 +246,12 @@ def record_range(r: PublishedRecord) -> tuple[float, float] | None:
     """The shipped preset's step-time range for the record's scenario, as plan states it
     (estimate_option at the record's batch); None when the planner cannot evaluate it."""
     from prism_strategy.estimate.option import estimate_option
-    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.specs.errors import SpecError
     from prism_strategy.strategies import get_strategy
 
     try:
-        o = estimate_option(build_scenario(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
+        o = estimate_option(scenario_from_flags(**r.scenario_kwargs()), get_strategy(r.planner_strategy))
     except SpecError:
         return None
     return None if o.step_time_s_range is None else (o.step_time_s_range[0], o.step_time_s_range[1])

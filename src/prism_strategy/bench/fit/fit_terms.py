@@ -129,11 +129,11 @@ def fit_reason(r: PublishedRecord) -> str | None:
 
 def record_observations(r: PublishedRecord) -> list[FigureObservation]:
     from prism_strategy.estimate.option import BatchAt, StepEstimate, estimate_step
-    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
 
-    sc = build_scenario(**r.scenario_kwargs())
+    sc = scenario_from_flags(**r.scenario_kwargs())
     parts, s = model_parts(sc.model, sc.training), get_strategy(r.planner_strategy)
     mb, ga = r.scenario.micro_batch, r.scenario.grad_accum
 
@@ -291,14 +291,14 @@ def memory_points(
     logs peak_gb = max_memory_allocated() / 1e9 (AI-ModCon/PRISM src/training/trainer_native.py at d1fd3d3c)."""
     from prism_strategy.estimate.memory_runtime import runtime_memory, transient_bytes
     from prism_strategy.estimate.option import estimate_option
-    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.strategies import get_strategy
 
     out = []
     for r in records:
         if memory_reason(r) is not None:
             continue
-        sc = build_scenario(**dict(r.scenario_kwargs(), platform=platform))
+        sc = scenario_from_flags(**dict(r.scenario_kwargs(), platform=platform))
         mem = estimate_option(sc, get_strategy(r.planner_strategy)).memory
         rt, t = runtime_memory(mem, platform, sc.training), transient_bytes(mem)
         varying = rt.cache - platform.allocator.allocator_cache_factor * t

@@ -26,11 +26,11 @@ def record_parts(
     (as fit_terms.record_observations predicts it)."""
     from prism_strategy.estimate.option import BatchAt, estimate_step, reprice_collectives
     from prism_strategy.estimate.range_parts import training_shares
-    from prism_strategy.planning.scenario import build_scenario
+    from prism_strategy.flags import scenario_from_flags
     from prism_strategy.specs.parts import model_parts
     from prism_strategy.strategies import get_strategy
 
-    sc = build_scenario(**r.scenario_kwargs()).with_platform(p)
+    sc = scenario_from_flags(**r.scenario_kwargs()).with_platform(p)
     parts, s = model_parts(sc.model, sc.training), get_strategy(r.planner_strategy)
     at = BatchAt(micro_batch=r.scenario.micro_batch, grad_accum=r.scenario.grad_accum)
     step = estimate_step(sc, s, at, parts=parts)

@@ -117,7 +117,7 @@ class PublishedRecord:
     """Stack features of the run the planner does not model (sac, float8, fsdp1, fused_loss)."""
 
     def scenario_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for build_scenario / plan (strategy and grad accum excluded:
+        """Flags for scenario_from_flags / plan (flags.py) (strategy and grad accum excluded:
         `global_batch` carries the accumulation)."""
         s = self.scenario
         kw: dict[str, Any] = dict(

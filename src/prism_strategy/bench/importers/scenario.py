@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from prism_strategy.inputs.scenario import build_scenario
 from prism_strategy.inputs.stored import bench_row
-from prism_strategy.planning.scenario import build_scenario
 from prism_strategy.readers import torchtitan
 from prism_strategy.readers.training_log import ParsedLog
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.model import MODES
+from prism_strategy.specs.policies import BatchPolicy, MemoryPolicy
 from prism_strategy.specs.presets import load_model, load_platform
 from prism_strategy.specs.training import PRECISIONS, parse_ckpt
 from prism_strategy.strategies import get_strategy
@@ -193,22 +194,19 @@ def _row(s: dict[str, Any], log: ParsedLog, plat: PlatformSpec, where: str) -> d
         if name is not None:
             load_model(name)  # an unknown model is bad input, said as such
     mb, accum, nproc = int(s["micro_batch"]), int(s["grad_accum"]), int(s["nproc"])
-    options = {"bucket_mb": log.scenario["bucket_cap_mb"]} if "bucket_cap_mb" in log.scenario else {}
     try:  # DDP's bucket_cap_mb is MiB, as the planner's bucket_mb
         sc = build_scenario(
             s["model"],
+            plat,
             vision=s.get("vision"),
             mode=s["mode"],
-            platform=plat,
             nodes=nproc // int(s["ranks_per_node"]),
             ranks_per_node=int(s["ranks_per_node"]),
-            seq_len=int(s["seq_len"]),
-            micro_batch=mb,
-            grad_accum=accum,
-            global_batch=mb * accum * nproc,
-            ckpt_freq=s["ckpt_freq"],
+            batch=BatchPolicy(
+                seq_len=int(s["seq_len"]), micro_batch=mb, grad_accum=accum, global_batch=mb * accum * nproc
+            ),
+            memory=MemoryPolicy(checkpointing=s["ckpt_freq"], bucket_mb=log.scenario.get("bucket_cap_mb")),
             precision=s["precision"],
-            **options,
         )
     except SpecError as e:
         raise SpecError(f"{where}: the scenario cannot be modelled: {e}") from None

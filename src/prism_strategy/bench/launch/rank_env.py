@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from prism_strategy.planning.scenario import COLLECTIVE_PREFIXES
+from prism_strategy.inputs.scenario import COLLECTIVE_PREFIXES
 from prism_strategy.specs.env_profile import load_env_profile, profile_names
 from prism_strategy.specs.libraries import read_by
 
@@ -82,7 +82,7 @@ def priced_under(base: dict[str, Any], platform: Any) -> Any:
     """The platform as the run's env profile routes its collectives (estimate/environment.py), so
     the prediction beside each measured kind is the one plan --env-profile makes."""
     from prism_strategy.estimate.environment import platform_under
-    from prism_strategy.planning.scenario import environment_of
+    from prism_strategy.inputs.scenario import environment_of
 
     profile = base.get("env_profile")
     return platform if profile is None else platform_under(platform, environment_of(platform, profile))

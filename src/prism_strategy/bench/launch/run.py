@@ -12,12 +12,13 @@ from prism_strategy.bench.fit.tune import Candidate, TuneResult, tune
 from prism_strategy.bench.launch.harness import check_config, launch, launch_many, to_result
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
+from prism_strategy.flags import scenario_from_flags
 from prism_strategy.inputs.stored import bench_row, row_values, row_with
-from prism_strategy.planning.scenario import Scenario, build_scenario
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.policies import checked_int
 from prism_strategy.specs.presets import load_model, load_platform
+from prism_strategy.specs.scenario import Scenario
 from prism_strategy.specs.training import parse_ckpt
 
 OnResult = Callable[[int, int, Result], None]
@@ -25,7 +26,7 @@ OnResult = Callable[[int, int, Result], None]
 
 def bench_scenario(model: str, *, nproc: int, ranks_per_node: int | None = None, **options: Any) -> Scenario:
     """The Scenario a bench or census launch runs: nproc ranks (ranks_per_node per node, default all
-    on one), the batch exactly micro_batch x grad_accum x nproc; options are build_scenario's
+    on one), the batch exactly micro_batch x grad_accum x nproc; options are scenario_from_flags's
     (micro_batch, seq_len, grad_accum, ckpt_freq, precision, optimizer, loss, mode, vision,
     bucket_mb, ...). Bad input raises SpecError before anything runs."""
     spec = load_model(model)
@@ -45,7 +46,7 @@ def bench_scenario(model: str, *, nproc: int, ranks_per_node: int | None = None,
         raise SpecError(f"--nproc ({nproc}) must be a positive multiple of --ranks-per-node ({rpn})")
     if parse_ckpt(options.setdefault("ckpt_freq", 0))[0] is None:
         raise SpecError("--ckpt-freq auto is a plan search; bench runs one setting: give k or sac")
-    return build_scenario(
+    return scenario_from_flags(
         model,
         platform="cpu",
         nodes=nproc // rpn,

@@ -1,22 +1,21 @@
-"""`plan --from FILE`: a framework config's fields as plan() keywords, merged with the command line.
+"""`plan --from FILE`: a framework config's fields as plan()'s flags, merged with the command line.
 
 A value the file states that contradicts a flag given on the command line is an error naming
 both; with `--override` the flag wins and the section says so. A value the file leaves to its
 framework's default yields to a flag silently (noted). The config's own strategy is marked in the
 plan (`inputs.config.strategy`, and how that option fared), not imposed: the plan still evaluates
 every strategy, so the same scenario from flags plans the same options.
-`configured()` is the one place the file's keywords meet plan()/build_scenario()'s."""
+`configured()` is the one place the file's keywords meet the flags' (flags.py: the CLI's plan and
+`plan_for_config` merge them, build the Scenario and plan it; nothing here plans)."""
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from prism_strategy.inputs.frameworks import read_config
 from prism_strategy.inputs.frameworks.base import ConfigInputs
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import BatchPolicy
 from prism_strategy.specs.presets import load_platform
 
 FLAG = {"compile": "--compile", "model": "--model"}
@@ -26,51 +25,6 @@ def flag(keyword: str, value: Any = None) -> str:
     if keyword == "compile" and value is False:
         return "--no-compile"
     return FLAG.get(keyword, "--" + keyword.replace("_", "-"))
-
-
-def with_config(path: str | None, override: bool, given_flags: set[str], plan_fn: Callable[..., Any]):
-    """plan_fn (plan_from_command_line's signature: script, inputs, given, **keywords) with the
-    config's keywords merged in; plan_fn itself when no config is given."""
-    if path is None:
-        if override:
-            raise SpecError("--override needs --from FILE: it lets a flag win over what the config says")
-        return plan_fn
-    cfg = read_config(path)
-
-    def run(script: str | None, inputs: dict[str, Any], given: set[str], **kw: Any):
-        merged, section = configured(cfg, inputs | kw, given_flags, override)
-        stated = {k for k in cfg.stated if k in inputs}  # the config's inputs win over --script's
-        p = plan_fn(script, {k: merged[k] for k in inputs}, given | stated, **{k: merged[k] for k in kw})
-        p.config = section | {"strategy_option": strategy_verdict(p, cfg.strategy)}
-        return p
-
-    return run
-
-
-def plan_for_config(path: str | Path, *, override: bool = False, **kw: Any):
-    """`plan --from` from Python: plan() with the config's keywords; the keywords given here act as
-    command-line flags (a contradiction is a SpecError unless `override`). The result's `config` is
-    the JSON section."""
-    from prism_strategy.planning.planner import plan
-
-    cfg = read_config(path)
-    merged, section = configured(cfg, _plan_keywords() | kw, set(kw), override)
-    result = plan(**{k: v for k, v in merged.items() if k in kw or k in cfg.options})
-    result.config = section | {"strategy_option": strategy_verdict(result, cfg.strategy)}
-    return result
-
-
-def _plan_keywords() -> dict[str, Any]:
-    """Every keyword plan() takes, at its default (None where the scenario supplies one)."""
-    from prism_strategy.specs.policies import BATCH_KEYS, MEMORY_KEYS, PLAN_KEYS, SCENARIO_KEYS, plan_default
-
-    out: dict[str, Any] = {}
-    for k in ("model", *SCENARIO_KEYS, *BATCH_KEYS, *MEMORY_KEYS, *PLAN_KEYS):
-        try:
-            out[k] = plan_default(k)
-        except KeyError:
-            out[k] = None
-    return out
 
 
 def configured(
@@ -114,15 +68,13 @@ def configured(
 
 
 ASSUMED = {"seq_len": "the sequence length is the data's"}
-"""Keywords a plan needs that a config may not say, and why the file does not."""
+"""Batch policy fields a plan needs that a config may not say, and why the file does not."""
 
 
 def _assumed(cfg: ConfigInputs, merged: dict[str, Any], given_flags: set[str]) -> list[str]:
     """What the plan had to assume because neither the file nor a flag says it."""
-    from prism_strategy.specs.policies import plan_default
-
     return [
-        f"{k}: not in the file ({why}), assumed {merged.get(k) or plan_default(k)} - pass {flag(k)}"
+        f"{k}: not in the file ({why}), assumed {merged.get(k) or getattr(BatchPolicy(), k)} - pass {flag(k)}"
         for k, why in ASSUMED.items()
         if k not in cfg.options and k not in given_flags
     ]

@@ -1,13 +1,18 @@
-"""A scenario = model + platform + layout + the run's policies (batch, precision, memory,
-environment: specs/policies.py), built and validated once at each edge from user input."""
+"""The one builder of a Scenario: model + platform + layout + the run's policies (batch,
+precision, memory, environment, what was measured: specs/policies.py), validated once, with the
+env profile and the calibration applied to the platform here and nowhere else. Every edge (the
+CLI's flags, --script, a framework config, a stored row, a published record) fills the policies
+and calls `build_scenario` (or `scenario_of` with a model and platform already resolved);
+planning/ takes the Scenario whole (planning/planner.py plan)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from prism_strategy.estimate.calibration import calibrated_platform
+from prism_strategy.estimate.environment import platform_under
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.env_profile import load_env_profile, profile_names
 from prism_strategy.specs.errors import SpecError
@@ -15,18 +20,13 @@ from prism_strategy.specs.libraries import collective_prefixes
 from prism_strategy.specs.lora import resolve_lora
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.policies import (
-    BATCH_KEYS,
-    MEMORY_KEYS,
     PLATFORM_DEFAULT,
-    SCENARIO_KEYS,
     BatchPolicy,
     EnvironmentPolicy,
+    MeasuredPolicy,
     MemoryPolicy,
-    batch_policy,
     batch_problem,
-    check_keywords,
     checked_int,
-    memory_policy,
 )
 from prism_strategy.specs.presets import load_model, load_platform, spec_from_module
 from prism_strategy.specs.scenario import Scenario, image_tokens_of
@@ -60,34 +60,76 @@ def resolve_platform(platform: Any) -> PlatformSpec:
     return load_platform(platform)
 
 
-def build_scenario(model: Any, **options: Any) -> Scenario:
-    """Validated scenario; the keywords are `plan()`'s run options (see its docstring; ckpt_freq
-    defaults to 0 here, "auto" there): SCENARIO_KEYS, the batch policy's and the memory policy's.
-    ckpt_freq "auto" marks the training for the planner's checkpointing search."""
-    check_keywords("build_scenario", options, (*SCENARIO_KEYS, *BATCH_KEYS, *MEMORY_KEYS))
-    mm = (
-        model
-        if isinstance(model, MultimodalSpec)
-        else MultimodalSpec(
-            backbone=resolve_model(model),
-            vision=resolve_model(options["vision"]) if options.get("vision") is not None else None,
-            mode=options.get("mode", "e2e"),
-            lora=resolve_lora(options.get("lora")),
-        )
-    )  # type: ignore[arg-type]
-    plat = resolve_platform(options.get("platform", "aurora"))
-    nodes, rpn = options.get("nodes", 1), options.get("ranks_per_node")
+def multimodal_of(model: Any, *, mode: str = "e2e", vision: Any = None, lora: Any = None) -> MultimodalSpec:
+    """What trains: the model (resolve_model; a MultimodalSpec as it is), its vision encoder and
+    LoRA adapters (specs/lora.py resolve_lora)."""
+    if isinstance(model, MultimodalSpec):
+        return model
+    return MultimodalSpec(
+        backbone=resolve_model(model),
+        vision=resolve_model(vision) if vision is not None else None,
+        mode=mode,  # type: ignore[arg-type]
+        lora=resolve_lora(lora),
+    )
+
+
+def build_scenario(
+    model: Any,
+    platform: Any = "aurora",
+    *,
+    nodes: int = 1,
+    ranks_per_node: int | None = None,
+    mode: str = "e2e",
+    vision: Any = None,
+    lora: Any = None,
+    batch: BatchPolicy = BatchPolicy(),
+    memory: MemoryPolicy = MemoryPolicy(),
+    precision: str = "bf16-mixed",
+    env_profile: Any = None,
+    measured: MeasuredPolicy = MeasuredPolicy(),
+) -> Scenario:
+    """The validated Scenario of a run, its platform under the env profile and calibrated.
+    model: a preset name, config.json path, TransformerSpec, nn.Module or MultimodalSpec (then mode,
+    vision and lora are its own); platform: a preset name, platform .toml path or PlatformSpec;
+    ranks_per_node: None = the platform's devices per node; env_profile: None = the platform's own,
+    a profile name or .toml path, or an EnvironmentPolicy (environment_of); memory.checkpointing
+    "auto" marks the training for the planner's checkpointing search."""
+    mm = multimodal_of(model, mode=mode, vision=vision, lora=lora)
+    plat = resolve_platform(platform)
     checked_int("--nodes", nodes)
-    rpn = plat.hardware.devices_per_node if rpn is None else checked_int("ranks per node", rpn)
-    return scenario_of(
+    rpn = plat.hardware.devices_per_node if ranks_per_node is None else checked_int("ranks per node", ranks_per_node)
+    sc = scenario_of(
         mm,
         plat,
         Layout(nodes=nodes, ranks_per_node=rpn),
-        batch=batch_policy(options),
-        precision=options.get("precision", "bf16-mixed"),
-        memory=memory_policy(options),
-        environment=environment_of(plat, options.get("env_profile")),
+        batch=batch,
+        precision=precision,
+        memory=memory,
+        environment=environment_of(plat, env_profile),
     )
+    return sc.with_platform(platform_as_measured(sc.platform, measured))
+
+
+def platform_as_measured(p: PlatformSpec, measured: MeasuredPolicy) -> PlatformSpec:
+    """p calibrated (estimate/calibration.py: a file, "auto" or "none"), with the measured collective
+    curves and the measured per-rank spread the run is priced with."""
+    p = calibrated_platform(p, measured.calibration)
+    if measured.comm_curves:
+        p = p.with_values(measured_collectives=tuple(measured.comm_curves))
+    if measured.rank_jitter is not None:
+        p = p.with_values(rank_jitter=measured.rank_jitter)
+    return p
+
+
+def check_ranks_per_node(sc: Scenario, asked: int | None) -> None:
+    """A planned job places one rank per device: more ranks per node than devices is bad input
+    (a bench launch may place more, on CPU)."""
+    dev = sc.platform.hardware.devices_per_node
+    if asked is not None and asked > dev:
+        raise SpecError(
+            f"--ranks-per-node {asked} exceeds {sc.platform.name}'s {dev} devices per node "
+            f"(one rank per device); use 1..{dev}"
+        )
 
 
 COLLECTIVE_PREFIXES = collective_prefixes()
@@ -123,8 +165,9 @@ def scenario_of(
     memory: MemoryPolicy,
     environment: EnvironmentPolicy | None = None,
 ) -> Scenario:
-    """The one constructor: the policies checked against the model and the layout, and the
-    estimates' TrainingSpec derived from them."""
+    """The one constructor: the policies checked against the model and the layout, the estimates'
+    TrainingSpec derived from them, and the platform as the environment runs it (estimate/
+    environment.py platform_under: applied here once; a no-op on a platform already under it)."""
     b, m = batch, memory
     k, policy = parse_ckpt(m.checkpointing)
     if b.image_tokens is not None and mm.vision is None:
@@ -172,10 +215,4 @@ def scenario_of(
     if (problem := batch_problem(training, layout.world)) is not None:
         raise SpecError(problem)
     env = environment or EnvironmentPolicy(profile=plat.env_profile, source=PLATFORM_DEFAULT)
-    return Scenario(model=mm, training=training, platform=plat, layout=layout, environment=env)
-
-
-def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(build_scenario's keywords, the rest) of a mapping of plan() keywords."""
-    run = (*SCENARIO_KEYS, *BATCH_KEYS, *MEMORY_KEYS)
-    return {k: v for k, v in options.items() if k in run}, {k: v for k, v in options.items() if k not in run}
+    return Scenario(model=mm, training=training, platform=platform_under(plat, env), layout=layout, environment=env)

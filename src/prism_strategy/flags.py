@@ -1,0 +1,264 @@
+"""The convenience edge: `prism_strategy.plan(model, **flags)` and the CLI's plan and estimate.
+
+A flag is a keyword named as `prism-strategy plan`'s option: a field of one policy
+(specs/policies.py BatchPolicy, MemoryPolicy with `ckpt_freq` for its `checkpointing`,
+MeasuredPolicy, PlanOptions) or one of the builder's own arguments (inputs/scenario.py
+build_scenario: platform, nodes, ranks_per_node, mode, vision, lora, precision, env_profile).
+This module is the one place keywords are sorted into policies, by those names: a new knob is one
+field in one policy (and its CLI flag) and arrives here without a line changed. Below it nothing
+takes a keyword list of run inputs (tests/unit/house/test_no_keyword_inputs.py): the builder
+takes the policies whole and planning/ takes the Scenario whole.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import fields
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prism_strategy.inputs.scenario import (
+    build_scenario,
+    check_ranks_per_node,
+    multimodal_of,
+    platform_as_measured,
+    resolve_platform,
+)
+from prism_strategy.planning.option import Option, Plan
+from prism_strategy.planning.planner import estimate_traced
+from prism_strategy.planning.planner import plan as plan_scenario
+from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.policies import BatchPolicy, MeasuredPolicy, MemoryPolicy, PlanOptions, checked_int
+from prism_strategy.specs.scenario import Scenario
+
+if TYPE_CHECKING:
+    from prism_strategy.inputs.frameworks.base import ConfigInputs
+
+# --script and --from's readers (inputs/script.py, inputs/frameworks/) are imported where used:
+# `from prism_strategy import plan` stays as light as the planner
+CKPT_FLAG = "ckpt_freq"
+"""The flag of MemoryPolicy.checkpointing."""
+PLAN_DEFAULTS = {CKPT_FLAG: "auto", "calibration": "auto"}
+"""Where plan() differs from the builder: checkpointing searched, the cached calibration used."""
+
+
+@cache
+def flag_groups() -> dict[str, tuple[str, ...]]:
+    """Each flag's home, by name: the builder's own arguments, the policies' fields, PlanOptions'."""
+    own = tuple(
+        p for p in inspect.signature(build_scenario).parameters if p not in ("model", "batch", "memory", "measured")
+    )
+    names = lambda cls: tuple(f.name for f in fields(cls))  # noqa: E731
+    memory = tuple(CKPT_FLAG if n == "checkpointing" else n for n in names(MemoryPolicy))
+    return {
+        "scenario": own,
+        "batch": names(BatchPolicy),
+        "memory": memory,
+        "measured": names(MeasuredPolicy),
+        "options": names(PlanOptions),
+    }
+
+
+def grouped(fn: str, flags: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """flags sorted by home (flag_groups); TypeError naming a flag no allowed group takes, as Python
+    says it for a signature."""
+    groups = flag_groups()
+    out: dict[str, dict[str, Any]] = {g: {} for g in groups}
+    for k, v in flags.items():
+        home = next((g for g in allowed if k in groups[g]), None)
+        if home is None:
+            raise TypeError(f"{fn}() got an unexpected keyword argument {k!r}")
+        out[home][k] = v
+    return out
+
+
+def flag_defaults() -> dict[str, Any]:
+    """Every flag plan() takes, at plan()'s default (None where the scenario supplies one)."""
+    out: dict[str, Any] = {"model": "qwen3-0.6b"}
+    out |= {
+        k: p.default for k, p in inspect.signature(build_scenario).parameters.items() if k in flag_groups()["scenario"]
+    }
+    for cls in (BatchPolicy, MemoryPolicy, MeasuredPolicy, PlanOptions):
+        out |= {CKPT_FLAG if f.name == "checkpointing" else f.name: f.default for f in fields(cls)}
+    return out | PLAN_DEFAULTS
+
+
+def scenario_from_flags(model: Any = "qwen3-0.6b", **flags: Any) -> Scenario:
+    """inputs/scenario.py build_scenario from flags (ckpt_freq defaults to 0 here, "auto" in plan();
+    calibration to "none" here, "auto" in plan()). TypeError naming a flag that is not the run's."""
+    g = grouped("scenario_from_flags", flags, ("scenario", "batch", "memory", "measured"))
+    own = g["scenario"]
+    # checked in the order the user reads them: the model, the platform, the layout, the policies
+    mm = multimodal_of(model, mode=own.get("mode", "e2e"), vision=own.get("vision"), lora=own.get("lora"))
+    plat = resolve_platform(own.get("platform", "aurora"))
+    checked_int("--nodes", own.get("nodes", 1))
+    if own.get("ranks_per_node") is not None:
+        checked_int("ranks per node", own["ranks_per_node"])
+    memory = dict(g["memory"])
+    checkpointing = memory.pop(CKPT_FLAG, 0)
+    return build_scenario(
+        mm,
+        plat,
+        nodes=own.get("nodes", 1),
+        ranks_per_node=own.get("ranks_per_node"),
+        batch=BatchPolicy(**g["batch"]),
+        memory=MemoryPolicy(checkpointing=checkpointing, **memory),
+        precision=own.get("precision", "bf16-mixed"),
+        env_profile=own.get("env_profile"),
+        measured=MeasuredPolicy(**g["measured"]),
+    )
+
+
+def plan(model: Any = "qwen3-0.6b", **flags: Any) -> Plan:
+    """Evaluate every strategy for this scenario: the options ranked, the pick and why.
+    The keywords are `prism-strategy plan`'s options (`--json` is `plan_dict(result)`, `--markdown FILE`
+    is `report.markdown.write_markdown(result, FILE)`). flags -> Scenario (inputs/scenario.py) ->
+    planning.plan(scenario, options).
+
+    model: preset name, config.json path, TransformerSpec or nn.Module.
+    mode: "e2e" | "projector" | "encoder-projector" (what trains; the last two need `vision`).
+    platform: preset name, platform .toml path or PlatformSpec.  nodes: node count.
+    seq_len: text tokens per sample, the longest (peak memory is predicted there).
+    mean_seq_len: mean text tokens per sample (each batch padded to its longest); step time is
+        predicted there. None = seq_len.
+    length_histogram: the samples' text lengths as (tokens, count) pairs: the slowest rank's padded
+        batch at scale (estimate/length_spread.py) and, without mean_seq_len, the mean padded length.
+    length_bucketing: batches drawn from one length bucket (default True): a rank pads to about one
+        sample's length; False: to the longest of its micro-batch.
+    micro_batch: samples per device per forward; None = each option's largest that fits.
+    lora: LoRA adapters (specs/lora.py): an adapter_config.json path, LoraConfig fields as a dict, or a
+        LoraSpec; the base is frozen and only the adapters train. None = full training.
+    global_batch: samples per optimizer step; every option runs exactly
+        micro_batch x grad_accum x world = global_batch (a global batch that is not a multiple of
+        the world is a SpecError naming the nearest valid values).
+    grad_accum: micro-batches per optimizer step; None = 1, or what global_batch needs.
+    ckpt_freq: "auto" (each option searches none / every block / every 2nd / small divisors and
+        keeps the fastest that fits) or k: checkpoint every k-th block, 0 = none.
+    precision: "bf16-mixed" | "bf16-pure" | "fp32".  optimizer: "adamw" | "sgd".
+    vision: vision encoder preset (adds it and a projector).  image_tokens: per sample (default:
+        the encoder's patch count).  compile: torch.compile on (estimate/memory_compile.py).
+    compile_loss: with compile, the loss compiled too (torchtitan's default since 2025-08): no fp32
+        logits held; wrap() leaves the loss eager.
+    ranks_per_node: default the platform's devices per node.
+    sweep_nodes: node counts for a scaling table (a list, or "1,2,4" as on the command line).
+    calibration: a calibration file, "auto" (the cached one when it matches) or "none".
+    traced: also trace each option's real training step on fake tensors (slow).
+    bucket_mb: gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket).
+    reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
+    loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
+    comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
+        CLI loads them from the results store: bench/results/curves.py); a matching one prices its collective.
+    rank_jitter: the measured per-rank spread of the work between synchronisations (std / mean; the
+        CLI also reads it from a StepMonitor folder: planning/rank_jitter.py); it prices the late-rank
+        term into the step (estimate/scale_loss.py). None: the platform's `rank_jitter`; unmeasured, the
+        published average (data/scale_loss.toml) in the step and its top on the range's slow side.
+    script: what a training script said about these inputs, kept as given for `inputs.script` of the
+        JSON (`plan --script` reads it: inputs/script.py; the values arrive as the keywords above).
+    varying_lengths: batch shapes change step to step (padded per batch); None = when mean_seq_len < seq_len.
+    expandable_segments: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = the
+        platform's env profile (both: estimate/memory_runtime.py, the allocator's reserve).
+    env_profile: the env profile the ranks run under: a name (data/env_profiles), a profile .toml path
+        or a specs.policies.EnvironmentPolicy; its CCL variables price the collectives
+        (estimate/environment.py; a platform file's own CCL keys stay overrides). None = the
+        platform's own `env_profile`, the platform as it is.
+    model may also be a Scenario (inputs/scenario.py build_scenario): then only the plan's own
+        options (sweep_nodes, traced, reduce_dtype, script) and what was measured (calibration,
+        comm_curves, rank_jitter) go beside it.
+    """
+    if isinstance(model, Scenario):
+        g = grouped("plan", flags, ("measured", "options"))  # a Scenario carries the run
+        measured = MeasuredPolicy(**({"calibration": "auto"} | g["measured"]))
+        return plan_scenario(
+            model.with_platform(platform_as_measured(model.platform, measured)), PlanOptions(**g["options"])
+        )
+    g = grouped("plan", flags, tuple(flag_groups()))
+    options = PlanOptions(**g["options"])
+    run = {k: v for k, v in flags.items() if k not in g["options"]}
+    sc = scenario_from_flags(model, **(PLAN_DEFAULTS | run))
+    check_ranks_per_node(sc, run.get("ranks_per_node"))
+    return plan_scenario(sc, options)
+
+
+def estimate(model: Any, strategy: str, **flags: Any) -> Option | dict[str, Any]:
+    """`prism-strategy estimate`: analytic and traced memory of one strategy side by side
+    (planning/planner.py estimate_traced). model may be a "pkg.mod:make_model" factory: the scenario
+    then gives the layout, training and platform only."""
+    if isinstance(model, str) and ":" in model and not model.endswith(".json"):
+        return estimate_traced(scenario_from_flags("tiny-llama", **flags), strategy, factory=model)
+    sc = scenario_from_flags(model, **flags)
+    check_ranks_per_node(sc, flags.get("ranks_per_node"))
+    return estimate_traced(sc, strategy)
+
+
+def config_of(path: str | None, override: bool) -> ConfigInputs | None:
+    """`plan --from`'s config, read (None without one); --override needs it."""
+    from prism_strategy.inputs.frameworks import read_config
+
+    if path is None:
+        if override:
+            raise SpecError("--override needs --from FILE: it lets a flag win over what the config says")
+        return None
+    return read_config(path)
+
+
+def plan_from_command_line(
+    values: dict[str, Any], given: set[str], *, script: str | None, config: ConfigInputs | None, override: bool
+) -> Plan:
+    """`plan` as the command line asks. values: every flag's value as the command line has it;
+    given: the flags given there. The config's fields merged in (inputs/frameworks/plan.py
+    configured: a contradiction with a given flag is bad input unless override), then what --script
+    says where neither a flag nor the config did (inputs/script.py); a bad input names what the
+    script set."""
+    from prism_strategy.inputs.frameworks.plan import configured, strategy_verdict
+    from prism_strategy.inputs.script import FLAGS as SCRIPT_FLAGS
+
+    section = None
+    told = given & set(SCRIPT_FLAGS)
+    if config is not None:
+        values, section = configured(config, values, given, override)
+        told |= {k for k in config.stated if k in SCRIPT_FLAGS}  # the config's inputs win over --script's
+    p = _with_script(values, told, script)
+    if config is not None and section is not None:
+        p.config = section | {"strategy_option": strategy_verdict(p, config.strategy)}
+    return p
+
+
+def _with_script(values: dict[str, Any], told: set[str], script: str | None) -> Plan:
+    from prism_strategy.inputs.script import FLAGS as SCRIPT_FLAGS
+    from prism_strategy.inputs.script import read_plan_inputs, script_error
+
+    if script is None:
+        return plan(**values)
+    inputs = {k: values[k] for k in SCRIPT_FLAGS}
+    read, section = read_plan_inputs(script).plan_inputs(inputs, told)
+    try:
+        return plan(**(values | read), script=section)
+    except SpecError as e:
+        raise script_error(e, section) from None
+
+
+def plan_for_script(path: str | Path, **flags: Any) -> Plan:
+    """`plan --script` from Python: plan() with what the script says, flags given here winning
+    (the result's `script` is the JSON section)."""
+    from prism_strategy.inputs.script import FLAGS as SCRIPT_FLAGS
+    from prism_strategy.inputs.script import read_plan_inputs
+
+    defaults = flag_defaults()
+    current = {k: defaults.get(k) for k in SCRIPT_FLAGS} | flags
+    read, section = read_plan_inputs(path).plan_inputs(current, given=set(flags) & set(SCRIPT_FLAGS), source="keyword")
+    return plan(**(flags | read), script=section)
+
+
+def plan_for_config(path: str | Path, *, override: bool = False, **flags: Any) -> Plan:
+    """`plan --from` from Python: plan() with the config's fields; the flags given here act as
+    command-line flags (a contradiction is a SpecError unless `override`). The result's `config` is
+    the JSON section."""
+    from prism_strategy.inputs.frameworks import read_config
+    from prism_strategy.inputs.frameworks.plan import configured, strategy_verdict
+
+    cfg = read_config(path)
+    merged, section = configured(cfg, flag_defaults() | flags, set(flags), override)
+    result = plan(**{k: v for k, v in merged.items() if k in flags or k in cfg.options})
+    result.config = section | {"strategy_option": strategy_verdict(result, cfg.strategy)}
+    return result
