@@ -1,7 +1,8 @@
 """Issue 35: `bench --launched` under real launchers on this machine: MPICH's and Open MPI's
-`mpiexec -n 4` and two torchrun "nodes" on localhost running the emitted bench_torchrun.sh. Each
-stores the same kinds of rows as local `bench`; an out-of-memory candidate is recorded and the job
-goes on; a hung rank ends the job within the group's timeout with the verdict stored.
+`mpiexec -n 4`, two torchrun "nodes" on localhost running the emitted bench_torchrun.sh, and the
+emitted bench.sbatch under a one-host Slurm. Each stores the same kinds of rows as local `bench`; an
+out-of-memory candidate is recorded and the job goes on; a hung rank ends the job within the group's
+timeout with the verdict stored (under mpiexec and under sbatch).
 
 The launchers come from Debian's packages (.ci/run installs mpich, openmpi-bin); where one is missing
 outside CI the test is skipped, in CI it fails."""
@@ -185,7 +186,8 @@ CPU_SLURM = 'name = "cpu-slurm"\nbase = "cpu"\nlauncher = "slurm"\n'
 """This machine as a Slurm platform: the cpu preset (gloo ranks), Slurm's launcher."""
 
 
-def test_sbatch_of_the_emitted_bench_job_runs_three_candidates_and_compare_shows_them(slurm, tmp_path):
+def _emitted_slurm_job(tmp_path: Path) -> Path:
+    """plan on this machine as a Slurm platform, then emit --from-plan: the job folder."""
     (tmp_path / "cpu-slurm.toml").write_text(CPU_SLURM)
     plan = ["plan", "--model", "tiny-llama", "--platform", str(tmp_path / "cpu-slurm.toml"), "--nodes", "1"]
     res = CliRunner().invoke(app, [*plan, "--ranks-per-node", "4", "--seq-len", "32", "--micro-batch", "2", "--json"])
@@ -193,24 +195,56 @@ def test_sbatch_of_the_emitted_bench_job_runs_three_candidates_and_compare_shows
     (tmp_path / "plan.json").write_text(res.stdout)
     res = CliRunner().invoke(app, ["emit", "--from-plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "job")])
     assert res.exit_code == 0, res.output
+    return tmp_path / "job"
+
+
+def _sbatch(slurm, job: Path, env: dict[str, str], cwd: Path) -> tuple[str, float]:
+    """Submit the emitted bench.sbatch and wait for it: (its output, seconds from submit to end)."""
+    t0 = time.monotonic()
+    submit = subprocess.run(
+        ["sbatch", "--parsable", str(job / "bench.sbatch")],
+        env=env | slurm.env, cwd=cwd, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    job_id = submit.stdout.strip().split(";")[0]
+    slurm.wait(job_id, timeout_s=600)
+    return (cwd / f"slurm-{job_id}.out").read_text(errors="replace"), time.monotonic() - t0
+
+
+def test_sbatch_of_the_emitted_bench_job_runs_three_candidates_one_out_of_memory(slurm, mpich_run, tmp_path):
+    """The emitted job's three candidates under sbatch, with a CPU memory cap set at submit time below
+    DDP's measured peak (every parameter's states on each rank) and far above what the sharded
+    strategies hold (a quarter of the optimizer states): DDP is recorded as not fitting, the two others
+    complete, and compare shows them."""
+    job = _emitted_slurm_job(tmp_path)
     db = tmp_path / "results.db"
+    ddp_peak = _rows(mpich_run[0])["ddp"].measured["peak_memory_bytes"]
     # DeepSpeed's candidates would JIT-build its CPU optimizer inside the job: the three FSDP/DDP ones here
     env = _env(db, PRISM_PYTHON=sys.executable, PRISM_BENCH_STRATEGIES="ddp,fsdp_full_shard,hsdp_shard_grad_op")
-    submit = subprocess.run(
-        ["sbatch", "--parsable", str(tmp_path / "job" / "bench.sbatch")],
-        env=env | slurm.env, cwd=tmp_path, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    job = submit.stdout.strip().split(";")[0]
-    slurm.wait(job, timeout_s=600)
-    output = (tmp_path / f"slurm-{job}.out").read_text(errors="replace")
+    env["PRISM_BENCH_MEMORY_LIMIT"] = f"{0.9 * ddp_peak / 2**30:.6f}"
+    output, _ = _sbatch(slurm, job, env, tmp_path)
     rows = _rows(db)
     assert set(rows) == {"ddp", "fsdp_full_shard", "hsdp_shard_grad_op"}, output[-4000:]
-    assert all(r.status == "ok" and LOCAL_KEYS <= set(r.measured) for r in rows.values())
+    assert rows["ddp"].status == "oom" and "does not fit at micro-batch 2" in rows["ddp"].measured["error"]
+    done = [rows["fsdp_full_shard"], rows["hsdp_shard_grad_op"]]
+    assert all(r.status == "ok" and LOCAL_KEYS <= set(r.measured) for r in done), output[-4000:]
     platform_file = str((tmp_path / "cpu-slurm.toml").resolve())  # loads again from any folder
     assert all(r.platform == platform_file and r.fingerprint["env"]["MASTER_ADDR"] for r in rows.values())
     res = CliRunner().invoke(app, ["compare", "--db", str(db), "--json"])
     assert res.exit_code == 0, res.output
-    assert {row["strategy"] for row in json.loads(res.stdout)} >= set(rows)
+    assert {row["strategy"] for row in json.loads(res.stdout)} >= {r.strategy for r in done}
+
+
+def test_sbatch_of_a_job_with_a_hung_rank_ends_within_its_timeout_with_the_verdict(slurm, tmp_path):
+    job = _emitted_slurm_job(tmp_path)
+    db, timeout_s = tmp_path / "results.db", 10
+    env = _env(db, PRISM_PYTHON=sys.executable, PRISM_BENCH_STRATEGIES="ddp,fsdp_full_shard")
+    env |= {"PRISM_BENCH_FAULT": "hang:1:1", "PRISM_BENCH_TIMEOUT_S": str(timeout_s)}
+    output, seconds = _sbatch(slurm, job, env, tmp_path)
+    rows = _rows(db)
+    assert set(rows) == {"ddp"} and rows["ddp"].status == "failed", output[-4000:]
+    assert "process group failed" in rows["ddp"].measured["error"]
+    assert "skipped: fsdp_full_shard: not started: ddp failed" in output
+    assert seconds < 150  # the group's 10 s timeout twice (the step, the gather), the ranks' start, Slurm's polls
 
 
 def test_tune_launched_under_mpich_stores_every_run_it_measured(tmp_path):

@@ -53,7 +53,9 @@ def bench(
     vision: Vision = None,
     platform: Platform = "cpu",
     env_profile: EnvProfileOpt = None,
-    timeout_s: TimeoutS = 300,
+    timeout_s: Annotated[
+        float, typer.Option(help="Seconds per run before it is killed", envvar="PRISM_BENCH_TIMEOUT_S")
+    ] = 300,
     launched: Annotated[
         bool,
         typer.Option(
@@ -66,7 +68,11 @@ def bench(
         Optional[float], typer.Option(help="--launched: minutes for the whole job; no candidate starts after")
     ] = None,
     memory_limit: Annotated[
-        Optional[float], typer.Option(help="--launched on CPU: GiB of tracked memory per rank (above: out of memory)")
+        Optional[float],
+        typer.Option(
+            help="--launched on CPU: GiB of tracked memory per rank (above: out of memory)",
+            envvar="PRISM_BENCH_MEMORY_LIMIT",
+        ),
     ] = None,
     db: Db = None,
     json_out: JsonOut = False,

@@ -31,6 +31,11 @@ WALLTIME = "00:15:00"
 """A commbench replays a few steps' collectives: minutes, even at 100 nodes."""
 BENCH_BUDGET_MIN = 20
 """bench's time budget: model builds, a warm-up and 3 timed steps per candidate; no candidate starts after it."""
+BENCH_KNOBS = (
+    "# At submit time, also: PRISM_BENCH_TIMEOUT_S (seconds a candidate may hang, default 300), "
+    "PRISM_BENCH_MEMORY_LIMIT (CPU: GiB per rank)."
+)
+"""bench's options read from the environment (cli/bench_cmds.py envvar=...): the job's ranks inherit them."""
 BENCH_WALLTIME = "00:30:00"
 """The budget, plus the ranks' start and the last candidate's own time."""
 
@@ -93,8 +98,10 @@ def _model_line(job: "LaunchJob", kind: MeasureKind) -> str:
 
 def _scenario_lines(job: "LaunchJob", kind: MeasureKind, submit: str) -> list[str]:
     default = kind.strategies  # registry names: nothing for the shell to expand
+    knobs = [BENCH_KNOBS] if kind.command == "bench" else []
     return [
         f"# What to measure: your model (a preset or config.json path); the strategies (default {kind.strategies}).",
+        *knobs,
         f"# Submit: {submit}",
         _model_line(job, kind),
         f'export {kind.var}_STRATEGIES="${{{kind.var}_STRATEGIES:-{default}}}"',

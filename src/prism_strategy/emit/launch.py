@@ -500,7 +500,8 @@ def render_slurm(job: LaunchJob, run_line: str | None = None) -> str:
         "",
         *_rank_function(job, SLURM_RANK, SLURM_LOCAL_RANK, run_line),
         "",
-        'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE"'
+        "# --kill-on-bad-exit: a rank that dies ends the job (srun would wait on a hung one to the walltime)",
+        'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE" --kill-on-bad-exit=1'
         + (f" --cpus-per-task={cpus}" if cpus else "")
         + _srun_site_options(job)
         + " \\",

@@ -140,7 +140,7 @@ def test_slurm_job_shape(tmp_path):
         "#SBATCH --partition=gpu,gpu-large",  # Slurm takes a list of partitions
     ):
         assert line in text.splitlines(), line
-    assert 'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE"' in text
+    assert 'srun --nodes="$NNODES" --ntasks-per-node="$RANKS_PER_NODE" --kill-on-bad-exit=1' in text
     assert 'RANK="${SLURM_PROCID:?' in text and 'LOCAL_RANK="${SLURM_LOCALID:?' in text
     assert not re.search(r"(?<!N)CCL|FI_", text)  # a CUDA launcher carries no Aurora CCL/FI comment
 
