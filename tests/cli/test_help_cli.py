@@ -73,7 +73,7 @@ def test_help_at_100_columns_leaves_descriptions_most_of_the_width():
         starts = [m.start(2) for x in r.stdout.splitlines() if (m := re.match(r"  (-\S.*?\S)  +(\S)", x))]
         assert starts and max(starts) <= 34, (path, max(starts, default=None))
         helps = " ".join(
-            [f"{p.help} {p.default}" for p in cmd.params]
+            [f"{p.help} {p.default} {getattr(p, 'envvar', None) or ''}" for p in cmd.params]
             + [c.help or "" for c in getattr(cmd, "commands", {}).values()]
         )
         words = set(re.findall(r"[A-Za-z]{4,}", helps + " " + (cmd.help or "")))
