@@ -159,3 +159,15 @@ def test_plan_beyond_the_measured_nodes_prices_every_reading():
     assert "measure it at 16 nodes" in far.provenance["communication_beyond_fit"]
     near = plan("qwen3-0.6b", platform="aurora", nodes=10, seq_len=512, micro_batch=8).option("fsdp_full_shard")
     assert near.step_time_s_readings == {} and "communication_beyond_fit" not in near.provenance
+
+
+def test_gloo_reduce_scatter_costs_its_all_reduce():
+    """ProcessGroupGloo.cpp reduce_scatter_tensor_coalesced: an all_reduce of a copy of the input,
+    then the rank's chunk copied out; so a reduce-scatter on gloo moves twice an all-gather's bytes
+    (the ring all-reduce's 2(N-1)/N S against (N-1)/N S), unlike NCCL's, which costs an all-gather."""
+    cpu = load_platform("cpu")
+    rs, algo = collective_call("reduce_scatter", 16 * 2**20, 4, 2, 1, cpu)
+    assert rs == collective_seconds("all_reduce", 16 * 2**20, 4, 2, 1, cpu) and algo.endswith("all_reduce")
+    assert rs > 1.8 * collective_seconds("all_gather", 16 * 2**20, 4, 2, 1, cpu)
+    nccl_rs = collective_seconds("reduce_scatter", 16 * 2**20, 8, 1, 1, H100)
+    assert nccl_rs < collective_seconds("all_reduce", 16 * 2**20, 8, 1, 1, H100)
