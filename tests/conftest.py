@@ -1,4 +1,5 @@
-"""Every test runs with its own cache dir: no user calibration or results store leaks in.
+"""Every test runs with its own cache dir (no user calibration or results store leaks in) and no
+COLUMNS of the caller's.
 Tests marked `gpu` run only where torch sees a CUDA or XPU device."""
 
 import pytest
@@ -20,6 +21,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
+    # Tables take the width of the run's COLUMNS (report/console.py): pytest-xdist's workers have it
+    # at 80 where a plain run has none (100); a test that wants a width sets it itself.
+    monkeypatch.delenv("COLUMNS", raising=False)
     cache = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     monkeypatch.setenv("PRISM_STRATEGY_DB", str(cache / "results.db"))
