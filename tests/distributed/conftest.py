@@ -58,23 +58,11 @@ def run_of(request):
     return lambda strategy: request.getfixturevalue("ds_run" if strategy.startswith(ZERO) else "torch_run")
 
 
-SHARED_LAUNCHES = {
-    "test_strategies": "torch_run",
-    "test_projector_ddp": "torch_run",
-    "test_census_memory": "memory_bench",
-    "test_census_bf16_master": "memory_bench",
-}
-"""Files whose tests use one session launch: one xdist group, so one worker launches it once."""
-
-
 def pytest_collection_modifyitems(items):
     """Every multi-process test here may run once more after a failure (pytest-rerunfailures): ranks
     that ran torch.profiler sometimes abort at interpreter exit after writing their results
-    (docs/testing.md); a failure that repeats fails the suite. Under `pytest -n 2 --dist loadgroup`
-    (make test) a file's tests stay on one worker, with the files that share its session launch."""
+    (docs/testing.md); a failure that repeats fails the suite."""
     here = Path(__file__).parent
     for item in items:
-        path = Path(str(item.fspath))
-        if path.is_relative_to(here):
+        if Path(str(item.fspath)).is_relative_to(here):
             item.add_marker(pytest.mark.flaky(reruns=1))
-            item.add_marker(pytest.mark.xdist_group(SHARED_LAUNCHES.get(path.stem, path.stem)))
