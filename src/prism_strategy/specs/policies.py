@@ -36,19 +36,21 @@ class BatchPolicy:
     seq_len: int = 1024
     """Text tokens per sample, the longest (peak memory is predicted there)."""
     mean_seq_len: int | None = None
-    """Mean text tokens per sample, each batch padded to its longest (step time); None = seq_len."""
+    """Mean text tokens per sample, each batch padded to its longest (step time is predicted there);
+    not given: seq_len."""
     micro_batch: int | None = None
-    """Samples per device per forward; None = each option's largest that fits."""
+    """Samples per device per forward; not given: each option's largest that fits."""
     global_batch: int | None = None
-    """Samples per optimizer step: micro_batch x grad_accum x world, exactly."""
+    """Samples per optimizer step, exactly: micro_batch x grad_accum x world."""
     grad_accum: int | None = None
-    """Micro-batches per optimizer step; None = 1, or what global_batch needs."""
+    """Micro-batches per optimizer step; not given: 1, or what global_batch needs."""
     image_tokens: int | None = None
-    """Image tokens per sample (needs a vision encoder); None = the encoder's patch count."""
+    """Image tokens per sample (needs a vision encoder); not given: the encoder's patch count."""
     length_histogram: tuple[tuple[int, float], ...] | None = None
     """Text lengths of the samples, (tokens, count) pairs: the slowest rank's padded batch."""
     length_bucketing: bool = True
-    """Batches drawn from one length bucket (a rank's padded length ~ one sample's)."""
+    """Length bucketing: batches drawn from one length bucket (a rank pads to about one sample's
+    length); off: random batches (each rank pads to its longest sample)."""
 
     def __post_init__(self) -> None:
         checked_int("--seq-len", self.seq_len)
@@ -70,21 +72,28 @@ class MemoryPolicy:
 
     checkpointing: int | str = 0
     """Activation checkpointing: k (every k-th block, 0 = none), "sac" (torchtitan's selective
-    per-op policy on every block) or "auto" (the planner searches it per option)."""
+    per-op policy on every block) or "auto" (the planner searches it per option, the fastest that
+    fits; a measured run needs k or sac)."""
     loss: str = "upcast"
-    """The cross-entropy kernel: upcast | fused | chunked (specs/training.py LOSSES)."""
+    """The cross-entropy kernel: upcast (fp32 logits, HF) | fused (flash-attn CE) | chunked (Liger /
+    chunked CE)."""
     optimizer: str = "adamw"
-    """adamw | adamw-foreach | adamw-fused | adamw-loop | sgd (specs/training.py OPTIMIZER_NAMES)."""
+    """adamw (torch's default: foreach on cuda/xpu, loop on cpu) | adamw-foreach | adamw-fused |
+    adamw-loop | sgd: the algorithm, then torch's implementation of it."""
     compile: bool = False
-    """torch.compile on (estimate/memory_compile.py)."""
+    """torch.compile on (off: eager): the estimates model it; a traced step runs eager (fake tensors
+    are not compiled)."""
     compile_loss: bool = False
-    """With compile, the loss compiled too (torchtitan's default since 2025-08)."""
+    """With compile, the loss compiled too (torchtitan's default since 2025-08): no fp32 logits held."""
     bucket_mb: float | None = None
-    """Gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed's buckets); None = the engine's default."""
+    """Gradient bucket MiB: DDP bucket_cap_mb, DeepSpeed's reduce / allgather bucket; not given: 25
+    (DDP's own default, and our ds_config's)."""
     expandable_segments: bool | None = None
-    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = what the platform's env profile sets."""
+    """The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; not given: what the platform's
+    env profile sets."""
     varying_lengths: bool | None = None
-    """Batch shapes change step to step; None = when mean_seq_len < seq_len."""
+    """Batches padded per batch, so shapes change step to step (more allocator reserve); off: packed
+    to one length. Not given: varying when mean_seq_len < seq_len or a length histogram is given."""
 
     def __post_init__(self) -> None:
         parse_ckpt(self.checkpointing)
@@ -132,7 +141,7 @@ class MeasuredPolicy:
     once, where inputs/scenario.py builds it."""
 
     calibration: str | None = "none"
-    """A calibration file, "auto" (the cached one when it matches) or "none" (plan()'s default: auto)."""
+    """A calibration file, "auto" (the cached one, when it matches) or "none"; plan's default: auto."""
     comm_curves: Sequence[Any] = ()
     """Measured collective curves for this platform (specs/measured.MeasuredCurve)."""
     rank_jitter: float | None = None
@@ -144,11 +153,11 @@ class PlanOptions:
     """plan()'s knobs that are not the run itself: what is searched or traced beside it."""
 
     sweep_nodes: Sequence[int] | str | None = None
-    """Node counts for a scaling table (a list, or "1,2,4" as on the command line)."""
+    """Node counts for a scaling table: a list, or a string such as "1,2,4,8" (the command line's)."""
     traced: bool = False
     """Also trace each option's real training step on fake tensors (slow)."""
     reduce_dtype: str | None = None
-    """fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed communication_data_type; None = each engine's."""
+    """fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed communication_data_type; not given: each engine's own."""
     script: dict[str, Any] | None = None
     """What a training script said about the inputs (inputs/script.py), for `inputs.script`."""
 

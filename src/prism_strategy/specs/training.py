@@ -146,6 +146,8 @@ class TrainingSpec:
     bucket_mb: float | None = None
     """DDP gradient bucket (bucket_cap_mb); None = torch's default 25 MB."""
     precision: Precision = "bf16-mixed"
+    """bf16-mixed (bf16 compute; fp32 params, grads and optimizer state) | bf16-pure (bf16 params,
+    grads and optimizer state) | fp32 (everything fp32)."""
 
     def __post_init__(self) -> None:
         if self.seq_len <= 0:
