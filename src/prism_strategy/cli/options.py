@@ -1,11 +1,64 @@
 """Option types shared by several commands, declared once (name, type, help); a command's own
-options stay beside it. Help texts here are what `-h` prints, so tests/cli/test_help_cli.py pins them."""
+options stay beside it. Help texts here are what `-h` prints, so tests/cli/test_help_cli.py pins them.
+
+A flag that fills exactly one field of a run policy (specs/policies.py, or TrainingSpec.precision)
+takes its help from that field's docstring (field_option): one text for `-h` and the code, so the
+two cannot drift. A field without a docstring fails at import, never as an empty help."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+import ast
+import inspect
+import textwrap
+from dataclasses import fields
+from functools import lru_cache
+from typing import Annotated, Any, Optional
 
 import typer
+
+from prism_strategy.specs.policies import BatchPolicy, MeasuredPolicy, MemoryPolicy, PlanOptions
+from prism_strategy.specs.training import TrainingSpec
+
+FIELD_OF: dict[str, tuple[type, str]] = {
+    **{n: (BatchPolicy, n) for n in ("seq_len", "mean_seq_len", "micro_batch", "global_batch", "grad_accum")},
+    **{n: (BatchPolicy, n) for n in ("image_tokens", "length_bucketing")},
+    "ckpt_freq": (MemoryPolicy, "checkpointing"),
+    **{n: (MemoryPolicy, n) for n in ("loss", "optimizer", "compile", "compile_loss", "bucket_mb")},
+    **{n: (MemoryPolicy, n) for n in ("expandable_segments", "varying_lengths")},
+    "calibration": (MeasuredPolicy, "calibration"),
+    **{n: (PlanOptions, n) for n in ("sweep_nodes", "traced", "reduce_dtype")},
+    "precision": (TrainingSpec, "precision"),
+}
+"""The flags (by parameter name) that fill one field each, and that field: (class, field name)."""
+
+
+@lru_cache(maxsize=16)  # one entry per policy class
+def field_docs(cls: type) -> dict[str, str]:
+    """cls's attribute docstrings: the string literal under each annotated field, on one line."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    return {
+        f.target.id: " ".join(doc.value.value.split())
+        for f, doc in zip(body, body[1:])
+        if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)
+        if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)
+    }
+
+
+def field_help(cls: type, name: str) -> str:
+    """The docstring of cls's field `name`, as a flag's help; ValueError when cls has no such field
+    or the field no docstring (a flag must not go undescribed)."""
+    if name not in {f.name for f in fields(cls)}:
+        raise ValueError(f"{cls.__name__} has no field {name!r}")
+    doc = field_docs(cls).get(name, "")
+    if not doc:
+        raise ValueError(f"{cls.__name__}.{name} has no docstring: write one under the field, it is the flag's help")
+    return doc
+
+
+def field_option(flag: str, *param_decls: str, **kw: Any) -> Any:
+    """typer.Option for `flag` (FIELD_OF), its help the docstring of the field it fills."""
+    return typer.Option(*param_decls, help=field_help(*FIELD_OF[flag]), **kw)
+
 
 JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON) instead of tables")]
 Db = Annotated[Optional[str], typer.Option(help="Results store (SQLite); default in the user cache dir")]
@@ -15,16 +68,19 @@ PlatformPreset = Annotated[str, typer.Option(help="Platform preset or path to a 
 Nodes = Annotated[int, typer.Option(help="Number of nodes")]
 PlatformRpn = Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")]
 Mode = Annotated[str, typer.Option(help="e2e | projector | encoder-projector")]
-Precision = Annotated[str, typer.Option(help="bf16-mixed | bf16-pure | fp32")]
 Vision = Annotated[Optional[str], typer.Option(help="Vision encoder preset or config path")]
-BucketMb = Annotated[
-    Optional[float],
-    typer.Option(help="Gradient bucket MiB: DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket (default: 25)"),
-]
-ReduceDtype = Annotated[
-    Optional[str],
-    typer.Option(help="fp32 | bf16: FSDP2 reduce_dtype, DeepSpeed communication_data_type (default: engine's)"),
-]
+
+# the run's policy fields, as plan and the runs on this machine take them
+SeqLen = Annotated[int, field_option("seq_len")]
+GradAccum = Annotated[int, field_option("grad_accum")]
+Precision = Annotated[str, field_option("precision")]
+CkptFreq = Annotated[str, field_option("ckpt_freq")]
+Optimizer = Annotated[str, field_option("optimizer")]
+Loss = Annotated[str, field_option("loss")]
+Compile = Annotated[bool, field_option("compile", "--compile/--no-compile")]
+CompileLoss = Annotated[bool, field_option("compile_loss", "--compile-loss")]
+BucketMb = Annotated[Optional[float], field_option("bucket_mb")]
+ReduceDtype = Annotated[Optional[str], field_option("reduce_dtype")]
 
 # runs on this machine (bench, ceiling, tune, census, commbench)
 BenchModel = Annotated[str, typer.Option(help="Model preset or config path (tiny-llama / small-llama fit a CPU)")]
@@ -32,9 +88,7 @@ Strategies = Annotated[str, typer.Option(help="Comma-separated strategies, or 'a
 Nproc = Annotated[int, typer.Option(help="Ranks to launch on this machine")]
 Rpn = Annotated[Optional[int], typer.Option(help="Ranks per node: 2 of 4 makes a 2x2 mesh standing in for 2 nodes")]
 Platform = Annotated[str, typer.Option(help="Platform the runs stand for (its model is compared)")]
-SeqLen = Annotated[int, typer.Option(help="Text tokens per sample")]
 RankMicroBatch = Annotated[int, typer.Option(help="Samples per rank")]
-GradAccum = Annotated[int, typer.Option(help="Micro-batches per optimizer step")]
 EnvProfileOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -43,21 +97,5 @@ EnvProfileOpt = Annotated[
         "its variables are set in the ranks and recorded with the run",
     ),
 ]
-BenchPrecision = Annotated[str, typer.Option(help="fp32 | bf16-mixed | bf16-pure (bf16 params, grads, AdamW state)")]
-CkptFreq = Annotated[
-    str, typer.Option(help="Activation checkpointing: k (every k-th block, 0 = none) or sac (selective, every block)")
-]
-Optimizer = Annotated[
-    str, typer.Option(help="adamw (torch's default for the device) | adamw-foreach | adamw-fused | adamw-loop | sgd")
-]
-Loss = Annotated[str, typer.Option(help="Loss kernel: upcast (fp32 logits) | fused | chunked")]
 TimeoutS = Annotated[float, typer.Option(help="Seconds per run before it is killed")]
 PerStrategyTimeoutS = Annotated[float, typer.Option(help="Per strategy")]
-CommBucketMb = Annotated[Optional[float], typer.Option(help="DDP bucket / DeepSpeed bucket size, MiB")]
-CommReduceDtype = Annotated[Optional[str], typer.Option(help="fp32 | bf16: gradient reduction dtype")]
-CompileLoss = Annotated[
-    bool,
-    typer.Option(
-        "--compile-loss", help="With --compile: the loss compiled too (torchtitan's default), no fp32 logits held"
-    ),
-]

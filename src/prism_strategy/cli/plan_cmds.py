@@ -10,6 +10,7 @@ from prism_strategy.cli.app import cli_errors
 from prism_strategy.cli.options import (
     BucketMb,
     CkptFreq,
+    Compile,
     CompileLoss,
     JsonOut,
     Loss,
@@ -20,7 +21,9 @@ from prism_strategy.cli.options import (
     PlatformRpn,
     Precision,
     ReduceDtype,
+    SeqLen,
     Vision,
+    field_option,
 )
 
 
@@ -31,55 +34,26 @@ def plan(
     mode: Mode = "e2e",
     platform: PlatformPreset = "aurora",
     nodes: Nodes = 1,
-    seq_len: Annotated[int, typer.Option(help="Text tokens per sample, the longest (peak memory)")] = 1024,
-    mean_seq_len: Annotated[
-        Optional[int], typer.Option(help="Mean text tokens per sample, padded per batch (step time); default --seq-len")
-    ] = None,
-    micro_batch: Annotated[Optional[int], typer.Option(help="Samples per device; default: each strategy's max")] = None,
-    global_batch: Annotated[
-        Optional[int], typer.Option(help="Samples per optimizer step, exactly: micro-batch x grad accumulation x world")
-    ] = None,
-    grad_accum: Annotated[Optional[int], typer.Option(help="Micro-batches per optimizer step")] = None,
-    ckpt_freq: Annotated[
-        str,
-        typer.Option(
-            help="Activation checkpointing every k-th block, 0 = none; sac = "
-            "torchtitan's selective per-op policy on every block; auto = fastest "
-            "that fits, per option"
-        ),
-    ] = "auto",
-    loss: Annotated[
-        str,
-        typer.Option(
-            help="Loss kernel: upcast (fp32 logits, HF) | fused (flash-attn CE) | chunked (Liger / chunked CE)"
-        ),
-    ] = "upcast",
+    seq_len: SeqLen = 1024,
+    mean_seq_len: Annotated[Optional[int], field_option("mean_seq_len")] = None,
+    micro_batch: Annotated[Optional[int], field_option("micro_batch")] = None,
+    global_batch: Annotated[Optional[int], field_option("global_batch")] = None,
+    grad_accum: Annotated[Optional[int], field_option("grad_accum")] = None,
+    ckpt_freq: CkptFreq = "auto",
+    loss: Loss = "upcast",
     precision: Precision = "bf16-mixed",
-    optimizer: Annotated[
-        str,
-        typer.Option(
-            help="adamw (torch's default: foreach on cuda/xpu, loop on cpu) | "
-            "adamw-foreach | adamw-fused | adamw-loop | sgd"
-        ),
-    ] = "adamw",
+    optimizer: Optimizer = "adamw",
     vision: Annotated[
         Optional[str],
         typer.Option(help="Vision encoder: preset or path to a config.json (SigLIP, CLIP); adds it and a projector"),
     ] = None,
-    image_tokens: Annotated[Optional[int], typer.Option(help="Image tokens per sample (default: patch count)")] = None,
-    compile: Annotated[
-        bool,
-        typer.Option("--compile/--no-compile", help="torch.compile on (--no-compile: eager, whatever --script says)"),
-    ] = False,
+    image_tokens: Annotated[Optional[int], field_option("image_tokens")] = None,
+    compile: Compile = False,
     compile_loss: CompileLoss = False,
     ranks_per_node: PlatformRpn = None,
-    sweep_nodes: Annotated[Optional[str], typer.Option(help="Node counts for a scaling table, e.g. 1,2,4,8")] = None,
-    calibration: Annotated[
-        str, typer.Option(help="Calibration file, 'auto' (cached, when it matches) or 'none'")
-    ] = "auto",
-    traced: Annotated[
-        bool, typer.Option("--traced", help="Also trace the real training step on fake tensors (slow)")
-    ] = False,
+    sweep_nodes: Annotated[Optional[str], field_option("sweep_nodes")] = None,
+    calibration: Annotated[str, field_option("calibration")] = "auto",
+    traced: Annotated[bool, field_option("traced", "--traced")] = False,
     markdown: Annotated[
         Optional[str], typer.Option(help="Also write a Markdown report here (+ a scaling PNG beside it)")
     ] = None,
@@ -118,28 +92,13 @@ def plan(
         ),
     ] = None,
     length_bucketing: Annotated[
-        bool,
-        typer.Option(
-            "--length-bucketing/--no-length-bucketing",
-            help="Length bucketing: batches drawn from one length bucket (a rank pads to about one sample's "
-            "length) / random batches (each rank pads to its longest sample)",
-        ),
+        bool, field_option("length_bucketing", "--length-bucketing/--no-length-bucketing")
     ] = True,
     varying_lengths: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--varying-lengths/--fixed-lengths",
-            help="Batches padded per batch, so shapes change step to step (more "
-            "allocator reserve) / packed to one length; default: varying when --mean-seq-len < --seq-len",
-        ),
+        Optional[bool], field_option("varying_lengths", "--varying-lengths/--fixed-lengths")
     ] = None,
     expandable_segments: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--expandable-segments/--no-expandable-segments",
-            help="The run sets PYTORCH_CUDA_ALLOC_CONF="
-            "expandable_segments:True; default: what the platform's env profile sets",
-        ),
+        Optional[bool], field_option("expandable_segments", "--expandable-segments/--no-expandable-segments")
     ] = None,
     from_config: Annotated[
         Optional[str],
@@ -195,22 +154,15 @@ def estimate(
     platform: PlatformPreset = "aurora",
     nodes: Nodes = 1,
     ranks_per_node: PlatformRpn = None,
-    seq_len: Annotated[int, typer.Option(help="Text tokens per sample")] = 1024,
-    micro_batch: Annotated[
-        Optional[int], typer.Option(help="Samples per device; default: the largest that fits (searched)")
-    ] = None,
+    seq_len: SeqLen = 1024,
+    micro_batch: Annotated[Optional[int], field_option("micro_batch")] = None,
     ckpt_freq: CkptFreq = "0",
     precision: Precision = "bf16-mixed",
     mode: Mode = "e2e",
     vision: Vision = None,
     optimizer: Optimizer = "adamw",
     loss: Loss = "upcast",
-    compile: Annotated[
-        bool,
-        typer.Option(
-            "--compile/--no-compile", help="torch.compile on: the analytic side models it, the trace is eager"
-        ),
-    ] = False,
+    compile: Compile = False,
     compile_loss: CompileLoss = False,
     json_out: JsonOut = False,
 ) -> None:
