@@ -85,3 +85,62 @@ def test_help_at_100_columns_leaves_descriptions_most_of_the_width():
         for line in described:
             for w in re.findall(r"[A-Za-z]{4,}", line):
                 assert w in words or w.lower() in ("default", "required", "show", "this", "message", "exit"), (path, w)
+
+
+OWN_HELP = {
+    # samples per rank, always given: the field's "not given: largest that fits" is not on offer there
+    **{(cmd, "micro_batch"): "per rank" for cmd in ("bench", "census", "commbench")},
+    # emit's values go to its EmitRequest, merged with --from-plan's, and spell their own defaults
+    **{("emit", n): "EmitRequest" for n in ("precision", "ckpt_freq", "loss", "micro_batch", "grad_accum", "compile")},
+    # a logged run's facts, each defaulting to what the log says: an import row, not a policy
+    **{("results import", n): "the log's" for n in ("micro_batch", "grad_accum", "seq_len", "ckpt_freq", "precision")},
+    # these calibrate stored runs' predictions, not a plan's MeasuredPolicy
+    **{(cmd, "calibration"): "stored runs" for cmd in ("compare", "tune", "report")},
+}
+"""Options named as a policy field that keep their own help, and why (issue 37: only a flag that
+fills exactly one field takes that field's docstring)."""
+
+
+def test_policy_options_take_their_help_from_the_fields_docstring():
+    """Issue 37: a flag that fills one policy field is described by that field's docstring, so the
+    help and the code cannot drift (cli/options.py FIELD_OF, field_option)."""
+    from prism_strategy.cli.options import FIELD_OF, field_help
+
+    seen, drifted = set(), []
+    for path, cmd in _commands(typer.main.get_command(app)):
+        for p in getattr(cmd, "params", []):
+            if p.param_type_name != "option" or p.name not in FIELD_OF:
+                continue
+            key = (" ".join(path), p.name)
+            seen.add(key)
+            if key not in OWN_HELP and p.help != field_help(*FIELD_OF[p.name]):
+                drifted.append(key)
+    assert drifted == []
+    assert set(OWN_HELP) <= seen  # no stale exception
+    plan_flags = {name for cmd, name in seen if cmd == "plan"}
+    assert plan_flags == set(FIELD_OF)  # plan takes every policy flag
+
+
+def test_field_help_is_the_docstring_under_the_field_on_one_line():
+    from prism_strategy.cli.options import field_help
+    from prism_strategy.specs.policies import BatchPolicy, MemoryPolicy
+
+    assert field_help(BatchPolicy, "seq_len") == "Text tokens per sample, the longest (peak memory is predicted there)."
+    assert field_help(MemoryPolicy, "compile_loss").startswith("With compile, the loss compiled too")
+    assert "\n" not in field_help(MemoryPolicy, "checkpointing")
+    r = runner.invoke(app, ["plan", "-h"], env={"COLUMNS": "100"})
+    assert "planner searches it per option" in r.stdout
+
+
+def test_field_help_refuses_a_field_without_a_docstring():
+    """A missing docstring is an error where the option is declared (import time), never an empty help."""
+    import pytest
+
+    from prism_strategy.cli.options import field_help
+    from prism_strategy.specs.policies import MemoryPolicy
+    from prism_strategy.specs.training import TrainingSpec
+
+    with pytest.raises(ValueError, match="TrainingSpec.compute_dtype has no docstring"):
+        field_help(TrainingSpec, "compute_dtype")
+    with pytest.raises(ValueError, match="no field 'ckpt_freq'"):
+        field_help(MemoryPolicy, "ckpt_freq")
