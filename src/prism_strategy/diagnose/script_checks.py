@@ -10,6 +10,8 @@ environment variable switches says so, and is a warning when the switch is off b
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,6 +30,9 @@ from prism_strategy.strategies import FSDP1_SHARDING
 _MESH = {"init_device_mesh", "DeviceMesh"}
 _CTORS = {"ones", "zeros", "empty", "rand", "randn", "full", "tensor"}
 _FP32 = {"float32", "float"}
+_ENV_NOTE = re.compile(r" exported by |^\w+ unset: |^the job sets ")
+_READ_NOTE = re.compile(r"^\w+ = .*(os\.environ|getenv).* \(line \d+\)$")
+"""The assignment that read the variable a test compares: sharding = os.environ.get(...) (line 14)."""
 _ROOT_ONLY = {"engine": "fsdp2", "root_only_wrap": True}
 """FSDP (FullyShardedDataParallel) and fully_shard alike: the engine is FSDP, whatever the context says."""
 
@@ -275,26 +280,101 @@ def _sharding_name(v: object) -> str | None:
 
 
 def _root_only_fsdp1(s: ScriptFile, call: Call, ctx: Context) -> list[Finding]:
-    """FSDP(..., auto_wrap_policy=P) with P None on some path: the variable, the `if` that
-    chose it and the environment default behind that test are named with their lines."""
-    paths = [
-        a
-        for a in s.call_kwargs(call, s.values(ctx.launcher_env))
-        if isinstance(a.value, dict) and a.value.get("auto_wrap_policy") is None
-    ]
-    paths = _on_strategy(paths, ctx)
-    if not paths:
-        return []
-    root = next((a for a in paths if a.by_default), paths[0])
+    """FSDP(..., auto_wrap_policy=P) with P None or absent on some path, under the job the
+    environment defaults give and then under each job an `if` test of the function names
+    (ScriptFile.env_scenarios): the first such job, the variable left None and the sharding."""
+    for vals in s.env_scenarios(call, s.values(ctx.launcher_env)):
+        paths = [
+            a
+            for a in s.call_kwargs(call, vals)
+            if isinstance(a.value, dict)
+            and a.value.get("auto_wrap_policy") is None
+            and not any(n.startswith("under `except") for n in a.notes)  # a fallback, not the job
+        ]
+        paths = _on_strategy(paths, ctx)
+        if paths:
+            return _root_only_finding(s, call, ctx, vals, next((a for a in paths if a.by_default), paths[0]))
+    return []
+
+
+def _root_only_finding(s: ScriptFile, call: Call, ctx: Context, vals: Values, root: Alt) -> list[Finding]:
+    job = [n for n in root.notes if n.startswith("the job sets ")]
+    when = f" when {job[0]}" if job else ""
+    detail = f"{call.last}() at line {call.line} wraps only the root module{when}: {_policy_flow(s, call, vals)}"
     sharding = root.value.get("sharding_strategy")
-    how = "auto_wrap_policy is None" if "auto_wrap_policy" in root.value else "no auto_wrap_policy"
-    detail = f"{call.last}() at line {call.line} wraps only the root module: {how}{_notes(root)}"
     if isinstance(sharding, Symbol) and sharding.name.upper().endswith(("SHARD_GRAD_OP", "SHARD_ZERO2")):
         detail += (
-            f"; under {sharding.name} the whole model's parameters stay gathered from forward to backward "
-            f"(PRISM's 7B out-of-memory)"
+            f"; under {sharding.name} the whole model is one FSDP unit: one all-gather of every "
+            "parameter, which stay gathered from forward to backward, and whole-model gradients until "
+            "the one reduce-scatter (DDP's memory with only the optimizer state sharded; PRISM's 7B "
+            "out-of-memory)"
         )
+    elif isinstance(sharding, Symbol):
+        detail += f"; under {sharding.name} every forward and backward all-gathers the whole model at once"
     found = check_observed(_ROOT_ONLY, ctx, **s.where(call, detail))
     if not root.by_default:
         found = [replace(f, message=f"{f.message} (only on a path the job's environment must select)") for f in found]
     return found
+
+
+def _policy_flow(s: ScriptFile, call: Call, vals: Values) -> str:
+    """How no policy reaches the call: the variable passed as auto_wrap_policy (directly, in a
+    dict(...) or a kwargs item), its `= None` that reaches the call, and the reassignments the
+    job skips."""
+    names = _policy_names(s, call)
+    out: list[str] = []
+    told: set[int] = set()
+    for a in sorted(s.assigns_in(call.scope), key=lambda a: a.line):
+        name = next((n for n in names if a in s.assigns.get((call.scope, n), [])), None)
+        if name is None or a.line >= call.line or vals.conditions(a.conds, call.scope, a.line).taken is False:
+            continue
+        if isinstance(a.value, ast.Constant) and a.value.value is None:
+            out.append(f"{name} = None (line {a.line}){_under(a.conds[-1:], vals, call, told)}")
+    for a in sorted(s.assigns_in(call.scope), key=lambda a: a.line):
+        name = next((n for n in names if a in s.assigns.get((call.scope, n), [])), None)
+        if name is None or a.line >= call.line or not out or not a.conds:
+            continue
+        skipped = [c for c in a.conds if vals.conditions((c,), call.scope, a.line).taken is False]
+        if skipped and not _is_none(a.value):
+            out.append(f"reassigned at line {a.line} only{_under(skipped[:1], vals, call, told)}, which this job skips")
+            break
+    if not out:
+        return "no auto_wrap_policy"
+    return "auto_wrap_policy stays None: " + "; ".join(out)
+
+
+def _policy_names(s: ScriptFile, call: Call) -> set[str]:
+    """Variables given as auto_wrap_policy in the call's function: FSDP(auto_wrap_policy=p),
+    dict(auto_wrap_policy=p), {"auto_wrap_policy": p} or kw["auto_wrap_policy"] = p."""
+    nodes: list[ast.expr] = [call.node, *(a.value for a in s.assigns_in(call.scope) if a.value is not None)]
+    out = set()
+    for top in nodes:
+        for n in ast.walk(top):
+            if isinstance(n, ast.Call):
+                out |= {k.value.id for k in n.keywords if k.arg == "auto_wrap_policy" and isinstance(k.value, ast.Name)}
+            if isinstance(n, ast.Dict):
+                out |= {
+                    v.id
+                    for k, v in zip(n.keys, n.values)
+                    if isinstance(k, ast.Constant) and k.value == "auto_wrap_policy" and isinstance(v, ast.Name)
+                }
+    return out
+
+
+def _under(conds: Sequence[tuple[ast.expr, bool]], vals: Values, call: Call, told: set[int]) -> str:
+    """The test, and (the first time it is named) what decides it for this job: the variable it
+    compares, read from the environment."""
+    if not conds:
+        return ""
+    test, side = conds[0]
+    if id(test) in told:
+        return f" {'under' if side else 'in the else of'} that `if`"
+    told.add(id(test))
+    notes = dict.fromkeys(n for a in vals.eval(test, call.scope, test.lineno) for n in a.notes)
+    why = "; ".join(n for n in notes if _ENV_NOTE.search(n) or _READ_NOTE.search(n))
+    why = f" ({why})" if why else ""
+    return f" {'under' if side else 'in the else of'} `if {ast.unparse(test)[:70]}` (line {test.lineno}){why}"
+
+
+def _is_none(v: ast.expr | None) -> bool:
+    return isinstance(v, ast.Constant) and v.value is None

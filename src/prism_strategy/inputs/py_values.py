@@ -16,9 +16,10 @@ from typing import Any
 
 UNKNOWN: Any = type("Unknown", (), {"__repr__": lambda self: "UNKNOWN"})()
 MAX_ALTS = 8
-MAX_DEPTH = 12
-"""Nested evaluations (a name, its value, the tests above it); 12 follows a kwargs dict built
-and then given an item (kw = dict(...); kw["k"] = v) down to the environment default deciding it."""
+MAX_DEPTH = 16
+"""Nested evaluations (a name, its value, the tests above it); 16 follows a kwargs dict built
+and then given three items (PRISM's fsdp_kwargs: dict(...), then kw["k"] = v under three `if`s)
+down to the environment default deciding its sharding_strategy."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,10 @@ class Values:
     assigns: dict[tuple[str, str], list[Assignment]]
     env: dict[str, tuple[str, str]] = field(default_factory=dict)
     """NAME -> (value, launcher file): what the launchers given export to every rank."""
+    assumed: dict[str, str | None] = field(default_factory=dict)
+    """NAME -> value: a job the doctor supposes (ScriptFile.env_scenarios), for a variable no
+    launcher exports: os.environ.get(NAME, default) reads it as decided, not open (None: each
+    read's own default)."""
     depth: int = 0
 
     def eval(self, node: ast.expr | None, scope: str, line: int) -> list[Alt]:
@@ -97,6 +102,11 @@ class Values:
             return self._attribute(node, scope, line)
         if isinstance(node, ast.Call):
             return self._call(node, scope, line)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            is_ = isinstance(node.ops[0], ast.Is)
+            return self._combine(
+                [node.left, node.comparators[0]], scope, line, lambda a, b: _identity(is_, a, b), keep_unknown=True
+            )
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             return self._combine(
                 [node.left, node.comparators[0]], scope, line, lambda a, b: _compare(node.ops[0], a, b)
@@ -135,10 +145,18 @@ class Values:
         else:
             scope_of = scope
         out: list[Alt] = []
+        # an `if` whose body and else both assign the name: together they run wherever that `if`
+        # is reached, whatever its test (PRISM's `if decoder_layer_cls is not None: ... else: ...`)
+        sides: dict[tuple[int, ...], set[bool]] = {}
         for a in sorted((a for a in found if a.line < line), key=lambda a: -a.line):
             d = self.conditions(a.conds, scope_of, a.line)
             if d.taken is False:
                 continue
+            both = False
+            if d.taken is None and a.conds:
+                key = tuple(id(t) for t, _ in a.conds)
+                sides.setdefault(key, set()).add(a.conds[-1][1])
+                both = len(sides[key]) == 2 and self.conditions(a.conds[:-1], scope_of, a.line).taken is True
             values = self.eval(a.value, scope_of, a.line) if a.value is not None else [Alt(UNKNOWN)]
             src = ast.unparse(a.value)[:60] if a.value is not None else "?"
             for v in values:
@@ -149,7 +167,7 @@ class Values:
                         notes=(f"{name} = {src} (line {a.line})",),
                     )
                 )
-            if d.taken is True:
+            if d.taken is True or both:
                 break
         return out or [Alt(UNKNOWN)]
 
@@ -163,7 +181,12 @@ class Values:
         by_default = True
         for test, side in conds:
             alts = self.eval(test, scope, line)
-            where = f"`if {ast.unparse(test)[:60]}` (line {test.lineno})"
+            text = (
+                test.id
+                if isinstance(test, ast.Name) and test.id.startswith("except")
+                else f"if {ast.unparse(test)[:60]}"
+            )
+            where = f"`{text}` (line {test.lineno})"
             if any(_opaque(a.value) for a in alts):
                 notes.append(f"under {where}, which the doctor cannot decide")
                 taken, by_default = None, False
@@ -202,6 +225,11 @@ class Values:
             )
         if fn == "dict" and not node.args and all(k.arg for k in node.keywords):
             return self._dict([(k.arg, k.value) for k in node.keywords], scope, line)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "get" and 1 <= len(node.args) <= 2:
+            default = node.args[1] if len(node.args) == 2 else ast.Constant(None)
+            got = self._combine([node.func.value, node.args[0], default], scope, line, _dict_get)
+            if not all(a.value is UNKNOWN for a in got):
+                return got
         return [Alt(Symbol(f"{fn}(...)", call=True))]
 
     def _environ(self, node: ast.Call, scope: str, line: int) -> list[Alt]:
@@ -209,6 +237,12 @@ class Values:
         if len(key) != 1 or not isinstance(key[0].value, str):
             return [Alt(UNKNOWN)]
         name = key[0].value
+        if name in self.assumed and name not in self.env and len(node.args) == 2:
+            default = [d.value for d in self.eval(node.args[1], scope, line)]
+            value = self.assumed[name]
+            if value is None or default == [value]:
+                return [Alt(d, (f"{name} unset: the default {d!r}, unless the job sets it",)) for d in default]
+            return [Alt(value, (f"the job sets {name}={value}",), by_default=False)]
         if name in self.env:
             value, file = self.env[name]
             return [Alt(value, (f"{name}={value} exported by {file}",))]
@@ -278,6 +312,33 @@ def _merged(keys: list[ast.expr | None], values: tuple[Any, ...]) -> Any:
         else:
             out[k.value] = v
     return out
+
+
+def _dict_get(d: Any, k: Any, default: Any) -> Any:
+    """d.get(k, default) on a dict the doctor read (shard_map.get(name, FULL_SHARD))."""
+    if not isinstance(d, dict) or _opaque(k):
+        return UNKNOWN
+    return d.get(k, default)
+
+
+def _never_none(v: Any) -> bool:
+    """A call that cannot return None: functools.partial(...) or a class, by the Capitalized name
+    Python code gives classes (ModuleWrapPolicy(...), CPUOffload(...))."""
+    if not (isinstance(v, Symbol) and v.call):
+        return False
+    last = v.name.removesuffix("(...)").rsplit(".", 1)[-1]
+    return last == "partial" or last[:1].isupper()
+
+
+def _identity(is_: bool, a: Any, b: Any) -> Any:
+    """`a is b` / `a is not b`: decided against None for a call that cannot return None, else only
+    on values the doctor knows."""
+    for x, y in ((a, b), (b, a)):
+        if y is None and _never_none(x):
+            return not is_
+    if _opaque(a) or _opaque(b):
+        return UNKNOWN
+    return (a is b) if is_ else (a is not b)
 
 
 def _compare(op: ast.cmpop, a: Any, b: Any) -> Any:

@@ -15,6 +15,13 @@ from prism_strategy.strategies import STRATEGY_NAMES, get_strategy
 
 DDP_CALLS = {"DistributedDataParallel", "DDP"}
 FSDP1_CALLS = {"FullyShardedDataParallel", "FSDP"}
+_ENV_GETS = {"os.environ.get", "os.getenv", "environ.get", "getenv"}
+MAX_SCENARIOS = 12
+"""Jobs supposed per call (env_scenarios): the defaults, then one variable changed at a time."""
+
+
+def _is_str(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,6 +73,47 @@ class ScriptFile:
             replace(a, value=a.value.get(name, absent) if isinstance(a.value, dict) else UNKNOWN)
             for a in self.call_kwargs(call, vals)
         ]
+
+    def env_scenarios(self, call: Call, vals: Values) -> list[Values]:
+        """The jobs worth supposing for a call, each with every variable the script reads through
+        os.environ.get(NAME, "default") decided: all at their defaults first, then one at a time
+        set to a value an `if` test of the call's function compares it with (FSDP_SHARDING ==
+        "shard_grad_op"). Variables the launchers export keep their exported value."""
+        read = {
+            c.node.args[0].value  # type: ignore[attr-defined]
+            for c in self.calls
+            if c.name in _ENV_GETS and len(c.node.args) == 2 and _is_str(c.node.args[0])
+        }
+        free: dict[str, str | None] = {n: None for n in sorted(read) if n not in vals.env}
+        if not free:
+            return [vals]
+        out = [replace(vals, assumed=free)]
+        for name, value in self._compared(call, vals, free):
+            out.append(replace(vals, assumed={**free, name: value}))
+        return out[:MAX_SCENARIOS]
+
+    def _compared(self, call: Call, vals: Values, free: dict[str, str | None]) -> list[tuple[str, str]]:
+        """(NAME, value) for each string an `if` test (or a flag assigned a comparison) in the
+        call's function compares with a value read from NAME."""
+        tests = {id(t): t for a in self.assigns_in(call.scope) for t, _ in a.conds}
+        tests |= {id(t): t for c in self.calls if c.scope == call.scope for t, _ in c.conds}
+        tests |= {id(a.value): a.value for a in self.assigns_in(call.scope) if isinstance(a.value, ast.Compare)}
+        out: dict[tuple[str, str], None] = {}
+        for test in tests.values():
+            for node in ast.walk(test):
+                if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+                    continue
+                for side, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
+                    consts = [e for e in getattr(other, "elts", [other]) if _is_str(e)]
+                    if not consts:
+                        continue
+                    names = {n for a in vals.eval(side, call.scope, test.lineno) for n in a.open_env}
+                    for n in names & free.keys():
+                        out |= {(n, c.value): None for c in consts}  # type: ignore[attr-defined]
+        return list(out)
+
+    def assigns_in(self, scope: str) -> list[Assignment]:
+        return [a for (sc, _), found in self.assigns.items() if sc == scope for a in found]
 
     def find(self, *lasts: str) -> list[Call]:
         return [c for c in self.calls if c.last in lasts]

@@ -86,6 +86,21 @@ class Collector(ast.NodeVisitor):
                 self.visit(stmt)
             self.conds.pop()
 
+    def visit_Try(self, node: ast.Try) -> None:
+        """An `except` body runs only when its `try` raised: its code is under a test nothing
+        decides (`except AttributeError:`), not straight after the `try` body."""
+        for stmt in (*node.body, *node.orelse, *node.finalbody):
+            self.visit(stmt)
+        for h in node.handlers:
+            test = ast.copy_location(
+                ast.Name(id=f"except {ast.unparse(h.type) if h.type else ''}".strip(), ctx=ast.Load()), h
+            )
+            self.conds.append((test, True))
+            for stmt in h.body:
+                self.visit(stmt)
+            self.conds.pop()
+
+    visit_TryStar = visit_Try
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def _loop(self, node: ast.AST) -> None:
