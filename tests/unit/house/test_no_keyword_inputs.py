@@ -34,7 +34,6 @@ NOT_RUN_INPUTS = {
     ("traced/estimate.py", "traced_max_micro_batch"): "search_max_micro_batch's search options, passed through",
 }
 LEFT = {
-    ("inputs/stored.py", "row_with"),
     ("bench/launch/run.py", "bench_scenario"),
     ("bench/launch/run.py", "base_config"),
     ("bench/launch/requests.py", "bench_request"),

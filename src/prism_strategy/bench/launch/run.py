@@ -13,7 +13,7 @@ from prism_strategy.bench.launch.harness import check_config, launch, launch_man
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.flags import scenario_from_flags
-from prism_strategy.inputs.stored import bench_row, row_values, row_with
+from prism_strategy.inputs.stored import RowChange, bench_row, row_values, row_with
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.policies import checked_int
@@ -156,7 +156,9 @@ def scan_ceiling_runs(
     base: dict[str, Any], strategy: str, platform: str, store: Store, *, memory_limit_bytes: float | None, upto: int
 ) -> list[Result]:
     """The exhaustive reference: micro-batch 1..upto in one launch."""
-    configs = [row_with(base, strategy=strategy, micro_batch=mb, steps=1, warmup=1) for mb in range(1, upto + 1)]
+    configs = [
+        row_with(base, RowChange(strategy=strategy, micro_batch=mb, steps=1, warmup=1)) for mb in range(1, upto + 1)
+    ]
     return run_many(
         configs, load_platform(platform), store, memory_limit_bytes=memory_limit_bytes, kind="ceiling-trial"
     )
@@ -202,7 +204,7 @@ def check_memory(
     available = host_memory_available() if available is None else available
     for s in strategies:
         try:
-            problem = memory_problem(row_with(base, strategy=s), platform, available)
+            problem = memory_problem(row_with(base, RowChange(strategy=s)), platform, available)
         except SpecError:
             continue  # not modelled: the run itself will say
         if problem is not None:
@@ -221,7 +223,7 @@ def run_bench(
     check_memory(base, strategies, plat)
     out = []
     for i, s in enumerate(strategies):
-        r = run_one(row_with(base, strategy=s), plat, store, extra_args=extra_args)
+        r = run_one(row_with(base, RowChange(strategy=s)), plat, store, extra_args=extra_args)
         out.append(r)
         if on_result:
             on_result(i + 1, len(strategies), r)
@@ -239,12 +241,12 @@ def run_ceiling(
     on_result: OnResult | None = None,
 ) -> tuple[Ceiling, Result]:
     plat = platform_with_limit(load_platform(platform), memory_limit_bytes)
-    seed = int(predict(row_with(base, strategy=strategy, micro_batch=1), plat)["max_micro_batch"])
+    seed = int(predict(row_with(base, RowChange(strategy=strategy, micro_batch=1)), plat)["max_micro_batch"])
     trials: list[Result] = []
 
     def measure(mb: int) -> str:
         r = run_one(
-            row_with(base, strategy=strategy, micro_batch=mb, steps=1, warmup=1),
+            row_with(base, RowChange(strategy=strategy, micro_batch=mb, steps=1, warmup=1)),
             load_platform(platform),
             store,
             memory_limit_bytes=memory_limit_bytes,
@@ -261,7 +263,8 @@ def run_ceiling(
         status="ok",
         strategy=strategy,
         platform=platform,
-        config=row_with(base, strategy=strategy, micro_batch=max(c.ceiling, 1), memory_limit_bytes=memory_limit_bytes),
+        config=row_with(base, RowChange(strategy=strategy, micro_batch=max(c.ceiling, 1)))
+        | {"memory_limit_bytes": memory_limit_bytes},
         measured={"ceiling": c.ceiling, "trials": c.trials, "runs": c.runs},
         predicted={"max_micro_batch": seed},
         fingerprint=trials[-1].fingerprint if trials else {},
@@ -277,7 +280,7 @@ def tune_grid(
     for s in strategies:
         for mb in micro_batches:
             for k in ckpt_freqs:
-                p = _predicted(row_with(base, strategy=s, micro_batch=mb, ckpt_freq=k), ranking)
+                p = _predicted(row_with(base, RowChange(strategy=s, micro_batch=mb, ckpt_freq=k)), ranking)
                 grid.append(
                     Candidate(
                         strategy=s,
@@ -307,7 +310,11 @@ def run_tune(
     grid = tune_grid(base, strategies, micro_batches, ckpt_freqs, calibrated_platform(plat, calibration))
 
     def measure(c: Candidate) -> float:
-        r = run_one(row_with(base, strategy=c.strategy, micro_batch=c.micro_batch, ckpt_freq=c.ckpt_freq), plat, store)
+        r = run_one(
+            row_with(base, RowChange(strategy=c.strategy, micro_batch=c.micro_batch, ckpt_freq=c.ckpt_freq)),
+            plat,
+            store,
+        )
         if on_result:
             on_result(0, len(grid), r)
         return float(r.measured.get("samples_per_s") or 0.0) if r.status == "ok" else 0.0
