@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from prism_strategy.bench.launch.run import base_config
+from prism_strategy.cli.bench_inputs import base_config
 from prism_strategy.inputs.stored import RowChange, row_with
 from prism_strategy.strategies import STRATEGY_NAMES
 

@@ -5,7 +5,7 @@ importers read a row through.
 A row is the Scenario serialised (specs/scenario.py scenario_to_row: "schema" 1, the model, layout
 and policies) beside the run's own facts (strategy, nproc, steps, warmup, timeout_s, census,
 reduce_dtype, ...). Rows without "schema" are version 0, the flat configs stored before it
-(bench/launch/run.py base_config, census_base and the importers wrote model / model_spec, vision /
+(bench's base_config, census_base and the importers wrote model / model_spec, vision /
 vision_spec, mode, nproc, ranks_per_node, micro_batch, grad_accum, seq_len, ckpt_freq, precision,
 optimizer, loss, compile, bucket_mb); they are read as they were run, a key a row lacks taking the
 policies' defaults (adamw, upcast loss, no compile, the engine's bucket). Two rows describe the

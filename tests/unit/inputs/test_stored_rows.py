@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.collectives.census import census_base
 from prism_strategy.bench.importers import build_import, import_run
-from prism_strategy.bench.launch.run import base_config
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.cli.app import app
+from prism_strategy.cli.bench_inputs import base_config, census_base
 from prism_strategy.flags import scenario_from_flags
 from prism_strategy.inputs.stored import RowChange, row_key, row_values, row_with, scenario_from_row
 from prism_strategy.specs.errors import SpecError
