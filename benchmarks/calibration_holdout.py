@@ -16,9 +16,10 @@ import tempfile
 from pathlib import Path
 
 from prism_strategy.bench.fit.calibrate import calibrate, errors_pct
-from prism_strategy.bench.launch.run import base_config, run_many
+from prism_strategy.bench.launch.run import run_many
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Store
+from prism_strategy.cli.bench_inputs import base_config
 from prism_strategy.specs.presets import load_platform
 
 STRATEGIES = ["ddp", "fsdp_full_shard", "fsdp_shard_grad_op", "hsdp_full_shard", "hsdp_shard_grad_op", "zero2"]

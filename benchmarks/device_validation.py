@@ -41,8 +41,9 @@ if (ROOT / "src" / "prism_strategy").is_dir():  # a checkout measures its own co
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from device_validation_report import gib, render, write_atomic  # noqa: E402
-from prism_strategy.bench.launch.run import base_config, platform_with_limit  # noqa: E402
+from prism_strategy.bench.launch.run import platform_with_limit  # noqa: E402
 from prism_strategy.bench.results.store import Result, Store  # noqa: E402
+from prism_strategy.cli.bench_inputs import base_config  # noqa: E402
 from prism_strategy.estimate.batch import MAX_MICRO_BATCH_SHOWN  # noqa: E402
 from prism_strategy.inputs.stored import scenario_from_row  # noqa: E402
 from prism_strategy.planning.planner import evaluate  # noqa: E402

@@ -20,8 +20,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from prism_strategy.bench.launch.run import base_config, run_many
+from prism_strategy.bench.launch.run import run_many
 from prism_strategy.bench.results.store import Store
+from prism_strategy.cli.bench_inputs import base_config
 from prism_strategy.specs.presets import load_platform
 
 STRATEGIES = ("fsdp_full_shard", "zero3")

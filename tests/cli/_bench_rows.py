@@ -4,9 +4,9 @@
 
 from __future__ import annotations
 
-from prism_strategy.bench.launch.run import base_config
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
+from prism_strategy.cli.bench_inputs import base_config
 from prism_strategy.specs.presets import load_platform
 
 

@@ -133,8 +133,8 @@ def test_read_commands_leave_an_empty_or_foreign_db_file_byte_identical(tmp_path
 
 
 def _cpu_row(store, precision: str = "fp32", platform: str = "cpu"):
-    from prism_strategy.bench.launch.run import base_config
     from prism_strategy.bench.results.store import Result
+    from prism_strategy.cli.bench_inputs import base_config
 
     cfg = base_config(model="tiny-llama", nproc=2, ranks_per_node=None, micro_batch=2, seq_len=32, steps=1,
                       warmup=1, precision="fp32", ckpt_freq=0, grad_accum=1, timeout_s=60)  # fmt: skip

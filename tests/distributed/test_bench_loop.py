@@ -13,10 +13,11 @@ import subprocess
 import pytest
 
 from prism_strategy.bench.fit.calibrate import calibrate, errors_pct
-from prism_strategy.bench.launch.run import base_config, run_bench, run_ceiling, run_many, scan_ceiling_runs
+from prism_strategy.bench.launch.run import run_bench, run_ceiling, run_many, scan_ceiling_runs
 from prism_strategy.bench.results.compare import compare
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Store
+from prism_strategy.cli.bench_inputs import base_config
 from prism_strategy.inputs.stored import row_values
 from prism_strategy.specs.presets import load_platform
 

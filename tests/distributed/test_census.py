@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from prism_strategy.bench.collectives.census import census_base, run_censuses
+from prism_strategy.bench.collectives.census import run_censuses
+from prism_strategy.cli.bench_inputs import census_base
 from prism_strategy.strategies import STRATEGY_NAMES
 
 pytestmark = pytest.mark.distributed

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from prism_strategy.bench.launch.run import base_config
-from prism_strategy.inputs.stored import row_with
+from prism_strategy.cli.bench_inputs import base_config
+from prism_strategy.inputs.stored import RowChange, row_with
 
 pytestmark = pytest.mark.distributed
 TOLERANCE = 0.10
@@ -44,7 +44,7 @@ def MEMORY_RUNS() -> dict[str, dict]:
             timeout_s=240,
             **kw,
         )
-        runs |= {f"{shape}/{case}": row_with(base, **c) for case, c in CASES.items()}
+        runs |= {f"{shape}/{case}": row_with(base, RowChange(**c)) for case, c in CASES.items()}
     return runs
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from prism_strategy.bench.collectives.census import census_base, run_censuses
+from prism_strategy.bench.collectives.census import run_censuses
+from prism_strategy.cli.bench_inputs import census_base
 
 pytestmark = pytest.mark.distributed
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "census"

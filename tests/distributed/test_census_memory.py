@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from prism_strategy.bench.launch.run import base_config
-from prism_strategy.inputs.stored import row_with
+from prism_strategy.cli.bench_inputs import base_config
+from prism_strategy.inputs.stored import RowChange, row_with
 from prism_strategy.strategies import STRATEGY_NAMES
 
 pytestmark = pytest.mark.distributed
@@ -49,7 +49,7 @@ def MEMORY_RUNS() -> dict[str, dict]:
         timeout_s=240,
     )
     cases = {s: {"strategy": s} for s in STRATEGY_NAMES} | VARIANTS
-    return {name: row_with(base, **c) for name, c in cases.items()}
+    return {name: row_with(base, RowChange(**c)) for name, c in cases.items()}
 
 
 @pytest.fixture(scope="module")

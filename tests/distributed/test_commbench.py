@@ -17,10 +17,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.collectives.census import census_base
 from prism_strategy.bench.results.curves import load_curves
 from prism_strategy.bench.results.store import Store
 from prism_strategy.cli import app
+from prism_strategy.cli.bench_inputs import census_base
 from prism_strategy.engines import step_collectives
 from prism_strategy.inputs.stored import scenario_from_row
 from prism_strategy.specs.parts import model_parts

@@ -79,12 +79,13 @@ def bench(
 ) -> None:
     """Launch real multi-process runs, one job per strategy; store every result. With --launched,
     every rank of a scheduler's job runs this command and the candidates are timed there."""
-    from prism_strategy.bench.launch.requests import bench_request, launched_request
+    from prism_strategy.bench.launch.requests import launched_request
     from prism_strategy.bench.results.store import Store
+    from prism_strategy.cli.bench_inputs import bench_from_flags
     from prism_strategy.report.bench_output import bench_with_progress, show_bench, show_launched_bench
 
     run = launched_request(launched, platform=platform, budget_min=budget_min, memory_limit=memory_limit)
-    base, names = bench_request(
+    base, names = bench_from_flags(
         strategies,
         platform,
         env_profile=env_profile,
@@ -140,10 +141,10 @@ def ceiling(
     json_out: JsonOut = False,
 ) -> None:
     """Largest micro-batch that runs, by bisection seeded with the planner's prediction."""
-    from prism_strategy.bench.launch.requests import ceiling_search
+    from prism_strategy.cli.bench_inputs import ceiling_from_flags
     from prism_strategy.report.bench_output import show_ceiling
 
-    data = ceiling_search(
+    data = ceiling_from_flags(
         strategy,
         memory_limit=memory_limit,
         max_micro_batch=max_micro_batch,
@@ -234,11 +235,12 @@ def tune(
 ) -> None:
     """Measure the most promising configurations first; stop when none left can win."""
     from prism_strategy.bench.launch.launched import end_job
-    from prism_strategy.bench.launch.requests import launched_request, tune_search
+    from prism_strategy.bench.launch.requests import launched_request
+    from prism_strategy.cli.bench_inputs import tune_from_flags
     from prism_strategy.report.bench_output import show_tune
 
     run = launched_request(launched, platform=platform, budget_min=budget_min, memory_limit=None)
-    data = tune_search(
+    data = tune_from_flags(
         strategies,
         micro_batches,
         ckpt_freqs,
@@ -296,8 +298,9 @@ def census(
     json_out: JsonOut = False,
 ) -> None:
     """Run each strategy for real and compare the collectives of one step with the engine model."""
-    from prism_strategy.bench.collectives.census import census_base, run_census
+    from prism_strategy.bench.collectives.census import run_census
     from prism_strategy.bench.launch.requests import strategy_names
+    from prism_strategy.cli.bench_inputs import census_base
     from prism_strategy.report.census_table import show_census
 
     names = strategy_names(strategies)
@@ -354,9 +357,10 @@ def commbench(
 ) -> None:
     """Replay each strategy's collectives of one step (no model compute) on the real backend;
     time each kind, store it, and show it beside the link model's prediction."""
-    from prism_strategy.bench.collectives.commbench import commbench_base, run_commbench, run_launched
+    from prism_strategy.bench.collectives.commbench import run_commbench, run_launched
     from prism_strategy.bench.launch.requests import strategy_names
     from prism_strategy.bench.results.store import Store
+    from prism_strategy.cli.bench_inputs import commbench_base
     from prism_strategy.report.commbench_table import show_commbench
     from prism_strategy.specs.presets import load_platform
 

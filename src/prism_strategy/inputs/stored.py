@@ -5,7 +5,7 @@ importers read a row through.
 A row is the Scenario serialised (specs/scenario.py scenario_to_row: "schema" 1, the model, layout
 and policies) beside the run's own facts (strategy, nproc, steps, warmup, timeout_s, census,
 reduce_dtype, ...). Rows without "schema" are version 0, the flat configs stored before it
-(bench/launch/run.py base_config, census_base and the importers wrote model / model_spec, vision /
+(bench's base_config, census_base and the importers wrote model / model_spec, vision /
 vision_spec, mode, nproc, ranks_per_node, micro_batch, grad_accum, seq_len, ckpt_freq, precision,
 optimizer, loss, compile, bucket_mb); they are read as they were run, a key a row lacks taking the
 policies' defaults (adamw, upcast loss, no compile, the engine's bucket). Two rows describe the
@@ -15,7 +15,7 @@ same run when their `row_key`s are equal, whichever schema each was stored in.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prism_strategy.inputs.scenario import resolve_model, scenario_of
@@ -188,20 +188,52 @@ def bench_row(sc: Scenario, **facts: Any) -> dict[str, Any]:
     return scenario_to_row(sc) | {"nproc": sc.layout.world} | facts
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RowChange:
+    """What ceiling, scan and tune vary from one base row; None keeps the base's value."""
+
+    strategy: str | None = None
+    """The strategy run (a run fact)."""
+    steps: int | None = None
+    """Timed optimizer steps (a run fact)."""
+    warmup: int | None = None
+    """Untimed steps before them (a run fact)."""
+    micro_batch: int | None = None
+    """Samples per rank per micro-step; the global batch follows as micro-batch x accumulation x world."""
+    seq_len: int | None = None
+    """Tokens per sample."""
+    grad_accum: int | None = None
+    """Micro-steps per optimizer step."""
+    ckpt_freq: int | str | None = None
+    """The memory policy's checkpointing (k or "sac")."""
+    optimizer: str | None = None
+    """The memory policy's optimizer."""
+    loss: str | None = None
+    """The memory policy's loss."""
+    compile: bool | None = None
+    """The memory policy's compile."""
+    precision: str | None = None
+    """The scenario's precision."""
+
+    def given(self, names: tuple[str, ...]) -> dict[str, Any]:
+        """The named fields this change sets, by name."""
+        return {n: v for n in names if (v := getattr(self, n)) is not None}
+
+
+FACT_CHANGES = ("strategy", "steps", "warmup")
 BATCH_CHANGES = ("micro_batch", "seq_len", "grad_accum")
 MEMORY_CHANGES = {"ckpt_freq": "checkpointing", "optimizer": "optimizer", "loss": "loss", "compile": "compile"}
-"""The flags row_with changes in the scenario (ckpt_freq is the memory policy's checkpointing)."""
+"""The settings row_with changes in the scenario (ckpt_freq is the memory policy's checkpointing)."""
 
 
-def row_with(row: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    """The row with a scenario setting changed (micro_batch, seq_len, grad_accum: the global batch
-    follows as micro-batch x accumulation x world; ckpt_freq, optimizer, loss, compile; precision)
-    and the run's facts set (strategy, steps, ...): what ceiling, scan and tune launch from one
-    base. The scenario is rebuilt, so a change is checked as the base was."""
+def row_with(row: dict[str, Any], change: RowChange) -> dict[str, Any]:
+    """The row with the change's scenario settings changed and its run facts set: what ceiling,
+    scan and tune launch from one base. The scenario is rebuilt, so a change is checked as the
+    base was."""
     sc = scenario_from_row(row)
-    batch = {k: changes.pop(k) for k in BATCH_CHANGES if k in changes}
-    memory = {MEMORY_CHANGES[k]: changes.pop(k) for k in list(MEMORY_CHANGES) if k in changes}
-    precision = changes.pop("precision", sc.precision)
+    batch = change.given(BATCH_CHANGES)
+    memory = {MEMORY_CHANGES[k]: v for k, v in change.given(tuple(MEMORY_CHANGES)).items()}
+    precision = sc.precision if change.precision is None else change.precision
     if batch or memory or precision != sc.precision:
         b = replace(sc.batch, **batch)
         b = replace(b, global_batch=(b.micro_batch or 1) * (b.grad_accum or 1) * sc.layout.world)
@@ -214,7 +246,7 @@ def row_with(row: dict[str, Any], **changes: Any) -> dict[str, Any]:
             memory=replace(sc.memory, **memory),
             environment=sc.environment,
         )
-    return bench_row(sc, **run_facts(row)) | changes
+    return bench_row(sc, **run_facts(row)) | change.given(FACT_CHANGES)
 
 
 def upgraded_row(row: dict[str, Any]) -> dict[str, Any]:

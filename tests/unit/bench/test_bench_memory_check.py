@@ -5,8 +5,9 @@ import pytest
 from typer.testing import CliRunner
 
 from prism_strategy.bench.launch.harness import _outcome, sigkilled_ranks
-from prism_strategy.bench.launch.run import base_config, check_memory, host_memory_available
+from prism_strategy.bench.launch.run import check_memory, host_memory_available
 from prism_strategy.cli import app
+from prism_strategy.cli.bench_inputs import base_config
 from prism_strategy.specs import SpecError, load_platform
 from prism_strategy.specs.cluster import GiB
 

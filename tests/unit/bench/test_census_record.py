@@ -12,9 +12,10 @@ import torch.distributed.distributed_c10d as c10d
 from rich.console import Console
 from typer.testing import CliRunner
 
-from prism_strategy.bench.collectives.census import CensusReport, _predicted, census_base, compare
+from prism_strategy.bench.collectives.census import CensusReport, _predicted, compare
 from prism_strategy.bench.launch import census_record
 from prism_strategy.cli import app
+from prism_strategy.cli.bench_inputs import census_base
 from prism_strategy.inputs.stored import scenario_from_row
 from prism_strategy.report.census_table import census_notes, census_table
 from prism_strategy.specs.errors import SpecError

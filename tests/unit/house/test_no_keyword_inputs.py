@@ -33,18 +33,10 @@ NOT_RUN_INPUTS = {
     ("runtime/wrap.py", "wrap"): "WrapConfig's fields, as DESIGN's public wrap() takes them",
     ("traced/estimate.py", "traced_max_micro_batch"): "search_max_micro_batch's search options, passed through",
 }
-LEFT = {
-    ("inputs/stored.py", "row_with"),
-    ("bench/launch/run.py", "bench_scenario"),
-    ("bench/launch/run.py", "base_config"),
-    ("bench/launch/requests.py", "bench_request"),
-    ("bench/launch/requests.py", "ceiling_search"),
-    ("bench/launch/requests.py", "tune_search"),
-    ("bench/collectives/census.py", "census_base"),
-    ("bench/collectives/commbench.py", "commbench_base"),
-}
-"""bench's run commands still pass their flag values down as keywords (issue 37 item 1, left):
-each entry here is one to turn into the policies; the list only shrinks."""
+LEFT: set[tuple[str, str]] = set()
+"""Functions that still take their flag values as keywords (issue 37 item 1); empty since bench's
+run commands turn theirs into the Scenario and RunLength at the edge (cli/bench_inputs.py). The
+list only shrinks."""
 
 
 def keyword_takers(root: Path) -> set[tuple[str, str]]:

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prism_strategy.bench.collectives.census import census_base
 from prism_strategy.bench.importers import build_import, import_run
-from prism_strategy.bench.launch.run import base_config
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
 from prism_strategy.cli.app import app
+from prism_strategy.cli.bench_inputs import base_config, census_base
 from prism_strategy.flags import scenario_from_flags
-from prism_strategy.inputs.stored import row_key, row_values, row_with, scenario_from_row
+from prism_strategy.inputs.stored import RowChange, row_key, row_values, row_with, scenario_from_row
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
 from prism_strategy.specs.scenario import ROW_SCHEMA, scenario_to_row
@@ -89,7 +88,7 @@ def test_main_s_version_0_bench_row_is_the_run_the_new_row_describes():
     assert new["schema"] == ROW_SCHEMA and "micro_batch" not in new
     assert scenario_from_row(old) == scenario_from_row(new)
     assert row_key(old) == row_key(new)
-    assert row_key(row_with(new, micro_batch=3)) != row_key(new)
+    assert row_key(row_with(new, RowChange(micro_batch=3))) != row_key(new)
     cpu = load_platform("cpu")
     assert predict(old, cpu) == predict(new, cpu)
     assert row_values(old) | {"model_spec": None} == row_values(new) | {"model_spec": None}
@@ -157,7 +156,16 @@ def test_a_schema_1_row_refuses_a_flat_scenario_key():
         scenario_from_row(new | {"micro_batch": 4})
     with pytest.raises(SpecError, match="nproc 4 is not its layout's 1 x 2"):
         scenario_from_row(new | {"nproc": 4})
-    assert scenario_from_row(row_with(new, micro_batch=4)).batch.micro_batch == 4
+    assert scenario_from_row(row_with(new, RowChange(micro_batch=4))).batch.micro_batch == 4
+
+
+def test_row_with_sets_what_the_change_gives_and_keeps_the_rest():
+    new = base_config("tiny-llama", nproc=2, micro_batch=1, seq_len=32, steps=3, warmup=1, timeout_s=60)
+    row = row_with(new, RowChange(strategy="ddp", micro_batch=2, steps=1, ckpt_freq="sac"))
+    sc = scenario_from_row(row)
+    assert (sc.batch.micro_batch, sc.batch.global_batch, sc.memory.checkpointing) == (2, 4, "sac")
+    assert (row["strategy"], row["steps"], row["warmup"], row["timeout_s"]) == ("ddp", 1, 1, 60)
+    assert row_with(new, RowChange()) == new
 
 
 def test_compare_names_the_stored_run_it_cannot_read(tmp_path):

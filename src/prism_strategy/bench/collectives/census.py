@@ -129,32 +129,18 @@ class CensusReport:
 # ----------------------------------------------------------------------------- configs
 
 
-def census_base(
-    model: str,
-    *,
-    nproc: int,
-    ranks_per_node: int | None,
-    reduce_dtype: str | None = None,
-    timeout_s: float = 300,
-    **options: Any,
-) -> dict[str, Any]:
-    """The shared config of one census launch: the Scenario of bench_scenario(model, nproc=...,
-    **options) serialised (micro_batch 2, seq_len 32 unless given; precision, mode, vision,
-    grad_accum, bucket_mb as plan's), one warm-up step and one recorded step. Bad input raises
-    SpecError before anything runs."""
-    from prism_strategy.bench.launch.run import bench_scenario
-
-    options = {"micro_batch": 2, "seq_len": 32, "precision": "bf16-mixed", "mode": "e2e"} | options
-    precision, mode = options["precision"], options["mode"]
+def check_census(
+    precision: str, mode: str, vision: str | None, bucket_mb: float | None, reduce_dtype: str | None
+) -> None:
+    """Refuse (SpecError) a census setting no launch runs: precision, mode, a projector mode without
+    its vision encoder, the engine options (specs/training.py check_options)."""
     if precision not in PRECISIONS:
         raise SpecError(f"--precision {precision!r}: census runs one of {', '.join(PRECISIONS)}")
     if mode not in MODES:
         raise SpecError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
-    if mode != "e2e" and options.get("vision") is None:
+    if mode != "e2e" and vision is None:
         raise SpecError(f"--mode {mode} trains a projector: give the vision encoder with --vision")
-    check_options(options.get("bucket_mb"), reduce_dtype)
-    sc = bench_scenario(model, nproc=nproc, ranks_per_node=ranks_per_node, **options)
-    return census_config(sc, reduce_dtype=reduce_dtype, timeout_s=timeout_s)
+    check_options(bucket_mb, reduce_dtype)
 
 
 def census_config(sc: Any, *, reduce_dtype: str | None = None, timeout_s: float = 300) -> dict[str, Any]:

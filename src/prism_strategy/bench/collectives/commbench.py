@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from prism_strategy.bench.collectives.census import census_base
+from prism_strategy.bench.collectives.census import census_config
 from prism_strategy.bench.launch.fingerprint import fingerprint
 from prism_strategy.bench.launch.harness import Outcome, launch_many
 from prism_strategy.bench.launch.rank_env import RankEnv, priced_under, rank_env
@@ -27,6 +27,7 @@ from prism_strategy.estimate.comm import group_geometry, price
 from prism_strategy.inputs.stored import row_values, scenario_from_row
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.parts import model_parts
+from prism_strategy.specs.scenario import Scenario
 from prism_strategy.strategies import get_strategy
 
 WARMUP, REPETITIONS = 2, 5
@@ -123,18 +124,20 @@ class CommbenchReport:
         return "" if self.environment is None else self.environment.note(self.backend)
 
 
-def commbench_base(
-    model: str, *, nproc: int, ranks_per_node: int | None, env_profile: str | None = None, **options: Any
-) -> dict[str, Any]:
-    """The scenario of one commbench launch: census_base's (micro_batch, seq_len, grad_accum,
-    precision, mode, vision, bucket_mb, reduce_dtype, timeout_s, with census's defaults); bad input
-    raises SpecError. mode and vision as plan's: a projector-only scenario replays only the
-    trainable part's collectives. env_profile: the profile the ranks run under
-    (bench/launch/rank_env.py), kept in the config as a run fact."""
+def check_commbench(nproc: int, env_profile: str | None) -> None:
+    """Refuse (SpecError) a commbench no launch runs: fewer than 2 ranks, an unknown env profile."""
     if nproc < 2:
         raise SpecError(f"--nproc {nproc}: commbench times collectives between ranks; launch at least 2")
-    rank_env(env_profile, "cpu")  # an unknown profile is bad input before anything runs
-    base = census_base(model, nproc=nproc, ranks_per_node=ranks_per_node, **options)
+    rank_env(env_profile, "cpu")
+
+
+def commbench_config(
+    sc: Scenario, *, reduce_dtype: str | None = None, timeout_s: float = 300, env_profile: str | None = None
+) -> dict[str, Any]:
+    """One commbench launch's config: the census config of the Scenario (census_config; a
+    projector-only scenario replays only the trainable part's collectives) and env_profile, the
+    profile the ranks run under (bench/launch/rank_env.py), kept as a run fact."""
+    base = census_config(sc, reduce_dtype=reduce_dtype, timeout_s=timeout_s)
     return base | ({"env_profile": env_profile} if env_profile is not None else {})
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from prism_strategy.bench.launch.harness import Outcome, to_result
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
-from prism_strategy.inputs.stored import row_values, row_with
+from prism_strategy.inputs.stored import RowChange, row_values, row_with
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.errors import SpecError
 
@@ -195,7 +195,7 @@ def run_launched_bench(
         if run.budget_s is not None and _agree(time.monotonic() - t0) >= run.budget_s:
             skipped = [(s, f"not started: the {run.budget_s / 60:g} min budget was spent") for s in strategies[i:]]
             break
-        config = row_with(base, strategy=name)
+        config = row_with(base, RowChange(strategy=name))
         outcome = _measure(config, args, ctx.rank)
         result = _result(config, outcome, platform, ctx, run)
         results.append(_stored(result, store) if ctx.rank == 0 else result)  # stored as measured: a kill keeps it
@@ -255,7 +255,7 @@ def run_launched_tune(
     def measure(c: Any) -> float:
         if run.budget_s is not None and _agree(time.monotonic() - t0) >= run.budget_s:
             raise _Stop(f"the {run.budget_s / 60:g} min budget was spent")
-        config = row_with(base, strategy=c.strategy, micro_batch=c.micro_batch, ckpt_freq=c.ckpt_freq)
+        config = row_with(base, RowChange(strategy=c.strategy, micro_batch=c.micro_batch, ckpt_freq=c.ckpt_freq))
         outcome = _measure(config, args, ctx.rank)
         result = _result(config, outcome, platform, ctx, run)
         results.append(_stored(result, store) if ctx.rank == 0 else result)

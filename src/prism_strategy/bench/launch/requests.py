@@ -1,15 +1,18 @@
-"""What the run commands ask of bench/, from their command-line values: the checks in the
-order the CLI has always made them (bad input exits 2 before anything launches), then the runs."""
+"""What the run commands ask of bench/, as the Scenario and RunLength their flag values become
+(cli/bench_inputs.py, which keeps the checks in the order the CLI has always made them): the
+last checks (bad input exits 2 before anything launches), then the runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from prism_strategy.bench.launch.run import base_config, check_memory, run_ceiling, run_tune
+from prism_strategy.bench.launch.rank_env import RankEnv
+from prism_strategy.bench.launch.run import RunLength, bench_config, check_memory, run_ceiling, run_tune
 from prism_strategy.bench.results.store import Store
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import load_platform
+from prism_strategy.specs.scenario import Scenario
 
 
 def strategy_names(strategies: str) -> list[str]:
@@ -34,18 +37,15 @@ def existing_store(db: str | None) -> Store:
 
 
 def bench_request(
-    strategies: str, platform: str, env_profile: str | None = None, **base: Any
-) -> tuple[dict[str, Any], list[str]]:
-    """`bench`'s base config and strategy names, the host memory checked before anything launches;
-    with env_profile, the ranks' environment under it (bench/launch/rank_env.py), kept in the config."""
-    from prism_strategy.bench.launch.rank_env import rank_env
-
-    names = strategy_names(strategies)
-    env = rank_env(env_profile, load_platform(platform).name)
-    cfg = base_config(**base) | ({"rank_env": env.launch_env()} if env else {})
+    sc: Scenario, run: RunLength, names: list[str], platform: str, env: RankEnv | None = None
+) -> dict[str, Any]:
+    """`bench`'s base config: the Scenario run `run` long, with env (the ranks' environment,
+    bench/launch/rank_env.py) kept in it; the host memory and DeepSpeed's build lock checked
+    before anything launches."""
+    cfg = bench_config(sc, run) | ({"rank_env": env.launch_env()} if env else {})
     check_memory(cfg, names, load_platform(platform))
     refuse_stale_build_lock(cfg, names)
-    return cfg, names
+    return cfg
 
 
 def platform_ref(platform: str) -> str:
@@ -93,19 +93,32 @@ def refuse_stale_build_lock(cfg: dict[str, Any], names: list[str]) -> None:
         raise stale_lock_error(stale)
 
 
-def ceiling_search(
-    strategy: str, *, memory_limit: float | None, max_micro_batch: int, platform: str, db: str | None, **base: Any
-) -> dict[str, Any]:
-    """`ceiling`: the bisection's answer beside the planner's seed (micro-batch 1, one step per trial)."""
-    from prism_strategy.specs.cluster import GiB
+def check_ceiling(strategy: str, memory_limit: float | None) -> None:
+    """Refuse (SpecError) an unknown strategy or a memory limit that is not positive."""
     from prism_strategy.strategies import get_strategy
 
     get_strategy(strategy)
     if memory_limit is not None and memory_limit <= 0:
         raise SpecError(f"--memory-limit must be > 0 GiB, got {memory_limit}")
-    cfg = base_config(**base, micro_batch=1, steps=1, warmup=1, grad_accum=1)
+
+
+def ceiling_search(
+    sc: Scenario,
+    run: RunLength,
+    strategy: str,
+    *,
+    memory_limit: float | None,
+    max_micro_batch: int,
+    platform: str,
+    db: str | None,
+) -> dict[str, Any]:
+    """`ceiling`: the bisection's answer beside the planner's seed, from the Scenario at micro-batch
+    1, each trial one step (memory_limit: GiB per rank, None for none)."""
+    from prism_strategy.specs.cluster import GiB
+
+    check_ceiling(strategy, memory_limit)
     c, r = run_ceiling(
-        cfg,
+        bench_config(sc, run),
         strategy,
         platform,
         Store(db),
@@ -123,28 +136,26 @@ def ceiling_search(
 
 
 def tune_search(
-    strategies: str,
-    micro_batches: str,
-    ckpt_freqs: str,
+    sc: Scenario,
+    run: RunLength,
+    names: list[str],
+    micro_batches: list[int],
+    ckpt_freqs: list[int],
     *,
     platform: str,
     db: str | None,
     calibration: str,
     launched: Any = None,
-    **base: Any,
 ) -> dict[str, Any] | None:
-    """`tune`: the grid of strategies x micro-batches x checkpointing, most promising measured first.
-    launched: `launched_request`'s settings for a tune run by every rank of a job (None on the ranks
-    other than 0), else None."""
-    from prism_strategy.specs.values import int_list
-
-    names = strategy_names(strategies)
-    mbs = int_list(micro_batches, "--micro-batches")
-    ks = int_list(ckpt_freqs, "--ckpt-freqs", minimum=0) if ckpt_freqs.strip() else [0]
-    cfg = base_config(**base, micro_batch=1, steps=3, warmup=1, ckpt_freq=0, grad_accum=1)
+    """`tune`: the grid of strategies x micro-batches x checkpointing from the Scenario, most
+    promising measured first. launched: `launched_request`'s settings for a tune run by every rank
+    of a job (None on the ranks other than 0), else None."""
+    cfg = bench_config(sc, run)
     if launched is None:
-        return run_tune(cfg, names, mbs or [1], ks, platform, Store(db), calibration=calibration).as_dict()
-    return launched_tune(cfg, names, mbs or [1], ks, platform=platform, db=db, calibration=calibration, run=launched)
+        return run_tune(cfg, names, micro_batches, ckpt_freqs, platform, Store(db), calibration=calibration).as_dict()
+    return launched_tune(
+        cfg, names, micro_batches, ckpt_freqs, platform=platform, db=db, calibration=calibration, run=launched
+    )
 
 
 def launched_tune(

@@ -12,48 +12,13 @@ from prism_strategy.bench.fit.tune import Candidate, TuneResult, tune
 from prism_strategy.bench.launch.harness import check_config, launch, launch_many, to_result
 from prism_strategy.bench.results.predict import predict
 from prism_strategy.bench.results.store import Result, Store
-from prism_strategy.flags import scenario_from_flags
-from prism_strategy.inputs.stored import bench_row, row_values, row_with
+from prism_strategy.inputs.stored import RowChange, bench_row, row_values, row_with
 from prism_strategy.specs.cluster import GiB, PlatformSpec
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.policies import checked_int
-from prism_strategy.specs.presets import load_model, load_platform
+from prism_strategy.specs.presets import load_platform
 from prism_strategy.specs.scenario import Scenario
-from prism_strategy.specs.training import parse_ckpt
 
 OnResult = Callable[[int, int, Result], None]
-
-
-def bench_scenario(model: str, *, nproc: int, ranks_per_node: int | None = None, **options: Any) -> Scenario:
-    """The Scenario a bench or census launch runs: nproc ranks (ranks_per_node per node, default all
-    on one), the batch exactly micro_batch x grad_accum x nproc; options are scenario_from_flags's
-    (micro_batch, seq_len, grad_accum, ckpt_freq, precision, optimizer, loss, mode, vision,
-    bucket_mb, ...). Bad input raises SpecError before anything runs."""
-    spec = load_model(model)
-    seq_len, micro_batch = options.get("seq_len", 1024), options.get("micro_batch", 1)
-    if isinstance(seq_len, int) and seq_len > spec.max_positions:
-        raise SpecError(f"--seq-len {seq_len} exceeds {spec.name}'s max positions {spec.max_positions}")
-    accum = options.setdefault("grad_accum", 1)
-    for name, v in (
-        ("--nproc", nproc),
-        ("--micro-batch", micro_batch),
-        ("--seq-len", seq_len),
-        ("--grad-accum", accum),
-    ):
-        checked_int(name, v)
-    rpn = ranks_per_node or nproc
-    if rpn < 1 or nproc % rpn:
-        raise SpecError(f"--nproc ({nproc}) must be a positive multiple of --ranks-per-node ({rpn})")
-    if parse_ckpt(options.setdefault("ckpt_freq", 0))[0] is None:
-        raise SpecError("--ckpt-freq auto is a plan search; bench runs one setting: give k or sac")
-    return scenario_from_flags(
-        model,
-        platform="cpu",
-        nodes=nproc // rpn,
-        ranks_per_node=rpn,
-        global_batch=micro_batch * accum * nproc,
-        **options,
-    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,13 +45,6 @@ def bench_config(sc: Scenario, run: RunLength, **facts: Any) -> dict[str, Any]:
     cfg = bench_row(sc, steps=run.steps, warmup=run.warmup, timeout_s=run.timeout_s, **facts)
     check_config(cfg | {"strategy": "ddp"})
     return cfg
-
-
-def base_config(model: str, *, nproc: int, steps: int, warmup: int, timeout_s: float, **options: Any) -> dict[str, Any]:
-    """bench_config of bench_scenario(model, nproc=..., **options): the run commands' base, from
-    their flag values (options: ranks_per_node and bench_scenario's)."""
-    run = RunLength(steps=steps, warmup=warmup, timeout_s=timeout_s)
-    return bench_config(bench_scenario(model, nproc=nproc, **options), run)
 
 
 def platform_with_limit(platform: PlatformSpec, memory_limit_bytes: float | None) -> PlatformSpec:
@@ -156,7 +114,9 @@ def scan_ceiling_runs(
     base: dict[str, Any], strategy: str, platform: str, store: Store, *, memory_limit_bytes: float | None, upto: int
 ) -> list[Result]:
     """The exhaustive reference: micro-batch 1..upto in one launch."""
-    configs = [row_with(base, strategy=strategy, micro_batch=mb, steps=1, warmup=1) for mb in range(1, upto + 1)]
+    configs = [
+        row_with(base, RowChange(strategy=strategy, micro_batch=mb, steps=1, warmup=1)) for mb in range(1, upto + 1)
+    ]
     return run_many(
         configs, load_platform(platform), store, memory_limit_bytes=memory_limit_bytes, kind="ceiling-trial"
     )
@@ -202,7 +162,7 @@ def check_memory(
     available = host_memory_available() if available is None else available
     for s in strategies:
         try:
-            problem = memory_problem(row_with(base, strategy=s), platform, available)
+            problem = memory_problem(row_with(base, RowChange(strategy=s)), platform, available)
         except SpecError:
             continue  # not modelled: the run itself will say
         if problem is not None:
@@ -221,7 +181,7 @@ def run_bench(
     check_memory(base, strategies, plat)
     out = []
     for i, s in enumerate(strategies):
-        r = run_one(row_with(base, strategy=s), plat, store, extra_args=extra_args)
+        r = run_one(row_with(base, RowChange(strategy=s)), plat, store, extra_args=extra_args)
         out.append(r)
         if on_result:
             on_result(i + 1, len(strategies), r)
@@ -239,12 +199,12 @@ def run_ceiling(
     on_result: OnResult | None = None,
 ) -> tuple[Ceiling, Result]:
     plat = platform_with_limit(load_platform(platform), memory_limit_bytes)
-    seed = int(predict(row_with(base, strategy=strategy, micro_batch=1), plat)["max_micro_batch"])
+    seed = int(predict(row_with(base, RowChange(strategy=strategy, micro_batch=1)), plat)["max_micro_batch"])
     trials: list[Result] = []
 
     def measure(mb: int) -> str:
         r = run_one(
-            row_with(base, strategy=strategy, micro_batch=mb, steps=1, warmup=1),
+            row_with(base, RowChange(strategy=strategy, micro_batch=mb, steps=1, warmup=1)),
             load_platform(platform),
             store,
             memory_limit_bytes=memory_limit_bytes,
@@ -261,7 +221,8 @@ def run_ceiling(
         status="ok",
         strategy=strategy,
         platform=platform,
-        config=row_with(base, strategy=strategy, micro_batch=max(c.ceiling, 1), memory_limit_bytes=memory_limit_bytes),
+        config=row_with(base, RowChange(strategy=strategy, micro_batch=max(c.ceiling, 1)))
+        | {"memory_limit_bytes": memory_limit_bytes},
         measured={"ceiling": c.ceiling, "trials": c.trials, "runs": c.runs},
         predicted={"max_micro_batch": seed},
         fingerprint=trials[-1].fingerprint if trials else {},
@@ -277,7 +238,7 @@ def tune_grid(
     for s in strategies:
         for mb in micro_batches:
             for k in ckpt_freqs:
-                p = _predicted(row_with(base, strategy=s, micro_batch=mb, ckpt_freq=k), ranking)
+                p = _predicted(row_with(base, RowChange(strategy=s, micro_batch=mb, ckpt_freq=k)), ranking)
                 grid.append(
                     Candidate(
                         strategy=s,
@@ -307,7 +268,11 @@ def run_tune(
     grid = tune_grid(base, strategies, micro_batches, ckpt_freqs, calibrated_platform(plat, calibration))
 
     def measure(c: Candidate) -> float:
-        r = run_one(row_with(base, strategy=c.strategy, micro_batch=c.micro_batch, ckpt_freq=c.ckpt_freq), plat, store)
+        r = run_one(
+            row_with(base, RowChange(strategy=c.strategy, micro_batch=c.micro_batch, ckpt_freq=c.ckpt_freq)),
+            plat,
+            store,
+        )
         if on_result:
             on_result(0, len(grid), r)
         return float(r.measured.get("samples_per_s") or 0.0) if r.status == "ok" else 0.0
