@@ -1,8 +1,14 @@
 """Every test runs with its own cache dir (no user calibration or results store leaks in) and no
-COLUMNS of the caller's.
-Tests marked `gpu` run only where torch sees a CUDA or XPU device."""
+COLUMNS of the caller's; torch's extension builds (DeepSpeed's CPU shm op) stay in the caller's
+folder, built once. Tests marked `gpu` run only where torch sees a CUDA or XPU device."""
 
 import pytest
+
+from prism_strategy.bench.launch.ds_ops import extensions_dir
+
+EXTENSIONS = str(extensions_dir())
+"""Where bench builds torch extensions (bench/launch/ds_ops.py), read before a test moves the cache:
+otherwise every test that starts DeepSpeed rebuilds its shm op (~25 s). make test sets it."""
 
 
 def _has_accelerator() -> bool:
@@ -21,9 +27,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    # Tables take the width of the run's COLUMNS (report/console.py): pytest-xdist's workers have it
-    # at 80 where a plain run has none (100); a test that wants a width sets it itself.
+    # Tables take the width of the run's COLUMNS (report/console.py), which differs by caller (an
+    # xdist worker has 80, a plain pipe none: 100); a test that wants a width sets it itself.
     monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", EXTENSIONS)
     cache = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     monkeypatch.setenv("PRISM_STRATEGY_DB", str(cache / "results.db"))
