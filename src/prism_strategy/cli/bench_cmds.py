@@ -31,6 +31,7 @@ from prism_strategy.cli.options import (
     Strategies,
     TimeoutS,
     Vision,
+    positive_seconds,
 )
 
 
@@ -54,7 +55,10 @@ def bench(
     platform: Platform = "cpu",
     env_profile: EnvProfileOpt = None,
     timeout_s: Annotated[
-        float, typer.Option(help="Seconds per run before it is killed", envvar="PRISM_BENCH_TIMEOUT_S")
+        float,
+        typer.Option(
+            help="Seconds per run before it is killed", envvar="PRISM_BENCH_TIMEOUT_S", callback=positive_seconds
+        ),
     ] = 300,
     launched: Annotated[
         bool,

@@ -97,5 +97,14 @@ EnvProfileOpt = Annotated[
         "its variables are set in the ranks and recorded with the run",
     ),
 ]
-TimeoutS = Annotated[float, typer.Option(help="Seconds per run before it is killed")]
-PerStrategyTimeoutS = Annotated[float, typer.Option(help="Per strategy")]
+
+
+def positive_seconds(v: float) -> float:
+    """A timeout's check: zero, negative or NaN would launch ranks that are killed at once."""
+    if not v > 0:
+        raise typer.BadParameter(f"must be > 0 seconds, got {v:g}")
+    return v
+
+
+TimeoutS = Annotated[float, typer.Option(help="Seconds per run before it is killed", callback=positive_seconds)]
+PerStrategyTimeoutS = Annotated[float, typer.Option(help="Per strategy", callback=positive_seconds)]

@@ -50,6 +50,15 @@ def test_bench_cli_refuses_on_one_line_without_launching():
     assert len(err) == 1 and "not launched" in err[0] and "GiB available on this host" in err[0]
 
 
+@pytest.mark.parametrize("env", [{}, {"PRISM_BENCH_TIMEOUT_S": "-3"}])
+def test_a_timeout_that_is_not_positive_is_refused_on_one_line_without_launching(env):
+    args = ["bench", "--model", "tiny-llama", "--nproc", "2", "--strategies", "ddp"]
+    r = runner.invoke(app, args + ([] if env else ["--timeout-s", "0"]), env=env)
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "--timeout-s" in err[0] and "must be > 0 seconds" in err[0], err
+
+
 def _torchrun_summary(rank: int, exitcode: int) -> str:
     """The failure summary torchrun prints, rendered by torch's own code."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure

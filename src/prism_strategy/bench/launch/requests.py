@@ -63,7 +63,10 @@ def launched_request(launched: bool, *, platform: str, budget_min: float | None,
 
     if not launched:
         if budget_min is not None or memory_limit is not None:
-            raise SpecError("--budget-min and --memory-limit are for bench --launched; add --launched or drop them")
+            raise SpecError(
+                "--budget-min and --memory-limit (or PRISM_BENCH_MEMORY_LIMIT) are for bench --launched; "
+                "add --launched or drop them (unset the variable)"
+            )
         return None
     run = LaunchedRun(
         budget_s=None if budget_min is None else budget_min * 60,
