@@ -74,7 +74,7 @@ def test_reduce_scatter_collapse_under_train_py_is_named(tmp_path):
     args = ["--strategy", "hsdp_full_shard", "--ranks-per-node", "2", "--monitor-dir", str(mon)]
     args += ["--fault", "collective-collapse", "--fault-op", "reduce_scatter"]
     args += ["--layers", "2", "--hidden", "32", "--seq-len", "32", "--grad-accum", "1", "--log-every", "10"]
-    args += ["--fault-step", "14", "--fault-scale", "0.15", "--summary-every", "5", "--steps", "31"]
+    args += ["--fault-step", "14", "--fault-scale", "0.05", "--summary-every", "5", "--steps", "31"]
     cmd = ["-m", "torch.distributed.run", "--nproc-per-node=4", "--master-addr=127.0.0.1"]
     cmd = [sys.executable, *cmd, f"--master-port={free_port()}", str(EXAMPLE), *args]
     log = tmp_path / "torchrun.log"

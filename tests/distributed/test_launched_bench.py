@@ -95,16 +95,17 @@ def test_open_mpi_records_an_out_of_memory_candidate_and_goes_on(mpich_run, tmp_
 
 
 def test_a_hung_rank_ends_the_job_within_its_timeout_with_the_verdict_stored(tmp_path):
-    db, timeout_s = tmp_path / "results.db", 10
+    """Two ranks (one node): the hang and its verdict need no more, and they start in half the time."""
+    db, timeout_s = tmp_path / "results.db", 6
     env = _env(db, PRISM_BENCH_FAULT="hang:1:1")
-    flags = ("--strategies", "ddp,fsdp_full_shard", "--steps", "1", "--timeout-s", str(timeout_s))
-    proc, seconds = _mpiexec([_launcher("mpiexec.mpich"), "-n", "4"], db, *flags, env=env, timeout=240)
+    flags = ("--strategies", "ddp,fsdp_full_shard", "--steps", "1", "--timeout-s", str(timeout_s), "--nproc", "2")
+    proc, seconds = _mpiexec([_launcher("mpiexec.mpich"), "-n", "2"], db, *flags, env=env, timeout=240)
     assert proc.returncode != 0
     rows = _rows(db)
     assert set(rows) == {"ddp"} and rows["ddp"].status == "failed"
     assert "process group failed" in rows["ddp"].measured["error"]
     assert "skipped: fsdp_full_shard: not started: ddp failed" in proc.stderr
-    assert seconds < 120  # the group's 10 s timeout twice (the step, the gather) plus the ranks' start
+    assert seconds < 120  # the group's 6 s timeout twice (the step, the gather) plus the ranks' start
 
 
 def test_two_torchrun_nodes_run_the_emitted_bench_job(tmp_path):
@@ -236,7 +237,7 @@ def test_sbatch_of_the_emitted_bench_job_runs_three_candidates_one_out_of_memory
 
 def test_sbatch_of_a_job_with_a_hung_rank_ends_within_its_timeout_with_the_verdict(slurm, tmp_path):
     job = _emitted_slurm_job(tmp_path)
-    db, timeout_s = tmp_path / "results.db", 10
+    db, timeout_s = tmp_path / "results.db", 6
     env = _env(db, PRISM_PYTHON=sys.executable, PRISM_BENCH_STRATEGIES="ddp,fsdp_full_shard")
     env |= {"PRISM_BENCH_FAULT": "hang:1:1", "PRISM_BENCH_TIMEOUT_S": str(timeout_s)}
     output, seconds = _sbatch(slurm, job, env, tmp_path)
@@ -244,7 +245,7 @@ def test_sbatch_of_a_job_with_a_hung_rank_ends_within_its_timeout_with_the_verdi
     assert set(rows) == {"ddp"} and rows["ddp"].status == "failed", output[-4000:]
     assert "process group failed" in rows["ddp"].measured["error"]
     assert "skipped: fsdp_full_shard: not started: ddp failed" in output
-    assert seconds < 150  # the group's 10 s timeout twice (the step, the gather), the ranks' start, Slurm's polls
+    assert seconds < 150  # the group's 6 s timeout twice (the step, the gather), the ranks' start, Slurm's polls
 
 
 def test_tune_launched_under_mpich_stores_every_run_it_measured(tmp_path):
