@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from prism_strategy.engines import engine_of
 from prism_strategy.estimate.entry import BatchAt, device_peak_at, memory_at, model_state_bytes
-from prism_strategy.rules import RuleFacts, check
+from prism_strategy.rules import blocking
 from prism_strategy.specs.cluster import MAX_RANKS, GiB, Layout
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
@@ -157,18 +156,12 @@ FLAG_OF_FACT = {"compile": "--compile"}
 
 
 def blocking_rules(sc: "Scenario", options: list["Option"]) -> dict[str, Any]:
-    """Rules that make every option not viable, by id (empty when some option escapes them all)."""
+    """Rules that make every option not viable, by id (empty when some option escapes them all).
+    An option the planner judged carries its blocking rules; one judged before timing is judged here."""
     per_option = []
     for o in options:
-        s = get_strategy(o.strategy)
-        facts = RuleFacts(
-            device=sc.platform.device,
-            backend=sc.platform.backend,
-            compile=sc.training.compile,
-            multi_node=sc.layout.multi_node,
-            **engine_of(s).facts(s),
-        )
-        per_option.append({v.rule.id: v.rule for v in check(facts) if v.rule.blocks})
+        blocked = o.blocked_by if o.blocked_by is not None else blocking(sc, get_strategy(o.strategy))
+        per_option.append({v.rule.id: v.rule for v in blocked})
     if not per_option or not all(per_option):
         return {}
     return {k: r for d in per_option for k, r in d.items()}
