@@ -30,7 +30,6 @@ from prism_strategy.estimate.option import (
     with_run_options,
 )
 from prism_strategy.estimate.ranges import LATE, max_measured_nodes
-from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.specs.scenario import Scenario
 from prism_strategy.strategies import StrategySpec
@@ -52,8 +51,8 @@ __all__ = [
     "measured_nodes",
     "memory_at",
     "model_state_bytes",
-    "platform_under_variables",
     "samples_per_s_at",
+    "scenario_under_variables",
     "timed_view",
     "with_ckpt",
 ]
@@ -77,9 +76,10 @@ def _parts(sc: Scenario, parts: tuple[Part, ...] | None) -> tuple[Part, ...]:
     return parts or model_parts(sc.model, sc.training)
 
 
-def platform_under_variables(p: PlatformSpec, variables: Mapping[str, str]) -> PlatformSpec:
-    """p as these collective variables route its collectives (estimate/comm_oneccl.py with_ccl_env)."""
-    return with_ccl_env(p, variables)
+def scenario_under_variables(sc: Scenario, variables: Mapping[str, str]) -> Scenario:
+    """sc on its platform as these collective variables route its collectives
+    (estimate/comm_oneccl.py with_ccl_env)."""
+    return sc.with_platform(with_ccl_env(sc.platform, variables))
 
 
 def ccl_model_variables() -> frozenset[str]:

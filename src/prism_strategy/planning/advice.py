@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from prism_strategy.estimate.entry import BatchAt, device_peak_at, memory_at, model_state_bytes
+from prism_strategy.estimate.entry import BatchAt, MemoryAt, device_peak_at, memory_at, model_state_bytes
 from prism_strategy.rules import blocking
 from prism_strategy.specs.cluster import MAX_RANKS, GiB, Layout
 from prism_strategy.specs.parts import Part, model_parts
@@ -124,22 +124,28 @@ def states_never_fit(
     (`estimate` still traces what the analytic peak calls too large)."""
     usable = sc.platform.usable_bytes
     states = {s.name: model_state_bytes(sc, s, parts) for s in specs}
-    if min(states.values()) > usable:
-        return [_untimed(sc, parts, s, states[s.name])[0] for s in specs]
-    if not at_batch_1:
+    never = min(states.values()) > usable
+    if not never and not at_batch_1:
         return None
-    judged = [_untimed(sc, parts, s, states[s.name]) for s in specs]
-    return None if any(fits for _, fits in judged) else [o for o, _ in judged]
+    least = _least_ckpt_scenario(sc)
+    one = BatchAt(micro_batch=1)
+    at = {s.name: memory_at(least, s, one, parts=parts) for s in specs}
+    if not never and any(m.device_peak_bytes <= usable for m in at.values()):
+        return None
+    return [_untimed(least, s, at[s.name], states[s.name], usable) for s in specs]
 
 
-def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: float) -> tuple["Option", bool]:
-    """(the option at micro-batch 1, judged from its moments, infeasible; whether it would fit)."""
+def _least_ckpt_scenario(sc: "Scenario") -> "Scenario":
+    """sc at the checkpointing the advice judges at (_least_ckpt)."""
+    ckpt = _least_ckpt(sc)
+    return sc if ckpt is None else sc.with_training(replace(sc.training, ckpt_freq=ckpt, ckpt_policy="full"))
+
+
+def _untimed(sc: "Scenario", s: StrategySpec, at: MemoryAt, states: float, usable: float) -> "Option":
+    """The option at micro-batch 1 (`at`, on sc at the least checkpointing), judged from its
+    moments: infeasible, judged before timing."""
     from prism_strategy.planning.option import Option
 
-    ckpt = _least_ckpt(sc)
-    t = sc.training if ckpt is None else replace(sc.training, ckpt_freq=ckpt, ckpt_policy="full")
-    usable = sc.platform.usable_bytes
-    at = memory_at(sc.with_training(t), s, BatchAt(micro_batch=1), parts=parts)
     mem, device = at.memory, at.device_peak_bytes
     top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
     states_say = "do not fit" if states > usable else "fit; activations and buffers do not"
@@ -147,8 +153,7 @@ def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: f
         f"out of memory: needs {device / GiB:.1f} GiB at micro-batch 1 > {usable / GiB:.1f} GiB usable ({top} GiB; "
         f"model states alone {states / GiB:.1f} GiB {states_say}); judged before timing, so no step time is predicted"
     )
-    o = Option(strategy=s.name, feasible=False, why_not=why, untimed=at, ckpt_freq=t.ckpt_name)
-    return o, device <= usable
+    return Option(strategy=s.name, feasible=False, why_not=why, untimed=at, ckpt_freq=sc.training.ckpt_name)
 
 
 FLAG_OF_FACT = {"compile": "--compile"}

@@ -15,7 +15,7 @@ from prism_strategy.planning.advice import states_never_fit
 from prism_strategy.planning.env_advice import advice_line, env_advice
 from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.recommend import annotate, recommend
-from prism_strategy.rules import blocking
+from prism_strategy.rules import Violation, blocking
 from prism_strategy.specs.cluster import GiB, Layout
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.specs.platform_file import defaults_note
@@ -26,12 +26,18 @@ from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 
 def evaluate(
-    sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = None, *, search_ckpt: bool = False
+    sc: Scenario,
+    s: StrategySpec,
+    parts: tuple[Part, ...] | None = None,
+    *,
+    search_ckpt: bool = False,
+    blocked: tuple[Violation, ...] | None = None,
 ) -> Option:
-    """One strategy on the scenario: judged by the rules once (rules.blocking), estimated by one
-    call into estimate/. search_ckpt (plan and its sweep): under --ckpt-freq auto, at the
-    checkpointing estimate/ckpt_search.py chose; else at the one sc.training names."""
-    blocked = blocking(sc, s)
+    """One strategy on the scenario: judged by the rules once (rules.blocking; blocked: already
+    judged), estimated by one call into estimate/. search_ckpt (plan and its sweep): under
+    --ckpt-freq auto, at the checkpointing estimate/ckpt_search.py chose; else at the one
+    sc.training names."""
+    blocked = blocking(sc, s) if blocked is None else blocked
     if search_ckpt:
         e = estimate_searched(sc, s, parts, viable=not blocked)
     else:
@@ -46,6 +52,13 @@ def evaluate(
         ckpt_freq=e.ckpt_freq,
         blocked_by=blocked,
     )
+
+
+def _evaluated(sc: Scenario, parts: tuple[Part, ...], specs: list[StrategySpec]) -> list[Option]:
+    """Every strategy judged by the rules, then each estimated (one call into estimate/ each,
+    checkpointing searched under --ckpt-freq auto)."""
+    blocked = [blocking(sc, s) for s in specs]
+    return [evaluate(sc, s, parts, search_ckpt=True, blocked=b) for s, b in zip(specs, blocked)]
 
 
 def _retimer(parts: tuple[Part, ...], specs: list[StrategySpec]):
@@ -68,7 +81,7 @@ def plan(sc: Scenario, o: PlanOptions = PlanOptions()) -> Plan:
     sweep = int_list(o.sweep_nodes, "--sweep-nodes")
     parts = model_parts(sc.model, sc.training)
     early = states_never_fit(sc, parts, specs)  # nothing's model states fit: judged before any timing
-    options = early or [evaluate(sc, s, parts, search_ckpt=True) for s in specs]
+    options = early or _evaluated(sc, parts, specs)
     if o.traced and not early:
         trace_options(sc, options)
     if not early:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from prism_strategy.engines import engine_of
+from prism_strategy.engines import Engine, engine_of
 from prism_strategy.estimate.entry import LATE, BatchAt, gathered_model_bytes, measured_nodes, memory_at
 from prism_strategy.planning.advice import blocking_rules, nothing_viable_advice
 from prism_strategy.planning.followup import bench_command, commbench_command
@@ -40,13 +40,13 @@ RANKING_RULE = (
 below applies it."""
 
 
-def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option", s: StrategySpec) -> str | None:
+def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option", s: StrategySpec, usable: float) -> str | None:
     at = BatchAt(micro_batch=o.micro_batch, grad_accum=o.grad_accum)  # the option's own accumulation
     wrapped = memory_at(sc, s, at, parts=parts, wrap="root")
     root = wrapped.memory_total
     extra = (root - o.memory_total) / GiB
     # judged as options are: reserved at the limit (estimate/memory_runtime.py)
-    fits = "it would fit" if wrapped.device_peak_bytes <= sc.platform.usable_bytes else "it does not fit"
+    fits = "it would fit" if wrapped.device_peak_bytes <= usable else "it does not fit"
     return (
         f"this option wraps each transformer block; wrapping only the root (one flat unit) instead would add "
         f"{extra:.1f} GiB ({root / GiB:.1f} GiB at micro-batch {o.micro_batch}: {fits})"
@@ -64,16 +64,23 @@ def _loss_note(o: "Option") -> str | None:
     )
 
 
-def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
-    s, t, notes = get_strategy(o.strategy), sc.training, []
-    engine = engine_of(s)
+def _notes(
+    sc: "Scenario",
+    parts: tuple[Part, ...],
+    o: "Option",
+    s: StrategySpec,
+    engine: Engine,
+    precision_note: str | None,
+    usable: float,
+) -> list[str]:
+    notes: list[str] = []
     if s.param_shard != "none" and not s.reshard_after_forward:
         gathered = gathered_model_bytes(sc, parts)
         notes.append(
             f"keeps the whole model gathered ({gathered / GiB:.1f} GiB) on each of "
             f"{sc.layout.ranks_per_node} ranks per node from forward to backward"
         )
-    if engine.unit_wrapped and (n := _root_wrap_note(sc, parts, o, s)) is not None:
+    if engine.unit_wrapped and (n := _root_wrap_note(sc, parts, o, s, usable)) is not None:
         notes.append(n)
     if (n := _loss_note(o)) is not None:
         notes.append(n)
@@ -82,8 +89,8 @@ def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
             f"only the {sc.model.trainable_params / 1e6:.1f}M trainable params are all-reduced; "
             "static_graph=True when every batch uses the same modalities"
         )
-    if (n := engine.precision_note(t.precision)) is not None:
-        notes.append(n)
+    if precision_note is not None:
+        notes.append(precision_note)
     if o.comm is not None and o.comm_s > 0:
         links = sorted({c.link for c in o.comm.collectives if c.seconds_per_step > 0})
         notes.append(
@@ -96,8 +103,14 @@ def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
 
 
 def annotate(sc: "Scenario", parts: tuple[Part, ...], options: list["Option"]) -> None:
-    for o in options:
-        o.notes.extend(_notes(sc, parts, o))
+    """Each option's notes; its strategy, engine and the engine's precision note looked up once,
+    the usable memory read once."""
+    usable = sc.platform.usable_bytes
+    specs = [get_strategy(o.strategy) for o in options]
+    engines = [engine_of(s) for s in specs]
+    precision = [e.precision_note(sc.training.precision) for e in engines]
+    for o, s, engine, note in zip(options, specs, engines, precision):
+        o.notes.extend(_notes(sc, parts, o, s, engine, note, usable))
 
 
 def ckpt_text(k: int | str) -> str:
