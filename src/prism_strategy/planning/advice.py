@@ -122,12 +122,11 @@ def states_never_fit(
     under --ckpt-freq auto), each judged from its memory moments alone; None when some might fit
     (the planner then evaluates them all). at_batch_1=False: the model states alone decide
     (`estimate` still traces what the analytic peak calls too large)."""
-    usable = sc.platform.usable_bytes
+    usable, least = sc.platform.usable_bytes, _least_ckpt_scenario(sc)
     states = {s.name: model_state_bytes(sc, s, parts) for s in specs}
     never = min(states.values()) > usable
     if not never and not at_batch_1:
         return None
-    least = _least_ckpt_scenario(sc)
     one = BatchAt(micro_batch=1)
     at = {s.name: memory_at(least, s, one, parts=parts) for s in specs}
     if not never and any(m.device_peak_bytes <= usable for m in at.values()):

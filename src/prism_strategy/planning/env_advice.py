@@ -23,6 +23,7 @@ from prism_strategy.estimate.entry import SCALEOUT_VARS, ccl_model_variables, sc
 from prism_strategy.planning.recommend import pick
 from prism_strategy.specs.libraries import libraries, own_prefix
 from prism_strategy.specs.presets import DATA
+from prism_strategy.strategies import all_strategies
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
@@ -119,13 +120,13 @@ def env_advice(
     same = named is not None and not _differ(named.variables, priced)
     base = Profile(name=own if same else f"platform {p.name}'s own CCL settings", variables=priced)
     chosen = next(o for o in feasible if o.strategy == recommended)
-    out = []
+    registry, out = all_strategies(), []
     for other in profiles.values():
         if not _differ(base.variables, other.variables):
             continue
         there = scenario_under_variables(sc, other.variables)
         timed = [o.retimed(rate) for o in feasible if (rate := retime(there, o)) > 0]
-        new = pick(timed)
+        new = pick(timed, registry)
         there_chosen = next(t for t in timed if t.strategy == recommended)
         step = there_chosen.step_time_s
         change = step / chosen.step_time_s - 1

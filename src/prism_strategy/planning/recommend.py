@@ -150,12 +150,12 @@ def in_band(o: "Option", best: "Option") -> bool:
     return best.samples_per_s <= o.samples_per_s * (1 + TIE)
 
 
-def pick(feasible: list["Option"], ranks: dict[str, int] | None = None) -> "Option":
-    """RANKING_RULE applied. `feasible` need not be sorted; equal options go by the registry's order.
-    ranks: engine_ranks of the registry, when the caller has them."""
-    specs = all_strategies()
+def pick(feasible: list["Option"], registry: tuple[StrategySpec, ...] | None = None) -> "Option":
+    """RANKING_RULE applied. `feasible` need not be sorted; equal options go by the registry's order
+    (registry: all_strategies(), when the caller has it)."""
+    specs = registry or all_strategies()
     order = {s.name: i for i, s in enumerate(specs)}
-    ranks = ranks or engine_ranks(specs)
+    ranks = engine_ranks(specs)
     ranked = sorted(feasible, key=lambda o: (-o.samples_per_s, o.memory_total, order.get(o.strategy, 0)))
     undominated = [o for o in ranked if not any(dominates(x, o) for x in ranked)]
     best = undominated[0]  # the fastest is dominated only by one as fast with less memory
@@ -264,8 +264,9 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
     warnings = [w for w in _warnings(sc) if not (feasible == [] and w.split(":", 1)[0] in blocking)]
     if not feasible:
         return None, [nothing_viable_advice(sc, options, blocking), *infeasible], warnings
-    ranks = engine_ranks(all_strategies())
-    chosen = pick(feasible, ranks)
+    registry = all_strategies()
+    ranks = engine_ranks(registry)
+    chosen = pick(feasible, registry)
     reasons = [_first_reason(chosen, feasible, ranks)]
     rivals = (_frugal_rival(chosen, feasible, ranks), _dominated_reason(chosen, feasible))
     reasons += [r for r in rivals if r is not None]
