@@ -4,11 +4,14 @@ A room is the first package (or module) below prism_strategy: planning, estimate
 strategies, rules... The walk is the sequence of rooms of the calls sys.setprofile sees (call
 events of prism_strategy's own functions, consecutive calls in one room counted once); a return
 is a step into a room the walk had been in before and left. Measured for one strategy's
-evaluation (planning/search.py evaluate_searched, what plan() does per strategy) and for the
-whole plan() of the scenario (qwen3-0.6b on aurora, 10 nodes; the Scenario built beforehand, so
-only the planner's walk counts). Two counts: every call's room (specs' and strategies' small
-accessors included), and planning/'s own calls out of its room (the hallway the issue counts:
-each call into a module planning had already called is a return). `--calls` lists the walk.
+evaluation (planning/planner.py evaluate, what plan() does per strategy; planning/search.py
+evaluate_searched before the checkpointing search moved into estimate/) and for the whole plan()
+of the scenario (qwen3-0.6b on aurora, 10 nodes; the Scenario built beforehand, so only the
+planner's walk counts). Three counts: every call's room (specs' and strategies' small accessors
+included); planning/'s own calls out of its room, by module (the hallway the issue counts: each
+call into a module planning had already called is a return); and the same calls by room (the
+rooms planning/ steps into in order, consecutive repeats counted once: a return is a step into a
+room it had stepped into before). `--calls` lists the walk.
 
     PYTHONPATH=src python benchmarks/room_walk.py [--strategy fsdp_full_shard] [--calls]
 """
@@ -73,7 +76,6 @@ def returns(rooms: list[str]) -> int:
 def scenario_and_planner():
     """(the scenario, its planner walk, one strategy's evaluation) under this checkout's layout."""
     from prism_strategy.planning import planner
-    from prism_strategy.planning.search import evaluate_searched
     from prism_strategy.specs.parts import model_parts
 
     try:  # issue 37: the Scenario is built in inputs/, planning.plan takes it whole
@@ -93,6 +95,10 @@ def scenario_and_planner():
 
         s = get_strategy(strategy)
         parts = model_parts(sc.model, sc.training)
+        try:  # before issue 37 moved the checkpointing search into estimate/ckpt_search.py
+            from prism_strategy.planning.search import evaluate_searched
+        except ImportError:
+            return lambda: planner.evaluate(sc, s, parts, search_ckpt=True)
         return lambda: evaluate_searched(sc, s, parts, planner.evaluate)
 
     return whole, one
@@ -116,6 +122,13 @@ def main() -> None:
             f"  planning/'s own calls out: {len(hallway)} into {len(out)} modules, returns: {len(hallway) - len(out)}"
         )
         print("    " + ", ".join(f"{m[len(PACKAGE) :]} {n}" for m, n in out.most_common()))
+        steps = [room_of(m) for m in hallway]
+        entered = Counter(r for i, r in enumerate(steps) if i == 0 or steps[i - 1] != r)
+        print(
+            f"  planning/'s calls out by room: {sum(entered.values())} steps into {len(entered)} rooms, "
+            f"returns: {returns(steps)}"
+        )
+        print("    " + ", ".join(f"{r} {n}" for r, n in entered.most_common()))
         if args.calls:
             last = None
             for r, name in calls:

@@ -3,7 +3,7 @@
 A rule fires when every key of its `when` table matches the facts; a fact left unknown (None)
 never matches (so a rule about XPU stays quiet when the device is unknown). The facts are one
 typed class, `RuleFacts`; `load_rules` refuses a `when` key that is not one of its fields.
-Each stage builds its facts in one place: the planner (`planning/planner._situation`), wrap()
+Each stage builds its facts in one place: the planner (`plan_facts` below), wrap()
 (`runtime/wrap.situation`), emit (`emit/launch._refuse_not_viable`) and the doctor
 (diagnose/findings.check_observed, which matches `Rule.when` against sets of possible values
 for every rule with a `doctor` table).
@@ -14,10 +14,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from functools import cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from prism_strategy.engines import engine_of
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.presets import DATA, build, read_toml
+
+if TYPE_CHECKING:
+    from prism_strategy.specs.scenario import Scenario
+    from prism_strategy.strategies import StrategySpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -191,3 +196,19 @@ def check(facts: RuleFacts | dict[str, Any]) -> list[Violation]:
 
 def get_rule(rule_id: str) -> Rule:
     return next(r for r in load_rules() if r.id == rule_id)
+
+
+def plan_facts(sc: "Scenario", s: "StrategySpec") -> RuleFacts:
+    """The planner's facts for one strategy on a scenario; the engine contributes its own."""
+    return RuleFacts(
+        device=sc.platform.device,
+        backend=sc.platform.backend,
+        compile=sc.training.compile,
+        multi_node=sc.layout.multi_node,
+        **engine_of(s).facts(s),
+    )
+
+
+def blocking(sc: "Scenario", s: "StrategySpec") -> tuple[Violation, ...]:
+    """What makes s not viable on sc (planning/: each option judged once), in rules.toml's order."""
+    return tuple(v for v in check(plan_facts(sc, s)) if v.rule.blocks)

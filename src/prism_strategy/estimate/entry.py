@@ -1,9 +1,10 @@
 """The one way into the estimates for planning/: `estimate_option` (estimate/option.py) for an
-option, and the few questions the planner asks beside it, each taking the Scenario and a strategy
-(never estimate's own argument lists): memory at a given batch
-without timing (the advice when nothing fits, the notes), the scale the fit measured, and the
-environment's collective variables. planning/ imports estimate/ only here and the types these
-return (tests/unit/house/test_layers.py)."""
+option, `estimate_searched` (estimate/ckpt_search.py) for it under `--ckpt-freq auto` (every
+candidate priced, the chosen one returned: one call per strategy), and the few questions the
+planner asks beside it, each taking the Scenario and a strategy (never estimate's own argument
+lists): memory at a given batch without timing (the advice when nothing fits, the notes), the
+scale the fit measured, and the environment's collective variables. planning/ imports estimate/
+only here and the types these return (tests/unit/house/test_layers.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from prism_strategy.estimate.ckpt_search import estimate_searched, samples_per_s_at, with_ckpt
 from prism_strategy.estimate.comm_oneccl import SCALEOUT_VARS, with_ccl_env
 from prism_strategy.estimate.environment import MODEL_VARIABLES
 from prism_strategy.estimate.families import assumptions as family_assumptions
@@ -28,7 +30,6 @@ from prism_strategy.estimate.option import (
     with_run_options,
 )
 from prism_strategy.estimate.ranges import LATE, max_measured_nodes
-from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.specs.scenario import Scenario
 from prism_strategy.strategies import StrategySpec
@@ -44,13 +45,16 @@ __all__ = [
     "ccl_model_variables",
     "device_peak_at",
     "estimate_option",
+    "estimate_searched",
     "estimate_step",
     "gathered_model_bytes",
     "measured_nodes",
     "memory_at",
     "model_state_bytes",
-    "platform_under_variables",
+    "samples_per_s_at",
+    "scenario_under_variables",
     "timed_view",
+    "with_ckpt",
 ]
 
 
@@ -60,6 +64,8 @@ class MemoryAt:
 
     memory: MemoryEstimate
     """Allocated + runtime at the step's largest moment (estimate/memory.py estimate_memory)."""
+    memory_total: float
+    """memory.total, read once."""
     device_peak_bytes: float
     """Reserved + runtime at the worst moment, what must fit (estimate/memory_runtime.py device_peak)."""
     memory_runtime: Mapping[str, Any]
@@ -70,9 +76,10 @@ def _parts(sc: Scenario, parts: tuple[Part, ...] | None) -> tuple[Part, ...]:
     return parts or model_parts(sc.model, sc.training)
 
 
-def platform_under_variables(p: PlatformSpec, variables: Mapping[str, str]) -> PlatformSpec:
-    """p as these collective variables route its collectives (estimate/comm_oneccl.py with_ccl_env)."""
-    return with_ccl_env(p, variables)
+def scenario_under_variables(sc: Scenario, variables: Mapping[str, str]) -> Scenario:
+    """sc on its platform as these collective variables route its collectives
+    (estimate/comm_oneccl.py with_ccl_env)."""
+    return sc.with_platform(with_ccl_env(sc.platform, variables))
 
 
 def ccl_model_variables() -> frozenset[str]:
@@ -127,4 +134,6 @@ def memory_at(
     mem = estimate_memory(parts, t, p, sc.layout, s, mb, wrap, accumulating=batch.grad_accum > 1)
     device = device_peak(ms, mb, p, t)
     fields = memory_fields(mem, p, t, ms, mb, limit=device)
-    return MemoryAt(memory=mem, device_peak_bytes=device, memory_runtime=MappingProxyType(fields))
+    return MemoryAt(
+        memory=mem, memory_total=mem.total, device_peak_bytes=device, memory_runtime=MappingProxyType(fields)
+    )

@@ -75,7 +75,14 @@ class OptionEstimate:
     """Everything the estimates say about one strategy on one scenario (frozen)."""
 
     batch: BatchChoice
+    global_batch: int
+    """micro_batch x grad_accum x world: samples per optimizer step."""
+    ckpt_freq: int | str
+    """The checkpointing it was priced at (TrainingSpec.ckpt_name: k, or "sac";
+    estimate/ckpt_search.py searches it under --ckpt-freq auto)."""
     memory: MemoryEstimate
+    memory_total: float
+    """memory.total, read once (the ranking compares it many times: planning/recommend.py)."""
     device_peak_bytes: float
     """Reserved + runtime at the worst moment: what feasibility is judged on."""
     memory_runtime: Mapping[str, Any]
@@ -278,7 +285,10 @@ def estimate_option(
         one = estimate_step(timed, s, at, parts=tparts, layout=single).samples_per_s
     return OptionEstimate(
         batch=chosen,
+        global_batch=mb * ga * lay.world,
+        ckpt_freq=t.ckpt_name,
         memory=mem,
+        memory_total=mem.total,
         device_peak_bytes=device,
         memory_runtime=MappingProxyType(memory_fields(mem, p, t, ms[ga > 1], mb, limit=device)),
         oom=oom,

@@ -1,2 +1,3 @@
-"""Planning: scenario building (scenario.py), batch and checkpointing search (search.py), ranking and
-reasons (recommend.py), and orchestration (planner.py: evaluate, plan, sweep). Imports only downward."""
+"""Planning: ranking and reasons (recommend.py), and orchestration (planner.py: evaluate, plan,
+sweep); the batch and checkpointing searches are estimate/'s (batch.py, ckpt_search.py). Imports only
+downward."""

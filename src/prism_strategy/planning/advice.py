@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from prism_strategy.engines import engine_of
-from prism_strategy.estimate.entry import BatchAt, device_peak_at, memory_at, model_state_bytes
-from prism_strategy.rules import RuleFacts, check
+from prism_strategy.estimate.entry import BatchAt, MemoryAt, device_peak_at, memory_at, model_state_bytes
+from prism_strategy.rules import blocking
 from prism_strategy.specs.cluster import MAX_RANKS, GiB, Layout
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
@@ -123,24 +122,29 @@ def states_never_fit(
     under --ckpt-freq auto), each judged from its memory moments alone; None when some might fit
     (the planner then evaluates them all). at_batch_1=False: the model states alone decide
     (`estimate` still traces what the analytic peak calls too large)."""
-    usable = sc.platform.usable_bytes
+    usable, least = sc.platform.usable_bytes, _least_ckpt_scenario(sc)
     states = {s.name: model_state_bytes(sc, s, parts) for s in specs}
-    if min(states.values()) > usable:
-        return [_untimed(sc, parts, s, states[s.name])[0] for s in specs]
-    if not at_batch_1:
+    never = min(states.values()) > usable
+    if not never and not at_batch_1:
         return None
-    judged = [_untimed(sc, parts, s, states[s.name]) for s in specs]
-    return None if any(fits for _, fits in judged) else [o for o, _ in judged]
+    one = BatchAt(micro_batch=1)
+    at = {s.name: memory_at(least, s, one, parts=parts) for s in specs}
+    if not never and any(m.device_peak_bytes <= usable for m in at.values()):
+        return None
+    return [_untimed(least, s, at[s.name], states[s.name], usable) for s in specs]
 
 
-def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: float) -> tuple["Option", bool]:
-    """(the option at micro-batch 1, judged from its moments, infeasible; whether it would fit)."""
+def _least_ckpt_scenario(sc: "Scenario") -> "Scenario":
+    """sc at the checkpointing the advice judges at (_least_ckpt)."""
+    ckpt = _least_ckpt(sc)
+    return sc if ckpt is None else sc.with_training(replace(sc.training, ckpt_freq=ckpt, ckpt_policy="full"))
+
+
+def _untimed(sc: "Scenario", s: StrategySpec, at: MemoryAt, states: float, usable: float) -> "Option":
+    """The option at micro-batch 1 (`at`, on sc at the least checkpointing), judged from its
+    moments: infeasible, judged before timing."""
     from prism_strategy.planning.option import Option
 
-    ckpt = _least_ckpt(sc)
-    t = sc.training if ckpt is None else replace(sc.training, ckpt_freq=ckpt, ckpt_policy="full")
-    usable = sc.platform.usable_bytes
-    at = memory_at(sc.with_training(t), s, BatchAt(micro_batch=1), parts=parts)
     mem, device = at.memory, at.device_peak_bytes
     top = ", ".join(f"{label} {b / GiB:.1f}" for label, b in mem.largest_items(2))
     states_say = "do not fit" if states > usable else "fit; activations and buffers do not"
@@ -148,8 +152,7 @@ def _untimed(sc: "Scenario", parts: tuple[Part, ...], s: StrategySpec, states: f
         f"out of memory: needs {device / GiB:.1f} GiB at micro-batch 1 > {usable / GiB:.1f} GiB usable ({top} GiB; "
         f"model states alone {states / GiB:.1f} GiB {states_say}); judged before timing, so no step time is predicted"
     )
-    o = Option(strategy=s.name, feasible=False, why_not=why, untimed=at, ckpt_freq=t.ckpt_name)
-    return o, device <= usable
+    return Option(strategy=s.name, feasible=False, why_not=why, untimed=at, ckpt_freq=sc.training.ckpt_name)
 
 
 FLAG_OF_FACT = {"compile": "--compile"}
@@ -157,18 +160,12 @@ FLAG_OF_FACT = {"compile": "--compile"}
 
 
 def blocking_rules(sc: "Scenario", options: list["Option"]) -> dict[str, Any]:
-    """Rules that make every option not viable, by id (empty when some option escapes them all)."""
+    """Rules that make every option not viable, by id (empty when some option escapes them all).
+    An option the planner judged carries its blocking rules; one judged before timing is judged here."""
     per_option = []
     for o in options:
-        s = get_strategy(o.strategy)
-        facts = RuleFacts(
-            device=sc.platform.device,
-            backend=sc.platform.backend,
-            compile=sc.training.compile,
-            multi_node=sc.layout.multi_node,
-            **engine_of(s).facts(s),
-        )
-        per_option.append({v.rule.id: v.rule for v in check(facts) if v.rule.blocks})
+        blocked = o.blocked_by if o.blocked_by is not None else blocking(sc, get_strategy(o.strategy))
+        per_option.append({v.rule.id: v.rule for v in blocked})
     if not per_option or not all(per_option):
         return {}
     return {k: r for d in per_option for k, r in d.items()}

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import tomllib
 
-from prism_strategy.estimate.entry import SCALEOUT_VARS, ccl_model_variables, platform_under_variables
+from prism_strategy.estimate.entry import SCALEOUT_VARS, ccl_model_variables, scenario_under_variables
 from prism_strategy.planning.recommend import pick
 from prism_strategy.specs.libraries import libraries, own_prefix
 from prism_strategy.specs.presets import DATA
+from prism_strategy.strategies import all_strategies
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
@@ -68,7 +69,8 @@ def backend_profiles(backend: str, platform: str) -> list[Profile]:
         return []
     folder = DATA / "env_profiles"
     paths = sorted((p for p in folder.iterdir() if p.name.endswith(".toml") and not p.name.startswith("_")), key=str)
-    found = (_profile(p, platform, names, own_prefix(backend)) for p in paths)
+    prefix = own_prefix(backend)
+    found = (_profile(p, platform, names, prefix) for p in paths)
     return [p for p in found if p is not None]
 
 
@@ -118,13 +120,13 @@ def env_advice(
     same = named is not None and not _differ(named.variables, priced)
     base = Profile(name=own if same else f"platform {p.name}'s own CCL settings", variables=priced)
     chosen = next(o for o in feasible if o.strategy == recommended)
-    out = []
+    registry, out = all_strategies(), []
     for other in profiles.values():
         if not _differ(base.variables, other.variables):
             continue
-        there = sc.with_platform(platform_under_variables(p, other.variables))
+        there = scenario_under_variables(sc, other.variables)
         timed = [o.retimed(rate) for o in feasible if (rate := retime(there, o)) > 0]
-        new = pick(timed)
+        new = pick(timed, registry)
         there_chosen = next(t for t in timed if t.strategy == recommended)
         step = there_chosen.step_time_s
         change = step / chosen.step_time_s - 1

@@ -11,6 +11,7 @@ from prism_strategy.estimate.entry import MemoryAt, OptionEstimate
 from prism_strategy.estimate.memory import MemoryEstimate
 from prism_strategy.estimate.ranges import PredictionRange
 from prism_strategy.estimate.scale_loss import LateRanks
+from prism_strategy.rules import Violation
 from prism_strategy.specs.scenario import Scenario
 
 
@@ -32,6 +33,8 @@ class Option:
     ckpt_freq: int | str = 0
     """Activation checkpointing this option runs with: k (every k-th block, 0 = none) or "sac"
     (searched under --ckpt-freq auto)."""
+    blocked_by: tuple[Violation, ...] | None = None
+    """The rules that make it not viable (rules.blocking; None: not judged, as before timing)."""
     traced: dict[str, Any] | None = None
     """`plan --traced`: traced_memory_gib, traced_max_micro_batch, ... (traced/estimate.py)."""
     notes: list[str] = field(default_factory=list)
@@ -47,6 +50,12 @@ class Option:
     @property
     def memory(self) -> MemoryEstimate:
         return self.estimate.memory if self.estimate is not None else self.untimed.memory  # type: ignore[union-attr]
+
+    @property
+    def memory_total(self) -> float:
+        """memory.total as the estimates read it once (the ranking compares it many times)."""
+        held = self.estimate if self.estimate is not None else self.untimed
+        return held.memory_total  # type: ignore[union-attr]
 
     @property
     def memory_runtime(self) -> dict[str, Any]:

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from prism_strategy.engines import engine_of
 from prism_strategy.estimate.entry import (
-    BatchAt,
     assumptions,
     estimate_option,
-    estimate_step,
-    timed_view,
+    estimate_searched,
+    samples_per_s_at,
+    with_ckpt,
 )
 from prism_strategy.planning.advice import states_never_fit
 from prism_strategy.planning.env_advice import advice_line, env_advice
 from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.recommend import annotate, recommend
-from prism_strategy.planning.search import evaluate_searched, with_ckpt
-from prism_strategy.rules import RuleFacts, check
+from prism_strategy.rules import Violation, blocking
 from prism_strategy.specs.cluster import GiB, Layout
 from prism_strategy.specs.parts import Part, model_parts
 from prism_strategy.specs.platform_file import defaults_note
@@ -27,30 +25,40 @@ from prism_strategy.specs.values import int_list
 from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 
-def _situation(sc: Scenario, s: StrategySpec) -> RuleFacts:
-    """The planner's rule facts; the engine contributes its own."""
-    return RuleFacts(
-        device=sc.platform.device,
-        backend=sc.platform.backend,
-        compile=sc.training.compile,
-        multi_node=sc.layout.multi_node,
-        **engine_of(s).facts(s),
-    )
-
-
-def evaluate(sc: Scenario, s: StrategySpec, parts: tuple[Part, ...] | None = None) -> Option:
-    """One strategy on the scenario: estimated once (estimate/option.py), judged by the rules."""
-    e = estimate_option(sc, s, parts=parts)
-    blocked = [v for v in check(_situation(sc, s)) if v.rule.blocks]
+def evaluate(
+    sc: Scenario,
+    s: StrategySpec,
+    parts: tuple[Part, ...] | None = None,
+    *,
+    search_ckpt: bool = False,
+    blocked: tuple[Violation, ...] | None = None,
+) -> Option:
+    """One strategy on the scenario: judged by the rules once (rules.blocking; blocked: already
+    judged), estimated by one call into estimate/. search_ckpt (plan and its sweep): under
+    --ckpt-freq auto, at the checkpointing estimate/ckpt_search.py chose; else at the one
+    sc.training names."""
+    blocked = blocking(sc, s) if blocked is None else blocked
+    if search_ckpt:
+        e = estimate_searched(sc, s, parts, viable=not blocked)
+    else:
+        e = estimate_option(sc, s, parts=parts)
     why_not = f"not viable: {blocked[0].message}" if blocked else e.oom
     return Option(
         strategy=s.name,
         feasible=why_not is None,
         why_not=why_not,
         estimate=e,
-        global_batch=e.batch.micro_batch * e.batch.grad_accum * sc.layout.world,
-        ckpt_freq=sc.training.ckpt_name,
+        global_batch=e.global_batch,
+        ckpt_freq=e.ckpt_freq,
+        blocked_by=blocked,
     )
+
+
+def _evaluated(sc: Scenario, parts: tuple[Part, ...], specs: list[StrategySpec]) -> list[Option]:
+    """Every strategy judged by the rules, then each estimated (one call into estimate/ each,
+    checkpointing searched under --ckpt-freq auto)."""
+    blocked = [blocking(sc, s) for s in specs]
+    return [evaluate(sc, s, parts, search_ckpt=True, blocked=b) for s, b in zip(specs, blocked)]
 
 
 def _retimer(parts: tuple[Part, ...], specs: list[StrategySpec]):
@@ -59,9 +67,7 @@ def _retimer(parts: tuple[Part, ...], specs: list[StrategySpec]):
     by_name = {s.name: s for s in specs}
 
     def retime(sc: Scenario, o: Option) -> float:
-        timed, timed_parts = timed_view(with_ckpt(sc, o.ckpt_freq), parts)
-        at = BatchAt(micro_batch=o.micro_batch, grad_accum=o.grad_accum)
-        return estimate_step(timed, by_name[o.strategy], at, parts=timed_parts).samples_per_s
+        return samples_per_s_at(sc, by_name[o.strategy], parts, o.micro_batch, o.grad_accum, o.ckpt_freq)
 
     return retime
 
@@ -75,7 +81,7 @@ def plan(sc: Scenario, o: PlanOptions = PlanOptions()) -> Plan:
     sweep = int_list(o.sweep_nodes, "--sweep-nodes")
     parts = model_parts(sc.model, sc.training)
     early = states_never_fit(sc, parts, specs)  # nothing's model states fit: judged before any timing
-    options = early or [evaluate_searched(sc, s, parts, evaluate) for s in specs]
+    options = early or _evaluated(sc, parts, specs)
     if o.traced and not early:
         trace_options(sc, options)
     if not early:
@@ -156,7 +162,7 @@ def sweep_rows(
                     }
                 )
                 continue
-            e = evaluate_searched(at, by_name[name], parts, evaluate)
+            e = evaluate(at, by_name[name], parts, search_ckpt=True)
             rows.append(
                 {
                     "nodes": n,

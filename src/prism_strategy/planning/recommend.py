@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from prism_strategy.engines import engine_of
-from prism_strategy.estimate.entry import LATE, BatchAt, device_peak_at, gathered_model_bytes, measured_nodes, memory_at
+from prism_strategy.engines import Engine, engine_of
+from prism_strategy.estimate.entry import LATE, BatchAt, gathered_model_bytes, measured_nodes, memory_at
 from prism_strategy.planning.advice import blocking_rules, nothing_viable_advice
 from prism_strategy.planning.followup import bench_command, commbench_command
 from prism_strategy.rules import RuleFacts, check
 from prism_strategy.specs.cluster import GiB
 from prism_strategy.specs.parts import Part
-from prism_strategy.strategies import all_strategies, get_strategy
+from prism_strategy.strategies import StrategySpec, all_strategies, get_strategy
 
 if TYPE_CHECKING:
     from prism_strategy.planning.option import Option
@@ -40,19 +40,16 @@ RANKING_RULE = (
 below applies it."""
 
 
-def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> str | None:
-    s = get_strategy(o.strategy)
-    if not engine_of(s).unit_wrapped:
-        return None
+def _root_wrap_note(sc: "Scenario", parts: tuple[Part, ...], o: "Option", s: StrategySpec, usable: float) -> str | None:
     at = BatchAt(micro_batch=o.micro_batch, grad_accum=o.grad_accum)  # the option's own accumulation
-    root = memory_at(sc, s, at, parts=parts, wrap="root").memory
-    extra = (root.total - o.memory.total) / GiB
+    wrapped = memory_at(sc, s, at, parts=parts, wrap="root")
+    root = wrapped.memory_total
+    extra = (root - o.memory_total) / GiB
     # judged as options are: reserved at the limit (estimate/memory_runtime.py)
-    need = device_peak_at(sc, s, at, parts=parts, wrap="root")
-    fits = "it would fit" if need <= sc.platform.usable_bytes else "it does not fit"
+    fits = "it would fit" if wrapped.device_peak_bytes <= usable else "it does not fit"
     return (
         f"this option wraps each transformer block; wrapping only the root (one flat unit) instead would add "
-        f"{extra:.1f} GiB ({root.total / GiB:.1f} GiB at micro-batch {o.micro_batch}: {fits})"
+        f"{extra:.1f} GiB ({root / GiB:.1f} GiB at micro-batch {o.micro_batch}: {fits})"
     )
 
 
@@ -67,25 +64,33 @@ def _loss_note(o: "Option") -> str | None:
     )
 
 
-def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
-    s, t, notes = get_strategy(o.strategy), sc.training, []
+def _notes(
+    sc: "Scenario",
+    parts: tuple[Part, ...],
+    o: "Option",
+    s: StrategySpec,
+    engine: Engine,
+    precision_note: str | None,
+    usable: float,
+) -> list[str]:
+    notes: list[str] = []
     if s.param_shard != "none" and not s.reshard_after_forward:
         gathered = gathered_model_bytes(sc, parts)
         notes.append(
             f"keeps the whole model gathered ({gathered / GiB:.1f} GiB) on each of "
             f"{sc.layout.ranks_per_node} ranks per node from forward to backward"
         )
-    if (n := _root_wrap_note(sc, parts, o)) is not None:
+    if engine.unit_wrapped and (n := _root_wrap_note(sc, parts, o, s, usable)) is not None:
         notes.append(n)
     if (n := _loss_note(o)) is not None:
         notes.append(n)
-    if engine_of(s).declares_static_graph and sc.model.mode != "e2e":
+    if engine.declares_static_graph and sc.model.mode != "e2e":
         notes.append(
             f"only the {sc.model.trainable_params / 1e6:.1f}M trainable params are all-reduced; "
             "static_graph=True when every batch uses the same modalities"
         )
-    if (n := engine_of(s).precision_note(t.precision)) is not None:
-        notes.append(n)
+    if precision_note is not None:
+        notes.append(precision_note)
     if o.comm is not None and o.comm_s > 0:
         links = sorted({c.link for c in o.comm.collectives if c.seconds_per_step > 0})
         notes.append(
@@ -98,8 +103,14 @@ def _notes(sc: "Scenario", parts: tuple[Part, ...], o: "Option") -> list[str]:
 
 
 def annotate(sc: "Scenario", parts: tuple[Part, ...], options: list["Option"]) -> None:
-    for o in options:
-        o.notes.extend(_notes(sc, parts, o))
+    """Each option's notes; its strategy, engine and the engine's precision note looked up once,
+    the usable memory read once."""
+    usable = sc.platform.usable_bytes
+    specs = [get_strategy(o.strategy) for o in options]
+    engines = [engine_of(s) for s in specs]
+    precision = [e.precision_note(sc.training.precision) for e in engines]
+    for o, s, engine, note in zip(options, specs, engines, precision):
+        o.notes.extend(_notes(sc, parts, o, s, engine, note, usable))
 
 
 def ckpt_text(k: int | str) -> str:
@@ -121,18 +132,17 @@ def batch_text(o: "Option") -> str:
     )
 
 
-def _engine_rank(name: str) -> int:
-    """Simplicity of a strategy's engine: its first position in the registry (DDP's engine, then
-    torch's FSDP2, then DeepSpeed, as the catalogue lists them)."""
-    specs = all_strategies()
-    engine = get_strategy(name).engine
-    return next(i for i, s in enumerate(specs) if s.engine == engine)
+def engine_ranks(specs: tuple[StrategySpec, ...]) -> dict[str, int]:
+    """Simplicity of each strategy's engine, by name: the engine's first position in the registry
+    (DDP's engine, then torch's FSDP2, then DeepSpeed, as the catalogue lists them)."""
+    first: dict[str, int] = {}
+    return {s.name: first.setdefault(s.engine, i) for i, s in enumerate(specs)}
 
 
 def dominates(a: "Option", b: "Option") -> bool:
     """RANKING_RULE's dominance: a needs no more memory and is clearly faster. Less memory alone
     does not dominate: between two options that both fit it decides nothing."""
-    return a.memory.total <= b.memory.total and a.samples_per_s > (1 + CLEARLY_FASTER) * b.samples_per_s
+    return a.memory_total <= b.memory_total and a.samples_per_s > (1 + CLEARLY_FASTER) * b.samples_per_s
 
 
 def in_band(o: "Option", best: "Option") -> bool:
@@ -140,15 +150,18 @@ def in_band(o: "Option", best: "Option") -> bool:
     return best.samples_per_s <= o.samples_per_s * (1 + TIE)
 
 
-def pick(feasible: list["Option"]) -> "Option":
-    """RANKING_RULE applied. `feasible` need not be sorted; equal options go by the registry's order."""
-    order = {s.name: i for i, s in enumerate(all_strategies())}
-    ranked = sorted(feasible, key=lambda o: (-o.samples_per_s, o.memory.total, order.get(o.strategy, 0)))
+def pick(feasible: list["Option"], registry: tuple[StrategySpec, ...] | None = None) -> "Option":
+    """RANKING_RULE applied. `feasible` need not be sorted; equal options go by the registry's order
+    (registry: all_strategies(), when the caller has it)."""
+    specs = registry or all_strategies()
+    order = {s.name: i for i, s in enumerate(specs)}
+    ranks = engine_ranks(specs)
+    ranked = sorted(feasible, key=lambda o: (-o.samples_per_s, o.memory_total, order.get(o.strategy, 0)))
     undominated = [o for o in ranked if not any(dominates(x, o) for x in ranked)]
     best = undominated[0]  # the fastest is dominated only by one as fast with less memory
     tied = [o for o in undominated if in_band(o, best)]
-    simplest = min(_engine_rank(o.strategy) for o in tied)
-    same = [o for o in tied if _engine_rank(o.strategy) == simplest]
+    simplest = min(ranks[o.strategy] for o in tied)
+    same = [o for o in tied if ranks[o.strategy] == simplest]
     fastest, roomiest = same[0], max(same, key=lambda o: o.max_micro_batch)
     return roomiest if _roomier(roomiest, fastest) else fastest
 
@@ -158,7 +171,7 @@ def _roomier(a: "Option", b: "Option") -> bool:
 
 
 def _gib(o: "Option") -> str:
-    return f"{o.memory.total / GiB:.1f} GiB"
+    return f"{o.memory_total / GiB:.1f} GiB"
 
 
 def _dominated_reason(pick_: "Option", feasible: list["Option"]) -> str | None:
@@ -176,24 +189,24 @@ def _dominated_reason(pick_: "Option", feasible: list["Option"]) -> str | None:
             else max((x for x in feasible if dominates(x, o)), key=lambda x: x.samples_per_s)
         )
         parts.append(
-            f"{o.strategy} ({o.samples_per_s:.2f} samples/s, {o.memory.total / GiB:.2f} GiB) by {by.strategy} "
-            f"({by.samples_per_s:.2f}, {by.memory.total / GiB:.2f} GiB)"
+            f"{o.strategy} ({o.samples_per_s:.2f} samples/s, {o.memory_total / GiB:.2f} GiB) by {by.strategy} "
+            f"({by.samples_per_s:.2f}, {by.memory_total / GiB:.2f} GiB)"
         )
     return "in the band but dominated (another option no larger and clearly faster): " + "; ".join(parts)
 
 
-def _frugal_rival(pick_: "Option", feasible: list["Option"]) -> str | None:
+def _frugal_rival(pick_: "Option", feasible: list["Option"], ranks: dict[str, int]) -> str | None:
     """A tied option that needs less memory than the pick is not dominated by it: say why it lost
     (it is slower, and memory decides nothing between two options that both fit)."""
     best = max(feasible, key=lambda o: o.samples_per_s)
-    rivals = [o for o in feasible if in_band(o, best) and o.memory.total < pick_.memory.total]
+    rivals = [o for o in feasible if in_band(o, best) and o.memory_total < pick_.memory_total]
     rivals = [o for o in rivals if o is not best and not any(dominates(x, o) for x in feasible)]
     if not rivals:
         return None
-    r = min(rivals, key=lambda o: o.memory.total)
+    r = min(rivals, key=lambda o: o.memory_total)
     why = (
         "the simpler engine wins in the band"
-        if _engine_rank(pick_.strategy) < _engine_rank(r.strategy)
+        if ranks[pick_.strategy] < ranks[r.strategy]
         else f"memory alone decides nothing (its max micro-batch {r.max_micro_batch} vs {pick_.max_micro_batch} is not "
         f"{FRUGAL:.0%} larger)"
     )
@@ -203,25 +216,25 @@ def _frugal_rival(pick_: "Option", feasible: list["Option"]) -> str | None:
     )
 
 
-def _first_reason(pick_: "Option", feasible: list["Option"]) -> str:
+def _first_reason(pick_: "Option", feasible: list["Option"], ranks: dict[str, int]) -> str:
     how = (
         f"{pick_.samples_per_s:.2f} samples/s, {_gib(pick_)} per device, at {batch_text(pick_)} ({pick_.bound}-bound, "
         f"exposed communication {pick_.comm_fraction:.0%} of the step)"
     )
-    best = max(feasible, key=lambda o: (o.samples_per_s, -o.memory.total))
+    best = max(feasible, key=lambda o: (o.samples_per_s, -o.memory_total))
     if pick_.samples_per_s >= best.samples_per_s:
         return f"{pick_.strategy}: highest predicted throughput of {len(feasible)} feasible options, {how}"
     return (
         f"{pick_.strategy}: {how}; tied with the fastest, {best.strategy} at {best.samples_per_s:.2f} samples/s and "
         f"{_gib(best)} ({best.samples_per_s / pick_.samples_per_s - 1:+.1%}, within the {TIE:.0%} uncertainty band), "
-        f"and chosen as {_why_won(pick_, best)}"
+        f"and chosen as {_why_won(pick_, best, ranks)}"
     )
 
 
-def _why_won(pick_: "Option", best: "Option") -> str:
+def _why_won(pick_: "Option", best: "Option", ranks: dict[str, int]) -> str:
     """What RANKING_RULE step put the tied pick above the faster best."""
     ps, bs = get_strategy(pick_.strategy), get_strategy(best.strategy)
-    if _engine_rank(pick_.strategy) < _engine_rank(best.strategy):
+    if ranks[pick_.strategy] < ranks[best.strategy]:
         return f"the simpler engine ({ps.engine}{', nothing sharded' if not ps.sharded else ''}, not {bs.engine})"
     return (
         f"the option with room to grow the batch (max micro-batch {pick_.max_micro_batch} vs {best.max_micro_batch}, "
@@ -251,9 +264,12 @@ def recommend(sc: "Scenario", options: list["Option"]) -> tuple[str | None, list
     warnings = [w for w in _warnings(sc) if not (feasible == [] and w.split(":", 1)[0] in blocking)]
     if not feasible:
         return None, [nothing_viable_advice(sc, options, blocking), *infeasible], warnings
-    chosen = pick(feasible)
-    reasons = [_first_reason(chosen, feasible)]
-    reasons += [r for r in (_frugal_rival(chosen, feasible), _dominated_reason(chosen, feasible)) if r is not None]
+    registry = all_strategies()
+    ranks = engine_ranks(registry)
+    chosen = pick(feasible, registry)
+    reasons = [_first_reason(chosen, feasible, ranks)]
+    rivals = (_frugal_rival(chosen, feasible, ranks), _dominated_reason(chosen, feasible))
+    reasons += [r for r in rivals if r is not None]
     pick_ = chosen
     if (lead := _batch_lead(sc, pick_, feasible)) is not None:
         reasons.append(lead)

@@ -1,12 +1,12 @@
-"""Batch resolution and the checkpointing search (plan_search.py), and plan()'s Python signature."""
+"""Batch resolution and the checkpointing candidates (estimate/ckpt_search.py), and plan()'s Python signature."""
 
 import inspect
 
 import pytest
 
 from prism_strategy.estimate.batch import resolve_batch
+from prism_strategy.estimate.ckpt_search import ckpt_candidates
 from prism_strategy.flags import plan, scenario_from_flags
-from prism_strategy.planning.search import ckpt_candidates
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.policies import batch_problem, nearest_multiples
 from prism_strategy.specs.training import TrainingSpec

@@ -14,9 +14,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "plan_output.md"
 
 
 def opt(name, sps, max_mb, gib):
-    return SimpleNamespace(
-        strategy=name, samples_per_s=sps, max_micro_batch=max_mb, memory=SimpleNamespace(total=gib * 2**30)
-    )
+    return SimpleNamespace(strategy=name, samples_per_s=sps, max_micro_batch=max_mb, memory_total=gib * 2**30)
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from prism_strategy.flags import scenario_from_flags
-from prism_strategy.planning.planner import _situation
-from prism_strategy.rules import FACT_NAMES, check, get_rule, load_rules, parse_rules
+from prism_strategy.rules import FACT_NAMES, check, get_rule, load_rules, parse_rules, plan_facts
 from prism_strategy.specs import SpecError
 from prism_strategy.strategies import get_strategy
 
@@ -190,7 +189,7 @@ def test_when_keys_are_facts():
 
 def test_the_planner_takes_the_engines_facts():
     sc = scenario_from_flags("qwen3-0.6b", platform="aurora", nodes=2)
-    facts = {n: _situation(sc, get_strategy(n)) for n in ("ddp", "hsdp_full_shard", "zero1")}
+    facts = {n: plan_facts(sc, get_strategy(n)) for n in ("ddp", "hsdp_full_shard", "zero1")}
     assert facts["ddp"].engine == "ddp" and facts["ddp"].reshard_or_sharded is False
     assert facts["hsdp_full_shard"].reshard_or_sharded and facts["zero1"].reshard_or_sharded
     assert facts["ddp"].device == "xpu" and facts["ddp"].multi_node is True
