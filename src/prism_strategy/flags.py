@@ -13,6 +13,7 @@ takes the policies whole and planning/ takes the Scenario whole.
 from __future__ import annotations
 
 import inspect
+import textwrap
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
@@ -29,7 +30,14 @@ from prism_strategy.planning.option import Option, Plan
 from prism_strategy.planning.planner import estimate_traced
 from prism_strategy.planning.planner import plan as plan_scenario
 from prism_strategy.specs.errors import SpecError
-from prism_strategy.specs.policies import BatchPolicy, MeasuredPolicy, MemoryPolicy, PlanOptions, checked_int
+from prism_strategy.specs.policies import (
+    BatchPolicy,
+    MeasuredPolicy,
+    MemoryPolicy,
+    PlanOptions,
+    checked_int,
+    field_docs,
+)
 from prism_strategy.specs.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -119,45 +127,11 @@ def plan(model: Any = "qwen3-0.6b", **flags: Any) -> Plan:
     model: preset name, config.json path, TransformerSpec or nn.Module.
     mode: "e2e" | "projector" | "encoder-projector" (what trains; the last two need `vision`).
     platform: preset name, platform .toml path or PlatformSpec.  nodes: node count.
-    seq_len: text tokens per sample, the longest (peak memory is predicted there).
-    mean_seq_len: mean text tokens per sample (each batch padded to its longest); step time is
-        predicted there. None = seq_len.
-    length_histogram: the samples' text lengths as (tokens, count) pairs: the slowest rank's padded
-        batch at scale (estimate/length_spread.py) and, without mean_seq_len, the mean padded length.
-    length_bucketing: batches drawn from one length bucket (default True): a rank pads to about one
-        sample's length; False: to the longest of its micro-batch.
-    micro_batch: samples per device per forward; None = each option's largest that fits.
+    ranks_per_node: default the platform's devices per node.
+    precision: "bf16-mixed" | "bf16-pure" | "fp32".
+    vision: vision encoder preset (adds it and a projector).
     lora: LoRA adapters (specs/lora.py): an adapter_config.json path, LoraConfig fields as a dict, or a
         LoraSpec; the base is frozen and only the adapters train. None = full training.
-    global_batch: samples per optimizer step; every option runs exactly
-        micro_batch x grad_accum x world = global_batch (a global batch that is not a multiple of
-        the world is a SpecError naming the nearest valid values).
-    grad_accum: micro-batches per optimizer step; None = 1, or what global_batch needs.
-    ckpt_freq: "auto" (each option searches none / every block / every 2nd / small divisors and
-        keeps the fastest that fits) or k: checkpoint every k-th block, 0 = none.
-    precision: "bf16-mixed" | "bf16-pure" | "fp32".  optimizer: "adamw" | "sgd".
-    vision: vision encoder preset (adds it and a projector).  image_tokens: per sample (default:
-        the encoder's patch count).  compile: torch.compile on (estimate/memory_compile.py).
-    compile_loss: with compile, the loss compiled too (torchtitan's default since 2025-08): no fp32
-        logits held; wrap() leaves the loss eager.
-    ranks_per_node: default the platform's devices per node.
-    sweep_nodes: node counts for a scaling table (a list, or "1,2,4" as on the command line).
-    calibration: a calibration file, "auto" (the cached one when it matches) or "none".
-    traced: also trace each option's real training step on fake tensors (slow).
-    bucket_mb: gradient bucket MiB (DDP bucket_cap_mb, DeepSpeed reduce/allgather bucket).
-    reduce_dtype: "fp32" | "bf16" (FSDP2 reduce_dtype, DeepSpeed communication_data_type).
-    loss: "upcast" | "fused" | "chunked": the cross-entropy kernel (estimate/memory.py loss_bytes_per_token).
-    comm_curves: measured collective curves for this platform (specs/measured.MeasuredCurve; the
-        CLI loads them from the results store: bench/results/curves.py); a matching one prices its collective.
-    rank_jitter: the measured per-rank spread of the work between synchronisations (std / mean; the
-        CLI also reads it from a StepMonitor folder: planning/rank_jitter.py); it prices the late-rank
-        term into the step (estimate/scale_loss.py). None: the platform's `rank_jitter`; unmeasured, the
-        published average (data/scale_loss.toml) in the step and its top on the range's slow side.
-    script: what a training script said about these inputs, kept as given for `inputs.script` of the
-        JSON (`plan --script` reads it: inputs/script.py; the values arrive as the keywords above).
-    varying_lengths: batch shapes change step to step (padded per batch); None = when mean_seq_len < seq_len.
-    expandable_segments: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; None = the
-        platform's env profile (both: estimate/memory_runtime.py, the allocator's reserve).
     env_profile: the env profile the ranks run under: a name (data/env_profiles), a profile .toml path
         or a specs.policies.EnvironmentPolicy; its CCL variables price the collectives
         (estimate/environment.py; a platform file's own CCL keys stay overrides). None = the
@@ -165,6 +139,9 @@ def plan(model: Any = "qwen3-0.6b", **flags: Any) -> Plan:
     model may also be a Scenario (inputs/scenario.py build_scenario): then only the plan's own
         options (sweep_nodes, traced, reduce_dtype, script) and what was measured (calibration,
         comm_curves, rank_jitter) go beside it.
+
+    The other keywords each fill one field of a policy (specs/policies.py); their text below is that
+    field's docstring, the help `prism-strategy plan -h` prints (added at import: policy_keywords_doc).
     """
     if isinstance(model, Scenario):
         g = grouped("plan", flags, ("measured", "options"))  # a Scenario carries the run
@@ -178,6 +155,21 @@ def plan(model: Any = "qwen3-0.6b", **flags: Any) -> Plan:
     sc = scenario_from_flags(model, **(PLAN_DEFAULTS | run))
     check_ranks_per_node(sc, run.get("ranks_per_node"))
     return plan_scenario(sc, options)
+
+
+def policy_keywords_doc() -> str:
+    """plan()'s keywords that fill a policy field, each with the field's docstring (specs/policies.py
+    field_docs), wrapped for a docstring."""
+    lines = []
+    for cls in (BatchPolicy, MemoryPolicy, MeasuredPolicy, PlanOptions):
+        docs = field_docs(cls)
+        for f in fields(cls):
+            name = CKPT_FLAG if f.name == "checkpointing" else f.name
+            lines += textwrap.wrap(f"{name}: {docs[f.name]}", 100, initial_indent="    ", subsequent_indent="        ")
+    return "\n".join(lines) + "\n"
+
+
+plan.__doc__ = (plan.__doc__ or "") + policy_keywords_doc()
 
 
 def estimate(model: Any, strategy: str, **flags: Any) -> Option | dict[str, Any]:

@@ -7,16 +7,11 @@ two cannot drift. A field without a docstring fails at import, never as an empty
 
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
-from dataclasses import fields
-from functools import lru_cache
 from typing import Annotated, Any, Optional
 
 import typer
 
-from prism_strategy.specs.policies import BatchPolicy, MeasuredPolicy, MemoryPolicy, PlanOptions
+from prism_strategy.specs.policies import BatchPolicy, MeasuredPolicy, MemoryPolicy, PlanOptions, field_help
 from prism_strategy.specs.training import TrainingSpec
 
 FIELD_OF: dict[str, tuple[type, str]] = {
@@ -30,29 +25,6 @@ FIELD_OF: dict[str, tuple[type, str]] = {
     "precision": (TrainingSpec, "precision"),
 }
 """The flags (by parameter name) that fill one field each, and that field: (class, field name)."""
-
-
-@lru_cache(maxsize=16)  # one entry per policy class
-def field_docs(cls: type) -> dict[str, str]:
-    """cls's attribute docstrings: the string literal under each annotated field, on one line."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    return {
-        f.target.id: " ".join(doc.value.value.split())
-        for f, doc in zip(body, body[1:])
-        if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)
-        if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)
-    }
-
-
-def field_help(cls: type, name: str) -> str:
-    """The docstring of cls's field `name`, as a flag's help; ValueError when cls has no such field
-    or the field no docstring (a flag must not go undescribed)."""
-    if name not in {f.name for f in fields(cls)}:
-        raise ValueError(f"{cls.__name__} has no field {name!r}")
-    doc = field_docs(cls).get(name, "")
-    if not doc:
-        raise ValueError(f"{cls.__name__}.{name} has no docstring: write one under the field, it is the flag's help")
-    return doc
 
 
 def field_option(flag: str, *param_decls: str, **kw: Any) -> Any:

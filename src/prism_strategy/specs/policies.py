@@ -6,8 +6,12 @@ strategy.toml, a framework config) fills the same fields."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import Any
 
 from prism_strategy.specs.errors import SpecError
@@ -47,7 +51,8 @@ class BatchPolicy:
     image_tokens: int | None = None
     """Image tokens per sample (needs a vision encoder); not given: the encoder's patch count."""
     length_histogram: tuple[tuple[int, float], ...] | None = None
-    """Text lengths of the samples, (tokens, count) pairs: the slowest rank's padded batch."""
+    """Text lengths of the samples, (tokens, count) pairs: the slowest rank's padded batch at scale
+    (estimate/length_spread.py) and, without mean_seq_len, the mean padded length."""
     length_bucketing: bool = True
     """Length bucketing: batches drawn from one length bucket (a rank pads to about one sample's
     length); off: random batches (each rank pads to its longest sample)."""
@@ -143,9 +148,13 @@ class MeasuredPolicy:
     calibration: str | None = "none"
     """A calibration file, "auto" (the cached one, when it matches) or "none"; plan's default: auto."""
     comm_curves: Sequence[Any] = ()
-    """Measured collective curves for this platform (specs/measured.MeasuredCurve)."""
+    """Measured collective curves for this platform (specs/measured.MeasuredCurve; the CLI loads them
+    from the results store, bench/results/curves.py); a matching one prices its collective."""
     rank_jitter: float | None = None
-    """Measured per-rank spread of the work between synchronisations (std / mean)."""
+    """Measured per-rank spread of the work between synchronisations (std / mean; the CLI also reads
+    it from a StepMonitor folder, planning/rank_jitter.py); it prices the late-rank term into the step
+    (estimate/scale_loss.py). Not given: the platform's rank_jitter; unmeasured, the published
+    average (data/scale_loss.toml) in the step and its top on the range's slow side."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -197,3 +206,26 @@ def batch_problem(t: TrainingSpec, world: int) -> str | None:
             "drop one of the three"
         )
     return None
+
+
+@lru_cache(maxsize=16)  # one entry per policy class
+def field_docs(cls: type) -> dict[str, str]:
+    """cls's attribute docstrings: the string literal under each annotated field, on one line."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    return {
+        f.target.id: " ".join(doc.value.value.split())
+        for f, doc in zip(body, body[1:])
+        if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)
+        if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)
+    }
+
+
+def field_help(cls: type, name: str) -> str:
+    """The docstring of cls's field `name`, as a flag's help; ValueError when cls has no such field
+    or the field no docstring (a flag must not go undescribed)."""
+    if name not in {f.name for f in fields(cls)}:
+        raise ValueError(f"{cls.__name__} has no field {name!r}")
+    doc = field_docs(cls).get(name, "")
+    if not doc:
+        raise ValueError(f"{cls.__name__}.{name} has no docstring: write one under the field, it is the flag's help")
+    return doc
