@@ -1,6 +1,15 @@
 """Every test runs with its own cache dir (no user calibration or results store leaks in) and no
 COLUMNS of the caller's; torch's extension builds (DeepSpeed's CPU shm op) stay in the caller's
-folder, built once. Tests marked `gpu` run only where torch sees a CUDA or XPU device."""
+folder, built once, and started in the background while the in-process tests run (a fresh checkout
+builds it for ~40 s; unit/ and cli/ keep one core busy, the build takes the other). Tests marked
+`gpu` run only where torch sees a CUDA or XPU device."""
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +32,49 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA or XPU device (none visible to torch here)")
         for item in gpu:
             item.add_marker(skip)
+
+
+SHM_OP = Path(EXTENSIONS) / "deepspeed_shm_comm"
+"""DeepSpeed's CPU comm op's build folder (torch.utils.cpp_extension names it after the op)."""
+
+
+def _start_deepspeed_build(session) -> None:
+    """The op build the first ZeRO launch would wait for, begun now in one background process when
+    a distributed test is collected and the op is not built yet. The launches' own prebuild
+    (tests/distributed/_harness.py) then waits on its lock or finds it built."""
+    wanted = any("distributed" in item.path.parts for item in session.items)
+    if not wanted or importlib.util.find_spec("deepspeed") is None or any(SHM_OP.glob("*.so")):
+        return
+    from prism_strategy.bench.launch.ds_ops import BUILD
+
+    SHM_OP.parent.mkdir(parents=True, exist_ok=True)
+    env = os.environ | {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": EXTENSIONS}
+    log = open(SHM_OP.parent / "background-build.log", "w")  # noqa: SIM115 - held by the child
+    session.config._deepspeed_build = (
+        subprocess.Popen(
+            [sys.executable, "-c", BUILD], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        ),
+        log,
+        (SHM_OP / "lock").exists(),
+    )
+
+
+def pytest_collection_finish(session):
+    _start_deepspeed_build(session)
+
+
+def pytest_sessionfinish(session):
+    """A run that stops early (-x) stops the build too; its lock is not left to block the next."""
+    started = getattr(session.config, "_deepspeed_build", None)
+    if started is None:
+        return
+    proc, log, had_lock = started
+    if proc.poll() is None:  # the compiler's processes too: the build runs in its own session
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        if not had_lock and not any(SHM_OP.glob("*.so")):
+            (SHM_OP / "lock").unlink(missing_ok=True)
+    log.close()
 
 
 @pytest.fixture(autouse=True)
