@@ -14,7 +14,8 @@ process start once).
 A config with "census": true records instead every collective of one optimizer step after the
 warm-up (bench/launch/census_record.py) and skips the timed steps. A config with "mode" other than
 e2e or a "vision_spec" builds vision + projector + backbone (traced/model.py), with
-the parts that do not train frozen.
+the parts that do not train frozen. A config with "lora" puts peft's LoRA adapters on the model
+before wrap() (with_lora): only the adapters train.
 """
 
 from __future__ import annotations
@@ -61,7 +62,18 @@ def build_model(sc: Any) -> torch.nn.Module:
     # SDPA where the family has it; Gemma 2 has none (logit soft-capping): transformers' own default, eager
     cfg._attn_implementation = "sdpa" if cls._supports_sdpa else None
     torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(cfg)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return model if sc.model.lora is None else with_lora(model, sc.model.lora)
+
+
+def with_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
+    """The model under peft's LoRA adapters (get_peft_model: the base frozen, lora_A / lora_B on the
+    target Linears) as the row's LoraSpec names them; lora_alpha and dropout keep peft's defaults
+    (the adapters' scale and a mask: neither changes what is reduced)."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = list(lora.targets) if isinstance(lora.targets, tuple) else lora.targets
+    return get_peft_model(model, LoraConfig(r=lora.rank, target_modules=targets))
 
 
 def device_sync(device: torch.device) -> None:
