@@ -173,15 +173,30 @@ def peak_memory(runner: Runner, index: int) -> float | None:
         return float(torch.cuda.max_memory_allocated(dev))
     if dev.type == "xpu":  # device-only: XPU allocator peak over the timed steps
         return float(torch.xpu.max_memory_allocated(dev))
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    mt = MemTracker()
+    mt = frozen_aware_tracker()
     mt.track_external(runner.job.model, *optimizer_state(runner.job.optimizer))
     with warnings.catch_warnings():  # mod_tracker's "hierarchy may be messed up" under checkpointing: noise here
         warnings.simplefilter("ignore", UserWarning)
         with mt:
             runner.step(index)
     return float(sum(d["Total"] for d in mt.get_tracker_snapshot("peak").values()))
+
+
+def frozen_aware_tracker() -> Any:
+    """torch's MemTracker, but one that tolerates frozen parameters (LoRA's base, a projector run's
+    encoder and backbone). MemTracker._track_module_params_and_buffers (torch 2.13,
+    distributed/_tools/mem_tracker.py) registers a gradient hook on every parameter of each module
+    entering forward, and register_hook raises on a tensor that does not require grad. For a module
+    holding a frozen parameter no hook is installed here; each trainable parameter gets its hook
+    when its own all-trainable module (peft's lora_A / lora_B Linear) enters forward."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class FrozenAwareTracker(MemTracker):
+        def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True) -> Any:
+            frozen = any(not p.requires_grad for p in module.parameters())
+            return super()._track_module_params_and_buffers(module, install_grad_hooks and not frozen)
+
+    return FrozenAwareTracker()
 
 
 def optimizer_state(opt: Any) -> list[Any]:
