@@ -8,16 +8,24 @@ Gradient accumulation 2, so per-micro-step and per-step collectives differ. Asse
 strategy: the op kinds are equal, payload bytes are within 2% per (op, group, dtype), calls are
 exact for FSDP units and within one for buckets (DDP, DeepSpeed).
 The prediction is the engine modules' (`prism_strategy.engines.step_collectives`).
+
+The same launch runs tiny Llama under peft's LoRA (r=4 on q_proj, v_proj; the base frozen) for
+DDP, FSDP2 and ZeRO-2 (issue 36): DDP all-reduces only the adapters' gradients, FSDP2 gathers
+the frozen weights with the adapters and reduce-scatters only the adapters' gradients. Skipped
+without peft (ZeRO-2 without DeepSpeed).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
-from prism_strategy.bench.collectives.census import run_censuses
+from prism_strategy.bench.collectives.census import run_census_jobs
 from prism_strategy.cli.bench_inputs import census_base
+from prism_strategy.specs.lora import LoraSpec, adapter_params
+from prism_strategy.specs.presets import load_model
 from prism_strategy.strategies import STRATEGY_NAMES
 
 pytestmark = pytest.mark.distributed
@@ -29,25 +37,32 @@ SHAPES = {
     "moe": dict(model=str(FIXTURES / "tiny-qwen2-moe.toml")),
 }
 BUCKETS = ("ddp", "zero1", "zero2", "zero3")
+LORA = {"r": 4, "target_modules": ["q_proj", "v_proj"]}
+HAS_PEFT = importlib.util.find_spec("peft") is not None
+LORA_STRATEGIES = ["ddp", "fsdp_full_shard"] + (["zero2"] if importlib.util.find_spec("deepspeed") else [])
 
 
 @pytest.fixture(scope="module")
 def census():
-    """ONE launch: the four shapes x all 8 strategies."""
-    bases = [
-        census_base(
-            nproc=4,
-            ranks_per_node=2,
-            micro_batch=2,
-            seq_len=32,
-            grad_accum=2,
-            precision="bf16-mixed",
-            timeout_s=240,
-            **kw,
+    """ONE launch: the four shapes x all 8 strategies, and the LoRA shape x LORA_STRATEGIES."""
+    shapes = SHAPES | ({"lora": dict(model="tiny-llama", lora=LORA)} if HAS_PEFT else {})
+    jobs = [
+        (
+            census_base(
+                nproc=4,
+                ranks_per_node=2,
+                micro_batch=2,
+                seq_len=32,
+                grad_accum=2,
+                precision="bf16-mixed",
+                timeout_s=240,
+                **kw,
+            ),
+            LORA_STRATEGIES if shape == "lora" else list(STRATEGY_NAMES),
         )
-        for kw in SHAPES.values()
+        for shape, kw in shapes.items()
     ]
-    reports = dict(zip(SHAPES, run_censuses(bases, list(STRATEGY_NAMES))))
+    reports = dict(zip(shapes, run_census_jobs(jobs)))
     return reports.__getitem__
 
 
@@ -58,7 +73,10 @@ def _one(report, strategy):
     return s
 
 
-CASES = [pytest.param(shape, s, id=f"{shape}-{s}") for shape in SHAPES for s in STRATEGY_NAMES]
+CASES = [pytest.param(shape, s, id=f"{shape}-{s}") for shape in SHAPES for s in STRATEGY_NAMES] + [
+    pytest.param("lora", s, id=f"lora-{s}", marks=pytest.mark.skipif(not HAS_PEFT, reason="peft is not installed"))
+    for s in LORA_STRATEGIES
+]
 
 
 @pytest.mark.parametrize(("shape", "strategy"), CASES)
@@ -89,3 +107,22 @@ def test_census_records_what_the_engines_really_do(census):
     # DDP: gradients all-reduced over the world, once per optimizer step under no_sync
     ddp = rec["ddp"][("all_reduce", 4)]
     assert ddp.calls_recorded >= 1 and ddp.bytes_recorded > 0
+
+
+@pytest.mark.skipif(not HAS_PEFT, reason="peft is not installed")
+def test_lora_reduces_only_the_adapters_gradients(census):
+    """DDP buckets only parameters with requires_grad (torch/nn/parallel/distributed.py
+    _build_params_for_reducer); FSDP2 gathers every sharded parameter, frozen included, and
+    reduce-scatters only the gradients that exist (_fsdp_param_group.py post_backward)."""
+    adapters = adapter_params(load_model("tiny-llama"), LoraSpec(rank=4, targets=tuple(LORA["target_modules"])))
+    lora, full = census("lora"), census("untied")
+
+    def recorded(report, strategy, op):
+        return sum(r.bytes_recorded for r in _one(report, strategy).rows if r.op == op and r.calls_recorded)
+
+    # fp32 gradients (bf16-mixed autocast keeps the parameters fp32), once per optimizer step
+    assert recorded(lora, "ddp", "all_reduce") == 4 * adapters
+    assert 50 * recorded(lora, "ddp", "all_reduce") < recorded(full, "ddp", "all_reduce")
+    assert recorded(lora, "fsdp_full_shard", "reduce_scatter") == 4 * adapters
+    # the frozen base is gathered as in full training, the adapters with it
+    assert recorded(lora, "fsdp_full_shard", "all_gather") > recorded(full, "fsdp_full_shard", "all_gather")

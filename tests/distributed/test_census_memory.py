@@ -10,6 +10,8 @@ be within 10% of the measurement; so must issue 17's run options (VARIANTS), in 
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from prism_strategy.cli.bench_inputs import base_config
@@ -33,23 +35,32 @@ measurement missed DeepSpeed's init-time buffers, bench/launch/worker.optimizer_
 and ZeRO-3's persistent params and grad partition buffer modelled, 0.1%: issue 25 item 8)."""
 
 
+HAS_PEFT = importlib.util.find_spec("peft") is not None
+LORA_STRATEGIES = ("ddp", "fsdp_full_shard")
+BASE = dict(
+    model="tiny-llama",
+    nproc=4,
+    ranks_per_node=2,
+    micro_batch=4,
+    seq_len=128,
+    steps=1,
+    warmup=1,
+    precision="fp32",
+    ckpt_freq=0,
+    grad_accum=1,
+    timeout_s=240,
+)
+
+
 def MEMORY_RUNS() -> dict[str, dict]:
     """Every strategy and VARIANTS, launched by conftest's memory_bench with test_census_bf16_master.py's."""
-    base = base_config(
-        model="tiny-llama",
-        nproc=4,
-        ranks_per_node=2,
-        micro_batch=4,
-        seq_len=128,
-        steps=1,
-        warmup=1,
-        precision="fp32",
-        ckpt_freq=0,
-        grad_accum=1,
-        timeout_s=240,
-    )
+    base = base_config(**BASE)
     cases = {s: {"strategy": s} for s in STRATEGY_NAMES} | VARIANTS
-    return {name: row_with(base, RowChange(**c)) for name, c in cases.items()}
+    runs = {name: row_with(base, RowChange(**c)) for name, c in cases.items()}
+    if HAS_PEFT:  # the same runs under peft's LoRA (bench/launch/worker.py with_lora)
+        lora = base_config(**BASE, lora={"r": 4, "target_modules": ["q_proj", "v_proj"]})
+        runs |= {f"lora-{s}": row_with(lora, RowChange(strategy=s)) for s in LORA_STRATEGIES}
+    return runs
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +77,16 @@ def test_peak_memory_within_10_percent_of_prediction(benched, strategy):
     assert abs(err) <= TOLERANCE, (
         f"{strategy}: predicted {predicted / 2**20:.2f} MiB, measured {measured / 2**20:.2f} MiB ({100 * err:+.1f}%)"
     )
+
+
+@pytest.mark.skipif(not HAS_PEFT, reason="peft is not installed")
+@pytest.mark.parametrize("strategy", LORA_STRATEGIES)
+def test_bench_runs_lora_and_the_frozen_base_needs_no_gradients_or_adamw_state(benched, strategy):
+    """bench --lora for real: the run ends ok, stored with its adapters, and its measured peak is
+    below full training's (no gradient or AdamW state for the frozen base). The memory model is
+    over by about 22% here (docs/bench.md): not asserted within TOLERANCE."""
+    r, full = benched[f"lora-{strategy}"], benched[strategy]
+    assert r.status == "ok", (r.measured.get("error"), r.measured.get("log_tail"))
+    assert r.config["lora"] == {"r": 4, "target_modules": ["q_proj", "v_proj"]}
+    assert r.measured["peak_memory_bytes"] < full.measured["peak_memory_bytes"]
+    assert r.predicted["memory_bytes"] < full.predicted["memory_bytes"]

@@ -17,6 +17,7 @@ from prism_strategy.cli.options import (
     EnvProfileOpt,
     GradAccum,
     JsonOut,
+    Lora,
     Loss,
     Mode,
     Nproc,
@@ -52,6 +53,7 @@ def bench(
     loss: Loss = "upcast",
     mode: Mode = "e2e",
     vision: Vision = None,
+    lora: Lora = None,
     platform: Platform = "cpu",
     env_profile: EnvProfileOpt = None,
     timeout_s: Annotated[
@@ -107,6 +109,7 @@ def bench(
         optimizer=optimizer,
         loss=loss,
         **({"mode": mode, "vision": vision} if vision or mode != "e2e" else {}),
+        **({"lora": lora} if lora else {}),
     )  # before the progress bar: exit 2 is one line
     store = Store(db)
     if run is not None:
@@ -296,6 +299,7 @@ def census(
     precision: Precision = "bf16-mixed",
     mode: Mode = "e2e",
     vision: Vision = None,
+    lora: Lora = None,
     bucket_mb: BucketMb = None,
     reduce_dtype: ReduceDtype = None,
     timeout_s: PerStrategyTimeoutS = 300,
@@ -319,6 +323,7 @@ def census(
             precision=precision,
             mode=mode,
             vision=vision,
+            lora=lora,
             bucket_mb=bucket_mb,
             reduce_dtype=reduce_dtype,
             timeout_s=timeout_s,

@@ -10,6 +10,7 @@ from typing import Any
 from prism_strategy.bench.launch.run import RunLength, bench_config
 from prism_strategy.flags import scenario_from_flags
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.lora import adapted, resolve_lora
 from prism_strategy.specs.policies import checked_int
 from prism_strategy.specs.presets import load_model, load_platform
 from prism_strategy.specs.scenario import Scenario
@@ -41,6 +42,10 @@ def bench_scenario(model: str, *, nproc: int, ranks_per_node: int | None = None,
         raise SpecError(f"--nproc ({nproc}) must be a positive multiple of --ranks-per-node ({rpn})")
     if parse_ckpt(options.setdefault("ckpt_freq", 0))[0] is None:
         raise SpecError("--ckpt-freq auto is a plan search; bench runs one setting: give k or sac")
+    if options.get("lora") is not None:
+        options["lora"] = resolve_lora(options["lora"])  # a bad adapter config is said first, as plan says it
+        adapted(spec, options["lora"])  # and a target that is no Linear of the model
+        check_lora_run(options.get("vision"))
     return scenario_from_flags(
         model,
         platform="cpu",
@@ -49,6 +54,17 @@ def bench_scenario(model: str, *, nproc: int, ranks_per_node: int | None = None,
         global_batch=micro_batch * accum * nproc,
         **options,
     )
+
+
+def check_lora_run(vision: str | None) -> None:
+    """A LoRA run puts peft's adapters on the ranks' model (bench/launch/worker.py with_lora): peft
+    must be importable here, before any rank starts, and the model a text model."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise SpecError("--lora runs peft's LoRA on every rank, and peft is not installed: pip install peft")
+    if vision is not None:
+        raise SpecError("--lora with --vision: bench and census run LoRA on a text model; drop --vision")
 
 
 def run_inputs(

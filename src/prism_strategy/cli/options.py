@@ -41,6 +41,10 @@ Nodes = Annotated[int, typer.Option(help="Number of nodes")]
 PlatformRpn = Annotated[Optional[int], typer.Option(help="Default: the platform's devices per node")]
 Mode = Annotated[str, typer.Option(help="e2e | projector | encoder-projector")]
 Vision = Annotated[Optional[str], typer.Option(help="Vision encoder preset or config path")]
+Lora = Annotated[
+    Optional[str],
+    typer.Option(help="A peft adapter_config.json: LoRA adapters (rank, target modules) train, the base is frozen"),
+]
 
 # the run's policy fields, as plan and the runs on this machine take them
 SeqLen = Annotated[int, field_option("seq_len")]

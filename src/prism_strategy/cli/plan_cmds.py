@@ -13,6 +13,7 @@ from prism_strategy.cli.options import (
     Compile,
     CompileLoss,
     JsonOut,
+    Lora,
     Loss,
     Mode,
     Nodes,
@@ -118,10 +119,7 @@ def plan(
             "CCL variables price the collectives; default: the platform's own"
         ),
     ] = None,
-    lora: Annotated[
-        Optional[str],
-        typer.Option(help="A peft adapter_config.json: LoRA adapters (rank, target modules) train, the base is frozen"),
-    ] = None,
+    lora: Lora = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Which strategy fits, at what batch and checkpointing, how fast, and why."""

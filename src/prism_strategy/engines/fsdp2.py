@@ -72,21 +72,41 @@ def fsdp_unit_runs(parts: tuple[Part, ...], shards: int, wrap: str) -> list[tupl
     repeated (PartModules.block_groups); padding is per tensor, so the root's sums add up per group."""
     units: list[tuple[Unit, int]] = []
     root = root_train = 0
-    for p in parts:
+    for i, p in enumerate(parts):
+        if p.lora_blocks and i and adapters_inside(parts[i - 1], p):
+            continue  # counted with the blocks they sit in
         pm = part_modules(p)
+        lora = adapters_inside(p, parts[i + 1]) if i + 1 < len(parts) else None
+        extra = lora or [[] for _ in pm.block_groups]
         head_rest = pm.head[1:] if pm.head_unit else []
-        groups = [(pm.embed, pm.embed_unit, 1)] + [(b, True, count) for b, count in pm.block_groups]
-        groups += [(pm.head[:1] if pm.head_unit else pm.head, False, 1), (head_rest, True, 1)]
-        for modules, unit, count in groups:
+        groups = [(pm.embed, [], pm.embed_unit, 1)] + [(b, a, True, k) for (b, k), a in zip(pm.block_groups, extra)]
+        groups += [(pm.head[:1] if pm.head_unit else pm.head, [], False, 1), (head_rest, [], True, 1)]
+        for modules, adapters, unit, count in groups:
             if not modules:
                 continue
-            n = padded(modules, shards)
+            n, a = padded(modules, shards), padded(adapters, shards)
             if unit and wrap == "block":
-                units.append((Unit(n, n if p.trains else 0, p.backward, True), count))
+                units.append((Unit(n + a, n + a if p.trains else a, p.backward, True), count))
             else:
-                root, root_train = root + n * count, root_train + (n * count if p.trains else 0)
+                root, root_train = root + (n + a) * count, root_train + ((n + a) if p.trains else a) * count
     units.append((Unit(root, root_train, any(p.backward for p in parts), False), 1))
     return [(u, sum(k for _, k in g)) for u, g in groupby(units, key=lambda r: r[0])]
+
+
+def adapters_inside(part: Part, nxt: Part) -> list[list[list[tuple[int, int]]]] | None:
+    """The LoRA adapters' modules per block group of `part` when `nxt` holds them (specs/parts.py
+    model_parts puts them right after the backbone), else None. peft puts lora_A / lora_B inside
+    the adapted Linear (peft tuners/lora/layer.py LoraLayer.update_layer), so they are parameters
+    of the block wrap() makes a unit, gathered with its frozen weights (torch
+    distributed/fsdp/_fully_shard/_fsdp_param_group.py FSDPParamGroup: one all-gather of every
+    parameter of the unit) and reduce-scattered alone (FSDPParamGroup.post_backward reduces only
+    fsdp_params_with_grad); the census on tiny-llama r=4 checks it (docs/bench.md)."""
+    if not nxt.lora_blocks:
+        return None
+    blocks, adapters = part_modules(part).block_groups, part_modules(nxt).block_groups
+    if [k for _, k in blocks] != [k for _, k in adapters]:
+        return None  # groups the adapter count merged (specs/lora.py adapter_blocks): units of their own
+    return [mods for mods, _ in adapters]
 
 
 def regathered(runs: list[tuple[Unit, int]]) -> list[tuple[Unit, int]]:

@@ -21,6 +21,7 @@ from typing import Any
 from prism_strategy.inputs.scenario import resolve_model, scenario_of
 from prism_strategy.specs.cluster import Layout, PlatformSpec
 from prism_strategy.specs.errors import SpecError
+from prism_strategy.specs.lora import lora_from_dict
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.policies import BatchPolicy, EnvironmentPolicy, MemoryPolicy
 from prism_strategy.specs.presets import build, load_platform
@@ -150,6 +151,7 @@ def scenario_from_row(row: dict[str, Any], platform: str | PlatformSpec = "cpu")
             backbone=resolve_model(config_model(r)),
             vision=None if (v := config_vision(r)) is None else resolve_model(v),
             mode=r.get("mode") or "e2e",
+            lora=None if r.get("lora") is None else lora_from_dict(r["lora"], "stored config's lora"),
         )
         env = r.get("environment")
         return scenario_of(
@@ -276,8 +278,9 @@ def row_key(row: dict[str, Any]) -> str:
 
 def row_values(row: dict[str, Any]) -> dict[str, Any]:
     """A row's values by their flag names, of either schema, for what reports print and the harness
-    counts (model, vision, mode, nproc, ranks_per_node, micro_batch, grad_accum, seq_len, ckpt_freq,
-    precision, optimizer, loss, bucket_mb) beside its facts; no model is loaded."""
+    counts (model, vision, mode, lora, nproc, ranks_per_node, micro_batch, grad_accum, seq_len,
+    ckpt_freq, precision, optimizer, loss, bucket_mb) beside its facts; no model is loaded. lora: the
+    stored adapters (r, target_modules), None for full training."""
     r = scenario_record(row)
     b, m, lay = r["batch"], r["memory"], r["layout"]
     facts = run_facts(row)
@@ -285,6 +288,7 @@ def row_values(row: dict[str, Any]) -> dict[str, Any]:
         "model": r.get("model"),
         "vision": r.get("vision"),
         "mode": r.get("mode") or "e2e",
+        "lora": r.get("lora"),
         "nproc": lay["nodes"] * lay["ranks_per_node"],
         "ranks_per_node": lay["ranks_per_node"],
         "micro_batch": b.get("micro_batch"),

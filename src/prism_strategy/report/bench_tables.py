@@ -117,6 +117,8 @@ def compare_table(rows: list[dict[str, Any]]) -> Table:
 def _scenario_text(row: dict[str, Any], platform: str) -> str:
     c = row_values(row)
     model = c["model"] + (f" + {c['vision']}" if c.get("vision") else "")
+    if lora := c.get("lora"):
+        model += f" + LoRA r={lora.get('r')}"
     nodes = c["nproc"] // c["ranks_per_node"]
     ckpt = (
         "selective checkpointing (sac)"

@@ -62,6 +62,8 @@ def _add_strategy(t: Table, s: StrategyCensus) -> None:
 def census_table(report: CensusReport, predicted_by: str) -> Table:
     c, vision = shown_values(report.config), report.config.get("vision_spec")
     shape = f"{c.get('model')}" + (f" + {vision['name']} ({c.get('mode')})" if vision else "")
+    if lora := c.get("lora"):
+        shape += f", LoRA r={lora.get('r')} on {lora.get('target_modules') or 'peft default'}"
     t = Table(
         title=f"census: collectives of one optimizer step, world {report.world}",
         box=box.SIMPLE_HEAD,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prism_strategy.specs.cluster import Layout, PlatformSpec
+from prism_strategy.specs.lora import LoraSpec
 from prism_strategy.specs.model import MultimodalSpec, TransformerSpec
 from prism_strategy.specs.policies import PLATFORM_DEFAULT, BatchPolicy, EnvironmentPolicy, MemoryPolicy
 from prism_strategy.specs.presets import model_argument, model_names, platform_argument
@@ -118,20 +119,24 @@ ROW_KEYS = (
     "vision",
     "vision_spec",
     "mode",
+    "lora",
     "layout",
     "batch",
     "precision",
     "memory",
     "environment",
 )
-"""The keys scenario_to_row writes; a stored run's other keys are the run's own facts."""
+"""The keys scenario_to_row writes ("lora" only for a LoRA run); a stored run's other keys are the
+run's own facts."""
 
 
 def scenario_to_row(sc: Scenario) -> dict[str, Any]:
     """The scenario as stored (a results row's `config`, a bench or census launch's base): the model
     by label and architecture, the layout, and each policy's fields; JSON-ready. The platform is not
     in it (a run is priced on the platform it is read with); the environment is None when it is the
-    platform's own. inputs/stored.py scenario_from_row reads it back to the same Scenario."""
+    platform's own; "lora" (LoraConfig's r and target_modules, specs/lora.py lora_row) only for a
+    LoRA run, so a full-training row is as it always was. inputs/stored.py scenario_from_row reads
+    it back to the same Scenario."""
     m = sc.model
     default_env = EnvironmentPolicy(profile=sc.platform.env_profile, source=PLATFORM_DEFAULT)
     env = sc.environment
@@ -142,6 +147,7 @@ def scenario_to_row(sc: Scenario) -> dict[str, Any]:
         "vision": None if m.vision is None else model_label(m.vision),
         "vision_spec": None if m.vision is None else spec_fields(m.vision),
         "mode": m.mode,
+        **({"lora": lora_row(m.lora)} if m.lora else {}),
         "layout": {"nodes": sc.layout.nodes, "ranks_per_node": sc.layout.ranks_per_node},
         "batch": asdict(sc.batch),
         "precision": sc.precision,
@@ -150,6 +156,13 @@ def scenario_to_row(sc: Scenario) -> dict[str, Any]:
         if env == default_env
         else {"profile": env.profile, "variables": [list(v) for v in env.variables], "source": env.source},
     }
+
+
+def lora_row(spec: LoraSpec) -> dict[str, Any]:
+    """A LoRA run's adapters as stored: adapter_config.json's names (specs/lora.py lora_from_dict
+    reads them back); where they were read is no part of the run."""
+    targets = list(spec.targets) if isinstance(spec.targets, tuple) else spec.targets
+    return {"r": spec.rank, "target_modules": targets}
 
 
 def spec_fields(spec: TransformerSpec) -> dict[str, Any]:

@@ -100,6 +100,7 @@ class CensusReport:
             "model_spec",
             "vision_spec",
             "mode",
+            "lora",
             "micro_batch",
             "seq_len",
             "grad_accum",
@@ -246,30 +247,38 @@ def run_census(base: dict[str, Any], strategies: list[str]) -> CensusReport:
 
 def run_censuses(bases: list[dict[str, Any]], strategies: list[str]) -> list[CensusReport]:
     """Several scenarios (same nproc) x strategies in ONE launch: the process start, imports and
-    process group are paid once (CI runs its three model shapes this way). One report per base."""
+    process group are paid once (CI runs its model shapes this way). One report per base."""
+    return run_census_jobs([(b, strategies) for b in bases])
+
+
+def run_census_jobs(jobs: list[tuple[dict[str, Any], list[str]]]) -> list[CensusReport]:
+    """run_censuses with each base's own strategies: (base, strategies) per scenario, ONE launch."""
     from prism_strategy.bench.launch.harness import launch_many
     from prism_strategy.strategies import get_strategy
 
-    specs = [get_strategy(s) for s in strategies]
-    if not specs:
+    if not jobs or any(not names for _, names in jobs):
         raise SpecError("--strategies is empty; give a comma-separated list or 'all'")
-    configs = [b | {"strategy": s.name} for b in bases for s in specs]
+    runs = [(b, get_strategy(name)) for b, names in jobs for name in names]
+    configs = [b | {"strategy": s.name} for b, s in runs]
     predicted = []
-    for b in bases:
+    for b, names in jobs:
         sc = scenario_from_row(b)
         ga, bucket = int(sc.training.grad_accum or 1), sc.memory.bucket_mb
         predicted += [
-            _predicted(s, sc, grad_accum=ga, bucket_mb=bucket, reduce_dtype=b.get("reduce_dtype")) for s in specs
+            _predicted(get_strategy(n), sc, grad_accum=ga, bucket_mb=bucket, reduce_dtype=b.get("reduce_dtype"))
+            for n in names
         ]
     outcomes = launch_many(configs, timeout_s=sum(float(c["timeout_s"]) for c in configs))
-    results = [_from_outcome(get_strategy(c["strategy"]), p[0], o) for c, p, o in zip(configs, predicted, outcomes)]
-    n = len(specs)
-    return [
-        CensusReport(
-            world=int(b["nproc"]),
-            config=b,
-            predicted_by=predicted[i * n][1],
-            strategies=tuple(results[i * n : (i + 1) * n]),
+    results = [_from_outcome(s, p[0], o) for (_, s), p, o in zip(runs, predicted, outcomes)]
+    reports, start = [], 0
+    for b, names in jobs:
+        reports.append(
+            CensusReport(
+                world=int(b["nproc"]),
+                config=b,
+                predicted_by=predicted[start][1],
+                strategies=tuple(results[start : start + len(names)]),
+            )
         )
-        for i, b in enumerate(bases)
-    ]
+        start += len(names)
+    return reports

@@ -14,7 +14,8 @@ process start once).
 A config with "census": true records instead every collective of one optimizer step after the
 warm-up (bench/launch/census_record.py) and skips the timed steps. A config with "mode" other than
 e2e or a "vision_spec" builds vision + projector + backbone (traced/model.py), with
-the parts that do not train frozen.
+the parts that do not train frozen. A config with "lora" puts peft's LoRA adapters on the model
+before wrap() (with_lora): only the adapters train.
 """
 
 from __future__ import annotations
@@ -61,7 +62,18 @@ def build_model(sc: Any) -> torch.nn.Module:
     # SDPA where the family has it; Gemma 2 has none (logit soft-capping): transformers' own default, eager
     cfg._attn_implementation = "sdpa" if cls._supports_sdpa else None
     torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(cfg)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return model if sc.model.lora is None else with_lora(model, sc.model.lora)
+
+
+def with_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
+    """The model under peft's LoRA adapters (get_peft_model: the base frozen, lora_A / lora_B on the
+    target Linears) as the row's LoraSpec names them; lora_alpha and dropout keep peft's defaults
+    (the adapters' scale and a mask: neither changes what is reduced)."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = list(lora.targets) if isinstance(lora.targets, tuple) else lora.targets
+    return get_peft_model(model, LoraConfig(r=lora.rank, target_modules=targets))
 
 
 def device_sync(device: torch.device) -> None:
@@ -161,15 +173,30 @@ def peak_memory(runner: Runner, index: int) -> float | None:
         return float(torch.cuda.max_memory_allocated(dev))
     if dev.type == "xpu":  # device-only: XPU allocator peak over the timed steps
         return float(torch.xpu.max_memory_allocated(dev))
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    mt = MemTracker()
+    mt = frozen_aware_tracker()
     mt.track_external(runner.job.model, *optimizer_state(runner.job.optimizer))
     with warnings.catch_warnings():  # mod_tracker's "hierarchy may be messed up" under checkpointing: noise here
         warnings.simplefilter("ignore", UserWarning)
         with mt:
             runner.step(index)
     return float(sum(d["Total"] for d in mt.get_tracker_snapshot("peak").values()))
+
+
+def frozen_aware_tracker() -> Any:
+    """torch's MemTracker, but one that tolerates frozen parameters (LoRA's base, a projector run's
+    encoder and backbone). MemTracker._track_module_params_and_buffers (torch 2.13,
+    distributed/_tools/mem_tracker.py) registers a gradient hook on every parameter of each module
+    entering forward, and register_hook raises on a tensor that does not require grad. For a module
+    holding a frozen parameter no hook is installed here; each trainable parameter gets its hook
+    when its own all-trainable module (peft's lora_A / lora_B Linear) enters forward."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class FrozenAwareTracker(MemTracker):
+        def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True) -> Any:
+            frozen = any(not p.requires_grad for p in module.parameters())
+            return super()._track_module_params_and_buffers(module, install_grad_hooks and not frozen)
+
+    return FrozenAwareTracker()
 
 
 def optimizer_state(opt: Any) -> list[Any]:
