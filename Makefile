@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch==2.13.0 numpy
-	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	$(PIP) install -q -c constraints.txt -e '.[dev,peft]'
 	$(PY) -c "import torch; v = torch.__version__; assert v.startswith('2.13.0'), 'torch was replaced: ' + v"
 	touch $(STAMP)
 
