@@ -118,6 +118,25 @@ def block_activation_bytes_per_token(spec: TransformerSpec, e: int, trains: bool
     return n
 
 
+def part_block_bytes_per_token(p: Part, t: TrainingSpec, residual: int) -> float:
+    """One block of part p, saved bytes per token: a block that trains, a frozen one, or a frozen
+    block with LoRA adapters: the frozen block's plus the inputs its adapters keep and their r-wide
+    middles (specs/lora.py saved_inputs; not reduced by compile)."""
+    if p.spec is None:
+        raise ValueError(f"{p.name} has no blocks")
+    if p.trains or not p.adapted:
+        return saved_block_bytes_per_token(p.spec, t, p.trains, residual)
+    spec, e = p.spec, t.compute_bytes
+    width = {
+        "attention input": spec.hidden,
+        "attention output": 0,
+        "mlp input": spec.hidden,
+        "mlp inner": spec.active_ffn,
+    }
+    kept = sum(width[i] for i in p.lora_inputs) + p.lora_rank_sum  # attention's output: SDPA keeps it
+    return saved_block_bytes_per_token(spec, t, False, residual) + e * kept
+
+
 def saved_block_bytes_per_token(spec: TransformerSpec, t: TrainingSpec, trains: bool, residual: int) -> float:
     """One block's saved bytes per token as the run keeps them: eager, or compiled (torch.compile:
     estimate/memory_compile.py, the partitioner's recomputed upcasts and act(gate))."""
@@ -170,7 +189,7 @@ def part_activation_bytes_per_sample(part: Part, training: TrainingSpec, residua
         i, o = part.widths
         return part.tokens * e * (i + 2 * o)
     spec = part.spec
-    a = saved_block_bytes_per_token(spec, training, part.trains or part.adapted, residual_bytes)
+    a = part_block_bytes_per_token(part, training, residual_bytes)
     k = checkpointed_blocks(spec.layers, training.ckpt_freq)
     sac = training.ckpt_policy == "sac"
     kept = sac_saved_bytes_per_token(spec, e, residual_bytes) if sac else residual_bytes * spec.hidden
@@ -218,7 +237,7 @@ def transient_bytes_per_sample(
             label, per_token = loss_bytes_per_token(p.spec, training)
             best = max(best, (label, p.tokens * per_token), key=lambda r: r[1])
         if training.ckpt_freq > 0:
-            a = saved_block_bytes_per_token(p.spec, training, p.trains or p.adapted, res)
+            a = part_block_bytes_per_token(p, training, res)
             best = max(
                 best, (f"{p.name} block recomputed in backward{_compiled(training)}", p.tokens * a), key=lambda r: r[1]
             )
@@ -258,7 +277,7 @@ def late_backward_rows(parts: tuple[Part, ...], t: TrainingSpec, s: StrategySpec
     *below, top = parts
     rows = saved_activation_rows(tuple(below), t, s, platform)
     if top.backward and top.spec is not None:
-        a = saved_block_bytes_per_token(top.spec, t, top.trains or top.adapted, residual_bytes(s, t)) * top.tokens
+        a = part_block_bytes_per_token(top, t, residual_bytes(s, t)) * top.tokens
         rows.append(
             (
                 "activations",

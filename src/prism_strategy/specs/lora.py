@@ -166,6 +166,27 @@ def adapter_blocks(spec: Any, lora: LoraSpec) -> tuple[tuple[tuple[tuple[int, in
     return tuple((tuple(v), n) for n, v in by_count.items())
 
 
+BLOCK_INPUT = {
+    **dict.fromkeys(("q_proj", "k_proj", "v_proj", "Wqkv"), "attention input"),
+    "o_proj": "attention output",
+    **dict.fromkeys(("gate_proj", "up_proj", "gate_up_proj", "fc1"), "mlp input"),
+    **dict.fromkeys(("down_proj", "fc2"), "mlp inner"),
+}
+"""What each Linear of a block (block_linears' names) takes in: the attention's normalised input,
+the attention's output, the MLP's normalised input, or the MLP's inner activation."""
+
+
+def saved_inputs(spec: Any, lora: LoraSpec) -> tuple[frozenset[str], float]:
+    """(the block inputs the adapters keep for backward, the ranks summed over a block's adapters).
+    lora_A keeps its input for its weight gradient, which the frozen Linear beside it does not
+    (its input gradient needs only its weight), and lora_B keeps lora_A's r-wide output. Adapters
+    of one input share it (one tensor). The ranks are averaged over the blocks (an MoE block
+    adapts only its attention); peft's default lora_dropout 0 (nn.Identity): no dropout mask."""
+    found = adapted(spec, lora)
+    inputs = frozenset(BLOCK_INPUT[name] for name, *_ in found)
+    return inputs, sum(lora.rank * n for *_, n in found) / spec.layers
+
+
 def adapter_tensors(spec: Any, lora: LoraSpec) -> int:
     return sum(2 * n for *_, n in adapted(spec, lora))
 

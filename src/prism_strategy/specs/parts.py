@@ -29,8 +29,12 @@ class Part:
     lora_blocks: tuple[tuple[tuple[tuple[int, int, int], ...], int], ...] = ()
     """LoRA adapters only: per group of identical blocks, ((r, in, out) per adapted Linear, blocks)."""
     adapted: bool = False
-    """LoRA adapters on its Linear layers (specs/lora.py): frozen weights, but the adapted Linears
-    keep their inputs for the adapters' weight gradients, as a part that trains does."""
+    """LoRA adapters on its Linear layers (specs/lora.py): frozen weights, but the adapters keep
+    their inputs for their weight gradients (lora_inputs, lora_rank_sum)."""
+    lora_inputs: frozenset[str] = frozenset()
+    """Adapted only: the block inputs its adapters keep (specs/lora.py saved_inputs)."""
+    lora_rank_sum: float = 0.0
+    """Adapted only: the adapters' ranks summed per block (their r-wide middles, kept by lora_B)."""
 
     @property
     def trainable(self) -> int:
@@ -101,6 +105,7 @@ def model_parts(model: MultimodalSpec, training: TrainingSpec) -> tuple[Part, ..
             tokens=backbone_tokens(model, training),
             tensors=transformer_tensors(b),
             adapted=model.lora is not None,
+            **_lora_saved(b, model.lora),
         )
     )
     if model.lora is not None:
@@ -111,12 +116,19 @@ def model_parts(model: MultimodalSpec, training: TrainingSpec) -> tuple[Part, ..
                 params=lora.adapter_params(b, model.lora),
                 trains=True,
                 backward=True,
-                tokens=0,  # their saved inputs are the backbone's (adapted=True); r-wide middles not counted
+                tokens=0,  # what they keep for backward is counted with the backbone's blocks (lora_inputs)
                 tensors=lora.adapter_tensors(b, model.lora),
                 lora_blocks=lora.adapter_blocks(b, model.lora),
             )
         )
     return tuple(parts)
+
+
+def _lora_saved(b: TransformerSpec, spec: "lora.LoraSpec | None") -> dict[str, object]:
+    if spec is None:
+        return {}
+    inputs, ranks = lora.saved_inputs(b, spec)
+    return {"lora_inputs": inputs, "lora_rank_sum": ranks}
 
 
 def trainable_params(parts: tuple[Part, ...]) -> int:
