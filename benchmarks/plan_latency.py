@@ -12,7 +12,7 @@ import sys
 import time
 
 from prism_strategy.flags import plan
-from prism_strategy.specs.presets import load_model
+from prism_strategy.specs.presets import forget_loaded
 
 TARGET_S = 0.5
 SWEEP = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
@@ -28,7 +28,7 @@ CASES = [
 
 
 def main(repeats: int = 5) -> None:
-    load_model.cache_clear()
+    forget_loaded()
     times = []
     for case in CASES:
         for _ in range(repeats):

@@ -209,9 +209,9 @@ def test_a_store_with_a_relative_model_path_works_from_any_directory(tmp_path, m
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     (work / "my-qwen.json").unlink()  # the file may even move: the row holds the architecture
-    from prism_strategy.specs.presets import load_model
+    from prism_strategy.specs.presets import forget_loaded
 
-    load_model.cache_clear()  # as a fresh process: nothing remembered from the import
+    forget_loaded()  # as a fresh process: nothing remembered from the import
     r = runner.invoke(app, ["compare", "--db", str(db), "--json", "--calibration", "none"])
     assert r.exit_code == 0, r.output
     [row] = json.loads(r.stdout)

@@ -81,17 +81,47 @@ def _kind(p: Path, what: str) -> str:
         ) from None
 
 
-_ORIGIN: dict[str, str] = {}
-"""What each loaded model (by name) and platform ("platform:<name>") was loaded from: the argument a
-printed follow-up command passes to load it again (model_argument, platform_argument)."""
+_ORIGIN: dict[str, list[str]] = {}
+"""What each loaded model (by name) and platform ("platform:<name>") was loaded from, every argument
+in the order first loaded: what a printed follow-up command passes to load it again
+(model_argument, platform_argument). Several: a user's file may carry a preset's name."""
+
+
+def _remember(key: str, argument: str) -> None:
+    seen = _ORIGIN.setdefault(key, [])
+    if argument not in seen:
+        seen.append(argument)
+
+
+def _origin(key: str, loads_it: Any) -> str | None:
+    """The newest argument that loads the same spec again (None when none does)."""
+    for argument in reversed(_ORIGIN.get(key, [])):
+        try:
+            if loads_it(argument):
+                return argument
+        except SpecError:  # the file moved or went since it was loaded (a stored run keeps the architecture)
+            continue
+    return None
+
+
+def forget_loaded() -> None:
+    """Every model and platform loaded so far, and where each came from, forgotten: as in a fresh
+    process (a test of what a new command sees, a benchmark's cold start)."""
+    _cached_model.cache_clear()
+    _cached_platform.cache_clear()
+    _ORIGIN.clear()
+
+
+def load_model(name_or_path: str) -> TransformerSpec:
+    """A preset name, a path to a preset .toml, or a path to an HF config.json (or its folder)."""
+    spec = _cached_model(name_or_path)
+    _remember(spec.name, name_or_path)
+    return spec
 
 
 @cache
-def load_model(name_or_path: str) -> TransformerSpec:
-    """A preset name, a path to a preset .toml, or a path to an HF config.json (or its folder)."""
-    spec = _load_model(name_or_path)
-    _ORIGIN[spec.name] = name_or_path
-    return spec
+def _cached_model(name_or_path: str) -> TransformerSpec:
+    return _load_model(name_or_path)
 
 
 def nearest(given: str, names: list[str]) -> str:
@@ -128,9 +158,15 @@ def _load_model(name_or_path: str) -> TransformerSpec:
     )
 
 
-@cache
 def load_platform(name_or_path: str) -> PlatformSpec:
     """A preset name or a platform TOML; a user's file may inherit from a preset (`base = ...`)."""
+    spec = _cached_platform(name_or_path)
+    _remember(f"platform:{spec.name}", name_or_path)
+    return spec
+
+
+@cache
+def _cached_platform(name_or_path: str) -> PlatformSpec:
     p = Path(name_or_path)
     if name_or_path in platform_names():
         raw, where, user = preset_raw(name_or_path), f"platform {name_or_path}", False
@@ -152,9 +188,7 @@ def load_platform(name_or_path: str) -> PlatformSpec:
     check_required(raw, where)
     raw = fill_not_read(raw)
     defaulted = defaulted_fields(raw) if user else ()
-    spec = PlatformSpec.from_flat(raw | {"defaulted": defaulted}, where)
-    _ORIGIN[f"platform:{spec.name}"] = name_or_path
-    return spec
+    return PlatformSpec.from_flat(raw | {"defaulted": defaulted}, where)
 
 
 @cache
@@ -176,18 +210,12 @@ def _path_text(p: Path) -> str:
 def model_argument(spec: TransformerSpec) -> str:
     """The --model value that loads `spec` again (what a printed follow-up command passes): the
     preset name or path it was loaded from, else its name (a live module has no file)."""
-    origin = _ORIGIN.get(spec.name)
-    try:
-        if origin is not None and load_model(origin) == spec:
-            return origin
-    except SpecError:  # the file moved or went since it was loaded (a stored run keeps the architecture)
-        pass
-    return spec.name
+    return _origin(spec.name, lambda a: _cached_model(a) == spec) or spec.name
 
 
 def platform_argument(platform: PlatformSpec) -> str:
     """The --platform value that loads this platform again: its preset name or the file it came from."""
-    return _ORIGIN.get(f"platform:{platform.name}", platform.name)
+    return _origin(f"platform:{platform.name}", lambda a: _cached_platform(a) == platform) or platform.name
 
 
 def spec_from_module(module: Any, *, name: str = "module") -> TransformerSpec:
