@@ -44,18 +44,29 @@ def _distributed(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The distributed tests are one xdist group, so one worker runs every launch (two 4-rank launches
-    at once on 2 cores double each) while the other runs unit/ and cli/; DeepSpeed's files last."""
+    """The distributed files whose launches start DeepSpeed run last (after the background build)."""
     late = lambda item: _distributed(item) and item.path.stem.startswith(DEEPSPEED_LAST)  # noqa: E731
     items.sort(key=lambda item: (not _distributed(item), late(item)))  # stable: files keep their order
-    for item in items:
-        if _distributed(item):
-            item.add_marker(pytest.mark.xdist_group("distributed"))
     gpu = [item for item in items if "gpu" in item.keywords]
     if gpu and not _has_accelerator():
         skip = pytest.mark.skip(reason="needs a CUDA or XPU device (none visible to torch here)")
         for item in gpu:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs two xdist workers: one takes every distributed test (the launches, one at a
+    time: two 4-rank launches at once on 2 cores double each), the other unit/ and cli/ file by file.
+    (xdist_group marks cannot do it under pytest 9.2: xdist 3.8 renames node ids through a field
+    pytest no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaunchesOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "distributed" if nodeid.startswith("tests/distributed/") else super()._split_scope(nodeid)
+
+    return LaunchesOnOneWorker(config, log)
 
 
 SHM_OP = Path(EXTENSIONS) / "deepspeed_shm_comm"
