@@ -26,12 +26,47 @@ def _has_accelerator() -> bool:
     return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
+DEEPSPEED_LAST = (
+    "test_bench_loop",
+    "test_census",
+    "test_commbench",
+    "test_emitted_runs",
+    "test_followup",
+    "test_strategies",
+    "test_wrap_peft_lora",
+)
+"""tests/distributed files whose launches start DeepSpeed (its CPU op must be built first): they run
+after the others, by when the background build (below) is done."""
+
+
+def _distributed(item) -> bool:
+    return "distributed" in item.path.parts
+
+
 def pytest_collection_modifyitems(config, items):
+    """The distributed files whose launches start DeepSpeed run last (after the background build)."""
+    late = lambda item: _distributed(item) and item.path.stem.startswith(DEEPSPEED_LAST)  # noqa: E731
+    items.sort(key=lambda item: (not _distributed(item), late(item)))  # stable: files keep their order
     gpu = [item for item in items if "gpu" in item.keywords]
     if gpu and not _has_accelerator():
         skip = pytest.mark.skip(reason="needs a CUDA or XPU device (none visible to torch here)")
         for item in gpu:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs two xdist workers: one takes every distributed test (the launches, one at a
+    time: two 4-rank launches at once on 2 cores double each), the other unit/ and cli/ file by file.
+    (xdist_group marks cannot do it under pytest 9.2: xdist 3.8 renames node ids through a field
+    pytest no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaunchesOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "distributed" if nodeid.startswith("tests/distributed/") else super()._split_scope(nodeid)
+
+    return LaunchesOnOneWorker(config, log)
 
 
 SHM_OP = Path(EXTENSIONS) / "deepspeed_shm_comm"
@@ -42,7 +77,9 @@ def _start_deepspeed_build(session) -> None:
     """The op build the first ZeRO launch would wait for, begun now in one background process when
     a distributed test is collected and the op is not built yet. The launches' own prebuild
     (tests/distributed/_harness.py) then waits on its lock or finds it built."""
-    wanted = any("distributed" in item.path.parts for item in session.items)
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return  # one build for the run: the first worker starts it, whichever runs the launches
+    wanted = any(_distributed(item) for item in session.items)
     if not wanted or importlib.util.find_spec("deepspeed") is None or any(SHM_OP.glob("*.so")):
         return
     from prism_strategy.bench.launch.ds_ops import BUILD
