@@ -36,7 +36,7 @@ test: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check --output-format concise .
 	$(VENV)/bin/ruff format --check --quiet .
-	$(PY) -m pytest -q -x -n 2 --durations=15 tests/distributed tests/unit tests/cli
+	$(PY) -m pytest -q -x -rR -n 2 --durations=15 tests/distributed tests/unit tests/cli
 
 bench: setup
 	$(PY) benchmarks/plan_latency.py

@@ -44,7 +44,9 @@ def _distributed(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The distributed files whose launches start DeepSpeed run last (after the background build)."""
+    """The distributed tests first (the xdist scheduler below hands out their one scope first: the
+    launches are the longest path), and among them the files whose launches start DeepSpeed last
+    (after the background build)."""
     late = lambda item: _distributed(item) and item.path.stem.startswith(DEEPSPEED_LAST)  # noqa: E731
     items.sort(key=lambda item: (not _distributed(item), late(item)))  # stable: files keep their order
     gpu = [item for item in items if "gpu" in item.keywords]
