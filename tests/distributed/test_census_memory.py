@@ -70,7 +70,14 @@ def benched(memory_bench):
     return memory_bench["test_census_memory"]
 
 
-@pytest.mark.parametrize("strategy", [*STRATEGY_NAMES, *VARIANTS])
+LORA_RUNS = [*(f"lora-{s}" for s in LORA_STRATEGIES), "lora-all-linear-fsdp_full_shard"] if HAS_PEFT else []
+"""LoRA: a frozen block keeps only what its own backward needs, the adapted Linears' inputs (lora_A's)
+and the adapters' r-wide middles, not the frozen Linears' inputs (estimate/memory.py
+part_block_bytes_per_token). q,v at r=4 was 22-24% over when every block input was counted; every
+Linear at r=8 (MLP inputs and inner activations kept too) was measured only after the change."""
+
+
+@pytest.mark.parametrize("strategy", [*STRATEGY_NAMES, *VARIANTS, *LORA_RUNS])
 def test_peak_memory_within_10_percent_of_prediction(benched, strategy):
     r = benched[strategy]
     assert r.status == "ok", (r.measured.get("error"), r.measured.get("log_tail"))
@@ -91,19 +98,3 @@ def test_bench_runs_lora_and_the_frozen_base_needs_no_gradients_or_adamw_state(b
     assert r.config["lora"] == {"r": 4, "target_modules": ["q_proj", "v_proj"]}
     assert r.measured["peak_memory_bytes"] < full.measured["peak_memory_bytes"]
     assert r.predicted["memory_bytes"] < full.predicted["memory_bytes"]
-
-
-@pytest.mark.skipif(not HAS_PEFT, reason="peft is not installed")
-@pytest.mark.parametrize("run", [*(f"lora-{s}" for s in LORA_STRATEGIES), "lora-all-linear-fsdp_full_shard"])
-def test_lora_peak_memory_within_10_percent_of_prediction(benched, run):
-    """A frozen block keeps only what its own backward needs: the adapted Linears' inputs (lora_A's)
-    and the adapters' r-wide middles, not the frozen Linears' inputs (estimate/memory.py
-    part_block_bytes_per_token). q,v at r=4 was 22-24% over when every block input was counted;
-    every Linear at r=8 (MLP inputs and inner activations kept too) was not measured before."""
-    r = benched[run]
-    assert r.status == "ok", (r.measured.get("error"), r.measured.get("log_tail"))
-    measured, predicted = r.measured["peak_memory_bytes"], r.predicted["memory_bytes"]
-    err = (predicted - measured) / measured
-    assert abs(err) <= TOLERANCE, (
-        f"{run}: predicted {predicted / 2**20:.2f} MiB, measured {measured / 2**20:.2f} MiB ({100 * err:+.1f}%)"
-    )
