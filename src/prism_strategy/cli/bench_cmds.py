@@ -349,6 +349,7 @@ def commbench(
         str, typer.Option(help="e2e | projector | encoder-projector: only what trains is reduced (as plan's)")
     ] = "e2e",
     vision: Vision = None,
+    lora: Lora = None,
     bucket_mb: BucketMb = None,
     reduce_dtype: ReduceDtype = None,
     platform: Platform = "cpu",
@@ -384,6 +385,7 @@ def commbench(
         precision=precision,
         mode=mode,
         vision=vision,
+        **({"lora": lora} if lora else {}),
         bucket_mb=bucket_mb,
         reduce_dtype=reduce_dtype,
         timeout_s=timeout_s,

@@ -3,13 +3,16 @@ one node), built from the plan's own inputs so that each one runs as printed: th
 loaded (a preset name or the config.json / .toml path), the vision encoder and what trains, the
 sequence length, micro-batch, accumulation and precision (bf16-pure too: bench casts the model's
 parameters to bf16, bench/launch/worker.py precision_setup), the env profile when the plan was given
-one (--env-profile: the ranks run under it, bench/launch/rank_env.py), and the platform (preset or file)."""
+one (--env-profile: the ranks run under it, bench/launch/rank_env.py), LoRA adapters read from an
+adapter_config.json (--lora; adapters from a script or TrainingArguments have no file to pass, and the
+commands then run full training), and the platform (preset or file)."""
 
 from __future__ import annotations
 
 import shlex
 from typing import TYPE_CHECKING
 
+from prism_strategy.specs.lora import lora_argument
 from prism_strategy.specs.presets import model_argument, platform_argument
 
 if TYPE_CHECKING:
@@ -22,6 +25,8 @@ def _scenario_args(sc: "Scenario", pick: "Option | None") -> list[str]:
     args = ["--model", model_argument(m.backbone)]
     if m.vision is not None:
         args += ["--vision", model_argument(m.vision), "--mode", m.mode]
+    if m.lora is not None and (adapters := lora_argument(m.lora)) is not None:
+        args += ["--lora", adapters]
     args += ["--seq-len", str(t.seq_len)]
     mb = pick.micro_batch if pick is not None else t.micro_batch
     if mb:

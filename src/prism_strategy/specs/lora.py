@@ -12,7 +12,7 @@ weights included, is frozen (model.requires_grad_(False) in BaseTuner, then the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,19 @@ def resolve_lora(value: Any) -> LoraSpec | None:
         data = load_json(path, "LoRA config")  # regular file, size and nesting capped, finite numbers
         return lora_from_dict(data, str(path))
     raise SpecError(f"lora must be an adapter_config.json path or LoraConfig fields, got {type(value).__name__}")
+
+
+def lora_argument(lora: LoraSpec) -> str | None:
+    """The --lora value that loads these adapters again (a printed follow-up command): the
+    adapter_config.json they were read from, absolute; None when they came from no such file (a
+    script's LoraConfig, TrainingArguments, a dict)."""
+    path = Path(lora.source) if lora.source else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return str(path.resolve()) if resolve_lora(path) == replace(lora, source=str(path)) else None
+    except SpecError:
+        return None
 
 
 def block_linears(spec: Any, sparse: bool = False) -> dict[str, tuple[int, int]]:
