@@ -43,12 +43,33 @@ def _distributed(item) -> bool:
     return "distributed" in item.path.parts
 
 
+WAITING = (
+    "test_device_validation",
+    "test_example_train",
+    "test_launched_bench",
+    "test_monitor_exits",
+    "test_monitor_faults",
+)
+"""tests/distributed files that wait more than they compute (hung ranks' timeouts, injected sleeps,
+Slurm's daemons, one-process kits: 1.0 core or less on average, the launches of the others ~1.7;
+`tests/distributed` alone used 1.44 of the 2 cores, 2026-12-07): the second xdist worker runs them
+after unit/ and cli/, beside the launches, instead of after them."""
+
+
+def _waiting(item) -> bool:
+    return _distributed(item) and item.path.stem.startswith(WAITING)
+
+
+def _order(item) -> tuple[int, bool]:
+    """Launches first (the longest path), the files that start DeepSpeed last among them (after the
+    background build); then unit/ and cli/; then the waiting launches."""
+    late = _distributed(item) and item.path.stem.startswith(DEEPSPEED_LAST)
+    return (2 if _waiting(item) else 0 if _distributed(item) else 1), late
+
+
 def pytest_collection_modifyitems(config, items):
-    """The distributed tests first (the xdist scheduler below hands out their one scope first: the
-    launches are the longest path), and among them the files whose launches start DeepSpeed last
-    (after the background build)."""
-    late = lambda item: _distributed(item) and item.path.stem.startswith(DEEPSPEED_LAST)  # noqa: E731
-    items.sort(key=lambda item: (not _distributed(item), late(item)))  # stable: files keep their order
+    """Sort by `_order` (stable: files keep their order); the xdist scheduler below keeps it."""
+    items.sort(key=_order)
     gpu = [item for item in items if "gpu" in item.keywords]
     if gpu and not _has_accelerator():
         skip = pytest.mark.skip(reason="needs a CUDA or XPU device (none visible to torch here)")
@@ -58,15 +79,20 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs two xdist workers: one takes every distributed test (the launches, one at a
-    time: two 4-rank launches at once on 2 cores double each), the other unit/ and cli/ file by file.
+    """`make test` runs two xdist workers: one takes the distributed launches (one at a time: two
+    4-rank launches at once on 2 cores double each), the other unit/ and cli/ file by file, then the
+    waiting launches (WAITING) as one scope, in collection order (`_order`: no reordering by size).
     (xdist_group marks cannot do it under pytest 9.2: xdist 3.8 renames node ids through a field
     pytest no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False
+
     class LaunchesOnOneWorker(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "distributed" if nodeid.startswith("tests/distributed/") else super()._split_scope(nodeid)
+            if not nodeid.startswith("tests/distributed/"):
+                return super()._split_scope(nodeid)
+            return "waiting" if Path(nodeid.split("::")[0]).stem.startswith(WAITING) else "distributed"
 
     return LaunchesOnOneWorker(config, log)
 
