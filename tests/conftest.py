@@ -44,27 +44,29 @@ def _distributed(item) -> bool:
 
 
 WAITING = (
-    "test_device_validation",
-    "test_example_train",
     "test_launched_bench",
-    "test_monitor_exits",
     "test_monitor_faults",
+    "test_example_train",
+    "test_device_validation",
+    "test_monitor_exits",
 )
 """tests/distributed files that wait more than they compute (hung ranks' timeouts, injected sleeps,
-Slurm's daemons, one-process kits: 1.0 core or less on average, the launches of the others ~1.7;
-`tests/distributed` alone used 1.44 of the 2 cores, 2026-12-07): the second xdist worker runs them
-after unit/ and cli/, beside the launches, instead of after them."""
+Slurm's daemons, one-process kits: 0.9-1.3 cores on average, the launches of the others ~1.7;
+`tests/distributed` alone used 1.44 of the 2 cores, 2026-12-07), longest first (96, 95, 22, 18, 3 s
+alone): each is a scope of its own at the end of the queue, taken by whichever worker is free, so
+they run beside the launches instead of after them."""
 
 
 def _waiting(item) -> bool:
     return _distributed(item) and item.path.stem.startswith(WAITING)
 
 
-def _order(item) -> tuple[int, bool]:
+def _order(item) -> tuple[int, int]:
     """Launches first (the longest path), the files that start DeepSpeed last among them (after the
-    background build); then unit/ and cli/; then the waiting launches."""
-    late = _distributed(item) and item.path.stem.startswith(DEEPSPEED_LAST)
-    return (2 if _waiting(item) else 0 if _distributed(item) else 1), late
+    background build); then unit/ and cli/; then the waiting files in WAITING's order."""
+    if _waiting(item):
+        return 2, next(i for i, stem in enumerate(WAITING) if item.path.stem.startswith(stem))
+    return (0 if _distributed(item) else 1), int(_distributed(item) and item.path.stem.startswith(DEEPSPEED_LAST))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -79,9 +81,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs two xdist workers: one takes the distributed launches (one at a time: two
-    4-rank launches at once on 2 cores double each), the other unit/ and cli/ file by file, then the
-    waiting launches (WAITING) as one scope, in collection order (`_order`: no reordering by size).
+    """`make test` runs two xdist workers: one takes the distributed launches as one scope (one at a
+    time: two 4-rank launches at once on 2 cores double each), the other unit/ and cli/ file by file;
+    then each WAITING file goes to whichever is free, in collection order (`_order`: no reordering
+    by size).
     (xdist_group marks cannot do it under pytest 9.2: xdist 3.8 renames node ids through a field
     pytest no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
@@ -92,7 +95,8 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             if not nodeid.startswith("tests/distributed/"):
                 return super()._split_scope(nodeid)
-            return "waiting" if Path(nodeid.split("::")[0]).stem.startswith(WAITING) else "distributed"
+            path = nodeid.split("::")[0]
+            return path if Path(path).stem.startswith(WAITING) else "distributed"
 
     return LaunchesOnOneWorker(config, log)
 
