@@ -30,26 +30,26 @@ def ds_run(tmp_path_factory) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def memory_bench(request, tmp_path_factory):
-    """memory_bench(file stem) -> {name: Result}: one bench launch (MemTracker peaks) per test file
-    that names its runs in MEMORY_RUNS() (name -> bench config): test_census_memory.py and
-    test_census_bf16_master.py, each launched when its first test asks. (One launch for both was a
-    ~60 s phase alone, ~80 s beside the other xdist worker's launches: the budget is 60 s.)"""
+def memory_bench(request, tmp_path_factory) -> dict[str, dict]:
+    """ONE bench launch (MemTracker peaks; DeepSpeed imported once per rank) for every collected
+    test file that names its runs in MEMORY_RUNS() (name -> bench config, same nproc):
+    test_census_memory.py and test_census_bf16_master.py. {file stem: {name: Result}}; a file
+    run alone launches its own runs only."""
     from prism_strategy.bench.launch.run import run_many
     from prism_strategy.bench.results.store import Store
     from prism_strategy.specs.presets import load_platform
 
-    modules = {Path(m.__file__).stem: m for m in {getattr(item, "module", None) for item in request.session.items} if m}
-    launched: dict[str, dict] = {}
-
-    def results(stem: str) -> dict:
-        if stem not in launched:
-            runs = modules[stem].MEMORY_RUNS()
-            store = Store(tmp_path_factory.mktemp("memory_db") / "results.db")
-            launched[stem] = dict(zip(runs, run_many(list(runs.values()), load_platform("cpu"), store)))
-        return launched[stem]
-
-    return results
+    modules = {getattr(item, "module", None) for item in request.session.items}
+    runs = {
+        (Path(m.__file__).stem, name): config
+        for m in sorted((m for m in modules if hasattr(m, "MEMORY_RUNS")), key=lambda m: m.__file__)
+        for name, config in m.MEMORY_RUNS().items()
+    }
+    store = Store(tmp_path_factory.mktemp("memory_db") / "results.db")
+    out: dict[str, dict] = {}
+    for (stem, name), r in zip(runs, run_many(list(runs.values()), load_platform("cpu"), store)):
+        out.setdefault(stem, {})[name] = r
+    return out
 
 
 @pytest.fixture

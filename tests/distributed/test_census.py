@@ -42,36 +42,28 @@ HAS_PEFT = importlib.util.find_spec("peft") is not None
 LORA_STRATEGIES = ["ddp", "fsdp_full_shard"] + (["zero2"] if importlib.util.find_spec("deepspeed") else [])
 
 
-LAUNCHES = (("untied", "tied", "lora"), ("projector", "moe"))
-"""Two launches, each started by the first test that asks for one of its shapes: one would be a
-~55 s phase alone and ~80 s beside the other xdist worker's launches (the budget: none over 60 s)."""
-
-
-def _census_jobs(shapes: tuple[str, ...]) -> list[tuple[dict, list[str]]]:
-    kws = SHAPES | {"lora": dict(model="tiny-llama", lora=LORA)}
-    base = dict(nproc=4, ranks_per_node=2, micro_batch=2, seq_len=32, grad_accum=2, precision="bf16-mixed")
-    return [
-        (
-            census_base(**base, timeout_s=240, **kws[shape]),
-            LORA_STRATEGIES if shape == "lora" else list(STRATEGY_NAMES),
-        )
-        for shape in shapes
-    ]
-
-
 @pytest.fixture(scope="module")
 def census():
-    """census(shape) -> its report: the four shapes x all 8 strategies, the LoRA shape x
-    LORA_STRATEGIES, in the LAUNCHES (a launch runs when one of its shapes is first asked for)."""
-    reports: dict[str, object] = {}
-
-    def report(shape: str):
-        if shape not in reports:
-            (shapes,) = [[x for x in group if x != "lora" or HAS_PEFT] for group in LAUNCHES if shape in group]
-            reports.update(zip(shapes, run_census_jobs(_census_jobs(tuple(shapes)))))
-        return reports[shape]
-
-    return report
+    """ONE launch: the four shapes x all 8 strategies, and the LoRA shape x LORA_STRATEGIES."""
+    shapes = SHAPES | ({"lora": dict(model="tiny-llama", lora=LORA)} if HAS_PEFT else {})
+    jobs = [
+        (
+            census_base(
+                nproc=4,
+                ranks_per_node=2,
+                micro_batch=2,
+                seq_len=32,
+                grad_accum=2,
+                precision="bf16-mixed",
+                timeout_s=240,
+                **kw,
+            ),
+            LORA_STRATEGIES if shape == "lora" else list(STRATEGY_NAMES),
+        )
+        for shape, kw in shapes.items()
+    ]
+    reports = dict(zip(shapes, run_census_jobs(jobs)))
+    return reports.__getitem__
 
 
 def _one(report, strategy):

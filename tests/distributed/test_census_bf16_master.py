@@ -30,7 +30,7 @@ SHAPES = {
 
 
 def MEMORY_RUNS() -> dict[str, dict]:
-    """Both shapes x CASES, launched by conftest's memory_bench (this file's own launch)."""
+    """Both shapes x CASES, launched by conftest's memory_bench with test_census_memory.py's."""
     runs = {}
     for shape, kw in SHAPES.items():
         base = base_config(
@@ -50,7 +50,7 @@ def MEMORY_RUNS() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def benched(memory_bench):
-    runs = memory_bench("test_census_bf16_master")
+    runs = memory_bench["test_census_bf16_master"]
     return {shape: {case: runs[f"{shape}/{case}"] for case in CASES} for shape in SHAPES}
 
 

@@ -53,7 +53,7 @@ BASE = dict(
 
 
 def MEMORY_RUNS() -> dict[str, dict]:
-    """Every strategy and VARIANTS, launched by conftest's memory_bench (this file's own launch)."""
+    """Every strategy and VARIANTS, launched by conftest's memory_bench with test_census_bf16_master.py's."""
     base = base_config(**BASE)
     cases = {s: {"strategy": s} for s in STRATEGY_NAMES} | VARIANTS
     runs = {name: row_with(base, RowChange(**c)) for name, c in cases.items()}
@@ -67,7 +67,7 @@ def MEMORY_RUNS() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def benched(memory_bench):
-    return memory_bench("test_census_memory")
+    return memory_bench["test_census_memory"]
 
 
 LORA_RUNS = [*(f"lora-{s}" for s in LORA_STRATEGIES), "lora-all-linear-fsdp_full_shard"] if HAS_PEFT else []
