@@ -339,6 +339,7 @@ def measure_row(config: dict[str, Any], ctx: Any, limit_bytes: float | None) -> 
 
 def _release(device: Any) -> None:
     gc.collect()
+    gc.freeze()  # what survived, out of the next row's collections (bench/launch/worker.py collect_garbage)
     accel = _accel(device)
     if accel is not None:  # the next row starts from an empty cache, so its reserved peak is its own
         accel.empty_cache()

@@ -117,6 +117,7 @@ def measure(ctx, spec: MultimodalSpec, training: TrainingSpec, strategy: str, mi
     peak, events = step_peak(prof, before)
     del job, built
     gc.collect()
+    gc.freeze()  # what survived, out of the next case's collections (bench/launch/worker.py collect_garbage)
     return {"peak_bytes": peak, "live_before_step": before, "allocations": events}
 
 
