@@ -91,7 +91,11 @@ class DistContext:
     def __enter__(self) -> "DistContext":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        """A block that ended normally waits for every rank first (end_group); one that raised
+        only tears down (its peers may never arrive)."""
+        if exc_type is None:
+            end_group()
         self.destroy()
 
     def __str__(self) -> str:
@@ -99,6 +103,15 @@ class DistContext:
             f"RANK({self.rank}/{self.world_size})-NODES({self.nodes})-RPN({self.ranks_per_node}) "
             f"{self.device}/{self.backend} via {self.launcher}"
         )
+
+
+def end_group() -> None:
+    """End the process group on every rank: a barrier, then destroy it, so no rank's interpreter
+    exits while a peer still talks to it and with gloo's threads still joinable (`terminate called
+    without an active exception`, an abort after the results were written)."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def pick_device_kind(env: dict[str, str] | os._Environ) -> str:
