@@ -236,3 +236,34 @@ def description(p: PlatformSpec) -> str:
         f"(Xe Link {p.links.intra_bw_gbps:g} GB/s, scale-out {p.links.inter_latency_us:g} us per step, "
         f"{p.links.scaleout_rank_bw_gbps or p.links.nic_bw_gbps:g} GB/s per rank, NIC {p.links.nic_bw_gbps:g} GB/s x {p.links.nics_per_node})"
     )
+
+
+MODEL_VARIABLES: dict[str, str] = {
+    "CCL_WORKER_COUNT": "ccl_worker_count",
+    "CCL_ALLREDUCE": "allreduce_algorithm",
+    **{v: "ccl_algorithms" for vs in ALGORITHM_VARS.values() for v in vs},
+    **{v: "ccl_scaleout" for v in SCALEOUT_VARS},
+    "CCL_ATL_TRANSPORT": "ccl_transport",
+    "CCL_ATL_HMEM": "ccl_gpu_rdma",
+    "CCL_OP_SYNC": "host_blocking_collectives",
+}
+"""The variables with_ccl_env reads, and the PlatformSpec field each sets."""
+PROFILE_VARIABLES = frozenset(v for v in MODEL_VARIABLES if v != "CCL_OP_SYNC")
+"""The variables an env profile chooses (CCL_OP_SYNC is the platform's host_blocking_collectives,
+not a profile choice)."""
+NOTED_DEFAULTS = ("CCL_WORKER_COUNT", "CCL_ALLREDUCE")
+"""The variables an env profile's note names when a profile leaves them unset (oneCCL's default)."""
+
+
+def ccl_env_of(p: PlatformSpec) -> dict[str, str]:
+    """The platform's own CCL fields (its profile, or a platform file's overrides) written as the
+    variables with_ccl_env reads: the environment a plan priced."""
+    scaleout_var = {op: var for var, op in reversed(SCALEOUT_VARS.items())}  # the first variable per op
+    return {
+        "CCL_WORKER_COUNT": str(p.oneccl.ccl_worker_count),
+        "CCL_ALLREDUCE": "topo" if p.collectives.allreduce_algorithm == "topology" else "ring",
+        "CCL_ATL_TRANSPORT": p.oneccl.ccl_transport,
+        "CCL_ATL_HMEM": "1" if p.oneccl.ccl_gpu_rdma else "0",
+        **dict(p.oneccl.ccl_algorithms),
+        **{scaleout_var[op]: spec for op, spec in p.oneccl.ccl_scaleout.items()},
+    }

@@ -14,8 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from prism_strategy.estimate.ckpt_search import estimate_searched, samples_per_s_at, with_ckpt
-from prism_strategy.estimate.comm_oneccl import SCALEOUT_VARS, with_ccl_env
-from prism_strategy.estimate.environment import MODEL_VARIABLES
+from prism_strategy.estimate.comm_oneccl import PROFILE_VARIABLES, SCALEOUT_VARS, ccl_env_of, with_ccl_env
 from prism_strategy.estimate.families import assumptions as family_assumptions
 from prism_strategy.estimate.memory import MemoryEstimate, estimate_memory, model_state_rows, moments
 from prism_strategy.estimate.memory import gathered_model_bytes as _gathered
@@ -42,6 +41,7 @@ __all__ = [
     "OptionEstimate",
     "StepEstimate",
     "assumptions",
+    "ccl_env_of",
     "ccl_model_variables",
     "device_peak_at",
     "estimate_option",
@@ -83,9 +83,9 @@ def scenario_under_variables(sc: Scenario, variables: Mapping[str, str]) -> Scen
 
 
 def ccl_model_variables() -> frozenset[str]:
-    """The oneCCL variables the comm model reads through an env profile (estimate/environment.py
-    MODEL_VARIABLES; CCL_OP_SYNC is the platform's host_blocking_collectives, not a profile choice)."""
-    return frozenset(v for v in MODEL_VARIABLES if v != "CCL_OP_SYNC")
+    """The oneCCL variables the comm model reads through an env profile (estimate/comm_oneccl.py
+    PROFILE_VARIABLES)."""
+    return PROFILE_VARIABLES
 
 
 def assumptions(sc: Scenario) -> list[str]:

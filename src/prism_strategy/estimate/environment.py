@@ -9,23 +9,13 @@ so another profile moves them; a user's file that pins them keeps them. The plat
 
 from __future__ import annotations
 
-from prism_strategy.estimate.comm_oneccl import ALGORITHM_VARS, SCALEOUT_VARS, with_ccl_env
+from prism_strategy.estimate.comm_oneccl import MODEL_VARIABLES, NOTED_DEFAULTS, with_ccl_env
 from prism_strategy.specs.cluster import PlatformSpec
 from prism_strategy.specs.env_profile import load_env_profile
 from prism_strategy.specs.errors import SpecError
 from prism_strategy.specs.libraries import libraries
 from prism_strategy.specs.policies import EnvironmentPolicy
 
-MODEL_VARIABLES: dict[str, str] = {
-    "CCL_WORKER_COUNT": "ccl_worker_count",
-    "CCL_ALLREDUCE": "allreduce_algorithm",
-    **{v: "ccl_algorithms" for vs in ALGORITHM_VARS.values() for v in vs},
-    **{v: "ccl_scaleout" for v in SCALEOUT_VARS},
-    "CCL_ATL_TRANSPORT": "ccl_transport",
-    "CCL_ATL_HMEM": "ccl_gpu_rdma",
-    "CCL_OP_SYNC": "host_blocking_collectives",
-}
-"""The variables the comm model reads (with_ccl_env), and the PlatformSpec field each sets."""
 READ_PREFIXES = tuple(x for lib in libraries() if lib.model_variables for x in lib.env_prefixes)
 """The own prefixes of the libraries whose cost model reads the environment (oneCCL's CCL_)."""
 SCALAR_FIELDS = (
@@ -71,7 +61,7 @@ def platform_under(p: PlatformSpec, env: EnvironmentPolicy) -> PlatformSpec:
 def _note(env: EnvironmentPolicy, before: PlatformSpec, after: PlatformSpec, kept: list[str]) -> str:
     read = {k: v for k, v in env.variables if k in MODEL_VARIABLES}
     ccl = any(k.startswith(READ_PREFIXES) for k, _ in env.variables)
-    unset = [k for k in ("CCL_WORKER_COUNT", "CCL_ALLREDUCE") if ccl and k not in read]
+    unset = [k for k in NOTED_DEFAULTS if ccl and k not in read]
     said = ", ".join(f"{k}={v}" for k, v in read.items()) or "no variable the comm model reads"
     moved = [
         f"{f} {before.value(f)} -> {after.value(f)}"

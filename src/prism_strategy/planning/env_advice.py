@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import tomllib
 
-from prism_strategy.estimate.entry import SCALEOUT_VARS, ccl_model_variables, scenario_under_variables
+from prism_strategy.estimate.entry import ccl_env_of, ccl_model_variables, scenario_under_variables
 from prism_strategy.planning.recommend import pick
 from prism_strategy.specs.libraries import libraries, own_prefix
 from prism_strategy.specs.presets import DATA
@@ -74,20 +74,6 @@ def backend_profiles(backend: str, platform: str) -> list[Profile]:
     return [p for p in found if p is not None]
 
 
-def priced_variables(p: Any) -> dict[str, str]:
-    """The variables as the plan priced them: the platform's own CCL fields (its profile, or a
-    platform file's overrides), written as with_ccl_env reads them."""
-    scaleout_var = {op: var for var, op in reversed(SCALEOUT_VARS.items())}  # the first variable per op
-    return {
-        "CCL_WORKER_COUNT": str(p.oneccl.ccl_worker_count),
-        "CCL_ALLREDUCE": "topo" if p.collectives.allreduce_algorithm == "topology" else "ring",
-        "CCL_ATL_TRANSPORT": p.oneccl.ccl_transport,
-        "CCL_ATL_HMEM": "1" if p.oneccl.ccl_gpu_rdma else "0",
-        **dict(p.oneccl.ccl_algorithms),
-        **{scaleout_var[op]: spec for op, spec in p.oneccl.ccl_scaleout.items()},
-    }
-
-
 def validation(name: str) -> str:
     table = tomllib.loads((DATA / "env_validation.toml").read_text())
     return table.get(name, {}).get("status", "not validated here")
@@ -116,7 +102,7 @@ def env_advice(
         return []
     profiles = {x.name: x for x in backend_profiles(p.collective_library, p.name)}
     own = (sc.environment.profile if sc.environment else "") or p.env_profile  # --env-profile, else the platform's
-    priced, named = priced_variables(p), profiles.get(own)
+    priced, named = ccl_env_of(p), profiles.get(own)
     same = named is not None and not _differ(named.variables, priced)
     base = Profile(name=own if same else f"platform {p.name}'s own CCL settings", variables=priced)
     chosen = next(o for o in feasible if o.strategy == recommended)
