@@ -57,15 +57,18 @@ alone): each is a scope of its own at the end of the queue, taken by whichever w
 they run beside the launches instead of after them."""
 
 
-def _waiting(item) -> bool:
-    return _distributed(item) and item.path.stem.startswith(WAITING)
+def _waiting_index(path: Path) -> int | None:
+    """The file's place in WAITING, None when it is not a waiting distributed file."""
+    if "distributed" not in path.parts:
+        return None
+    return next((i for i, stem in enumerate(WAITING) if path.stem.startswith(stem)), None)
 
 
 def _order(item) -> tuple[int, int]:
     """Launches first (the longest path), the files that start DeepSpeed last among them (after the
     background build); then unit/ and cli/; then the waiting files in WAITING's order."""
-    if _waiting(item):
-        return 2, next(i for i, stem in enumerate(WAITING) if item.path.stem.startswith(stem))
+    if (waiting := _waiting_index(item.path)) is not None:
+        return 2, waiting
     return (0 if _distributed(item) else 1), int(_distributed(item) and item.path.stem.startswith(DEEPSPEED_LAST))
 
 
@@ -96,7 +99,7 @@ def pytest_xdist_make_scheduler(config, log):
             if not nodeid.startswith("tests/distributed/"):
                 return super()._split_scope(nodeid)
             path = nodeid.split("::")[0]
-            return path if Path(path).stem.startswith(WAITING) else "distributed"
+            return path if _waiting_index(Path(path)) is not None else "distributed"
 
     return LaunchesOnOneWorker(config, log)
 

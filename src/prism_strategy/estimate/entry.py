@@ -35,6 +35,7 @@ from prism_strategy.strategies import StrategySpec
 
 __all__ = [
     "LATE",
+    "PROFILE_VARIABLES",
     "SCALEOUT_VARS",
     "BatchAt",
     "MemoryAt",
@@ -42,7 +43,6 @@ __all__ = [
     "StepEstimate",
     "assumptions",
     "ccl_env_of",
-    "ccl_model_variables",
     "device_peak_at",
     "estimate_option",
     "estimate_searched",
@@ -80,12 +80,6 @@ def scenario_under_variables(sc: Scenario, variables: Mapping[str, str]) -> Scen
     """sc on its platform as these collective variables route its collectives
     (estimate/comm_oneccl.py with_ccl_env)."""
     return sc.with_platform(with_ccl_env(sc.platform, variables))
-
-
-def ccl_model_variables() -> frozenset[str]:
-    """The oneCCL variables the comm model reads through an env profile (estimate/comm_oneccl.py
-    PROFILE_VARIABLES)."""
-    return PROFILE_VARIABLES
 
 
 def assumptions(sc: Scenario) -> list[str]:

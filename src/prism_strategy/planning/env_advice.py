@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import tomllib
 
-from prism_strategy.estimate.entry import ccl_env_of, ccl_model_variables, scenario_under_variables
+from prism_strategy.estimate.entry import PROFILE_VARIABLES, ccl_env_of, scenario_under_variables
 from prism_strategy.planning.recommend import pick
 from prism_strategy.specs.libraries import libraries, own_prefix
 from prism_strategy.specs.presets import DATA
@@ -33,9 +33,9 @@ CHANGE = 0.10
 """A profile is worth naming when it moves the pick's step time by more than 10% (the band the
 ranking treats as a tie) or changes the pick."""
 
-MODEL_VARS = {lib.name: ccl_model_variables() for lib in libraries() if lib.model_variables}
+MODEL_VARS = {lib.name: PROFILE_VARIABLES for lib in libraries() if lib.model_variables}
 """The variables of each library the comm model reads, by library (data/libraries: only oneCCL's
-model reads any, estimate/entry.ccl_model_variables lists them; module docstring)."""
+model reads any, estimate/comm_oneccl.py PROFILE_VARIABLES lists them; module docstring)."""
 
 DEFAULTS = {k: v for lib in libraries() for k, v in lib.model_variables.items()}
 """What an unset variable means to the model (data/libraries model_variables: oneCCL's defaults,
