@@ -24,9 +24,15 @@ import time
 from pathlib import Path
 
 
+def _positive(raw: str) -> int:
+    if not raw.isdigit() or int(raw) < 1:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number of rounds >= 1; e.g. --rounds 5")
+    return int(raw)
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=5, help="collections timed per arm")
+    p.add_argument("--rounds", type=_positive, default=5, help="collections timed per arm")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     return p.parse_args()
 
